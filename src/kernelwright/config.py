@@ -1,0 +1,93 @@
+"""All configuration in one typed place.
+
+Standard library only: the evaluation child receives `EvalConfig` as JSON and rebuilds it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+Device = Literal["auto", "cuda", "cpu"]
+SandboxMode = Literal["auto", "bwrap", "none"]
+VerdictMode = Literal["strict", "calibrated"]
+
+
+def default_cache_dir() -> Path:
+    """Build cache shared by all evaluations of this user (`KERNELWRIGHT_CACHE` overrides)."""
+    env = os.environ.get("KERNELWRIGHT_CACHE")
+    if env:
+        return Path(env).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "kernelwright"
+
+
+@dataclass
+class StageTimeouts:
+    """Hard wall-clock limits per stage, in seconds; the child's whole process group is killed past them."""
+
+    startup: float = 120.0  # python + torch import in the child
+    build: float = 600.0  # import of the candidate, extension builds included
+    init: float = 120.0  # constructing Model and ModelNew
+    correctness: float = 180.0  # all trials
+    timing: float = 300.0
+    profile: float = 300.0
+
+
+@dataclass
+class TimingConfig:
+    """The timing protocol (after triton.testing.do_bench): budgets in ms, derived counts, L2 flush."""
+
+    warmup_ms: float = 25.0
+    rep_ms: float = 100.0
+    min_reps: int = 10
+    max_reps: int = 1000
+    min_warmup: int = 3
+    flush_l2: bool = True
+    compare_compile: bool = False  # also time torch.compile(reference)
+
+
+@dataclass
+class EvalConfig:
+    device: Device = "auto"
+    trials: int = 5
+    atol: float = 1e-3
+    rtol: float = 1e-3
+    seed: int = 42
+    verdict: VerdictMode = "strict"
+    time_candidate: bool = True
+    timeouts: StageTimeouts = field(default_factory=StageTimeouts)
+    timing: TimingConfig = field(default_factory=TimingConfig)
+    sandbox: SandboxMode = "auto"
+    cache_dir: str = field(default_factory=lambda: str(default_cache_dir()))
+    keep_workdir: bool = False
+    # Names of extra environment variables to pass to the child (on top of the safe allow-list).
+    pass_env: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "EvalConfig":
+        data = dict(data)
+        data["timeouts"] = StageTimeouts(**data.get("timeouts", {}))
+        data["timing"] = TimingConfig(**data.get("timing", {}))
+        data["pass_env"] = tuple(data.get("pass_env", ()))
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+    def validate(self) -> None:
+        """Raise ValueError with a one-line message naming the fix."""
+        if self.trials < 1:
+            raise ValueError(f"--trials must be at least 1 (got {self.trials})")
+        if self.atol < 0 or self.rtol < 0:
+            raise ValueError("--atol and --rtol must be non-negative")
+        if self.device not in ("auto", "cuda", "cpu"):
+            raise ValueError(f"--device must be cuda, cpu or auto (got {self.device!r})")
+        if self.sandbox not in ("auto", "bwrap", "none"):
+            raise ValueError(f"--sandbox must be auto, bwrap or none (got {self.sandbox!r})")
+        if self.verdict not in ("strict", "calibrated"):
+            raise ValueError(f"--verdict must be strict or calibrated (got {self.verdict!r})")

@@ -1,0 +1,254 @@
+"""Building a candidate's extensions: a content-addressed build cache and readable compiler errors.
+
+`install_build_cache` wraps `torch.utils.cpp_extension.load_inline` (and `load`) before the
+candidate is imported. Each call gets its own build directory named by a hash of everything
+that decides the binary: the sources, the flags, the module name and the toolchain. So two
+candidates that both say `load_inline(name="my_ext", ...)` with different code never load each
+other's module, and an unchanged extension is not rebuilt.
+
+A build failure becomes `CandidateBuildError` carrying the compiler's full output and the first
+errors located both in the generated file and in the candidate file, at the line where the
+kernel source string sits.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from kernelwright.result import CompileIssue
+
+MAX_ISSUES = 10
+
+
+class CandidateBuildError(RuntimeError):
+    """An extension of the candidate failed to build."""
+
+    def __init__(self, name: str, output: str, issues: list[CompileIssue]):
+        self.name = name
+        self.output = output
+        self.issues = issues
+        first = issues[0].message if issues else "see the compiler output"
+        super().__init__(f"Error building extension '{name}': {first}")
+
+
+# Every build the wrapper saw in this process, in order; kept here too so that a candidate
+# that catches CandidateBuildError still gets a compile_error verdict.
+BUILD_LOG: list[dict[str, Any]] = []
+
+
+@functools.lru_cache(maxsize=None)
+def _tool_version(cmd: str) -> str:
+    try:
+        out = subprocess.run([cmd, "--version"], capture_output=True, text=True, timeout=30)
+        return (out.stdout or out.stderr).strip().splitlines()[-1] if (out.stdout or out.stderr) else ""
+    except (OSError, subprocess.SubprocessError):
+        return "absent"
+
+
+def toolchain_fingerprint(with_cuda: bool) -> dict[str, str]:
+    import torch
+
+    fp = {
+        "python": sys.version.split()[0],
+        "torch": torch.__version__,
+        "torch_cuda": str(torch.version.cuda),
+        "cxx": _tool_version(os.environ.get("CXX", "c++")),
+        "arch_list": os.environ.get("TORCH_CUDA_ARCH_LIST", ""),
+    }
+    if with_cuda:
+        from torch.utils.cpp_extension import CUDA_HOME
+
+        nvcc = os.path.join(CUDA_HOME, "bin", "nvcc") if CUDA_HOME else "nvcc"
+        fp["nvcc"] = _tool_version(nvcc)
+    return fp
+
+
+def build_key(kind: str, name: str, payload: dict[str, Any], with_cuda: bool) -> str:
+    blob = json.dumps(
+        {"kind": kind, "name": name, "payload": payload, "toolchain": toolchain_fingerprint(with_cuda)},
+        sort_keys=True,
+        default=repr,
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()[:20]
+
+
+def install_build_cache(cache_root: str | os.PathLike, candidate_file: str | None) -> None:
+    """Route every load_inline/load call to a build directory keyed by content."""
+    import torch.utils.cpp_extension as cpp_ext
+
+    root = Path(cache_root)
+    root.mkdir(parents=True, exist_ok=True)
+    original_inline = cpp_ext.load_inline
+    original_load = cpp_ext.load
+
+    def _run(kind: str, name: str, build_dir: Path, call, key: str, sources_for_map: list[str]):
+        entry: dict[str, Any] = {"kind": kind, "name": name, "key": key, "dir": str(build_dir)}
+        entry["cached"] = any(build_dir.glob(f"{name}*.so")) or any(build_dir.glob(f"{name}*.pyd"))
+        BUILD_LOG.append(entry)
+        try:
+            module = call()
+        except RuntimeError as exc:
+            text = str(exc)
+            if "Error building extension" not in text:
+                entry["ok"] = False
+                raise
+            issues = parse_compiler_output(text, build_dir, candidate_file, sources_for_map)
+            entry.update(ok=False, output=text, issues=[asdict(i) for i in issues])
+            raise CandidateBuildError(name, text, issues) from None
+        entry["ok"] = True
+        return module
+
+    @functools.wraps(original_inline)
+    def load_inline(name, cpp_sources, cuda_sources=None, *args, **kwargs):
+        with_cuda = bool(cuda_sources) or bool(kwargs.get("with_cuda"))
+        payload = {
+            "cpp": cpp_sources,
+            "cuda": cuda_sources,
+            "args": args,
+            "kwargs": {k: v for k, v in kwargs.items() if k not in ("verbose", "build_directory")},
+        }
+        key = build_key("inline", name, payload, with_cuda)
+        build_dir = root / f"{name}-{key}"
+        build_dir.mkdir(parents=True, exist_ok=True)
+        kwargs["build_directory"] = str(build_dir)
+        texts = _as_list(cpp_sources) + _as_list(cuda_sources)
+        return _run(
+            "inline", name, build_dir,
+            lambda: original_inline(name, cpp_sources, cuda_sources, *args, **kwargs), key, texts,
+        )
+
+    @functools.wraps(original_load)
+    def load(name, sources, *args, **kwargs):
+        srcs = [sources] if isinstance(sources, str) else list(sources)
+        contents = []
+        for s in srcs:
+            try:
+                contents.append(Path(s).read_text())
+            except OSError:
+                contents.append(f"<unreadable {s}>")
+        with_cuda = any(str(s).endswith(".cu") for s in srcs) or bool(kwargs.get("with_cuda"))
+        payload = {"sources": contents, "args": args,
+                   "kwargs": {k: v for k, v in kwargs.items() if k not in ("verbose", "build_directory")}}
+        key = build_key("load", name, payload, with_cuda)
+        build_dir = root / f"{name}-{key}"
+        build_dir.mkdir(parents=True, exist_ok=True)
+        kwargs["build_directory"] = str(build_dir)
+        return _run("load", name, build_dir, lambda: original_load(name, sources, *args, **kwargs), key, contents)
+
+    cpp_ext.load_inline = load_inline
+    cpp_ext.load = load
+
+
+def _as_list(src) -> list[str]:
+    if not src:
+        return []
+    return [src] if isinstance(src, str) else [s for s in src if isinstance(s, str)]
+
+
+# ---- compiler output ---------------------------------------------------------------------
+
+# nvcc:  /path/cuda.cu(12): error: identifier "foo" is undefined
+# gcc:   /path/main.cpp:12:5: error: 'foo' was not declared in this scope
+_NVCC_RE = re.compile(r"^(?P<file>[^\s:()][^:()]*?\.(?:cu|cuh|cpp|cc|cxx|h|hpp))\((?P<line>\d+)\): (?P<sev>error|warning|catastrophic error)[^:]*: (?P<msg>.*)$")
+_GCC_RE = re.compile(r"^(?P<file>[^\s:][^:]*?\.(?:cu|cuh|cpp|cc|cxx|h|hpp)):(?P<line>\d+):(?:(?P<col>\d+):)? (?P<sev>fatal error|error|warning): (?P<msg>.*)$")
+_PTXAS_RE = re.compile(r"^(?P<msg>ptxas (?:fatal|error)\s*:.*)$")
+_LINK_RE = re.compile(r"^(?P<msg>.*(?:undefined reference to|undefined symbol).*)$")
+
+
+def parse_compiler_output(
+    text: str, build_dir: Path | None, candidate_file: str | None, sources: list[str] | None = None
+) -> list[CompileIssue]:
+    """The first errors of a build log, each located in the generated file and in the candidate."""
+    issues: list[CompileIssue] = []
+    seen: set[tuple] = set()
+    locator = _CandidateLocator(candidate_file, sources or [])
+    for raw in text.splitlines():
+        line = raw.strip()
+        m = _NVCC_RE.match(line) or _GCC_RE.match(line)
+        if m:
+            sev = "warning" if m.group("sev") == "warning" else "error"
+            if sev == "warning":
+                continue
+            file = m.group("file")
+            lineno = int(m.group("line"))
+            col = int(m.group("col")) if "col" in m.groupdict() and m.group("col") else None
+            key = (file, lineno, m.group("msg"))
+            if key in seen:
+                continue
+            seen.add(key)
+            src_line = _line_of(file, lineno)
+            issues.append(
+                CompileIssue(
+                    message=m.group("msg").strip(),
+                    file=os.path.basename(file),
+                    line=lineno,
+                    column=col,
+                    candidate_line=locator.locate(file, lineno),
+                    source_line=src_line,
+                )
+            )
+        else:
+            m = _PTXAS_RE.match(line) or _LINK_RE.match(line)
+            if m and (m.group("msg"),) not in seen:
+                seen.add((m.group("msg"),))
+                issues.append(CompileIssue(message=m.group("msg").strip()))
+        if len(issues) >= MAX_ISSUES:
+            break
+    if not issues and "Error building extension" in text:
+        tail = [l for l in text.splitlines() if l.strip()][-3:]
+        issues.append(CompileIssue(message=" | ".join(t.strip() for t in tail)[:500]))
+    return issues
+
+
+def _line_of(file: str, lineno: int) -> str | None:
+    try:
+        lines = Path(file).read_text(errors="replace").splitlines()
+        return lines[lineno - 1].rstrip() if 0 < lineno <= len(lines) else None
+    except OSError:
+        return None
+
+
+class _CandidateLocator:
+    """Maps a line of a generated source file back to the candidate's line.
+
+    The generated file (main.cpp, cuda.cu) is the candidate's source string with a few lines
+    around it. We find which string constant of the candidate file appears in the generated
+    file, and where, then offset by the constant's own line in the candidate.
+    """
+
+    def __init__(self, candidate_file: str | None, sources: list[str]):
+        self.constants: list[tuple[int, str]] = []  # (line in candidate where the text starts, text)
+        if not candidate_file:
+            return
+        try:
+            tree = ast.parse(Path(candidate_file).read_text())
+        except (OSError, SyntaxError):
+            return
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and "\n" in node.value:
+                self.constants.append((node.lineno, node.value))
+
+    def locate(self, generated_file: str, gen_line: int) -> int | None:
+        try:
+            generated = Path(generated_file).read_text(errors="replace")
+        except OSError:
+            return None
+        for const_line, text in self.constants:
+            idx = generated.find(text)
+            if idx < 0:
+                continue
+            start_line = generated.count("\n", 0, idx) + 1  # generated line of the text's first line
+            n_lines = text.count("\n") + 1
+            if start_line <= gen_line < start_line + n_lines:
+                return const_line + (gen_line - start_line)
+        return None

@@ -1,0 +1,162 @@
+"""Comparing candidate outputs with reference outputs (strict mode: the seed pipeline's allclose).
+
+An output may be a tensor, a number, or a (nested) tuple/list/dict of them; both sides are
+flattened into named leaves ("out", "out[1]", "out['y']") and compared leaf by leaf: structure,
+shape, dtype, NaN/Inf, then `|cand - ref| <= atol + rtol * |ref|`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+
+@dataclass
+class LeafReport:
+    name: str
+    passed: bool
+    message: str = ""
+    max_abs_err: float | None = None
+    mean_abs_err: float | None = None
+    worst_index: list[int] | None = None
+    frac_out_of_tol: float | None = None
+    numel: int = 0
+
+
+@dataclass
+class CompareReport:
+    passed: bool
+    message: str
+    leaves: list[LeafReport] = field(default_factory=list)
+
+    @property
+    def max_abs_err(self) -> float | None:
+        vals = [l.max_abs_err for l in self.leaves if l.max_abs_err is not None]
+        return max(vals) if vals else None
+
+    @property
+    def mean_abs_err(self) -> float | None:
+        pairs = [(l.mean_abs_err, l.numel) for l in self.leaves if l.mean_abs_err is not None]
+        total = sum(n for _, n in pairs)
+        return sum(m * n for m, n in pairs) / total if total else None
+
+    @property
+    def worst(self) -> LeafReport | None:
+        scored = [l for l in self.leaves if l.max_abs_err is not None]
+        return max(scored, key=lambda l: l.max_abs_err) if scored else None
+
+
+def flatten(obj: Any, name: str = "out") -> list[tuple[str, Any]]:
+    if isinstance(obj, torch.Tensor):
+        return [(name, obj)]
+    if isinstance(obj, (tuple, list)):
+        leaves: list[tuple[str, Any]] = []
+        for i, item in enumerate(obj):
+            leaves += flatten(item, f"{name}[{i}]")
+        return leaves
+    if isinstance(obj, dict):
+        leaves = []
+        for k in obj:
+            leaves += flatten(obj[k], f"{name}[{k!r}]")
+        return leaves
+    return [(name, obj)]
+
+
+def describe(obj: Any) -> str:
+    if isinstance(obj, torch.Tensor):
+        return f"tensor{tuple(obj.shape)} {str(obj.dtype).replace('torch.', '')}"
+    if isinstance(obj, (tuple, list)):
+        return f"{type(obj).__name__} of {len(obj)}"
+    return type(obj).__name__
+
+
+def _index(flat_idx: int, shape: torch.Size) -> list[int]:
+    idx = []
+    for dim in reversed(shape):
+        idx.append(flat_idx % dim)
+        flat_idx //= dim
+    return list(reversed(idx))
+
+
+def compare_tensors(name: str, cand: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float) -> LeafReport:
+    if cand.shape != ref.shape:
+        return LeafReport(name, False, f"Output shape mismatch in {name}: Expected {ref.shape}, got {cand.shape}")
+    if cand.dtype != ref.dtype:
+        return LeafReport(
+            name, False,
+            f"Output dtype mismatch in {name}: Expected {str(ref.dtype).replace('torch.', '')}, "
+            f"got {str(cand.dtype).replace('torch.', '')}",
+        )
+    numel = ref.numel()
+    if numel == 0:
+        return LeafReport(name, True, numel=0, max_abs_err=0.0, mean_abs_err=0.0, frac_out_of_tol=0.0)
+    c = cand.detach().to(torch.float64) if not cand.is_complex() else cand.detach().to(torch.complex128)
+    r = ref.detach().to(torch.float64) if not ref.is_complex() else ref.detach().to(torch.complex128)
+    if c.device != r.device:
+        c = c.to(r.device)
+
+    # Non-finite values must sit where the reference has the same non-finite value.
+    c_nan, r_nan = torch.isnan(c), torch.isnan(r)
+    c_inf, r_inf = torch.isinf(c), torch.isinf(r)
+    nan_bad = c_nan & ~r_nan
+    inf_bad = (c_inf & ~(r_inf & (c == r)))
+    diff = (c - r).abs()
+    finite_both = torch.isfinite(c) & torch.isfinite(r)
+    diff = torch.where(finite_both, diff, torch.zeros_like(diff))
+    tol = atol + rtol * r.abs().where(finite_both, torch.zeros_like(diff))
+    out_of_tol = (diff > tol) | nan_bad | inf_bad | (r_nan & ~c_nan) | (r_inf & ~c_inf)
+    n_bad = int(out_of_tol.sum().item())
+    max_abs = float(diff.max().item())
+    mean_abs = float(diff.mean().item())
+    worst_flat = int(diff.reshape(-1).argmax().item())
+    report = LeafReport(
+        name, n_bad == 0, max_abs_err=max_abs, mean_abs_err=mean_abs,
+        worst_index=_index(worst_flat, ref.shape), frac_out_of_tol=n_bad / numel, numel=numel,
+    )
+    if n_bad == 0:
+        return report
+    n_nan, n_inf = int(nan_bad.sum().item()), int(inf_bad.sum().item())
+    if n_nan or n_inf:
+        first = int((nan_bad | inf_bad).reshape(-1).nonzero()[0].item())
+        report.message = (
+            f"Output {name} has {n_nan} NaN and {n_inf} Inf values where the reference is finite "
+            f"(first at index {tuple(_index(first, ref.shape))}). "
+        )
+        report.worst_index = _index(first, ref.shape)
+    report.message += (
+        f"Outputs are not close (atol={atol}, rtol={rtol}). max_abs_err={max_abs:.3e}, mean_abs_err={mean_abs:.3e}"
+    )
+    cval = c.reshape(-1)[worst_flat].item()
+    rval = r.reshape(-1)[worst_flat].item()
+    report.message += (
+        f"\n  worst element: {name}{tuple(report.worst_index)} candidate={cval:.6g} reference={rval:.6g}; "
+        f"{n_bad}/{numel} elements ({100.0 * n_bad / numel:.3g}%) out of tolerance"
+    )
+    return report
+
+
+def compare_outputs(cand: Any, ref: Any, atol: float, rtol: float) -> CompareReport:
+    c_leaves, r_leaves = flatten(cand), flatten(ref)
+    if len(c_leaves) != len(r_leaves):
+        return CompareReport(
+            False,
+            f"Output structure mismatch: reference returns {describe(ref)} ({len(r_leaves)} values), "
+            f"candidate returns {describe(cand)} ({len(c_leaves)} values)",
+        )
+    leaves: list[LeafReport] = []
+    for (rname, r), (_, c) in zip(r_leaves, c_leaves):
+        if isinstance(r, torch.Tensor) or isinstance(c, torch.Tensor):
+            if not (isinstance(r, torch.Tensor) and isinstance(c, torch.Tensor)):
+                leaves.append(LeafReport(rname, False, f"Output {rname}: reference is {describe(r)}, candidate is {describe(c)}"))
+                continue
+            leaves.append(compare_tensors(rname, c, r, atol, rtol))
+        elif isinstance(r, (int, float, bool, complex)) and isinstance(c, (int, float, bool, complex)):
+            leaves.append(compare_tensors(rname, torch.tensor(c, dtype=torch.float64), torch.tensor(r, dtype=torch.float64), atol, rtol))
+        else:
+            ok = r == c
+            leaves.append(LeafReport(rname, bool(ok), "" if ok else f"Output {rname} differs: expected {r!r}, got {c!r}"))
+    failed = [l for l in leaves if not l.passed]
+    message = "\n".join(l.message for l in failed)
+    return CompareReport(not failed, message, leaves)

@@ -1,0 +1,396 @@
+"""Entry point of the evaluation child: `python -m kernelwright.engine.child.main JOB.json`.
+
+Runs in a fresh process with a scrubbed environment, its own working directory, and a pipe to
+the parent (fd given in the job). It announces each stage before starting it, so the parent
+applies that stage's deadline, and sends the record as it stands after each stage, so a crash
+later loses nothing already measured. Imports only torch and the standard library.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import importlib.util
+import json
+import os
+import platform
+import sys
+import time
+import traceback
+from dataclasses import asdict
+from typing import Any
+
+from kernelwright.config import EvalConfig
+from kernelwright.engine.child.channel import Channel
+from kernelwright.result import Stage, Status
+
+TRACEBACK_LINES = 40
+_T0 = time.perf_counter()  # process start, near enough: startup_s counts the torch import from here
+
+
+class ReferenceFailure(Exception):
+    """The reference problem itself failed: the problem's fault, not the candidate's."""
+
+
+def _load_module(path: str, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _short_tb(exc: BaseException, candidate_path: str | None = None) -> str:
+    """The exception and the frames worth reading (the candidate's own first), trimmed."""
+    lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
+    text = "".join(lines)
+    out = text.splitlines()
+    if len(out) > TRACEBACK_LINES:
+        out = out[:5] + ["  ..."] + out[-(TRACEBACK_LINES - 6):]
+    return "\n".join(out)
+
+
+def _is_triton_compile_error(exc: BaseException) -> bool:
+    mod = type(exc).__module__ or ""
+    return mod.startswith("triton.compiler") or type(exc).__name__ in ("CompilationError", "CompileTimeAssertionFailure")
+
+
+def _to_device(obj: Any, device):
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device)
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_to_device(o, device) for o in obj)
+    if isinstance(obj, dict):
+        return {k: _to_device(v, device) for k, v in obj.items()}
+    return obj
+
+
+def _clone(obj: Any):
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        return obj.clone()
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_clone(o) for o in obj)
+    if isinstance(obj, dict):
+        return {k: _clone(v) for k, v in obj.items()}
+    return obj
+
+
+def trial_seed(base: int, trial: int) -> int:
+    return base + 1000 * (trial + 1)
+
+
+def device_name(device) -> str:
+    import torch
+
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"cpu ({platform.machine()}, {torch.get_num_threads()} threads)"
+
+
+class Evaluation:
+    """One evaluation inside the child. Each stage method fills `self.rec` or raises `Verdict`."""
+
+    def __init__(self, job: dict[str, Any], chan: Channel):
+        self.job = job
+        self.chan = chan
+        self.cfg = EvalConfig.from_dict(job["config"])
+        self.rec: dict[str, Any] = {
+            "status": Status.RUNTIME_ERROR.value,
+            "atol": self.cfg.atol,
+            "rtol": self.cfg.rtol,
+            "seed": self.cfg.seed,
+            "stage_times": {},
+            "metadata": {},
+            "trials": [],
+            "compile_issues": [],
+        }
+        self.t0 = time.perf_counter()
+
+    # ---- helpers ------------------------------------------------------------------------
+    def stage(self, stage: Stage) -> None:
+        self.chan.stage(stage.value)
+        self._stage_start = time.perf_counter()
+        self._stage = stage
+
+    def stage_done(self, key: str) -> None:
+        self.rec["stage_times"][key] = time.perf_counter() - self._stage_start
+        self.chan.record(self.rec)
+
+    def verdict(self, status: Status, log: str, stage: Stage | None = None) -> None:
+        self.rec["status"] = status.value
+        self.rec["error_log"] = log
+        self.rec["error_stage"] = (stage or self._stage).value
+
+    # ---- stages ---------------------------------------------------------------------------
+    def run(self) -> dict[str, Any]:
+        try:
+            self._run()
+        except Exception as exc:  # a bug in a stage's bookkeeping: record it, never lose the record
+            self.verdict(Status.RUNTIME_ERROR, _short_tb(exc))
+        self.rec["stage_times"]["total_s"] = time.perf_counter() - self.t0
+        return self.rec
+
+    def _run(self) -> None:
+        self.stage(Stage.STARTUP)
+        self._stage_start = _T0
+        import torch
+
+        self.device = self._resolve_device(torch)
+        self.rec["device"] = device_name(self.device)
+        self.rec["device_type"] = self.device.type
+        self.rec["metadata"].update(
+            torch_version=torch.__version__,
+            cuda_version=torch.version.cuda,
+            python=sys.version.split()[0],
+        )
+        if self.device.type == "cuda" and not os.environ.get("TORCH_CUDA_ARCH_LIST"):
+            major, minor = torch.cuda.get_device_capability(self.device)
+            # build for this GPU only: a fraction of the default multi-arch build time
+            os.environ["TORCH_CUDA_ARCH_LIST"] = f"{major}.{minor}" + ("a" if major >= 9 else "")
+        self.stage_done("startup_s")
+
+        if not self._build():
+            return
+        if not self._init():
+            return
+        if not self._correctness():
+            return
+        self.rec["status"] = Status.PASSED.value
+        self.rec["correct"] = True
+        self.chan.record(self.rec)
+        if self.cfg.time_candidate:
+            self._timing()
+
+    def _resolve_device(self, torch):
+        want = self.cfg.device
+        if want == "auto":
+            want = "cuda" if torch.cuda.is_available() else "cpu"
+        if want == "cuda" and not torch.cuda.is_available():
+            raise RuntimeError("CUDA requested but not available in the evaluation child")
+        return torch.device(want)
+
+    def _build(self) -> bool:
+        from kernelwright.engine.child import build
+
+        self.stage(Stage.BUILD)
+        build.install_build_cache(os.path.join(self.cfg.cache_dir, "builds"), self.job["candidate_path"])
+        try:
+            self.problem = _load_module(self.job["problem_path"], "kw_problem")
+        except Exception as exc:
+            self.verdict(Status.RUNTIME_ERROR, "The reference problem failed to import:\n" + _short_tb(exc),
+                         Stage.REFERENCE)
+            return False
+        try:
+            self.candidate = _load_module(self.job["candidate_path"], "kw_candidate")
+        except build.CandidateBuildError as exc:
+            self._compile_error(exc)
+            return False
+        except SyntaxError as exc:
+            self.verdict(Status.FORMAT_ERROR, f"SyntaxError: {exc.msg} (line {exc.lineno})")
+            return False
+        except Exception as exc:
+            if _is_triton_compile_error(exc):
+                self.verdict(Status.COMPILE_ERROR, _short_tb(exc))
+            else:
+                self.verdict(Status.RUNTIME_ERROR, "The candidate raised while being imported:\n" + _short_tb(exc))
+            return False
+        finally:
+            self.rec["metadata"]["builds"] = [
+                {k: v for k, v in b.items() if k not in ("output", "issues")} for b in build.BUILD_LOG
+            ]
+        failed = [b for b in build.BUILD_LOG if b.get("ok") is False and "output" in b]
+        if failed:  # the candidate swallowed its own build error
+            b = failed[0]
+            self._compile_error(build.CandidateBuildError(b["name"], b["output"], []), issues=b["issues"])
+            return False
+        if not hasattr(self.candidate, "ModelNew"):
+            self.verdict(Status.FORMAT_ERROR, "The candidate defines no class ModelNew; define class ModelNew(nn.Module)")
+            return False
+        self.rec["compiled"] = True
+        self.stage_done("build_s")
+        return True
+
+    def _compile_error(self, exc, issues=None) -> None:
+        issues = issues if issues is not None else [asdict(i) for i in exc.issues]
+        self.rec["compile_issues"] = issues
+        head = []
+        for i in issues[:5]:
+            where = f"{i['file']}:{i['line']}" if i.get("file") else "build"
+            cand = f" (candidate line {i['candidate_line']})" if i.get("candidate_line") else ""
+            src = f"\n      {i['source_line'].strip()}" if i.get("source_line") else ""
+            head.append(f"  {where}{cand}: {i['message']}{src}")
+        summary = f"Compilation of extension '{exc.name}' failed"
+        if head:
+            summary += " with:\n" + "\n".join(head)
+        self.verdict(Status.COMPILE_ERROR, summary + "\n\nCompiler output (end):\n" + _tail(exc.output, 60), Stage.BUILD)
+
+    def _init(self) -> bool:
+        import torch
+
+        self.stage(Stage.INIT)
+        seed = self.cfg.seed
+        try:
+            torch.manual_seed(seed)
+            init_inputs = self.problem.get_init_inputs()
+            torch.manual_seed(seed)
+            self.ref_model = self.problem.Model(*init_inputs).to(self.device).eval()
+        except Exception as exc:
+            self.verdict(Status.RUNTIME_ERROR, "The reference Model failed to construct:\n" + _short_tb(exc),
+                         Stage.REFERENCE)
+            return False
+        try:
+            torch.manual_seed(seed)
+            self.cand_model = self.candidate.ModelNew(*init_inputs).to(self.device).eval()
+            self._sync()
+        except Exception as exc:
+            self._runtime_error(exc, "ModelNew failed to construct")
+            return False
+        self.stage_done("init_s")
+        return True
+
+    def _sync(self) -> None:
+        import torch
+
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def _runtime_error(self, exc: BaseException, what: str) -> None:
+        from kernelwright.engine.child.build import CandidateBuildError
+
+        if isinstance(exc, CandidateBuildError):
+            self._compile_error(exc)
+        elif _is_triton_compile_error(exc):
+            self.verdict(Status.COMPILE_ERROR, f"{what}: Triton compilation failed:\n" + _short_tb(exc))
+        else:
+            self.verdict(Status.RUNTIME_ERROR, f"{what}:\n" + _short_tb(exc))
+
+    def _inputs(self, seed: int):
+        import torch
+
+        torch.manual_seed(seed)
+        return _to_device(self.problem.get_inputs(), self.device)
+
+    def _correctness(self) -> bool:
+        import torch
+
+        from kernelwright.engine.child.compare import compare_outputs
+
+        self.stage(Stage.CORRECTNESS)
+        all_ok = True
+        first_fail = None
+        max_err, mean_errs = 0.0, []
+        for t in range(self.cfg.trials):
+            seed = trial_seed(self.cfg.seed, t)
+            try:
+                inputs = self._inputs(seed)
+                with torch.no_grad():
+                    ref_out = self.ref_model(*_clone(inputs))
+                self._sync()
+            except Exception as exc:
+                self.verdict(Status.RUNTIME_ERROR, "The reference Model failed to run:\n" + _short_tb(exc),
+                             Stage.REFERENCE)
+                return False
+            try:
+                with torch.no_grad():
+                    cand_out = self.cand_model(*_clone(inputs))
+                self._sync()
+            except Exception as exc:
+                self._runtime_error(exc, f"ModelNew.forward raised on trial {t} (seed {seed})")
+                self.rec["trials"].append({"trial": t, "seed": seed, "passed": False, "message": str(exc)[:500]})
+                return False
+            report = compare_outputs(cand_out, ref_out, self.cfg.atol, self.cfg.rtol)
+            worst = report.worst
+            trial = {
+                "trial": t,
+                "seed": seed,
+                "passed": report.passed,
+                "max_abs_err": report.max_abs_err,
+                "mean_abs_err": report.mean_abs_err,
+                "worst_index": worst.worst_index if worst else None,
+                "worst_output": worst.name if worst else None,
+                "frac_out_of_tol": max((l.frac_out_of_tol or 0.0) for l in report.leaves) if report.leaves else None,
+                "message": report.message,
+                "extra": {},
+            }
+            self.rec["trials"].append(trial)
+            if report.max_abs_err is not None:
+                max_err = max(max_err, report.max_abs_err)
+                mean_errs.append(report.mean_abs_err or 0.0)
+            if not report.passed:
+                all_ok = False
+                first_fail = first_fail or (t, seed, report.message)
+        self.rec["max_abs_err"] = max_err if mean_errs else None
+        self.rec["mean_abs_err"] = sum(mean_errs) / len(mean_errs) if mean_errs else None
+        if not all_ok:
+            t, seed, msg = first_fail
+            n_fail = sum(1 for tr in self.rec["trials"] if not tr["passed"])
+            self.verdict(
+                Status.INCORRECT,
+                f"{msg}\n  ({n_fail}/{self.cfg.trials} trials failed; first failing trial {t}, seed {seed})",
+            )
+        self.stage_done("correctness_s")
+        return all_ok
+
+    def _timing(self) -> None:
+        import torch
+
+        from kernelwright.engine.child.timing import time_side_by_side
+
+        self.stage(Stage.TIMING)
+        inputs = self._inputs(trial_seed(self.cfg.seed, 0))
+        fns = {
+            "candidate": lambda: self.cand_model(*inputs),
+            "reference": lambda: self.ref_model(*inputs),
+        }
+        if self.cfg.timing.compare_compile:
+            try:
+                compiled = torch.compile(self.ref_model)
+                with torch.no_grad():
+                    compiled(*inputs)
+                fns["compile_reference"] = lambda: compiled(*inputs)
+            except Exception as exc:  # torch.compile unavailable (no compiler): say so, time the rest
+                self.rec["metadata"]["compile_reference_error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+        try:
+            with torch.no_grad():
+                stats = time_side_by_side(fns, self.device, self.cfg.timing)
+        except Exception as exc:
+            self._runtime_error(exc, "ModelNew failed while being timed")
+            self.rec["correct"] = True  # correctness held; the failure is in timing
+            return
+        self.rec["candidate_timing"] = asdict(stats["candidate"])
+        self.rec["reference_timing"] = asdict(stats["reference"])
+        self.rec["candidate_ms"] = stats["candidate"].median_ms
+        self.rec["reference_ms"] = stats["reference"].median_ms
+        self.rec["speedup"] = stats["reference"].median_ms / stats["candidate"].median_ms
+        if "compile_reference" in stats:
+            self.rec["compile_reference_timing"] = asdict(stats["compile_reference"])
+            self.rec["compile_reference_ms"] = stats["compile_reference"].median_ms
+            self.rec["speedup_vs_compile"] = stats["compile_reference"].median_ms / stats["candidate"].median_ms
+        self.stage_done("timing_s")
+
+
+def _tail(text: str, n: int) -> str:
+    lines = text.rstrip().splitlines()
+    return "\n".join(lines[-n:])
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    faulthandler.enable()  # a segfault prints the Python stack to stderr, which the parent keeps
+    with open(argv[0]) as f:
+        job = json.load(f)
+    chan = Channel(job.get("fd"))
+    ev = Evaluation(job, chan)
+    rec = ev.run()
+    chan.record(rec, final=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Leave without running interpreter teardown: a candidate's extension may crash in it.
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

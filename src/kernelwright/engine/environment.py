@@ -1,0 +1,43 @@
+"""What the evaluation child may see of the caller's environment: an allow-list, minus secrets."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Mapping
+
+# Names passed through as they are (exact names, or prefixes ending in "_").
+_ALLOWED_EXACT = {
+    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TERM", "SHELL",
+    "VIRTUAL_ENV", "CONDA_PREFIX", "CONDA_DEFAULT_ENV", "PYTHONHOME",
+    "LD_LIBRARY_PATH", "LIBRARY_PATH", "CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH",
+    "CC", "CXX", "CUDAHOSTCXX", "MAX_JOBS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS", "PYTHONHASHSEED",
+}
+_ALLOWED_PREFIXES = (
+    "LC_", "CUDA_", "NVIDIA_", "NCCL_", "NVSHMEM_", "TORCH_", "PYTORCH_", "TRITON_", "NVCC_",
+    "CUBLAS_", "CUDNN_",
+)
+# Never passed, whatever the allow-list says: anything that names a credential.
+_SECRET = re.compile(r"(KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE|SESSION)", re.IGNORECASE)
+
+
+def is_secret_name(name: str) -> bool:
+    return bool(_SECRET.search(name))
+
+
+def child_environment(
+    parent: Mapping[str, str] | None = None,
+    extra_names: Iterable[str] = (),
+    overrides: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """The environment of an evaluation child: allow-listed names of the parent, no secrets."""
+    parent = os.environ if parent is None else parent
+    extra = set(extra_names)
+    env = {}
+    for name, value in parent.items():
+        allowed = name in _ALLOWED_EXACT or name.startswith(_ALLOWED_PREFIXES) or name in extra
+        if allowed and not is_secret_name(name):
+            env[name] = value
+    env.update(overrides or {})
+    return env

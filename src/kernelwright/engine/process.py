@@ -1,0 +1,168 @@
+"""Running the evaluation child: its own process group, per-stage deadlines, and a verdict for every death.
+
+The child announces each stage on a pipe; the parent applies that stage's deadline from the
+moment it starts and kills the whole process group past it. Whatever the child sent before it
+died (a partial record) is kept. A child that dies without its final record is `crashed`
+(signal, `os._exit`, abort), one killed at a deadline is `timeout`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from kernelwright.config import StageTimeouts
+
+LOG_TAIL_LINES = 40
+
+
+@dataclass
+class ChildOutcome:
+    """What the parent saw of one child run."""
+
+    record: dict[str, Any] | None  # final record, or the last partial one
+    final: bool  # the child sent its final record
+    exit_code: int | None
+    timed_out_stage: str | None
+    last_stage: str | None
+    stage_started: dict[str, float] = field(default_factory=dict)  # stage -> wall time it began
+    log_tail: str = ""
+    wall_s: float = 0.0
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.kill()
+    except ProcessLookupError:
+        pass
+
+
+def run_child(
+    argv: list[str],
+    job: dict[str, Any],
+    workdir: Path,
+    env: dict[str, str],
+    timeouts: StageTimeouts,
+    on_stage: Callable[[str], None] | None = None,
+) -> ChildOutcome:
+    """Start the child on `job`, watch its stages, and return what it reported."""
+    read_fd, write_fd = os.pipe()
+    job = dict(job, fd=write_fd)
+    job_path = workdir / "job.json"
+    job_path.write_text(json.dumps(job))
+    log_path = workdir / "child.log"
+    t_start = time.monotonic()
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            argv + [str(job_path)],
+            cwd=str(workdir),
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            pass_fds=(write_fd,),
+            start_new_session=True,  # own process group: killpg reaches the compiler and any child it spawns
+        )
+    os.close(write_fd)
+
+    record: dict[str, Any] | None = None
+    final = False
+    stage = "startup"
+    stage_started = {stage: time.time()}
+    deadline = time.monotonic() + timeouts.startup
+    timed_out: str | None = None
+    buf = b""
+    sel = selectors.DefaultSelector()
+    sel.register(read_fd, selectors.EVENT_READ)
+    try:
+        eof = False
+        while not eof:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                timed_out = stage
+                _kill_group(proc)
+                break
+            events = sel.select(timeout=min(remaining, 1.0))
+            if not events:
+                if proc.poll() is not None:
+                    break  # child gone; a grandchild may still hold the pipe open
+                continue
+            chunk = os.read(read_fd, 1 << 16)
+            if not chunk:
+                eof = True
+            buf += chunk
+            while b"\n" in buf:
+                line, buf = buf.split(b"\n", 1)
+                try:
+                    msg = json.loads(line)
+                except ValueError:
+                    continue  # not ours: a candidate writing on our fd gets ignored
+                kind = msg.get("type")
+                if kind == "stage":
+                    stage = str(msg.get("stage"))
+                    stage_started[stage] = time.time()
+                    deadline = time.monotonic() + float(getattr(timeouts, stage, timeouts.correctness))
+                    if on_stage:
+                        on_stage(stage)
+                elif kind in ("partial", "final") and isinstance(msg.get("record"), dict):
+                    record = msg["record"]
+                    final = final or kind == "final"
+    finally:
+        sel.close()
+        os.close(read_fd)
+    try:
+        exit_code = proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        exit_code = proc.wait()
+    _kill_group(proc)  # anything the child left behind in its group
+    return ChildOutcome(
+        record=record,
+        final=final,
+        exit_code=exit_code,
+        timed_out_stage=timed_out,
+        last_stage=stage,
+        stage_started=stage_started,
+        log_tail=_tail(log_path, LOG_TAIL_LINES),
+        wall_s=time.monotonic() - t_start,
+    )
+
+
+def _tail(path: Path, n: int) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - 64 * 1024))
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.rstrip().splitlines()[-n:])
+
+
+def child_argv() -> list[str]:
+    """The child's command line: this interpreter, unbuffered, on the child's entry module."""
+    return [sys.executable, "-u", "-m", "kernelwright.engine.child.main"]
+
+
+def describe_signal(code: int | None) -> str:
+    if code is None:
+        return "unknown exit"
+    if code < 0:
+        try:
+            return f"killed by signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exited with code {code}"

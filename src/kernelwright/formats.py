@@ -1,0 +1,95 @@
+"""Problem and candidate formats (KernelBench): read and checked statically, never executed here.
+
+A problem file defines `class Model(nn.Module)`, `get_inputs()` and `get_init_inputs()`.
+A candidate file defines `class ModelNew(nn.Module)` with the same constructor and forward.
+Both are only parsed in the caller's process; they run in the evaluation child.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class FormatError(ValueError):
+    """A file that is not in the expected format. The message is one line that names the fix."""
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    path: Path
+    text: str
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.text.encode()).hexdigest()
+
+    @property
+    def short_hash(self) -> str:
+        return self.sha256[:12]
+
+
+def _top_level_names(tree: ast.Module) -> dict[str, ast.AST]:
+    names: dict[str, ast.AST] = {}
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names[node.name] = node
+        elif isinstance(node, ast.Assign):
+            for target in node.targets:
+                if isinstance(target, ast.Name):
+                    names[target.id] = node
+        elif isinstance(node, (ast.ImportFrom, ast.Import)):
+            for alias in node.names:
+                names[(alias.asname or alias.name).split(".")[0]] = node
+    return names
+
+
+def _parse(text: str, path: Path, what: str) -> ast.Module:
+    try:
+        return ast.parse(text, filename=str(path))
+    except SyntaxError as exc:
+        raise FormatError(
+            f"{what} {path} is not valid Python (line {exc.lineno}: {exc.msg}); fix the syntax"
+        ) from None
+
+
+def _read(path: str | Path, what: str) -> SourceFile:
+    p = Path(path)
+    if not p.exists():
+        raise FileNotFoundError(f"{what} file not found: {p}; check the path")
+    if not p.is_file():
+        raise FileNotFoundError(f"{what} path is not a file: {p}; pass a .py file")
+    try:
+        text = p.read_text()
+    except UnicodeDecodeError:
+        raise FormatError(f"{what} {p} is not UTF-8 text; pass a Python source file") from None
+    return SourceFile(path=p.resolve(), text=text)
+
+
+def load_problem(path: str | Path) -> SourceFile:
+    """Read a KernelBench problem and check that it defines what the engine needs."""
+    src = _read(path, "problem")
+    names = _top_level_names(_parse(src.text, src.path, "problem"))
+    missing = [n for n in ("Model", "get_inputs", "get_init_inputs") if n not in names]
+    if missing:
+        raise FormatError(
+            f"problem {src.path} defines no {', '.join(missing)}; "
+            "a KernelBench problem needs class Model, get_inputs() and get_init_inputs()"
+        )
+    return src
+
+
+def check_candidate_text(text: str, path: Path | str = "<candidate>") -> None:
+    """Raise FormatError when a candidate's text cannot be a ModelNew module."""
+    tree = _parse(text, Path(path), "candidate")
+    names = _top_level_names(tree)
+    if "ModelNew" not in names:
+        raise FormatError(f"candidate {path} defines no class ModelNew; define class ModelNew(nn.Module)")
+
+
+def load_candidate(path: str | Path) -> SourceFile:
+    src = _read(path, "candidate")
+    check_candidate_text(src.text, src.path)
+    return src

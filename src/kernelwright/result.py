@@ -1,0 +1,214 @@
+"""The evaluation record: one typed result per evaluation, serialisable to JSON.
+
+Standard library only: the evaluation child builds these records too.
+
+The record carries at least what a KernelBench `KernelExecResult` carries
+(compiled, correctness, runtime, runtime statistics, metadata), typed, plus the
+evidence a Judge needs (error log, structured compiler errors, per-trial errors).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+
+class Status(str, Enum):
+    """The verdict of one evaluation. Exactly one per record."""
+
+    PASSED = "passed"
+    INCORRECT = "incorrect"
+    COMPILE_ERROR = "compile_error"
+    RUNTIME_ERROR = "runtime_error"
+    TIMEOUT = "timeout"
+    CRASHED = "crashed"
+    FORMAT_ERROR = "format_error"
+
+    def __str__(self) -> str:  # pragma: no cover - trivial
+        return self.value
+
+
+class Stage(str, Enum):
+    """Where in the evaluation something happened."""
+
+    STARTUP = "startup"  # child started, torch imported
+    BUILD = "build"  # candidate imported, its extensions built
+    INIT = "init"  # models constructed
+    REFERENCE = "reference"  # reference run (a failure here is the problem's fault)
+    CORRECTNESS = "correctness"
+    TIMING = "timing"
+    PROFILE = "profile"
+    DONE = "done"
+
+    def __str__(self) -> str:  # pragma: no cover - trivial
+        return self.value
+
+
+@dataclass
+class CompileIssue:
+    """One compiler diagnostic, located in the generated file and, when possible, in the candidate."""
+
+    message: str
+    severity: str = "error"  # error | warning
+    file: str | None = None  # generated file (main.cpp, cuda.cu, ...) or the candidate itself
+    line: int | None = None  # line in `file`
+    column: int | None = None
+    candidate_line: int | None = None  # line in the candidate .py where the source string sits
+    source_line: str | None = None  # the offending line of kernel source
+
+
+@dataclass
+class TrialRecord:
+    """Comparison of candidate and reference outputs for one trial (one seed, fresh inputs)."""
+
+    trial: int
+    seed: int
+    passed: bool
+    max_abs_err: float | None = None
+    mean_abs_err: float | None = None
+    worst_index: list[int] | None = None  # index of the worst element (in the output that holds it)
+    worst_output: str | None = None  # which output (path such as "out" or "out[1]")
+    frac_out_of_tol: float | None = None
+    message: str = ""
+    # Filled by the numerics-aware check (float64 oracle), when enabled.
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class TimingStats:
+    """Timing of one callable under the engine's protocol. Times in milliseconds."""
+
+    median_ms: float
+    mean_ms: float
+    std_ms: float
+    min_ms: float
+    max_ms: float
+    p10_ms: float
+    p90_ms: float
+    iterations: int
+    warmup: int
+    clock: str  # "cuda_event" | "perf_counter"
+    l2_flush: bool
+    statistic: str = "median"
+
+
+@dataclass
+class StageTimes:
+    """Wall-clock seconds spent in each stage of the evaluation (parent's view where the child died)."""
+
+    startup_s: float | None = None
+    build_s: float | None = None
+    init_s: float | None = None
+    correctness_s: float | None = None
+    timing_s: float | None = None
+    profile_s: float | None = None
+    total_s: float | None = None
+
+
+@dataclass
+class EvalResult:
+    status: Status
+    correct: bool = False
+    compiled: bool = False  # the candidate imported and its extensions built
+    error_log: str = ""  # the text a repair prompt quotes
+    error_stage: Stage | None = None
+    compile_issues: list[CompileIssue] = field(default_factory=list)
+    max_abs_err: float | None = None
+    mean_abs_err: float | None = None
+    trials: list[TrialRecord] = field(default_factory=list)
+    candidate_ms: float | None = None
+    reference_ms: float | None = None
+    speedup: float | None = None  # reference_ms / candidate_ms, timed side by side in one child
+    compile_reference_ms: float | None = None  # torch.compile(reference), when asked for
+    speedup_vs_compile: float | None = None
+    candidate_timing: TimingStats | None = None
+    reference_timing: TimingStats | None = None
+    compile_reference_timing: TimingStats | None = None
+    device: str = ""  # device name, e.g. "NVIDIA H100 80GB HBM3" or "cpu (x86_64, 2 threads)"
+    device_type: str = ""  # "cuda" | "cpu"
+    stage_times: StageTimes = field(default_factory=StageTimes)
+    atol: float | None = None
+    rtol: float | None = None
+    seed: int | None = None
+    sandbox: str = "none"  # how the child was isolated: "bwrap" | "none"
+    exit_code: int | None = None  # child's exit code; negative: killed by that signal
+    # Free-form but named: toolchain versions, build cache hits, guard flags, profile, ...
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    # ---- serialisation -------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return _plain(dataclasses.asdict(self))
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent, allow_nan=True)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "EvalResult":
+        data = dict(data)
+        data["status"] = Status(data["status"])
+        if data.get("error_stage") is not None:
+            data["error_stage"] = Stage(data["error_stage"])
+        data["compile_issues"] = [CompileIssue(**c) for c in data.get("compile_issues", [])]
+        data["trials"] = [TrialRecord(**t) for t in data.get("trials", [])]
+        for key in ("candidate_timing", "reference_timing", "compile_reference_timing"):
+            if data.get(key) is not None:
+                data[key] = TimingStats(**data[key])
+        data["stage_times"] = StageTimes(**(data.get("stage_times") or {}))
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+    @classmethod
+    def from_json(cls, text: str) -> "EvalResult":
+        return cls.from_dict(json.loads(text))
+
+    # ---- views -------------------------------------------------------------------------
+    def to_kernelbench(self) -> dict[str, Any]:
+        """The record in KernelBench's `KernelExecResult` shape, for tools that read that format."""
+        stats = dataclasses.asdict(self.candidate_timing) if self.candidate_timing else {}
+        return {
+            "compiled": self.compiled,
+            "correctness": self.correct,
+            "metadata": {
+                "hardware": self.device,
+                "device": self.device_type,
+                "status": self.status.value,
+                "error_log": self.error_log,
+                **{k: v for k, v in self.metadata.items() if isinstance(v, (str, int, float, bool))},
+            },
+            "runtime": self.candidate_ms if self.candidate_ms is not None else -1.0,
+            "runtime_stats": {
+                "mean": stats.get("mean_ms"),
+                "std": stats.get("std_ms"),
+                "min": stats.get("min_ms"),
+                "max": stats.get("max_ms"),
+                "num_trials": stats.get("iterations"),
+            }
+            if stats
+            else {},
+        }
+
+    def summary_line(self) -> str:
+        """One line a person or a log reads first."""
+        if self.status is Status.PASSED and self.speedup is not None:
+            return (
+                f"passed: {self.candidate_ms:.4g} ms vs reference {self.reference_ms:.4g} ms "
+                f"({self.speedup:.3g}x) on {self.device}"
+            )
+        first = self.error_log.strip().splitlines()[0] if self.error_log.strip() else ""
+        return f"{self.status.value}" + (f" [{self.error_stage.value}]" if self.error_stage else "") + (
+            f": {first}" if first else ""
+        )
+
+
+def _plain(obj: Any) -> Any:
+    """Enums to their values, recursively, so json.dumps needs no hooks."""
+    if isinstance(obj, Enum):
+        return obj.value
+    if isinstance(obj, dict):
+        return {k: _plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_plain(v) for v in obj]
+    return obj

@@ -1,0 +1,58 @@
+"""Shared fixtures. Tests marked `gpu` are skipped where no CUDA GPU is visible (CI)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kernelwright.config import EvalConfig, StageTimeouts
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+EXAMPLES = ROOT / "examples"
+
+
+def _cuda_available() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except Exception:
+        return False
+
+
+def pytest_collection_modifyitems(config, items):
+    if _cuda_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (marked gpu)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def cache_dir(tmp_path_factory) -> str:
+    """One build cache for the whole session: a C++ extension is built once, then reused."""
+    return str(tmp_path_factory.mktemp("kw-cache"))
+
+
+@pytest.fixture
+def cpu_config(cache_dir) -> EvalConfig:
+    """CPU evaluation with short stage limits, so a hung candidate costs seconds, not minutes."""
+    return EvalConfig(
+        device="cpu",
+        trials=3,
+        cache_dir=cache_dir,
+        timeouts=StageTimeouts(startup=120, build=300, init=30, correctness=8, timing=30, profile=60),
+    )
+
+
+@pytest.fixture
+def cuda_config(cache_dir) -> EvalConfig:
+    return EvalConfig(
+        device="cuda",
+        trials=3,
+        cache_dir=cache_dir,
+        timeouts=StageTimeouts(startup=120, build=600, init=60, correctness=30, timing=120, profile=300),
+    )

@@ -1,0 +1,184 @@
+"""Every way a candidate can fail ends as its own recorded verdict, and the caller carries on."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from kernelwright.engine import EngineError, evaluate
+from kernelwright.result import EvalResult, Stage, Status
+
+from conftest import EXAMPLES, FIXTURES
+
+ADD_ONE = FIXTURES / "problems" / "add_one.py"
+CAND = FIXTURES / "candidates"
+
+
+def ev(cfg, candidate, problem=ADD_ONE):
+    return evaluate(problem, CAND / candidate if isinstance(candidate, str) else candidate, cfg)
+
+
+def test_correct_python_candidate_passes_with_timing(cpu_config):
+    r = ev(cpu_config, "py_correct.py")
+    assert r.status is Status.PASSED, r.error_log
+    assert r.correct and r.compiled
+    assert len(r.trials) == cpu_config.trials and all(t.passed for t in r.trials)
+    assert len({t.seed for t in r.trials}) == cpu_config.trials  # a fresh seed per trial
+    assert r.candidate_ms > 0 and r.reference_ms > 0
+    assert r.speedup == pytest.approx(r.reference_ms / r.candidate_ms)
+    assert r.candidate_timing.clock == "perf_counter" and r.candidate_timing.iterations >= 10
+    assert r.device.startswith("cpu") and r.device_type == "cpu"
+    assert r.stage_times.build_s is not None and r.stage_times.correctness_s is not None
+
+
+def test_wrong_values_are_incorrect_with_seed_pipeline_message(cpu_config):
+    r = ev(cpu_config, "py_wrong.py")
+    assert r.status is Status.INCORRECT and not r.correct
+    assert r.error_log.startswith("Outputs are not close (atol=0.001, rtol=0.001). max_abs_err=5.000e-01, mean_abs_err=2.500e-01")
+    trial = r.trials[0]
+    assert trial.frac_out_of_tol == pytest.approx(0.5)
+    assert trial.worst_index is not None and trial.worst_index[1] >= 64
+    assert r.candidate_ms is None  # timing runs only for a correct candidate
+
+
+def test_wrong_shape_is_incorrect(cpu_config):
+    r = ev(cpu_config, "py_wrong_shape.py")
+    assert r.status is Status.INCORRECT
+    assert "shape mismatch" in r.error_log and "[64, 128]" in r.error_log
+
+
+def test_exception_in_forward_is_runtime_error(cpu_config):
+    r = ev(cpu_config, "py_raises.py")
+    assert r.status is Status.RUNTIME_ERROR and r.error_stage is Stage.CORRECTNESS
+    assert "grid dimension 0" in r.error_log
+
+
+def test_import_error_is_runtime_error_at_build(cpu_config):
+    r = ev(cpu_config, "py_import_error.py")
+    assert r.status is Status.RUNTIME_ERROR and r.error_stage is Stage.BUILD
+    assert "a_module_that_does_not_exist" in r.error_log
+
+
+def test_segfault_is_crashed_and_names_the_stage(cpu_config):
+    r = ev(cpu_config, "py_segfault.py")
+    assert r.status is Status.CRASHED and r.error_stage is Stage.CORRECTNESS
+    assert "SIGSEGV" in r.error_log
+    assert "Segmentation fault" in r.error_log  # faulthandler's stack, kept from the child's output
+
+
+def test_infinite_loop_is_killed_at_the_stage_limit(cpu_config):
+    r = ev(cpu_config, "py_infinite_loop.py")
+    assert r.status is Status.TIMEOUT and r.error_stage is Stage.CORRECTNESS
+    assert "after 8 s" in r.error_log
+    assert r.stage_times.total_s < 60
+
+
+def test_os_exit_at_import_is_crashed(cpu_config):
+    r = ev(cpu_config, "py_exit_at_import.py")
+    assert r.status is Status.CRASHED and r.error_stage is Stage.BUILD
+    assert "exited with code 0" in r.error_log
+
+
+def test_os_exit_in_forward_is_crashed_not_passed(cpu_config):
+    r = ev(cpu_config, "py_exit_in_forward.py")
+    assert r.status is Status.CRASHED and r.error_stage is Stage.CORRECTNESS
+
+
+def test_missing_modelnew_is_format_error(cpu_config):
+    r = ev(cpu_config, "py_no_modelnew.py")
+    assert r.status is Status.FORMAT_ERROR and "ModelNew" in r.error_log
+
+
+def test_syntax_error_is_format_error(cpu_config):
+    r = evaluate(ADD_ONE, None, cpu_config, candidate_text="class ModelNew(:\n  pass\n")
+    assert r.status is Status.FORMAT_ERROR and "not valid Python" in r.error_log
+
+
+def test_candidate_cannot_read_parent_secrets(cpu_config, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-do-not-leak")
+    monkeypatch.setenv("HF_TOKEN", "sk-test-do-not-leak")
+    monkeypatch.setenv("MY_SERVICE_SECRET", "sk-test-do-not-leak")
+    r = ev(cpu_config, "py_reads_secrets.py")
+    assert r.status is Status.PASSED, r.error_log
+
+
+def test_evaluation_after_each_failure_still_works_in_the_same_parent(cpu_config):
+    for bad in ("py_segfault.py", "py_exit_in_forward.py", "py_raises.py"):
+        assert ev(cpu_config, bad).status is not Status.PASSED
+    assert ev(cpu_config, "py_correct.py").status is Status.PASSED
+
+
+def test_result_round_trips_through_json(cpu_config):
+    r = ev(cpu_config, "py_wrong.py")
+    again = EvalResult.from_json(r.to_json())
+    assert again == r
+    kb = r.to_kernelbench()
+    assert kb["correctness"] is False and kb["compiled"] is True
+    json.dumps(kb)
+
+
+def test_problem_errors_raise_engine_error_not_verdicts(cpu_config, tmp_path):
+    with pytest.raises(EngineError, match="not found"):
+        evaluate(tmp_path / "missing.py", CAND / "py_correct.py", cpu_config)
+    bad = tmp_path / "bad_problem.py"
+    bad.write_text("import torch\n")
+    with pytest.raises(EngineError, match="defines no Model"):
+        evaluate(bad, CAND / "py_correct.py", cpu_config)
+
+
+def test_reference_that_raises_is_blamed_on_the_problem(cpu_config, tmp_path):
+    prob = tmp_path / "broken.py"
+    prob.write_text(ADD_ONE.read_text().replace("return torch.relu(x) + 1.0", "raise RuntimeError('broken reference')"))
+    r = evaluate(prob, CAND / "py_correct.py", cpu_config)
+    assert r.error_stage is Stage.REFERENCE and "broken reference" in r.error_log
+
+
+# ---- C++ candidates (built once per session, then cached) ----------------------------------
+
+CPU_EXAMPLE = EXAMPLES / "cpu_swish"
+
+
+@pytest.mark.slow
+def test_bundled_cpp_candidate_passes_and_is_timed(cpu_config):
+    r = evaluate(CPU_EXAMPLE / "problem.py", CPU_EXAMPLE / "candidate.py", cpu_config)
+    assert r.status is Status.PASSED, r.error_log
+    assert r.speedup is not None and r.speedup > 0
+    builds = r.metadata["builds"]
+    assert len(builds) == 1 and builds[0]["ok"] and builds[0]["name"] == "kw_example_swish_cpu"
+
+
+@pytest.mark.slow
+def test_unchanged_extension_is_not_rebuilt(cpu_config):
+    first = evaluate(CPU_EXAMPLE / "problem.py", CPU_EXAMPLE / "candidate.py", cpu_config)
+    second = evaluate(CPU_EXAMPLE / "problem.py", CAND / "cpp_wrong.py", cpu_config)
+    assert first.status is Status.PASSED
+    assert second.metadata["builds"][0]["cached"] is True
+    assert second.metadata["builds"][0]["key"] == first.metadata["builds"][0]["key"]
+    assert second.stage_times.build_s < 5
+    assert second.status is Status.INCORRECT  # same kernel, wrong call: the cache does not mask it
+
+
+@pytest.mark.slow
+def test_compile_error_is_located_in_the_candidate_file(cpu_config):
+    r = ev(cpu_config, "cpp_compile_error.py")
+    assert r.status is Status.COMPILE_ERROR and not r.compiled
+    first = r.compile_issues[0]
+    assert "one_constant_never_declared" in first.message
+    assert first.file == "main.cpp"
+    assert first.candidate_line == 15
+    assert "candidate line 15" in r.error_log
+
+
+@pytest.mark.slow
+def test_same_extension_name_different_code_gets_its_own_build(cpu_config):
+    one = ev(cpu_config, "cpp_same_name_1.py")
+    two = ev(cpu_config, "cpp_same_name_2.py")
+    again = ev(cpu_config, "cpp_same_name_1.py")
+    assert one.status is Status.PASSED, one.error_log
+    assert two.status is Status.INCORRECT  # adds 2, not 1: its own module ran, not the sibling's
+    assert again.status is Status.PASSED
+    d1, d2 = one.metadata["builds"][0]["dir"], two.metadata["builds"][0]["dir"]
+    assert d1 != d2 and os.path.basename(d1).startswith("kw_same_name-")
+    assert again.metadata["builds"][0]["cached"] is True
