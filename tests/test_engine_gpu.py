@@ -1,0 +1,59 @@
+"""The engine on a real GPU (run on the device: `python3 -m pytest -m gpu`)."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from kernelwright.engine import evaluate
+from kernelwright.result import Status
+
+from conftest import EXAMPLES, FIXTURES
+
+pytestmark = pytest.mark.gpu
+
+ADD_ONE = FIXTURES / "problems" / "add_one.py"
+CAND = FIXTURES / "candidates"
+CUDA_EXAMPLE = EXAMPLES / "cuda_swish"
+
+
+def test_bundled_cuda_candidate_passes_and_is_timed_with_events(cuda_config):
+    cuda_config.timing.compare_compile = True
+    r = evaluate(CUDA_EXAMPLE / "problem.py", CUDA_EXAMPLE / "candidate.py", cuda_config)
+    assert r.status is Status.PASSED, r.error_log
+    assert r.device_type == "cuda" and r.device
+    assert r.candidate_timing.clock == "cuda_event" and r.candidate_timing.l2_flush
+    assert r.speedup > 1.0  # one pass instead of four over 128 MiB
+    assert r.compile_reference_ms is not None or "compile_reference_error" in r.metadata
+
+
+@pytest.mark.parametrize("name", ["oob_write.py", "wild_pointer.py"])
+def test_illegal_memory_access_is_a_verdict_and_the_next_evaluation_works(cuda_config, tmp_path, name):
+    bad = tmp_path / name  # the fixture picks its failure mode from its file name
+    shutil.copyfile(CAND / "cuda_bad_access.py", bad)
+    r = evaluate(ADD_ONE, bad, cuda_config)
+    assert r.status in (Status.RUNTIME_ERROR, Status.CRASHED), r.error_log
+    assert "illegal" in r.error_log.lower() or "memory" in r.error_log.lower() or r.status is Status.CRASHED
+    after = evaluate(ADD_ONE, CAND / "py_correct.py", cuda_config)
+    assert after.status is Status.PASSED, after.error_log
+
+
+def test_same_extension_name_different_cuda_code_gets_its_own_build(cuda_config):
+    one = evaluate(ADD_ONE, CAND / "cuda_same_name_1.py", cuda_config)
+    two = evaluate(ADD_ONE, CAND / "cuda_same_name_2.py", cuda_config)
+    again = evaluate(ADD_ONE, CAND / "cuda_same_name_1.py", cuda_config)
+    assert one.status is Status.PASSED, one.error_log
+    assert two.status is Status.INCORRECT, two.error_log
+    assert again.status is Status.PASSED and again.metadata["builds"][0]["cached"] is True
+    assert one.metadata["builds"][0]["dir"] != two.metadata["builds"][0]["dir"]
+
+
+def test_kernel_that_never_returns_is_killed_at_the_limit(cuda_config, tmp_path):
+    cuda_config.timeouts.correctness = 10
+    hang = tmp_path / "hang.py"
+    shutil.copyfile(CAND / "cuda_bad_access.py", hang)
+    r = evaluate(ADD_ONE, hang, cuda_config)
+    assert r.status is Status.TIMEOUT, r.error_log
+    assert r.stage_times.total_s < 10 + 120
+    assert evaluate(ADD_ONE, CAND / "py_correct.py", cuda_config).status is Status.PASSED
