@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 
 from kernelwright.engine import evaluate
@@ -28,11 +26,15 @@ def test_bundled_cuda_candidate_passes_and_is_timed_with_events(cuda_config):
     assert r.compile_reference_ms is not None or "compile_reference_error" in r.metadata
 
 
-@pytest.mark.parametrize("name", ["oob_write.py", "wild_pointer.py"])
-def test_illegal_memory_access_is_a_verdict_and_the_next_evaluation_works(cuda_config, tmp_path, name):
-    bad = tmp_path / name  # the fixture picks its failure mode from its file name
-    shutil.copyfile(CAND / "cuda_bad_access.py", bad)
-    r = evaluate(ADD_ONE, bad, cuda_config)
+def bad_access(mode: int) -> str:
+    text = (CAND / "cuda_bad_access.py").read_text()
+    assert "MODE = 0" in text
+    return text.replace("MODE = 0", f"MODE = {mode}")
+
+
+@pytest.mark.parametrize("mode", [0, 1], ids=["oob_write", "wild_pointer"])
+def test_illegal_memory_access_is_a_verdict_and_the_next_evaluation_works(cuda_config, mode):
+    r = evaluate(ADD_ONE, None, cuda_config, candidate_text=bad_access(mode))
     assert r.status in (Status.RUNTIME_ERROR, Status.CRASHED), r.error_log
     assert "illegal" in r.error_log.lower() or "memory" in r.error_log.lower() or r.status is Status.CRASHED
     after = evaluate(ADD_ONE, CAND / "py_correct.py", cuda_config)
@@ -49,11 +51,9 @@ def test_same_extension_name_different_cuda_code_gets_its_own_build(cuda_config)
     assert one.metadata["builds"][0]["dir"] != two.metadata["builds"][0]["dir"]
 
 
-def test_kernel_that_never_returns_is_killed_at_the_limit(cuda_config, tmp_path):
+def test_kernel_that_never_returns_is_killed_at_the_limit(cuda_config):
     cuda_config.timeouts.correctness = 10
-    hang = tmp_path / "hang.py"
-    shutil.copyfile(CAND / "cuda_bad_access.py", hang)
-    r = evaluate(ADD_ONE, hang, cuda_config)
+    r = evaluate(ADD_ONE, None, cuda_config, candidate_text=bad_access(2))
     assert r.status is Status.TIMEOUT, r.error_log
     assert r.stage_times.total_s < 10 + 120
     assert evaluate(ADD_ONE, CAND / "py_correct.py", cuda_config).status is Status.PASSED
