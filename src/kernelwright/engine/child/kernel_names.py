@@ -133,3 +133,19 @@ def read_binaries(paths: Iterable[str | Path], limit_bytes: int = 256 * 2**20) -
 
 def cpu_op_label(module_name: str, function: str) -> str:
     return f"{_CPU_OP_PREFIX}{module_name}.{function}"
+
+
+def candidate_texts(candidate_path: str | None, build_dirs: Iterable[str]) -> list[str]:
+    """The candidate's file and the sources generated into its build directories."""
+    texts = []
+    paths = [Path(candidate_path)] if candidate_path else []
+    for d in build_dirs:
+        p = Path(d)
+        if p.is_dir():
+            paths += [f for f in p.iterdir() if f.suffix in (".cu", ".cpp", ".cuh", ".h")]
+    for p in paths:
+        try:
+            texts.append(p.read_text(errors="replace"))
+        except OSError:
+            pass
+    return texts

@@ -187,6 +187,7 @@ class Evaluation:
         self.rec["metadata"].update(profile.collect(
             self.cfg, self.device, self.ref_model, self.cand_model, inputs, self.rec.get("candidate_ms"),
             self.job["candidate_path"], build.BUILD_LOG, build.BUILT_MODULES, self.candidate,
+            self.job["problem_path"],
         ))
         self.stage_done("profile_s")
 

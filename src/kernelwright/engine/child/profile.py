@@ -15,6 +15,9 @@ the numbers for the roofline. torch + standard library only.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
+import os
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Iterable
@@ -194,25 +197,43 @@ def torch_profile(cand_model: torch.nn.Module, inputs: Any, device: torch.device
     return rec
 
 
-def candidate_texts(candidate_path: str | None, build_dirs: list[str]) -> list[str]:
-    """The candidate's file and the sources generated into its build directories."""
-    texts = []
-    paths = [Path(candidate_path)] if candidate_path else []
-    for d in build_dirs:
-        p = Path(d)
-        if p.is_dir():
-            paths += [f for f in p.iterdir() if f.suffix in (".cu", ".cpp", ".cuh", ".h")]
-    for p in paths:
+def cached_reference_work(ref_model, inputs, problem_path: str | None, cache_dir: str,
+                          device: torch.device) -> dict[str, Any]:
+    """`reference_work`, cached per problem text, device type and torch version.
+
+    FlopCounterMode's first use costs seconds (lazy imports); a run evaluates one problem many times.
+    """
+    key = None
+    if problem_path:
         try:
-            texts.append(p.read_text(errors="replace"))
+            blob = Path(problem_path).read_bytes() + f"|{device.type}|{torch.__version__}".encode()
+            key = hashlib.sha256(blob).hexdigest()[:20]
+        except OSError:
+            key = None
+    path = Path(cache_dir) / "reference_work" / f"{key}.json" if key else None
+    if path is not None:
+        try:
+            work = json.loads(path.read_text())
+            work["cached"] = True
+            return work
+        except (OSError, ValueError):
+            pass
+    work = reference_work(ref_model, inputs)
+    if path is not None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(work))
+            os.replace(tmp, path)
         except OSError:
             pass
-    return texts
+    work["cached"] = False
+    return work
 
 
 def collect(cfg, device: torch.device, ref_model, cand_model, inputs, candidate_ms: float | None,
             candidate_path: str | None, build_log: list[dict[str, Any]], modules: list[tuple[str, Any]],
-            candidate_module: Any = None) -> dict[str, Any]:
+            candidate_module: Any = None, problem_path: str | None = None) -> dict[str, Any]:
     """Metadata entries of the profile stage: gpu_facts, reference_work, roofline, profile."""
     out: dict[str, Any] = {}
     pc = cfg.profile
@@ -224,7 +245,7 @@ def collect(cfg, device: torch.device, ref_model, cand_model, inputs, candidate_
         out["gpu_facts_error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
     if pc.roofline:
         try:
-            work = reference_work(ref_model, inputs)
+            work = cached_reference_work(ref_model, inputs, problem_path, cfg.cache_dir, device)
             out["reference_work"] = work
             if facts is not None and candidate_ms:
                 peak_flops, peak_bw, source = roofline.choose_peaks(facts, work["precision"])
@@ -238,7 +259,7 @@ def collect(cfg, device: torch.device, ref_model, cand_model, inputs, candidate_
     if pc.enabled:
         build_dirs = [b["dir"] for b in build_log if b.get("dir")]
         try:
-            out["profile"] = torch_profile(cand_model, inputs, device, candidate_texts(candidate_path, build_dirs),
+            out["profile"] = torch_profile(cand_model, inputs, device, kernel_names.candidate_texts(candidate_path, build_dirs),
                                            build_dirs, modules, candidate_module)
         except Exception as exc:
             out["profile_error"] = f"torch.profiler failed: {type(exc).__name__}: {str(exc)[:300]}"
