@@ -71,9 +71,8 @@ def pch_build() -> float | None:
         "from pathlib import Path\n"
         "from kernelwright.engine.child.build import pch_usable, _prepare_pch\n"
         "if not pch_usable({}): print('SECONDS none'); sys.exit(0)\n"
-        "import tempfile\n"
         "t = time.perf_counter()\n"
-        "ok = _prepare_pch(Path(tempfile.gettempdir()) / 'kw-pch.lock')\n"
+        "ok = _prepare_pch()\n"
         "print('SECONDS', time.perf_counter() - t if ok else 'none')\n"
     )
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))

@@ -82,12 +82,16 @@ def pch_usable(kwargs: dict[str, Any]) -> bool:
         return False
 
 
-def _prepare_pch(lock_path: Path) -> bool:
-    """Build (or find) torch's PCH under a lock, so concurrent builds never read a half-written one."""
+def _prepare_pch(lock_path: Path | None = None) -> bool:
+    """Build (or find) torch's PCH under a lock, so concurrent builds never read a half-written one.
+
+    The lock sits next to the PCH (torch's include directory), so every cache shares it.
+    """
     import fcntl
 
     import torch.utils.cpp_extension as cpp_ext
 
+    lock_path = lock_path or Path(cpp_ext._TORCH_PATH) / "include" / "torch" / "extension.h.kw-lock"
     with open(lock_path, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
@@ -178,7 +182,7 @@ def install_build_cache(cache_root: str | os.PathLike, candidate_file: str | Non
     @functools.wraps(original_inline)
     def load_inline(name, cpp_sources, cuda_sources=None, *args, **kwargs):
         with_cuda = bool(cuda_sources) or bool(kwargs.get("with_cuda"))
-        pch = use_pch and pch_usable(kwargs) and _prepare_pch(root / "pch.lock")
+        pch = use_pch and pch_usable(kwargs) and _prepare_pch()
         if pch:
             kwargs["use_pch"] = True
         payload = {
