@@ -66,6 +66,8 @@ class EvalConfig:
     keep_workdir: bool = False
     # Names of extra environment variables to pass to the child (on top of the safe allow-list).
     pass_env: tuple[str, ...] = ()
+    profile: "ProfileConfig" = field(default_factory=lambda: ProfileConfig())
+    build: "BuildConfig" = field(default_factory=lambda: BuildConfig())
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -76,6 +78,8 @@ class EvalConfig:
         data["timeouts"] = StageTimeouts(**data.get("timeouts", {}))
         data["timing"] = TimingConfig(**data.get("timing", {}))
         data["pass_env"] = tuple(data.get("pass_env", ()))
+        data["profile"] = ProfileConfig(**data.get("profile", {}))
+        data["build"] = BuildConfig(**data.get("build", {}))
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
 
@@ -91,3 +95,47 @@ class EvalConfig:
             raise ValueError(f"--sandbox must be auto, bwrap or none (got {self.sandbox!r})")
         if self.verdict not in ("strict", "calibrated"):
             raise ValueError(f"--verdict must be strict or calibrated (got {self.verdict!r})")
+        self.profile.validate()
+
+
+ProfileTool = Literal["auto", "ncu", "torch"]
+
+
+@dataclass
+class ProfileConfig:
+    """Hardware evidence for a correct candidate: kernel profile, roofline, GPU facts.
+
+    `enabled` adds a profile of the candidate's forward (ncu where it works, else torch.profiler).
+    `roofline` (on by default) adds the roofline line and the device's facts to every timed,
+    correct candidate; it costs one FLOP-counted reference forward, plus a one-time measurement of
+    copy bandwidth and matmul rate per device, cached under the cache directory.
+    """
+
+    enabled: bool = False
+    tool: ProfileTool = "auto"  # auto: ncu when it works on this machine, else torch.profiler
+    ncu_path: str = ""  # empty: `ncu` on PATH, then $CUDA_HOME/bin and /usr/local/cuda/bin
+    metric_set: str = "judge"  # the fixed set in engine/ncu.py (METRIC_SETS)
+    max_kernels: int = 8  # ncu profiles at most this many kernel launches (--launch-count)
+    forward_runs: int = 2  # forwards run under ncu (the first one warms up lazy initialisation)
+    roofline: bool = True
+    measure_peaks: bool = True  # one-time measured copy bandwidth and matmul rate per device
+    report_dir: str = ""  # where the raw ncu report and CSV are copied (a run directory); empty: the cache
+
+    def validate(self) -> None:
+        if self.tool not in ("auto", "ncu", "torch"):
+            raise ValueError(f"profile tool must be auto, ncu or torch (got {self.tool!r})")
+        if self.max_kernels < 1 or self.forward_runs < 1:
+            raise ValueError("profile max_kernels and forward_runs must be at least 1")
+
+
+@dataclass
+class BuildConfig:
+    """How candidates' extensions are built (the build cache itself is always on).
+
+    `use_pch`: load_inline calls with torch's default C++ flags use torch's precompiled
+    <torch/extension.h> (built once per machine, under a lock). `max_jobs`: ninja's parallelism
+    (MAX_JOBS); 0 means one job per CPU core.
+    """
+
+    use_pch: bool = True
+    max_jobs: int = 0

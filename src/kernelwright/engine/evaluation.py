@@ -97,6 +97,29 @@ def _run(problem_path: Path, cand_path: Path, config: EvalConfig, workdir: Path,
     # The problem is copied in too: the child reads only its own directory and the cache.
     prob_copy = workdir / "problem.py"
     shutil.copyfile(problem_path, prob_copy)
+    env = child_env(config, tmp)
+    argv = sandbox.wrap(process.child_argv(), sandbox_kind, workdir, [cache_dir])
+    job = {
+        "problem_path": str(prob_copy),
+        "candidate_path": str(cand_path),
+        "config": config.to_dict(),
+    }
+    outcome = process.run_child(argv, job, workdir, env, config.timeouts, on_stage=on_stage)
+    result = _verdict(outcome, config, sandbox_kind)
+    if config.profile.enabled and result.status is Status.PASSED:
+        from kernelwright.engine import ncu
+
+        if on_stage:
+            on_stage("profile")
+        report_dir = Path(config.profile.report_dir) if config.profile.report_dir else cache_dir
+        ncu.attach(result, config, workdir, env, job,
+                   wrap=lambda a: sandbox.wrap(a, sandbox_kind, workdir, [cache_dir, report_dir]))
+    return result
+
+
+def child_env(config: EvalConfig, tmp: Path) -> dict[str, str]:
+    """The scrubbed environment of an evaluation (or prebuild) child; `tmp` is its TMPDIR."""
+    cache_dir = Path(config.cache_dir)
     env = environment.child_environment(
         extra_names=config.pass_env,
         overrides={
@@ -107,15 +130,11 @@ def _run(problem_path: Path, cand_path: Path, config: EvalConfig, workdir: Path,
             "PYTHONFAULTHANDLER": "1",
         },
     )
+    # ninja's parallelism: every core unless the config or the caller's MAX_JOBS says otherwise
+    if config.build.max_jobs > 0:
+        env["MAX_JOBS"] = str(config.build.max_jobs)
     env.setdefault("MAX_JOBS", str(os.cpu_count() or 1))
-    argv = sandbox.wrap(process.child_argv(), sandbox_kind, workdir, [cache_dir])
-    job = {
-        "problem_path": str(prob_copy),
-        "candidate_path": str(cand_path),
-        "config": config.to_dict(),
-    }
-    outcome = process.run_child(argv, job, workdir, env, config.timeouts, on_stage=on_stage)
-    return _verdict(outcome, config, sandbox_kind)
+    return env
 
 
 def _verdict(outcome: process.ChildOutcome, config: EvalConfig, sandbox_kind: str) -> EvalResult:

@@ -21,6 +21,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,62 @@ class CandidateBuildError(RuntimeError):
 # Every build the wrapper saw in this process, in order; kept here too so that a candidate
 # that catches CandidateBuildError still gets a compile_error verdict.
 BUILD_LOG: list[dict[str, Any]] = []
+# (extension name, loaded module) of every successful build: the profiler labels their functions.
+BUILT_MODULES: list[tuple[str, Any]] = []
+
+
+def arch_list_for(major: int, minor: int) -> str:
+    """TORCH_CUDA_ARCH_LIST for one GPU: its own arch only ("a": arch-specific features on sm_90+).
+
+    The evaluation child and the CPU-only prebuild must agree on it: it is part of the build key.
+    """
+    return f"{major}.{minor}" + ("a" if major >= 9 else "")
+
+
+def pch_usable(kwargs: dict[str, Any]) -> bool:
+    """Whether a load_inline call gets torch's precompiled <torch/extension.h> (`use_pch=True`).
+
+    Only for calls with torch's default C++ flags (no extra_cflags / include paths): a PCH is valid
+    for one flag set and torch keeps one per installation, so one shared flag set means it is built
+    once per machine and never thrashed by candidates with their own flags. Needs Linux, GCC and a
+    writable torch include directory (torch writes the .gch next to the header).
+    """
+    if "use_pch" in kwargs or kwargs.get("extra_cflags") or kwargs.get("extra_include_paths"):
+        return False
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import torch.utils.cpp_extension as cpp_ext
+
+        if not hasattr(cpp_ext, "_check_and_build_extension_h_precompiler_headers"):
+            return False
+        if not cpp_ext.check_compiler_is_gcc(cpp_ext.get_cxx_compiler()):
+            return False
+        inc = os.path.join(cpp_ext._TORCH_PATH, "include", "torch")
+        return os.access(inc, os.W_OK)
+    except Exception:
+        return False
+
+
+def _prepare_pch(lock_path: Path | None = None) -> bool:
+    """Build (or find) torch's PCH under a lock, so concurrent builds never read a half-written one.
+
+    The lock sits next to the PCH (torch's include directory), so every cache shares it.
+    """
+    import fcntl
+
+    import torch.utils.cpp_extension as cpp_ext
+
+    lock_path = lock_path or Path(cpp_ext._TORCH_PATH) / "include" / "torch" / "extension.h.kw-lock"
+    with open(lock_path, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            cpp_ext._check_and_build_extension_h_precompiler_headers(None, None)
+            return True
+        except Exception:
+            return False
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 @functools.lru_cache(maxsize=None)
@@ -82,19 +139,28 @@ def build_key(kind: str, name: str, payload: dict[str, Any], with_cuda: bool) ->
     return hashlib.sha256(blob.encode()).hexdigest()[:20]
 
 
-def install_build_cache(cache_root: str | os.PathLike, candidate_file: str | None) -> None:
-    """Route every load_inline/load call to a build directory keyed by content."""
+def install_build_cache(cache_root: str | os.PathLike, candidate_file: str | None, use_pch: bool = False) -> None:
+    """Route every load_inline/load call to a build directory keyed by content.
+
+    With `use_pch`, load_inline calls that keep torch's default C++ flags get `use_pch=True`
+    (see `pch_usable`). torch deletes its PCH whenever a build does not use it; that deletion
+    is switched off here, so one candidate with its own flags does not cost the next one a rebuild.
+    """
     import torch.utils.cpp_extension as cpp_ext
 
     root = Path(cache_root)
     root.mkdir(parents=True, exist_ok=True)
     original_inline = cpp_ext.load_inline
     original_load = cpp_ext.load
+    if use_pch and hasattr(cpp_ext, "remove_extension_h_precompiler_headers"):
+        cpp_ext.remove_extension_h_precompiler_headers = lambda *a, **k: None
 
-    def _run(kind: str, name: str, build_dir: Path, call, key: str, sources_for_map: list[str]):
-        entry: dict[str, Any] = {"kind": kind, "name": name, "key": key, "dir": str(build_dir)}
+    def _run(kind: str, name: str, build_dir: Path, call, key: str, sources_for_map: list[str],
+             extra: dict[str, Any] | None = None):
+        entry: dict[str, Any] = {"kind": kind, "name": name, "key": key, "dir": str(build_dir), **(extra or {})}
         entry["cached"] = any(build_dir.glob(f"{name}*.so")) or any(build_dir.glob(f"{name}*.pyd"))
         BUILD_LOG.append(entry)
+        t0 = time.perf_counter()
         try:
             module = call()
         except RuntimeError as exc:
@@ -106,11 +172,19 @@ def install_build_cache(cache_root: str | os.PathLike, candidate_file: str | Non
             entry.update(ok=False, output=text, issues=[asdict(i) for i in issues])
             raise CandidateBuildError(name, text, issues) from None
         entry["ok"] = True
+        entry["build_s"] = time.perf_counter() - t0
+        entry["functions"] = sorted(
+            a for a in dir(module) if not a.startswith("_") and callable(getattr(module, a, None))
+        )[:50]
+        BUILT_MODULES.append((name, module))
         return module
 
     @functools.wraps(original_inline)
     def load_inline(name, cpp_sources, cuda_sources=None, *args, **kwargs):
         with_cuda = bool(cuda_sources) or bool(kwargs.get("with_cuda"))
+        pch = use_pch and pch_usable(kwargs) and _prepare_pch()
+        if pch:
+            kwargs["use_pch"] = True
         payload = {
             "cpp": cpp_sources,
             "cuda": cuda_sources,
@@ -124,7 +198,7 @@ def install_build_cache(cache_root: str | os.PathLike, candidate_file: str | Non
         texts = _as_list(cpp_sources) + _as_list(cuda_sources)
         return _run(
             "inline", name, build_dir,
-            lambda: original_inline(name, cpp_sources, cuda_sources, *args, **kwargs), key, texts,
+            lambda: original_inline(name, cpp_sources, cuda_sources, *args, **kwargs), key, texts, {"pch": pch},
         )
 
     @functools.wraps(original_load)

@@ -147,12 +147,24 @@ class Evaluation:
             python=sys.version.split()[0],
         )
         if self.device.type == "cuda" and not os.environ.get("TORCH_CUDA_ARCH_LIST"):
-            major, minor = torch.cuda.get_device_capability(self.device)
+            from kernelwright.engine.child.build import arch_list_for
+
             # build for this GPU only: a fraction of the default multi-arch build time
-            os.environ["TORCH_CUDA_ARCH_LIST"] = f"{major}.{minor}" + ("a" if major >= 9 else "")
+            os.environ["TORCH_CUDA_ARCH_LIST"] = arch_list_for(*torch.cuda.get_device_capability(self.device))
         self.stage_done("startup_s")
 
         if not self._build():
+            return
+        mode = self.job.get("mode", "evaluate")
+        if mode == "build_only":  # a prebuild: the extensions are in the cache now
+            self.rec["status"] = Status.PASSED.value
+            return
+        if mode == "profile_only":  # under ncu: the candidate's forward, nothing else
+            from kernelwright.engine.child.profile import run_forwards
+
+            self.stage(Stage.PROFILE)
+            run_forwards(self, self.cfg.profile.forward_runs)
+            self.stage_done("profile_s")
             return
         if not self._init():
             return
@@ -163,8 +175,25 @@ class Evaluation:
         self.chan.record(self.rec)
         if self.cfg.time_candidate:
             self._timing()
+        if self.rec["status"] == Status.PASSED.value and (self.cfg.profile.enabled or self.cfg.profile.roofline):
+            self._profile()
+
+    def _profile(self) -> None:
+        """Kernel profile (torch.profiler), reference FLOPs and bytes, device facts, roofline."""
+        from kernelwright.engine.child import build, profile
+
+        self.stage(Stage.PROFILE)
+        inputs = self._inputs(trial_seed(self.cfg.seed, 0))
+        self.rec["metadata"].update(profile.collect(
+            self.cfg, self.device, self.ref_model, self.cand_model, inputs, self.rec.get("candidate_ms"),
+            self.job["candidate_path"], build.BUILD_LOG, build.BUILT_MODULES, self.candidate,
+            self.job["problem_path"],
+        ))
+        self.stage_done("profile_s")
 
     def _resolve_device(self, torch):
+        if self.job.get("mode") == "build_only":
+            return torch.device("cpu")  # compilation needs no GPU (CUDA_VISIBLE_DEVICES is empty)
         want = self.cfg.device
         if want == "auto":
             want = "cuda" if torch.cuda.is_available() else "cpu"
@@ -176,7 +205,8 @@ class Evaluation:
         from kernelwright.engine.child import build
 
         self.stage(Stage.BUILD)
-        build.install_build_cache(os.path.join(self.cfg.cache_dir, "builds"), self.job["candidate_path"])
+        build.install_build_cache(os.path.join(self.cfg.cache_dir, "builds"), self.job["candidate_path"],
+                                  use_pch=self.cfg.build.use_pch)
         try:
             self.problem = _load_module(self.job["problem_path"], "kw_problem")
         except Exception as exc:
@@ -386,6 +416,9 @@ def main(argv: list[str] | None = None) -> int:
     ev = Evaluation(job, chan)
     rec = ev.run()
     chan.record(rec, final=True)
+    if job.get("record_path"):  # a run without the pipe (under ncu): the record as a file
+        with open(job["record_path"], "w") as f:
+            json.dump(rec, f, default=str)
     sys.stdout.flush()
     sys.stderr.flush()
     # Leave without running interpreter teardown: a candidate's extension may crash in it.

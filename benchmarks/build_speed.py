@@ -1,0 +1,190 @@
+"""Build speed and engine overhead for a one-kernel candidate, side by side with a default build.
+
+    PYTHONPATH=src python3 benchmarks/build_speed.py [--device cuda] [--out results.json]
+
+Steps, in this order, all in one run on one machine:
+1. default  : the candidate's own `load_inline` call, run as plain Python in a fresh extensions
+              directory with torch's defaults (TORCH_CUDA_ARCH_LIST unset, i.e. torch picks the
+              visible GPUs' archs + PTX; ninja's default jobs; no precompiled header). torch's
+              default also deletes any precompiled header, so it runs first.
+2. pch      : the one-time build of torch's precompiled <torch/extension.h> for default C++ flags
+              (once per machine and torch install, shared by every later candidate).
+3. cold     : `evaluate()` with an empty build cache (engine settings: this GPU's arch only,
+              MAX_JOBS = cores, PCH where the flags allow).
+4. cached   : `evaluate()` again, same cache, `--repeats` times (build_s ~ import of the cached .so).
+5. prebuild : `BuildPool` builds the candidate in a CPU-only child into an empty cache; the
+              evaluation after it reports its build stage (should be a cache hit).
+
+Engine overhead of an evaluation = its wall time (the `evaluate()` call, in the parent) minus
+the time the device spends in forward calls of the candidate and the reference: for each of
+them, median x (correctness trials + timing warm-up + timed iterations + 4 estimate calls).
+Everything else (process start, torch import, CUDA init, cache lookup and import, input
+generation, comparisons, L2 flushes, synchronisation, the roofline's measurements) is overhead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "src"))
+
+from kernelwright.config import EvalConfig  # noqa: E402
+from kernelwright.engine import evaluate  # noqa: E402
+from kernelwright.engine.pool import BuildPool  # noqa: E402
+
+
+def default_build(candidate: Path) -> float:
+    """Seconds for the candidate's load_inline with torch's defaults, in a fresh process and directory."""
+    ext_dir = tempfile.mkdtemp(prefix="kw-default-ext-")
+    env = {k: v for k, v in os.environ.items() if k not in ("TORCH_CUDA_ARCH_LIST", "MAX_JOBS")}
+    env["TORCH_EXTENSIONS_DIR"] = ext_dir
+    code = (
+        "import time, runpy, torch\n"
+        "t = time.perf_counter()\n"
+        f"runpy.run_path({str(candidate)!r})\n"
+        "print('SECONDS', time.perf_counter() - t)\n"
+    )
+    try:
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=1800)
+        line = [l for l in out.stdout.splitlines() if l.startswith("SECONDS")]
+        if out.returncode != 0 or not line:
+            raise RuntimeError(f"default build failed: {(out.stderr or out.stdout)[-800:]}")
+        return float(line[0].split()[1])
+    finally:
+        shutil.rmtree(ext_dir, ignore_errors=True)
+
+
+def pch_build() -> float | None:
+    """Seconds to build torch's PCH for default flags (None: PCH unusable here)."""
+    code = (
+        "import time, sys\n"
+        "from pathlib import Path\n"
+        "from kernelwright.engine.child.build import pch_usable, _prepare_pch\n"
+        "if not pch_usable({}): print('SECONDS none'); sys.exit(0)\n"
+        "t = time.perf_counter()\n"
+        "ok = _prepare_pch()\n"
+        "print('SECONDS', time.perf_counter() - t if ok else 'none')\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=1800)
+    line = [l for l in out.stdout.splitlines() if l.startswith("SECONDS")]
+    v = line[0].split()[1] if line else "none"
+    return None if v == "none" else float(v)
+
+
+def kernel_work_s(r) -> float:
+    """Device time of the candidate's and reference's forwards during the evaluation (see module doc)."""
+    total = 0.0
+    trials = len(r.trials)
+    for t in (r.candidate_timing, r.reference_timing):
+        if t is None:
+            continue
+        total += t.median_ms * (trials + t.warmup + t.iterations + 4) / 1e3
+    return total
+
+
+def one_eval(problem: Path, candidate: Path, cfg: EvalConfig) -> dict:
+    t0 = time.perf_counter()
+    r = evaluate(problem, candidate, cfg)
+    wall = time.perf_counter() - t0
+    if not r.correct:
+        raise RuntimeError(f"evaluation did not pass: {r.summary_line()}")
+    b = r.metadata.get("builds", [{}])[0]
+    work = kernel_work_s(r)
+    st = r.stage_times
+    return {
+        "wall_s": wall, "kernel_work_s": work, "overhead_s": wall - work,
+        "build_stage_s": st.build_s, "extension_build_s": b.get("build_s"), "cached": b.get("cached"),
+        "pch": b.get("pch"), "stages": {k: v for k, v in vars(st).items() if v is not None},
+        "candidate_ms": r.candidate_ms, "reference_ms": r.reference_ms, "device": r.device,
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
+    ap.add_argument("--problem", type=Path, default=ROOT / "examples" / "cuda_swish" / "problem.py")
+    ap.add_argument("--candidate", type=Path, default=ROOT / "examples" / "cuda_swish" / "candidate.py")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--skip-default", action="store_true", help="skip the default load_inline build")
+    args = ap.parse_args()
+
+    import torch
+
+    dev = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+    name = torch.cuda.get_device_name(0) if dev == "cuda" else "cpu"
+    res: dict = {"device": name, "cpu_count": os.cpu_count(), "torch": torch.__version__,
+                 "candidate": str(args.candidate.relative_to(ROOT) if args.candidate.is_relative_to(ROOT) else args.candidate)}
+    print(f"device: {name} ({os.cpu_count()} CPU cores), torch {torch.__version__}", flush=True)
+
+    if not args.skip_default:
+        res["default_build_s"] = default_build(args.candidate)
+        print(f"default load_inline build (torch defaults, no PCH): {res['default_build_s']:.1f} s", flush=True)
+    res["pch_one_time_s"] = pch_build()
+    print(f"one-time PCH build: {res['pch_one_time_s']}", flush=True)
+
+    cache = Path(tempfile.mkdtemp(prefix="kw-bench-cache-"))
+    try:
+        cfg = EvalConfig(device=dev, cache_dir=str(cache))
+        res["cold"] = one_eval(args.problem, args.candidate, cfg)
+        print(f"cold evaluation: build stage {res['cold']['build_stage_s']:.1f} s (pch={res['cold']['pch']}), "
+              f"wall {res['cold']['wall_s']:.1f} s", flush=True)
+        res["cached"] = [one_eval(args.problem, args.candidate, cfg) for _ in range(args.repeats)]
+        for c in res["cached"]:
+            print(f"cached evaluation: build stage {c['build_stage_s']:.2f} s, wall {c['wall_s']:.2f} s, "
+                  f"kernel work {c['kernel_work_s']:.3f} s, overhead {c['overhead_s']:.2f} s", flush=True)
+        prof_cfg = replace(cfg, profile=replace(cfg.profile, roofline=False, measure_peaks=False))
+        res["cached_no_roofline"] = one_eval(args.problem, args.candidate, prof_cfg)
+        print(f"cached evaluation without roofline: overhead {res['cached_no_roofline']['overhead_s']:.2f} s", flush=True)
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+
+    cache = Path(tempfile.mkdtemp(prefix="kw-bench-prebuild-"))
+    try:
+        cfg = EvalConfig(device=dev, cache_dir=str(cache))
+        t0 = time.perf_counter()
+        with BuildPool(max_workers=1, config=cfg) as pool:
+            pre = pool.submit(args.problem, args.candidate.read_text()).result()
+        res["prebuild"] = {"ok": pre.ok, "wall_s": time.perf_counter() - t0, "build_stage_s": pre.build_s,
+                           "arch_list": pool.arch_list, "error": pre.error}
+        after = one_eval(args.problem, args.candidate, cfg)
+        res["prebuild"]["eval_after"] = after
+        print(f"prebuild (CPU-only child, arch {pool.arch_list}): {res['prebuild']['wall_s']:.1f} s ok={pre.ok}; "
+              f"evaluation after it: build stage {after['build_stage_s']:.2f} s, cached={after['cached']}", flush=True)
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+
+    cached = res["cached"]
+    med = lambda xs: sorted(xs)[len(xs) // 2]
+    summary = {
+        "cold_build_s": res["cold"]["build_stage_s"],
+        "cached_build_s": med([c["build_stage_s"] for c in cached]),
+        "overhead_s": med([c["overhead_s"] for c in cached]),
+        "default_build_s": res.get("default_build_s"),
+    }
+    res["summary"] = summary
+    print("\n| device | default load_inline build | engine cold build | cached build | engine overhead / eval |")
+    print("|---|---|---|---|---|")
+    d = summary["default_build_s"]
+    print(f"| {name} | {'%.1f s' % d if d else 'n/a'} | {summary['cold_build_s']:.1f} s | "
+          f"{summary['cached_build_s']:.2f} s | {summary['overhead_s']:.2f} s |")
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(res, indent=2, default=str))
+        print(f"\nwrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,124 @@
+"""Prebuilding candidates on the CPU while the GPU evaluates: `BuildPool(max_workers).submit(...)`.
+
+A prebuild is the evaluation child in `build_only` mode: it imports the candidate (so every
+`load_inline` it makes is built into the content-hashed build cache) and stops. It runs with no
+GPU visible (`CUDA_VISIBLE_DEVICES=""`) and `TORCH_CUDA_ARCH_LIST` set to the GPU's own arch, the
+value the evaluation child sets, so the cache key matches and the later evaluation of the same
+candidate finds its extensions built. Compilation needs no GPU, so builds of queued candidates
+overlap with the GPU evaluation of the previous one.
+
+A prebuild is best effort: a candidate that fails to build (or touches CUDA at import) is simply
+built again, and judged, by its evaluation.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from kernelwright import formats
+from kernelwright.config import EvalConfig
+from kernelwright.engine import process, sandbox
+
+
+@dataclass
+class PrebuildResult:
+    ok: bool  # every extension built (or was already in the cache)
+    builds: list[dict[str, Any]] = field(default_factory=list)  # the child's build log
+    build_s: float | None = None  # the child's build stage (import of the candidate)
+    wall_s: float = 0.0
+    error: str = ""  # first line of what went wrong, when not ok
+
+
+def detect_arch_list() -> str | None:
+    """TORCH_CUDA_ARCH_LIST for the first visible GPU, without creating a CUDA context here."""
+    from kernelwright.engine.child.build import arch_list_for
+
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20)
+        first = out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else ""
+        major, minor = (int(x) for x in first.strip().split("."))
+        return arch_list_for(major, minor)
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        pass
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return arch_list_for(*torch.cuda.get_device_capability(0))
+    except Exception:
+        pass
+    return None
+
+
+def prebuild(problem: str | Path, candidate_text: str, config: EvalConfig, arch_list: str | None) -> PrebuildResult:
+    """Build a candidate's extensions into the cache in a CPU-only child; never raises for the candidate."""
+    from kernelwright.engine.evaluation import child_env
+
+    t0 = time.monotonic()
+    try:
+        prob = formats.load_problem(problem)
+        formats.check_candidate_text(candidate_text, "candidate")
+    except (FileNotFoundError, formats.FormatError) as exc:
+        return PrebuildResult(ok=False, error=str(exc).splitlines()[0], wall_s=time.monotonic() - t0)
+    cache_dir = Path(config.cache_dir)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    workdir = Path(tempfile.mkdtemp(prefix="kw-prebuild-"))
+    try:
+        (workdir / "tmp").mkdir()
+        cand = workdir / "candidate.py"
+        cand.write_text(candidate_text)
+        prob_copy = workdir / "problem.py"
+        shutil.copyfile(prob.path, prob_copy)
+        env = child_env(config, workdir / "tmp")
+        env["CUDA_VISIBLE_DEVICES"] = ""
+        if arch_list:
+            env["TORCH_CUDA_ARCH_LIST"] = arch_list
+        kind = sandbox.resolve(config.sandbox)
+        argv = sandbox.wrap(process.child_argv(), kind, workdir, [cache_dir])
+        cfg = replace(config, device="cpu").to_dict()
+        job = {"problem_path": str(prob_copy), "candidate_path": str(cand), "config": cfg, "mode": "build_only"}
+        outcome = process.run_child(argv, job, workdir, env, config.timeouts)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    rec = outcome.record or {}
+    builds = (rec.get("metadata") or {}).get("builds", [])
+    ok = outcome.final and rec.get("status") == "passed" and all(b.get("ok") for b in builds)
+    err = ""
+    if not ok:
+        log = (rec.get("error_log") or outcome.log_tail or "").strip()
+        err = log.splitlines()[0][:300] if log else ("timed out" if outcome.timed_out_stage else "no record")
+    return PrebuildResult(ok=ok, builds=builds, build_s=(rec.get("stage_times") or {}).get("build_s"),
+                          wall_s=time.monotonic() - t0, error=err)
+
+
+class BuildPool:
+    """A pool of CPU build workers. `submit(problem, candidate_text) -> Future[PrebuildResult]`.
+
+    Workers are threads, each waiting on its own build child process, so `max_workers` builds
+    (each using up to `config.build.max_jobs` compiler jobs) run at once.
+    """
+
+    def __init__(self, max_workers: int = 2, config: EvalConfig | None = None, arch_list: str | None = "auto"):
+        self.config = config or EvalConfig()
+        self.arch_list = detect_arch_list() if arch_list == "auto" else arch_list
+        self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="kw-build")
+
+    def submit(self, problem: str | Path, candidate_text: str) -> Future:
+        return self._pool.submit(prebuild, problem, candidate_text, self.config, self.arch_list)
+
+    def shutdown(self, wait: bool = True) -> None:
+        self._pool.shutdown(wait=wait, cancel_futures=not wait)
+
+    def __enter__(self) -> "BuildPool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.shutdown(wait=True)
