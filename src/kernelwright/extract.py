@@ -20,7 +20,12 @@ PYTHON_TAGS = {"", "python", "py", "python3"}
 
 
 class OutputRuleError(ValueError):
-    """The answer breaks the output rules. The message says which rule, in one line."""
+    """The answer breaks the output rules. The message says which rule, in one line; `code` is the
+    code block that broke them (None when the answer held none)."""
+
+    def __init__(self, message: str, code: str | None = None):
+        super().__init__(message)
+        self.code = code
 
 
 def code_blocks(text: str) -> list[str]:
@@ -41,7 +46,10 @@ def extract_code(text: str, backend: str) -> str:
     if len(with_model) > 1:
         raise OutputRuleError(f"{len(with_model)} code blocks define ModelNew: answer with exactly one code block")
     code = with_model[0] if with_model else max(blocks, key=len)
-    check_rules(code, backend)
+    try:
+        check_rules(code, backend)
+    except OutputRuleError as exc:
+        raise OutputRuleError(str(exc), code) from None
     return code
 
 
