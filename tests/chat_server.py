@@ -1,4 +1,5 @@
-"""A real HTTP server on loopback that speaks OpenAI's chat-completions protocol and serves
+"""A real HTTP server on loopback that speaks OpenAI's chat-completions protocol (and
+Anthropic's Messages API, at /v1/messages) and serves
 scripted answers, one per request, per model name; it can also answer with faults.
 
     server = ChatServer({"coder": [Reply("..."), Status(429), Reply("...")], "judge": [...]})
@@ -44,7 +45,8 @@ class ChatServer:
 
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))) or b"{}")
-                if not self.path.rstrip("/").endswith("/chat/completions"):
+                anthropic_api = self.path.rstrip("/").endswith("/v1/messages")
+                if not anthropic_api and not self.path.rstrip("/").endswith("/chat/completions"):
                     return self._send(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
                 model = body.get("model", "")
                 with outer.lock:
@@ -62,6 +64,11 @@ class ChatServer:
                     time.sleep(item.delay_s)
                 prompt_words = sum(len(str(m.get("content", "")).split()) for m in body.get("messages", []))
                 answer_words = len(item.text.split())
+                if anthropic_api:  # Anthropic's Messages API
+                    return self._send(200, {
+                        "id": f"msg_{len(outer.log)}", "type": "message", "role": "assistant", "model": model,
+                        "content": [{"type": "text", "text": item.text}], "stop_reason": "end_turn",
+                        "stop_sequence": None, "usage": {"input_tokens": prompt_words, "output_tokens": answer_words}})
                 self._send(200, {
                     "id": f"chatcmpl-{len(outer.log)}", "object": "chat.completion", "created": int(time.time()),
                     "model": model,
@@ -90,7 +97,12 @@ class ChatServer:
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        """OpenAI-style base URL; the Anthropic client takes the root (`root_url`)."""
+        return f"{self.root_url}/v1"
+
+    @property
+    def root_url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
 
     def served(self, model: str) -> list[str | None]:
         return [e["served"] for e in self.log if e["model"] == model]

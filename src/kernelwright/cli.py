@@ -122,7 +122,7 @@ def optimize_cmd(
         judge_model = resolve_model(judge or coder, "judge", model_cfg)
         run_dir = RunDir(out or default_run_dir(problem), problem, {
             "coder": coder_model.name, "judge": judge_model.name, "backend": cfg.backend, "device": device,
-            "rounds": cfg.rounds, "target_speedup": cfg.target_speedup, "trials": trials})
+            "round_limit": cfg.rounds, "target_speedup": cfg.target_speedup, "trials": trials})
     except (ValueError, EngineError, ModelSetupError, RunDirError) as exc:
         fail(str(exc))
         return
