@@ -3,6 +3,7 @@ real `openai` client, talking to a real HTTP server on loopback that serves scri
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -22,6 +23,11 @@ CPU_PROBLEM = EXAMPLES / "cpu_swish" / "problem.py"
 LOOP = FIXTURES / "loop"
 ADD_ONE = FIXTURES / "problems" / "add_one.py"
 CAND = FIXTURES / "candidates"
+CUDA_PROBLEM = EXAMPLES / "cuda_swish" / "problem.py"
+CUDA_REPLAY = EXAMPLES / "cuda_swish" / "replay"
+
+# The GPU machine has no `openai` client: the tests that talk HTTP skip there; replay needs none.
+needs_openai = pytest.mark.skipif(importlib.util.find_spec("openai") is None, reason="needs the openai client")
 
 
 def answer(path: Path, prose: str = "Here is the program.") -> str:
@@ -72,6 +78,7 @@ def recorded_run(tmp_path_factory, cache_dir):
 
 
 @pytest.mark.slow
+@needs_openai
 def test_loop_repairs_then_speeds_up_and_keeps_the_fastest(recorded_run):
     out, server, output = recorded_run
     summary = read_summary(out)
@@ -112,6 +119,7 @@ def test_loop_repairs_then_speeds_up_and_keeps_the_fastest(recorded_run):
 
 
 @pytest.mark.slow
+@needs_openai
 def test_replay_of_the_recorded_run_reproduces_its_verdicts(recorded_run, tmp_path, monkeypatch, cache_dir):
     out, _, _ = recorded_run
     monkeypatch.setenv("KERNELWRIGHT_CACHE", cache_dir)
@@ -127,6 +135,7 @@ def test_replay_of_the_recorded_run_reproduces_its_verdicts(recorded_run, tmp_pa
 
 
 @pytest.mark.slow
+@needs_openai
 def test_the_run_survives_rate_limits_server_errors_bad_answers_and_timeouts(cpu_config, tmp_path):
     py = lambda name: answer(CAND / name)  # noqa: E731
     script = {
@@ -166,3 +175,22 @@ def test_the_run_survives_rate_limits_server_errors_bad_answers_and_timeouts(cpu
     # the regression (incorrect) never replaced the best
     assert state.best.index == 1 and summary["best"]["round"] == 1
     assert (tmp_path / "run" / "best.py").read_text() == (CAND / "py_correct.py").read_text()
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_a_replayed_cuda_run_verifies_a_speedup_on_the_gpu(tmp_path, monkeypatch, cache_dir):
+    """Our written responses for the bundled CUDA problem, replayed: bug, repair, vectorised kernel."""
+    monkeypatch.setenv("KERNELWRIGHT_CACHE", cache_dir)
+    out = tmp_path / "cuda-replay"
+    cli("optimize", str(CUDA_PROBLEM), "--coder", f"replay:{CUDA_REPLAY}", "--rounds", "3", "--backend", "cuda",
+        "--device", "cuda", "--trials", "3", "--out", str(out))
+    summary = read_summary(out)
+    assert [r["verdict"] for r in summary["rounds"]] == ["incorrect", "passed", "passed"], summary["rounds"]
+    assert summary["rounds"][1]["kind"] == "repair" and summary["rounds"][2]["kind"] == "optimise"
+    best = summary["best"]
+    assert best is not None and best["speedup"] > 1.0  # verified: correct over every trial, then timed
+    record = json.loads((out / best["dir"] / "eval.json").read_text())
+    assert record["status"] == "passed" and record["device_type"] == "cuda"
+    assert record["candidate_timing"]["clock"] == "cuda_event"
+    assert best["speedup"] == max(r["speedup"] for r in summary["rounds"] if r["speedup"] is not None)

@@ -4,8 +4,8 @@ a fake evaluator."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
-from pathlib import Path
 
 import jinja2
 import pytest
@@ -34,6 +34,9 @@ from conftest import EXAMPLES, FIXTURES
 CUDA_CANDIDATE = (EXAMPLES / "cuda_swish" / "candidate.py").read_text()
 CPP_CANDIDATE = (EXAMPLES / "cpu_swish" / "candidate.py").read_text()
 ADD_ONE = FIXTURES / "problems" / "add_one.py"
+needs_clients = pytest.mark.skipif(
+    importlib.util.find_spec("openai") is None or importlib.util.find_spec("anthropic") is None,
+    reason="needs the openai and anthropic clients")
 FAST = RetryPolicy(max_attempts=3, base_delay_s=0.01, max_delay_s=0.05, request_timeout_s=5.0)
 
 
@@ -135,6 +138,7 @@ def test_price_table_matches_prefixes_and_takes_user_files(tmp_path):
         PriceTable.load(tmp_path / "bad.json")
 
 
+@needs_clients
 def test_missing_keys_and_endpoints_are_one_line_errors(monkeypatch, tmp_path):
     for var in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "MY_KEY"):
         monkeypatch.delenv(var, raising=False)
@@ -150,6 +154,7 @@ def test_missing_keys_and_endpoints_are_one_line_errors(monkeypatch, tmp_path):
     assert local.model == "qwen2.5-coder:7b"  # a bare name (with ollama's colon) served at --base-url
 
 
+@needs_clients
 def test_openai_backend_counts_tokens_and_cost(monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     with ChatServer({"gpt-4o": [Reply("one two three")]}) as server:
@@ -160,6 +165,7 @@ def test_openai_backend_counts_tokens_and_cost(monkeypatch):
     assert server.log[0]["auth"] == "Bearer sk-test"
 
 
+@needs_clients
 def test_anthropic_backend_through_the_messages_api(monkeypatch):
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
     script = {"claude-sonnet-4-kw-test": [HttpStatus(529, "overloaded"), Reply("the answer")]}
@@ -172,6 +178,7 @@ def test_anthropic_backend_through_the_messages_api(monkeypatch):
     assert done.cost_usd == pytest.approx((1 * 3.0 + 2 * 15.0) / 1e6)
 
 
+@needs_clients
 def test_retries_give_up_with_every_attempt_recorded():
     script = {"m": [HttpStatus(500), HttpStatus(503), HttpStatus(502)], "k": [HttpStatus(401, "bad key")]}
     with ChatServer(script) as server:
@@ -186,6 +193,7 @@ def test_retries_give_up_with_every_attempt_recorded():
     assert server.served("k") == ["Status"]
 
 
+@needs_clients
 def test_retry_after_header_is_honoured():
     with ChatServer({"m": [HttpStatus(429, retry_after="0.04"), Reply("ok")]}) as server:
         done = resolve_model("m", "coder", ModelConfig(base_url=server.base_url, retry=FAST)).complete(
