@@ -105,8 +105,9 @@ def render_run(summary: dict, run_dir, console: Console) -> None:
     console.print(table)
     best = summary.get("best")
     if best:
-        console.print(f"best: [bold green]{_x(best['speedup'])}[/] from round {best['round']} "
-                      f"({best['candidate_ms']:.4g} ms vs {best['reference_ms']:.4g} ms on {best['device']}) "
+        times = (f" ({best['candidate_ms']:.4g} ms vs {best['reference_ms']:.4g} ms on {best['device']})"
+                 if best.get("candidate_ms") is not None and best.get("reference_ms") is not None else "")
+        console.print(f"best: [bold green]{_x(best['speedup'])}[/] from round {best['round']}{times} "
                       f"→ {run_dir}/{best['file']}", highlight=False)
     else:
         console.print("[yellow]no correct candidate found[/]")
