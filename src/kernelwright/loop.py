@@ -301,9 +301,15 @@ def _faster(new: EvalResult, old: EvalResult) -> bool:
 
 
 def _profile_text(result: EvalResult | None) -> str:
-    """Whatever profile the engine attached (the hardware-feedback work fills metadata['profile'])."""
+    """The hardware evidence the engine attached (GPU facts, roofline, kernel profile), as text."""
     if result is None:
         return ""
+    try:  # the hardware-feedback work's renderer, where it is installed
+        from kernelwright.profile_report import render_for_judge
+    except ImportError:
+        render_for_judge = None
+    if render_for_judge is not None:
+        return render_for_judge(result)
     profile = result.metadata.get("profile")
     if not profile:
         return ""
