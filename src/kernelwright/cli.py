@@ -1,4 +1,4 @@
-"""The command line: `kernelwright eval` (and the commands built on it).
+"""The command line: `kernelwright eval` and `kernelwright optimize` (the forge loop).
 
 Exit codes: 0 when the evaluation ran, whatever the verdict; 2 when the tool itself could not
 run (a missing file, a problem not in the format, no GPU for --device cuda), with one line on
@@ -69,6 +69,75 @@ def eval_cmd(
         sys.stdout.write(result.to_json() + "\n")
     else:
         render_result(result, Console())
+
+
+@app.command("optimize")
+def optimize_cmd(
+    problem: Path = typer.Argument(..., help="Reference problem (KernelBench format: Model, get_inputs, get_init_inputs)."),
+    coder: str = typer.Option(..., help="Coder model: openai:MODEL, anthropic:MODEL, replay:RUN_DIR, or a bare name served at --base-url."),
+    judge: str = typer.Option(None, help="Judge model (same forms as --coder; default: the Coder's model)."),
+    rounds: int = typer.Option(10, help="Round limit."),
+    backend: str = typer.Option(None, help="Kernel language the Coder writes: cuda, triton or cpp (default: cuda on a GPU, cpp on the CPU)."),
+    device: str = typer.Option("auto", help="cuda, cpu, or auto (cuda when a GPU is visible)."),
+    out: Path = typer.Option(None, help="Run directory to write (default: runs/PROBLEM-DATE-TIME); must be new or empty."),
+    base_url: str = typer.Option(None, "--base-url", help="OpenAI-compatible endpoint (vLLM, SGLang, Ollama, a proxy)."),
+    target_speedup: float = typer.Option(None, "--target-speedup", help="Stop once a verified candidate is this much faster."),
+    max_tokens: int = typer.Option(None, "--max-tokens", help="Token budget for the whole run."),
+    max_cost: float = typer.Option(None, "--max-cost", help="Cost budget in USD (calls with a known price)."),
+    max_minutes: float = typer.Option(None, "--max-minutes", help="Wall-time budget."),
+    api_key_env: str = typer.Option(None, "--api-key-env", help="Env var that holds the API key (default: OPENAI_API_KEY / ANTHROPIC_API_KEY)."),
+    price_file: Path = typer.Option(None, "--price-file", help="JSON or TOML price table that extends the built-in one."),
+    temperature: float = typer.Option(None, help="Sampling temperature (default: the provider's)."),
+    request_timeout: float = typer.Option(600.0, "--request-timeout", help="Seconds one model request may take."),
+    retries: int = typer.Option(5, help="Attempts per model call (rate limits, server errors, time-outs)."),
+    trials: int = typer.Option(5, help="Correctness trials per candidate."),
+) -> None:
+    """Let a Coder and a Judge write, repair and speed up kernels for PROBLEM, round by round."""
+    from kernelwright.config import LoopConfig, ModelConfig, RetryPolicy
+    from kernelwright.engine import EngineError
+    from kernelwright.engine.evaluation import check_device
+    from kernelwright.loop import Forge, engine_evaluator
+    from kernelwright.models import ModelSetupError, resolve_model
+    from kernelwright.report import LoopProgress, render_run
+    from kernelwright.rundir import RunDir, RunDirError, default_run_dir
+
+    if not problem.is_file():
+        fail(f"problem file not found: {problem}; check the path")
+    try:
+        if device == "auto":
+            import torch
+
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        check_device(device)
+        model_cfg = ModelConfig(base_url=base_url, api_key_env=api_key_env, temperature=temperature,
+                                price_file=str(price_file) if price_file else None,
+                                retry=RetryPolicy(max_attempts=retries, request_timeout_s=request_timeout))
+        cfg = LoopConfig(rounds=rounds, backend=backend or ("cpp" if device == "cpu" else "cuda"),  # type: ignore[arg-type]
+                         target_speedup=target_speedup, max_tokens=max_tokens, max_cost_usd=max_cost,
+                         max_wall_s=max_minutes * 60 if max_minutes else None, model=model_cfg)
+        cfg.validate()
+        eval_cfg = EvalConfig(device=device, trials=trials)  # type: ignore[arg-type]
+        eval_cfg.validate()
+        coder_model = resolve_model(coder, "coder", model_cfg)
+        judge_model = resolve_model(judge or coder, "judge", model_cfg)
+        run_dir = RunDir(out or default_run_dir(problem), problem, {
+            "coder": coder_model.name, "judge": judge_model.name, "backend": cfg.backend, "device": device,
+            "round_limit": cfg.rounds, "target_speedup": cfg.target_speedup, "trials": trials})
+    except (ValueError, EngineError, ModelSetupError, RunDirError) as exc:
+        fail(str(exc))
+        return
+    console = Console(stderr=True)
+    console.print(f"[bold]kernelwright optimize[/] {problem}  coder {coder_model.name}  judge {judge_model.name}  "
+                  f"backend {cfg.backend}  device {device}  → {run_dir.path}", highlight=False)
+    forge = Forge(problem, coder_model, judge_model, engine_evaluator(eval_cfg), cfg, device=device, recorder=run_dir)
+    try:
+        with LoopProgress(console, cfg.rounds) as progress:
+            forge.on_progress = progress.update
+            state = forge.run()
+    except EngineError as exc:
+        fail(f"{exc} (rounds so far are in {run_dir.path})")
+        return
+    render_run(run_dir.write_summary(state, final=True), run_dir.path, Console())
 
 
 def main() -> None:

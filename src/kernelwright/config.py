@@ -139,3 +139,54 @@ class BuildConfig:
 
     use_pch: bool = True
     max_jobs: int = 0
+
+
+# ---- the forge loop (Coder + Judge rounds) --------------------------------------------------
+
+KernelBackend = Literal["cuda", "triton", "cpp"]
+
+
+@dataclass
+class RetryPolicy:
+    """Retries of one model call on rate limits (429), server errors (5xx) and time-outs."""
+
+    max_attempts: int = 5  # the first try included
+    base_delay_s: float = 1.0  # wait before retry n: base * 2**(n-1), capped
+    max_delay_s: float = 60.0
+    request_timeout_s: float = 600.0  # one HTTP request, end to end
+
+
+@dataclass
+class ModelConfig:
+    """How the Coder and the Judge reach their models (see `kernelwright.models.resolve_model`)."""
+
+    base_url: str | None = None  # an OpenAI-compatible endpoint (vLLM, SGLang, Ollama, a proxy)
+    api_key_env: str | None = None  # name of the env var holding the key (default: the provider's own)
+    temperature: float | None = None  # None: the provider's default
+    max_output_tokens: int | None = None  # None: the provider's default (Anthropic needs one: 16000)
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    price_file: str | None = None  # JSON or TOML price table that extends the built-in one
+
+
+@dataclass
+class LoopConfig:
+    """The forge loop: rounds, stop conditions and budgets. A budget left at None is unlimited."""
+
+    rounds: int = 10
+    backend: KernelBackend = "cuda"  # which Coder prompt variant: CUDA C++, Triton, or CPU C++
+    target_speedup: float | None = None  # stop once the best verified candidate reaches it
+    max_tokens: int | None = None  # all calls of the run, prompt and completion
+    max_cost_usd: float | None = None  # calls with a known price only
+    max_wall_s: float | None = None
+    model: ModelConfig = field(default_factory=ModelConfig)
+
+    def validate(self) -> None:
+        """Raise ValueError with a one-line message naming the fix."""
+        if self.rounds < 1:
+            raise ValueError(f"--rounds must be at least 1 (got {self.rounds})")
+        if self.backend not in ("cuda", "triton", "cpp"):
+            raise ValueError(f"--backend must be cuda, triton or cpp (got {self.backend!r})")
+        if self.target_speedup is not None and self.target_speedup <= 0:
+            raise ValueError(f"--target-speedup must be positive (got {self.target_speedup})")
+        if self.model.retry.max_attempts < 1:
+            raise ValueError("retry.max_attempts must be at least 1")

@@ -54,3 +54,64 @@ def _timing_line(median: float | None, stats) -> str:
     return (f"{_ms(median)} median  (p10 {_ms(stats.p10_ms)}, p90 {_ms(stats.p90_ms)}; "
             f"{stats.iterations} iters, {stats.warmup} warm-up, {stats.clock}"
             f"{', cache flushed' if stats.l2_flush else ''})")
+
+
+# ---- the forge loop ---------------------------------------------------------------------------
+
+_VERDICT_STYLE = {"passed": "green", "incorrect": "yellow", "format_error": "magenta"}
+
+
+def _x(v: float | None) -> str:
+    return "-" if v is None else f"{v:.3f}x"
+
+
+class LoopProgress:
+    """Live progress of `kernelwright optimize`: a status line (round, stage, best speedup so far)
+    and one printed line per finished round."""
+
+    def __init__(self, console: Console, rounds: int):
+        self.console, self.rounds = console, rounds
+        self.status = console.status("starting…")
+
+    def __enter__(self) -> "LoopProgress":
+        self.status.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.status.__exit__(*exc)
+
+    def update(self, p) -> None:  # p: kernelwright.loop.Progress
+        best = f"  best {_x(p.best_speedup)}" if p.best_speedup is not None else ""
+        if p.stage == "done":
+            style = _VERDICT_STYLE.get(p.verdict or "", "red")
+            speed = f" {_x(p.speedup)}" if p.speedup is not None else ""
+            self.console.print(f"round {p.round + 1}/{self.rounds}: [{style}]{p.verdict}[/]{speed}{best}",
+                               highlight=False)
+        else:
+            self.status.update(f"round {p.round + 1}/{self.rounds}: {p.stage}…{best}")
+
+
+def render_run(summary: dict, run_dir, console: Console) -> None:
+    """The end of a run: every round's verdict, the best candidate, tokens and cost."""
+    table = Table(title=f"run {run_dir}", title_justify="left")
+    for col in ("round", "kind", "verdict", "speedup", "tokens", "folder"):
+        table.add_column(col)
+    best_round = summary["best"]["round"] if summary.get("best") else None
+    for r in summary["rounds"]:
+        style = _VERDICT_STYLE.get(r["verdict"], "red")
+        mark = " ★" if r["round"] == best_round else ""
+        table.add_row(str(r["round"]), r["kind"], f"[{style}]{r['verdict']}[/]", _x(r["speedup"]) + mark,
+                      str(r["tokens"]), r["dir"] or "-")
+    console.print(table)
+    best = summary.get("best")
+    if best:
+        times = (f" ({best['candidate_ms']:.4g} ms vs {best['reference_ms']:.4g} ms on {best['device']})"
+                 if best.get("candidate_ms") is not None and best.get("reference_ms") is not None else "")
+        console.print(f"best: [bold green]{_x(best['speedup'])}[/] from round {best['round']}{times} "
+                      f"→ {run_dir}/{best['file']}", highlight=False)
+    else:
+        console.print("[yellow]no correct candidate found[/]")
+    cost = f"${summary['cost_usd']:.4f}" + (f" (+{summary['unpriced_calls']} calls with no known price)"
+                                            if summary["unpriced_calls"] else "")
+    console.print(f"stopped: {summary['stop_reason']}; tokens {summary['tokens']['total']}, cost {cost}, "
+                  f"{summary['wall_s']:.0f} s", highlight=False)

@@ -1,0 +1,66 @@
+"""Anthropic's models through the official `anthropic` client (Messages API).
+
+System messages go in the `system` field; retries are ours (`call_with_retries`), not the client's.
+"""
+
+from __future__ import annotations
+
+import os
+
+import anthropic
+
+from kernelwright.config import ModelConfig
+from kernelwright.models.base import Completion, Message, ModelSetupError, Usage
+from kernelwright.models.pricing import PriceTable
+from kernelwright.models.retry import Failure, call_with_retries, retry_after_header
+
+DEFAULT_MAX_TOKENS = 16000  # the Messages API requires a limit
+RETRYABLE_STATUS = {408, 409, 429, 529}
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    line = " ".join(str(text).split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+class AnthropicChat:
+    def __init__(self, model: str, config: ModelConfig, prices: PriceTable, name: str | None = None):
+        self.model = model
+        self.name = name or f"anthropic:{model}"
+        self.config = config
+        self.prices = prices
+        self.key_env = config.api_key_env or "ANTHROPIC_API_KEY"
+        key = os.environ.get(self.key_env)
+        if not key:
+            raise ModelSetupError(f"no API key for {self.name}: set {self.key_env}")
+        self.client = anthropic.Anthropic(api_key=key, base_url=config.base_url, max_retries=0,
+                                          timeout=config.retry.request_timeout_s)
+
+    def _classify(self, exc: BaseException) -> Failure | None:
+        if isinstance(exc, anthropic.APITimeoutError):
+            return Failure(True, f"timeout: no answer within {self.config.retry.request_timeout_s:g} s")
+        if isinstance(exc, anthropic.APIConnectionError):
+            return Failure(True, f"connection error: {_one_line(exc)}")
+        if isinstance(exc, anthropic.APIStatusError):
+            code = exc.status_code
+            retryable = code in RETRYABLE_STATUS or code >= 500
+            hint = f"; check {self.key_env}" if code in (401, 403) else ""
+            return Failure(retryable, f"{code} {type(exc).__name__}: {_one_line(exc.message)}{hint}", code,
+                           retry_after_header(getattr(exc.response, "headers", None)))
+        return None
+
+    def complete(self, messages: list[Message]) -> Completion:
+        system = "\n\n".join(m["content"] for m in messages if m["role"] == "system")
+        chat = [m for m in messages if m["role"] != "system"]
+        kwargs: dict = {"model": self.model, "messages": chat,
+                        "max_tokens": self.config.max_output_tokens or DEFAULT_MAX_TOKENS}
+        if system:
+            kwargs["system"] = system
+        if self.config.temperature is not None:
+            kwargs["temperature"] = self.config.temperature
+        response, attempts = call_with_retries(
+            lambda: self.client.messages.create(**kwargs), self._classify, self.config.retry, self.name)
+        text = "".join(getattr(block, "text", "") for block in response.content if block.type == "text")
+        usage = Usage(response.usage.input_tokens or 0, response.usage.output_tokens or 0)
+        return Completion(text=text, usage=usage, model=response.model or self.model, attempts=attempts,
+                          cost_usd=self.prices.cost(self.model, usage), finish_reason=response.stop_reason)

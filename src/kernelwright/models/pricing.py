@@ -1,0 +1,85 @@
+"""Prices per million tokens, and the cost of one call.
+
+The built-in table is a starting point (list prices in USD as published by the providers; check
+them before trusting a bill). Users extend or override it with a JSON or TOML file:
+
+    # prices.toml                          # prices.json
+    [my-local-model]                       {"my-local-model": {"input": 0, "output": 0},
+    input = 0.0                             "gpt-5": {"input": 1.25, "output": 10}}
+    output = 0.0
+
+A model matches its exact name first, then the longest known prefix (so `gpt-4o-2024-08-06`
+is priced as `gpt-4o`). A model with no price has cost `None`: counted as unknown, never as 0.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from kernelwright.models.base import ModelSetupError, Usage
+
+
+@dataclass(frozen=True)
+class Price:
+    input_per_mtok: float
+    output_per_mtok: float
+
+    def cost(self, usage: Usage) -> float:
+        return (usage.prompt_tokens * self.input_per_mtok + usage.completion_tokens * self.output_per_mtok) / 1e6
+
+
+BUILTIN: dict[str, Price] = {
+    "gpt-5": Price(1.25, 10.0),
+    "gpt-5-mini": Price(0.25, 2.0),
+    "gpt-5-nano": Price(0.05, 0.40),
+    "gpt-4.1": Price(2.0, 8.0),
+    "gpt-4.1-mini": Price(0.40, 1.60),
+    "gpt-4o": Price(2.50, 10.0),
+    "gpt-4o-mini": Price(0.15, 0.60),
+    "o3": Price(2.0, 8.0),
+    "o4-mini": Price(1.10, 4.40),
+    "claude-opus-4": Price(15.0, 75.0),
+    "claude-sonnet-4": Price(3.0, 15.0),
+    "claude-3-7-sonnet": Price(3.0, 15.0),
+    "claude-3-5-haiku": Price(0.80, 4.0),
+}
+
+
+class PriceTable:
+    def __init__(self, prices: dict[str, Price] | None = None):
+        self.prices = dict(BUILTIN if prices is None else prices)
+
+    @classmethod
+    def load(cls, path: str | Path | None = None) -> "PriceTable":
+        """The built-in table, extended (and overridden) by the user's file when one is given."""
+        table = cls()
+        if path:
+            table.prices.update(read_price_file(path))
+        return table
+
+    def price(self, model: str) -> Price | None:
+        name = model.split("/")[-1]  # "openai/gpt-4o" (routers) -> "gpt-4o"
+        if name in self.prices:
+            return self.prices[name]
+        best = max((k for k in self.prices if name.startswith(k)), key=len, default=None)
+        return self.prices[best] if best else None
+
+    def cost(self, model: str, usage: Usage) -> float | None:
+        price = self.price(model)
+        return None if price is None else price.cost(usage)
+
+
+def read_price_file(path: str | Path) -> dict[str, Price]:
+    p = Path(path)
+    if not p.is_file():
+        raise ModelSetupError(f"price file not found: {p}; check the path given as the price file")
+    try:
+        data = tomllib.loads(p.read_text()) if p.suffix == ".toml" else json.loads(p.read_text())
+        return {str(name): Price(float(v["input"]), float(v["output"])) for name, v in data.items()}
+    except (ValueError, KeyError, TypeError, AttributeError, tomllib.TOMLDecodeError) as exc:
+        raise ModelSetupError(
+            f"price file {p} is not a table of {{model: {{input: USD/Mtok, output: USD/Mtok}}}} ({exc}); fix the file"
+        ) from None

@@ -1,0 +1,39 @@
+"""From a `--coder`/`--judge` string to a model backend.
+
+    openai:gpt-5                 OpenAI (key from OPENAI_API_KEY, or the configured env var)
+    anthropic:claude-sonnet-4-5  Anthropic (key from ANTHROPIC_API_KEY, or the configured env var)
+    replay:RUN_DIR               the responses recorded in a run directory, in order
+    qwen2.5-coder (bare name)    an OpenAI-compatible server at --base-url (OpenAI itself without one)
+"""
+
+from __future__ import annotations
+
+from kernelwright.config import ModelConfig
+from kernelwright.models.base import ChatModel, ModelSetupError
+from kernelwright.models.pricing import PriceTable
+
+PROVIDERS = ("openai", "anthropic", "replay")
+
+
+def resolve_model(spec: str, role: str, config: ModelConfig, prices: PriceTable | None = None) -> ChatModel:
+    """Build the backend for `spec`. Raises ModelSetupError (one line) when it cannot be used."""
+    spec = (spec or "").strip()
+    if not spec:
+        raise ModelSetupError(f"no {role} model given; pass --{role} such as openai:gpt-5 or replay:RUN_DIR")
+    prices = prices or PriceTable.load(config.price_file)
+    provider, sep, rest = spec.partition(":")
+    if not sep or provider not in PROVIDERS:
+        provider, rest = "openai", spec  # a bare name (which may itself hold a colon, e.g. ollama's "qwen2.5:7b")
+    if not rest:
+        raise ModelSetupError(f"--{role} {spec!r} names no model; write {provider}:MODEL")
+    if provider == "replay":
+        from kernelwright.models.replay import ReplayChat
+
+        return ReplayChat(rest, role)
+    if provider == "anthropic":
+        from kernelwright.models.anthropic_backend import AnthropicChat
+
+        return AnthropicChat(rest, config, prices, name=spec)
+    from kernelwright.models.openai_backend import OpenAIChat
+
+    return OpenAIChat(rest, config, prices, name=spec)

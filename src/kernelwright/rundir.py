@@ -1,0 +1,171 @@
+"""The run directory: everything a run did, in files a person can read (and replay can play).
+
+    RUN/
+      problem.py              the reference problem, as given
+      run.json                how the run was started (models, backend, device, settings)
+      000_<hash>/             one folder per round, in order; <hash> is the candidate's (or answer's)
+        coder_prompt.md       what the Coder was asked
+        coder_response.md     its raw answer (replay plays these back)
+        candidate.py          the code extracted from the answer (when there was a code block)
+        eval.json             the evaluation record (a format_error caught before the engine too)
+        judge_prompt.md       what the Judge was asked, when it was asked
+        judge_response.md     its raw answer
+        round.json            kind, verdict, parsed critique, tokens, cost and every call attempt
+      best.py                 the fastest correct ModelNew so far, as a plain file
+      summary.json            best speedup and its round, every round's verdict, tokens, cost
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import kernelwright
+from kernelwright.loop import Round, RunState
+from kernelwright.models.replay import RESPONSE_FILES
+
+SUMMARY = "summary.json"
+BEST = "best.py"
+
+
+class RunDirError(RuntimeError):
+    """The run directory cannot be used. One line naming the fix."""
+
+
+def default_run_dir(problem: Path, root: Path = Path("runs")) -> Path:
+    return root / f"{problem.stem}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+
+
+def _write(path: Path, text: str) -> None:
+    """Write whole files only: a reader (or a crash) never sees half a summary."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def _json(data: Any) -> str:
+    return json.dumps(data, indent=2, allow_nan=True) + "\n"
+
+
+class RunDir:
+    """Implements the loop's Recorder: writes each round as it ends and the summary after it."""
+
+    def __init__(self, path: str | Path, problem: Path, run_info: dict[str, Any]):
+        self.path = Path(path)
+        if self.path.exists() and (not self.path.is_dir() or any(self.path.iterdir())):
+            raise RunDirError(f"run directory {self.path} already exists and is not empty; pass a new --out")
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise RunDirError(f"cannot create run directory {self.path} ({exc.strerror}); pass a writable --out") from None
+        self.problem = Path(problem)
+        shutil.copyfile(self.problem, self.path / "problem.py")
+        self.run_info = {"kernelwright": kernelwright.__version__, "problem": str(self.problem),
+                         "started": datetime.now().isoformat(timespec="seconds"), **run_info}
+        _write(self.path / "run.json", _json(self.run_info))
+        self.dirs: dict[int, str] = {}
+
+    # -- Recorder --
+    def record_round(self, rnd: Round, state: RunState) -> None:
+        folder = self.path / self.round_name(rnd)
+        folder.mkdir(exist_ok=True)
+        self.dirs[rnd.index] = folder.name
+        if rnd.coder:
+            _write(folder / "coder_prompt.md", rnd.coder.prompt)
+            if rnd.coder.response is not None:
+                _write(folder / RESPONSE_FILES["coder"], rnd.coder.response)
+        if rnd.code is not None:
+            _write(folder / "candidate.py", rnd.code)
+        if rnd.result is not None:
+            _write(folder / "eval.json", rnd.result.to_json() + "\n")
+        if rnd.judge:
+            _write(folder / "judge_prompt.md", rnd.judge.prompt)
+            if rnd.judge.response is not None:
+                _write(folder / RESPONSE_FILES["judge"], rnd.judge.response)
+        _write(folder / "round.json", _json(self._round_record(rnd)))
+        if rnd.became_best and rnd.code is not None:
+            _write(self.path / BEST, rnd.code)
+        self.write_summary(state, final=False)
+
+    def finish(self, state: RunState) -> None:
+        self.write_summary(state, final=True)
+
+    # -- contents --
+    @staticmethod
+    def round_name(rnd: Round) -> str:
+        basis = rnd.code or (rnd.coder.response if rnd.coder and rnd.coder.response else None) or (
+            rnd.coder.prompt if rnd.coder else str(rnd.index))
+        return f"{rnd.index:03d}_{hashlib.sha256(basis.encode()).hexdigest()[:8]}"
+
+    def _round_record(self, rnd: Round) -> dict[str, Any]:
+        calls = [c for c in (rnd.coder, rnd.judge) if c is not None]
+        tokens = sum(c.completion.usage.total_tokens for c in calls if c.completion)
+        costs = [c.completion.cost_usd for c in calls if c.completion]
+        return {
+            "round": rnd.index,
+            "dir": self.dirs.get(rnd.index),
+            "kind": rnd.kind,
+            "verdict": rnd.verdict,
+            "evaluated": rnd.evaluated,
+            "speedup": rnd.speedup,
+            "summary": rnd.result.summary_line() if rnd.result else (rnd.coder.error if rnd.coder else ""),
+            "became_best": rnd.became_best,
+            "critique": dataclasses.asdict(rnd.critique) if rnd.critique else None,
+            "judge_error": rnd.judge_error,
+            "tokens": tokens,
+            "cost_usd": None if any(c is None for c in costs) else sum(costs),
+            "wall_s": rnd.wall_s,
+            "coder": rnd.coder.record() if rnd.coder else None,
+            "judge": rnd.judge.record() if rnd.judge else None,
+        }
+
+    def write_summary(self, state: RunState, final: bool) -> dict[str, Any]:
+        best = state.best
+        summary = {
+            **self.run_info,
+            "state": "finished" if final else "running",
+            "stop_reason": state.stop_reason,
+            "rounds_run": len(state.rounds),
+            "best": None if best is None else {
+                "round": best.index,
+                "dir": self.dirs.get(best.index),
+                "speedup": best.result.speedup,
+                "candidate_ms": best.result.candidate_ms,
+                "reference_ms": best.result.reference_ms,
+                "device": best.result.device,
+                "file": BEST,
+            },
+            "rounds": [
+                {k: v for k, v in self._round_record(r).items() if k not in ("coder", "judge", "critique")}
+                | {"attempts": {"coder": _attempts(r.coder), "judge": _attempts(r.judge)}}
+                for r in state.rounds
+            ],
+            "tokens": {"prompt": state.usage.prompt_tokens, "completion": state.usage.completion_tokens,
+                       "total": state.usage.total_tokens},
+            "cost_usd": state.cost_usd,
+            "unpriced_calls": state.unpriced_calls,
+            "wall_s": round(state.wall_s, 3),
+        }
+        _write(self.path / SUMMARY, _json(summary))
+        return summary
+
+
+def _attempts(call) -> int:
+    if call is None:
+        return 0
+    return len(call.completion.attempts) if call.completion else len(call.error_attempts)
+
+
+def read_summary(run_dir: str | Path) -> dict[str, Any]:
+    path = Path(run_dir) / SUMMARY
+    if not path.is_file():
+        raise RunDirError(f"no {SUMMARY} in {run_dir}; pass a directory written by `kernelwright optimize`")
+    return json.loads(path.read_text())

@@ -1,0 +1,196 @@
+"""The forge loop end to end, with no GPU and no network: the real loop, the real engine, the
+real `openai` client, talking to a real HTTP server on loopback that serves scripted answers."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from kernelwright.cli import app
+from kernelwright.config import EvalConfig, LoopConfig, ModelConfig, RetryPolicy
+from kernelwright.loop import Forge, engine_evaluator
+from kernelwright.models import resolve_model
+from kernelwright.rundir import RunDir, read_summary
+
+from chat_server import ChatServer, Reply, Status
+from conftest import EXAMPLES, FIXTURES
+
+CPU_PROBLEM = EXAMPLES / "cpu_swish" / "problem.py"
+LOOP = FIXTURES / "loop"
+ADD_ONE = FIXTURES / "problems" / "add_one.py"
+CAND = FIXTURES / "candidates"
+CUDA_PROBLEM = EXAMPLES / "cuda_swish" / "problem.py"
+CUDA_REPLAY = EXAMPLES / "cuda_swish" / "replay"
+
+# The GPU machine has no `openai` client: the tests that talk HTTP skip there; replay needs none.
+needs_openai = pytest.mark.skipif(importlib.util.find_spec("openai") is None, reason="needs the openai client")
+
+
+def answer(path: Path, prose: str = "Here is the program.") -> str:
+    return f"{prose}\n\n```python\n{path.read_text()}```\n"
+
+
+def judge_json(**fields) -> str:
+    return "```json\n" + json.dumps(fields) + "\n```"
+
+
+WRONG_VERDICT = judge_json(
+    critical_issue="fused_swish_affine is called with bias and scale swapped.",
+    why_it_matters="Every output is x*sigmoid(x)*bias+scale instead of x*sigmoid(x)*scale+bias.",
+    minimal_fix_hint="Call fused.fused_swish_affine(x, self.scale, self.bias).",
+)
+ROWWISE_VERDICT = judge_json(
+    bottleneck="forward calls the kernel once per row (1024 calls) and then torch.cat copies every row again.",
+    optimisation="Call fused_swish_affine once on the whole 2-D tensor; it already splits rows over threads.",
+    expected_speedup="several x over this candidate: one call, no concatenation",
+)
+
+
+def cli(*args: str) -> str:
+    result = CliRunner().invoke(app, list(args))
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+@pytest.fixture(scope="module")
+def recorded_run(tmp_path_factory, cache_dir):
+    """`kernelwright optimize` through the CLI: wrong -> Judge -> repaired (slow) -> Judge -> fast."""
+    out = tmp_path_factory.mktemp("runs") / "swish"
+    script = {
+        "coder-model": [Reply(answer(LOOP / "cpp_swish_wrong.py")), Reply(answer(LOOP / "cpp_swish_rowwise.py")),
+                        Reply(answer(LOOP / "cpp_swish_fused.py"))],
+        "judge-model": [Reply(WRONG_VERDICT), Reply(ROWWISE_VERDICT)],
+    }
+    mp = pytest.MonkeyPatch()
+    mp.setenv("KERNELWRIGHT_CACHE", cache_dir)  # the session's build cache: the example's extension builds once
+    try:
+        with ChatServer(script) as server:
+            output = cli("optimize", str(CPU_PROBLEM), "--coder", "coder-model", "--judge", "judge-model",
+                         "--base-url", server.base_url, "--rounds", "3", "--backend", "cpp", "--device", "cpu",
+                         "--trials", "3", "--out", str(out))
+    finally:
+        mp.undo()
+    return out, server, output
+
+
+@pytest.mark.slow
+@needs_openai
+def test_loop_repairs_then_speeds_up_and_keeps_the_fastest(recorded_run):
+    out, server, output = recorded_run
+    summary = read_summary(out)
+    assert [r["verdict"] for r in summary["rounds"]] == ["incorrect", "passed", "passed"]
+    assert [r["kind"] for r in summary["rounds"]] == ["first", "repair", "optimise"]
+    assert all(r["evaluated"] for r in summary["rounds"])
+    slow, fast = summary["rounds"][1]["speedup"], summary["rounds"][2]["speedup"]
+    assert fast > slow  # the Judge's optimisation made it measurably faster
+    best = summary["best"]
+    assert best["round"] == 2 and best["speedup"] == max(slow, fast)
+    assert (out / "best.py").read_text() == (LOOP / "cpp_swish_fused.py").read_text()
+    assert summary["state"] == "finished" and summary["stop_reason"] == "round limit (3) reached"
+    # tokens: the server counted words for each of the 5 calls, and the run adds them up
+    assert summary["tokens"]["total"] == sum(r["tokens"] for r in summary["rounds"]) > 0
+    assert summary["unpriced_calls"] == 5 and summary["cost_usd"] == 0
+    # the run directory, round by round
+    dirs = [out / r["dir"] for r in summary["rounds"]]
+    assert [d.name[:4] for d in dirs] == ["000_", "001_", "002_"]
+    assert (dirs[0] / "candidate.py").read_text() == (LOOP / "cpp_swish_wrong.py").read_text()
+    assert json.loads((dirs[0] / "eval.json").read_text())["status"] == "incorrect"
+    assert "Outputs are not close" in json.loads((dirs[0] / "eval.json").read_text())["error_log"]
+    assert json.loads((dirs[0] / "round.json").read_text())["critique"]["minimal_fix_hint"].startswith("Call fused")
+    assert not (dirs[2] / "judge_prompt.md").exists()  # the last round asks no Judge
+    # the repair prompt carries the engine's error, the old code and the Judge's three fields, in order
+    repair = (dirs[1] / "coder_prompt.md").read_text()
+    assert repair.startswith("You are a senior C++-extension developer (CPU kernels). Your job is to FIX")
+    marks = ["OUTPUT RULES", "ERROR LOG", "Outputs are not close", "OLD CODE (read-only)", "self.bias, self.scale",
+             "Main Critical Problem", "critical_issue: fused_swish_affine is called with bias and scale swapped.",
+             "why_it_matters:", "minimal_fix_hint: Call fused.fused_swish_affine(x, self.scale, self.bias)."]
+    positions = [repair.index(m) for m in marks]
+    assert positions == sorted(positions)
+    assert repair.rstrip().endswith("```python\n\n```")
+    optimise = (dirs[2] / "coder_prompt.md").read_text()
+    assert "bottleneck: forward calls the kernel once per row" in optimise and "torch.cat(rows)" in optimise
+    # what the server received is what the run directory recorded
+    assert server.prompts("coder-model") == [(d / "coder_prompt.md").read_text() for d in dirs]
+    assert "round 3/3: passed" in output
+
+
+@pytest.mark.slow
+@needs_openai
+def test_replay_of_the_recorded_run_reproduces_its_verdicts(recorded_run, tmp_path, monkeypatch, cache_dir):
+    out, _, _ = recorded_run
+    monkeypatch.setenv("KERNELWRIGHT_CACHE", cache_dir)
+    again = tmp_path / "replayed"
+    cli("optimize", str(CPU_PROBLEM), "--coder", f"replay:{out}", "--rounds", "3", "--backend", "cpp",
+        "--device", "cpu", "--trials", "3", "--out", str(again))
+    first, second = read_summary(out), read_summary(again)
+    assert [r["verdict"] for r in second["rounds"]] == [r["verdict"] for r in first["rounds"]]
+    assert [r["dir"] for r in second["rounds"]] == [r["dir"] for r in first["rounds"]]  # same code, same hashes
+    assert second["best"]["round"] == first["best"]["round"] == 2
+    assert second["judge"].startswith("replay:")
+    assert (again / "best.py").read_text() == (out / "best.py").read_text()
+
+
+@pytest.mark.slow
+@needs_openai
+def test_the_run_survives_rate_limits_server_errors_bad_answers_and_timeouts(cpu_config, tmp_path):
+    py = lambda name: answer(CAND / name)  # noqa: E731
+    script = {
+        "coder": [Status(429, "rate limited"), Reply("I would fuse relu and the add, but here is just the idea."),
+                  Reply(py("py_correct.py"), delay_s=3.0), Reply(py("py_correct.py")),
+                  Reply(py("py_wrong.py"))],
+        "judge": [Status(500, "upstream exploded"), Reply(judge_json(bottleneck="two elementwise passes",
+                                                                     optimisation="fuse them", expected_speedup="1.5x"))],
+    }
+    policy = RetryPolicy(max_attempts=3, base_delay_s=0.01, request_timeout_s=1.0)
+    mcfg = ModelConfig(retry=policy)
+    with ChatServer(script) as server:
+        mcfg.base_url = server.base_url
+        coder, judge = resolve_model("coder", "coder", mcfg), resolve_model("judge", "judge", mcfg)
+        cfg = LoopConfig(rounds=3, backend="cuda", model=mcfg)
+        run_dir = RunDir(tmp_path / "run", ADD_ONE, {"coder": coder.name, "judge": judge.name})
+        calls = []
+        forge = Forge(ADD_ONE, coder, judge, lambda p, code, on_stage: calls.append(code) or
+                      engine_evaluator(cpu_config)(p, code, on_stage), cfg, device="cpu", recorder=run_dir)
+        state = forge.run()
+    summary = read_summary(tmp_path / "run")
+    assert [r["verdict"] for r in summary["rounds"]] == ["format_error", "passed", "incorrect"]
+    assert [r["kind"] for r in summary["rounds"]] == ["first", "repair", "optimise"]
+    # the answer with no code block cost no evaluation, and went straight back to the Coder
+    assert len(calls) == 2 and summary["rounds"][0]["evaluated"] is False
+    r0 = json.loads((tmp_path / "run" / summary["rounds"][0]["dir"] / "round.json").read_text())
+    assert "no code block" in r0["summary"] and r0["judge"] is None
+    assert [a["status_code"] for a in r0["coder"]["attempts"]] == [429, None]  # 429, then success
+    assert r0["coder"]["attempts"][0]["retry_after_s"] == pytest.approx(0.01)
+    r1 = json.loads((tmp_path / "run" / summary["rounds"][1]["dir"] / "round.json").read_text())
+    assert r1["coder"]["attempts"][0]["error"].startswith("timeout") and r1["coder"]["attempts"][1]["ok"]
+    assert [a["status_code"] for a in r1["judge"]["attempts"]] == [500, None]  # a 500, then the verdict
+    assert r1["critique"]["optimisation"] == "fuse them"
+    repair_prompt = server.prompts("coder")[1]
+    assert "Output rules broken: no code block" in repair_prompt and "OLD CODE (read-only)" in repair_prompt
+    assert server.served("coder") == ["Status", "Reply", "Reply", "Reply", "Reply"]
+    # the regression (incorrect) never replaced the best
+    assert state.best.index == 1 and summary["best"]["round"] == 1
+    assert (tmp_path / "run" / "best.py").read_text() == (CAND / "py_correct.py").read_text()
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_a_replayed_cuda_run_verifies_a_speedup_on_the_gpu(tmp_path, monkeypatch, cache_dir):
+    """Our written responses for the bundled CUDA problem, replayed: bug, repair, vectorised kernel."""
+    monkeypatch.setenv("KERNELWRIGHT_CACHE", cache_dir)
+    out = tmp_path / "cuda-replay"
+    cli("optimize", str(CUDA_PROBLEM), "--coder", f"replay:{CUDA_REPLAY}", "--rounds", "3", "--backend", "cuda",
+        "--device", "cuda", "--trials", "3", "--out", str(out))
+    summary = read_summary(out)
+    assert [r["verdict"] for r in summary["rounds"]] == ["incorrect", "passed", "passed"], summary["rounds"]
+    assert summary["rounds"][1]["kind"] == "repair" and summary["rounds"][2]["kind"] == "optimise"
+    best = summary["best"]
+    assert best is not None and best["speedup"] > 1.0  # verified: correct over every trial, then timed
+    record = json.loads((out / best["dir"] / "eval.json").read_text())
+    assert record["status"] == "passed" and record["device_type"] == "cuda"
+    assert record["candidate_timing"]["clock"] == "cuda_event"
+    assert best["speedup"] == max(r["speedup"] for r in summary["rounds"] if r["speedup"] is not None)
