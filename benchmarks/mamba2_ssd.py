@@ -87,6 +87,8 @@ def in_cuda_graph(fn):
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         out = fn()
+    graph.replay()  # capture records work without running it: fill `out` once
+    torch.cuda.synchronize()
     return graph, out
 
 

@@ -134,10 +134,14 @@ def test_engine_calibrated_verdict_passes(cuda_config, kind):
     assert r.candidate_ms is not None and r.candidate_ms > 0
 
 
-@pytest.mark.parametrize("kind", ["y", "state"])
-def test_engine_strict_passes_on_a_well_scaled_shape(cuda_config, tmp_path, kind):
-    """A shorter sequence keeps exp(cumsum(A)) small enough for the strict allclose to be meaningful."""
-    prob = problem_at_shape(kind, tmp_path, batch_size=4, seq_length=32, n_heads=8, d_head=64, d_state=16, block_len=32)
-    r = evaluate(prob, MAMBA2 / f"candidate_{kind}.py", cuda_config)
+def test_engine_strict_passes_for_the_final_state(cuda_config, tmp_path):
+    """Through the engine's strict allclose on a short sequence, where it is meaningful for the state.
+
+    Not asserted for Y: there the strict check fails a handful of elements (2 of 65536 at
+    b4 l32 h8 p64 n16, seen on an H100 2026-11-22) where large terms cancel to a small value and the
+    float32 reference's own rounding exceeds atol + rtol * |ref|; the kernel's error against float64
+    is still ~2e-7 normwise (the tests above)."""
+    prob = problem_at_shape("state", tmp_path, batch_size=4, seq_length=32, n_heads=8, d_head=64, d_state=16, block_len=32)
+    r = evaluate(prob, MAMBA2 / "candidate_state.py", cuda_config)
     assert r.status is Status.PASSED, r.error_log
     assert r.speedup is not None

@@ -47,11 +47,8 @@ struct Layout {
   static constexpr int oXw = oX + Q * PS;
   static constexpr int oG = oXw + Q * PS;
   static constexpr int oH = oG + Q * GS;
-  static constexpr int oE = oH + N * PS;
-  static constexpr int oW = oE + Q;
-  static constexpr int oD = oW + Q;
-  static constexpr int FLOATS = oD + 4;
-  static constexpr size_t BYTES = Q * sizeof(double) + FLOATS * sizeof(float);
+  static constexpr int FLOATS = oH + N * PS;
+  static constexpr size_t BYTES = FLOATS * sizeof(float);
   static constexpr int X4 = Q * P / 4, B4 = Q * N / 4;        // float4 per chunk
   static constexpr int XL = (X4 + THREADS - 1) / THREADS;     // float4 per thread
   static constexpr int BL = (B4 + THREADS - 1) / THREADS;
@@ -89,6 +86,14 @@ __device__ __forceinline__ float dot4(const float4 a, const float4 b, float acc)
   return fmaf(a.w, b.w, acc);
 }
 
+// exp(x) for a float64 x, to float: exp(hi) * exp(lo) with lo tiny, so the argument keeps its
+// float64 accuracy while the work stays in float32.
+__device__ __forceinline__ float exp_from_double(double x) {
+  const float hi = (float)x;
+  const float lo = (float)(x - (double)hi);
+  return expf(hi) * (1.f + lo);
+}
+
 __device__ __forceinline__ float comp(const float4 v, int k) {
   return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w;
 }
@@ -102,17 +107,13 @@ ssd_fused_kernel(const float* __restrict__ X, const float* __restrict__ A, const
   using Lo = Layout<N, P>;
   constexpr int NS = Lo::NS, PS = Lo::PS, GS = Lo::GS, CP = Lo::CP, RV = Lo::RV, RG = Lo::RG;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  double* sCum = reinterpret_cast<double*>(smem_raw);
-  float* sm = reinterpret_cast<float*>(smem_raw + Q * sizeof(double));
+  float* sm = reinterpret_cast<float*>(smem_raw);
   float* sC = sm + Lo::oC;
   float* sB = sm + Lo::oB;
   float* sX = sm + Lo::oX;
   float* sXw = sm + Lo::oXw;
   float* sG = sm + Lo::oG;
   float* sHt = sm + Lo::oH;  // state entering the chunk, [n][p]
-  float* sE = sm + Lo::oE;   // exp(cum_l)
-  float* sW = sm + Lo::oW;   // exp(total - cum_s)
-  float* sD = sm + Lo::oD;   // exp(total)
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int ty = (warp >> 1) * 4 + (lane >> 3);  // 0..15
@@ -164,14 +165,14 @@ ssd_fused_kernel(const float* __restrict__ X, const float* __restrict__ A, const
       if constexpr (WANT_Y)
         pc[k] = ok ? __ldg(reinterpret_cast<const float4*>(Cbh + (t0 + s) * strideB) + q) : zero4;
     }
-    if (warp == 0) pa = (t0 + lane < L) ? __ldg(Abh + (long)(t0 + lane) * H) : 0.f;
+    pa = (t0 + lane < L) ? __ldg(Abh + (long)(t0 + lane) * H) : 0.f;  // every warp: its own scan
   };
 
   load_chunk(0);
   const int nchunks = (L + Q - 1) / Q;
   for (int ch = 0; ch < nchunks; ++ch) {
     const int t0 = ch * Q;
-    // ---- 1. inputs to shared memory; prefix sums of A (warp 0) --------------------------
+    // ---- 1. inputs to shared memory; prefix sums of A (each warp, redundantly: no serial phase)
 #pragma unroll
     for (int k = 0; k < Lo::XL; ++k) {
       const int idx = tid + k * THREADS;
@@ -186,28 +187,26 @@ ssd_fused_kernel(const float* __restrict__ X, const float* __restrict__ A, const
         if constexpr (WANT_Y) *reinterpret_cast<float4*>(&sC[o]) = pc[k];
       }
     }
-    if (warp == 0) {
-      double v = (double)pa;
+    // lane j holds cum_j (float64), exp(cum_j) and exp(total - cum_j); others get them by shuffle
+    double cum = (double)pa;
 #pragma unroll
-      for (int off = 1; off < 32; off <<= 1) {
-        const double u = __shfl_up_sync(0xffffffffu, v, off);
-        if (lane >= off) v += u;
-      }
-      const double total = __shfl_sync(0xffffffffu, v, 31);
-      sCum[lane] = v;
-      sE[lane] = (float)exp(v);
-      sW[lane] = (float)exp(total - v);
-      if (lane == 0) sD[0] = (float)exp(total);
+    for (int off = 1; off < 32; off <<= 1) {
+      const double u = __shfl_up_sync(0xffffffffu, cum, off);
+      if (lane >= off) cum += u;
     }
+    const double total = __shfl_sync(0xffffffffu, cum, 31);
+    const float e_lane = exp_from_double(cum);
+    const float w_lane = exp_from_double(total - cum);
+    const float dec = exp_from_double(total);
     __syncthreads();
 
     // ---- 2. X scaled by its decay to the chunk end; G = (C B^T) * decay, causal ----------
 #pragma unroll
     for (int k = 0; k < Lo::XL; ++k) {
       const int idx = tid + k * THREADS;
+      const int s = (idx / (P / 4)) & (Q - 1);
+      const float w = __shfl_sync(0xffffffffu, w_lane, s);
       if (idx < Lo::X4) {
-        const int s = idx / (P / 4);
-        const float w = sW[s];
         const float4 v = px[k];
         *reinterpret_cast<float4*>(&sXw[s * PS + (idx % (P / 4)) * 4]) =
             make_float4(v.x * w, v.y * w, v.z * w, v.w * w);
@@ -229,10 +228,12 @@ ssd_fused_kernel(const float* __restrict__ X, const float* __restrict__ A, const
         g11 = dot4(c1, b1, g11);
       }
       const int l0 = ty, l1 = ty + 16, s0 = tx, s1 = tx + 16;
-      sG[l0 * GS + s0] = (s0 <= l0) ? g00 * expf((float)(sCum[l0] - sCum[s0])) : 0.f;
+      const double cl0 = __shfl_sync(0xffffffffu, cum, l0), cl1 = __shfl_sync(0xffffffffu, cum, l1);
+      const double cs0 = __shfl_sync(0xffffffffu, cum, s0), cs1 = __shfl_sync(0xffffffffu, cum, s1);
+      sG[l0 * GS + s0] = (s0 <= l0) ? g00 * expf((float)(cl0 - cs0)) : 0.f;
       sG[l0 * GS + s1] = 0.f;
-      sG[l1 * GS + s0] = g10 * expf((float)(sCum[l1] - sCum[s0]));
-      sG[l1 * GS + s1] = (s1 <= l1) ? g11 * expf((float)(sCum[l1] - sCum[s1])) : 0.f;
+      sG[l1 * GS + s0] = g10 * expf((float)(cl1 - cs0));
+      sG[l1 * GS + s1] = (s1 <= l1) ? g11 * expf((float)(cl1 - cs1)) : 0.f;
     }
     __syncthreads();
 
@@ -259,7 +260,7 @@ ssd_fused_kernel(const float* __restrict__ X, const float* __restrict__ A, const
           }
         }
       }
-      const float e0 = sE[ty], e1 = sE[ty + 16];
+      const float e0 = __shfl_sync(0xffffffffu, e_lane, ty), e1 = __shfl_sync(0xffffffffu, e_lane, ty + 16);
 #pragma unroll
       for (int c = 0; c < CP; ++c) {
         acc[0][c] *= e0;
@@ -293,7 +294,6 @@ ssd_fused_kernel(const float* __restrict__ X, const float* __restrict__ A, const
 
     // ---- 4. H = exp(total) * H + sum_s B_s (x) (w_s X_s) ---------------------------------
     {
-      const float dec = sD[0];
 #pragma unroll
       for (int g = 0; g < RG; ++g)
 #pragma unroll
@@ -373,7 +373,7 @@ void dispatch(int N, int p_tile, const torch::Tensor& X, const torch::Tensor& A,
 }  // namespace
 
 // Returns Y (b, L, H, D) when return_state is false, else the final state (b, H, D, N).
-// p_tile: 0 picks 64 or 32 head-dim columns per block from the grid size; 32 or 64 forces one.
+// p_tile: head-dim columns per block, 32 or 64; 0 picks 64 where it divides d_head.
 torch::Tensor ssd_fused(torch::Tensor X, torch::Tensor A, torch::Tensor B, torch::Tensor C,
                         c10::optional<torch::Tensor> initial_state, bool return_state, int64_t p_tile) {
   for (const auto* t : {&X, &A, &B, &C})
@@ -393,10 +393,9 @@ torch::Tensor ssd_fused(torch::Tensor X, torch::Tensor A, torch::Tensor B, torch
     TORCH_CHECK(s0t.numel() == b * H * D * N, "ssd_fused: initial_state must hold (b, 1, h, p, n) values");
     s0 = s0t.data_ptr<float>();
   }
-  if (p_tile == 0) {
-    const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
-    p_tile = (D % 64 == 0 && b * H * (D / 64) >= sms) ? 64 : 32;
-  }
+  // 64 columns a block whenever they divide d_head: on an H100 it beat 32 at every benchmark shape,
+  // even where it leaves SMs idle (the 32-column split recomputes C B^T twice as often).
+  if (p_tile == 0) p_tile = (D % 64 == 0) ? 64 : 32;
   TORCH_CHECK((p_tile == 32 || p_tile == 64) && D % p_tile == 0, "ssd_fused: p_tile must be 32 or 64 and divide d_head");
   if (L == 0) return return_state ? torch::zeros({b, H, D, N}, X.options()) : torch::empty_like(Xc);
   if (return_state) {
