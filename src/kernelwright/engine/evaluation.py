@@ -103,6 +103,7 @@ def _run(problem_path: Path, cand_path: Path, config: EvalConfig, workdir: Path,
             "PYTHONPATH": _package_root(),
             "TMPDIR": str(tmp),
             "TRITON_CACHE_DIR": str(cache_dir / "triton"),
+            "CUDA_CACHE_PATH": str(cache_dir / "nv"),  # the CUDA JIT cache: $HOME is read-only in the sandbox
             "PYTHONDONTWRITEBYTECODE": "1",
             "PYTHONFAULTHANDLER": "1",
         },
@@ -115,6 +116,8 @@ def _run(problem_path: Path, cand_path: Path, config: EvalConfig, workdir: Path,
         "config": config.to_dict(),
     }
     outcome = process.run_child(argv, job, workdir, env, config.timeouts, on_stage=on_stage)
+    if sandbox_kind == "bwrap":
+        outcome.exit_code = sandbox.child_exit_code(outcome.exit_code)
     return _verdict(outcome, config, sandbox_kind)
 
 

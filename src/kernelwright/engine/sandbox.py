@@ -113,3 +113,10 @@ def wrap(argv: list[str], kind: str, workdir: Path, writable: list[Path]) -> lis
             raise SandboxUnavailable("bubblewrap disappeared; install it or use --sandbox none")
         return _bwrap_argv(bwrap, workdir, writable) + ["--"] + argv
     raise SandboxUnavailable(f"unknown sandbox {kind!r}; use auto, bwrap or none")
+
+
+def child_exit_code(code: int | None) -> int | None:
+    """bwrap reports a child killed by signal N as exit code 128 + N: give it back as -N, as Popen does."""
+    if code is not None and 128 < code < 128 + 65:
+        return -(code - 128)
+    return code
