@@ -114,14 +114,16 @@ def nan_fill(enabled: bool):
     prev_mode = torch.are_deterministic_algorithms_enabled()
     prev_warn = torch.is_deterministic_algorithms_warn_only_enabled()
     prev_fill = det.fill_uninitialized_memory
+    # torch.use_deterministic_algorithms also imports torch._inductor (seconds): set the flag directly
+    set_mode = getattr(torch._C, "_set_deterministic_algorithms", None) or torch.use_deterministic_algorithms
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.use_deterministic_algorithms(True, warn_only=True)
+        set_mode(True, warn_only=True)
         det.fill_uninitialized_memory = True
         try:
             yield
         finally:
-            torch.use_deterministic_algorithms(prev_mode, warn_only=prev_warn)
+            set_mode(prev_mode, warn_only=prev_warn)
             det.fill_uninitialized_memory = prev_fill
 
 

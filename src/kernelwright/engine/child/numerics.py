@@ -86,7 +86,7 @@ def deviation(x: torch.Tensor, o: torch.Tensor, atol: float, rtol: float) -> Dev
     n_nf = int((nf_bad & o_fin).sum().item())
     return Deviation(
         max_abs=float(diff.max().item()) if n_nf == 0 else math.inf,
-        mean_abs=float(diff.mean().item()),
+        mean_abs=float(diff.mean().item()) if n_nf == 0 else math.inf,
         norm_rel=(d_norm / o_norm if o_norm > 0 else d_norm) if n_nf == 0 else math.inf,
         frac_out_of_tol=float(bad.sum().item()) / od.numel(),
         nonfinite=n_nf,
@@ -177,6 +177,8 @@ def judge(cand: Any, ref: Any, oracle: Any, atol: float, rtol: float, factor: fl
 def _leaf_message(l: LeafNumerics, atol: float, rtol: float, factor: float) -> str:
     c, r = l.candidate, l.reference
     head = f"Outputs are not close (atol={atol}, rtol={rtol}). max_abs_err={c.max_abs:.3e}, mean_abs_err={c.mean_abs:.3e}"
+    if c.nonfinite:
+        head = f"Output {l.name} has {c.nonfinite} NaN/Inf values where the oracle is finite. " + head
     lines = [
         head,
         f"  (calibrated check of {l.name} against a float64 oracle: candidate max_abs={c.max_abs:.3e}, "
@@ -184,8 +186,6 @@ def _leaf_message(l: LeafNumerics, atol: float, rtol: float, factor: float) -> s
         f"max_abs={r.max_abs:.3e}, normwise={r.norm_rel:.3e}; a pass needs the tolerance, or at most {factor:g}x "
         f"the reference's error in both)",
     ]
-    if c.nonfinite:
-        lines.append(f"  {c.nonfinite} NaN/Inf values where the oracle is finite")
     return "\n".join(lines)
 
 
