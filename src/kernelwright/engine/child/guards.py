@@ -96,10 +96,9 @@ _TORCH_DIR = os.path.dirname(os.path.realpath(torch.__file__)) + os.sep
 
 
 def _torch_own_wrapper(now: Any, before: Any) -> bool:
-    """torch wraps some of its own functions lazily (torch._dynamo wraps torch.manual_seed): not a patch."""
-    if getattr(now, "__wrapped__", None) is not before:
-        return False
-    code = getattr(now, "__code__", None)
+    """torch replaces some of its own functions lazily (torch._dynamo wraps torch.manual_seed and
+    nn.Module.__init__ on first use): a replacement whose code lives in torch's package is not a patch."""
+    code = getattr(now, "__code__", None) or getattr(getattr(now, "__func__", None), "__code__", None)
     return code is not None and os.path.realpath(code.co_filename).startswith(_TORCH_DIR)
 
 
