@@ -101,10 +101,10 @@ def test_no_custom_kernel_fails_when_configured(cpu_config):
     assert r.status is Status.INCORRECT and "no_custom_kernel" in r.error_log
 
 
-def test_guards_off_lets_a_pointer_cache_through(cpu_config):
+def test_guards_off_lets_an_identity_cache_through(cpu_config):
     """The control: the same cheat passes when the guards are disabled (so the guard is what catches it)."""
     cpu_config.guards.enabled = False
-    r = run(cpu_config, "cache_by_pointer.py")
+    r = run(cpu_config, "cache_by_identity.py")
     assert r.status is Status.PASSED, r.error_log
 
 
@@ -120,6 +120,7 @@ def test_honest_python_candidate_raises_no_failing_flag(cpu_config):
 
 @pytest.mark.slow
 def test_honest_cpp_examples_are_flagged_by_nothing(cpu_config):
+    cpu_config.timeouts.correctness = 60  # the swish problem is 2M elements: oracle and guard calls take seconds on 2 cores
     swish = EXAMPLES / "cpu_swish"
     r = evaluate(swish / "problem.py", swish / "candidate.py", cpu_config)
     assert r.status is Status.PASSED, r.error_log
@@ -134,7 +135,6 @@ def test_honest_cpp_examples_are_flagged_by_nothing(cpu_config):
 
 GPU_CAUGHT_BY_FLAG = CPU_CAUGHT_BY_FLAG + [
     ("side_stream.py", "timer_escape"),
-    ("deferred_side_stream.py", "timer_escape"),
 ]
 
 

@@ -82,6 +82,23 @@ def build_key(kind: str, name: str, payload: dict[str, Any], with_cuda: bool) ->
     return hashlib.sha256(blob.encode()).hexdigest()[:20]
 
 
+def _tolerate_read_only_torch(cpp_ext) -> None:
+    """load_inline deletes a stale torch/extension.h.gch from torch's install; in the read-only
+    sandbox that raises EROFS. Skipping the deletion is safe: gcc ignores a PCH that does not match."""
+    original = getattr(cpp_ext, "remove_extension_h_precompiler_headers", None)
+    if original is None or getattr(original, "_kw_tolerant", False):
+        return
+
+    def remove_extension_h_precompiler_headers():
+        try:
+            original()
+        except OSError:
+            pass
+
+    remove_extension_h_precompiler_headers._kw_tolerant = True
+    cpp_ext.remove_extension_h_precompiler_headers = remove_extension_h_precompiler_headers
+
+
 def install_build_cache(cache_root: str | os.PathLike, candidate_file: str | None) -> None:
     """Route every load_inline/load call to a build directory keyed by content."""
     import torch.utils.cpp_extension as cpp_ext
@@ -90,6 +107,7 @@ def install_build_cache(cache_root: str | os.PathLike, candidate_file: str | Non
     root.mkdir(parents=True, exist_ok=True)
     original_inline = cpp_ext.load_inline
     original_load = cpp_ext.load
+    _tolerate_read_only_torch(cpp_ext)
 
     def _run(kind: str, name: str, build_dir: Path, call, key: str, sources_for_map: list[str]):
         entry: dict[str, Any] = {"kind": kind, "name": name, "key": key, "dir": str(build_dir)}

@@ -84,6 +84,7 @@ class Checks:
     def take_snapshot(self) -> None:
         if self.gcfg.enabled:
             self.snapshot = guards.FunctionSnapshot()
+            self.threads_at_start = guards.python_threads()
 
     def check_patches(self, when: str) -> bool:
         """Flag and undo any patch of timing, verifier or torch functions; True when one was found."""
@@ -198,7 +199,7 @@ class Checks:
         with torch.no_grad():
             ref_out = ev.ref_model(*ref_inputs)
         ev._sync()
-        threads_before = guards.python_threads()
+        threads_before = getattr(self, "threads_at_start", None) or guards.python_threads()
         candidate_text = ""
         try:
             with open(ev.job["candidate_path"]) as f:
