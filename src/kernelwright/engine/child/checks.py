@@ -115,7 +115,8 @@ class Checks:
             self.oracle_error = f"{type(exc).__name__}: {str(exc)[:300]}"
             return None
 
-    def judge_outputs(self, inputs: Any, cand_out: Any, ref_out: Any, strict_report) -> tuple[bool, str, dict]:
+    def judge_outputs(self, inputs: Any, cand_out: Any, ref_out: Any, strict_report,
+                      localize_failure: bool = True) -> tuple[bool, str, dict]:
         """(passed, message, numerics evidence) under the configured verdict mode."""
         from kernelwright.engine.child.compare import compare_outputs
 
@@ -138,7 +139,7 @@ class Checks:
                 passed, message = False, strict_report.message
         else:
             passed, message = strict_report.passed, strict_report.message
-        if not passed and self.ncfg.localize:
+        if not passed and self.ncfg.localize and localize_failure:
             message = self._localize(message, cand_out, oracle_out if use_calibrated else ref_out,
                                      ref_out, rep if use_calibrated else None)
         return passed, message, evidence
@@ -168,7 +169,8 @@ class Checks:
         return message + ("\n" + "\n".join(extra) if extra else "")
 
     def judge_trial(self, t: int, inputs: Any, cand_out: Any, ref_out: Any, report, trial: dict) -> None:
-        passed, message, evidence = self.judge_outputs(inputs, cand_out, ref_out, report)
+        first_failure = all(tr["passed"] for tr in self.ev.rec["trials"])  # only that one is localised
+        passed, message, evidence = self.judge_outputs(inputs, cand_out, ref_out, report, first_failure)
         trial["passed"], trial["message"] = passed, message
         trial["extra"]["numerics"] = evidence
         s = self.numerics_summary
@@ -273,7 +275,7 @@ class Checks:
         from kernelwright.engine.child.compare import compare_outputs
 
         report = compare_outputs(cand_out, ref_out, self.cfg.atol, self.cfg.rtol)
-        ok, message, _ = self.judge_outputs(_clone(ref_in), cand_out, ref_out, report)
+        ok, message, _ = self.judge_outputs(_clone(ref_in), cand_out, ref_out, report, localize_failure=False)
         if not ok:
             first = message.strip().splitlines()[0] if message.strip() else ""
             self.flag("stale_output_on_refill", f"inputs refilled in place with new values (same tensors, same "

@@ -12,11 +12,13 @@ constant, or left at zero.
 from __future__ import annotations
 
 import math
+import time
 
 import torch
 
 MAX_STRUCTURAL_NUMEL = 1 << 26  # skip the structural search on larger outputs
 MAX_FACTORISATIONS = 12
+STRUCTURAL_BUDGET_S = 1.5  # wall-clock budget for the structural search of one output
 
 
 def _idx(flat: int, shape) -> tuple[int, ...]:
@@ -83,8 +85,11 @@ def _structural(c: torch.Tensor, t: torch.Tensor, direct: float) -> list[str]:
     shape = t.shape
     thr = max(1e-9, min(1e-3, 0.01 * direct))
     found: list[str] = []
+    deadline = time.monotonic() + STRUCTURAL_BUDGET_S
 
     def close(x, y) -> bool:
+        if time.monotonic() > deadline:
+            return False  # out of budget: report what was found so far
         # normwise close, and close element by element almost everywhere (a normwise match alone
         # can come from a few huge elements)
         if _rel(x, y) > thr:
