@@ -47,13 +47,15 @@ def eval_cmd(
     seed: int = typer.Option(42, help="Base seed for construction and inputs."),
     compare_compile: bool = typer.Option(False, "--compare-compile", help="Also time torch.compile of the reference."),
     sandbox: str = typer.Option("auto", help="auto, bwrap or none."),
+    verdict: str = typer.Option("calibrated", help="calibrated (float64 oracle, docs/VERDICTS.md) or strict (allclose against the reference)."),
     json_out: bool = typer.Option(False, "--json", help="Print the result record as JSON on stdout, and nothing else."),
 ) -> None:
     """Build, check and time CANDIDATE against PROBLEM in an isolated child process."""
     from kernelwright.engine import EngineError, evaluate
     from kernelwright.report import render_result
 
-    config = EvalConfig(device=device, trials=trials, atol=atol, rtol=rtol, seed=seed, sandbox=sandbox)  # type: ignore[arg-type]
+    config = EvalConfig(device=device, trials=trials, atol=atol, rtol=rtol, seed=seed, sandbox=sandbox,  # type: ignore[arg-type]
+                        verdict=verdict)  # type: ignore[arg-type]
     config.timing.compare_compile = compare_compile
     try:
         if json_out:

@@ -57,7 +57,7 @@ class EvalConfig:
     atol: float = 1e-3
     rtol: float = 1e-3
     seed: int = 42
-    verdict: VerdictMode = "strict"
+    verdict: VerdictMode = "calibrated"
     time_candidate: bool = True
     timeouts: StageTimeouts = field(default_factory=StageTimeouts)
     timing: TimingConfig = field(default_factory=TimingConfig)
@@ -68,6 +68,8 @@ class EvalConfig:
     pass_env: tuple[str, ...] = ()
     profile: "ProfileConfig" = field(default_factory=lambda: ProfileConfig())
     build: "BuildConfig" = field(default_factory=lambda: BuildConfig())
+    numerics: NumericsConfig = field(default_factory=lambda: NumericsConfig())
+    guards: GuardConfig = field(default_factory=lambda: GuardConfig())
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -80,6 +82,11 @@ class EvalConfig:
         data["pass_env"] = tuple(data.get("pass_env", ()))
         data["profile"] = ProfileConfig(**data.get("profile", {}))
         data["build"] = BuildConfig(**data.get("build", {}))
+        data["numerics"] = NumericsConfig(**data.get("numerics", {}))
+        guards = dict(data.get("guards", {}))
+        if "fail_on" in guards:
+            guards["fail_on"] = tuple(guards["fail_on"])
+        data["guards"] = GuardConfig(**guards)
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
 
@@ -96,6 +103,63 @@ class EvalConfig:
         if self.verdict not in ("strict", "calibrated"):
             raise ValueError(f"--verdict must be strict or calibrated (got {self.verdict!r})")
         self.profile.validate()
+        if self.numerics.factor < 1:
+            raise ValueError(f"numerics.factor must be at least 1 (got {self.numerics.factor})")
+        if self.numerics.oracle_dtype not in ("float64", "float32"):
+            raise ValueError(f"numerics.oracle_dtype must be float64 or float32 (got {self.numerics.oracle_dtype!r})")
+        unknown = set(self.guards.fail_on) - set(GUARD_FLAGS)
+        if unknown:
+            raise ValueError(f"guards.fail_on names unknown guards {sorted(unknown)}; known: {', '.join(GUARD_FLAGS)}")
+
+
+@dataclass
+class NumericsConfig:
+    """The float64 oracle and the `calibrated` verdict (docs/VERDICTS.md).
+
+    `calibrated`: a candidate output passes when its error against the oracle is within
+    atol/rtol, or when it is no worse than `factor` times the float32 reference's own error
+    against the oracle, both in max-abs (elementwise) and in normwise relative terms.
+    `factor` = 8: honest float32 reorderings (tiling, split-K, tree reductions, FMA) differ
+    from each other by ~1-4x in error; bf16/fp16/tf32 carry 2^8-2^16 times float32's unit
+    roundoff, so any factor between ~4 and ~100 separates them; 8 leaves headroom both ways.
+    """
+
+    oracle: bool = True  # evaluate the oracle (the reference module and inputs upcast)
+    oracle_dtype: str = "float64"  # "float64" (default) or "float32" (for bf16/fp16 problems on a slow-fp64 GPU)
+    factor: float = 8.0
+    localize: bool = True  # add where/how lines to a failing comparison's message
+
+
+# Every guard flag the child can raise (engine/child/guards.py says what each means).
+GUARD_FLAGS = (
+    "patched_functions",  # timing, verifier or torch functions replaced by the candidate
+    "mutates_inputs",  # inputs changed in place (beyond what the reference does to them)
+    "output_aliases_input",  # an output shares memory with an input (the reference's does not)
+    "output_changed_later",  # an earlier output changed when the candidate ran again
+    "stale_output_on_refill",  # wrong output after inputs were refilled in place (same addresses)
+    "calls_reference",  # code of the problem file ran inside ModelNew
+    "unwritten_output",  # NaN where memory was filled with NaN before the candidate ran
+    "background_threads",  # Python threads left running by the candidate
+    "timed_output_mismatch",  # an output of a timed call was wrong
+    "timer_escape",  # device work outside the timed region (side streams, deferred work)
+    "no_custom_kernel",  # ModelNew launched only PyTorch's built-in kernels
+    "lower_precision_suspected",  # error level of bf16/fp16 arithmetic (a hint, the numerics decide)
+)
+
+
+@dataclass
+class GuardConfig:
+    """Reward-hacking guards: which run, and which flags fail the verdict (status `incorrect`)."""
+
+    enabled: bool = True
+    nan_fill: bool = True  # fill uninitialised memory with NaN while the candidate is checked (never while timed)
+    check_timed_outputs: bool = True
+    refill_inputs: bool = True
+    profile_kernels: bool = True  # look for a kernel of the candidate's own (no_custom_kernel)
+    escape_ratio: float = 2.0  # timer_escape: host time with device sync > ratio x event median + overhead
+    fail_on: tuple[str, ...] = tuple(
+        f for f in GUARD_FLAGS if f not in ("no_custom_kernel", "lower_precision_suspected")
+    )
 
 
 ProfileTool = Literal["auto", "ncu", "torch"]

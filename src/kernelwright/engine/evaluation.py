@@ -105,6 +105,8 @@ def _run(problem_path: Path, cand_path: Path, config: EvalConfig, workdir: Path,
         "config": config.to_dict(),
     }
     outcome = process.run_child(argv, job, workdir, env, config.timeouts, on_stage=on_stage)
+    if sandbox_kind == "bwrap":
+        outcome.exit_code = sandbox.child_exit_code(outcome.exit_code)
     result = _verdict(outcome, config, sandbox_kind)
     if config.profile.enabled and result.status is Status.PASSED:
         from kernelwright.engine import ncu
@@ -126,6 +128,7 @@ def child_env(config: EvalConfig, tmp: Path) -> dict[str, str]:
             "PYTHONPATH": _package_root(),
             "TMPDIR": str(tmp),
             "TRITON_CACHE_DIR": str(cache_dir / "triton"),
+            "CUDA_CACHE_PATH": str(cache_dir / "nv"),  # the CUDA JIT cache: $HOME is read-only in the sandbox
             "PYTHONDONTWRITEBYTECODE": "1",
             "PYTHONFAULTHANDLER": "1",
         },

@@ -1,12 +1,23 @@
 """How the evaluation child is isolated beyond its own process and scrubbed environment.
 
 `none`: a child process with a scrubbed environment and private working directory.
-Other modes wrap the child's command line; see `docs/SANDBOX.md`.
+`bwrap`: the same child inside bubblewrap: the whole system read-only, $HOME and /tmp hidden
+behind empty read-only mounts (the Python installation and the package re-exposed read-only),
+only the evaluation's own directory and the build cache writable, no network (a private network
+namespace), a minimal /dev plus the GPU device nodes, its own PID/IPC/UTS namespaces, no
+capabilities, and death with its parent. `auto`: bwrap when it is installed and a trivial
+command runs under it, else none. See docs/SANDBOX.md for what this protects and what it does not.
 """
 
 from __future__ import annotations
 
+import functools
+import glob
+import os
 import shutil
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 from kernelwright.config import SandboxMode
@@ -20,12 +31,92 @@ def resolve(mode: SandboxMode) -> str:
     """The sandbox that will actually be used for `mode`."""
     if mode == "none":
         return "none"
-    have_bwrap = shutil.which("bwrap") is not None
-    if mode == "bwrap" and not have_bwrap:
-        raise SandboxUnavailable("--sandbox bwrap needs bubblewrap: install it (apt-get install bubblewrap) or use --sandbox auto")
-    return "none"  # bwrap wrapping lands with the sandbox work; until then auto means none
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        if mode == "bwrap":
+            raise SandboxUnavailable(
+                "--sandbox bwrap needs bubblewrap: install it (apt-get install bubblewrap) or use --sandbox auto")
+        return "none"
+    problem = _bwrap_problem(bwrap)
+    if problem:
+        if mode == "bwrap":
+            raise SandboxUnavailable(f"bubblewrap cannot run here ({problem}); allow unprivileged user namespaces "
+                                     "or use --sandbox none")
+        return "none"
+    return "bwrap"
+
+
+@functools.lru_cache(maxsize=4)
+def _bwrap_problem(bwrap: str) -> str:
+    """'' when bwrap runs a trivial command with the evaluation's options, else why not (checked once)."""
+    with tempfile.TemporaryDirectory(prefix="kw-bwrap-check-") as d:
+        argv = _bwrap_argv(bwrap, Path(d), [Path(d)]) + ["true"]
+        try:
+            out = subprocess.run(argv, capture_output=True, text=True, timeout=30, cwd=d)
+        except (OSError, subprocess.SubprocessError) as exc:
+            return f"{type(exc).__name__}: {exc}"
+    if out.returncode != 0:
+        return (out.stderr.strip().splitlines() or [f"exit code {out.returncode}"])[-1]
+    return ""
+
+
+def _python_paths() -> list[str]:
+    """Directories the child's Python needs to read: the installation, site-packages, this package."""
+    import kernelwright
+
+    paths = {sys.prefix, sys.exec_prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable)),
+             str(Path(kernelwright.__file__).resolve().parent.parent)}
+    paths.update(p for p in sys.path if p)
+    return sorted(p for p in paths if os.path.isdir(p))
+
+
+def _bwrap_argv(bwrap: str, workdir: Path, writable: list[Path]) -> list[str]:
+    argv = [bwrap, "--die-with-parent", "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+            "--unshare-cgroup-try", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
+            "--tmpfs", "/dev/shm"]
+    for node in sorted(glob.glob("/dev/nvidia*")):  # GPU device nodes only (nvidiactl, nvidia0.., uvm, caps)
+        argv += ["--dev-bind", node, node]
+    hidden = ["/tmp", "/var/tmp"]
+    home = os.path.expanduser("~")
+    if home not in ("/", "") and os.path.isdir(home):
+        hidden.append(os.path.realpath(home))
+    for h in hidden:
+        if os.path.isdir(h):
+            argv += ["--tmpfs", h]
+    # what the child must still read, if it sat under a hidden directory
+    exposed: list[str] = []
+    for rp in sorted({os.path.realpath(p) for p in _python_paths()}, key=len):
+        if any(rp == e or rp.startswith(e.rstrip("/") + "/") for e in exposed):
+            continue  # already visible through a parent
+        if any(rp == h or rp.startswith(h.rstrip("/") + "/") for h in hidden):
+            argv += ["--ro-bind", rp, rp]
+            exposed.append(rp)
+    for w in [workdir, *writable]:
+        rw = os.path.realpath(w)
+        argv += ["--bind", rw, rw]
+    for h in hidden:
+        if os.path.isdir(h):
+            argv += ["--remount-ro", h]
+    if os.geteuid() == 0:
+        argv += ["--cap-drop", "ALL"]
+    argv += ["--chdir", os.path.realpath(workdir)]
+    return argv
 
 
 def wrap(argv: list[str], kind: str, workdir: Path, writable: list[Path]) -> list[str]:
     """The command line that runs `argv` inside sandbox `kind`."""
-    return argv
+    if kind == "none":
+        return argv
+    if kind == "bwrap":
+        bwrap = shutil.which("bwrap")
+        if bwrap is None:
+            raise SandboxUnavailable("bubblewrap disappeared; install it or use --sandbox none")
+        return _bwrap_argv(bwrap, workdir, writable) + ["--"] + argv
+    raise SandboxUnavailable(f"unknown sandbox {kind!r}; use auto, bwrap or none")
+
+
+def child_exit_code(code: int | None) -> int | None:
+    """bwrap reports a child killed by signal N as exit code 128 + N: give it back as -N, as Popen does."""
+    if code is not None and 128 < code < 128 + 65:
+        return -(code - 128)
+    return code

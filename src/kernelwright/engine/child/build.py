@@ -139,6 +139,23 @@ def build_key(kind: str, name: str, payload: dict[str, Any], with_cuda: bool) ->
     return hashlib.sha256(blob.encode()).hexdigest()[:20]
 
 
+def _tolerate_read_only_torch(cpp_ext) -> None:
+    """load_inline deletes a stale torch/extension.h.gch from torch's install; in the read-only
+    sandbox that raises EROFS. Skipping the deletion is safe: gcc ignores a PCH that does not match."""
+    original = getattr(cpp_ext, "remove_extension_h_precompiler_headers", None)
+    if original is None or getattr(original, "_kw_tolerant", False):
+        return
+
+    def remove_extension_h_precompiler_headers():
+        try:
+            original()
+        except OSError:
+            pass
+
+    remove_extension_h_precompiler_headers._kw_tolerant = True
+    cpp_ext.remove_extension_h_precompiler_headers = remove_extension_h_precompiler_headers
+
+
 def install_build_cache(cache_root: str | os.PathLike, candidate_file: str | None, use_pch: bool = False) -> None:
     """Route every load_inline/load call to a build directory keyed by content.
 
@@ -154,6 +171,8 @@ def install_build_cache(cache_root: str | os.PathLike, candidate_file: str | Non
     original_load = cpp_ext.load
     if use_pch and hasattr(cpp_ext, "remove_extension_h_precompiler_headers"):
         cpp_ext.remove_extension_h_precompiler_headers = lambda *a, **k: None
+    else:
+        _tolerate_read_only_torch(cpp_ext)
 
     def _run(kind: str, name: str, build_dir: Path, call, key: str, sources_for_map: list[str],
              extra: dict[str, Any] | None = None):

@@ -213,6 +213,7 @@ class Evaluation:
             self.verdict(Status.RUNTIME_ERROR, "The reference problem failed to import:\n" + _short_tb(exc),
                          Stage.REFERENCE)
             return False
+        self._checks().take_snapshot()  # guards: functions as they were before the candidate ran
         try:
             self.candidate = _load_module(self.job["candidate_path"], "kw_candidate")
         except build.CandidateBuildError as exc:
@@ -303,10 +304,20 @@ class Evaluation:
         torch.manual_seed(seed)
         return _to_device(self.problem.get_inputs(), self.device)
 
+    def _checks(self):
+        """Numerics verdict and reward-hacking guards (engine/child/checks.py)."""
+        if getattr(self, "_checks_obj", None) is None:
+            from kernelwright.engine.child.checks import Checks
+
+            self._checks_obj = Checks(self)
+        return self._checks_obj
+
     def _correctness(self) -> bool:
+        self._checks().check_patches("at import or construction")  # before the verifier is imported
         import torch
 
         from kernelwright.engine.child.compare import compare_outputs
+        from kernelwright.engine.child.guards import nan_fill
 
         self.stage(Stage.CORRECTNESS)
         all_ok = True
@@ -324,7 +335,7 @@ class Evaluation:
                              Stage.REFERENCE)
                 return False
             try:
-                with torch.no_grad():
+                with torch.no_grad(), nan_fill(self._checks().nan_fill_on):
                     cand_out = self.cand_model(*_clone(inputs))
                 self._sync()
             except Exception as exc:
@@ -345,13 +356,14 @@ class Evaluation:
                 "message": report.message,
                 "extra": {},
             }
+            self._checks().judge_trial(t, inputs, cand_out, ref_out, report, trial)  # verdict mode, localisation
             self.rec["trials"].append(trial)
             if report.max_abs_err is not None:
                 max_err = max(max_err, report.max_abs_err)
                 mean_errs.append(report.mean_abs_err or 0.0)
-            if not report.passed:
+            if not trial["passed"]:
                 all_ok = False
-                first_fail = first_fail or (t, seed, report.message)
+                first_fail = first_fail or (t, seed, trial["message"])
         self.rec["max_abs_err"] = max_err if mean_errs else None
         self.rec["mean_abs_err"] = sum(mean_errs) / len(mean_errs) if mean_errs else None
         if not all_ok:
@@ -361,6 +373,8 @@ class Evaluation:
                 Status.INCORRECT,
                 f"{msg}\n  ({n_fail}/{self.cfg.trials} trials failed; first failing trial {t}, seed {seed})",
             )
+        elif not self._checks().after_correctness():  # guards: a flag in fail_on sets the verdict
+            all_ok = False
         self.stage_done("correctness_s")
         return all_ok
 
@@ -370,6 +384,8 @@ class Evaluation:
         from kernelwright.engine.child.timing import time_side_by_side
 
         self.stage(Stage.TIMING)
+        if not self._checks().before_timing():  # guards: patched timing functions
+            return
         inputs = self._inputs(trial_seed(self.cfg.seed, 0))
         fns = {
             "candidate": lambda: self.cand_model(*inputs),
@@ -385,7 +401,8 @@ class Evaluation:
                 self.rec["metadata"]["compile_reference_error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
         try:
             with torch.no_grad():
-                stats = time_side_by_side(fns, self.device, self.cfg.timing)
+                check = self._checks().timed_output_check()
+                stats = time_side_by_side(fns, self.device, self.cfg.timing, check=check)
         except Exception as exc:
             self._runtime_error(exc, "ModelNew failed while being timed")
             self.rec["correct"] = True  # correctness held; the failure is in timing
@@ -399,6 +416,8 @@ class Evaluation:
             self.rec["compile_reference_timing"] = asdict(stats["compile_reference"])
             self.rec["compile_reference_ms"] = stats["compile_reference"].median_ms
             self.rec["speedup_vs_compile"] = stats["compile_reference"].median_ms / stats["candidate"].median_ms
+        with torch.no_grad():
+            self._checks().after_timing(stats, inputs, fns["candidate"], check)  # guards on the timed runs
         self.stage_done("timing_s")
 
 

@@ -69,9 +69,14 @@ def _stats(samples: list[float], warmup: int, clock: str, flush: bool) -> Timing
 
 
 def time_side_by_side(
-    fns: dict[str, Callable[[], object]], device: torch.device, cfg: TimingConfig
+    fns: dict[str, Callable[[], object]], device: torch.device, cfg: TimingConfig,
+    check: Callable[[str, object], None] | None = None,
 ) -> dict[str, TimingStats]:
-    """Time each callable under the protocol above, interleaved; returns stats per name."""
+    """Time each callable under the protocol above, interleaved; returns stats per name.
+
+    `check(name, output)`, when given, sees every timed call's output, outside the timed region
+    (after the end event is enqueued, or after the clock is read); it must not synchronise.
+    """
     flush = _Flusher(device, cfg.flush_l2)
     names = list(fns)
 
@@ -105,8 +110,11 @@ def time_side_by_side(
             for name in names:
                 flush()
                 starts[name][i].record()
-                fns[name]()
+                out = fns[name]()
                 ends[name][i].record()
+                if check is not None:
+                    check(name, out)
+                del out
         torch.cuda.synchronize(device)
         for name in names:
             samples[name] = [s.elapsed_time(e) for s, e in zip(starts[name], ends[name])]
@@ -116,7 +124,10 @@ def time_side_by_side(
             for name in names:
                 flush()
                 t0 = time.perf_counter()
-                fns[name]()
+                out = fns[name]()
                 samples[name].append((time.perf_counter() - t0) * 1e3)
+                if check is not None:
+                    check(name, out)
+                del out
         clock = "perf_counter"
     return {n: _stats(samples[n], warmup, clock, flush.enabled) for n in names}

@@ -1,0 +1,207 @@
+"""Numerics-aware correctness: a float64 oracle and the `calibrated` verdict (docs/VERDICTS.md).
+
+The oracle is the reference module deep-copied and upcast (floating parameters and buffers,
+floating inputs, and the default dtype while it runs), so it computes the same math with
+float64 rounding. Against it, both the float32 (or bf16/fp16) reference and the candidate get
+an error: max abs, normwise relative ||x - o|| / ||o||, and the share of elements outside
+atol + rtol * |o|.
+
+`calibrated`: each output passes when the candidate is within the tolerance of the oracle, or
+when its error is no worse than `factor` times the reference's own error, both in max abs
+(elementwise) and normwise. A problem whose reference itself fails the tolerance against the
+oracle is flagged ill-conditioned: a fixed tolerance against that reference cannot judge it.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+
+from kernelwright.engine.child.compare import flatten
+
+
+def _upcast(obj: Any, dtype: torch.dtype):
+    if isinstance(obj, torch.Tensor):
+        if obj.is_complex():
+            return obj.detach().to(torch.complex128 if dtype == torch.float64 else torch.complex64)
+        if obj.is_floating_point():
+            return obj.detach().to(dtype)
+        return obj.clone()
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_upcast(o, dtype) for o in obj)
+    if isinstance(obj, dict):
+        return {k: _upcast(v, dtype) for k, v in obj.items()}
+    return obj
+
+
+def oracle_dtype(name: str) -> torch.dtype:
+    return torch.float64 if name == "float64" else torch.float32
+
+
+def build_oracle(ref_model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
+    """A deep copy of the reference module with floating parameters and buffers in `dtype`."""
+    return copy.deepcopy(ref_model).to(dtype).eval()
+
+
+def run_oracle(oracle: torch.nn.Module, inputs: Any, dtype: torch.dtype):
+    """The oracle's output on `inputs` upcast to `dtype` (tensors created inside default to `dtype`)."""
+    prev = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.no_grad():
+            return oracle(*_upcast(inputs, dtype))
+    finally:
+        torch.set_default_dtype(prev)
+
+
+@dataclass
+class Deviation:
+    """How far one output is from the oracle."""
+
+    max_abs: float
+    mean_abs: float
+    norm_rel: float  # ||x - o|| / ||o|| (||x - o|| when ||o|| is 0)
+    frac_out_of_tol: float  # share of elements with |x - o| > atol + rtol * |o| (or non-finite mismatch)
+    nonfinite: int  # elements non-finite where the oracle is finite
+
+
+def deviation(x: torch.Tensor, o: torch.Tensor, atol: float, rtol: float) -> Deviation:
+    xd = x.detach().to(o.device, torch.complex128 if o.is_complex() else torch.float64)
+    od = o.detach().to(torch.complex128 if o.is_complex() else torch.float64)
+    if od.numel() == 0:
+        return Deviation(0.0, 0.0, 0.0, 0.0, 0)
+    o_fin = torch.isfinite(od)
+    both = o_fin & torch.isfinite(xd)
+    # a non-finite value must match the oracle's non-finite value exactly
+    nf_bad = (~both) & ~((xd == od) | (torch.isnan(xd) & torch.isnan(od)))
+    diff = torch.where(both, (xd - od).abs(), torch.zeros((), dtype=torch.float64, device=od.device))
+    tol = atol + rtol * torch.where(o_fin, od.abs(), torch.zeros((), dtype=torch.float64, device=od.device))
+    bad = (diff > tol) | nf_bad
+    o_norm = float(torch.linalg.vector_norm(torch.where(o_fin, od, torch.zeros_like(od))).item())
+    d_norm = float(torch.linalg.vector_norm(diff).item())
+    n_nf = int((nf_bad & o_fin).sum().item())
+    return Deviation(
+        max_abs=float(diff.max().item()) if n_nf == 0 else math.inf,
+        mean_abs=float(diff.mean().item()) if n_nf == 0 else math.inf,
+        norm_rel=(d_norm / o_norm if o_norm > 0 else d_norm) if n_nf == 0 else math.inf,
+        frac_out_of_tol=float(bad.sum().item()) / od.numel(),
+        nonfinite=n_nf,
+    )
+
+
+@dataclass
+class LeafNumerics:
+    name: str
+    reference: Deviation
+    candidate: Deviation
+    within_tol: bool  # candidate within atol/rtol of the oracle everywhere
+    within_factor: bool  # candidate's max-abs and normwise errors <= factor x the reference's
+    passed: bool
+
+    @property
+    def ref_within_tol(self) -> bool:
+        return self.reference.frac_out_of_tol == 0.0
+
+
+@dataclass
+class NumericsReport:
+    ok: bool  # the oracle could be compared leaf by leaf (structure, shapes and dtypes agree)
+    passed: bool = False
+    ill_conditioned: bool = False  # the reference itself fails the tolerance against the oracle
+    leaves: list[LeafNumerics] = field(default_factory=list)
+    message: str = ""
+    factor: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "passed": self.passed,
+            "ill_conditioned": self.ill_conditioned,
+            "factor": self.factor,
+            "leaves": [
+                {"name": l.name, "reference": asdict(l.reference), "candidate": asdict(l.candidate),
+                 "within_tol": l.within_tol, "within_factor": l.within_factor, "passed": l.passed}
+                for l in self.leaves
+            ],
+        }
+
+    def failing(self) -> list[LeafNumerics]:
+        return [l for l in self.leaves if not l.passed]
+
+
+def _leaf_passes(ref: Deviation, cand: Deviation, factor: float) -> tuple[bool, bool]:
+    within_tol = cand.frac_out_of_tol == 0.0 and cand.nonfinite == 0
+    within_factor = (
+        cand.nonfinite == 0
+        and math.isfinite(ref.max_abs)
+        and cand.max_abs <= factor * ref.max_abs
+        and cand.norm_rel <= factor * ref.norm_rel
+        and ref.max_abs > 0
+    )
+    return within_tol, within_factor
+
+
+def judge(cand: Any, ref: Any, oracle: Any, atol: float, rtol: float, factor: float) -> NumericsReport:
+    """The calibrated verdict on one trial's outputs. `ok` False: compare structurally instead."""
+    c_leaves, r_leaves, o_leaves = flatten(cand), flatten(ref), flatten(oracle)
+    if not (len(c_leaves) == len(r_leaves) == len(o_leaves)):
+        return NumericsReport(ok=False)
+    report = NumericsReport(ok=True, factor=factor)
+    for (name, r), (_, c), (_, o) in zip(r_leaves, c_leaves, o_leaves):
+        if not isinstance(r, torch.Tensor):
+            if isinstance(r, (int, float)) and isinstance(c, (int, float)) and isinstance(o, (int, float)):
+                r, c, o = (torch.tensor(float(v), dtype=torch.float64) for v in (r, c, o))
+            else:
+                continue  # non-numeric leaves: the strict comparison decides them
+        if not (isinstance(c, torch.Tensor) and isinstance(o, torch.Tensor)):
+            return NumericsReport(ok=False)
+        if c.shape != r.shape or c.dtype != r.dtype or o.shape != r.shape:
+            return NumericsReport(ok=False)
+        if not (r.is_floating_point() or r.is_complex()):
+            continue  # integer/bool outputs: exact, the strict comparison decides them
+        rd = deviation(r, o, atol, rtol)
+        cd = deviation(c, o, atol, rtol)
+        within_tol, within_factor = _leaf_passes(rd, cd, factor)
+        report.leaves.append(LeafNumerics(name, rd, cd, within_tol, within_factor, within_tol or within_factor))
+        if rd.frac_out_of_tol > 0:
+            report.ill_conditioned = True
+    report.passed = all(l.passed for l in report.leaves)
+    if not report.passed:
+        report.message = "\n".join(_leaf_message(l, atol, rtol, factor) for l in report.failing())
+    return report
+
+
+def _leaf_message(l: LeafNumerics, atol: float, rtol: float, factor: float) -> str:
+    c, r = l.candidate, l.reference
+    head = f"Outputs are not close (atol={atol}, rtol={rtol}). max_abs_err={c.max_abs:.3e}, mean_abs_err={c.mean_abs:.3e}"
+    if c.nonfinite:
+        head = f"Output {l.name} has {c.nonfinite} NaN/Inf values where the oracle is finite. " + head
+    lines = [
+        head,
+        f"  (calibrated check of {l.name} against a float64 oracle: candidate max_abs={c.max_abs:.3e}, "
+        f"normwise={c.norm_rel:.3e}, {100 * c.frac_out_of_tol:.3g}% out of tolerance; the reference's own error "
+        f"max_abs={r.max_abs:.3e}, normwise={r.norm_rel:.3e}; a pass needs the tolerance, or at most {factor:g}x "
+        f"the reference's error in both)",
+    ]
+    return "\n".join(lines)
+
+
+def lower_precision_suspected(cand: torch.Tensor, oracle: torch.Tensor, dev: Deviation) -> bool:
+    """A hint: the candidate's normwise error is at the level of rounding the oracle to bf16 or fp16."""
+    if dev.nonfinite or not math.isfinite(dev.norm_rel) or dev.norm_rel == 0:
+        return False
+    o = oracle.detach().to(torch.float64)
+    o_norm = float(torch.linalg.vector_norm(o).item())
+    if o_norm == 0 or not math.isfinite(o_norm):
+        return False
+    for low in (torch.bfloat16, torch.float16):
+        rounded = o.to(low).to(torch.float64)
+        if not torch.isfinite(rounded).all():
+            continue
+        level = float(torch.linalg.vector_norm(rounded - o).item()) / o_norm
+        if level > 0 and 0.3 * level <= dev.norm_rel <= 30 * level:
+            return True
+    return False

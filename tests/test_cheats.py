@@ -1,0 +1,183 @@
+"""Every trick in tests/cheats/ is caught, and no honest example is flagged.
+
+A trick is caught when the verdict is not `passed` and the record names why (a guard flag, or
+an incorrect verdict from the numerics), except `torch_ops_only`, whose `no_custom_kernel`
+flag is reported without failing the verdict (GuardConfig.fail_on leaves it out by default).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from kernelwright.engine import evaluate
+from kernelwright.result import Status
+
+from conftest import EXAMPLES, FIXTURES
+
+ADD_ONE = FIXTURES / "problems" / "add_one.py"
+CHEATS = FIXTURES.parent / "cheats"
+CAND = FIXTURES / "candidates"
+
+
+def flags(r) -> dict:
+    return r.metadata.get("guards", {}).get("flags", {})
+
+
+def failed(r) -> list:
+    return r.metadata.get("guards", {}).get("failed", [])
+
+
+def run(cfg, name):
+    return evaluate(ADD_ONE, CHEATS / name, cfg)
+
+
+# (file, the flag that must be raised and fail the verdict); device-independent tricks
+CPU_CAUGHT_BY_FLAG = [
+    ("cache_by_pointer.py", "stale_output_on_refill"),
+    ("cache_by_identity.py", "stale_output_on_refill"),
+    ("patch_perf_counter.py", "patched_functions"),
+    ("patch_cuda_timing.py", "patched_functions"),
+    ("mutate_inputs.py", "mutates_inputs"),
+    ("alias_input.py", "output_aliases_input"),
+    ("persistent_buffer.py", "output_changed_later"),
+    ("calls_reference.py", "calls_reference"),
+]
+
+
+@pytest.mark.parametrize("name,flag", CPU_CAUGHT_BY_FLAG)
+def test_cheat_is_caught_by_its_guard(cpu_config, name, flag):
+    r = run(cpu_config, name)
+    assert r.status is Status.INCORRECT, (r.status, r.error_log)
+    if name == "cache_by_pointer.py" and not all(t.passed for t in r.trials):
+        # the allocator gave a later trial's input the address of an earlier one: the cache
+        # served a stale output and the trials caught it before the guard ran
+        assert "Outputs are not close" in r.error_log
+        return
+    assert flag in flags(r) and flag in failed(r), r.metadata.get("guards")
+    assert flag in r.error_log and "Reward-hacking guard failed" in r.error_log
+    assert r.speedup is None
+
+
+def test_stored_output_fails_on_the_second_trial(cpu_config):
+    r = run(cpu_config, "stored_output.py")
+    assert r.status is Status.INCORRECT
+    assert r.trials[0].passed and not r.trials[1].passed  # right once, then stale
+
+
+def test_patched_verifier_is_restored_and_the_wrong_output_fails(cpu_config):
+    r = run(cpu_config, "patch_verifier.py")
+    assert r.status is Status.INCORRECT
+    assert "compare_outputs" in flags(r)["patched_functions"]
+    assert r.error_log.startswith("Outputs are not close")
+
+
+def test_deferred_work_in_a_thread_is_caught(cpu_config):
+    r = run(cpu_config, "deferred_thread.py")
+    assert r.status is Status.INCORRECT
+    # either the output was read before the worker wrote it (NaN-filled, so it shows), or the
+    # output happened to be complete and the lingering worker thread was flagged
+    assert "background_threads" in failed(r) or "never written" in r.error_log or "NaN" in r.error_log, r.error_log
+
+
+def test_bf16_compute_fails_calibrated_and_is_named(cpu_config):
+    r = run(cpu_config, "bf16_compute.py")
+    assert r.status is Status.INCORRECT
+    assert "calibrated check" in r.error_log
+    assert "lower_precision_suspected" in flags(r)
+    assert "bf16/fp16" in r.error_log
+
+
+def test_reuse_of_reference_memory_shows_as_unwritten(cpu_config):
+    r = run(cpu_config, "reuse_reference_output.py")
+    assert r.status is Status.INCORRECT
+    assert "unwritten_output" in flags(r)
+    assert "never written" in r.error_log
+
+
+def test_torch_ops_only_is_reported_as_no_custom_kernel(cpu_config):
+    r = run(cpu_config, "torch_ops_only.py")
+    assert r.status is Status.PASSED, r.error_log  # reported, not failed, by default
+    assert "no_custom_kernel" in flags(r) and not failed(r)
+
+
+def test_no_custom_kernel_fails_when_configured(cpu_config):
+    cpu_config.guards.fail_on = cpu_config.guards.fail_on + ("no_custom_kernel",)
+    r = run(cpu_config, "torch_ops_only.py")
+    assert r.status is Status.INCORRECT and "no_custom_kernel" in r.error_log
+
+
+def test_guards_off_lets_an_identity_cache_through(cpu_config):
+    """The control: the same cheat passes when the guards are disabled (so the guard is what catches it)."""
+    cpu_config.guards.enabled = False
+    r = run(cpu_config, "cache_by_identity.py")
+    assert r.status is Status.PASSED, r.error_log
+
+
+# ---- honest candidates ---------------------------------------------------------------------------
+
+def test_honest_python_candidate_raises_no_failing_flag(cpu_config):
+    r = evaluate(ADD_ONE, CAND / "py_correct.py", cpu_config)
+    assert r.status is Status.PASSED, r.error_log
+    # the one flag it does get is true: it is PyTorch operators only, no kernel of its own
+    assert set(flags(r)) == {"no_custom_kernel"} and not failed(r)
+    assert "timed_output_mismatch" in r.metadata["guards"]["checked"]
+
+
+@pytest.mark.slow
+def test_honest_cpp_examples_are_flagged_by_nothing(cpu_config):
+    cpu_config.timeouts.correctness = 60  # the swish problem is 2M elements: oracle and guard calls take seconds on 2 cores
+    swish = EXAMPLES / "cpu_swish"
+    r = evaluate(swish / "problem.py", swish / "candidate.py", cpu_config)
+    assert r.status is Status.PASSED, r.error_log
+    assert flags(r) == {}, flags(r)
+    assert r.metadata["guards"]["facts"]["call"]["extension_calls"] == ["kw_example_swish_cpu.fused_swish_affine"]
+    r = evaluate(ADD_ONE, CAND / "cpp_same_name_1.py", cpu_config)
+    assert r.status is Status.PASSED, r.error_log
+    assert flags(r) == {}, flags(r)
+
+
+# ---- on a GPU -------------------------------------------------------------------------------------
+
+GPU_CAUGHT_BY_FLAG = CPU_CAUGHT_BY_FLAG + [
+    ("side_stream.py", "timer_escape"),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name,flag", GPU_CAUGHT_BY_FLAG)
+def test_cheat_is_caught_on_cuda(cuda_config, name, flag):
+    r = run(cuda_config, name)
+    assert r.status is Status.INCORRECT, (r.status, r.error_log)
+    assert flag in failed(r), r.metadata.get("guards")
+    assert r.speedup is None
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["stored_output.py", "bf16_compute.py", "reuse_reference_output.py",
+                                  "patch_verifier.py", "deferred_thread.py"])
+def test_incorrect_cheats_fail_on_cuda(cuda_config, name):
+    r = run(cuda_config, name)
+    assert r.status is Status.INCORRECT, (r.status, r.error_log)
+
+
+@pytest.mark.gpu
+def test_reference_memory_reuse_is_unwritten_on_cuda(cuda_config):
+    r = run(cuda_config, "reuse_reference_output.py")
+    assert r.status is Status.INCORRECT and "unwritten_output" in flags(r), r.error_log
+
+
+@pytest.mark.gpu
+def test_honest_cuda_example_is_flagged_by_nothing(cuda_config):
+    ex = EXAMPLES / "cuda_swish"
+    r = evaluate(ex / "problem.py", ex / "candidate.py", cuda_config)
+    assert r.status is Status.PASSED, r.error_log
+    assert flags(r) == {}, (flags(r), r.metadata["guards"]["facts"])
+    assert r.metadata["guards"]["facts"]["call"]["own_cuda_kernels"]
+    assert "timer_escape" in r.metadata["guards"]["checked"]
+
+
+@pytest.mark.gpu
+def test_torch_ops_only_is_no_custom_kernel_on_cuda(cuda_config):
+    r = run(cuda_config, "torch_ops_only.py")
+    assert r.status is Status.PASSED, r.error_log
+    assert set(flags(r)) == {"no_custom_kernel"}, (flags(r), r.metadata["guards"]["facts"])

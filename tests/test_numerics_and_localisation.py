@@ -1,0 +1,152 @@
+"""The calibrated verdict against a float64 oracle, and the where/how lines of a failing output."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernelwright.engine import evaluate
+from kernelwright.engine.child import localize, numerics
+from kernelwright.result import Status
+
+from conftest import FIXTURES
+
+ADD_ONE = FIXTURES / "problems" / "add_one.py"
+MAMBA_SMALL = FIXTURES / "problems" / "mamba2_ssd_small.py"
+MAMBA = FIXTURES / "problems" / "mamba2_ssd.py"
+M2 = FIXTURES / "mamba2"
+
+
+# ---- the rule itself (no child process) ---------------------------------------------------------
+
+def test_calibrated_rule_passes_within_a_factor_of_the_references_error():
+    o = torch.randn(1000, dtype=torch.float64) * 1e6
+    ref = o + torch.randn_like(o) * 1e3  # an inaccurate reference: fails atol/rtol against the oracle
+    good = o + torch.randn_like(o) * 2e3  # twice the reference's error
+    bad = o + torch.randn_like(o) * 1e5  # a hundred times
+    rep = numerics.judge(good.float(), ref.float(), o, 1e-3, 1e-3, 8.0)
+    assert rep.passed and rep.ill_conditioned
+    rep = numerics.judge(bad.float(), ref.float(), o, 1e-3, 1e-3, 8.0)
+    assert not rep.passed and rep.message.startswith("Outputs are not close (atol=0.001, rtol=0.001). max_abs_err=")
+
+
+def test_calibrated_rule_is_the_tolerance_when_the_reference_is_exact():
+    o = torch.randn(100, dtype=torch.float64)
+    rep = numerics.judge((o + 5e-4).float(), o.float(), o, 1e-3, 1e-3, 8.0)
+    assert rep.passed  # within atol
+    rep = numerics.judge((o + 5e-3).float(), o.float(), o, 1e-3, 1e-3, 8.0)
+    assert not rep.passed
+
+
+# ---- Mamba-2 SSD at a small shape on the CPU: the phenomenon of the issue ---------------------------
+
+@pytest.fixture
+def mamba_cfg(cpu_config):
+    cpu_config.trials = 2
+    cpu_config.time_candidate = False
+    return cpu_config
+
+
+def _leaf(r):
+    return r.trials[0].extra["numerics"]["leaves"][0]
+
+
+def test_mamba2_small_strict_rejects_a_correct_candidate_calibrated_accepts_it(mamba_cfg):
+    mamba_cfg.verdict = "strict"
+    strict = evaluate(MAMBA_SMALL, M2 / "mamba2_f64.py", mamba_cfg)
+    mamba_cfg.verdict = "calibrated"
+    cal = evaluate(MAMBA_SMALL, M2 / "mamba2_f64.py", mamba_cfg)
+    assert strict.status is Status.INCORRECT  # a fixed tolerance against the float32 reference
+    assert cal.status is Status.PASSED, cal.error_log
+    assert cal.metadata["numerics"]["ill_conditioned"] is True
+    leaf = _leaf(cal)
+    assert leaf["reference"]["frac_out_of_tol"] > 0  # the float32 reference fails against the oracle
+    assert leaf["candidate"]["norm_rel"] < leaf["reference"]["norm_rel"]
+
+
+def test_mamba2_small_off_by_one_and_bf16_fail_calibrated(mamba_cfg):
+    for name in ("mamba2_off_by_one.py", "mamba2_bf16.py"):
+        r = evaluate(MAMBA_SMALL, M2 / name, mamba_cfg)
+        assert r.status is Status.INCORRECT, name
+        assert "calibrated check" in r.error_log
+        leaf = _leaf(r)
+        assert leaf["candidate"]["norm_rel"] > 8 * leaf["reference"]["norm_rel"]
+
+
+# ---- localisation -----------------------------------------------------------------------------------
+
+def _write(tmp_path, body: str):
+    p = tmp_path / "cand.py"
+    p.write_text("import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n    def forward(self, x):\n" + body)
+    return p
+
+
+def test_wrong_permutation_names_the_swapped_order(cpu_config, tmp_path, ):
+    # (l c) where (c l) was meant: the 128 features flattened from 2 x 64 in the wrong order
+    cand = _write(tmp_path, "        y = torch.relu(x) + 1.0\n"
+                            "        return y.reshape(64, 2, 64).transpose(1, 2).reshape(64, 128)\n")
+    r = evaluate(ADD_ONE, cand, cpu_config)
+    assert r.status is Status.INCORRECT
+    assert "along dim 1 (size 128 = 2 x 64)" in r.error_log and "factors swapped" in r.error_log, r.error_log
+
+
+def test_shifted_by_one_names_the_axis(cpu_config, tmp_path):
+    cand = _write(tmp_path, "        y = torch.relu(x) + 1.0\n"
+                            "        return torch.cat([y[:, :1], y[:, :-1]], dim=1)\n")
+    r = evaluate(ADD_ONE, cand, cpu_config)
+    assert r.status is Status.INCORRECT
+    assert "shifted by +1 along dim 1" in r.error_log, r.error_log
+
+
+def test_partly_unwritten_output_is_located(cpu_config, tmp_path):
+    cand = _write(tmp_path, "        y = torch.empty_like(x)\n"
+                            "        y[:, :100] = torch.relu(x[:, :100]) + 1.0\n"
+                            "        return y\n")
+    r = evaluate(ADD_ONE, cand, cpu_config)
+    assert r.status is Status.INCORRECT
+    assert "never written" in r.error_log
+    assert "errors only at positions >= 100 along dim 1" in r.error_log
+    assert "unwritten_output" in r.metadata["guards"]["flags"]
+
+
+def test_localize_unit_cases():
+    t = torch.randn(6, 8, 8, dtype=torch.float64)
+    assert any("axes 1 and 2 swapped" in ln for ln in localize.localize(t.transpose(1, 2), t, 1e-3, 1e-3))
+    assert any("times 0.5" in ln for ln in localize.localize(t * 0.5, t, 1e-3, 1e-3))
+    shifted = torch.roll(t, shifts=-1, dims=0)
+    assert any("shifted by -1 along dim 0" in ln for ln in localize.localize(shifted, t, 1e-3, 1e-3))
+    zeros = t.clone()
+    zeros[3:] = 0
+    lines = localize.localize(zeros, t, 1e-3, 1e-3)
+    assert any("exactly 0" in ln for ln in lines) and any("positions >= 3 along dim 0" in ln for ln in lines)
+
+
+# ---- Mamba-2 SSD at the KernelBench shape on a GPU: the figures of the issue -------------------------
+
+@pytest.mark.gpu
+def test_mamba2_figures_on_gpu(cuda_config):
+    cuda_config.time_candidate = False
+    cuda_config.verdict = "strict"
+    strict_ok = evaluate(MAMBA, M2 / "mamba2_f64.py", cuda_config)
+    strict_compiled = evaluate(MAMBA, M2 / "mamba2_compiled.py", cuda_config)
+    cuda_config.verdict = "calibrated"
+    ok = evaluate(MAMBA, M2 / "mamba2_f64.py", cuda_config)
+    reordered = evaluate(MAMBA, M2 / "mamba2_reordered.py", cuda_config)
+    compiled = evaluate(MAMBA, M2 / "mamba2_compiled.py", cuda_config)
+    off = evaluate(MAMBA, M2 / "mamba2_off_by_one.py", cuda_config)
+    bf16 = evaluate(MAMBA, M2 / "mamba2_bf16.py", cuda_config)
+    figures = {n: _leaf(r) for n, r in [("f64", ok), ("reordered", reordered), ("compiled", compiled),
+                                        ("off_by_one", off), ("bf16", bf16)]}
+    print({n: (f["reference"]["max_abs"], f["reference"]["norm_rel"], f["candidate"]["max_abs"],
+               f["candidate"]["norm_rel"]) for n, f in figures.items()})
+    ref = figures["f64"]["reference"]
+    # the issue's figures: float32 reference off its float64 self by ~5.8e10 (normwise ~2.2e-6)
+    assert 1e9 < ref["max_abs"] < 1e12 and 1e-7 < ref["norm_rel"] < 1e-4
+    assert ok.metadata["numerics"]["ill_conditioned"] is True
+    assert strict_ok.status is Status.INCORRECT  # strict rejects a correct candidate ...
+    assert strict_compiled.status is Status.INCORRECT  # ... and the reference's own torch.compile
+    assert figures["f64"]["candidate"]["norm_rel"] < 1e-8
+    assert ok.status is Status.PASSED, ok.error_log
+    assert reordered.status is Status.PASSED, reordered.error_log
+    assert compiled.status is Status.PASSED, compiled.error_log
+    assert off.status is Status.INCORRECT and bf16.status is Status.INCORRECT
