@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -33,7 +34,15 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def cache_dir(tmp_path_factory) -> str:
-    """One build cache for the whole session: a C++ extension is built once, then reused."""
+    """One build cache for the whole session: a C++ extension is built once, then reused.
+
+    `KW_TEST_CACHE` names a directory shared by several pytest workers (pytest -n): builds are
+    keyed by content and locked, so workers share them safely.
+    """
+    shared = os.environ.get("KW_TEST_CACHE")
+    if shared:
+        os.makedirs(shared, exist_ok=True)
+        return shared
     return str(tmp_path_factory.mktemp("kw-cache"))
 
 
