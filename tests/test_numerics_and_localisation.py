@@ -145,7 +145,8 @@ def test_mamba2_figures_on_gpu(cuda_config):
     assert ok.metadata["numerics"]["ill_conditioned"] is True
     assert strict_ok.status is Status.INCORRECT  # strict rejects a correct candidate ...
     assert strict_compiled.status is Status.INCORRECT  # ... and the reference's own torch.compile
-    assert figures["f64"]["candidate"]["norm_rel"] < 1e-8
+    # computed in float64, rounded once to float32: about float32's unit roundoff (6e-8), no more
+    assert figures["f64"]["candidate"]["norm_rel"] < 1e-7
     assert ok.status is Status.PASSED, ok.error_log
     assert reordered.status is Status.PASSED, reordered.error_log
     assert compiled.status is Status.PASSED, compiled.error_log

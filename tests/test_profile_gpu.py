@@ -45,8 +45,11 @@ def test_cuda_candidate_gets_an_ncu_profile_and_a_roofline(cuda_config, tmp_path
                   "l2_hit_rate_pct", "issue_slots_busy_pct"):
         assert k[field] is not None, field
     assert k["top_stalls"], "warp stall reasons"
-    # x (8192x4096 fp32) read once, y written once: 128 MiB each way at least
-    assert k["dram_read_bytes"] >= 0.9 * 8192 * 4096 * 4 and k["dram_write_bytes"] >= 0.9 * 8192 * 4096 * 4
+    # x (8192x4096 fp32) read once, y written once: 128 MiB each way. Reads must all come from DRAM;
+    # up to one L2's worth of y (50 MiB on an H100) may still sit dirty in L2 when the kernel ends.
+    nbytes = 8192 * 4096 * 4
+    assert k["dram_read_bytes"] >= 0.9 * nbytes
+    assert k["dram_write_bytes"] >= nbytes - 60 * 2**20
     assert "torch_profile" in r.metadata  # the whole-forward list stays alongside
 
     rl = r.metadata["roofline"]
