@@ -308,7 +308,8 @@ class Forge:
             kind: type = PerformanceCritique
             last = rnd.expectation if rnd.expectation and rnd.expectation.measured_over_baseline is not None else None
             prompt = prompts.render("judge_performance", backend=self.config.backend, problem_code=self.problem_code,
-                                    code=target.code, result=target.result, history=history + [_history_entry(rnd)],
+                                    code=target.code, result=target.result,
+                                    history=history + [_history_entry(rnd) | {"expectation": None}],  # told below
                                     profile=_profile_text(target.result), target_round=target.index,
                                     last_expectation=last.sentence() if last else None)
         else:
