@@ -46,7 +46,13 @@ WRONG_VERDICT = judge_json(
 ROWWISE_VERDICT = judge_json(
     bottleneck="forward calls the kernel once per row (1024 calls) and then torch.cat copies every row again.",
     optimisation="Call fused_swish_affine once on the whole 2-D tensor; it already splits rows over threads.",
-    expected_speedup="several x over this candidate: one call, no concatenation",
+    expected_speedup=4,
+    why="one call and no concatenation instead of 1024 calls and a copy",
+)
+FUSED_VERDICT = judge_json(
+    bottleneck="one pass over memory already; the exp dominates.",
+    optimisation="Vectorise the inner loop.",
+    expected_speedup="1.2x",
 )
 
 
@@ -58,19 +64,20 @@ def cli(*args: str) -> str:
 
 @pytest.fixture(scope="module")
 def recorded_run(tmp_path_factory, cache_dir):
-    """`kernelwright optimize` through the CLI: wrong -> Judge -> repaired (slow) -> Judge -> fast."""
+    """`kernelwright optimize` through the CLI: wrong -> Judge -> repaired (slow) -> Judge -> fast
+    -> Judge (told what it expected and what was measured) -> an answer with no code (no evaluation)."""
     out = tmp_path_factory.mktemp("runs") / "swish"
     script = {
         "coder-model": [Reply(answer(LOOP / "cpp_swish_wrong.py")), Reply(answer(LOOP / "cpp_swish_rowwise.py")),
-                        Reply(answer(LOOP / "cpp_swish_fused.py"))],
-        "judge-model": [Reply(WRONG_VERDICT), Reply(ROWWISE_VERDICT)],
+                        Reply(answer(LOOP / "cpp_swish_fused.py")), Reply("I would vectorise it next.")],
+        "judge-model": [Reply(WRONG_VERDICT), Reply(ROWWISE_VERDICT), Reply(FUSED_VERDICT)],
     }
     mp = pytest.MonkeyPatch()
     mp.setenv("KERNELWRIGHT_CACHE", cache_dir)  # the session's build cache: the example's extension builds once
     try:
         with ChatServer(script) as server:
             output = cli("optimize", str(CPU_PROBLEM), "--coder", "coder-model", "--judge", "judge-model",
-                         "--base-url", server.base_url, "--rounds", "3", "--backend", "cpp", "--device", "cpu",
+                         "--base-url", server.base_url, "--rounds", "4", "--backend", "cpp", "--device", "cpu",
                          "--trials", "3", "--out", str(out))
     finally:
         mp.undo()
@@ -82,26 +89,49 @@ def recorded_run(tmp_path_factory, cache_dir):
 def test_loop_repairs_then_speeds_up_and_keeps_the_fastest(recorded_run):
     out, server, output = recorded_run
     summary = read_summary(out)
-    assert [r["verdict"] for r in summary["rounds"]] == ["incorrect", "passed", "passed"]
-    assert [r["kind"] for r in summary["rounds"]] == ["first", "repair", "optimise"]
-    assert all(r["evaluated"] for r in summary["rounds"])
+    assert [r["verdict"] for r in summary["rounds"]] == ["incorrect", "passed", "passed", "format_error"]
+    assert [r["kind"] for r in summary["rounds"]] == ["first", "repair", "optimise", "optimise"]
+    assert [r["evaluated"] for r in summary["rounds"]] == [True, True, True, False]
     slow, fast = summary["rounds"][1]["speedup"], summary["rounds"][2]["speedup"]
     assert fast > slow  # the Judge's optimisation made it measurably faster
     best = summary["best"]
     assert best["round"] == 2 and best["speedup"] == max(slow, fast)
+    assert summary["rounds"][2]["best_decision"].startswith(f"{fast:.3f}x beats the best ({slow:.3f}x)")
     assert (out / "best.py").read_text() == (LOOP / "cpp_swish_fused.py").read_text()
-    assert summary["state"] == "finished" and summary["stop_reason"] == "round limit (3) reached"
-    # tokens: the server counted words for each of the 5 calls, and the run adds them up
+    assert summary["state"] == "finished" and summary["stop_reason"] == "round limit (4) reached"
+    assert summary["profile"] == "auto" and summary["sandbox"] == "auto"
+    # tokens: the server counted words for each of the 7 calls, and the run adds them up
     assert summary["tokens"]["total"] == sum(r["tokens"] for r in summary["rounds"]) > 0
-    assert summary["unpriced_calls"] == 5 and summary["cost_usd"] == 0
+    assert summary["unpriced_calls"] == 7 and summary["cost_usd"] == 0
     # the run directory, round by round
     dirs = [out / r["dir"] for r in summary["rounds"]]
-    assert [d.name[:4] for d in dirs] == ["000_", "001_", "002_"]
+    assert [d.name[:4] for d in dirs] == ["000_", "001_", "002_", "003_"]
     assert (dirs[0] / "candidate.py").read_text() == (LOOP / "cpp_swish_wrong.py").read_text()
     assert json.loads((dirs[0] / "eval.json").read_text())["status"] == "incorrect"
     assert "Outputs are not close" in json.loads((dirs[0] / "eval.json").read_text())["error_log"]
     assert json.loads((dirs[0] / "round.json").read_text())["critique"]["minimal_fix_hint"].startswith("Call fused")
-    assert not (dirs[2] / "judge_prompt.md").exists()  # the last round asks no Judge
+    assert not (dirs[3] / "judge_prompt.md").exists()  # the last round asks no Judge (nor does a format error)
+    # the profile is on by default: the Judge of a correct candidate reads it (torch.profiler on the CPU)
+    perf_prompt = (dirs[1] / "judge_prompt.md").read_text()
+    assert "Profile (torch.profiler; ncu unavailable: " in perf_prompt and "[candidate]" in perf_prompt
+    assert json.loads((dirs[1] / "eval.json").read_text())["metadata"]["profile"]["source"] == "torch.profiler"
+    assert "YOUR LAST EXPECTATION" not in perf_prompt
+    # the Judge expected 4x over round 1; round 2 measured fast/slow over it, and the records say whether it held
+    ratio = fast / slow
+    outcome = "exceeded" if ratio > 4.4 else "met" if ratio >= 3.6 else "missed" if ratio >= 1 else "regressed"
+    r2 = json.loads((dirs[2] / "round.json").read_text())
+    assert r2["expected_speedup"] == 4.0 and r2["expectation"]["baseline_round"] == 1
+    assert r2["expectation"]["measured_over_baseline"] == pytest.approx(ratio)
+    assert r2["expectation"]["outcome"] == outcome and r2["expectation_held"] == (outcome in ("met", "exceeded"))
+    row = summary["rounds"][2]
+    assert (row["expected_speedup"], row["expectation_outcome"]) == (4.0, outcome)
+    assert row["expectation_held"] == r2["expectation_held"] and row["speedup"] == fast
+    assert json.loads((dirs[1] / "round.json").read_text())["critique"]["expected_speedup"] == 4.0
+    # ... and the next Judge is told
+    again = (dirs[2] / "judge_prompt.md").read_text()
+    assert (f"YOUR LAST EXPECTATION\nin round 1 you expected 4.00x over the round-1 candidate ({slow:.3f}x); "
+            f"round 2 measured {ratio:.2f}x over it ({fast:.3f}x overall): {outcome}.") in again
+    assert "expected_speedup: 4.00x over this code (one call and no concatenation" in (dirs[2] / "coder_prompt.md").read_text()
     # the repair prompt carries the engine's error, the old code and the Judge's three fields, in order
     repair = (dirs[1] / "coder_prompt.md").read_text()
     assert repair.startswith("You are a senior C++-extension developer (CPU kernels). Your job is to FIX")
@@ -115,7 +145,7 @@ def test_loop_repairs_then_speeds_up_and_keeps_the_fastest(recorded_run):
     assert "bottleneck: forward calls the kernel once per row" in optimise and "torch.cat(rows)" in optimise
     # what the server received is what the run directory recorded
     assert server.prompts("coder-model") == [(d / "coder_prompt.md").read_text() for d in dirs]
-    assert "round 3/3: passed" in output
+    assert "round 3/4: passed" in output and "round 4/4: format_error" in output
 
 
 @pytest.mark.slow
@@ -124,13 +154,14 @@ def test_replay_of_the_recorded_run_reproduces_its_verdicts(recorded_run, tmp_pa
     out, _, _ = recorded_run
     monkeypatch.setenv("KERNELWRIGHT_CACHE", cache_dir)
     again = tmp_path / "replayed"
-    cli("optimize", str(CPU_PROBLEM), "--coder", f"replay:{out}", "--rounds", "3", "--backend", "cpp",
-        "--device", "cpu", "--trials", "3", "--out", str(again))
+    cli("optimize", str(CPU_PROBLEM), "--coder", f"replay:{out}", "--rounds", "4", "--backend", "cpp",
+        "--device", "cpu", "--trials", "3", "--out", str(again), "--no-profile")
     first, second = read_summary(out), read_summary(again)
     assert [r["verdict"] for r in second["rounds"]] == [r["verdict"] for r in first["rounds"]]
     assert [r["dir"] for r in second["rounds"]] == [r["dir"] for r in first["rounds"]]  # same code, same hashes
     assert second["best"]["round"] == first["best"]["round"] == 2
-    assert second["judge"].startswith("replay:")
+    assert second["judge"].startswith("replay:") and second["profile"] == "off"
+    assert [r["expected_speedup"] for r in second["rounds"]] == [r["expected_speedup"] for r in first["rounds"]]
     assert (again / "best.py").read_text() == (out / "best.py").read_text()
 
 
@@ -153,8 +184,8 @@ def test_the_run_survives_rate_limits_server_errors_bad_answers_and_timeouts(cpu
         cfg = LoopConfig(rounds=3, backend="cuda", model=mcfg)
         run_dir = RunDir(tmp_path / "run", ADD_ONE, {"coder": coder.name, "judge": judge.name})
         calls = []
-        forge = Forge(ADD_ONE, coder, judge, lambda p, code, on_stage: calls.append(code) or
-                      engine_evaluator(cpu_config)(p, code, on_stage), cfg, device="cpu", recorder=run_dir)
+        forge = Forge(ADD_ONE, coder, judge, lambda p, code, on_stage, report_dir: calls.append(code) or
+                      engine_evaluator(cpu_config)(p, code, on_stage, report_dir), cfg, device="cpu", recorder=run_dir)
         state = forge.run()
     summary = read_summary(tmp_path / "run")
     assert [r["verdict"] for r in summary["rounds"]] == ["format_error", "passed", "incorrect"]
@@ -168,7 +199,10 @@ def test_the_run_survives_rate_limits_server_errors_bad_answers_and_timeouts(cpu
     r1 = json.loads((tmp_path / "run" / summary["rounds"][1]["dir"] / "round.json").read_text())
     assert r1["coder"]["attempts"][0]["error"].startswith("timeout") and r1["coder"]["attempts"][1]["ok"]
     assert [a["status_code"] for a in r1["judge"]["attempts"]] == [500, None]  # a 500, then the verdict
-    assert r1["critique"]["optimisation"] == "fuse them"
+    assert r1["critique"]["optimisation"] == "fuse them" and r1["critique"]["expected_speedup"] == 1.5
+    # the attempt at the Judge's optimisation failed: its expectation was not measured (a repair carries it)
+    assert summary["rounds"][2]["expectation_outcome"] == "not_measured"
+    assert summary["rounds"][2]["expected_speedup"] == 1.5
     repair_prompt = server.prompts("coder")[1]
     assert "Output rules broken: no code block" in repair_prompt and "OLD CODE (read-only)" in repair_prompt
     assert server.served("coder") == ["Status", "Reply", "Reply", "Reply", "Reply"]
@@ -194,3 +228,18 @@ def test_a_replayed_cuda_run_verifies_a_speedup_on_the_gpu(tmp_path, monkeypatch
     assert record["status"] == "passed" and record["device_type"] == "cuda"
     assert record["candidate_timing"]["clock"] == "cuda_event"
     assert best["speedup"] == max(r["speedup"] for r in summary["rounds"] if r["speedup"] is not None)
+    # the profile (on by default): ncu's raw report and CSV in the round's folder, or the reason it fell back
+    for r in summary["rounds"][1:]:
+        prof = json.loads((out / r["dir"] / "eval.json").read_text())["metadata"]["profile"]
+        if prof["source"] == "ncu":
+            assert (out / r["dir"] / "profile" / "profile.ncu-rep").is_file()
+            assert (out / r["dir"] / "profile" / "profile.csv").is_file()
+            assert prof["report_path"].startswith(str(out / r["dir"]))
+        else:
+            assert prof["source"] == "torch.profiler" and prof["fallback_reason"]
+    assert "Profile (" in (out / summary["rounds"][1]["dir"] / "judge_prompt.md").read_text()
+    # the Judge expected "1.1x to 1.3x" over round 1: round 2's record says what was measured and whether it held
+    row = summary["rounds"][2]
+    assert row["expected_speedup"] == pytest.approx(1.2)
+    assert row["measured_over_baseline"] == pytest.approx(row["speedup"] / summary["rounds"][1]["speedup"])
+    assert row["expectation_outcome"] in ("exceeded", "met", "missed", "regressed")

@@ -11,7 +11,7 @@ import jinja2
 import pytest
 
 from kernelwright import prompts
-from kernelwright.config import LoopConfig, ModelConfig, RetryPolicy
+from kernelwright.config import EvalConfig, LoopConfig, ModelConfig, ProfileConfig, RetryPolicy
 from kernelwright.extract import (
     FailureCritique,
     JudgeParseError,
@@ -19,13 +19,14 @@ from kernelwright.extract import (
     PerformanceCritique,
     extract_code,
     parse_judge,
+    parse_speedup,
 )
-from kernelwright.loop import Forge
+from kernelwright.loop import Forge, engine_evaluator, improvement
 from kernelwright.models import ModelError, ModelSetupError, resolve_model
 from kernelwright.models.base import Completion, Usage
 from kernelwright.models.pricing import PriceTable
 from kernelwright.models.replay import ReplayChat
-from kernelwright.result import EvalResult, Status
+from kernelwright.result import EvalResult, Status, TimingStats
 from kernelwright.rundir import RunDir, RunDirError, read_summary
 
 from chat_server import ChatServer, Reply, Status as HttpStatus
@@ -52,7 +53,7 @@ def test_every_prompt_renders_for_every_backend(backend):
                         device="dev")
     failed = EvalResult(status=Status.COMPILE_ERROR, error_log="boom")
     crit = FailureCritique("a", "b", "c")
-    perf = PerformanceCritique("x", "y", "2x")
+    perf = PerformanceCritique("x", "y", 2.0, "2x, one pass fewer")
     texts = [
         prompts.render("coder_first", backend=backend, device="the CPU", problem_code="P"),
         prompts.render("coder_repair", backend=backend, error_log="E", old_code="O", critique=crit, verdict="incorrect"),
@@ -61,13 +62,17 @@ def test_every_prompt_renders_for_every_backend(backend):
                        last_attempt=None, problem_code="P"),
         prompts.render("judge_failure", backend=backend, problem_code="P", code="C", result=failed, history=[], profile=""),
         prompts.render("judge_performance", backend=backend, problem_code="P", code="C", result=passed,
-                       history=[{"round": 0, "verdict": "passed", "speedup": 1.5}], profile="dram 80%"),
+                       history=[{"round": 0, "verdict": "passed", "speedup": 1.5, "became_best": True,
+                                 "expectation": None}], profile="dram 80%", target_round=0,
+                       last_expectation="in round 0 you expected 2.00x"),
     ]
     assert all("OUTPUT RULES" in t for t in texts[:4])
     word = {"cuda": "`source`", "triton": "@triton.jit", "cpp": "CPU only"}[backend]
     assert all(word in t for t in texts[:4])
     assert '"critical_issue"' in texts[4] and '"expected_speedup"' in texts[5] and "dram 80%" in texts[5]
     assert "minimal_fix_hint: Answer with exactly one" in texts[2]
+    assert "expected_speedup: 2.00x over this code (2x, one pass fewer)" in texts[3]
+    assert "YOUR LAST EXPECTATION\nin round 0 you expected 2.00x." in texts[5]
 
 
 def test_repair_prompt_has_the_seed_layout():
@@ -117,9 +122,23 @@ def test_judge_json_is_read_robustly():
     fenced = 'Sure.\n```json\n{"critical_issue": "a", "why_it_matters": "b", "minimal_fix_hint": "c"}\n```'
     assert parse_judge(fenced, FailureCritique) == FailureCritique("a", "b", "c")
     loose = 'Analysis {not json} then {"bottleneck": "mem", "optimization": "fuse", "expected_speedup": 2} done'
-    assert parse_judge(loose, PerformanceCritique) == PerformanceCritique("mem", "fuse", "2")
+    assert parse_judge(loose, PerformanceCritique) == PerformanceCritique("mem", "fuse", 2.0, "")
+    worded = '{"bottleneck": "b", "optimisation": "o", "expected_speedup": "1.1x to 1.3x", "why": "fewer loads"}'
+    assert parse_judge(worded, PerformanceCritique) == PerformanceCritique("b", "o", pytest.approx(1.2),
+                                                                          "1.1x to 1.3x; fewer loads")
+    vague = '{"bottleneck": "b", "optimisation": "o", "expected_speedup": "several x"}'
+    assert parse_judge(vague, PerformanceCritique).expected_speedup is None
     with pytest.raises(JudgeParseError, match="critical_issue"):
         parse_judge('{"critical_issue": "only one field"}', FailureCritique)
+
+
+@pytest.mark.parametrize("value, factor", [
+    (1.5, 1.5), (2, 2.0), ("1.5x", 1.5), ("~2x over this candidate", 2.0), ("1.5×", 1.5), ("1.4 x faster", 1.4),
+    ("1.1x to 1.3x over this candidate: the same bytes", 1.2), ("1.1-1.3x", 1.2), ("30% faster", 1.3), ("2", 2.0),
+    ("several x", None), ("unknown", None), (0, None), (-1.5, None), (True, None), (None, None), ("0x", None),
+])
+def test_expected_speedup_is_read_as_a_factor(value, factor):
+    assert parse_speedup(value) == (pytest.approx(factor) if factor is not None else None)
 
 
 # ---- prices and models -----------------------------------------------------------------------
@@ -216,20 +235,32 @@ class Scripted:
         return Completion(text=self.answers.pop(0), usage=Usage(60, 40), model=self.name, cost_usd=0.01)
 
 
-def code(speedup: float | None) -> str:
-    """A candidate whose fake evaluation passes at `speedup` (None: incorrect)."""
-    return f"import torch.nn as nn\nSPEEDUP = {speedup!r}\nclass ModelNew(nn.Module):\n    pass\n"
+def code(speedup: float | None, spread: float | None = None, tag: str = "") -> str:
+    """A candidate whose fake evaluation passes at `speedup` (None: incorrect); `spread`: its timing's
+    p10 and p90 lie that fraction below and above the median (None: no timing statistics)."""
+    return (f"import torch.nn as nn\nSPEEDUP = {speedup!r}\nSPREAD = {spread!r}\nTAG = {tag!r}\n"
+            "class ModelNew(nn.Module):\n    pass\n")
+
+
+def timed(speedup: float, spread: float | None) -> EvalResult:
+    median = 1.0 / speedup
+    stats = None if spread is None else TimingStats(
+        median_ms=median, mean_ms=median, std_ms=0.0, min_ms=median * (1 - spread), max_ms=median * (1 + spread),
+        p10_ms=median * (1 - spread), p90_ms=median * (1 + spread), iterations=100, warmup=10, clock="perf_counter",
+        l2_flush=False)
+    return EvalResult(status=Status.PASSED, correct=True, speedup=speedup, candidate_ms=median, reference_ms=1.0,
+                      device="fake", candidate_timing=stats)
 
 
 def fake_engine(calls):
-    def evaluate(problem, text, on_stage):
+    def evaluate(problem, text, on_stage, report_dir):
         calls.append(text)
         on_stage("correctness")
         value = eval(text.split("SPEEDUP = ")[1].splitlines()[0])
+        spread = eval(text.split("SPREAD = ")[1].splitlines()[0])
         if value is None:
             return EvalResult(status=Status.INCORRECT, error_log="Outputs are not close")
-        return EvalResult(status=Status.PASSED, correct=True, speedup=value, candidate_ms=1.0 / value,
-                          reference_ms=1.0, device="fake")
+        return timed(value, spread)
     return evaluate
 
 
@@ -252,7 +283,8 @@ def test_a_regression_never_replaces_the_best(tmp_path):
     assert [r.became_best for r in state.rounds] == [True, False, False, True]
     assert state.best.index == 3
     # after the regression the Coder is shown the best code, and told the attempt was not kept
-    assert "SPEEDUP = 2.0" in coder.prompts[2] and "slower than this code (2.000x)" in coder.prompts[2]
+    assert "SPEEDUP = 2.0" in coder.prompts[2]
+    assert "passed but was not kept: 1.200x is not faster than the best (2.000x)" in coder.prompts[2]
     assert "SPEEDUP = None" in coder.prompts[3] and "ERROR LOG" in coder.prompts[3]  # repair of the failure
     assert (tmp_path / "run" / "best.py").read_text() == code(2.5)
 
@@ -314,3 +346,141 @@ def test_a_used_run_directory_is_refused(tmp_path):
     (tmp_path / "run" / "x").write_text("")
     with pytest.raises(RunDirError, match="pass a new --out"):
         RunDir(tmp_path / "run", ADD_ONE, {})
+
+
+# ---- best-candidate selection: a new best must clear the noise --------------------------------
+
+def test_a_new_best_must_beat_the_min_improvement_and_the_measured_spread():
+    cfg = LoopConfig()  # min_improvement 2%, spread_factor 1
+    best = timed(0.845, 0.10)
+    # seen on the CPU: the same candidate measured 0.845x, then 0.951x; its runs spread +-10%
+    won, why = improvement(timed(0.951, 0.10), best, cfg)
+    assert not won and "within the measured timing spread" in why
+    # 0.951 x (1/1.1) = 0.865 (new's slow end) < 0.845 x (1/0.9) = 0.939 (best's fast end): needs 0.845/0.9*1.1
+    assert f"needs {0.845 / 0.9 * 1.1:.3f}x" in why
+    assert improvement(timed(1.04, 0.10), best, cfg)[0]  # clears both bands
+    # no timing statistics: only the minimum improvement applies
+    assert not improvement(timed(2.03, None), timed(2.0, None), cfg)[0]
+    assert "less than the 2% minimum" in improvement(timed(2.03, None), timed(2.0, None), cfg)[1]
+    assert improvement(timed(2.05, None), timed(2.0, None), cfg)[0]
+    # tight timings: the 2% floor decides
+    assert improvement(timed(1.03, 0.001), timed(1.0, 0.001), cfg)[0]
+    assert not improvement(timed(1.015, 0.001), timed(1.0, 0.001), cfg)[0]
+    # configurable: no floor, no spread test -> any strictly faster candidate wins
+    loose = LoopConfig(min_improvement=0.0, spread_factor=0.0)
+    assert improvement(timed(0.951, 0.10), best, loose)[0]
+    assert not improvement(timed(0.845, 0.10), best, loose)[0]  # an equal one never does
+    # the first correct candidate is the best; an untimed pass never replaces a timed one
+    assert improvement(timed(0.5, 0.5), None, cfg) == (True, "the first correct candidate")
+    untimed = EvalResult(status=Status.PASSED, correct=True)
+    assert not improvement(untimed, best, cfg)[0] and improvement(best, untimed, cfg)[0]
+
+
+def test_a_resubmitted_candidate_does_not_win_by_noise(tmp_path):
+    f, coder, _, _ = forge(tmp_path, [block(code(0.845, 0.10)), block(code(0.951, 0.10, tag="same again")),
+                                      block(code(1.2, 0.05))], [PERF, PERF], rounds=3)
+    state = f.run()
+    assert [r.became_best for r in state.rounds] == [True, False, True]
+    assert "passed but was not kept: 0.951x is within the measured timing spread" in coder.prompts[2]
+    assert "SPEEDUP = 0.845" in coder.prompts[2]  # the Coder is shown the kept best
+    rounds = read_summary(tmp_path / "run")["rounds"]
+    assert "within the measured timing spread" in rounds[1]["best_decision"]
+    assert rounds[2]["best_decision"].startswith("1.200x beats the best (0.845x) beyond the measured spread")
+
+
+# ---- the Judge's expected speedup, checked by the next passing round --------------------------
+
+def perf(expected, why="fewer passes"):
+    return json.dumps({"bottleneck": "b", "optimisation": "fuse the passes", "expected_speedup": expected, "why": why})
+
+
+def test_the_judges_expected_speedup_is_checked_and_fed_back(tmp_path):
+    f, coder, judge, _ = forge(
+        tmp_path,
+        [block(code(1.0)), block(code(1.1)), block(code(None)), block(code(2.5)), block(code(2.4)), block(code(9.0))],
+        [perf(2), perf("1.5x"), FAIL, perf(1.1), perf("several x")], rounds=6)
+    state = f.run()
+    exp = [r.expectation for r in state.rounds]
+    assert exp[0] is None  # nothing was expected of the first candidate
+    # round 0's Judge expected 2x over round 0 (1.0x); round 1 measured 1.1x: missed
+    assert (exp[1].judged_round, exp[1].baseline_round, exp[1].expected_speedup) == (0, 0, 2.0)
+    assert exp[1].measured_over_baseline == pytest.approx(1.1) and exp[1].outcome == "missed" and exp[1].held is False
+    # round 1's Judge expected 1.5x over round 1 (the new best, 1.1x); round 2 failed, so its repair measures it
+    assert exp[2].outcome == "not_measured" and exp[2].held is None and exp[2].judged_round == 1
+    assert exp[3].judged_round == 1 and exp[3].measured_round == 3
+    assert exp[3].measured_over_baseline == pytest.approx(2.5 / 1.1) and exp[3].outcome == "exceeded" and exp[3].held
+    # round 3's Judge expected 1.1x over round 3 (2.5x); round 4 measured 2.4x: regressed
+    assert exp[4].outcome == "regressed" and exp[4].held is False and exp[4].baseline_round == 3
+    # round 4's Judge reviewed the best (round 3) and gave no number: measured, but unrated
+    assert exp[5].expected_speedup is None and exp[5].outcome == "unrated" and exp[5].held is None
+    assert exp[5].measured_over_baseline == pytest.approx(9.0 / 2.5)
+    # each Judge prompt after a measurement tells the Judge what it expected and what was measured
+    assert "YOUR LAST EXPECTATION" not in judge.prompts[0]
+    assert ("in round 0 you expected 2.00x over the round-0 candidate (1.000x); round 1 measured 1.10x over it "
+            "(1.100x overall): missed.") in judge.prompts[1]
+    assert "YOUR LAST EXPECTATION" not in judge.prompts[2]  # the failure Judge of round 2
+    assert "in round 1 you expected 1.50x over the round-1 candidate (1.100x); round 3 measured 2.27x" in judge.prompts[3]
+    assert "round 4 measured 0.96x over it (2.400x overall): regressed" in judge.prompts[4]
+    assert "- round 1: passed (1.100x, new best); in round 0 you expected 2.00x" in judge.prompts[4]
+    assert "expected_speedup: 1.50x over this code (1.5x; fewer passes)" in coder.prompts[2]
+    # the records: round.json and the summary's rounds list
+    summary = read_summary(tmp_path / "run")
+    rows = summary["rounds"]
+    assert [r["expected_speedup"] for r in rows] == [None, 2.0, 1.5, 1.5, 1.1, None]
+    assert [r["expectation_held"] for r in rows] == [None, False, None, True, False, None]
+    assert [r["expectation_outcome"] for r in rows] == [None, "missed", "not_measured", "exceeded", "regressed", "unrated"]
+    assert rows[1]["speedup"] == 1.1 and rows[1]["measured_over_baseline"] == pytest.approx(1.1)
+    record = json.loads((tmp_path / "run" / rows[3]["dir"] / "round.json").read_text())
+    assert record["expectation"]["optimisation"] == "fuse the passes"
+    assert record["expectation"]["expected_text"] == "1.5x; fewer passes"
+    assert record["measured_over_baseline"] == pytest.approx(2.5 / 1.1) and record["expectation_held"] is True
+    assert json.loads((tmp_path / "run" / rows[0]["dir"] / "round.json").read_text())["critique"]["expected_speedup"] == 2.0
+
+
+def test_expectation_tolerance_decides_met():
+    from kernelwright.loop import Expectation, Round
+
+    e = Expectation(judged_round=0, baseline_round=0, baseline_speedup=1.0, expected_speedup=1.5,
+                    expected_text="", optimisation="o")
+    passed = lambda i, s: Round(index=i, kind="optimise", result=timed(s, None))  # noqa: E731
+    assert e.resolve(passed(1, 1.36), 0.1).outcome == "met"  # 1.36 >= 1.5 x 0.9
+    assert e.resolve(passed(1, 1.34), 0.1).outcome == "missed"
+    assert e.resolve(passed(1, 1.64), 0.1).outcome == "met"  # within 1.5 x 1.1
+    assert e.resolve(passed(1, 1.66), 0.1).outcome == "exceeded"
+    assert e.resolve(passed(1, 1.34), 0.2).outcome == "met"
+
+
+# ---- the engine evaluator: each round's raw profile goes to its run folder --------------------
+
+def test_engine_evaluator_sends_the_profile_report_to_the_round_folder(monkeypatch, tmp_path):
+    import kernelwright.engine as engine
+
+    seen = []
+    monkeypatch.setattr(engine, "evaluate", lambda problem, cand, config, **kw: seen.append(config) or
+                        EvalResult(status=Status.PASSED))
+    on = EvalConfig(device="cpu", profile=ProfileConfig(enabled=True))
+    engine_evaluator(on)(ADD_ONE, "code", lambda s: None, tmp_path / "000_x" / "profile")
+    engine_evaluator(on)(ADD_ONE, "code", lambda s: None, None)
+    engine_evaluator(EvalConfig(device="cpu"))(ADD_ONE, "code", lambda s: None, tmp_path / "p")
+    assert [c.profile.report_dir for c in seen] == [str(tmp_path / "000_x" / "profile"), "", ""]
+    assert on.profile.report_dir == ""  # the run's config is not changed
+    # through the loop: the evaluator gets <run>/<round folder>/profile
+    dirs = []
+    rec = RunDir(tmp_path / "run", ADD_ONE, {})
+    f = Forge(ADD_ONE, Scripted([block(code(1.5))]), Scripted([]),
+              lambda p, text, on_stage, report_dir: dirs.append(report_dir) or timed(1.5, None),
+              LoopConfig(rounds=1), device="cpu", recorder=rec)
+    state = f.run()
+    assert dirs == [tmp_path / "run" / RunDir.round_name(state.rounds[0]) / "profile"]
+
+
+def test_optimize_refuses_bad_profile_and_sandbox_options_in_one_line(tmp_path):
+    from typer.testing import CliRunner
+
+    from kernelwright.cli import app
+
+    for opts, words in ((["--sandbox", "docker"], "--sandbox must be auto, bwrap or none"),
+                        (["--profile-tool", "nsys"], "profile tool must be auto, ncu or torch")):
+        res = CliRunner().invoke(app, ["optimize", str(ADD_ONE), "--coder", "m", "--device", "cpu",
+                                       "--out", str(tmp_path / "r"), *opts])
+        assert res.exit_code == 2 and words in res.output and "Traceback" not in res.output

@@ -93,10 +93,17 @@ def optimize_cmd(
     request_timeout: float = typer.Option(600.0, "--request-timeout", help="Seconds one model request may take."),
     retries: int = typer.Option(5, help="Attempts per model call (rate limits, server errors, time-outs)."),
     trials: int = typer.Option(5, help="Correctness trials per candidate."),
+    profile: bool = typer.Option(True, "--profile/--no-profile",
+                                 help="Profile every correct candidate for the Judge (ncu where it works, else torch.profiler)."),
+    profile_tool: str = typer.Option("auto", "--profile-tool", help="auto (ncu where it works, else torch.profiler), ncu or torch."),
+    sandbox: str = typer.Option("auto", help="Isolation of each evaluation: auto, bwrap or none."),
+    min_improvement: float = typer.Option(0.02, "--min-improvement",
+                                          help="A new best must be this fraction faster than the old, and clear its timing spread."),
 ) -> None:
     """Let a Coder and a Judge write, repair and speed up kernels for PROBLEM, round by round."""
-    from kernelwright.config import LoopConfig, ModelConfig, RetryPolicy
+    from kernelwright.config import LoopConfig, ModelConfig, ProfileConfig, RetryPolicy
     from kernelwright.engine import EngineError
+    from kernelwright.engine import sandbox as sandbox_mod
     from kernelwright.engine.evaluation import check_device
     from kernelwright.loop import Forge, engine_evaluator
     from kernelwright.models import ModelSetupError, resolve_model
@@ -116,16 +123,22 @@ def optimize_cmd(
                                 retry=RetryPolicy(max_attempts=retries, request_timeout_s=request_timeout))
         cfg = LoopConfig(rounds=rounds, backend=backend or ("cpp" if device == "cpu" else "cuda"),  # type: ignore[arg-type]
                          target_speedup=target_speedup, max_tokens=max_tokens, max_cost_usd=max_cost,
-                         max_wall_s=max_minutes * 60 if max_minutes else None, model=model_cfg)
+                         max_wall_s=max_minutes * 60 if max_minutes else None, model=model_cfg,
+                         min_improvement=min_improvement)
         cfg.validate()
-        eval_cfg = EvalConfig(device=device, trials=trials)  # type: ignore[arg-type]
+        # the raw ncu files of each round go to its folder in the run directory (engine_evaluator)
+        eval_cfg = EvalConfig(device=device, trials=trials, sandbox=sandbox,  # type: ignore[arg-type]
+                              profile=ProfileConfig(enabled=profile, tool=profile_tool))  # type: ignore[arg-type]
         eval_cfg.validate()
+        sandbox_mod.resolve(eval_cfg.sandbox)  # bwrap asked for and missing: say so before any model call
         coder_model = resolve_model(coder, "coder", model_cfg)
         judge_model = resolve_model(judge or coder, "judge", model_cfg)
         run_dir = RunDir(out or default_run_dir(problem), problem, {
             "coder": coder_model.name, "judge": judge_model.name, "backend": cfg.backend, "device": device,
-            "round_limit": cfg.rounds, "target_speedup": cfg.target_speedup, "trials": trials})
-    except (ValueError, EngineError, ModelSetupError, RunDirError) as exc:
+            "round_limit": cfg.rounds, "target_speedup": cfg.target_speedup, "trials": trials,
+            "profile": profile_tool if profile else "off", "sandbox": sandbox, "min_improvement": cfg.min_improvement,
+            "spread_factor": cfg.spread_factor})
+    except (ValueError, EngineError, ModelSetupError, RunDirError, sandbox_mod.SandboxUnavailable) as exc:
         fail(str(exc))
         return
     console = Console(stderr=True)

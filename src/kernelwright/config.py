@@ -243,6 +243,15 @@ class LoopConfig:
     max_cost_usd: float | None = None  # calls with a known price only
     max_wall_s: float | None = None
     model: ModelConfig = field(default_factory=ModelConfig)
+    # A correct candidate replaces the best only when it is clearly faster (loop.improvement): its
+    # speedup is at least (1 + min_improvement) times the best's, AND its timing band sits above the
+    # best's: speedup x median/p90 (its slow end) beats the best's speedup x median/p10 (the best's
+    # fast end), each band's width scaled by spread_factor (0 turns the spread test off).
+    min_improvement: float = 0.02
+    spread_factor: float = 1.0
+    # The Judge's expected speedup "held" when the next measured speedup over the candidate it
+    # reviewed reaches expected x (1 - expectation_tolerance); above expected x (1 + tolerance): exceeded.
+    expectation_tolerance: float = 0.1
 
     def validate(self) -> None:
         """Raise ValueError with a one-line message naming the fix."""
@@ -254,3 +263,7 @@ class LoopConfig:
             raise ValueError(f"--target-speedup must be positive (got {self.target_speedup})")
         if self.model.retry.max_attempts < 1:
             raise ValueError("retry.max_attempts must be at least 1")
+        if self.min_improvement < 0 or self.spread_factor < 0:
+            raise ValueError("min_improvement and spread_factor must be non-negative")
+        if not 0 <= self.expectation_tolerance < 1:
+            raise ValueError(f"expectation_tolerance must be in [0, 1) (got {self.expectation_tolerance})")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 import json
 import re
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:\n[ \t]*```|\Z)", re.S)
@@ -151,12 +151,23 @@ class FailureCritique:
 
 @dataclass
 class PerformanceCritique:
+    """The Judge's answer on a correct candidate. `expected_speedup` is the factor it expects over the
+    candidate it reviewed (None when its answer gave no number); `expected_text` is its own words."""
+
     bottleneck: str
     optimisation: str
-    expected_speedup: str
+    expected_speedup: float | None
+    expected_text: str = ""
 
 
 ALIASES = {"optimization": "optimisation", "expected_effect": "expected_speedup", "fix_hint": "minimal_fix_hint"}
+REQUIRED = {FailureCritique: ("critical_issue", "why_it_matters", "minimal_fix_hint"),
+            PerformanceCritique: ("bottleneck", "optimisation", "expected_speedup")}
+_NUM = r"(\d+(?:\.\d+)?|\.\d+)"
+_RANGE_X = re.compile(_NUM + r"\s*x?\s*(?:-|–|to)\s*" + _NUM + r"\s*[x×]", re.I)
+_FACTOR = re.compile(_NUM + r"\s*[x×](?![a-z])", re.I)
+_PERCENT = re.compile(_NUM + r"\s*%\s*faster", re.I)
+_BARE = re.compile(r"\s*~?\s*" + _NUM + r"\s*$")
 
 
 class JudgeParseError(ValueError):
@@ -165,12 +176,44 @@ class JudgeParseError(ValueError):
 
 def parse_judge(text: str, kind: type[FailureCritique] | type[PerformanceCritique]):
     """The Judge's verdict from its answer: a JSON object, possibly fenced or wrapped in prose."""
-    wanted = [f.name for f in fields(kind)]
+    wanted = REQUIRED[kind]
     for obj in _json_objects(text):
         found = {ALIASES.get(k, k): v for k, v in obj.items()}
         if all(k in found for k in wanted):
+            if kind is PerformanceCritique:
+                raw = found["expected_speedup"]
+                why = found.get("why") or found.get("reason")
+                words = "; ".join(w for w in (raw.strip() if isinstance(raw, str) else "",
+                                              _as_text(why) if why else "") if w)
+                return PerformanceCritique(_as_text(found["bottleneck"]), _as_text(found["optimisation"]),
+                                           parse_speedup(raw), words)
             return kind(**{k: _as_text(found[k]) for k in wanted})
     raise JudgeParseError(f"the Judge's answer holds no JSON object with the fields {', '.join(wanted)}")
+
+
+def parse_speedup(value: Any) -> float | None:
+    """The speedup factor in a Judge's `expected_speedup`: a number (1.5), "1.5x", "~2x over this",
+    a range "1.1x to 1.3x" (its midpoint), "30% faster" (1.3). None when it names no factor
+    ("several x", "unknown") or one that is not positive."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        number = float(value)
+    elif isinstance(value, str):
+        text = value.strip()
+        if m := _RANGE_X.search(text):
+            number = (float(m.group(1)) + float(m.group(2))) / 2
+        elif m := _FACTOR.search(text):
+            number = float(m.group(1))
+        elif m := _PERCENT.search(text):
+            number = 1 + float(m.group(1)) / 100
+        elif m := _BARE.match(text):
+            number = float(m.group(1))
+        else:
+            return None
+    else:
+        return None
+    return number if number > 0 and number == number and number != float("inf") else None
 
 
 def _as_text(value: Any) -> str:

@@ -3,16 +3,22 @@
     round 0   Coder (first prompt) -> code -> engine -> Judge
     round n   Coder (repair prompt when round n-1 failed, optimisation prompt when it passed) -> ...
 
-The best candidate is the fastest correct one seen; a regression never replaces it. The loop
-stops at the round limit, at the target speedup, when a budget (tokens, cost, wall time) is
-spent, or when a model fails for good, and always returns the best so far. Every round is
-handed to the recorder as soon as it ends, whatever ended it.
+The best candidate is the fastest correct one seen; a regression never replaces it, and neither
+does a candidate that is faster only by noise (see `improvement`). The loop stops at the round
+limit, at the target speedup, when a budget (tokens, cost, wall time) is spent, or when a model
+fails for good, and always returns the best so far. Every round is handed to the recorder as soon
+as it ends, whatever ended it.
+
+The Judge's performance answer names a bottleneck, an optimisation and the speedup it expects over
+the candidate it reviewed. That expectation is checked at the next round that passes (repairs of a
+failed attempt carry it on): the round's record, and the next Judge prompt, say what was expected,
+what was measured, and whether it held (`Expectation`).
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
@@ -27,21 +33,27 @@ from kernelwright.extract import (
     parse_judge,
 )
 from kernelwright.models.base import ChatModel, Completion, ModelError, Usage
+from kernelwright.profile_report import render_for_judge
 from kernelwright.result import EvalResult, Status
 
 # ---- what the loop is given ---------------------------------------------------------------
 
 
 class Evaluator(Protocol):
-    def __call__(self, problem: Path, code: str, on_stage: Callable[[str], None]) -> EvalResult: ...
+    def __call__(self, problem: Path, code: str, on_stage: Callable[[str], None],
+                 report_dir: Path | None) -> EvalResult: ...
 
 
 def engine_evaluator(config: EvalConfig) -> Evaluator:
-    """The real engine: every candidate in its own isolated child."""
+    """The real engine: every candidate in its own isolated child. `report_dir` (the round's folder
+    of the run directory) receives the raw profiler files (ncu's report and CSV) of that round."""
     from kernelwright.engine import evaluate
 
-    def run(problem: Path, code: str, on_stage: Callable[[str], None]) -> EvalResult:
-        return evaluate(problem, None, config, candidate_text=code, on_stage=on_stage)
+    def run(problem: Path, code: str, on_stage: Callable[[str], None], report_dir: Path | None) -> EvalResult:
+        cfg = config
+        if report_dir is not None and config.profile.enabled:
+            cfg = replace(config, profile=replace(config.profile, report_dir=str(report_dir)))
+        return evaluate(problem, None, cfg, candidate_text=code, on_stage=on_stage)
 
     return run
 
@@ -58,6 +70,59 @@ class Progress:
 
 
 # ---- what the loop records ----------------------------------------------------------------
+
+
+@dataclass
+class Expectation:
+    """What the Judge expected of its optimisation, and what the next passing round measured.
+
+    Speedups over the reviewed candidate are ratios of side-by-side speedups (each against the
+    original program, measured in its own evaluation). outcome: exceeded | met | missed |
+    regressed (slower than the reviewed candidate) | unrated (the Judge gave no number) |
+    not_measured (that round's candidate failed; the expectation carries on to its repair).
+    """
+
+    judged_round: int  # the round whose Judge made the claim
+    baseline_round: int  # the candidate it reviewed (the best at that time)
+    baseline_speedup: float | None
+    expected_speedup: float | None  # over the reviewed candidate
+    expected_text: str
+    optimisation: str
+    measured_round: int | None = None
+    measured_speedup: float | None = None  # over the original program
+    measured_over_baseline: float | None = None
+    outcome: str = "not_measured"
+    held: bool | None = None  # True: met or exceeded; False: missed or regressed; None: not rated
+
+    def resolve(self, rnd: "Round", tolerance: float) -> "Expectation":
+        """This expectation as measured by `rnd` (a copy; a failed round leaves it not_measured)."""
+        out = replace(self, measured_round=rnd.index, measured_speedup=rnd.speedup)
+        if rnd.speedup is None or not self.baseline_speedup:
+            return out
+        ratio = rnd.speedup / self.baseline_speedup
+        out.measured_over_baseline = ratio
+        if ratio < 1.0:
+            out.outcome, out.held = "regressed", False
+        elif self.expected_speedup is None:
+            out.outcome = "unrated"
+        elif ratio > self.expected_speedup * (1 + tolerance):
+            out.outcome, out.held = "exceeded", True
+        elif ratio >= self.expected_speedup * (1 - tolerance):
+            out.outcome, out.held = "met", True
+        else:
+            out.outcome, out.held = "missed", False
+        return out
+
+    def sentence(self) -> str:
+        """One line for the next Judge prompt: "in round 1 you expected 1.50x ..., measured 1.10x: missed"."""
+        expected = (f"expected {self.expected_speedup:.2f}x" if self.expected_speedup is not None
+                    else f"gave no number ({self.expected_text!r})")
+        base = f" ({self.baseline_speedup:.3f}x)" if self.baseline_speedup is not None else ""
+        head = f"in round {self.judged_round} you {expected} over the round-{self.baseline_round} candidate{base}"
+        if self.measured_over_baseline is None:
+            return f"{head}; round {self.measured_round} did not measure it ({self.outcome})"
+        return (f"{head}; round {self.measured_round} measured {self.measured_over_baseline:.2f}x over it "
+                f"({self.measured_speedup:.3f}x overall): {self.outcome}")
 
 
 @dataclass
@@ -90,6 +155,8 @@ class Round:
     critique: FailureCritique | PerformanceCritique | None = None
     judge_error: str | None = None  # no usable critique: the call failed or its JSON did not parse
     became_best: bool = False
+    best_decision: str = ""  # why this correct candidate did (not) replace the best
+    expectation: Expectation | None = None  # the Judge's earlier expectation, as this round measured it
     wall_s: float = 0.0
 
     @property
@@ -126,12 +193,17 @@ class RunState:
 
 
 class Recorder(Protocol):
+    def round_dir(self, rnd: Round) -> Path | None: ...  # where the round's files go (None: nowhere)
+
     def record_round(self, rnd: Round, state: RunState) -> None: ...
 
     def finish(self, state: RunState) -> None: ...
 
 
 class _NoRecorder:
+    def round_dir(self, rnd: Round) -> Path | None:
+        return None
+
     def record_round(self, rnd: Round, state: RunState) -> None:
         pass
 
@@ -163,6 +235,7 @@ class Forge:
         self.recorder = recorder or _NoRecorder()
         self.on_progress = on_progress or (lambda p: None)
         self.state = RunState()
+        self.pending: Expectation | None = None  # the Judge's last expectation, not yet measured
 
     # -- driver --
     def run(self) -> RunState:
@@ -216,21 +289,29 @@ class Forge:
             rnd.result = EvalResult(status=Status.FORMAT_ERROR, error_log=f"Output rules broken: {exc}",
                                     metadata={"checked_by": "kernelwright.extract", "evaluated": False})
             return
-        rnd.result = self.evaluate(self.problem, rnd.code, lambda stage: self._progress(rnd.index, stage))
+        report_dir = self.recorder.round_dir(rnd)
+        rnd.result = self.evaluate(self.problem, rnd.code, lambda stage: self._progress(rnd.index, stage),
+                                   report_dir / "profile" if report_dir is not None else None)
         rnd.evaluated = True
-        best = self.state.best
-        if rnd.result.status is Status.PASSED and (best is None or _faster(rnd.result, best.result)):
-            rnd.became_best = True
+        if self.pending is not None:
+            rnd.expectation = self.pending.resolve(rnd, self.config.expectation_tolerance)
+            if rnd.result.status is Status.PASSED:
+                self.pending = None  # measured; a failed attempt leaves it to the repair
+        if rnd.result.status is Status.PASSED:
+            best = self.state.best
+            rnd.became_best, rnd.best_decision = improvement(rnd.result, best.result if best else None, self.config)
 
     def _ask_judge(self, rnd: Round) -> None:
-        history = [{"round": r.index, "verdict": r.verdict, "speedup": r.speedup} for r in self.state.rounds]
+        history = [_history_entry(r) for r in self.state.rounds]
         if rnd.result.status is Status.PASSED:
             target = self.state.best  # the fastest correct candidate, which this round may be
             kind: type = PerformanceCritique
+            last = rnd.expectation if rnd.expectation and rnd.expectation.measured_over_baseline is not None else None
             prompt = prompts.render("judge_performance", backend=self.config.backend, problem_code=self.problem_code,
-                                    code=target.code, result=target.result, history=history + [
-                                        {"round": rnd.index, "verdict": rnd.verdict, "speedup": rnd.speedup}],
-                                    profile=_profile_text(target.result))
+                                    code=target.code, result=target.result,
+                                    history=history + [_history_entry(rnd) | {"expectation": None}],  # told below
+                                    profile=_profile_text(target.result), target_round=target.index,
+                                    last_expectation=last.sentence() if last else None)
         else:
             kind = FailureCritique
             prompt = prompts.render("judge_failure", backend=self.config.backend, problem_code=self.problem_code,
@@ -244,6 +325,12 @@ class Forge:
             rnd.critique = parse_judge(rnd.judge.response or "", kind)
         except JudgeParseError as exc:
             rnd.judge_error = str(exc)
+            return
+        if isinstance(rnd.critique, PerformanceCritique):
+            self.pending = Expectation(
+                judged_round=rnd.index, baseline_round=target.index, baseline_speedup=target.speedup,
+                expected_speedup=rnd.critique.expected_speedup, expected_text=rnd.critique.expected_text,
+                optimisation=rnd.critique.optimisation)
 
     def _coder_prompt(self) -> tuple[str, str]:
         backend, rounds = self.config.backend, self.state.rounds
@@ -255,8 +342,7 @@ class Forge:
             best = self.state.best
             note = None
             if best is not last:
-                note = (f"passed at {last.speedup:.3f}x, slower than this code ({best.speedup:.3f}x): "
-                        "it was not kept") if last.speedup is not None and best.speedup is not None else None
+                note = f"passed but was not kept: {last.best_decision}" if last.best_decision else None
             return "optimise", prompts.render("coder_optimise", backend=backend, device=self.device_words,
                                               result=best.result, old_code=best.code, critique=last.critique,
                                               last_attempt=note, problem_code=self.problem_code)
@@ -295,22 +381,56 @@ class Forge:
                                   speedup=rnd.speedup if rnd else None, best_speedup=best))
 
 
-def _faster(new: EvalResult, old: EvalResult) -> bool:
-    """Strictly faster by the side-by-side speedup; an untimed pass never beats a timed one."""
-    return (new.speedup or 0.0) > (old.speedup or 0.0)
+def _band(result: EvalResult, factor: float) -> tuple[float, float]:
+    """(slow end, fast end) of a timed result's speedup, from its candidate timing's p10/p90 spread:
+    speedup x median/p90 and speedup x median/p10, each distance from the speedup scaled by `factor`.
+    A result without timing statistics has a band of width zero."""
+    s, t = result.speedup, result.candidate_timing
+    if s is None or t is None or not (t.median_ms > 0 and t.p10_ms > 0 and t.p90_ms > 0) or factor == 0:
+        return s or 0.0, s or 0.0
+    return s / (1 + factor * max(t.p90_ms / t.median_ms - 1, 0.0)), s * (1 + factor * max(t.median_ms / t.p10_ms - 1, 0.0))
+
+
+def improvement(new: EvalResult, best: EvalResult | None, config: LoopConfig) -> tuple[bool, str]:
+    """Does the correct candidate `new` replace `best`? (decision, the reason in words)
+
+    The rule: timed speedups s_new and s_best (each measured side by side with the original) and
+    the candidate's own timing spread (p10/p90 of its runs). `new` wins when
+        s_new >= s_best * (1 + min_improvement)                      (clearly faster), and
+        s_new * median/p90 (new's slow end) > s_best * median/p10 (best's fast end)
+    with each band's width scaled by `spread_factor` (0: no spread test). So a re-submitted
+    identical candidate, or one within the measured noise, never wins; neither does a regression.
+    The first correct candidate always becomes the best; an untimed pass never replaces a timed one.
+    """
+    if best is None:
+        return True, "the first correct candidate"
+    if new.speedup is None:
+        return False, "passed but untimed; an untimed candidate never replaces a timed one"
+    if best.speedup is None:
+        return True, f"timed at {new.speedup:.3f}x; the best so far was untimed"
+    s_new, s_best = new.speedup, best.speedup
+    slow_new, _ = _band(new, config.spread_factor)
+    _, fast_best = _band(best, config.spread_factor)
+    floor = s_best * (1 + config.min_improvement)
+    # the speedup `new` would have needed with its own spread: both conditions, stated as one number
+    needed = max(floor, fast_best * (s_new / slow_new if slow_new > 0 else 1.0))
+    if s_new <= s_best:
+        return False, f"{s_new:.3f}x is not faster than the best ({s_best:.3f}x)"
+    if s_new < floor:
+        return False, (f"{s_new:.3f}x beats the best ({s_best:.3f}x) by less than the "
+                       f"{config.min_improvement:.0%} minimum (needs {needed:.3f}x)")
+    if slow_new <= fast_best:
+        return False, (f"{s_new:.3f}x is within the measured timing spread of the best ({s_best:.3f}x): its slow end "
+                       f"{slow_new:.3f}x does not clear the best's fast end {fast_best:.3f}x (needs {needed:.3f}x)")
+    return True, f"{s_new:.3f}x beats the best ({s_best:.3f}x) beyond the measured spread (needed {needed:.3f}x)"
+
+
+def _history_entry(rnd: Round) -> dict[str, Any]:
+    exp = rnd.expectation
+    return {"round": rnd.index, "verdict": rnd.verdict, "speedup": rnd.speedup, "became_best": rnd.became_best,
+            "expectation": exp.sentence() if exp is not None and exp.measured_over_baseline is not None else None}
 
 
 def _profile_text(result: EvalResult | None) -> str:
     """The hardware evidence the engine attached (GPU facts, roofline, kernel profile), as text."""
-    if result is None:
-        return ""
-    try:  # the hardware-feedback work's renderer, where it is installed
-        from kernelwright.profile_report import render_for_judge
-    except ImportError:
-        render_for_judge = None
-    if render_for_judge is not None:
-        return render_for_judge(result)
-    profile = result.metadata.get("profile")
-    if not profile:
-        return ""
-    return profile if isinstance(profile, str) else "\n".join(f"{k}: {v}" for k, v in dict(profile).items())
+    return render_for_judge(result) if result is not None else ""

@@ -91,17 +91,26 @@ class LoopProgress:
             self.status.update(f"round {p.round + 1}/{self.rounds}: {p.stage}…{best}")
 
 
+def _expectation(r: dict) -> str:
+    """"1.50x, got 1.10x: missed": the Judge's expected speedup over the candidate it reviewed, and this round's."""
+    outcome = r.get("expectation_outcome")
+    if not outcome:
+        return "-"
+    got = r.get("measured_over_baseline")
+    return f"{_x(r.get('expected_speedup'))}, got {_x(got)}: {outcome}" if got is not None else outcome
+
+
 def render_run(summary: dict, run_dir, console: Console) -> None:
     """The end of a run: every round's verdict, the best candidate, tokens and cost."""
     table = Table(title=f"run {run_dir}", title_justify="left")
-    for col in ("round", "kind", "verdict", "speedup", "tokens", "folder"):
+    for col in ("round", "kind", "verdict", "speedup", "Judge expected", "tokens", "folder"):
         table.add_column(col)
     best_round = summary["best"]["round"] if summary.get("best") else None
     for r in summary["rounds"]:
         style = _VERDICT_STYLE.get(r["verdict"], "red")
         mark = " ★" if r["round"] == best_round else ""
         table.add_row(str(r["round"]), r["kind"], f"[{style}]{r['verdict']}[/]", _x(r["speedup"]) + mark,
-                      str(r["tokens"]), r["dir"] or "-")
+                      _expectation(r), str(r["tokens"]), r["dir"] or "-")
     console.print(table)
     best = summary.get("best")
     if best:

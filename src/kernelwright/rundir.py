@@ -10,7 +10,10 @@
         eval.json             the evaluation record (a format_error caught before the engine too)
         judge_prompt.md       what the Judge was asked, when it was asked
         judge_response.md     its raw answer
-        round.json            kind, verdict, parsed critique, tokens, cost and every call attempt
+        profile/              ncu's raw report (profile.ncu-rep), its CSV and log, when ncu profiled the round
+        round.json            kind, verdict, parsed critique, why it became (or did not become) the best,
+                              the Judge's earlier expected speedup against what this round measured,
+                              tokens, cost and every call attempt
       best.py                 the fastest correct ModelNew so far, as a plain file
       summary.json            best speedup and its round, every round's verdict, tokens, cost
 """
@@ -74,9 +77,14 @@ class RunDir:
         self.dirs: dict[int, str] = {}
 
     # -- Recorder --
-    def record_round(self, rnd: Round, state: RunState) -> None:
+    def round_dir(self, rnd: Round) -> Path:
+        """The round's folder (named by its code, so call it once the code is extracted)."""
         folder = self.path / self.round_name(rnd)
         folder.mkdir(exist_ok=True)
+        return folder
+
+    def record_round(self, rnd: Round, state: RunState) -> None:
+        folder = self.round_dir(rnd)
         self.dirs[rnd.index] = folder.name
         if rnd.coder:
             _write(folder / "coder_prompt.md", rnd.coder.prompt)
@@ -118,6 +126,11 @@ class RunDir:
             "speedup": rnd.speedup,
             "summary": rnd.result.summary_line() if rnd.result else (rnd.coder.error if rnd.coder else ""),
             "became_best": rnd.became_best,
+            "best_decision": rnd.best_decision or None,
+            "expectation": dataclasses.asdict(rnd.expectation) if rnd.expectation else None,
+            "expected_speedup": rnd.expectation.expected_speedup if rnd.expectation else None,
+            "measured_over_baseline": rnd.expectation.measured_over_baseline if rnd.expectation else None,
+            "expectation_held": rnd.expectation.held if rnd.expectation else None,
             "critique": dataclasses.asdict(rnd.critique) if rnd.critique else None,
             "judge_error": rnd.judge_error,
             "tokens": tokens,
@@ -144,7 +157,8 @@ class RunDir:
                 "file": BEST,
             },
             "rounds": [
-                {k: v for k, v in self._round_record(r).items() if k not in ("coder", "judge", "critique")}
+                {k: v for k, v in self._round_record(r).items() if k not in ("coder", "judge", "critique", "expectation")}
+                | {"expectation_outcome": r.expectation.outcome if r.expectation else None}
                 | {"attempts": {"coder": _attempts(r.coder), "judge": _attempts(r.judge)}}
                 for r in state.rounds
             ],
