@@ -48,6 +48,8 @@ def eval_cmd(
     compare_compile: bool = typer.Option(False, "--compare-compile", help="Also time torch.compile of the reference."),
     sandbox: str = typer.Option("auto", help="auto, bwrap or none."),
     verdict: str = typer.Option("calibrated", help="calibrated (float64 oracle, docs/VERDICTS.md) or strict (allclose against the reference)."),
+    profile: bool = typer.Option(False, "--profile/--no-profile", help="Profile a correct candidate's kernels (ncu where it works, else torch.profiler)."),
+    profile_tool: str = typer.Option("auto", "--profile-tool", help="auto, ncu or torch."),
     json_out: bool = typer.Option(False, "--json", help="Print the result record as JSON on stdout, and nothing else."),
 ) -> None:
     """Build, check and time CANDIDATE against PROBLEM in an isolated child process."""
@@ -57,6 +59,8 @@ def eval_cmd(
     config = EvalConfig(device=device, trials=trials, atol=atol, rtol=rtol, seed=seed, sandbox=sandbox,  # type: ignore[arg-type]
                         verdict=verdict)  # type: ignore[arg-type]
     config.timing.compare_compile = compare_compile
+    config.profile.enabled = profile
+    config.profile.tool = profile_tool  # type: ignore[assignment]
     try:
         if json_out:
             result = evaluate(problem, candidate, config)
@@ -70,7 +74,7 @@ def eval_cmd(
     if json_out:
         sys.stdout.write(result.to_json() + "\n")
     else:
-        render_result(result, Console())
+        render_result(result, Console(), evidence=profile)
 
 
 @app.command("optimize")

@@ -19,7 +19,8 @@ def _ms(v: float | None) -> str:
     return "-" if v is None else (f"{v * 1e3:.1f} us" if v < 1 else f"{v:.3f} ms")
 
 
-def render_result(result: EvalResult, console: Console) -> None:
+def render_result(result: EvalResult, console: Console, evidence: bool = False) -> None:
+    """The verdict, timings and stages; with `evidence`, also the hardware evidence the Judge reads."""
     style = _STYLE.get(result.status, "bold red")
     head = f"[{style}]{result.status.value}[/]"
     if result.error_stage and result.status is not Status.PASSED:
@@ -43,6 +44,12 @@ def render_result(result: EvalResult, console: Console) -> None:
                   + (f"  total {st.total_s:.2f}s" if st.total_s is not None else ""))
     table.add_row("sandbox", result.sandbox)
     console.print(Panel(table, title=head, title_align="left", expand=False))
+    if evidence and result.status is Status.PASSED:
+        from kernelwright.profile_report import render_for_judge
+
+        text = render_for_judge(result)
+        if text.strip():
+            console.print(Panel(Text(text.rstrip()), title="hardware evidence", title_align="left", expand=False))
     if result.status is not Status.PASSED and result.error_log:
         console.print(Panel(Text(result.error_log.rstrip()), title="error log", title_align="left",
                             border_style="red", expand=False))
