@@ -111,15 +111,6 @@ def test_shapes_and_signs_match_float64(mods, b, l, h, p, n, block, a_sign, p_ti
     assert ey <= TOL and es <= TOL, (ey, es)
 
 
-def test_tensor_core_path_refuses_other_state_sizes(mods):
-    import torch
-
-    x = torch.randn(1, 32, 1, 32, device="cuda")
-    a, bc = torch.randn(1, 32, 1, device="cuda"), torch.randn(1, 32, 1, 16, device="cuda")
-    with pytest.raises(RuntimeError, match="tensor-core path needs d_state 64 or 128"):
-        mods["y"].ssd_ext.ssd_fused_path(x, a, bc, bc, None, False, 0, 2)
-
-
 def test_candidate_modules_compute_the_reference_function(mods):
     """ModelNew draws the same parameters as Model under one seed and returns the same kind of output."""
     import torch
