@@ -141,9 +141,14 @@ def run_shape(name, s, mods, bench, bw, do_compile, log):
                     log(f"  {name} {kind} torch.compile failed: {type(exc).__name__}: {str(exc)[:200]}")
             add("ours (fused CUDA)", lambda: new(X))
             ext = cand.ssd_ext
-            for pt in (32, 64):
-                add(f"ours, p_tile={pt}",
-                    lambda pt=pt: ext.ssd_fused(X, new.A, new.B, new.C, None, kind == "state", pt))
+            variants = [("FP32 CUDA-core kernel", 1, 0)]
+            if s["n"] in (64, 128):  # the tensor-core kernel's d_state
+                variants += [("3xTF32 tensor cores, 2 blocks/SM", 2, 64), ("3xTF32 tensor cores, p_tile=32", 2, 32)]
+                if s["n"] == 128 and kind == "y":
+                    variants.append(("3xTF32 tensor cores, 1 block/SM", 3, 64))
+            for label, path, pt in variants:
+                add(f"ours, {label}",
+                    lambda path=path, pt=pt: ext.ssd_fused_path(X, new.A, new.B, new.C, None, kind == "state", pt, path))
         out_elems = X.numel() if kind == "y" else s["b"] * s["h"] * s["p"] * s["n"]
         in_elems = X.numel() + ref.A.numel() + ref.B.numel() + (ref.C.numel() if kind == "y" else 0)
         floor_us = (in_elems + out_elems) * 4 / bw * 1e6

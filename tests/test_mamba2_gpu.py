@@ -51,7 +51,7 @@ def _poison_allocator(torch, numel):
     del junk
 
 
-def _run_case(torch, mods, b, l, h, p, n, block, a_sign, seed, p_tile=0, with_initial=False):
+def _run_case(torch, mods, b, l, h, p, n, block, a_sign, seed, p_tile=0, with_initial=False, path=0):
     import torch.nn.functional as F
 
     prob = mods["problem_y"]
@@ -67,9 +67,9 @@ def _run_case(torch, mods, b, l, h, p, n, block, a_sign, seed, p_tile=0, with_in
                                     None if S0 is None else S0.double())
     ext = mods["y"].ssd_ext
     _poison_allocator(torch, X.numel() * 2)
-    Y = ext.ssd_fused(X, ref.A.detach(), ref.B.detach(), ref.C.detach(), S0, False, p_tile)
+    Y = ext.ssd_fused_path(X, ref.A.detach(), ref.B.detach(), ref.C.detach(), S0, False, p_tile, path)
     _poison_allocator(torch, X.numel() * 2)
-    S = ext.ssd_fused(X, ref.A.detach(), ref.B.detach(), ref.C.detach(), S0, True, p_tile)
+    S = ext.ssd_fused_path(X, ref.A.detach(), ref.B.detach(), ref.C.detach(), S0, True, p_tile, path)
     torch.cuda.synchronize()
     assert Y.shape == Y64.shape and S.shape == S64.shape
     assert torch.isfinite(Y).all() and torch.isfinite(S).all()
@@ -86,6 +86,9 @@ def test_default_shape_positive_A_matches_float64(mods, seed):
     assert ey <= TOL and es <= TOL, (ey, es)
 
 
+# path 0: picked by shape (d_state 64/128 -> tensor cores); 1: FP32 CUDA-core kernel forced;
+# 2: 3xTF32 tensor-core kernel forced (only d_state 64/128).
+@pytest.mark.parametrize("path", [0, 1, 2])
 @pytest.mark.parametrize(
     "b, l, h, p, n, block, a_sign, p_tile, init",
     [
@@ -95,12 +98,16 @@ def test_default_shape_positive_A_matches_float64(mods, seed):
         (1, 80, 2, 96, 32, 16, +1, 32, False),   # length not a multiple of the kernel's 32-step chunk
         (3, 48, 2, 32, 16, 16, -1, 0, True),     # initial state given
         (2, 192, 2, 64, 128, 64, +1, 64, True),
+        (1, 80, 2, 96, 64, 16, +1, 32, True),    # tensor cores: ragged length, initial state, d_head 96
+        (3, 48, 2, 64, 128, 16, -1, 32, True),
     ],
 )
-def test_shapes_and_signs_match_float64(mods, b, l, h, p, n, block, a_sign, p_tile, init):
+def test_shapes_and_signs_match_float64(mods, b, l, h, p, n, block, a_sign, p_tile, init, path):
     import torch
 
-    ey, es = _run_case(torch, mods, b, l, h, p, n, block, a_sign, seed=7, p_tile=p_tile, with_initial=init)
+    if path == 2 and n not in (64, 128):
+        pytest.skip("the tensor-core kernel takes d_state 64 or 128")
+    ey, es = _run_case(torch, mods, b, l, h, p, n, block, a_sign, seed=7, p_tile=p_tile, with_initial=init, path=path)
     assert ey <= TOL and es <= TOL, (ey, es)
 
 
