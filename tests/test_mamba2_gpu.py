@@ -131,12 +131,10 @@ def test_candidate_modules_compute_the_reference_function(mods):
 
 @pytest.mark.parametrize("kind", ["y", "state"])
 def test_engine_calibrated_verdict_passes(cuda_config, kind):
-    """At the KernelBench shape, through the engine. Needs the calibrated (float64-oracle) verdict of
-    issue 4; the strict allclose against float32 rejects correct kernels here (outputs reach 1e16)."""
+    """At the KernelBench shape, through the engine's calibrated (float64-oracle) verdict; the strict
+    allclose against float32 rejects correct kernels here (outputs reach 1e16: docs/VERDICTS.md)."""
     cuda_config.verdict = "calibrated"
     r = evaluate(MAMBA2 / f"problem_{kind}.py", MAMBA2 / f"candidate_{kind}.py", cuda_config)
-    if r.status is Status.INCORRECT and (r.error_log or "").startswith("Outputs are not close (atol="):
-        pytest.xfail("engine has no calibrated verdict yet (issue 4): strict allclose vs the float32 reference")
     assert r.status is Status.PASSED, r.error_log
     assert r.candidate_ms is not None and r.candidate_ms > 0
 
