@@ -172,7 +172,8 @@ def test_honest_cuda_example_is_flagged_by_nothing(cuda_config):
     r = evaluate(ex / "problem.py", ex / "candidate.py", cuda_config)
     assert r.status is Status.PASSED, r.error_log
     assert flags(r) == {}, (flags(r), r.metadata["guards"]["facts"])
-    assert r.metadata["guards"]["facts"]["call"]["own_cuda_kernels"]
+    call = r.metadata["guards"]["facts"]["call"]
+    assert call.get("own_cuda_kernels"), call  # its own kernel was seen launching
     assert "timer_escape" in r.metadata["guards"]["checked"]
 
 

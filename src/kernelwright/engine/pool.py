@@ -14,6 +14,7 @@ built again, and judged, by its evaluation.
 from __future__ import annotations
 
 import shutil
+import os
 import subprocess
 import tempfile
 import time
@@ -37,8 +38,15 @@ class PrebuildResult:
 
 
 def detect_arch_list() -> str | None:
-    """TORCH_CUDA_ARCH_LIST for the first visible GPU, without creating a CUDA context here."""
+    """TORCH_CUDA_ARCH_LIST for the first visible GPU, without creating a CUDA context here.
+
+    The caller's own TORCH_CUDA_ARCH_LIST wins, as it does in the evaluation child: the two must
+    agree, or a prebuild lands under another cache key than the evaluation looks for.
+    """
     from kernelwright.engine.child.build import arch_list_for
+
+    if os.environ.get("TORCH_CUDA_ARCH_LIST"):
+        return os.environ["TORCH_CUDA_ARCH_LIST"]
 
     try:
         out = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],

@@ -283,8 +283,26 @@ def refill_in_place(inputs: Any, fresh: Any) -> int:
     return n
 
 
+# Threads that libraries start for themselves (torch.compile's compile workers, tqdm's monitor).
+_LIBRARY_THREAD_MODULES = ("torch", "triton", "tqdm")
+
+
+def _library_thread(t: threading.Thread) -> bool:
+    """A thread a library started for itself: its class is the library's own, or its target is a
+    method of one of the library's objects (a bare library function as target does not count:
+    `Thread(target=torch.relu, ...)` from a candidate is still the candidate's thread)."""
+    if (type(t).__module__ or "").split(".")[0] in _LIBRARY_THREAD_MODULES:
+        return True
+    target = getattr(t, "_target", None)
+    owner = getattr(target, "__self__", None)
+    if owner is None or isinstance(owner, types.ModuleType) or not hasattr(target, "__func__"):
+        return False
+    return (getattr(target.__func__, "__module__", "") or "").split(".")[0] in _LIBRARY_THREAD_MODULES
+
+
 def python_threads() -> set[threading.Thread]:
-    return {t for t in threading.enumerate() if t.is_alive()}
+    """Live threads, less those a library (torch, triton, tqdm) started for its own work."""
+    return {t for t in threading.enumerate() if t.is_alive() and not _library_thread(t)}
 
 
 class TimedOutputCheck:

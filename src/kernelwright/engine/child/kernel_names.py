@@ -47,9 +47,31 @@ _TRITON_RE = re.compile(r"@triton\.(?:jit|autotune|heuristics)\b[^\n]*\n(?:\s*@[
 _CPU_OP_PREFIX = "kw::candidate:"  # the child's label around calls into the candidate's extensions
 
 
+def _demangle_head(name: str) -> str | None:
+    """The function's own identifier from an Itanium-mangled name: `_Z19swish_kernelPKf` -> `swish_kernel`."""
+    if not name.startswith("_Z"):
+        return None
+    i = 2 + (1 if name[2:3] == "N" else 0)
+    last = None
+    while i < len(name) and name[i].isdigit():
+        j = i
+        while j < len(name) and name[j].isdigit():
+            j += 1
+        n = int(name[i:j])
+        last = name[j:j + n]
+        i = j + n
+        if name[1:3] != "ZN":  # not nested: one identifier only
+            break
+    return last
+
+
 def base_name(kernel_name: str) -> str:
-    """`void ns::foo<128, float>(float const*, int)` -> `foo`; `foo_kernel` stays `foo_kernel`."""
+    """`void ns::foo<128, float>(float const*, int)` -> `foo`; `foo_kernel` stays `foo_kernel`;
+    a mangled `_Z7foo_ker...` -> `foo_ker`."""
     name = kernel_name.strip()
+    head = _demangle_head(name)
+    if head:
+        return head
     # drop the parameter list (the last balanced parenthesis group at the end)
     depth = 0
     cut = len(name)
