@@ -173,7 +173,9 @@ def test_honest_cuda_example_is_flagged_by_nothing(cuda_config):
     assert r.status is Status.PASSED, r.error_log
     assert flags(r) == {}, (flags(r), r.metadata["guards"]["facts"])
     call = r.metadata["guards"]["facts"]["call"]
-    assert call.get("own_cuda_kernels"), call  # its own kernel was seen launching
+    # its own code was seen running: the extension's function (the autograd profiler of torch 2.11
+    # lists ops, not kernel names, so own_cuda_kernels may stay empty; the kineto profile names them)
+    assert call.get("extension_calls") or call.get("own_cuda_kernels"), call
     assert "timer_escape" in r.metadata["guards"]["checked"]
 
 
