@@ -11,16 +11,12 @@ import anthropic
 
 from kernelwright.config import ModelConfig
 from kernelwright.models.base import Completion, Message, ModelSetupError, Usage
+from kernelwright.models.base import one_line as _one_line
 from kernelwright.models.pricing import PriceTable
 from kernelwright.models.retry import Failure, call_with_retries, retry_after_header
 
 DEFAULT_MAX_TOKENS = 16000  # the Messages API requires a limit
 RETRYABLE_STATUS = {408, 409, 429, 529}
-
-
-def _one_line(text: str, limit: int = 300) -> str:
-    line = " ".join(str(text).split())
-    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 class AnthropicChat:

@@ -77,3 +77,9 @@ class ChatModel(Protocol):
     name: str
 
     def complete(self, messages: list[Message]) -> Completion: ...
+
+
+def one_line(text: object, limit: int = 300) -> str:
+    """A provider's error text folded to one line of at most `limit` characters."""
+    line = " ".join(str(text).split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"

@@ -14,19 +14,10 @@ from typing import Any
 import torch
 
 from kernelwright.engine.child import guards, localize, numerics
+from kernelwright.engine.child.trees import clone as _clone
 from kernelwright.result import Stage, Status
 
 GUARD_SEED_OFFSET = 777_777  # guard inputs are not the trials' inputs
-
-
-def _clone(obj: Any):
-    if isinstance(obj, torch.Tensor):
-        return obj.clone()
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_clone(o) for o in obj)
-    if isinstance(obj, dict):
-        return {k: _clone(v) for k, v in obj.items()}
-    return obj
 
 
 class Checks:

@@ -8,23 +8,27 @@ later loses nothing already measured. Imports only torch and the standard librar
 
 from __future__ import annotations
 
-import faulthandler
+import time
+
+_T0 = time.perf_counter()  # process start, near enough: startup_s counts the torch import from here
+
+import faulthandler  # noqa: E402  (imports after _T0 on purpose)
 import importlib.util
 import json
 import os
 import platform
 import sys
-import time
 import traceback
 from dataclasses import asdict
 from typing import Any
 
 from kernelwright.config import EvalConfig
 from kernelwright.engine.child.channel import Channel
+from kernelwright.engine.child.trees import clone as _clone
+from kernelwright.engine.child.trees import to_device as _to_device
 from kernelwright.result import Stage, Status
 
 TRACEBACK_LINES = 40
-_T0 = time.perf_counter()  # process start, near enough: startup_s counts the torch import from here
 
 
 class ReferenceFailure(Exception):
@@ -52,30 +56,6 @@ def _short_tb(exc: BaseException, candidate_path: str | None = None) -> str:
 def _is_triton_compile_error(exc: BaseException) -> bool:
     mod = type(exc).__module__ or ""
     return mod.startswith("triton.compiler") or type(exc).__name__ in ("CompilationError", "CompileTimeAssertionFailure")
-
-
-def _to_device(obj: Any, device):
-    import torch
-
-    if isinstance(obj, torch.Tensor):
-        return obj.to(device)
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_to_device(o, device) for o in obj)
-    if isinstance(obj, dict):
-        return {k: _to_device(v, device) for k, v in obj.items()}
-    return obj
-
-
-def _clone(obj: Any):
-    import torch
-
-    if isinstance(obj, torch.Tensor):
-        return obj.clone()
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_clone(o) for o in obj)
-    if isinstance(obj, dict):
-        return {k: _clone(v) for k, v in obj.items()}
-    return obj
 
 
 def trial_seed(base: int, trial: int) -> int:
