@@ -50,3 +50,24 @@ def _cuda_source(path):
 def test_fused_candidates_share_one_kernel_source():
     """Both candidates build the same extension (one build serves both); they differ only in mode."""
     assert _cuda_source(MAMBA2 / "candidate_y.py") == _cuda_source(MAMBA2 / "candidate_state.py")
+
+
+@pytest.mark.parametrize(
+    "kind, candidate, pointer",
+    [
+        ("y", "buggy_segsum_y.py", "parameter 'A' is set to 0"),  # the decay exp(segsum(A)) is where it goes wrong
+        ("state", "buggy_segsum_state.py", "parameter 'A' is set to 0"),
+        ("y", "buggy_reshape_y.py", "'(c l)' where '(l c)' was meant"),  # chunks put back in the wrong order
+    ],
+)
+def test_buggy_candidate_error_log_points_at_its_bug(cpu_config, small_problems, kind, candidate, pointer):
+    r = evaluate(small_problems[kind], BUGGY / candidate, cpu_config)
+    assert r.status is Status.INCORRECT
+    assert pointer in r.error_log, r.error_log
+    if "reshape" in candidate:
+        assert "parameter 'A'" not in r.error_log  # zeroing A does not hide a reordering
+
+
+def test_ablation_names_no_parameter_for_a_correct_control(cpu_config, small_problems):
+    r = evaluate(small_problems["y"], BUGGY / "ssd_torch_y.py", cpu_config)
+    assert r.status is Status.PASSED and "set to 0" not in r.error_log

@@ -133,7 +133,51 @@ class Checks:
         if not passed and self.ncfg.localize and localize_failure:
             message = self._localize(message, cand_out, oracle_out if use_calibrated else ref_out,
                                      ref_out, rep if use_calibrated else None)
+            message += "".join(f"\n  where: {ln}" for ln in self._ablation(inputs))
         return passed, message, evidence
+
+    def _ablation(self, inputs: Any, max_params: int = 8, budget_s: float = 3.0) -> list[str]:
+        """Which parameter, zeroed in both models, makes the mismatch go away (a pointer to the bug).
+
+        Only parameters that both models hold under the same name and shape are tried, each
+        restored afterwards; a zeroing that leaves the reference's output all zero says nothing
+        and is not reported. Example: a segment sum off by one in a decay `exp(segsum(A))` vanishes
+        with A = 0, since every decay is then 1.
+        """
+        import time
+
+        from kernelwright.engine.child.compare import compare_outputs, flatten
+
+        ev = self.ev
+        cand_params = dict(ev.cand_model.named_parameters())
+        shared = [(n, p, cand_params[n]) for n, p in ev.ref_model.named_parameters()
+                  if n in cand_params and cand_params[n].shape == p.shape and p.is_floating_point()]
+        lines: list[str] = []
+        t0 = time.perf_counter()
+        for name, p_ref, p_cand in shared[:max_params]:
+            if time.perf_counter() - t0 > budget_s:
+                break
+            saved_ref, saved_cand = p_ref.detach().clone(), p_cand.detach().clone()
+            try:
+                with torch.no_grad():
+                    p_ref.zero_()
+                    p_cand.zero_()
+                    ref_out = ev.ref_model(*_clone(inputs))
+                    cand_out = ev.cand_model(*_clone(inputs))
+                ev._sync()
+                rep = compare_outputs(cand_out, ref_out, self.cfg.atol, self.cfg.rtol)
+                nonzero = any(isinstance(t, torch.Tensor) and t.numel() and bool(t.ne(0).any())
+                              for _, t in flatten(ref_out))
+                if rep.passed and nonzero:
+                    lines.append(f"the mismatch disappears when parameter '{name}' is set to 0 in both models "
+                                 f"(outputs still non-zero): look at how '{name}' is used")
+            except Exception:  # evidence only: a candidate that cannot run this way tells us nothing
+                pass
+            finally:
+                with torch.no_grad():
+                    p_ref.copy_(saved_ref)
+                    p_cand.copy_(saved_cand)
+        return lines
 
     def _localize(self, message: str, cand_out: Any, target: Any, ref_out: Any, rep) -> str:
         from kernelwright.engine.child.compare import flatten
