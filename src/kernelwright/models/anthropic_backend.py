@@ -11,9 +11,8 @@ import anthropic
 
 from kernelwright.config import ModelConfig
 from kernelwright.models.base import Completion, Message, ModelSetupError, Usage
-from kernelwright.models.base import one_line as _one_line
 from kernelwright.models.pricing import PriceTable
-from kernelwright.models.retry import Failure, call_with_retries, retry_after_header
+from kernelwright.models.retry import Failure, call_with_retries, classify_sdk_error
 
 DEFAULT_MAX_TOKENS = 16000  # the Messages API requires a limit
 RETRYABLE_STATUS = {408, 409, 429, 529}
@@ -33,17 +32,7 @@ class AnthropicChat:
                                           timeout=config.retry.request_timeout_s)
 
     def _classify(self, exc: BaseException) -> Failure | None:
-        if isinstance(exc, anthropic.APITimeoutError):
-            return Failure(True, f"timeout: no answer within {self.config.retry.request_timeout_s:g} s")
-        if isinstance(exc, anthropic.APIConnectionError):
-            return Failure(True, f"connection error: {_one_line(exc)}")
-        if isinstance(exc, anthropic.APIStatusError):
-            code = exc.status_code
-            retryable = code in RETRYABLE_STATUS or code >= 500
-            hint = f"; check {self.key_env}" if code in (401, 403) else ""
-            return Failure(retryable, f"{code} {type(exc).__name__}: {_one_line(exc.message)}{hint}", code,
-                           retry_after_header(getattr(exc.response, "headers", None)))
-        return None
+        return classify_sdk_error(exc, anthropic, self.config.retry.request_timeout_s, self.key_env, RETRYABLE_STATUS)
 
     def complete(self, messages: list[Message]) -> Completion:
         system = "\n\n".join(m["content"] for m in messages if m["role"] == "system")

@@ -13,9 +13,8 @@ import openai
 
 from kernelwright.config import ModelConfig
 from kernelwright.models.base import Completion, Message, ModelSetupError, Usage
-from kernelwright.models.base import one_line as _one_line
 from kernelwright.models.pricing import PriceTable
-from kernelwright.models.retry import Failure, call_with_retries, retry_after_header
+from kernelwright.models.retry import Failure, call_with_retries, classify_sdk_error
 
 RETRYABLE_STATUS = {408, 409, 429}
 LOCAL_KEY_PLACEHOLDER = "not-needed"  # local servers ignore the key, the client insists on one
@@ -40,18 +39,8 @@ class OpenAIChat:
                                     timeout=config.retry.request_timeout_s)
 
     def _classify(self, exc: BaseException) -> Failure | None:
-        timeout = self.config.retry.request_timeout_s
-        if isinstance(exc, openai.APITimeoutError):
-            return Failure(True, f"timeout: no answer within {timeout:g} s")
-        if isinstance(exc, openai.APIConnectionError):
-            return Failure(True, f"connection error: {_one_line(exc)} (is {self.config.base_url or 'the API'} reachable?)")
-        if isinstance(exc, openai.APIStatusError):
-            code = exc.status_code
-            retryable = code in RETRYABLE_STATUS or code >= 500
-            hint = f"; check {self.key_env}" if code in (401, 403) else ""
-            return Failure(retryable, f"{code} {type(exc).__name__}: {_one_line(exc.message)}{hint}", code,
-                           retry_after_header(getattr(exc.response, "headers", None)))
-        return None
+        return classify_sdk_error(exc, openai, self.config.retry.request_timeout_s, self.key_env, RETRYABLE_STATUS,
+                                  connection_hint=f" (is {self.config.base_url or 'the API'} reachable?)")
 
     def complete(self, messages: list[Message]) -> Completion:
         kwargs: dict = {"model": self.model, "messages": messages}

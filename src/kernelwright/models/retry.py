@@ -69,3 +69,21 @@ def retry_after_header(headers) -> float | None:
         return float(value) if value is not None else None
     except (TypeError, ValueError):
         return None
+
+
+def classify_sdk_error(exc: BaseException, sdk, timeout_s: float, key_env: str, retryable_status: set[int],
+                       connection_hint: str = "") -> Failure | None:
+    """A Failure for the errors the `openai` and `anthropic` clients share (same class names), else None."""
+    from kernelwright.models.base import one_line
+
+    if isinstance(exc, sdk.APITimeoutError):
+        return Failure(True, f"timeout: no answer within {timeout_s:g} s")
+    if isinstance(exc, sdk.APIConnectionError):
+        return Failure(True, f"connection error: {one_line(exc)}{connection_hint}")
+    if isinstance(exc, sdk.APIStatusError):
+        code = exc.status_code
+        retryable = code in retryable_status or code >= 500
+        hint = f"; check {key_env}" if code in (401, 403) else ""
+        return Failure(retryable, f"{code} {type(exc).__name__}: {one_line(exc.message)}{hint}", code,
+                       retry_after_header(getattr(exc.response, "headers", None)))
+    return None

@@ -7,7 +7,6 @@ per device and cached as JSON under the cache directory, so later evaluations re
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
@@ -16,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from kernelwright.engine.child import jsoncache
 
 TB = 1e12
 TFLOP = 1e12
@@ -158,22 +159,12 @@ def collect(device: torch.device, cache_dir: str, measure: bool = True) -> dict[
         facts["datasheet"] = sheet
     if measure:
         path = _cache_file(cache_dir, facts)
-        measured = None
-        try:
-            measured = json.loads(path.read_text())
-        except (OSError, ValueError):
-            pass
+        measured = jsoncache.read(path)
         if not measured:
             t0 = time.perf_counter()
             measured = measure_peaks(device)
             measured["measure_s"] = time.perf_counter() - t0
-            try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                tmp = path.with_suffix(f".{os.getpid()}.tmp")
-                tmp.write_text(json.dumps(measured))
-                os.replace(tmp, path)
-            except OSError:
-                pass
+            jsoncache.write(path, measured)
             measured["cached"] = False
         else:
             measured["cached"] = True

@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import statistics
 import sys
 import threading
 import time

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
-import os
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Iterable
@@ -25,7 +23,7 @@ from typing import Any, Iterable
 import torch
 
 from kernelwright import roofline
-from kernelwright.engine.child import gpu_facts, kernel_names
+from kernelwright.engine.child import gpu_facts, jsoncache, kernel_names
 
 MAX_ENTRIES = 40  # kernels / ops kept in the record (the rest are summed into "other")
 NAME_CHARS = 300
@@ -212,21 +210,13 @@ def cached_reference_work(ref_model, inputs, problem_path: str | None, cache_dir
             key = None
     path = Path(cache_dir) / "reference_work" / f"{key}.json" if key else None
     if path is not None:
-        try:
-            work = json.loads(path.read_text())
+        work = jsoncache.read(path)
+        if isinstance(work, dict):
             work["cached"] = True
             return work
-        except (OSError, ValueError):
-            pass
     work = reference_work(ref_model, inputs)
     if path is not None:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(work))
-            os.replace(tmp, path)
-        except OSError:
-            pass
+        jsoncache.write(path, work)
     work["cached"] = False
     return work
 
