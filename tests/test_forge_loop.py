@@ -183,15 +183,15 @@ def test_the_run_survives_rate_limits_server_errors_bad_answers_and_timeouts(cpu
         coder, judge = resolve_model("coder", "coder", mcfg), resolve_model("judge", "judge", mcfg)
         cfg = LoopConfig(rounds=3, backend="cuda", model=mcfg)
         run_dir = RunDir(tmp_path / "run", ADD_ONE, {"coder": coder.name, "judge": judge.name})
-        calls = []
-        forge = Forge(ADD_ONE, coder, judge, lambda p, code, on_stage, report_dir: calls.append(code) or
-                      engine_evaluator(cpu_config)(p, code, on_stage, report_dir), cfg, device="cpu", recorder=run_dir)
+        engine = engine_evaluator(cpu_config)  # warm: every evaluation takes a child started ahead
+        forge = Forge(ADD_ONE, coder, judge, engine, cfg, device="cpu", recorder=run_dir)
         state = forge.run()
+    assert engine._spare is None  # the run's end stopped the spare it had started
     summary = read_summary(tmp_path / "run")
     assert [r["verdict"] for r in summary["rounds"]] == ["format_error", "passed", "incorrect"]
     assert [r["kind"] for r in summary["rounds"]] == ["first", "repair", "optimise"]
     # the answer with no code block cost no evaluation, and went straight back to the Coder
-    assert len(calls) == 2 and summary["rounds"][0]["evaluated"] is False
+    assert [r["evaluated"] for r in summary["rounds"]] == [False, True, True]
     r0 = json.loads((tmp_path / "run" / summary["rounds"][0]["dir"] / "round.json").read_text())
     assert "no code block" in r0["summary"] and r0["judge"] is None
     assert [a["status_code"] for a in r0["coder"]["attempts"]] == [429, None]  # 429, then success
@@ -206,6 +206,10 @@ def test_the_run_survives_rate_limits_server_errors_bad_answers_and_timeouts(cpu
     repair_prompt = server.prompts("coder")[1]
     assert "Output rules broken: no code block" in repair_prompt and "OLD CODE (read-only)" in repair_prompt
     assert server.served("coder") == ["Status", "Reply", "Reply", "Reply", "Reply"]
+    # both evaluations ran in children started ahead (at the run's start, then after round 1)
+    for r in summary["rounds"][1:]:
+        ev = json.loads((tmp_path / "run" / r["dir"] / "eval.json").read_text())
+        assert ev["metadata"]["prestarted"]["startup_s"] > 0, ev["metadata"]
     # the regression (incorrect) never replaced the best
     assert state.best.index == 1 and summary["best"]["round"] == 1
     assert (tmp_path / "run" / "best.py").read_text() == (CAND / "py_correct.py").read_text()

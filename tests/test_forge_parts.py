@@ -459,9 +459,9 @@ def test_engine_evaluator_sends_the_profile_report_to_the_round_folder(monkeypat
     monkeypatch.setattr(engine, "evaluate", lambda problem, cand, config, **kw: seen.append(config) or
                         EvalResult(status=Status.PASSED))
     on = EvalConfig(device="cpu", profile=ProfileConfig(enabled=True))
-    engine_evaluator(on)(ADD_ONE, "code", lambda s: None, tmp_path / "000_x" / "profile")
-    engine_evaluator(on)(ADD_ONE, "code", lambda s: None, None)
-    engine_evaluator(EvalConfig(device="cpu"))(ADD_ONE, "code", lambda s: None, tmp_path / "p")
+    engine_evaluator(on, warm=False)(ADD_ONE, "code", lambda s: None, tmp_path / "000_x" / "profile")
+    engine_evaluator(on, warm=False)(ADD_ONE, "code", lambda s: None, None)
+    engine_evaluator(EvalConfig(device="cpu"), warm=False)(ADD_ONE, "code", lambda s: None, tmp_path / "p")
     assert [c.profile.report_dir for c in seen] == [str(tmp_path / "000_x" / "profile"), "", ""]
     assert on.profile.report_dir == ""  # the run's config is not changed
     # through the loop: the evaluator gets <run>/<round folder>/profile

@@ -64,6 +64,10 @@ class EvalConfig:
     sandbox: SandboxMode = "auto"
     cache_dir: str = field(default_factory=lambda: str(default_cache_dir()))
     keep_workdir: bool = False
+    # get_inputs() runs with the evaluation's device as torch's default device (inputs are drawn
+    # on the GPU, not drawn on the CPU and copied: seconds per evaluation for large inputs);
+    # a get_inputs that fails that way runs on the CPU, as KernelBench does.
+    inputs_on_device: bool = True
     # Names of extra environment variables to pass to the child (on top of the safe allow-list).
     pass_env: tuple[str, ...] = ()
     profile: "ProfileConfig" = field(default_factory=lambda: ProfileConfig())
@@ -198,11 +202,15 @@ class BuildConfig:
 
     `use_pch`: load_inline calls with torch's default C++ flags use torch's precompiled
     <torch/extension.h> (built once per machine, under a lock). `max_jobs`: ninja's parallelism
-    (MAX_JOBS); 0 means one job per CPU core.
+    (MAX_JOBS); 0 means one job per CPU core. `lean_headers`: a load_inline's CUDA sources are
+    built first with lean torch headers in place of <torch/types.h> / <torch/extension.h>
+    (engine/child/lean_headers.py; about 3.5x faster on an H100 machine), and as written when
+    that build fails.
     """
 
     use_pch: bool = True
     max_jobs: int = 0
+    lean_headers: bool = True
 
 
 # ---- the forge loop (Coder + Judge rounds) --------------------------------------------------

@@ -44,18 +44,52 @@ class Evaluator(Protocol):
                  report_dir: Path | None) -> EvalResult: ...
 
 
-def engine_evaluator(config: EvalConfig) -> Evaluator:
+class EngineEvaluator:
     """The real engine: every candidate in its own isolated child. `report_dir` (the round's folder
-    of the run directory) receives the raw profiler files (ncu's report and CSV) of that round."""
-    from kernelwright.engine import evaluate
+    of the run directory) receives the raw profiler files (ncu's report and CSV) of that round.
 
-    def run(problem: Path, code: str, on_stage: Callable[[str], None], report_dir: Path | None) -> EvalResult:
-        cfg = config
-        if report_dir is not None and config.profile.enabled:
-            cfg = replace(config, profile=replace(config.profile, report_dir=str(report_dir)))
-        return evaluate(problem, None, cfg, candidate_text=code, on_stage=on_stage)
+    With `warm` (the default), the next round's child is started as soon as an evaluation ends
+    (`engine.WarmEvaluator`): it imports torch and initialises CUDA while the Judge and the Coder
+    answer. `close()` stops the spare; `Forge.run` calls it at the end of a run.
+    """
 
-    return run
+    def __init__(self, config: EvalConfig, warm: bool = True):
+        self.config = config
+        self.warm = warm
+        self._spare = None
+
+    def __call__(self, problem: Path, code: str, on_stage: Callable[[str], None],
+                 report_dir: Path | None) -> EvalResult:
+        from kernelwright import engine
+
+        cfg = self.config
+        if report_dir is not None and cfg.profile.enabled:
+            cfg = replace(cfg, profile=replace(cfg.profile, report_dir=str(report_dir)))
+        spare, self._spare = self._spare, None
+        try:
+            return engine.evaluate(problem, None, cfg, candidate_text=code, on_stage=on_stage, spare=spare)
+        finally:
+            self.prestart()
+
+    def prestart(self) -> None:
+        """Start the next evaluation's child now (when `warm`), unless one is waiting."""
+        from kernelwright import engine
+
+        if not self.warm or (self._spare is not None and self._spare.alive()):
+            return
+        try:
+            self._spare = engine.prestart(self.config)
+        except engine.EngineError:
+            self._spare = None  # the evaluation itself will start a child and report the problem
+
+    def close(self) -> None:
+        if self._spare is not None:
+            self._spare.discard()
+            self._spare = None
+
+
+def engine_evaluator(config: EvalConfig, warm: bool = True) -> EngineEvaluator:
+    return EngineEvaluator(config, warm)
 
 
 @dataclass
@@ -239,6 +273,9 @@ class Forge:
 
     # -- driver --
     def run(self) -> RunState:
+        prestart = getattr(self.evaluate, "prestart", None)
+        if prestart:  # the first evaluation's child starts up while the Coder writes
+            prestart()
         try:
             while self.state.stop_reason is None:
                 self.step()
@@ -250,6 +287,9 @@ class Forge:
             self.state.stop_reason = f"error: {exc}"
             raise
         finally:
+            close = getattr(self.evaluate, "close", None)
+            if close:
+                close()
             self.recorder.finish(self.state)
         return self.state
 

@@ -6,7 +6,7 @@ never loads the parent-side modules.
 
 from __future__ import annotations
 
-__all__ = ["evaluate", "EngineError"]
+__all__ = ["evaluate", "EngineError", "prestart", "WarmEvaluator"]
 
 
 def __getattr__(name: str):

@@ -7,9 +7,11 @@ an unavailable device or sandbox), with a one-line message naming the fix.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -49,24 +51,41 @@ def evaluate(
     *,
     candidate_text: str | None = None,
     on_stage: Callable[[str], None] | None = None,
+    spare: "Spare | None" = None,
 ) -> EvalResult:
-    """Evaluate a candidate (a file, or its text) against a KernelBench problem in a fresh child."""
+    """Evaluate a candidate (a file, or its text) against a KernelBench problem in a fresh child.
+
+    `spare`: a child started ahead of time by `prestart` for a compatible configuration (same
+    device, cache, environment and sandbox); it is used for this evaluation (or stopped, when it
+    does not fit or has died) and must not be used again. See `WarmEvaluator`.
+    """
     config = config or EvalConfig()
     try:
         config.validate()
     except ValueError as exc:
+        if spare:
+            spare.discard()
         raise EngineError(str(exc)) from None
     try:
         prob = formats.load_problem(problem)
+        check_device(config.device)
+        try:
+            sandbox_kind = sandbox.resolve(config.sandbox)
+        except sandbox.SandboxUnavailable as exc:
+            raise EngineError(str(exc)) from None
     except (FileNotFoundError, formats.FormatError) as exc:
+        if spare:
+            spare.discard()
         raise EngineError(str(exc)) from None
-    check_device(config.device)
-    try:
-        sandbox_kind = sandbox.resolve(config.sandbox)
-    except sandbox.SandboxUnavailable as exc:
-        raise EngineError(str(exc)) from None
+    except EngineError:
+        if spare:
+            spare.discard()
+        raise
+    if spare is not None and (spare.key != _spawn_key(config, sandbox_kind) or not spare.alive()):
+        spare.discard()
+        spare = None
 
-    workdir = Path(tempfile.mkdtemp(prefix="kw-eval-"))
+    workdir = spare.workdir if spare else Path(tempfile.mkdtemp(prefix="kw-eval-"))
     try:
         if candidate_text is None:
             if candidate is None:
@@ -82,29 +101,148 @@ def evaluate(
         except formats.FormatError as exc:
             return EvalResult(status=Status.FORMAT_ERROR, error_log=str(exc), error_stage=Stage.STARTUP,
                               atol=config.atol, rtol=config.rtol, seed=config.seed, sandbox=sandbox_kind)
-        return _run(prob.path, cand_path, config, workdir, sandbox_kind, on_stage)
+        result = _run(prob.path, cand_path, config, workdir, sandbox_kind, on_stage, spare)
+        spare = None  # _run took it
+        return result
     finally:
+        if spare is not None:
+            spare.discard(remove_workdir=False)
         if not config.keep_workdir:
             shutil.rmtree(workdir, ignore_errors=True)
 
 
+# ---- spare children -------------------------------------------------------------------------
+
+def _spawn_key(config: EvalConfig, sandbox_kind: str) -> str:
+    """What a child is started with: a spare serves only evaluations that agree on all of it."""
+    return json.dumps([config.device, str(Path(config.cache_dir).resolve()), list(config.pass_env),
+                       config.build.max_jobs, sandbox_kind, config.timeouts.startup])
+
+
+@dataclass
+class Spare:
+    """An evaluation child started ahead of its job: python, torch and the CUDA context are up.
+
+    It has run nothing of a problem or a candidate; it waits for its job on stdin. Each spare
+    serves one evaluation, so every candidate still gets a fresh process.
+    """
+
+    child: process.Child
+    key: str
+    workdir: Path
+    env: dict[str, str]
+    argv: list[str]
+    sandbox_kind: str
+
+    def alive(self) -> bool:
+        return self.child.proc.poll() is None
+
+    def discard(self, remove_workdir: bool = True) -> None:
+        process.discard(self.child)
+        if remove_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def prestart(config: EvalConfig | None = None) -> Spare:
+    """Start a spare evaluation child for `config` now (it starts up while the caller does other work)."""
+    config = config or EvalConfig()
+    try:
+        config.validate()
+        sandbox_kind = sandbox.resolve(config.sandbox)
+    except (ValueError, sandbox.SandboxUnavailable) as exc:
+        raise EngineError(str(exc)) from None
+    check_device(config.device)
+    cache_dir = Path(config.cache_dir)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    workdir = Path(tempfile.mkdtemp(prefix="kw-eval-"))
+    tmp = workdir / "tmp"
+    tmp.mkdir()
+    env = child_env(config, tmp)
+    argv = sandbox.wrap(process.child_argv(), sandbox_kind, workdir, [cache_dir])
+    job = {"problem_path": "", "candidate_path": "", "config": config.to_dict()}
+    child = process.spawn(argv, job, workdir, env, spare=True)
+    return Spare(child, _spawn_key(config, sandbox_kind), workdir, env, argv, sandbox_kind)
+
+
+class WarmEvaluator:
+    """`evaluate` with the next evaluation's child started as soon as the previous one ends.
+
+    The forge loop spends seconds to minutes in the Judge and the Coder between two evaluations;
+    a spare child started at the end of one evaluation has imported torch and initialised CUDA
+    by the time the next candidate comes, which takes the child's start-up (about 5 s on an H100
+    machine) off every round's critical path. A spare is started only after an evaluation has
+    finished (never while one is being measured) and stopped by `close`.
+    """
+
+    def __init__(self, config: EvalConfig | None = None, keep_warm: bool = True):
+        self.config = config or EvalConfig()
+        self.keep_warm = keep_warm
+        self._spare: Spare | None = None
+
+    def prestart(self, config: EvalConfig | None = None) -> None:
+        if self._spare is not None and self._spare.alive():
+            return
+        if self._spare is not None:
+            self._spare.discard()
+        self._spare = prestart(config or self.config)
+
+    def evaluate(self, problem: str | Path, candidate: str | Path | None = None, config: EvalConfig | None = None,
+                 **kwargs) -> EvalResult:
+        config = config or self.config
+        spare, self._spare = self._spare, None
+        try:
+            return evaluate(problem, candidate, config, spare=spare, **kwargs)
+        finally:
+            if self.keep_warm:
+                try:
+                    self.prestart(config)
+                except EngineError:
+                    pass  # the next evaluation starts its own child and reports the problem
+
+    def close(self) -> None:
+        if self._spare is not None:
+            self._spare.discard()
+            self._spare = None
+
+    def __enter__(self) -> "WarmEvaluator":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
 def _run(problem_path: Path, cand_path: Path, config: EvalConfig, workdir: Path, sandbox_kind: str,
-         on_stage: Callable[[str], None] | None) -> EvalResult:
+         on_stage: Callable[[str], None] | None, spare: Spare | None = None) -> EvalResult:
     cache_dir = Path(config.cache_dir)
     cache_dir.mkdir(parents=True, exist_ok=True)
     tmp = workdir / "tmp"
-    tmp.mkdir()
+    tmp.mkdir(exist_ok=True)
     # The problem is copied in too: the child reads only its own directory and the cache.
     prob_copy = workdir / "problem.py"
     shutil.copyfile(problem_path, prob_copy)
-    env = child_env(config, tmp)
-    argv = sandbox.wrap(process.child_argv(), sandbox_kind, workdir, [cache_dir])
     job = {
         "problem_path": str(prob_copy),
         "candidate_path": str(cand_path),
         "config": config.to_dict(),
     }
-    outcome = process.run_child(argv, job, workdir, env, config.timeouts, on_stage=on_stage)
+    child = None
+    if spare is not None:
+        env = spare.env
+        if process.go(spare.child, job):
+            child = spare.child
+        else:  # it died while waiting: a fresh child, as without a spare
+            spare.discard(remove_workdir=False)
+    if child is None:
+        env = child_env(config, tmp)
+        argv = sandbox.wrap(process.child_argv(), sandbox_kind, workdir, [cache_dir])
+        child = process.spawn(argv, job, workdir, env)
+    outcome = process.watch(child, config.timeouts, on_stage=on_stage)
     if sandbox_kind == "bwrap":
         outcome.exit_code = sandbox.child_exit_code(outcome.exit_code)
     result = _verdict(outcome, config, sandbox_kind)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import selectors
 import signal
 import subprocess
@@ -49,6 +50,97 @@ def _kill_group(proc: subprocess.Popen) -> None:
         pass
 
 
+@dataclass
+class Child:
+    """A started evaluation child: its process, the read end of its report pipe, its log."""
+
+    proc: subprocess.Popen
+    read_fd: int
+    workdir: Path
+    log_path: Path
+    started: float  # time.monotonic() at spawn
+    waits_for_go: bool  # a spare: it reads its job once told to on stdin
+    pending: bytes = b""  # report lines read before `watch` (by `wait_ready`)
+
+    def wait_ready(self, timeout: float) -> bool:
+        """Block until a spare has started up (True), died or `timeout` passed (False)."""
+        end = time.monotonic() + timeout
+        while b'"type": "ready"' not in self.pending:
+            remaining = end - time.monotonic()
+            if remaining <= 0 or self.read_fd < 0:
+                return False
+            ready, _, _ = select.select([self.read_fd], [], [], min(remaining, 0.5))
+            if ready:
+                chunk = os.read(self.read_fd, 1 << 16)
+                if not chunk:
+                    return False
+                self.pending += chunk
+            elif self.proc.poll() is not None:
+                return False
+        return True
+
+
+def spawn(argv: list[str], job: dict[str, Any], workdir: Path, env: dict[str, str], *, spare: bool = False) -> Child:
+    """Start the child on `job` (written to workdir/job.json).
+
+    A `spare` child starts up (python, torch, CUDA) and then waits for a line on its stdin; the
+    job file is re-read then, so the job can be written after the start (see `go`).
+    """
+    read_fd, write_fd = os.pipe()
+    job = dict(job, fd=write_fd)
+    job_path = workdir / "job.json"
+    job_path.write_text(json.dumps(job))
+    log_path = workdir / "child.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            argv + (["--spare"] if spare else []) + [str(job_path)],
+            cwd=str(workdir),
+            env=env,
+            stdin=subprocess.PIPE if spare else subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            pass_fds=(write_fd,),
+            start_new_session=True,  # own process group: killpg reaches the compiler and any child it spawns
+        )
+    os.close(write_fd)
+    return Child(proc, read_fd, workdir, log_path, time.monotonic(), spare)
+
+
+def go(child: Child, job: dict[str, Any]) -> bool:
+    """Hand a spare its job; False when it is gone (then start a fresh one)."""
+    if child.proc.poll() is not None or child.proc.stdin is None:
+        return False
+    current = json.loads((child.workdir / "job.json").read_text())
+    (child.workdir / "job.json").write_text(json.dumps(dict(job, fd=current["fd"])))
+    try:
+        child.proc.stdin.write(b"go\n")
+        child.proc.stdin.close()  # the candidate reads EOF from stdin, as from /dev/null
+    except (BrokenPipeError, OSError):
+        return False
+    return True
+
+
+def discard(child: Child) -> None:
+    """Stop a child that will not be used (a spare nobody took)."""
+    _kill_group(child.proc)
+    try:
+        child.proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        pass
+    for f in (child.proc.stdin,):
+        try:
+            if f:
+                f.close()
+        except OSError:
+            pass
+    if child.read_fd >= 0:
+        try:
+            os.close(child.read_fd)
+        except OSError:
+            pass
+        child.read_fd = -1
+
+
 def run_child(
     argv: list[str],
     job: dict[str, Any],
@@ -58,32 +150,26 @@ def run_child(
     on_stage: Callable[[str], None] | None = None,
 ) -> ChildOutcome:
     """Start the child on `job`, watch its stages, and return what it reported."""
-    read_fd, write_fd = os.pipe()
-    job = dict(job, fd=write_fd)
-    job_path = workdir / "job.json"
-    job_path.write_text(json.dumps(job))
-    log_path = workdir / "child.log"
-    t_start = time.monotonic()
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            argv + [str(job_path)],
-            cwd=str(workdir),
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            pass_fds=(write_fd,),
-            start_new_session=True,  # own process group: killpg reaches the compiler and any child it spawns
-        )
-    os.close(write_fd)
+    return watch(spawn(argv, job, workdir, env), timeouts, on_stage)
 
+
+def watch(child: Child, timeouts: StageTimeouts, on_stage: Callable[[str], None] | None = None) -> ChildOutcome:
+    """Follow a started child's stages to its end, applying each stage's deadline.
+
+    The start-up deadline runs from the child's spawn: a spare that is still starting when its
+    job comes gets what is left of it.
+    """
+    proc, read_fd = child.proc, child.read_fd
+    t_start = time.monotonic()
     record: dict[str, Any] | None = None
     final = False
     stage = "startup"
-    stage_started = {stage: time.time()}
-    deadline = time.monotonic() + timeouts.startup
+    stage_started = {stage: time.time() - (t_start - child.started)}
+    deadline = child.started + timeouts.startup
     timed_out: str | None = None
-    buf = b""
+    buf = child.pending
+    if on_stage:
+        on_stage(stage)
     sel = selectors.DefaultSelector()
     sel.register(read_fd, selectors.EVENT_READ)
     try:
@@ -111,7 +197,10 @@ def run_child(
                     continue  # not ours: a candidate writing on our fd gets ignored
                 kind = msg.get("type")
                 if kind == "stage":
-                    stage = str(msg.get("stage"))
+                    new_stage = str(msg.get("stage"))
+                    if new_stage == stage:
+                        continue  # a spare's start-up, announced at its spawn
+                    stage = new_stage
                     stage_started[stage] = time.time()
                     deadline = time.monotonic() + float(getattr(timeouts, stage, timeouts.correctness))
                     if on_stage:
@@ -122,6 +211,7 @@ def run_child(
     finally:
         sel.close()
         os.close(read_fd)
+        child.read_fd = -1
     try:
         exit_code = proc.wait(timeout=30)
     except subprocess.TimeoutExpired:
@@ -135,7 +225,7 @@ def run_child(
         timed_out_stage=timed_out,
         last_stage=stage,
         stage_started=stage_started,
-        log_tail=_tail(log_path, LOG_TAIL_LINES),
+        log_tail=_tail(child.log_path, LOG_TAIL_LINES),
         wall_s=time.monotonic() - t_start,
     )
 

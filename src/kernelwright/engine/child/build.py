@@ -156,12 +156,16 @@ def _tolerate_read_only_torch(cpp_ext) -> None:
     cpp_ext.remove_extension_h_precompiler_headers = remove_extension_h_precompiler_headers
 
 
-def install_build_cache(cache_root: str | os.PathLike, candidate_file: str | None, use_pch: bool = False) -> None:
+def install_build_cache(cache_root: str | os.PathLike, candidate_file: str | None, use_pch: bool = False,
+                        lean_headers: bool = False) -> None:
     """Route every load_inline/load call to a build directory keyed by content.
 
     With `use_pch`, load_inline calls that keep torch's default C++ flags get `use_pch=True`
     (see `pch_usable`). torch deletes its PCH whenever a build does not use it; that deletion
     is switched off here, so one candidate with its own flags does not cost the next one a rebuild.
+    With `lean_headers`, CUDA sources are first built with lean torch headers (see
+    `lean_headers.py`); when that build fails the source is built as written, and a marker in the
+    lean build's directory makes the next evaluation of the same source skip the lean attempt.
     """
     import torch.utils.cpp_extension as cpp_ext
 
@@ -175,7 +179,7 @@ def install_build_cache(cache_root: str | os.PathLike, candidate_file: str | Non
         _tolerate_read_only_torch(cpp_ext)
 
     def _run(kind: str, name: str, build_dir: Path, call, key: str, sources_for_map: list[str],
-             extra: dict[str, Any] | None = None):
+             extra: dict[str, Any] | None = None, tentative: bool = False):
         entry: dict[str, Any] = {"kind": kind, "name": name, "key": key, "dir": str(build_dir), **(extra or {})}
         entry["cached"] = any(build_dir.glob(f"{name}*.so")) or any(build_dir.glob(f"{name}*.pyd"))
         BUILD_LOG.append(entry)
@@ -184,6 +188,9 @@ def install_build_cache(cache_root: str | os.PathLike, candidate_file: str | Non
             module = call()
         except RuntimeError as exc:
             text = str(exc)
+            if tentative and "Error building extension" in text:
+                BUILD_LOG.remove(entry)  # not the candidate's failure: the build as written follows
+                raise _LeanBuildFailed(text, time.perf_counter() - t0) from None
             if "Error building extension" not in text:
                 entry["ok"] = False
                 raise
@@ -211,13 +218,39 @@ def install_build_cache(cache_root: str | os.PathLike, candidate_file: str | Non
             "kwargs": {k: v for k, v in kwargs.items() if k not in ("verbose", "build_directory")},
         }
         key = build_key("inline", name, payload, with_cuda)
+        texts = _as_list(cpp_sources) + _as_list(cuda_sources)
+        extra: dict[str, Any] = {"pch": pch}
+        lean = _lean_plan(cuda_sources, kwargs, args, original_inline) if lean_headers else None
+        if lean is not None:
+            lean_payload = dict(payload, cuda=lean.cuda_sources, lean=True)
+            lean_key = build_key("inline", name, lean_payload, with_cuda)
+            lean_dir = root / f"{name}-{lean_key}"
+            failed_marker = lean_dir / LEAN_FAILED
+            if failed_marker.exists():  # this source needs more than the lean headers: known already
+                extra["lean_headers"] = {"used": False, "reason": "an earlier lean build of this source failed"}
+            else:
+                lean_dir.mkdir(parents=True, exist_ok=True)
+                lean_kwargs = dict(kwargs, build_directory=str(lean_dir), no_implicit_headers=True)
+                # no_implicit_headers drops main.cpp's <torch/extension.h> too: the bindings need it
+                lean_cpp = ["#include <torch/extension.h>"] + _as_list(cpp_sources)
+                try:
+                    return _run(
+                        "inline", name, lean_dir,
+                        lambda: original_inline(name, lean_cpp, lean.cuda_sources, *args, **lean_kwargs),
+                        lean_key, texts, dict(extra, lean_headers={"used": True, "op_headers": lean.op_headers}),
+                        tentative=True,
+                    )
+                except _LeanBuildFailed as failure:
+                    first = next((i.message for i in parse_compiler_output(failure.output, None, None)), "")
+                    failed_marker.write_text(failure.output[-20000:])
+                    extra["lean_headers"] = {"used": False, "tried_s": round(failure.seconds, 2),
+                                             "reason": f"the lean build failed ({first[:200]}); built as written"}
         build_dir = root / f"{name}-{key}"
         build_dir.mkdir(parents=True, exist_ok=True)
         kwargs["build_directory"] = str(build_dir)
-        texts = _as_list(cpp_sources) + _as_list(cuda_sources)
         return _run(
             "inline", name, build_dir,
-            lambda: original_inline(name, cpp_sources, cuda_sources, *args, **kwargs), key, texts, {"pch": pch},
+            lambda: original_inline(name, cpp_sources, cuda_sources, *args, **kwargs), key, texts, extra,
         )
 
     @functools.wraps(original_load)
@@ -240,6 +273,34 @@ def install_build_cache(cache_root: str | os.PathLike, candidate_file: str | Non
 
     cpp_ext.load_inline = load_inline
     cpp_ext.load = load
+
+
+class _LeanBuildFailed(Exception):
+    def __init__(self, output: str, seconds: float):
+        super().__init__("lean build failed")
+        self.output = output
+        self.seconds = seconds
+
+
+LEAN_FAILED = "kw-lean-failed.txt"
+
+
+def _lean_plan(cuda_sources, kwargs: dict[str, Any], args: tuple, original_inline):
+    """The lean rewrite of a load_inline call's CUDA sources, or None where it does not apply."""
+    if not cuda_sources or args or kwargs.get("no_implicit_headers"):
+        return None  # positional extra arguments: leave the call exactly as written
+    import inspect
+
+    import torch.utils.cpp_extension as cpp_ext
+
+    from kernelwright.engine.child.lean_headers import lean_cuda_sources
+
+    try:
+        if "no_implicit_headers" not in inspect.signature(original_inline).parameters:
+            return None  # a torch too old to build without its implicit <torch/types.h>
+    except (TypeError, ValueError):
+        return None
+    return lean_cuda_sources(_as_list(cuda_sources), Path(cpp_ext._TORCH_PATH) / "include")
 
 
 def _as_list(src) -> list[str]:

@@ -107,13 +107,18 @@ class Evaluation:
     # ---- stages ---------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
         try:
+            if not self.started:
+                self.startup()
             self._run()
         except Exception as exc:  # a bug in a stage's bookkeeping: record it, never lose the record
             self.verdict(Status.RUNTIME_ERROR, _short_tb(exc))
         self.rec["stage_times"]["total_s"] = time.perf_counter() - self.t0
         return self.rec
 
-    def _run(self) -> None:
+    started = False
+
+    def startup(self) -> None:
+        """Python, torch, the device: everything before the candidate's code is touched."""
         self.stage(Stage.STARTUP)
         self._stage_start = _T0
         import torch
@@ -131,8 +136,29 @@ class Evaluation:
 
             # build for this GPU only: a fraction of the default multi-arch build time
             os.environ["TORCH_CUDA_ARCH_LIST"] = arch_list_for(*torch.cuda.get_device_capability(self.device))
+        self.started = True
         self.stage_done("startup_s")
 
+    def warm_up(self) -> None:
+        """A spare's extra start-up: what the first evaluation would otherwise pay on its critical
+        path (the device context, the build machinery, the engine's own modules). No candidate
+        or problem code runs here."""
+        import torch
+        import torch.utils.cpp_extension  # noqa: F401  (setuptools and friends: ~0.5 s)
+
+        from kernelwright.engine.child import build, checks, compare, guards, numerics, profile, timing  # noqa: F401
+
+        if self.device.type == "cuda":
+            torch.empty(1, device=self.device)  # the CUDA context
+            torch.cuda.synchronize(self.device)
+
+    def take(self, job: dict[str, Any]) -> None:
+        """A spare's job has come: the real configuration replaces the one it started with."""
+        self.job = job
+        self.cfg = EvalConfig.from_dict(job["config"])
+        self.rec.update(atol=self.cfg.atol, rtol=self.cfg.rtol, seed=self.cfg.seed)
+
+    def _run(self) -> None:
         if not self._build():
             return
         mode = self.job.get("mode", "evaluate")
@@ -186,7 +212,7 @@ class Evaluation:
 
         self.stage(Stage.BUILD)
         build.install_build_cache(os.path.join(self.cfg.cache_dir, "builds"), self.job["candidate_path"],
-                                  use_pch=self.cfg.build.use_pch)
+                                  use_pch=self.cfg.build.use_pch, lean_headers=self.cfg.build.lean_headers)
         try:
             self.problem = _load_module(self.job["problem_path"], "kw_problem")
         except Exception as exc:
@@ -279,8 +305,21 @@ class Evaluation:
             self.verdict(Status.RUNTIME_ERROR, f"{what}:\n" + _short_tb(exc))
 
     def _inputs(self, seed: int):
+        """The problem's inputs for one seed, on the device: drawn there (`inputs_on_device`), or on
+        the CPU and copied where get_inputs cannot run with the device as torch's default."""
         import torch
 
+        if self.cfg.inputs_on_device and self.device.type != "cpu" and not getattr(self, "_inputs_on_cpu", False):
+            torch.manual_seed(seed)
+            try:
+                with torch.device(self.device):
+                    inputs = self.problem.get_inputs()
+                self.rec["metadata"]["inputs_drawn_on"] = self.device.type
+                return _to_device(inputs, self.device)
+            except Exception as exc:
+                self._inputs_on_cpu = True
+                self.rec["metadata"]["inputs_drawn_on"] = "cpu"
+                self.rec["metadata"]["inputs_on_device_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
         torch.manual_seed(seed)
         return _to_device(self.problem.get_inputs(), self.device)
 
@@ -407,13 +446,36 @@ def _tail(text: str, n: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """`main.py JOB.json`, or `main.py --spare JOB.json`: a spare starts up (torch, CUDA), says
+    `ready`, waits for a line on stdin, then re-reads JOB.json (now the real job) and runs it.
+    EOF on stdin (nobody took it) ends it quietly."""
     argv = sys.argv[1:] if argv is None else argv
     faulthandler.enable()  # a segfault prints the Python stack to stderr, which the parent keeps
-    with open(argv[0]) as f:
+    spare = argv[0] == "--spare"
+    job_path = argv[-1]
+    with open(job_path) as f:
         job = json.load(f)
     chan = Channel(job.get("fd"))
     ev = Evaluation(job, chan)
-    rec = ev.run()
+    if spare:
+        try:
+            ev.startup()
+            ev.warm_up()
+        except Exception:  # the parent finds this spare dead and starts a fresh child for the job
+            traceback.print_exc()
+            os._exit(3)
+        t_ready = time.perf_counter()
+        chan.send("ready")
+        if not sys.stdin.readline().strip():
+            os._exit(0)
+        with open(job_path) as f:
+            ev.take(json.load(f))
+        ev.t0 = time.perf_counter()
+        ev.rec["metadata"]["prestarted"] = {"idle_s": round(ev.t0 - t_ready, 3),
+                                            "startup_s": ev.rec["stage_times"].get("startup_s")}
+        rec = ev.run()
+    else:
+        rec = ev.run()
     chan.record(rec, final=True)
     if job.get("record_path"):  # a run without the pipe (under ncu): the record as a file
         with open(job["record_path"], "w") as f:
