@@ -24,6 +24,20 @@ def test_bundled_cuda_candidate_passes_and_is_timed_with_events(cuda_config):
     assert r.candidate_timing.clock == "cuda_event" and r.candidate_timing.l2_flush
     assert r.speedup > 1.0  # one pass instead of four over 128 MiB
     assert r.compile_reference_ms is not None or "compile_reference_error" in r.metadata
+    lean = r.metadata["builds"][0]["lean_headers"]
+    assert lean["used"] is True and lean["op_headers"] == ["empty_like"]  # built with lean torch headers
+    assert r.metadata["inputs_drawn_on"] == "cuda"
+
+
+def test_a_cuda_source_that_needs_the_full_headers_is_built_as_written(cuda_config):
+    r = evaluate(ADD_ONE, CAND / "cuda_needs_full_headers.py", cuda_config)
+    assert r.status is Status.PASSED, r.error_log
+    b = r.metadata["builds"][0]
+    assert b["lean_headers"]["used"] is False and "lean build failed" in b["lean_headers"]["reason"], b
+    again = evaluate(ADD_ONE, CAND / "cuda_needs_full_headers.py", cuda_config)
+    b = again.metadata["builds"][0]
+    assert again.status is Status.PASSED and b["cached"] is True
+    assert "earlier lean build" in b["lean_headers"]["reason"]  # not tried twice
 
 
 def bad_access(mode: int) -> str:
