@@ -10,10 +10,16 @@ Steps, in this order, all in one run on one machine:
 2. pch      : the one-time build of torch's precompiled <torch/extension.h> for default C++ flags
               (once per machine and torch install, shared by every later candidate).
 3. cold     : `evaluate()` with an empty build cache (engine settings: this GPU's arch only,
-              MAX_JOBS = cores, PCH where the flags allow).
-4. cached   : `evaluate()` again, same cache, `--repeats` times (build_s ~ import of the cached .so).
-5. prebuild : `BuildPool` builds the candidate in a CPU-only child into an empty cache; the
+              MAX_JOBS = cores, PCH where the flags allow, lean torch headers for cuda.cu).
+4. cached   : `evaluate()` again, same cache, `--repeats` times, each in a fresh child
+              (build_s ~ import of the cached .so).
+5. warm     : the same, each in a spare child started ahead and ready (`prestart`): what a round
+              of the forge loop pays, whose spare starts up while the Judge and the Coder answer.
+6. prebuild : `BuildPool` builds the candidate in a CPU-only child into an empty cache; the
               evaluation after it reports its build stage (should be a cache hit).
+7. fallback (`--fallback`): a CUDA candidate whose host code needs the full torch headers
+              (tests/fixtures/candidates/cuda_needs_full_headers.py), cold: the failed lean attempt
+              and the build as written.
 
 Engine overhead of an evaluation = its wall time (the `evaluate()` call, in the parent) minus
 the time the device spends in forward calls of the candidate and the reference: for each of
@@ -39,7 +45,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
 from kernelwright.config import EvalConfig  # noqa: E402
-from kernelwright.engine import evaluate  # noqa: E402
+from kernelwright.engine import evaluate, prestart  # noqa: E402
 from kernelwright.engine.pool import BuildPool  # noqa: E402
 
 
@@ -93,19 +99,25 @@ def kernel_work_s(r) -> float:
     return total
 
 
-def one_eval(problem: Path, candidate: Path, cfg: EvalConfig) -> dict:
+def one_eval(problem: Path, candidate: Path, cfg: EvalConfig, warm: bool = False) -> dict:
+    spare = None
+    if warm:
+        spare = prestart(cfg)
+        if not spare.child.wait_ready(300):
+            raise RuntimeError("the spare child did not start up")
     t0 = time.perf_counter()
-    r = evaluate(problem, candidate, cfg)
+    r = evaluate(problem, candidate, cfg, spare=spare)
     wall = time.perf_counter() - t0
     if not r.correct:
         raise RuntimeError(f"evaluation did not pass: {r.summary_line()}")
-    b = r.metadata.get("builds", [{}])[0]
+    b = (r.metadata.get("builds") or [{}])[0]
     work = kernel_work_s(r)
     st = r.stage_times
     return {
         "wall_s": wall, "kernel_work_s": work, "overhead_s": wall - work,
         "build_stage_s": st.build_s, "extension_build_s": b.get("build_s"), "cached": b.get("cached"),
-        "pch": b.get("pch"), "stages": {k: v for k, v in vars(st).items() if v is not None},
+        "pch": b.get("pch"), "lean_headers": b.get("lean_headers"), "prestarted": r.metadata.get("prestarted"),
+        "stages": {k: v for k, v in vars(st).items() if v is not None},
         "candidate_ms": r.candidate_ms, "reference_ms": r.reference_ms, "device": r.device,
     }
 
@@ -118,6 +130,7 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--skip-default", action="store_true", help="skip the default load_inline build")
+    ap.add_argument("--fallback", action="store_true", help="also time a cold build that falls back from lean headers")
     args = ap.parse_args()
 
     import torch
@@ -142,8 +155,12 @@ def main() -> int:
               f"wall {res['cold']['wall_s']:.1f} s", flush=True)
         res["cached"] = [one_eval(args.problem, args.candidate, cfg) for _ in range(args.repeats)]
         for c in res["cached"]:
-            print(f"cached evaluation: build stage {c['build_stage_s']:.2f} s, wall {c['wall_s']:.2f} s, "
+            print(f"cached evaluation (fresh child): build stage {c['build_stage_s']:.2f} s, wall {c['wall_s']:.2f} s, "
                   f"kernel work {c['kernel_work_s']:.3f} s, overhead {c['overhead_s']:.2f} s", flush=True)
+        res["warm"] = [one_eval(args.problem, args.candidate, cfg, warm=True) for _ in range(args.repeats)]
+        for c in res["warm"]:
+            print(f"cached evaluation (prestarted child): wall {c['wall_s']:.2f} s, overhead {c['overhead_s']:.2f} s, "
+                  f"stages {json.dumps({k: round(v, 2) for k, v in c['stages'].items()})}", flush=True)
         prof_cfg = replace(cfg, profile=replace(cfg.profile, roofline=False, measure_peaks=False))
         res["cached_no_roofline"] = one_eval(args.problem, args.candidate, prof_cfg)
         print(f"cached evaluation without roofline: overhead {res['cached_no_roofline']['overhead_s']:.2f} s", flush=True)
@@ -165,20 +182,34 @@ def main() -> int:
     finally:
         shutil.rmtree(cache, ignore_errors=True)
 
+    if args.fallback:
+        cache = Path(tempfile.mkdtemp(prefix="kw-bench-fallback-"))
+        try:
+            cfg = EvalConfig(device=dev, cache_dir=str(cache))
+            fb = ROOT / "tests" / "fixtures" / "candidates" / "cuda_needs_full_headers.py"
+            res["fallback"] = one_eval(ROOT / "tests" / "fixtures" / "problems" / "add_one.py", fb, cfg)
+            print(f"fallback candidate, cold: build stage {res['fallback']['build_stage_s']:.1f} s, "
+                  f"lean attempt {res['fallback']['lean_headers']}", flush=True)
+        finally:
+            shutil.rmtree(cache, ignore_errors=True)
+
     cached = res["cached"]
     med = lambda xs: sorted(xs)[len(xs) // 2]
     summary = {
         "cold_build_s": res["cold"]["build_stage_s"],
         "cached_build_s": med([c["build_stage_s"] for c in cached]),
-        "overhead_s": med([c["overhead_s"] for c in cached]),
+        "overhead_fresh_child_s": med([c["overhead_s"] for c in cached]),
+        "overhead_prestarted_child_s": med([c["overhead_s"] for c in res["warm"]]),
         "default_build_s": res.get("default_build_s"),
     }
     res["summary"] = summary
-    print("\n| device | default load_inline build | engine cold build | cached build | engine overhead / eval |")
-    print("|---|---|---|---|---|")
+    print("\n| device | default load_inline build | engine cold build | cached build | overhead / eval, fresh child "
+          "| overhead / eval, prestarted child |")
+    print("|---|---|---|---|---|---|")
     d = summary["default_build_s"]
     print(f"| {name} | {'%.1f s' % d if d else 'n/a'} | {summary['cold_build_s']:.1f} s | "
-          f"{summary['cached_build_s']:.2f} s | {summary['overhead_s']:.2f} s |")
+          f"{summary['cached_build_s']:.2f} s | {summary['overhead_fresh_child_s']:.2f} s | "
+          f"{summary['overhead_prestarted_child_s']:.2f} s |")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(res, indent=2, default=str))
