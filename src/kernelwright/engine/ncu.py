@@ -288,7 +288,10 @@ def failure_reason(output: str, returncode: int | None) -> str | None:
     if returncode not in (0, None):
         errs = [l.strip() for l in output.splitlines() if "==ERROR==" in l]
         tail = errs[-1] if errs else (output.strip().splitlines()[-1] if output.strip() else "")
-        return f"ncu exited with code {returncode}: {tail[:200]}"
+        # the profiled program's own last words (a Python error, a CUDA error) say more than ncu's
+        app = [l.strip() for l in output.splitlines() if l.strip() and not l.startswith("==")]
+        said = f" (the program's last output: {' | '.join(app[-3:])[:300]})" if app else ""
+        return f"ncu exited with code {returncode}: {tail[:200]}{said}"
     return None
 
 
