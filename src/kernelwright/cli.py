@@ -53,7 +53,7 @@ def eval_cmd(
     json_out: bool = typer.Option(False, "--json", help="Print the result record as JSON on stdout, and nothing else."),
 ) -> None:
     """Build, check and time CANDIDATE against PROBLEM in an isolated child process."""
-    from kernelwright.engine import EngineError, evaluate
+    from kernelwright.engine import EngineError, evaluate, prestart
     from kernelwright.report import render_result
 
     config = EvalConfig(device=device, trials=trials, atol=atol, rtol=rtol, seed=seed, sandbox=sandbox,  # type: ignore[arg-type]
@@ -62,11 +62,13 @@ def eval_cmd(
     config.profile.enabled = profile
     config.profile.tool = profile_tool  # type: ignore[assignment]
     try:
+        # the child starts up (python, torch, CUDA) while this process checks the problem and the device
+        spare = prestart(config)
         if json_out:
-            result = evaluate(problem, candidate, config)
+            result = evaluate(problem, candidate, config, spare=spare)
         else:
             with err.status("evaluating…") as status:
-                result = evaluate(problem, candidate, config,
+                result = evaluate(problem, candidate, config, spare=spare,
                                   on_stage=lambda s: status.update(f"evaluating: {s}…"))
     except EngineError as exc:
         fail(str(exc))

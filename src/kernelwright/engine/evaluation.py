@@ -151,7 +151,6 @@ def prestart(config: EvalConfig | None = None) -> Spare:
         sandbox_kind = sandbox.resolve(config.sandbox)
     except (ValueError, sandbox.SandboxUnavailable) as exc:
         raise EngineError(str(exc)) from None
-    check_device(config.device)
     cache_dir = Path(config.cache_dir)
     cache_dir.mkdir(parents=True, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix="kw-eval-"))
@@ -161,7 +160,13 @@ def prestart(config: EvalConfig | None = None) -> Spare:
     argv = sandbox.wrap(process.child_argv(), sandbox_kind, workdir, [cache_dir])
     job = {"problem_path": "", "candidate_path": "", "config": config.to_dict()}
     child = process.spawn(argv, job, workdir, env, spare=True)
-    return Spare(child, _spawn_key(config, sandbox_kind), workdir, env, argv, sandbox_kind)
+    spare = Spare(child, _spawn_key(config, sandbox_kind), workdir, env, argv, sandbox_kind)
+    try:  # after the spawn: the child starts up while this process imports torch to look for the GPU
+        check_device(config.device)
+    except EngineError:
+        spare.discard()
+        raise
+    return spare
 
 
 class WarmEvaluator:
