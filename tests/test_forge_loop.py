@@ -186,7 +186,7 @@ def test_the_run_survives_rate_limits_server_errors_bad_answers_and_timeouts(cpu
         engine = engine_evaluator(cpu_config)  # warm: every evaluation takes a child started ahead
         forge = Forge(ADD_ONE, coder, judge, engine, cfg, device="cpu", recorder=run_dir)
         state = forge.run()
-    assert engine._spare is None  # the run's end stopped the spare it had started
+    assert engine.warm._spare is None  # the run's end stopped the spare it had started
     summary = read_summary(tmp_path / "run")
     assert [r["verdict"] for r in summary["rounds"]] == ["format_error", "passed", "incorrect"]
     assert [r["kind"] for r in summary["rounds"]] == ["first", "repair", "optimise"]

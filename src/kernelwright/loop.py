@@ -54,9 +54,10 @@ class EngineEvaluator:
     """
 
     def __init__(self, config: EvalConfig, warm: bool = True):
+        from kernelwright.engine import WarmEvaluator
+
         self.config = config
-        self.warm = warm
-        self._spare = None
+        self.warm = WarmEvaluator(config) if warm else None
 
     def __call__(self, problem: Path, code: str, on_stage: Callable[[str], None],
                  report_dir: Path | None) -> EvalResult:
@@ -65,27 +66,22 @@ class EngineEvaluator:
         cfg = self.config
         if report_dir is not None and cfg.profile.enabled:
             cfg = replace(cfg, profile=replace(cfg.profile, report_dir=str(report_dir)))
-        spare, self._spare = self._spare, None
-        try:
-            return engine.evaluate(problem, None, cfg, candidate_text=code, on_stage=on_stage, spare=spare)
-        finally:
-            self.prestart()
+        evaluate = self.warm.evaluate if self.warm else engine.evaluate
+        return evaluate(problem, None, cfg, candidate_text=code, on_stage=on_stage)
 
     def prestart(self) -> None:
-        """Start the next evaluation's child now (when `warm`), unless one is waiting."""
-        from kernelwright import engine
+        """Start the next evaluation's child now (when warm), unless one is waiting."""
+        from kernelwright.engine import EngineError
 
-        if not self.warm or (self._spare is not None and self._spare.alive()):
-            return
-        try:
-            self._spare = engine.prestart(self.config)
-        except engine.EngineError:
-            self._spare = None  # the evaluation itself will start a child and report the problem
+        if self.warm:
+            try:
+                self.warm.prestart()
+            except EngineError:
+                pass  # the evaluation itself will start a child and report the problem
 
     def close(self) -> None:
-        if self._spare is not None:
-            self._spare.discard()
-            self._spare = None
+        if self.warm:
+            self.warm.close()
 
 
 def engine_evaluator(config: EvalConfig, warm: bool = True) -> EngineEvaluator:
