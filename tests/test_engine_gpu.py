@@ -29,7 +29,8 @@ def test_bundled_cuda_candidate_passes_and_is_timed_with_events(cuda_config):
     assert r.metadata["inputs_drawn_on"] == "cuda"
 
 
-def test_a_cuda_source_that_needs_the_full_headers_is_built_as_written(cuda_config):
+def test_a_cuda_source_that_needs_the_full_headers_is_built_as_written(cuda_config, tmp_path):
+    cuda_config.cache_dir = str(tmp_path / "cache")  # its own cache: the first build must try lean
     r = evaluate(ADD_ONE, CAND / "cuda_needs_full_headers.py", cuda_config)
     assert r.status is Status.PASSED, r.error_log
     b = r.metadata["builds"][0]
