@@ -61,24 +61,15 @@ def evaluate(
     """
     config = config or EvalConfig()
     try:
-        config.validate()
-    except ValueError as exc:
-        if spare:
-            spare.discard()
-        raise EngineError(str(exc)) from None
-    try:
-        prob = formats.load_problem(problem)
-        check_device(config.device)
+        _validate(config)
         try:
-            sandbox_kind = sandbox.resolve(config.sandbox)
-        except sandbox.SandboxUnavailable as exc:
+            prob = formats.load_problem(problem)
+        except (FileNotFoundError, formats.FormatError) as exc:
             raise EngineError(str(exc)) from None
-    except (FileNotFoundError, formats.FormatError) as exc:
-        if spare:
-            spare.discard()
-        raise EngineError(str(exc)) from None
+        check_device(config.device)
+        sandbox_kind = _sandbox_kind(config)
     except EngineError:
-        if spare:
+        if spare is not None:
             spare.discard()
         raise
     if spare is not None and (spare.key != _spawn_key(config, sandbox_kind) or not spare.alive()):
@@ -131,8 +122,6 @@ class Spare:
     key: str
     workdir: Path
     env: dict[str, str]
-    argv: list[str]
-    sandbox_kind: str
 
     def alive(self) -> bool:
         return self.child.proc.poll() is None
@@ -146,21 +135,12 @@ class Spare:
 def prestart(config: EvalConfig | None = None) -> Spare:
     """Start a spare evaluation child for `config` now (it starts up while the caller does other work)."""
     config = config or EvalConfig()
-    try:
-        config.validate()
-        sandbox_kind = sandbox.resolve(config.sandbox)
-    except (ValueError, sandbox.SandboxUnavailable) as exc:
-        raise EngineError(str(exc)) from None
-    cache_dir = Path(config.cache_dir)
-    cache_dir.mkdir(parents=True, exist_ok=True)
+    _validate(config)
+    sandbox_kind = _sandbox_kind(config)
     workdir = Path(tempfile.mkdtemp(prefix="kw-eval-"))
-    tmp = workdir / "tmp"
-    tmp.mkdir()
-    env = child_env(config, tmp)
-    argv = sandbox.wrap(process.child_argv(), sandbox_kind, workdir, [cache_dir])
     job = {"problem_path": "", "candidate_path": "", "config": config.to_dict()}
-    child = process.spawn(argv, job, workdir, env, spare=True)
-    spare = Spare(child, _spawn_key(config, sandbox_kind), workdir, env, argv, sandbox_kind)
+    child, env = _spawn(config, sandbox_kind, workdir, job, spare=True)
+    spare = Spare(child, _spawn_key(config, sandbox_kind), workdir, env)
     try:  # after the spawn: the child starts up while this process imports torch to look for the GPU
         check_device(config.device)
     except EngineError:
@@ -222,12 +202,34 @@ class WarmEvaluator:
             pass
 
 
-def _run(problem_path: Path, cand_path: Path, config: EvalConfig, workdir: Path, sandbox_kind: str,
-         on_stage: Callable[[str], None] | None, spare: Spare | None = None) -> EvalResult:
+def _validate(config: EvalConfig) -> None:
+    try:
+        config.validate()
+    except ValueError as exc:
+        raise EngineError(str(exc)) from None
+
+
+def _sandbox_kind(config: EvalConfig) -> str:
+    try:
+        return sandbox.resolve(config.sandbox)
+    except sandbox.SandboxUnavailable as exc:
+        raise EngineError(str(exc)) from None
+
+
+def _spawn(config: EvalConfig, sandbox_kind: str, workdir: Path, job: dict, spare: bool = False):
+    """Start an evaluation child in `workdir` (its TMPDIR inside it): (child, its environment)."""
     cache_dir = Path(config.cache_dir)
     cache_dir.mkdir(parents=True, exist_ok=True)
     tmp = workdir / "tmp"
     tmp.mkdir(exist_ok=True)
+    env = child_env(config, tmp)
+    argv = sandbox.wrap(process.child_argv(), sandbox_kind, workdir, [cache_dir])
+    return process.spawn(argv, job, workdir, env, spare=spare), env
+
+
+def _run(problem_path: Path, cand_path: Path, config: EvalConfig, workdir: Path, sandbox_kind: str,
+         on_stage: Callable[[str], None] | None, spare: Spare | None = None) -> EvalResult:
+    cache_dir = Path(config.cache_dir)
     # The problem is copied in too: the child reads only its own directory and the cache.
     prob_copy = workdir / "problem.py"
     shutil.copyfile(problem_path, prob_copy)
@@ -244,9 +246,7 @@ def _run(problem_path: Path, cand_path: Path, config: EvalConfig, workdir: Path,
         else:  # it died while waiting: a fresh child, as without a spare
             spare.discard(remove_workdir=False)
     if child is None:
-        env = child_env(config, tmp)
-        argv = sandbox.wrap(process.child_argv(), sandbox_kind, workdir, [cache_dir])
-        child = process.spawn(argv, job, workdir, env)
+        child, env = _spawn(config, sandbox_kind, workdir, job)
     outcome = process.watch(child, config.timeouts, on_stage=on_stage)
     if sandbox_kind == "bwrap":
         outcome.exit_code = sandbox.child_exit_code(outcome.exit_code)

@@ -59,7 +59,6 @@ class Child:
     workdir: Path
     log_path: Path
     started: float  # time.monotonic() at spawn
-    waits_for_go: bool  # a spare: it reads its job once told to on stdin
     pending: bytes = b""  # report lines read before `watch` (by `wait_ready`)
 
     def wait_ready(self, timeout: float) -> bool:
@@ -103,7 +102,7 @@ def spawn(argv: list[str], job: dict[str, Any], workdir: Path, env: dict[str, st
             start_new_session=True,  # own process group: killpg reaches the compiler and any child it spawns
         )
     os.close(write_fd)
-    return Child(proc, read_fd, workdir, log_path, time.monotonic(), spare)
+    return Child(proc, read_fd, workdir, log_path, time.monotonic())
 
 
 def go(child: Child, job: dict[str, Any]) -> bool:
