@@ -44,9 +44,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from kernelwright.config import EvalConfig  # noqa: E402
+from kernelwright.core.config import EvalConfig  # noqa: E402
 from kernelwright.engine import evaluate, prestart  # noqa: E402
-from kernelwright.engine.pool import BuildPool  # noqa: E402
+from kernelwright.engine.prebuild import BuildPool  # noqa: E402
 
 
 def default_build(candidate: Path) -> float:

@@ -69,7 +69,7 @@ def startup_pieces(device: str) -> dict:
 
 
 def in_process_eval(problem: Path, candidate: Path, device: str, cache: Path, outdir: Path | None) -> dict:
-    from kernelwright.config import EvalConfig
+    from kernelwright.core.config import EvalConfig
     from kernelwright.engine import evaluate
     from kernelwright.engine.child.channel import Channel
     from kernelwright.engine.child.main import Evaluation

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelwright.config import EvalConfig, StageTimeouts
+from kernelwright.core.config import EvalConfig, StageTimeouts
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"

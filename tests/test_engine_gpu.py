@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kernelwright.engine import evaluate
-from kernelwright.result import Status
+from kernelwright.core.record import Status
 
 from conftest import EXAMPLES, FIXTURES
 

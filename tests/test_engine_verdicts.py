@@ -8,7 +8,7 @@ import os
 import pytest
 
 from kernelwright.engine import EngineError, evaluate
-from kernelwright.result import EvalResult, Stage, Status
+from kernelwright.core.record import EvalResult, Stage, Status
 
 from conftest import EXAMPLES, FIXTURES
 

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from kernelwright.cli import app
-from kernelwright.config import EvalConfig, LoopConfig, ModelConfig, RetryPolicy
-from kernelwright.loop import Forge, engine_evaluator
+from kernelwright.cli.main import app
+from kernelwright.core.config import EvalConfig, LoopConfig, ModelConfig, RetryPolicy
+from kernelwright.loop.forge import Forge, engine_evaluator
 from kernelwright.models import resolve_model
-from kernelwright.rundir import RunDir, read_summary
+from kernelwright.store.rundir import RunDir, read_summary
 
 from chat_server import ChatServer, Reply, Status
 from conftest import EXAMPLES, FIXTURES

@@ -10,9 +10,9 @@ import json
 import jinja2
 import pytest
 
-from kernelwright import prompts
-from kernelwright.config import EvalConfig, LoopConfig, ModelConfig, ProfileConfig, RetryPolicy
-from kernelwright.extract import (
+from kernelwright.models import prompts
+from kernelwright.core.config import EvalConfig, LoopConfig, ModelConfig, ProfileConfig, RetryPolicy
+from kernelwright.models.extract import (
     FailureCritique,
     JudgeParseError,
     OutputRuleError,
@@ -21,13 +21,13 @@ from kernelwright.extract import (
     parse_judge,
     parse_speedup,
 )
-from kernelwright.loop import Forge, engine_evaluator, improvement
+from kernelwright.loop.forge import Forge, engine_evaluator, improvement
 from kernelwright.models import ModelError, ModelSetupError, resolve_model
 from kernelwright.models.base import Completion, Usage
 from kernelwright.models.pricing import PriceTable
 from kernelwright.models.replay import ReplayChat
-from kernelwright.result import EvalResult, Status, TimingStats
-from kernelwright.rundir import RunDir, RunDirError, read_summary
+from kernelwright.core.record import EvalResult, Status, TimingStats
+from kernelwright.store.rundir import RunDir, RunDirError, read_summary
 
 from chat_server import ChatServer, Reply, Status as HttpStatus
 from conftest import EXAMPLES, FIXTURES
@@ -438,7 +438,7 @@ def test_the_judges_expected_speedup_is_checked_and_fed_back(tmp_path):
 
 
 def test_expectation_tolerance_decides_met():
-    from kernelwright.loop import Expectation, Round
+    from kernelwright.loop.forge import Expectation, Round
 
     e = Expectation(judged_round=0, baseline_round=0, baseline_speedup=1.0, expected_speedup=1.5,
                     expected_text="", optimisation="o")
@@ -477,7 +477,7 @@ def test_engine_evaluator_sends_the_profile_report_to_the_round_folder(monkeypat
 def test_optimize_refuses_bad_profile_and_sandbox_options_in_one_line(tmp_path):
     from typer.testing import CliRunner
 
-    from kernelwright.cli import app
+    from kernelwright.cli.main import app
 
     for opts, words in ((["--sandbox", "docker"], "--sandbox must be auto, bwrap or none"),
                         (["--profile-tool", "nsys"], "profile tool must be auto, ncu or torch")):

@@ -7,7 +7,7 @@ import ast
 import pytest
 
 from kernelwright.engine import evaluate
-from kernelwright.result import Status
+from kernelwright.core.record import Status
 
 from conftest import FIXTURES
 from mamba2_shapes import MAMBA2, problem_at_shape

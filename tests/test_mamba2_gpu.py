@@ -16,7 +16,7 @@ import sys
 import pytest
 
 from kernelwright.engine import evaluate
-from kernelwright.result import Status
+from kernelwright.core.record import Status
 
 from mamba2_shapes import MAMBA2, problem_at_shape
 

@@ -7,7 +7,7 @@ import torch
 
 from kernelwright.engine import evaluate
 from kernelwright.engine.child import localize, numerics
-from kernelwright.result import Status
+from kernelwright.core.record import Status
 
 from conftest import FIXTURES
 

@@ -7,13 +7,14 @@ from dataclasses import asdict, replace
 
 import pytest
 
-from kernelwright import roofline
-from kernelwright.config import ProfileConfig
-from kernelwright.engine import evaluate, ncu
-from kernelwright.engine.child import kernel_names
-from kernelwright.engine.pool import BuildPool
-from kernelwright.profile_report import render_for_judge
-from kernelwright.result import Status
+from kernelwright.core import roofline
+from kernelwright.core.config import ProfileConfig
+from kernelwright.engine import evaluate
+from kernelwright.engine import nsight as ncu
+from kernelwright.core import kernel_names
+from kernelwright.engine.prebuild import BuildPool
+from kernelwright.loop.judge_evidence import render_for_judge
+from kernelwright.core.record import Status
 
 from conftest import EXAMPLES, FIXTURES
 

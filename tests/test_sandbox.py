@@ -11,7 +11,7 @@ import uuid
 import pytest
 
 from kernelwright.engine import EngineError, evaluate, sandbox
-from kernelwright.result import Stage, Status
+from kernelwright.core.record import Stage, Status
 
 from conftest import FIXTURES
 

@@ -7,7 +7,7 @@ import signal
 from dataclasses import replace
 
 from kernelwright.engine import WarmEvaluator, evaluate, prestart
-from kernelwright.result import Stage, Status
+from kernelwright.core.record import Stage, Status
 
 from conftest import FIXTURES
 

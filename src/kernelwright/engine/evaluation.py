@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Callable
 
 import kernelwright
-from kernelwright import formats
-from kernelwright.config import EvalConfig
+from kernelwright.core import formats
+from kernelwright.core.config import EvalConfig
 from kernelwright.engine import environment, process, sandbox
-from kernelwright.result import EvalResult, Stage, StageTimes, Status
+from kernelwright.core.record import EvalResult, Stage, StageTimes, Status
 
 
 class EngineError(RuntimeError):
@@ -252,12 +252,12 @@ def _run(problem_path: Path, cand_path: Path, config: EvalConfig, workdir: Path,
         outcome.exit_code = sandbox.child_exit_code(outcome.exit_code)
     result = _verdict(outcome, config, sandbox_kind)
     if config.profile.enabled and result.status is Status.PASSED:
-        from kernelwright.engine import ncu
+        from kernelwright.engine import nsight
 
         if on_stage:
             on_stage("profile")
         report_dir = Path(config.profile.report_dir) if config.profile.report_dir else cache_dir
-        ncu.attach(result, config, workdir, env, job,
+        nsight.attach(result, config, workdir, env, job,
                    wrap=lambda a: sandbox.wrap(a, sandbox_kind, workdir, [cache_dir, report_dir]))
     return result
 

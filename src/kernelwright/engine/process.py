@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from kernelwright.config import StageTimeouts
+from kernelwright.core.config import StageTimeouts
 
 LOG_TAIL_LINES = 40
 

@@ -20,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from kernelwright.config import SandboxMode
+from kernelwright.core.config import SandboxMode
 
 
 class SandboxUnavailable(RuntimeError):

@@ -11,7 +11,7 @@ import os
 
 import openai
 
-from kernelwright.config import ModelConfig
+from kernelwright.core.config import ModelConfig
 from kernelwright.models.base import Completion, Message, ModelSetupError, Usage
 from kernelwright.models.pricing import PriceTable
 from kernelwright.models.retry import Failure, call_with_retries, classify_sdk_error

@@ -9,13 +9,10 @@ the same code even where the verdicts differ.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
+from kernelwright.core.run_files import RESPONSE_FILES, ROUND_DIR
 from kernelwright.models.base import Attempt, Completion, Message, ModelError, ModelSetupError, Usage
-
-ROUND_DIR = re.compile(r"^(\d{3,})_[0-9a-f]+$")
-RESPONSE_FILES = {"coder": "coder_response.md", "judge": "judge_response.md"}
 
 
 def round_dirs(run_dir: Path) -> list[Path]:

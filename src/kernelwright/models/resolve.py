@@ -8,7 +8,7 @@
 
 from __future__ import annotations
 
-from kernelwright.config import ModelConfig
+from kernelwright.core.config import ModelConfig
 from kernelwright.models.base import ChatModel, ModelSetupError
 from kernelwright.models.pricing import PriceTable
 

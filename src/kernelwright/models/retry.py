@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, TypeVar
 
-from kernelwright.config import RetryPolicy
+from kernelwright.core.config import RetryPolicy
 from kernelwright.models.base import Attempt, ModelError
 
 T = TypeVar("T")

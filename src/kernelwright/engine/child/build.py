@@ -26,7 +26,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from kernelwright.result import CompileIssue
+from kernelwright.core.record import CompileIssue
 
 MAX_ISSUES = 10
 
@@ -49,12 +49,6 @@ BUILD_LOG: list[dict[str, Any]] = []
 BUILT_MODULES: list[tuple[str, Any]] = []
 
 
-def arch_list_for(major: int, minor: int) -> str:
-    """TORCH_CUDA_ARCH_LIST for one GPU: its own arch only ("a": arch-specific features on sm_90+).
-
-    The evaluation child and the CPU-only prebuild must agree on it: it is part of the build key.
-    """
-    return f"{major}.{minor}" + ("a" if major >= 9 else "")
 
 
 def pch_usable(kwargs: dict[str, Any]) -> bool:

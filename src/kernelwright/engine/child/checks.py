@@ -15,7 +15,7 @@ import torch
 
 from kernelwright.engine.child import guards, localize, numerics
 from kernelwright.engine.child.trees import clone as _clone
-from kernelwright.result import Stage, Status
+from kernelwright.core.record import Stage, Status
 
 GUARD_SEED_OFFSET = 777_777  # guard inputs are not the trials' inputs
 

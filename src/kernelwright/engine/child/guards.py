@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 import torch
 
-from kernelwright.engine.child import kernel_names
+from kernelwright.core import kernel_names
 from kernelwright.engine.child.compare import flatten
 
 _CALLABLE = (types.FunctionType, types.BuiltinFunctionType, types.MethodDescriptorType,

@@ -22,11 +22,11 @@ import traceback
 from dataclasses import asdict
 from typing import Any
 
-from kernelwright.config import EvalConfig
+from kernelwright.core.config import EvalConfig
 from kernelwright.engine.child.channel import Channel
 from kernelwright.engine.child.trees import clone as _clone
 from kernelwright.engine.child.trees import to_device as _to_device
-from kernelwright.result import Stage, Status
+from kernelwright.core.record import Stage, Status
 
 TRACEBACK_LINES = 40
 
@@ -132,7 +132,7 @@ class Evaluation:
             python=sys.version.split()[0],
         )
         if self.device.type == "cuda" and not os.environ.get("TORCH_CUDA_ARCH_LIST"):
-            from kernelwright.engine.child.build import arch_list_for
+            from kernelwright.core.arch import arch_list_for
 
             # build for this GPU only: a fraction of the default multi-arch build time
             os.environ["TORCH_CUDA_ARCH_LIST"] = arch_list_for(*torch.cuda.get_device_capability(self.device))
@@ -146,7 +146,7 @@ class Evaluation:
         import torch
         import torch.utils.cpp_extension  # noqa: F401  (setuptools and friends: ~0.5 s)
 
-        from kernelwright.engine.child import build, checks, compare, guards, numerics, profile, timing  # noqa: F401
+        from kernelwright.engine.child import build, checks, compare, evidence, guards, numerics, timing  # noqa: F401
 
         if self.device.type == "cuda":
             torch.empty(1, device=self.device)  # the CUDA context
@@ -166,7 +166,7 @@ class Evaluation:
             self.rec["status"] = Status.PASSED.value
             return
         if mode == "profile_only":  # under ncu: the candidate's forward, nothing else
-            from kernelwright.engine.child.profile import run_forwards
+            from kernelwright.engine.child.evidence import run_forwards
 
             self.stage(Stage.PROFILE)
             run_forwards(self, self.cfg.profile.forward_runs)
@@ -186,11 +186,11 @@ class Evaluation:
 
     def _profile(self) -> None:
         """Kernel profile (torch.profiler), reference FLOPs and bytes, device facts, roofline."""
-        from kernelwright.engine.child import build, profile
+        from kernelwright.engine.child import build, evidence
 
         self.stage(Stage.PROFILE)
         inputs = self._inputs(trial_seed(self.cfg.seed, 0))
-        self.rec["metadata"].update(profile.collect(
+        self.rec["metadata"].update(evidence.collect(
             self.cfg, self.device, self.ref_model, self.cand_model, inputs, self.rec.get("candidate_ms"),
             self.job["candidate_path"], build.BUILD_LOG, build.BUILT_MODULES, self.candidate,
             self.job["problem_path"],

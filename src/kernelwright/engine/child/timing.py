@@ -19,8 +19,8 @@ from typing import Callable
 
 import torch
 
-from kernelwright.config import TimingConfig
-from kernelwright.result import TimingStats
+from kernelwright.core.config import TimingConfig
+from kernelwright.core.record import TimingStats
 
 
 class _Flusher:

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
-from kernelwright import prompts
-from kernelwright.config import EvalConfig, LoopConfig
-from kernelwright.extract import (
+from kernelwright.models import prompts
+from kernelwright.core.config import EvalConfig, LoopConfig
+from kernelwright.models.extract import (
     FailureCritique,
     JudgeParseError,
     OutputRuleError,
@@ -33,8 +33,9 @@ from kernelwright.extract import (
     parse_judge,
 )
 from kernelwright.models.base import ChatModel, Completion, ModelError, Usage
-from kernelwright.profile_report import render_for_judge
-from kernelwright.result import EvalResult, Status
+from kernelwright.loop.judge_evidence import render_for_judge
+from kernelwright.core.record import EvalResult, Status
+from kernelwright.loop.records import Expectation, ModelCall, NoRecorder, Progress, Recorder, Round, RunState
 
 # ---- what the loop is given ---------------------------------------------------------------
 
@@ -88,159 +89,6 @@ def engine_evaluator(config: EvalConfig, warm: bool = True) -> EngineEvaluator:
     return EngineEvaluator(config, warm)
 
 
-@dataclass
-class Progress:
-    """One live update: where the loop is, and the best verified speedup so far."""
-
-    round: int
-    stage: str  # coder | format check | startup | build | ... (engine stages) | judge | done
-    verdict: str | None = None
-    speedup: float | None = None
-    best_speedup: float | None = None
-
-
-# ---- what the loop records ----------------------------------------------------------------
-
-
-@dataclass
-class Expectation:
-    """What the Judge expected of its optimisation, and what the next passing round measured.
-
-    Speedups over the reviewed candidate are ratios of side-by-side speedups (each against the
-    original program, measured in its own evaluation). outcome: exceeded | met | missed |
-    regressed (slower than the reviewed candidate) | unrated (the Judge gave no number) |
-    not_measured (that round's candidate failed; the expectation carries on to its repair).
-    """
-
-    judged_round: int  # the round whose Judge made the claim
-    baseline_round: int  # the candidate it reviewed (the best at that time)
-    baseline_speedup: float | None
-    expected_speedup: float | None  # over the reviewed candidate
-    expected_text: str
-    optimisation: str
-    measured_round: int | None = None
-    measured_speedup: float | None = None  # over the original program
-    measured_over_baseline: float | None = None
-    outcome: str = "not_measured"
-    held: bool | None = None  # True: met or exceeded; False: missed or regressed; None: not rated
-
-    def resolve(self, rnd: "Round", tolerance: float) -> "Expectation":
-        """This expectation as measured by `rnd` (a copy; a failed round leaves it not_measured)."""
-        out = replace(self, measured_round=rnd.index, measured_speedup=rnd.speedup)
-        if rnd.speedup is None or not self.baseline_speedup:
-            return out
-        ratio = rnd.speedup / self.baseline_speedup
-        out.measured_over_baseline = ratio
-        if ratio < 1.0:
-            out.outcome, out.held = "regressed", False
-        elif self.expected_speedup is None:
-            out.outcome = "unrated"
-        elif ratio > self.expected_speedup * (1 + tolerance):
-            out.outcome, out.held = "exceeded", True
-        elif ratio >= self.expected_speedup * (1 - tolerance):
-            out.outcome, out.held = "met", True
-        else:
-            out.outcome, out.held = "missed", False
-        return out
-
-    def sentence(self) -> str:
-        """One line for the next Judge prompt: "in round 1 you expected 1.50x ..., measured 1.10x: missed"."""
-        expected = (f"expected {self.expected_speedup:.2f}x" if self.expected_speedup is not None
-                    else f"gave no number ({self.expected_text!r})")
-        base = f" ({self.baseline_speedup:.3f}x)" if self.baseline_speedup is not None else ""
-        head = f"in round {self.judged_round} you {expected} over the round-{self.baseline_round} candidate{base}"
-        if self.measured_over_baseline is None:
-            return f"{head}; round {self.measured_round} did not measure it ({self.outcome})"
-        return (f"{head}; round {self.measured_round} measured {self.measured_over_baseline:.2f}x over it "
-                f"({self.measured_speedup:.3f}x overall): {self.outcome}")
-
-
-@dataclass
-class ModelCall:
-    role: str  # coder | judge
-    prompt: str
-    completion: Completion | None = None
-    error: str | None = None  # the call failed for good (retries spent, or not retryable)
-    error_attempts: list[dict[str, Any]] = field(default_factory=list)
-
-    @property
-    def response(self) -> str | None:
-        return self.completion.text if self.completion else None
-
-    def record(self) -> dict[str, Any]:
-        if self.completion:
-            return self.completion.record()
-        return {"error": self.error, "attempts": self.error_attempts}
-
-
-@dataclass
-class Round:
-    index: int
-    kind: str  # first | repair | optimise
-    coder: ModelCall | None = None
-    code: str | None = None  # the extracted candidate (None when the answer held no code block)
-    result: EvalResult | None = None
-    evaluated: bool = False  # False for a format_error caught before the engine
-    judge: ModelCall | None = None
-    critique: FailureCritique | PerformanceCritique | None = None
-    judge_error: str | None = None  # no usable critique: the call failed or its JSON did not parse
-    became_best: bool = False
-    best_decision: str = ""  # why this correct candidate did (not) replace the best
-    expectation: Expectation | None = None  # the Judge's earlier expectation, as this round measured it
-    wall_s: float = 0.0
-
-    @property
-    def verdict(self) -> str:
-        if self.result is not None:
-            return self.result.status.value
-        return "model_error" if self.coder and self.coder.error else "not_run"
-
-    @property
-    def speedup(self) -> float | None:
-        return self.result.speedup if self.result is not None and self.result.status is Status.PASSED else None
-
-
-@dataclass
-class RunState:
-    rounds: list[Round] = field(default_factory=list)
-    best: Round | None = None
-    usage: Usage = field(default_factory=Usage)
-    cost_usd: float = 0.0
-    unpriced_calls: int = 0  # calls whose model has no known price (cost unknown, not zero)
-    started: float = field(default_factory=time.monotonic)
-    stop_reason: str | None = None
-
-    @property
-    def wall_s(self) -> float:
-        return time.monotonic() - self.started
-
-    def count(self, completion: Completion) -> None:
-        self.usage = self.usage + completion.usage
-        if completion.cost_usd is None:
-            self.unpriced_calls += 1
-        else:
-            self.cost_usd += completion.cost_usd
-
-
-class Recorder(Protocol):
-    def round_dir(self, rnd: Round) -> Path | None: ...  # where the round's files go (None: nowhere)
-
-    def record_round(self, rnd: Round, state: RunState) -> None: ...
-
-    def finish(self, state: RunState) -> None: ...
-
-
-class _NoRecorder:
-    def round_dir(self, rnd: Round) -> Path | None:
-        return None
-
-    def record_round(self, rnd: Round, state: RunState) -> None:
-        pass
-
-    def finish(self, state: RunState) -> None:
-        pass
-
-
 # ---- the loop -----------------------------------------------------------------------------
 
 
@@ -262,7 +110,7 @@ class Forge:
         self.coder, self.judge, self.evaluate = coder, judge, evaluate
         self.config = config
         self.device_words = "the CPU" if device == "cpu" else "an NVIDIA GPU (CUDA)"
-        self.recorder = recorder or _NoRecorder()
+        self.recorder = recorder or NoRecorder()
         self.on_progress = on_progress or (lambda p: None)
         self.state = RunState()
         self.pending: Expectation | None = None  # the Judge's last expectation, not yet measured
@@ -323,7 +171,7 @@ class Forge:
         except OutputRuleError as exc:
             rnd.code = exc.code
             rnd.result = EvalResult(status=Status.FORMAT_ERROR, error_log=f"Output rules broken: {exc}",
-                                    metadata={"checked_by": "kernelwright.extract", "evaluated": False})
+                                    metadata={"checked_by": "kernelwright.models.extract", "evaluated": False})
             return
         report_dir = self.recorder.round_dir(rnd)
         rnd.result = self.evaluate(self.problem, rnd.code, lambda stage: self._progress(rnd.index, stage),

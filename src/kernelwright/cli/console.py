@@ -7,7 +7,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from kernelwright.result import EvalResult, Status
+from kernelwright.core.record import EvalResult, Status
 
 _STYLE = {
     Status.PASSED: "bold green",
@@ -45,7 +45,7 @@ def render_result(result: EvalResult, console: Console, evidence: bool = False) 
     table.add_row("sandbox", result.sandbox)
     console.print(Panel(table, title=head, title_align="left", expand=False))
     if evidence and result.status is Status.PASSED:
-        from kernelwright.profile_report import render_for_judge
+        from kernelwright.loop.judge_evidence import render_for_judge
 
         text = render_for_judge(result)
         if text.strip():

@@ -13,7 +13,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from kernelwright.config import EvalConfig
+from kernelwright.core.config import EvalConfig
 
 app = typer.Typer(
     add_completion=False,
@@ -54,7 +54,7 @@ def eval_cmd(
 ) -> None:
     """Build, check and time CANDIDATE against PROBLEM in an isolated child process."""
     from kernelwright.engine import EngineError, evaluate, prestart
-    from kernelwright.report import render_result
+    from kernelwright.cli.console import render_result
 
     config = EvalConfig(device=device, trials=trials, atol=atol, rtol=rtol, seed=seed, sandbox=sandbox,  # type: ignore[arg-type]
                         verdict=verdict)  # type: ignore[arg-type]
@@ -107,14 +107,14 @@ def optimize_cmd(
                                           help="A new best must be this fraction faster than the old, and clear its timing spread."),
 ) -> None:
     """Let a Coder and a Judge write, repair and speed up kernels for PROBLEM, round by round."""
-    from kernelwright.config import LoopConfig, ModelConfig, ProfileConfig, RetryPolicy
+    from kernelwright.core.config import LoopConfig, ModelConfig, ProfileConfig, RetryPolicy
     from kernelwright.engine import EngineError
     from kernelwright.engine import sandbox as sandbox_mod
     from kernelwright.engine.evaluation import check_device
-    from kernelwright.loop import Forge, engine_evaluator
+    from kernelwright.loop.forge import Forge, engine_evaluator
     from kernelwright.models import ModelSetupError, resolve_model
-    from kernelwright.report import LoopProgress, render_run
-    from kernelwright.rundir import RunDir, RunDirError, default_run_dir
+    from kernelwright.cli.console import LoopProgress, render_run
+    from kernelwright.store.rundir import RunDir, RunDirError, default_run_dir
 
     if not problem.is_file():
         fail(f"problem file not found: {problem}; check the path")

@@ -31,11 +31,9 @@ from pathlib import Path
 from typing import Any
 
 import kernelwright
-from kernelwright.loop import Round, RunState
-from kernelwright.models.replay import RESPONSE_FILES
-
-SUMMARY = "summary.json"
-BEST = "best.py"
+from kernelwright.core import run_files
+from kernelwright.core.run_files import BEST, RESPONSE_FILES, SUMMARY
+from kernelwright.loop.records import Round, RunState
 
 
 class RunDirError(RuntimeError):
@@ -70,10 +68,10 @@ class RunDir:
         except OSError as exc:
             raise RunDirError(f"cannot create run directory {self.path} ({exc.strerror}); pass a writable --out") from None
         self.problem = Path(problem)
-        shutil.copyfile(self.problem, self.path / "problem.py")
+        shutil.copyfile(self.problem, self.path / run_files.PROBLEM)
         self.run_info = {"kernelwright": kernelwright.__version__, "problem": str(self.problem),
                          "started": datetime.now().isoformat(timespec="seconds"), **run_info}
-        _write(self.path / "run.json", _json(self.run_info))
+        _write(self.path / run_files.RUN_INFO, _json(self.run_info))
         self.dirs: dict[int, str] = {}
 
     # -- Recorder --
@@ -87,18 +85,18 @@ class RunDir:
         folder = self.round_dir(rnd)
         self.dirs[rnd.index] = folder.name
         if rnd.coder:
-            _write(folder / "coder_prompt.md", rnd.coder.prompt)
+            _write(folder / run_files.PROMPT_FILES["coder"], rnd.coder.prompt)
             if rnd.coder.response is not None:
                 _write(folder / RESPONSE_FILES["coder"], rnd.coder.response)
         if rnd.code is not None:
-            _write(folder / "candidate.py", rnd.code)
+            _write(folder / run_files.CANDIDATE, rnd.code)
         if rnd.result is not None:
-            _write(folder / "eval.json", rnd.result.to_json() + "\n")
+            _write(folder / run_files.EVAL, rnd.result.to_json() + "\n")
         if rnd.judge:
-            _write(folder / "judge_prompt.md", rnd.judge.prompt)
+            _write(folder / run_files.PROMPT_FILES["judge"], rnd.judge.prompt)
             if rnd.judge.response is not None:
                 _write(folder / RESPONSE_FILES["judge"], rnd.judge.response)
-        _write(folder / "round.json", _json(self._round_record(rnd)))
+        _write(folder / run_files.ROUND, _json(self._round_record(rnd)))
         if rnd.became_best and rnd.code is not None:
             _write(self.path / BEST, rnd.code)
         self.write_summary(state, final=False)

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from kernelwright import formats
-from kernelwright.config import EvalConfig
+from kernelwright.core import formats
+from kernelwright.core.config import EvalConfig
 from kernelwright.engine import process, sandbox
 
 
@@ -43,7 +43,7 @@ def detect_arch_list() -> str | None:
     The caller's own TORCH_CUDA_ARCH_LIST wins, as it does in the evaluation child: the two must
     agree, or a prebuild lands under another cache key than the evaluation looks for.
     """
-    from kernelwright.engine.child.build import arch_list_for
+    from kernelwright.core.arch import arch_list_for
 
     if os.environ.get("TORCH_CUDA_ARCH_LIST"):
         return os.environ["TORCH_CUDA_ARCH_LIST"]

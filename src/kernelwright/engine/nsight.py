@@ -258,7 +258,7 @@ def to_kernel(launch: dict[str, Any], origin: str) -> NcuKernel:
 
 
 def kernels_from_csv(text: str, candidate_kernels: set[str] = frozenset(), binaries: list[bytes] = ()) -> list[NcuKernel]:
-    from kernelwright.engine.child.kernel_names import classify
+    from kernelwright.core.kernel_names import classify
 
     return [to_kernel(l, classify(l["name"], candidate_kernels, binaries)) for l in parse_csv(text)]
 
@@ -455,7 +455,7 @@ def attach(result, config, workdir: Path, env: dict[str, str], job: dict[str, An
     The torch.profiler record from the evaluation child moves to `metadata["torch_profile"]`
     when ncu worked; otherwise it stays the profile and `profile["fallback_reason"]` says why.
     """
-    from kernelwright.engine.child import kernel_names
+    from kernelwright.core import kernel_names
     from kernelwright.engine.process import child_argv
 
     pc = config.profile

@@ -22,8 +22,9 @@ from typing import Any, Iterable
 
 import torch
 
-from kernelwright import roofline
-from kernelwright.engine.child import gpu_facts, jsoncache, kernel_names
+from kernelwright.core import roofline
+from kernelwright.core import kernel_names
+from kernelwright.engine.child import gpu_facts, jsoncache
 
 MAX_ENTRIES = 40  # kernels / ops kept in the record (the rest are summed into "other")
 NAME_CHARS = 300
@@ -262,7 +263,7 @@ def run_forwards(ev, n: int) -> None:
     Nothing else launches kernels in this mode (no reference, no comparison, no timing, no L2
     flush), so what ncu sees is the candidate's forward.
     """
-    from kernelwright.result import Status
+    from kernelwright.core.record import Status
 
     try:
         torch.manual_seed(ev.cfg.seed)

@@ -1,0 +1,1 @@
+"""The command line (`main.py`) and its console output (`console.py`)."""

@@ -1,0 +1,84 @@
+"""The executor interface: evaluation tasks in, futures of records out.
+
+    with SerialExecutor(config) as ex:
+        fut = ex.submit(EvalTask(key="add_one/abc123", problem=path, candidate_text=code))
+        result = fut.result()          # an EvalResult; never raises for anything the candidate does
+
+An executor decides where a task runs (this process's engine, one worker per GPU, a Ray cluster)
+and nothing else: every task is still evaluated by `kernelwright.engine.evaluate` in a fresh,
+isolated child. `submit` returns at once; `close` waits for what was submitted and stops workers.
+A task that the engine cannot run at all (an `EngineError`) resolves its future with that error.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+from kernelwright.core.config import EvalConfig
+from kernelwright.core.record import EvalResult
+
+
+@dataclass(frozen=True)
+class EvalTask:
+    """One evaluation: a candidate's text against a problem file, under a configuration.
+
+    `key` names the task in its batch (e.g. problem name + candidate hash); `config` None means the
+    executor's own; `report_dir` receives raw profiler files; `tags` is carried through untouched.
+    """
+
+    key: str
+    problem: Path
+    candidate_text: str
+    config: EvalConfig | None = None
+    report_dir: Path | None = None
+    tags: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+
+class Executor(Protocol):
+    def submit(self, task: EvalTask, on_stage: Callable[[str], None] | None = None) -> "cf.Future[EvalResult]": ...
+
+    def close(self) -> None: ...
+
+
+class SerialExecutor:
+    """Evaluates each task when it is submitted, in this machine's engine, keeping a child warm."""
+
+    def __init__(self, config: EvalConfig | None = None, warm: bool = True):
+        from kernelwright.engine import WarmEvaluator
+
+        self.config = config or EvalConfig()
+        self._warm = WarmEvaluator(self.config, keep_warm=warm)
+
+    def submit(self, task: EvalTask, on_stage: Callable[[str], None] | None = None) -> "cf.Future[EvalResult]":
+        fut: cf.Future[EvalResult] = cf.Future()
+        fut.set_running_or_notify_cancel()
+        try:
+            fut.set_result(run_task(self._warm.evaluate, task, self.config, on_stage))
+        except BaseException as exc:  # EngineError (the task cannot run), or an interrupt
+            fut.set_exception(exc)
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+        return fut
+
+    def close(self) -> None:
+        self._warm.close()
+
+    def __enter__(self) -> "SerialExecutor":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def run_task(evaluate: Callable[..., EvalResult], task: EvalTask, default: EvalConfig,
+             on_stage: Callable[[str], None] | None = None) -> EvalResult:
+    """Run one task through an `evaluate`-like callable (engine.evaluate or WarmEvaluator.evaluate)."""
+    from dataclasses import replace
+
+    cfg = task.config or default
+    if task.report_dir is not None and cfg.profile.enabled:
+        cfg = replace(cfg, profile=replace(cfg.profile, report_dir=str(task.report_dir)))
+    return evaluate(task.problem, None, cfg, candidate_text=task.candidate_text, on_stage=on_stage)
