@@ -53,7 +53,8 @@ def cpu_config(cache_dir) -> EvalConfig:
         device="cpu",
         trials=3,
         cache_dir=cache_dir,
-        timeouts=StageTimeouts(startup=120, build=300, init=30, correctness=8, timing=30, profile=60),
+        # correctness includes the judge's reference and float64 oracle: seconds on a busy 2-core machine
+        timeouts=StageTimeouts(startup=120, build=300, init=30, correctness=20, timing=30, profile=60),
     )
 
 

@@ -48,9 +48,9 @@ CPU_CAUGHT_BY_FLAG = [
 def test_cheat_is_caught_by_its_guard(cpu_config, name, flag):
     r = run(cpu_config, name)
     assert r.status is Status.INCORRECT, (r.status, r.error_log)
-    if name == "cache_by_pointer.py" and not all(t.passed for t in r.trials):
-        # the allocator gave a later trial's input the address of an earlier one: the cache
-        # served a stale output and the trials caught it before the guard ran
+    if name == "cache_by_pointer.py" and "stale_output_on_refill" not in failed(r):
+        # the allocator gave a later input (a trial's, or the guarded call's) the address of an
+        # earlier one: the cache served a stale output for it, and that output was judged wrong
         assert "Outputs are not close" in r.error_log
         return
     assert flag in flags(r) and flag in failed(r), r.metadata.get("guards")

@@ -17,7 +17,7 @@ CAND = FIXTURES / "candidates"
 
 def test_a_prestarted_child_evaluates_like_a_fresh_one(cpu_config):
     spare = prestart(cpu_config)
-    assert spare.child.wait_ready(120), "the spare never started up"
+    assert spare.runner.wait_ready(120) and spare.judge.wait_ready(120), "the spare never started up"
     r = evaluate(ADD_ONE, CAND / "py_correct.py", cpu_config, spare=spare)
     assert r.status is Status.PASSED, r.error_log
     assert len(r.trials) == cpu_config.trials and r.speedup is not None
@@ -48,8 +48,8 @@ def test_a_spare_is_not_used_for_another_configuration(cpu_config, tmp_path):
 
 def test_a_spare_that_died_while_waiting_is_replaced_by_a_fresh_child(cpu_config):
     spare = prestart(cpu_config)
-    os.killpg(spare.child.proc.pid, signal.SIGKILL)
-    spare.child.proc.wait()
+    os.killpg(spare.runner.proc.pid, signal.SIGKILL)
+    spare.runner.proc.wait()
     r = evaluate(ADD_ONE, CAND / "py_correct.py", cpu_config, spare=spare)
     assert r.status is Status.PASSED, r.error_log
     assert "prestarted" not in r.metadata

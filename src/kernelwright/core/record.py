@@ -26,6 +26,7 @@ class Status(str, Enum):
     TIMEOUT = "timeout"
     CRASHED = "crashed"
     FORMAT_ERROR = "format_error"
+    ENGINE_ERROR = "engine_error"  # the engine itself failed: never the candidate's fault, never a pass
 
     def __str__(self) -> str:  # pragma: no cover - trivial
         return self.value
@@ -158,7 +159,10 @@ class EvalResult:
                 data[key] = TimingStats(**data[key])
         data["stage_times"] = StageTimes(**(data.get("stage_times") or {}))
         known = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
+        unknown = sorted(set(data) - known)
+        if unknown:  # a misspelled key in whoever wrote the record must not vanish
+            raise ValueError(f"EvalResult has no field(s) {', '.join(unknown)}")
+        return cls(**data)
 
     @classmethod
     def from_json(cls, text: str) -> "EvalResult":

@@ -41,3 +41,33 @@ def child_environment(
             env[name] = value
     env.update(overrides or {})
     return env
+
+
+REDACTED = "[redacted]"
+_MIN_SECRET_LEN = 6
+
+
+def secret_values(parent: Mapping[str, str] | None = None) -> list[str]:
+    """The values of the caller's secret-looking variables (longest first): what must never leave
+    the engine in a record, a log or a prompt, whatever the candidate managed to read."""
+    parent = os.environ if parent is None else parent
+    vals = {v for k, v in parent.items() if is_secret_name(k) and len(v) >= _MIN_SECRET_LEN}
+    return sorted(vals, key=len, reverse=True)
+
+
+def redact(obj, values: list[str]):
+    """`obj` (a string, or JSON-like data) with every secret value replaced by [redacted]."""
+    if not values:
+        return obj
+    if isinstance(obj, str):
+        for v in values:
+            if v in obj:
+                obj = obj.replace(v, REDACTED)
+        return obj
+    if isinstance(obj, dict):
+        return {redact(k, values): redact(v, values) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [redact(v, values) for v in obj]
+    if isinstance(obj, tuple):
+        return tuple(redact(v, values) for v in obj)
+    return obj

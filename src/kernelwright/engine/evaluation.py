@@ -18,18 +18,12 @@ from typing import Callable
 import kernelwright
 from kernelwright.core import formats
 from kernelwright.core.config import EvalConfig
-from kernelwright.engine import environment, process, sandbox
-from kernelwright.core.record import EvalResult, Stage, StageTimes, Status
+from kernelwright.engine import environment, nsight, process, sandbox
+from kernelwright.core.record import EvalResult, Stage, Status
 
 
 class EngineError(RuntimeError):
     """The evaluation could not run at all (not a verdict on the candidate). One line, names the fix."""
-
-
-_STAGE_KEYS = {
-    "startup": "startup_s", "build": "build_s", "init": "init_s",
-    "correctness": "correctness_s", "timing": "timing_s", "profile": "profile_s",
-}
 
 
 def _package_root() -> str:
@@ -112,36 +106,41 @@ def _spawn_key(config: EvalConfig, sandbox_kind: str) -> str:
 
 @dataclass
 class Spare:
-    """An evaluation child started ahead of its job: python, torch and the CUDA context are up.
+    """An evaluation started ahead of its job: a runner and a judge with python, torch and the CUDA
+    context up. Neither has run anything of a problem or a candidate; both wait on stdin. A spare
+    serves one evaluation, so every candidate still gets fresh processes."""
 
-    It has run nothing of a problem or a candidate; it waits for its job on stdin. Each spare
-    serves one evaluation, so every candidate still gets a fresh process.
-    """
-
-    child: process.Child
+    runner: process.Child
+    judge: process.Child
     key: str
     workdir: Path
+    judge_dir: Path
     env: dict[str, str]
 
     def alive(self) -> bool:
-        return self.child.proc.poll() is None
+        return self.runner.alive() and self.judge.alive()
 
     def discard(self, remove_workdir: bool = True) -> None:
-        process.discard(self.child)
+        self.runner.stop()
+        self.judge.stop()
+        shutil.rmtree(self.judge_dir, ignore_errors=True)
         if remove_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
 
 def prestart(config: EvalConfig | None = None) -> Spare:
-    """Start a spare evaluation child for `config` now (it starts up while the caller does other work)."""
+    """Start a spare evaluation (runner and judge) for `config` now: they start up while the caller
+    does other work."""
     config = config or EvalConfig()
     _validate(config)
     sandbox_kind = _sandbox_kind(config)
     workdir = Path(tempfile.mkdtemp(prefix="kw-eval-"))
+    judge_dir = Path(tempfile.mkdtemp(prefix="kw-judge-"))
     job = {"problem_path": "", "candidate_path": "", "config": config.to_dict()}
-    child, env = _spawn(config, sandbox_kind, workdir, job, spare=True)
-    spare = Spare(child, _spawn_key(config, sandbox_kind), workdir, env)
-    try:  # after the spawn: the child starts up while this process imports torch to look for the GPU
+    runner, env = _spawn_runner(config, sandbox_kind, workdir, job, spare=True)
+    judge = _spawn_judge(config, judge_dir, env, spare=True)
+    spare = Spare(runner, judge, _spawn_key(config, sandbox_kind), workdir, judge_dir, env)
+    try:  # after the spawn: the children start up while this process imports torch to look for the GPU
         check_device(config.device)
     except EngineError:
         spare.discard()
@@ -216,50 +215,77 @@ def _sandbox_kind(config: EvalConfig) -> str:
         raise EngineError(str(exc)) from None
 
 
-def _spawn(config: EvalConfig, sandbox_kind: str, workdir: Path, job: dict, spare: bool = False):
-    """Start an evaluation child in `workdir` (its TMPDIR inside it): (child, its environment)."""
+def _spawn_runner(config: EvalConfig, sandbox_kind: str, workdir: Path, job: dict, spare: bool = False):
+    """Start the runner in `workdir` (its TMPDIR and output directory inside it): (child, environment)."""
     cache_dir = Path(config.cache_dir)
     cache_dir.mkdir(parents=True, exist_ok=True)
-    tmp = workdir / "tmp"
-    tmp.mkdir(exist_ok=True)
-    env = child_env(config, tmp)
-    argv = sandbox.wrap(process.child_argv(), sandbox_kind, workdir, [cache_dir])
-    return process.spawn(argv, job, workdir, env, spare=spare), env
+    for sub in ("tmp", "out"):
+        (workdir / sub).mkdir(exist_ok=True)
+    env = child_env(config, workdir / "tmp")
+    argv = sandbox.wrap(process.child_argv("runner"), sandbox_kind, workdir, [cache_dir])
+    return process.spawn(argv, job, workdir, env, name="runner", spare=spare), env
+
+
+def _spawn_judge(config: EvalConfig, judge_dir: Path, env: dict[str, str], spare: bool = False) -> process.Child:
+    """Start the judge: it runs no candidate code, gets its job on stdin, and keeps its files in a
+    directory of its own (none of them in the runner's reach under bubblewrap)."""
+    read_fd, write_fd = os.pipe()
+    os.set_inheritable(read_fd, False)
+    device = config.device if config.device != "auto" else "auto"
+    judge_env = dict(env, TMPDIR=str(judge_dir))
+    log_fd = process._create_log(judge_dir / "judge.log")
+    import subprocess
+    import time
+
+    argv = process.child_argv("judge") + (["--spare"] if spare else []) + [device, str(write_fd)]
+    proc = subprocess.Popen(argv, cwd=str(judge_dir), env=judge_env, stdin=subprocess.PIPE, stdout=log_fd,
+                            stderr=log_fd, pass_fds=(write_fd,), start_new_session=True)
+    os.close(write_fd)
+    return process.Child(proc, read_fd, log_fd, judge_dir, time.monotonic())
 
 
 def _run(problem_path: Path, cand_path: Path, config: EvalConfig, workdir: Path, sandbox_kind: str,
          on_stage: Callable[[str], None] | None, spare: Spare | None = None) -> EvalResult:
+    from kernelwright.engine.coordinator import coordinate
+
     cache_dir = Path(config.cache_dir)
-    # The problem is copied in too: the child reads only its own directory and the cache.
+    # The problem is copied in too: the runner reads only its own directory and the cache.
     prob_copy = workdir / "problem.py"
     shutil.copyfile(problem_path, prob_copy)
-    job = {
-        "problem_path": str(prob_copy),
-        "candidate_path": str(cand_path),
-        "config": config.to_dict(),
-    }
-    child = None
+    (workdir / "out").mkdir(exist_ok=True)
+    job = {"problem_path": str(prob_copy), "candidate_path": str(cand_path), "config": config.to_dict(),
+           "out_dir": str(workdir / "out")}
+    judge_job = {"problem_source": Path(problem_path).read_text(), "problem_name": str(problem_path),
+                 "config": config.to_dict(), "out_dir": str(workdir / "out")}
+    runner = judge = None
+    judge_dir = None
     if spare is not None:
-        env = spare.env
-        if process.go(spare.child, job):
-            child = spare.child
-        else:  # it died while waiting: a fresh child, as without a spare
-            spare.discard(remove_workdir=False)
-    if child is None:
-        child, env = _spawn(config, sandbox_kind, workdir, job)
-    outcome = process.watch(child, config.timeouts, on_stage=on_stage)
-    if sandbox_kind == "bwrap":
-        outcome.exit_code = sandbox.child_exit_code(outcome.exit_code)
-    result = _verdict(outcome, config, sandbox_kind)
+        env, judge_dir = spare.env, spare.judge_dir
+        if process.go(spare.runner, job) and spare.judge.alive():
+            runner, judge = spare.runner, spare.judge
+        else:  # it died while waiting: fresh children, as without a spare
+            spare.runner.stop()
+            spare.judge.stop()
+    if runner is None:
+        runner, env = _spawn_runner(config, sandbox_kind, workdir, job)
+        judge_dir = judge_dir or Path(tempfile.mkdtemp(prefix="kw-judge-"))
+        judge = _spawn_judge(config, judge_dir, env)
+    try:
+        outcome = coordinate(runner, judge, judge_job, config.timeouts, on_stage=on_stage,
+                             exit_code_of=sandbox.child_exit_code if sandbox_kind == "bwrap" else (lambda c: c))
+    finally:
+        runner.stop()
+        judge.stop()
+        if not config.keep_workdir:
+            shutil.rmtree(judge_dir, ignore_errors=True)
+    result = _record(outcome, config, sandbox_kind)
     if config.profile.enabled and result.status is Status.PASSED:
-        from kernelwright.engine import nsight
-
         if on_stage:
             on_stage("profile")
         report_dir = Path(config.profile.report_dir) if config.profile.report_dir else cache_dir
         nsight.attach(result, config, workdir, env, job,
-                   wrap=lambda a: sandbox.wrap(a, sandbox_kind, workdir, [cache_dir, report_dir]))
-    return result
+                      wrap=lambda a: sandbox.wrap(a, sandbox_kind, workdir, [cache_dir, report_dir]))
+    return _redacted(result)
 
 
 def child_env(config: EvalConfig, tmp: Path) -> dict[str, str]:
@@ -283,45 +309,31 @@ def child_env(config: EvalConfig, tmp: Path) -> dict[str, str]:
     return env
 
 
-def _verdict(outcome: process.ChildOutcome, config: EvalConfig, sandbox_kind: str) -> EvalResult:
-    rec = outcome.record or {}
-    if rec:
-        result = EvalResult.from_dict({**rec, "status": rec.get("status", Status.RUNTIME_ERROR.value)})
-    else:
-        result = EvalResult(status=Status.CRASHED)
-    result.atol, result.rtol, result.seed = config.atol, config.rtol, config.seed
+def _record(outcome, config: EvalConfig, sandbox_kind: str) -> EvalResult:
+    """The judge's record, typed (an unknown key is the engine's error), with the parent's facts."""
+    result = None
+    if outcome.record is not None:
+        try:
+            result = EvalResult.from_dict(outcome.record)
+        except (TypeError, ValueError, KeyError) as exc:
+            outcome.judge_problem = f"the judge's record does not fit EvalResult: {exc}"
+    if result is None:
+        result = EvalResult(status=Status.ENGINE_ERROR, atol=config.atol, rtol=config.rtol, seed=config.seed,
+                            error_log=f"The engine failed, not the candidate: {outcome.judge_problem}.")
+        if outcome.judge_log.strip():
+            result.metadata["engine_log"] = outcome.judge_log
     result.sandbox = sandbox_kind
-    result.exit_code = outcome.exit_code
-    times = result.stage_times or StageTimes()
-    times.total_s = outcome.wall_s
-    result.stage_times = times
-
-    if outcome.final:
-        return result
-    # The child did not finish: a deadline, or a death. Keep what it measured before.
-    stage = outcome.last_stage or "startup"
-    try:
-        result.error_stage = Stage(stage)
-    except ValueError:
-        result.error_stage = None
-    result.correct = False
-    if outcome.timed_out_stage:
-        limit = getattr(config.timeouts, outcome.timed_out_stage, None)
-        result.status = Status.TIMEOUT
-        result.error_log = (
-            f"Timed out in stage '{outcome.timed_out_stage}' after {limit:g} s; the process group was killed "
-            "(a kernel or loop that never returns, or a build that is too slow)."
-        )
-    else:
-        result.status = Status.CRASHED
-        how = process.describe_signal(outcome.exit_code)
-        result.error_log = (
-            f"The evaluation process {how} during stage '{stage}' without reporting a result "
-            "(a segfault, abort, os._exit or sys.exit in the candidate, or the process ran out of memory)."
-        )
-    if outcome.log_tail.strip():
-        result.error_log += "\n\nProcess output (end):\n" + outcome.log_tail
-    # a partial record's later measurements (timing) must not outlive a failed stage
-    if result.status is not Status.PASSED:
-        result.candidate_ms = result.speedup = None
+    result.exit_code = outcome.runner_exit
+    result.stage_times.total_s = outcome.wall_s
+    if result.status in (Status.CRASHED, Status.TIMEOUT, Status.RUNTIME_ERROR) and outcome.runner_log.strip():
+        if "Process output (end)" not in result.error_log:
+            result.error_log += "\n\nProcess output (end):\n" + outcome.runner_log
     return result
+
+
+def _redacted(result: EvalResult) -> EvalResult:
+    """The record with every value of the caller's secret-looking variables blanked out."""
+    values = environment.secret_values()
+    if not values:
+        return result
+    return EvalResult.from_dict(environment.redact(result.to_dict(), values))

@@ -4,7 +4,7 @@ The child runs in `profile_only` mode (build from the cache, construct ModelNew,
 forwards; no reference, no timing, no L2 flush) under
 
     ncu --export <dir>/profile --clock-control none --metrics <fixed set> --kernel-name-base demangled
-        [--kernel-name regex:<the candidate's kernels>] --launch-count N --target-processes all  python -m ...child.main
+        [--kernel-name regex:<the candidate's kernels>] --launch-count N --target-processes all  python -m ...child.runner
 
 (`--clock-control none`: the card's clocks are never changed). The report is then read back with
 `ncu --import ... --csv --page raw --print-units base` and parsed into `NcuKernel` records. Metrics
@@ -420,12 +420,10 @@ def profile(
     reason = failure_reason(out, rc)
     if reason:
         raise NcuUnavailable(reason)
-    try:
-        rec = json.loads(record_path.read_text())
-    except (OSError, ValueError):
-        rec = None
-    if not rec or rec.get("status") != "passed":
-        why = (rec or {}).get("error_log", "").strip().splitlines()[:1] or ["no record"]
+    msgs = read_report_file(record_path)
+    if not any(m.get("type") == "profiled" for m in msgs):
+        fail = next((m for m in msgs if m.get("type") == "failure"), {})
+        why = str(fail.get("log", "")).strip().splitlines()[:1] or ["no report"]
         raise NcuUnavailable(f"the candidate did not run cleanly under ncu: {why[0][:200]}")
     rep = stem.with_suffix(".ncu-rep")
     if not rep.is_file():
@@ -447,6 +445,24 @@ def profile(
         metrics_dropped=dropped, report_path=str(rep), csv_path=str(csv_path), raw_csv=imp.stdout[:200_000],
         command=cmd, ncu_version=_version(ncu, env), wall_s=time.monotonic() - t0,
     )
+
+
+def read_report_file(path: Path, max_bytes: int = 1 << 20) -> list[dict[str, Any]]:
+    """The runner's reports written to a file (under ncu there is no pipe): read without following
+    a link, capped, line by line."""
+    import os
+
+    from kernelwright.core.jsonlines import LineReader
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return []
+    try:
+        data = os.read(fd, max_bytes)
+    finally:
+        os.close(fd)
+    return LineReader().feed(data + b"\n")
 
 
 def attach(result, config, workdir: Path, env: dict[str, str], job: dict[str, Any], wrap=lambda argv: argv) -> None:

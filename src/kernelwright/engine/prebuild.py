@@ -93,18 +93,46 @@ def prebuild(problem: str | Path, candidate_text: str, config: EvalConfig, arch_
         argv = sandbox.wrap(process.child_argv(), kind, workdir, [cache_dir])
         cfg = replace(config, device="cpu").to_dict()
         job = {"problem_path": str(prob_copy), "candidate_path": str(cand), "config": cfg, "mode": "build_only"}
-        outcome = process.run_child(argv, job, workdir, env, config.timeouts)
+        msgs, timed_out, log_tail, build_s = _run_build(argv, job, workdir, env,
+                                                        config.timeouts.startup + config.timeouts.build)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    rec = outcome.record or {}
-    builds = (rec.get("metadata") or {}).get("builds", [])
-    ok = outcome.final and rec.get("status") == "passed" and all(b.get("ok") for b in builds)
+    builds = next((m.get("builds") for m in msgs if m.get("type") == "build"), None) or []
+    ok = any(m.get("type") == "built" for m in msgs) and all(isinstance(b, dict) and b.get("ok") for b in builds)
     err = ""
     if not ok:
-        log = (rec.get("error_log") or outcome.log_tail or "").strip()
-        err = log.splitlines()[0][:300] if log else ("timed out" if outcome.timed_out_stage else "no record")
-    return PrebuildResult(ok=ok, builds=builds, build_s=(rec.get("stage_times") or {}).get("build_s"),
-                          wall_s=time.monotonic() - t0, error=err)
+        fail = next((m for m in msgs if m.get("type") == "failure"), {})
+        log = (str(fail.get("log") or "") or log_tail or "").strip()
+        err = log.splitlines()[0][:300] if log else ("timed out" if timed_out else "no report")
+    return PrebuildResult(ok=ok, builds=builds, build_s=build_s, wall_s=time.monotonic() - t0, error=err)
+
+
+def _run_build(argv, job, workdir, env, limit_s: float):
+    """Run a build_only runner to its end or `limit_s`: (its reports, timed out, log tail, build seconds)."""
+    child = process.spawn(argv, job, workdir, env, name="prebuild")
+    child.close_stdin()
+    msgs: list[dict] = []
+    t_build = None
+    build_s = None
+    end = child.started + limit_s
+    timed_out = False
+    while True:
+        left = end - time.monotonic()
+        if left <= 0:
+            timed_out = True
+            break
+        got, eof = child.read_messages(min(left, 0.5))
+        for m in got:
+            if m.get("type") == "stage" and m.get("stage") == "build":
+                t_build = time.monotonic()
+            if m.get("type") == "build" and t_build is not None:
+                build_s = time.monotonic() - t_build
+            msgs.append(m)
+        if eof or child.reader.overflow or len(msgs) > 1000 or (not got and not child.alive()):
+            break
+    log_tail = child.log_tail()
+    child.stop()
+    return msgs, timed_out, log_tail, build_s
 
 
 class BuildPool:

@@ -1,9 +1,10 @@
-"""Running the evaluation child: its own process group, per-stage deadlines, and a verdict for every death.
+"""Child processes of the engine: started in their own session, logged through the parent's own
+descriptor, and killed with their whole group.
 
-The child announces each stage on a pipe; the parent applies that stage's deadline from the
-moment it starts and kills the whole process group past it. Whatever the child sent before it
-died (a partial record) is kept. A child that dies without its final record is `crashed`
-(signal, `os._exit`, abort), one killed at a deadline is `timeout`.
+A child writes JSON lines on a pipe whose write end it inherits (`fd` in its job) and reads
+commands on its stdin. Its stdout and stderr go to a log file that the parent creates (never
+following a link) and keeps open: the parent reads the log back through that descriptor, never
+by its path, so a child that replaces the file with a link to a secret reads nothing back.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import select
-import selectors
 import signal
 import subprocess
 import sys
@@ -20,26 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from kernelwright.core.config import StageTimeouts
+from kernelwright.core.jsonlines import LineReader
 
+LOG_TAIL_BYTES = 64 * 1024
 LOG_TAIL_LINES = 40
 
 
-@dataclass
-class ChildOutcome:
-    """What the parent saw of one child run."""
-
-    record: dict[str, Any] | None  # final record, or the last partial one
-    final: bool  # the child sent its final record
-    exit_code: int | None
-    timed_out_stage: str | None
-    last_stage: str | None
-    stage_started: dict[str, float] = field(default_factory=dict)  # stage -> wall time it began
-    log_tail: str = ""
-    wall_s: float = 0.0
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
+def kill_group(proc: subprocess.Popen) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -52,206 +39,159 @@ def _kill_group(proc: subprocess.Popen) -> None:
 
 @dataclass
 class Child:
-    """A started evaluation child: its process, the read end of its report pipe, its log."""
+    """A started child: its process, the read end of its report pipe, its log descriptor."""
 
     proc: subprocess.Popen
     read_fd: int
+    log_fd: int
     workdir: Path
-    log_path: Path
     started: float  # time.monotonic() at spawn
-    pending: bytes = b""  # report lines read before `watch` (by `wait_ready`)
+    reader: LineReader = field(default_factory=LineReader)
+    pending: list[dict[str, Any]] = field(default_factory=list)  # messages read before `watch`
+    stdin_open: bool = True
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def read_messages(self, timeout: float) -> tuple[list[dict[str, Any]], bool]:
+        """(messages, eof): what the child sent within `timeout` seconds."""
+        if self.read_fd < 0:
+            return [], True
+        ready, _, _ = select.select([self.read_fd], [], [], max(0.0, timeout))
+        if not ready:
+            return [], False
+        chunk = os.read(self.read_fd, 1 << 16)
+        if not chunk:
+            return [], True
+        return self.reader.feed(chunk), False
 
     def wait_ready(self, timeout: float) -> bool:
         """Block until a spare has started up (True), died or `timeout` passed (False)."""
         end = time.monotonic() + timeout
-        while b'"type": "ready"' not in self.pending:
+        while not any(m.get("type") == "ready" for m in self.pending):
             remaining = end - time.monotonic()
-            if remaining <= 0 or self.read_fd < 0:
+            if remaining <= 0:
                 return False
-            ready, _, _ = select.select([self.read_fd], [], [], min(remaining, 0.5))
-            if ready:
-                chunk = os.read(self.read_fd, 1 << 16)
-                if not chunk:
-                    return False
-                self.pending += chunk
-            elif self.proc.poll() is not None:
+            msgs, eof = self.read_messages(min(remaining, 0.5))
+            self.pending += msgs
+            if eof or (not msgs and not self.alive()) or self.reader.overflow:
                 return False
+        self.pending = [m for m in self.pending if m.get("type") != "ready"]
         return True
 
-
-def spawn(argv: list[str], job: dict[str, Any], workdir: Path, env: dict[str, str], *, spare: bool = False) -> Child:
-    """Start the child on `job` (written to workdir/job.json).
-
-    A `spare` child starts up (python, torch, CUDA) and then waits for a line on its stdin; the
-    job file is re-read then, so the job can be written after the start (see `go`).
-    """
-    read_fd, write_fd = os.pipe()
-    job = dict(job, fd=write_fd)
-    job_path = workdir / "job.json"
-    job_path.write_text(json.dumps(job))
-    log_path = workdir / "child.log"
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            argv + (["--spare"] if spare else []) + [str(job_path)],
-            cwd=str(workdir),
-            env=env,
-            stdin=subprocess.PIPE if spare else subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            pass_fds=(write_fd,),
-            start_new_session=True,  # own process group: killpg reaches the compiler and any child it spawns
-        )
-    os.close(write_fd)
-    return Child(proc, read_fd, workdir, log_path, time.monotonic())
-
-
-def go(child: Child, job: dict[str, Any]) -> bool:
-    """Hand a spare its job; False when it is gone (then start a fresh one)."""
-    if child.proc.poll() is not None or child.proc.stdin is None:
-        return False
-    current = json.loads((child.workdir / "job.json").read_text())
-    (child.workdir / "job.json").write_text(json.dumps(dict(job, fd=current["fd"])))
-    try:
-        child.proc.stdin.write(b"go\n")
-        child.proc.stdin.close()  # the candidate reads EOF from stdin, as from /dev/null
-    except (BrokenPipeError, OSError):
-        return False
-    return True
-
-
-def discard(child: Child) -> None:
-    """Stop a child that will not be used (a spare nobody took)."""
-    _kill_group(child.proc)
-    try:
-        child.proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        pass
-    for f in (child.proc.stdin,):
+    def send(self, line: str) -> bool:
+        """A command line on the child's stdin; False when it is gone."""
+        if not self.stdin_open or self.proc.stdin is None:
+            return False
         try:
-            if f:
-                f.close()
-        except OSError:
-            pass
-    if child.read_fd >= 0:
+            self.proc.stdin.write(line.encode() + b"\n")
+            self.proc.stdin.flush()
+            return True
+        except (BrokenPipeError, OSError, ValueError):
+            self.stdin_open = False
+            return False
+
+    def close_stdin(self) -> None:
+        if self.proc.stdin is not None and self.stdin_open:
+            try:
+                self.proc.stdin.close()
+            except OSError:
+                pass
+        self.stdin_open = False
+
+    def log_tail(self, n: int = LOG_TAIL_LINES) -> str:
+        return read_tail(self.log_fd, n)
+
+    def stop(self) -> int | None:
+        """Kill the child's group, reap it, close everything; its exit code."""
+        kill_group(self.proc)
         try:
-            os.close(child.read_fd)
-        except OSError:
-            pass
-        child.read_fd = -1
-
-
-def run_child(
-    argv: list[str],
-    job: dict[str, Any],
-    workdir: Path,
-    env: dict[str, str],
-    timeouts: StageTimeouts,
-    on_stage: Callable[[str], None] | None = None,
-) -> ChildOutcome:
-    """Start the child on `job`, watch its stages, and return what it reported."""
-    return watch(spawn(argv, job, workdir, env), timeouts, on_stage)
-
-
-def watch(child: Child, timeouts: StageTimeouts, on_stage: Callable[[str], None] | None = None) -> ChildOutcome:
-    """Follow a started child's stages to its end, applying each stage's deadline.
-
-    The start-up deadline runs from the child's spawn: a spare that is still starting when its
-    job comes gets what is left of it.
-    """
-    proc, read_fd = child.proc, child.read_fd
-    t_start = time.monotonic()
-    record: dict[str, Any] | None = None
-    final = False
-    stage = "startup"
-    stage_started = {stage: time.time() - (t_start - child.started)}
-    deadline = child.started + timeouts.startup
-    timed_out: str | None = None
-    buf = child.pending
-    if on_stage:
-        on_stage(stage)
-    sel = selectors.DefaultSelector()
-    sel.register(read_fd, selectors.EVENT_READ)
-    try:
-        eof = False
-        while not eof:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                timed_out = stage
-                _kill_group(proc)
-                break
-            events = sel.select(timeout=min(remaining, 1.0))
-            if not events:
-                if proc.poll() is not None:
-                    break  # child gone; a grandchild may still hold the pipe open
-                continue
-            chunk = os.read(read_fd, 1 << 16)
-            if not chunk:
-                eof = True
-            buf += chunk
-            while b"\n" in buf:
-                line, buf = buf.split(b"\n", 1)
+            code = self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            code = None
+        self.close_stdin()
+        for attr in ("read_fd", "log_fd"):
+            fd = getattr(self, attr)
+            if fd >= 0:
                 try:
-                    msg = json.loads(line)
-                except ValueError:
-                    continue  # not ours: a candidate writing on our fd gets ignored
-                kind = msg.get("type")
-                if kind == "stage":
-                    new_stage = str(msg.get("stage"))
-                    if new_stage == stage:
-                        continue  # a spare's start-up, announced at its spawn
-                    stage = new_stage
-                    stage_started[stage] = time.time()
-                    deadline = time.monotonic() + float(getattr(timeouts, stage, timeouts.correctness))
-                    if on_stage:
-                        on_stage(stage)
-                elif kind in ("partial", "final") and isinstance(msg.get("record"), dict):
-                    record = msg["record"]
-                    final = final or kind == "final"
-    finally:
-        sel.close()
-        os.close(read_fd)
-        child.read_fd = -1
-    try:
-        exit_code = proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        _kill_group(proc)
-        exit_code = proc.wait()
-    _kill_group(proc)  # anything the child left behind in its group
-    return ChildOutcome(
-        record=record,
-        final=final,
-        exit_code=exit_code,
-        timed_out_stage=timed_out,
-        last_stage=stage,
-        stage_started=stage_started,
-        log_tail=_tail(child.log_path, LOG_TAIL_LINES),
-        wall_s=time.monotonic() - t_start,
-    )
+                    os.close(fd)
+                except OSError:
+                    pass
+                setattr(self, attr, -1)
+        return code
 
 
-def _tail(path: Path, n: int) -> str:
+def read_tail(fd: int, n: int = LOG_TAIL_LINES, max_bytes: int = LOG_TAIL_BYTES) -> str:
+    """The last lines of a file the parent holds open (read by position, never by path)."""
+    if fd < 0:
+        return ""
     try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - 64 * 1024))
-            text = f.read().decode(errors="replace")
+        size = os.fstat(fd).st_size
+        start = max(0, size - max_bytes)
+        data = os.pread(fd, min(max_bytes, size), start)
     except OSError:
         return ""
+    text = data.decode(errors="replace")
     return "\n".join(text.rstrip().splitlines()[-n:])
 
 
-def child_argv() -> list[str]:
-    """The child's command line: this interpreter, unbuffered, on the child's entry module."""
-    return [sys.executable, "-u", "-m", "kernelwright.engine.child.main"]
+def _create_log(path: Path) -> int:
+    flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    try:
+        return os.open(path, flags, 0o600)
+    except FileExistsError:
+        os.unlink(path)
+        return os.open(path, flags, 0o600)
+
+
+def spawn(argv: list[str], job: dict[str, Any], workdir: Path, env: dict[str, str], *, name: str = "runner",
+          spare: bool = False, preexec: Callable[[], None] | None = None) -> Child:
+    """Start a child on `job` (written to workdir/NAME_job.json). A `spare` starts up and waits
+    for a line on its stdin; its job file is re-read then, so the job can be written later."""
+    read_fd, write_fd = os.pipe()
+    os.set_inheritable(read_fd, False)
+    job_path = workdir / f"{name}_job.json"
+    job_path.write_text(json.dumps(dict(job, fd=write_fd)))
+    log_fd = _create_log(workdir / f"{name}.log")
+    proc = subprocess.Popen(
+        argv + (["--spare"] if spare else []) + [str(job_path)],
+        cwd=str(workdir),
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=log_fd,
+        stderr=log_fd,
+        pass_fds=(write_fd,),
+        start_new_session=True,  # own session and group: killpg reaches the compiler and its children
+        preexec_fn=preexec,
+    )
+    os.close(write_fd)
+    return Child(proc, read_fd, log_fd, workdir, time.monotonic())
+
+
+def go(child: Child, job: dict[str, Any], name: str = "runner") -> bool:
+    """Hand a spare its job; False when it is gone (then start a fresh one)."""
+    if not child.alive():
+        return False
+    job_path = child.workdir / f"{name}_job.json"
+    try:
+        current = json.loads(job_path.read_text())
+        job_path.write_text(json.dumps(dict(job, fd=current["fd"])))
+    except (OSError, ValueError, KeyError):
+        return False
+    return child.send("go")
+
+
+def child_argv(entry: str = "runner") -> list[str]:
+    """A child's command line: this interpreter, unbuffered, on the child's entry module."""
+    return [sys.executable, "-u", "-m", f"kernelwright.engine.child.{entry}"]
 
 
 def describe_signal(code: int | None) -> str:
     if code is None:
-        return "unknown exit"
+        return "did not exit"
     if code < 0:
         try:
-            return f"killed by signal {signal.Signals(-code).name}"
+            return f"was killed by signal {signal.Signals(-code).name}"
         except ValueError:
-            return f"killed by signal {-code}"
+            return f"was killed by signal {-code}"
     return f"exited with code {code}"

@@ -137,6 +137,37 @@ def compare_tensors(name: str, cand: torch.Tensor, ref: torch.Tensor, atol: floa
     return report
 
 
+def skeleton(obj: Any) -> str:
+    """The output's structure: `T` for a tensor, `(..)`/`[..]` for sequences, `{k: ..}` for dicts,
+    the type's name for anything else. Tuples and lists are the same sequence here."""
+    if isinstance(obj, torch.Tensor):
+        return "T"
+    if isinstance(obj, (tuple, list)):
+        return "(" + ", ".join(skeleton(o) for o in obj) + ")"
+    if isinstance(obj, dict):
+        return "{" + ", ".join(f"{k}: {skeleton(v)}" for k, v in obj.items()) + "}"
+    if isinstance(obj, (bool, int, float, complex)):
+        return "number"
+    return type(obj).__name__
+
+
+def structure_mismatch(cand: Any, ref: Any) -> str:
+    """'' when the candidate returns what the reference returns, container for container; else
+    one line saying what differs (a tensor is not a one-element tuple of a tensor)."""
+    from kernelwright.engine.child.wire import Opaque
+
+    opaque = [name for name, x in flatten(cand) if isinstance(x, Opaque)]
+    if opaque:
+        leaf = dict(flatten(cand))[opaque[0]]
+        return (f"Output {opaque[0]} is a {leaf.type_name}, not a plain value: return plain torch.Tensor outputs "
+                "(no subclasses, no custom objects)")
+    s_c, s_r = skeleton(cand), skeleton(ref)
+    if s_c != s_r:
+        return (f"Output structure mismatch: the reference returns {describe(ref)} ({s_r}), "
+                f"the candidate returns {describe(cand)} ({s_c})")
+    return ""
+
+
 def compare_outputs(cand: Any, ref: Any, atol: float, rtol: float) -> CompareReport:
     c_leaves, r_leaves = flatten(cand), flatten(ref)
     if len(c_leaves) != len(r_leaves):

@@ -50,13 +50,13 @@ def _namespaces() -> dict[str, Any]:
         "kernelwright.compare": compare, "kernelwright.numerics": numerics,
         "kernelwright.localize": localize, "kernelwright.timing": timing, "kernelwright.guards": sys.modules[__name__],
     }
-    for mod_name in ("kernelwright.engine.child.main", "kernelwright.engine.child.checks", "__main__"):
+    for mod_name in ("kernelwright.engine.child.runner", "kernelwright.engine.child.wire", "__main__"):
         mod = sys.modules.get(mod_name)
         if mod is not None and getattr(mod, "__name__", "").startswith(("kernelwright", "__main__")):
             spaces[mod_name] = mod
-            ev = getattr(mod, "Evaluation", None)
-            if isinstance(ev, type):
-                spaces[mod_name + ".Evaluation"] = ev
+            runner = getattr(mod, "Runner", None)
+            if isinstance(runner, type):
+                spaces[mod_name + ".Runner"] = runner
     for cls_name in ("_Flusher",):
         cls = getattr(timing, cls_name, None)
         if cls is not None:

@@ -71,11 +71,14 @@ def _stats(samples: list[float], warmup: int, clock: str, flush: bool) -> Timing
 def time_side_by_side(
     fns: dict[str, Callable[[], object]], device: torch.device, cfg: TimingConfig,
     check: Callable[[str, object], None] | None = None,
+    between_rounds: Callable[[], None] | None = None,
 ) -> dict[str, TimingStats]:
     """Time each callable under the protocol above, interleaved; returns stats per name.
 
     `check(name, output)`, when given, sees every timed call's output, outside the timed region
     (after the end event is enqueued, or after the clock is read); it must not synchronise.
+    `between_rounds()`, when given, runs between two timed rounds (one call of each callable),
+    outside the timed region: the runner changes the inputs' contents there.
     """
     flush = _Flusher(device, cfg.flush_l2)
     names = list(fns)
@@ -107,6 +110,8 @@ def time_side_by_side(
         starts = {n: [torch.cuda.Event(enable_timing=True) for _ in range(reps)] for n in names}
         ends = {n: [torch.cuda.Event(enable_timing=True) for _ in range(reps)] for n in names}
         for i in range(reps):
+            if between_rounds is not None and i:
+                between_rounds()
             for name in names:
                 flush()
                 starts[name][i].record()
@@ -120,7 +125,9 @@ def time_side_by_side(
             samples[name] = [s.elapsed_time(e) for s, e in zip(starts[name], ends[name])]
         clock = "cuda_event"
     else:
-        for _ in range(reps):
+        for i in range(reps):
+            if between_rounds is not None and i:
+                between_rounds()
             for name in names:
                 flush()
                 t0 = time.perf_counter()

@@ -1,0 +1,703 @@
+"""The judge: computes the reference, the float64 oracle and the verdict; never imports candidate code.
+
+`python -m kernelwright.engine.child.judge JOB.json` (or `--spare JOB.json`). It loads the
+problem, constructs the reference for the evaluation's seed, and then follows the runner's
+reports as the parent forwards them on stdin (`{"cmd": "runner", "msg": {...}}`), reading the
+candidate's outputs from the runner's files as plain data (`wire.read_tree`: exact tensors,
+checked sizes, no code). Everything the runner says is a claim: outputs are judged against the
+judge's own reference on its own inputs; facts the runner reports (patched functions, kernels,
+threads, timings) can only be turned into flags, never into a pass. The judge asks the parent
+to let the runner proceed (`time`), to ablate (`ablate T`) or to stop it, and sends the one
+typed record (`EvalResult`) at the end. Imports only torch, the standard library and `core`.
+"""
+
+from __future__ import annotations
+
+import time
+
+_T0 = time.perf_counter()
+
+import faulthandler  # noqa: E402
+import json
+import math
+import os
+import sys
+import traceback
+from typing import Any
+
+from kernelwright.core.config import EvalConfig
+from kernelwright.core.record import (
+    CompileIssue, EvalResult, Stage, StageTimes, Status, TimingStats, TrialRecord,
+)
+from kernelwright.engine.child.channel import Channel
+
+class ReferenceFailure(Exception):
+    """The reference problem itself failed (its get_inputs or its forward): the problem's fault."""
+
+    def __init__(self, log: str):
+        super().__init__(log)
+        self.log = log
+
+
+_FAILURE_STATUSES = {"compile_error": Status.COMPILE_ERROR, "runtime_error": Status.RUNTIME_ERROR,
+                     "format_error": Status.FORMAT_ERROR}
+_STAGES = {s.value: s for s in Stage}
+_STAGE_KEY = {"startup": "startup_s", "build": "build_s", "init": "init_s", "correctness": "correctness_s",
+              "timing": "timing_s", "profile": "profile_s"}
+MAX_TEXT = 20_000
+
+
+def _text(v: Any, limit: int = MAX_TEXT) -> str:
+    return str(v)[:limit] if v is not None else ""
+
+
+def _num(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def _plain_data(v: Any, depth: int = 0) -> Any:
+    """A copy of untrusted JSON data with bounded depth and string sizes."""
+    if depth > 8:
+        return None
+    if isinstance(v, dict):
+        return {str(k)[:200]: _plain_data(x, depth + 1) for k, x in list(v.items())[:500]}
+    if isinstance(v, list):
+        return [_plain_data(x, depth + 1) for x in v[:2000]]
+    if isinstance(v, str):
+        return v[:MAX_TEXT]
+    if v is None or isinstance(v, (bool, int, float)):
+        return v
+    return str(v)[:200]
+
+
+class Judge:
+    def __init__(self, job: dict[str, Any], chan: Channel):
+        self.chan = chan
+        self.take(job)
+        self.started = False
+
+    def take(self, job: dict[str, Any]) -> None:
+        self.job = job
+        self.cfg = EvalConfig.from_dict(job["config"]) if "seed" in job["config"] else EvalConfig(device=job["config"]["device"])
+        self.out_dir = job.get("out_dir") or os.getcwd()
+        self.rec = EvalResult(status=Status.RUNTIME_ERROR, atol=self.cfg.atol, rtol=self.cfg.rtol, seed=self.cfg.seed)
+        self.rec.metadata = {}
+        self.stage_started: dict[str, float] = {}
+        self.current_stage = "startup"
+        self.verdict_set = False
+        self.first_failure: tuple[int, int, str] | None = None
+        self.flags: dict[str, str] = {}
+        self.checked: list[str] = []
+        self.facts: dict[str, Any] = {}
+        self.oracle = None
+        self.oracle_error = ""
+        self.ref_cache: dict[int, Any] = {}  # seed -> (reference output, oracle output)
+        self.ref_err_scale = 0.0
+        self.oracle_outputs: list[Any] = []
+        self.ablation_asked = False
+        self.ablation_lines: list[str] = []
+        self.timing_asked = False
+        self.done = False
+        self.numerics = {
+            "verdict": self.cfg.verdict, "oracle": self.cfg.numerics.oracle,
+            "oracle_dtype": self.cfg.numerics.oracle_dtype, "factor": self.cfg.numerics.factor,
+            "ill_conditioned": False, "strict_passed": True, "calibrated_passed": True,
+        }
+
+    # ---- set-up (trusted code only) -------------------------------------------------------------
+    def startup(self) -> None:
+        import torch  # noqa: F401
+
+        from kernelwright.engine.child import compare, localize, numerics, wire  # noqa: F401
+        from kernelwright.engine.child.problem_io import resolve_device
+
+        self.device = resolve_device(self.cfg.device)
+        if self.device.type == "cuda":
+            torch.empty(1, device=self.device)
+        self.started = True
+
+    def load_problem(self) -> bool:
+        from kernelwright.engine.child.problem_io import ProblemIO, load_source
+
+        try:
+            self.problem = load_source(self.job["problem_source"], self.job.get("problem_name", "problem.py"),
+                                       "kw_problem")
+            self.io = ProblemIO(self.problem, self.device, self.cfg.inputs_on_device, self.rec.metadata)
+            self.ref_model = self.io.construct(self.problem.Model, self.cfg.seed)
+        except Exception as exc:
+            self.set_verdict(Status.RUNTIME_ERROR, "The reference problem failed to load or construct:\n"
+                             + _short_tb(exc), Stage.REFERENCE)
+            return False
+        return True
+
+    # ---- the record --------------------------------------------------------------------------------
+    def set_verdict(self, status: Status, log: str, stage: Stage | None) -> None:
+        if self.verdict_set:
+            return
+        self.verdict_set = True
+        self.rec.status = status
+        self.rec.error_log = log
+        self.rec.error_stage = stage
+        self.rec.correct = False
+
+    def ask(self, what: str) -> None:
+        self.chan.send("ask", what=what)
+
+    def reference(self, seed: int) -> tuple[Any, Any]:
+        """(reference output, oracle output or None) on the judge's own inputs for `seed`."""
+        import torch
+
+        from kernelwright.engine.child import numerics
+        from kernelwright.engine.child.problem_io import sync
+        from kernelwright.engine.child.trees import clone
+
+        if seed in self.ref_cache:
+            return self.ref_cache[seed]
+        try:
+            inputs = self.io.inputs(seed)
+            with torch.no_grad():
+                ref_out = self.ref_model(*clone(inputs))
+            sync(self.device)
+        except Exception as exc:
+            raise ReferenceFailure(_short_tb(exc)) from exc
+        oracle_out = None
+        if self.cfg.numerics.oracle and not self.oracle_error:
+            try:
+                dtype = numerics.oracle_dtype(self.cfg.numerics.oracle_dtype)
+                if self.oracle is None:
+                    self.oracle = numerics.build_oracle(self.ref_model, dtype)
+                oracle_out = numerics.run_oracle(self.oracle, inputs, dtype)
+                sync(self.device)
+            except Exception as exc:
+                self.oracle_error = f"{type(exc).__name__}: {str(exc)[:300]}"
+        self.ref_cache = {seed: (ref_out, oracle_out, inputs)} if len(self.ref_cache) > 4 else {
+            **self.ref_cache, seed: (ref_out, oracle_out, inputs)}
+        return ref_out, oracle_out, inputs
+
+    def read(self, name: Any) -> Any:
+        from kernelwright.engine.child.wire import read_tree
+
+        if not isinstance(name, str) or "/" in name or name.startswith("."):
+            from kernelwright.engine.child.wire import WireError
+
+            raise WireError("the runner named an output file outside its directory")
+        return read_tree(os.path.join(self.out_dir, name), self.device)
+
+    def compare(self, cand: Any, ref_out: Any, oracle_out: Any, localize: bool) -> tuple[bool, str, dict]:
+        """(passed, message, numerics evidence) under the configured verdict mode."""
+        from kernelwright.engine.child import numerics
+        from kernelwright.engine.child.compare import compare_outputs, structure_mismatch
+
+        mismatch = structure_mismatch(cand, ref_out)
+        if mismatch:
+            return False, mismatch, {"strict_passed": False, "_report": (None, None)}
+        strict = compare_outputs(cand, ref_out, self.cfg.atol, self.cfg.rtol)
+        rep = None
+        if oracle_out is not None:
+            rep = numerics.judge(cand, ref_out, oracle_out, self.cfg.atol, self.cfg.rtol, self.cfg.numerics.factor)
+        evidence: dict[str, Any] = {"strict_passed": strict.passed}
+        if rep is not None and rep.ok:
+            evidence.update(rep.to_dict())
+            evidence["calibrated_passed"] = rep.passed
+        use_cal = self.cfg.verdict == "calibrated" and rep is not None and rep.ok and strict.max_abs_err is not None
+        if use_cal:
+            passed, message = rep.passed, rep.message
+            structural = [leaf for leaf in strict.leaves if not leaf.passed and leaf.max_abs_err is None]
+            if structural:
+                passed, message = False, strict.message
+        else:
+            passed, message = strict.passed, strict.message
+        evidence["_report"] = (strict, rep if use_cal else None)
+        if not passed and self.cfg.numerics.localize and localize:
+            message = self.localize(message, cand, oracle_out if use_cal else ref_out, rep if use_cal else None)
+        return passed, message, evidence
+
+    def localize(self, message: str, cand: Any, target: Any, rep) -> str:
+        import torch
+
+        from kernelwright.engine.child import localize, numerics
+        from kernelwright.engine.child.compare import flatten
+
+        extra = []
+        nan_fill = self.cfg.guards.enabled and self.cfg.guards.nan_fill
+        for (name, c), (_, t) in zip(flatten(cand), flatten(target)):
+            if not (isinstance(c, torch.Tensor) and isinstance(t, torch.Tensor)) or c.shape != t.shape:
+                continue
+            if not (t.is_floating_point() or t.is_complex()):
+                continue
+            try:
+                lines = localize.localize(c, t, self.cfg.atol, self.cfg.rtol, name, nan_filled=nan_fill)
+            except Exception as exc:
+                lines = [f"(localisation failed: {type(exc).__name__}: {str(exc)[:200]})"]
+            if lines and nan_fill and any("never written" in ln for ln in lines):
+                self.flag("unwritten_output", f"{name} holds NaN where memory was filled with NaN before ModelNew ran")
+            if rep is not None:
+                for leaf in rep.failing():
+                    if leaf.name == name and numerics.lower_precision_suspected(c, t, leaf.candidate):
+                        self.flag("lower_precision_suspected",
+                                  f"{name}'s normwise error {leaf.candidate.norm_rel:.2e} is at the level of bf16/fp16 rounding")
+                        lines.append("the error is at the level of bf16/fp16 rounding: lower precision than the problem's dtype?")
+            extra += [f"  where: {ln}" for ln in lines]
+        return message + ("\n" + "\n".join(extra) if extra else "")
+
+    def flag(self, name: str, detail: str) -> None:
+        self.flags.setdefault(name, detail[:2000])
+
+    # ---- the runner's reports ------------------------------------------------------------------------
+    def on_runner(self, msg: dict[str, Any]) -> None:
+        kind = msg.get("type")
+        handler = getattr(self, f"r_{kind}", None) if isinstance(kind, str) and kind.isidentifier() else None
+        if handler is None:
+            return
+        try:
+            handler(msg)
+        except ReferenceFailure as exc:  # the problem's own fault
+            self.set_verdict(Status.RUNTIME_ERROR, "The reference Model failed to run:\n" + exc.log, Stage.REFERENCE)
+            self.ask("stop")
+
+    def r_prestarted(self, msg) -> None:
+        self.rec.metadata["prestarted"] = {"idle_s": _num(msg.get("idle_s")), "startup_s": _num(msg.get("startup_s"))}
+
+    def r_stage(self, msg) -> None:
+        stage = msg.get("stage")
+        if stage in _STAGE_KEY:
+            now = time.monotonic()
+            prev = self.current_stage
+            if prev in self.stage_started:
+                setattr(self.rec.stage_times, _STAGE_KEY[prev], now - self.stage_started[prev])
+            self.stage_started[stage] = now
+            self.current_stage = stage
+
+    def r_startup(self, msg) -> None:
+        self.rec.device = _text(msg.get("device"), 200)
+        self.rec.device_type = self.device.type
+        self.rec.stage_times.startup_s = _num(msg.get("startup_s"))
+        self.rec.metadata.update(torch_version=_text(msg.get("torch_version"), 50),
+                                 cuda_version=_text(msg.get("cuda_version"), 50), python=_text(msg.get("python"), 50))
+
+    def r_build(self, msg) -> None:
+        self.rec.metadata["builds"] = _plain_data(msg.get("builds") or [])
+
+    def r_compiled(self, msg) -> None:
+        self.rec.compiled = True
+
+    def r_failure(self, msg) -> None:
+        status = _FAILURE_STATUSES.get(msg.get("status"), Status.RUNTIME_ERROR)
+        stage = _STAGES.get(msg.get("stage"), None)
+        issues = []
+        for i in (msg.get("compile_issues") or [])[:50]:
+            if isinstance(i, dict):
+                try:
+                    issues.append(CompileIssue(**{k: _plain_data(v) for k, v in i.items()
+                                                  if k in CompileIssue.__dataclass_fields__}))
+                except TypeError:
+                    pass
+        if issues:
+            self.rec.compile_issues = issues
+        self.set_verdict(status, _text(msg.get("log")), stage)
+
+    def r_trial_error(self, msg) -> None:
+        t, seed = msg.get("trial"), msg.get("seed")
+        if isinstance(t, int) and isinstance(seed, int):
+            self.rec.trials.append(TrialRecord(trial=t, seed=seed, passed=False, message=_text(msg.get("message"), 500)))
+
+    def r_trial(self, msg) -> None:
+        from kernelwright.engine.child.problem_io import same_fingerprint, trial_seed
+        from kernelwright.engine.child.wire import WireError
+
+        t = msg.get("trial")
+        if not isinstance(t, int) or not 0 <= t < self.cfg.trials or any(tr.trial == t for tr in self.rec.trials):
+            return
+        seed = trial_seed(self.cfg.seed, t)  # the judge's seed, whatever the runner says
+        ref_out, oracle_out, inputs = self.reference(seed)
+        trial = TrialRecord(trial=t, seed=seed, passed=False)
+        try:
+            cand = self.read(msg.get("file"))
+        except WireError as exc:
+            trial.message = f"The candidate's output for trial {t} could not be read: {exc}"
+            self.add_trial(trial)
+            return
+        from kernelwright.engine.child.problem_io import fingerprint
+
+        if not same_fingerprint(msg.get("fingerprint"), fingerprint(inputs)):
+            self.flag("inputs_differ", f"the inputs ModelNew saw on trial {t} are not the problem's inputs for seed "
+                      f"{seed} (torch's random state or get_inputs was tampered with)")
+        first = self.first_failure is None
+        passed, message, evidence = self.compare(cand, ref_out, oracle_out, localize=first)
+        strict, rep = evidence.pop("_report")
+        trial.passed, trial.message = passed, message
+        trial.extra["numerics"] = evidence
+        if strict is not None and strict.leaves:
+            worst = strict.worst
+            trial.max_abs_err, trial.mean_abs_err = strict.max_abs_err, strict.mean_abs_err
+            trial.worst_index = worst.worst_index if worst else None
+            trial.worst_output = worst.name if worst else None
+            trial.frac_out_of_tol = max((leaf.frac_out_of_tol or 0.0) for leaf in strict.leaves)
+        s = self.numerics
+        s["strict_passed"] = s["strict_passed"] and evidence.get("strict_passed", False)
+        if "calibrated_passed" in evidence:
+            s["calibrated_passed"] = s["calibrated_passed"] and evidence["calibrated_passed"]
+            s["ill_conditioned"] = s["ill_conditioned"] or evidence.get("ill_conditioned", False)
+        else:
+            s["calibrated_passed"] = None
+        if t == 0 and passed:
+            refs = [leaf["reference"]["max_abs"] for leaf in evidence.get("leaves", [])
+                    if math.isfinite(leaf["reference"]["max_abs"])]
+            self.ref_err_scale = max(refs) if refs else 0.0
+        if oracle_out is not None or ref_out is not None:
+            self.oracle_outputs.append(oracle_out if oracle_out is not None else ref_out)
+        self.add_trial(trial)
+        if not passed and self.first_failure is None:
+            self.first_failure = (t, seed, message)
+            if self.cfg.numerics.localize and not self.ablation_asked:
+                self.ablation_asked = True
+                self.ask(f"ablate {t}")
+
+    def add_trial(self, trial: TrialRecord) -> None:
+        self.rec.trials.append(trial)
+        if not trial.passed and self.first_failure is None:
+            self.first_failure = (trial.trial, trial.seed, trial.message)
+
+    def r_ablation(self, msg) -> None:
+        self.ablation_lines = [_text(x, 300) for x in (msg.get("lines") or [])[:8] if isinstance(x, str)]
+        self.ask("stop")  # the verdict is known: nothing the runner does now can change it
+
+    def r_patched(self, msg) -> None:
+        names = [_text(n, 120) for n in (msg.get("names") or [])[:50]]
+        if names:
+            shown = ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
+            self.flag("patched_functions", f"the candidate replaced {shown} ({_text(msg.get('when'), 80)}); "
+                      "the originals were put back")
+
+    def r_guards(self, msg) -> None:
+        from kernelwright.engine.child import guards
+        from kernelwright.engine.child.compare import flatten
+        from kernelwright.engine.child.problem_io import guard_seeds
+        from kernelwright.engine.child.wire import WireError
+
+        self.checked += ["patched_functions", "calls_reference", "mutates_inputs", "output_aliases_input",
+                         "output_changed_later", "background_threads"]
+        facts = msg.get("facts") if isinstance(msg.get("facts"), dict) else {}
+        files = msg.get("files") if isinstance(msg.get("files"), dict) else {}
+        self.facts["call"] = _plain_data({k: v for k, v in facts.items() if k != "aliases"})
+        seeds = guard_seeds(self.cfg.seed)
+        if facts.get("problem_code"):
+            self.flag("calls_reference", "code of the problem file ran inside ModelNew: "
+                      + ", ".join(_text(x, 100) for x in facts["problem_code"][:5]))
+        if self.cfg.guards.profile_kernels:
+            self.checked.append("no_custom_kernel")
+            if not facts.get("custom_kernel") and not facts.get("profiler_error"):
+                self.flag("no_custom_kernel", "ModelNew launched only PyTorch's built-in operations and kernels "
+                          "(no extension function, Triton kernel or custom op of its own ran)")
+        for pair in (facts.get("aliases") or [])[:5]:
+            if isinstance(pair, list) and len(pair) == 2:
+                self.flag("output_aliases_input", f"output {_text(pair[0], 80)} shares memory with input "
+                          f"{_text(pair[1], 80).replace('out', 'inputs', 1)}")
+        if facts.get("threads"):
+            names = ", ".join(_text(x, 60) for x in facts["threads"][:3])
+            self.flag("background_threads", f"ModelNew left Python thread(s) running ({names}): work that may "
+                      "escape the timer")
+        try:
+            ref_out, oracle_out, inputs = self.reference(seeds["call"])
+            out_a = self.read(files.get("out_a"))
+            ok, message, _ = self.compare(out_a, ref_out, oracle_out, localize=False)
+            if not ok and self.first_failure is None:
+                self.set_verdict(Status.INCORRECT, f"ModelNew's output on a further input (seed {seeds['call']}) "
+                                 "is wrong: " + message, Stage.CORRECTNESS)
+            # inputs changed in place, beyond what the reference does to its own copy
+            after = self.read(files.get("inputs_after"))
+            ref_after = self.reference_inputs_after(seeds["call"])
+            for (name, x), (_, rx) in zip(flatten(after), flatten(ref_after)):
+                import torch
+
+                if isinstance(x, torch.Tensor) and isinstance(rx, torch.Tensor) and not guards.same_values(x, rx):
+                    self.flag("mutates_inputs", f"ModelNew changed input {name.replace('out', 'inputs', 1)} in place")
+                    break
+            if "out_refill" in files:
+                self.checked.append("stale_output_on_refill")
+                ref_b, oracle_b, _ = self.reference(seeds["refill"])
+                out_b = self.read(files["out_refill"])
+                ok, message, _ = self.compare(out_b, ref_b, oracle_b, localize=False)
+                if not ok:
+                    self.flag("stale_output_on_refill", "inputs refilled in place with new values (same tensors, "
+                              "same addresses) after correctness gave a wrong output: " + _first_line(message))
+                again = self.read(files.get("out_a_again"))
+                for (name, o), (_, o0) in zip(flatten(again), flatten(out_a)):
+                    if isinstance(o, torch.Tensor) and isinstance(o0, torch.Tensor) and not guards.same_values(o, o0) \
+                            and "output_aliases_input" not in self.flags:
+                        self.flag("output_changed_later", f"output {name} of one call changed when ModelNew ran "
+                                  "again (it is a persistent buffer that later calls overwrite)")
+                        break
+        except WireError as exc:
+            self.flag("guard_outputs_unreadable", f"the guarded calls' outputs could not be read: {exc}")
+
+    def reference_inputs_after(self, seed: int) -> Any:
+        """The inputs after the reference ran on them (a reference may legitimately change them)."""
+        import torch
+
+        inputs = self.io.inputs(seed)
+        with torch.no_grad():
+            self.ref_model(*inputs)
+        return inputs
+
+    def r_await(self, msg) -> None:
+        if self.verdict_set or self.first_failure is not None:
+            if self.cfg.numerics.localize and self.first_failure and not self.ablation_asked:
+                self.ablation_asked = True
+                self.ask(f"ablate {self.first_failure[0]}")
+            else:
+                self.ask("stop")
+            return
+        if len([tr for tr in self.rec.trials if tr.passed]) < self.cfg.trials:
+            self.set_verdict(Status.RUNTIME_ERROR, "The runner reported fewer trials than were asked for "
+                             f"({len(self.rec.trials)}/{self.cfg.trials})", Stage.CORRECTNESS)
+            self.ask("stop")
+            return
+        if not self.guard_verdict(Stage.CORRECTNESS):
+            self.ask("stop")
+            return
+        self.rec.status = Status.PASSED
+        self.rec.correct = True
+        if self.cfg.time_candidate or self.cfg.profile.enabled or self.cfg.profile.roofline:
+            self.timing_asked = True
+            self.ask("time")
+        else:
+            self.ask("stop")
+
+    def guard_verdict(self, stage: Stage) -> bool:
+        bad = [f for f in self.flags if f in self.cfg.guards.fail_on]
+        if not bad:
+            return True
+        lines = [f"Reward-hacking guard failed: {', '.join(bad)}"] + [f"  {n}: {self.flags[n]}" for n in bad]
+        self.rec.status = Status.INCORRECT
+        self.verdict_set = False
+        self.set_verdict(Status.INCORRECT, "\n".join(lines), stage)
+        for key in ("speedup", "candidate_ms", "speedup_vs_compile"):
+            setattr(self.rec, key, None)
+        return False
+
+    def r_timing(self, msg) -> None:
+        from kernelwright.engine.child.problem_io import guard_seeds, trial_seed
+        from kernelwright.engine.child.wire import WireError
+
+        if not self.timing_asked:
+            return
+        stats = msg.get("stats") if isinstance(msg.get("stats"), dict) else {}
+        parsed: dict[str, TimingStats] = {}
+        for name in ("candidate", "reference", "compile_reference"):
+            raw = stats.get(name)
+            if isinstance(raw, dict):
+                try:
+                    ts = TimingStats(**{k: raw[k] for k in TimingStats.__dataclass_fields__ if k in raw})
+                    if all(_num(getattr(ts, k)) is not None and getattr(ts, k) > 0 for k in ("median_ms", "p10_ms", "p90_ms")):
+                        parsed[name] = ts
+                except TypeError:
+                    pass
+        if isinstance(msg.get("meta"), dict):
+            for k in ("compile_reference_error",):
+                if k in msg["meta"]:
+                    self.rec.metadata[k] = _text(msg["meta"][k], 400)
+        if "candidate" not in parsed or "reference" not in parsed:
+            self.set_verdict(Status.RUNTIME_ERROR, "The runner's timing report is missing or malformed", Stage.TIMING)
+            return
+        c, r = parsed["candidate"], parsed["reference"]
+        self.rec.candidate_timing, self.rec.reference_timing = c, r
+        self.rec.candidate_ms, self.rec.reference_ms = c.median_ms, r.median_ms
+        self.rec.speedup = r.median_ms / c.median_ms
+        if "compile_reference" in parsed:
+            cr = parsed["compile_reference"]
+            self.rec.compile_reference_timing, self.rec.compile_reference_ms = cr, cr.median_ms
+            self.rec.speedup_vs_compile = cr.median_ms / c.median_ms
+        # The parent's own clock bounds what the runner may claim: the timed calls cannot have
+        # taken longer than the stage itself.
+        wall_s = _num(msg.get("parent_stage_s"))
+        claimed_s = sum(ts.median_ms * ts.iterations for ts in parsed.values()) / 1e3 * 0.5
+        if wall_s is not None and claimed_s > wall_s + 0.05:
+            self.flag("timing_report_inconsistent", f"the runner reports timed calls worth at least {claimed_s:.3g} s "
+                      f"in a timing stage that lasted {wall_s:.3g} s on the parent's clock")
+        seeds = guard_seeds(self.cfg.seed)
+        set_seed = {"A": trial_seed(self.cfg.seed, 0), "B": seeds["timing_b"]}
+        samples = msg.get("samples") if isinstance(msg.get("samples"), list) else []
+        if self.cfg.guards.enabled and self.cfg.guards.check_timed_outputs:
+            self.checked.append("timed_output_mismatch")
+            if not samples:
+                self.flag("timed_output_mismatch", "the runner returned no sampled output of the timed calls")
+            bad = 0
+            for item in samples[:8]:
+                if not (isinstance(item, list) and len(item) == 2 and item[0] in set_seed):
+                    bad += 1
+                    continue
+                try:
+                    out = self.read(item[1])
+                except WireError:
+                    bad += 1
+                    continue
+                ref_out, oracle_out, _ = self.reference(set_seed[item[0]])
+                ok, _, _ = self.compare(out, ref_out, oracle_out, localize=False)
+                bad += 0 if ok else 1
+            self.facts["timed_calls_checked"] = len(samples)
+            if bad:
+                self.flag("timed_output_mismatch", f"{bad} of {len(samples)} sampled timed calls of ModelNew gave a "
+                          "wrong output for the inputs they were given (the inputs' contents change between timed "
+                          "calls without a new tensor, version or address: a replayed or cached output is wrong)")
+        timer = msg.get("timer")
+        if self.device.type == "cuda" and isinstance(timer, dict):
+            self.checked.append("timer_escape")
+            host_ms, overhead_ms = _num(timer.get("host_synced_ms")), _num(timer.get("sync_overhead_ms"))
+            ref_host_ms = _num(timer.get("reference_host_ms"))
+            if host_ms is not None and overhead_ms is not None and ref_host_ms is not None:
+                ref_excess_ms = max(0.0, ref_host_ms - r.median_ms)
+                allowance_ms = max(overhead_ms, ref_excess_ms) + 0.05
+                self.facts["timer"] = {"event_median_ms": c.median_ms, "host_synced_ms": host_ms,
+                                       "sync_overhead_ms": overhead_ms, "reference_host_excess_ms": ref_excess_ms}
+                if host_ms > self.cfg.guards.escape_ratio * c.median_ms + allowance_ms:
+                    self.flag("timer_escape", f"one call takes {host_ms:.4g} ms on the host clock with a device-wide "
+                              f"synchronise but {c.median_ms:.4g} ms between CUDA events on the current stream "
+                              f"(the reference's host-side excess is {ref_excess_ms:.4g} ms): work escapes "
+                              "the timer (a side stream, or work deferred past the end event)")
+
+    def r_after_timing(self, msg) -> None:
+        from kernelwright.engine.child.problem_io import guard_seeds
+        from kernelwright.engine.child.wire import WireError
+
+        try:
+            ref_out, oracle_out, _ = self.reference(guard_seeds(self.cfg.seed)["after_timing"])
+            ok, message, _ = self.compare(self.read(msg.get("file")), ref_out, oracle_out, localize=False)
+        except WireError as exc:
+            ok, message = False, str(exc)
+        if not ok:
+            self.flag("stale_output_on_refill", "inputs refilled in place with new values (same tensors, same "
+                      "addresses) after timing gave a wrong output: " + _first_line(message))
+
+    def r_evidence(self, msg) -> None:
+        meta = msg.get("metadata")
+        if isinstance(meta, dict):
+            for k, v in meta.items():
+                if k in ("gpu_facts", "reference_work", "roofline", "roofline_line", "profile", "gpu_facts_error",
+                         "roofline_error", "profile_error"):
+                    self.rec.metadata[k] = _plain_data(v)
+
+    def r_done(self, msg) -> None:
+        self.done = True
+
+    # ---- the end -----------------------------------------------------------------------------------
+    def finish(self, ended: dict[str, Any]) -> EvalResult:
+        """The final record. `ended`: how the runner ended, as the parent saw it."""
+        rec = self.rec
+        now = time.monotonic()
+        if self.current_stage in self.stage_started and self.current_stage in _STAGE_KEY:
+            setattr(rec.stage_times, _STAGE_KEY[self.current_stage], now - self.stage_started[self.current_stage])
+        if self.first_failure is not None and (not self.verdict_set or self.rec.status is Status.INCORRECT):
+            self.verdict_set = False
+            t, seed, msg = self.first_failure
+            n_fail = sum(1 for tr in rec.trials if not tr.passed)
+            where = "".join(f"\n  where: {ln}" for ln in self.ablation_lines)
+            self.set_verdict(Status.INCORRECT, f"{msg}{where}\n  ({n_fail}/{self.cfg.trials} trials failed; "
+                             f"first failing trial {t}, seed {seed})", Stage.CORRECTNESS)
+        if not self.verdict_set and rec.status is Status.PASSED:
+            self.guard_verdict(Stage.TIMING if rec.candidate_timing else Stage.CORRECTNESS)
+        timed_out, how = ended.get("timed_out_stage"), ended.get("how")
+        if not self.verdict_set and rec.status is not Status.PASSED or (how and not self.done) or timed_out:
+            stage = ended.get("stage") or self.current_stage
+            self.verdict_set = False
+            if timed_out:
+                self.set_verdict(Status.TIMEOUT, f"Timed out in stage '{timed_out}' after {ended.get('limit_s', 0):g} s; "
+                                 "the process group was killed (a kernel or loop that never returns, or a build that "
+                                 "is too slow).", _STAGES.get(timed_out))
+            elif ended.get("protocol"):
+                self.set_verdict(Status.CRASHED, _text(ended["protocol"]), _STAGES.get(stage))
+            elif not self.done or how:
+                self.set_verdict(Status.CRASHED, f"The evaluation process {how or 'ended'} during "
+                                 f"stage '{stage}' without finishing (a segfault, abort, os._exit or sys.exit in the "
+                                 "candidate, or the process ran out of memory).", _STAGES.get(stage))
+            else:
+                self.set_verdict(Status.RUNTIME_ERROR, "The runner ended without a result", _STAGES.get(stage))
+        if self.timing_asked and rec.status is Status.PASSED and self.cfg.time_candidate and rec.candidate_timing is None:
+            self.verdict_set = False
+            self.set_verdict(Status.RUNTIME_ERROR, "The runner was allowed to time the candidate but sent no timing",
+                             Stage.TIMING)
+        if rec.status is not Status.PASSED:
+            rec.correct = False
+            if rec.status is not Status.INCORRECT or rec.error_stage is not Stage.TIMING:
+                rec.candidate_ms = rec.speedup = rec.speedup_vs_compile = None
+        numeric = [tr for tr in rec.trials if tr.max_abs_err is not None]
+        rec.max_abs_err = max((tr.max_abs_err for tr in numeric), default=None)
+        rec.mean_abs_err = (sum(tr.mean_abs_err or 0.0 for tr in numeric) / len(numeric)) if numeric else None
+        self.degenerate_check()
+        rec.metadata["guards"] = {
+            "enabled": self.cfg.guards.enabled, "checked": list(dict.fromkeys(self.checked)), "flags": dict(self.flags),
+            "failed": [f for f in self.flags if f in self.cfg.guards.fail_on], "fail_on": list(self.cfg.guards.fail_on),
+            "nan_fill": self.cfg.guards.enabled and self.cfg.guards.nan_fill, "facts": self.facts,
+        }
+        rec.metadata["numerics"] = dict(self.numerics, oracle_error=self.oracle_error or None)
+        rec.metadata["judged_by"] = "judge process (no candidate code)"
+        return rec
+
+    def degenerate_check(self) -> None:
+        """A reference whose output does not depend on its inputs makes any constant 'correct'."""
+        from kernelwright.engine.child.degenerate import degenerate_reason
+
+        try:
+            reason = degenerate_reason(self.oracle_outputs)
+        except Exception:
+            reason = None
+        if reason:
+            self.flag("degenerate_reference", reason)
+            self.rec.metadata["degenerate_reference"] = reason
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else ""
+
+
+def _short_tb(exc: BaseException) -> str:
+    lines = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).splitlines()
+    return "\n".join(lines[:5] + ["  ..."] + lines[-30:] if len(lines) > 40 else lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`judge.py [--spare] DEVICE FD`. The job comes as the first line on stdin (never from a file
+    the runner could reach), commands after it, one JSON object per line; the record goes to FD."""
+    argv = sys.argv[1:] if argv is None else argv
+    faulthandler.enable()
+    spare = argv[0] == "--spare"
+    device, fd = argv[-2], int(argv[-1])
+    chan = Channel(fd)
+    judge = Judge({"config": {"device": device}}, chan)
+    try:
+        judge.startup()
+    except Exception:
+        traceback.print_exc()
+        os._exit(3)
+    if spare:
+        chan.send("ready")
+    line = sys.stdin.readline()
+    if not line.strip():
+        os._exit(0)
+    try:
+        judge.take(json.loads(line))
+        loaded = judge.load_problem()
+        chan.send("loaded", ok=loaded)
+        ended: dict[str, Any] = {}
+        for line in sys.stdin:
+            cmd = json.loads(line)
+            if cmd.get("cmd") == "runner":
+                if loaded:
+                    judge.on_runner(cmd.get("msg") or {})
+            elif cmd.get("cmd") == "ended":
+                ended = cmd
+                break
+        rec = judge.finish(ended)
+    except Exception as exc:  # the judge's own failure: never the candidate's, never a pass
+        rec = judge.rec
+        rec.status, rec.correct = Status.ENGINE_ERROR, False
+        rec.error_log = f"The engine's judge failed: {type(exc).__name__}: {str(exc)[:300]}"
+        rec.metadata["engine_traceback"] = _short_tb(exc)
+        rec.candidate_ms = rec.speedup = rec.speedup_vs_compile = None
+    chan.send("final", record=rec.to_dict())
+    sys.stdout.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,132 @@
+"""The problem side that the runner and the judge share: loading a module from a file, drawing a
+trial's inputs for a seed, constructing a model for a seed. Both processes draw the same inputs
+for the same seed; the judge's draw is the truth (the runner's is only what the candidate saw)."""
+
+from __future__ import annotations
+
+import importlib.util
+import platform
+import sys
+from typing import Any
+
+import torch
+
+from kernelwright.engine.child.trees import to_device
+
+GUARD_SEED_OFFSET = 777_777  # guard inputs are not the trials' inputs
+
+
+def trial_seed(base: int, trial: int) -> int:
+    return base + 1000 * (trial + 1)
+
+
+# The seeds of the guarded calls (all drawn by both sides).
+def guard_seeds(base: int) -> dict[str, int]:
+    g = base + GUARD_SEED_OFFSET
+    return {"call": g, "refill": g + 1, "after_timing": g + 2, "timing_b": g + 3}
+
+
+def load_module(path: str, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def load_source(source: str, filename: str, name: str):
+    """A module from source text (the judge's copy of the problem: no file the runner could change)."""
+    import types
+
+    module = types.ModuleType(name)
+    module.__file__ = filename
+    sys.modules[name] = module
+    exec(compile(source, filename, "exec"), module.__dict__)
+    return module
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"cpu ({platform.machine()}, {torch.get_num_threads()} threads)"
+
+
+def resolve_device(want: str) -> torch.device:
+    if want == "auto":
+        want = "cuda" if torch.cuda.is_available() else "cpu"
+    if want == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("CUDA requested but not available in the evaluation child")
+    return torch.device(want)
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class ProblemIO:
+    """Inputs and models of one problem on one device, seeded."""
+
+    def __init__(self, problem: Any, device: torch.device, on_device: bool, meta: dict[str, Any]):
+        self.problem = problem
+        self.device = device
+        self.on_device = on_device and device.type != "cpu"
+        self.meta = meta  # where the inputs were drawn is recorded here
+
+    def inputs(self, seed: int) -> Any:
+        """The problem's inputs for one seed, on the device: drawn there, or on the CPU and copied
+        where get_inputs cannot run with the device as torch's default."""
+        if self.on_device:
+            torch.manual_seed(seed)
+            try:
+                with torch.device(self.device):
+                    inputs = self.problem.get_inputs()
+                self.meta["inputs_drawn_on"] = self.device.type
+                return to_device(inputs, self.device)
+            except Exception as exc:
+                self.on_device = False
+                self.meta["inputs_drawn_on"] = "cpu"
+                self.meta["inputs_on_device_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+        torch.manual_seed(seed)
+        return to_device(self.problem.get_inputs(), self.device)
+
+    def construct(self, cls: type, seed: int) -> torch.nn.Module:
+        torch.manual_seed(seed)
+        init_inputs = self.problem.get_init_inputs()
+        torch.manual_seed(seed)
+        return cls(*init_inputs).to(self.device).eval()
+
+
+def fingerprint(inputs: Any) -> list[Any]:
+    """A cheap summary of the inputs (shape, dtype, float64 sum and sum of squares per tensor):
+    the judge compares the runner's with its own to catch inputs that differ."""
+    from kernelwright.engine.child.compare import flatten
+
+    out = []
+    for _, x in flatten(inputs):
+        if isinstance(x, torch.Tensor):
+            d = x.detach().to(torch.float64) if not x.is_complex() else x.detach().abs().to(torch.float64)
+            out.append([list(x.shape), str(x.dtype), float(d.sum()), float((d * d).sum())])
+        elif isinstance(x, (int, float, bool, str)) or x is None:
+            out.append(x)
+        else:
+            out.append(type(x).__name__)
+    return out
+
+
+def same_fingerprint(a: Any, b: Any, rel: float = 1e-9) -> bool:
+    if not (isinstance(a, list) and isinstance(b, list)) or len(a) != len(b):
+        return False
+    for x, y in zip(a, b):
+        if isinstance(x, list) and isinstance(y, list) and len(x) == 4 and len(y) == 4:
+            if x[0] != y[0] or x[1] != y[1]:
+                return False
+            for u, v in zip(x[2:], y[2:]):
+                if not isinstance(v, (int, float)):
+                    return False
+                if u != v and not abs(u - v) <= rel * max(abs(u), abs(v)):
+                    if not (u != u and v != v):  # both NaN
+                        return False
+        elif x != y:
+            return False
+    return True

@@ -1,0 +1,170 @@
+"""Outputs as plain data: what crosses from the runner (the candidate's process) to the judge.
+
+`write_tree(path, obj)` writes a (nested) output as one file: a JSON header line, then the raw
+bytes of every tensor. `read_tree(path, ...)` rebuilds it on the judge's side from those bytes
+alone: every tensor a plain `torch.Tensor` (never a subclass: the file holds no code and no class
+names), of the dtype and shape the header states, checked against the bytes present; containers
+are tuples, lists and dicts; numbers, strings, booleans and None as themselves. Anything else the
+candidate returned is written as `{"other": "<type name>"}` and read back as an `Opaque` value,
+which equals nothing. The reader opens the file with O_NOFOLLOW, caps its size, and trusts
+nothing in it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+MAX_HEADER = 1 << 20
+MAX_DEPTH = 16
+MAX_LEAVES = 4096
+_DTYPES = {str(d).replace("torch.", ""): d for d in (
+    torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.complex64, torch.complex128,
+    torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool)}
+
+
+class WireError(ValueError):
+    """The file is not a well-formed output file (the candidate's process wrote it: say what is wrong)."""
+
+
+@dataclass(frozen=True)
+class Opaque:
+    """A value the candidate returned that is not a tensor, number, string or container."""
+
+    type_name: str
+
+    def __eq__(self, other: object) -> bool:  # never equal, not even to itself: it is not an output
+        return False
+
+    __hash__ = object.__hash__
+
+
+def _encode(obj: Any, blobs: list[torch.Tensor], depth: int = 0) -> Any:
+    if depth > MAX_DEPTH:
+        return {"other": "nested too deep"}
+    if isinstance(obj, torch.Tensor):
+        kind = "tensor" if type(obj) is torch.Tensor or isinstance(obj, torch.nn.Parameter) else "subclass"
+        t = obj.detach()
+        if t.dtype not in _DTYPES.values():
+            return {"other": f"tensor of dtype {t.dtype}"}
+        blobs.append(t)
+        return {kind: len(blobs) - 1, "class": type(obj).__name__, "dtype": str(t.dtype).replace("torch.", ""),
+                "shape": list(t.shape), "device": t.device.type}
+    if isinstance(obj, bool) or obj is None or isinstance(obj, str):
+        return {"value": obj}
+    if isinstance(obj, int):
+        return {"value": obj}
+    if isinstance(obj, float):
+        return {"float": repr(obj)}  # inf/nan survive
+    if isinstance(obj, tuple) and type(obj) is tuple:
+        return {"tuple": [_encode(x, blobs, depth + 1) for x in obj]}
+    if isinstance(obj, list) and type(obj) is list:
+        return {"list": [_encode(x, blobs, depth + 1) for x in obj]}
+    if isinstance(obj, dict) and type(obj) is dict:
+        return {"dict": [[str(k), _encode(v, blobs, depth + 1)] for k, v in obj.items()]}
+    return {"other": type(obj).__name__}
+
+
+def write_tree(path: str, obj: Any) -> int:
+    """Write `obj` to `path` (created, never followed); returns the bytes written."""
+    blobs: list[torch.Tensor] = []
+    tree = _encode(obj, blobs)
+    cpu = [b.contiguous().cpu() if b.device.type != "cpu" or not b.is_contiguous() else b for b in blobs]
+    sizes = [b.numel() * b.element_size() for b in cpu]
+    header = json.dumps({"tree": tree, "sizes": sizes}).encode() + b"\n"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(header)
+        for b, n in zip(cpu, sizes):
+            if n:
+                f.write(ctypes.string_at(b.data_ptr(), n))
+    return len(header) + sum(sizes)
+
+
+def read_tree(path: str, device: torch.device | str = "cpu", max_bytes: int = 1 << 34) -> Any:
+    """Read an output file written by `write_tree` (by a process we do not trust)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
+    except OSError as exc:
+        raise WireError(f"output file {os.path.basename(path)} cannot be opened: {exc.strerror}") from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        import stat
+
+        if not stat.S_ISREG(st.st_mode):
+            raise WireError(f"output file {os.path.basename(path)} is not a regular file")
+        if st.st_size > max_bytes:
+            raise WireError(f"output file {os.path.basename(path)} is {st.st_size} bytes, over the {max_bytes} limit")
+        header = f.readline(MAX_HEADER + 1)
+        if not header.endswith(b"\n"):
+            raise WireError("output file header is missing or too long")
+        try:
+            meta = json.loads(header)
+            tree, sizes = meta["tree"], meta["sizes"]
+        except (ValueError, KeyError, TypeError):
+            raise WireError("output file header is not valid") from None
+        if not isinstance(sizes, list) or len(sizes) > MAX_LEAVES or not all(
+                isinstance(n, int) and n >= 0 for n in sizes):
+            raise WireError("output file sizes are not valid")
+        if len(header) + sum(sizes) != st.st_size:
+            raise WireError("output file length does not match its header")
+        blobs = []
+        for n in sizes:
+            data = bytearray(f.read(n))
+            if len(data) != n:
+                raise WireError("output file is truncated")
+            blobs.append(data)
+    return _decode(tree, blobs, torch.device(device), 0)
+
+
+def _decode(node: Any, blobs: list[bytearray], device: torch.device, depth: int) -> Any:
+    if depth > MAX_DEPTH or not isinstance(node, dict) or len(node) < 1:
+        raise WireError("output file structure is not valid")
+    if "tensor" in node or "subclass" in node:
+        idx = node.get("tensor", node.get("subclass"))
+        dtype = _DTYPES.get(node.get("dtype"))
+        shape = node.get("shape")
+        if not isinstance(idx, int) or not 0 <= idx < len(blobs) or dtype is None or not isinstance(shape, list) \
+                or not all(isinstance(s, int) and s >= 0 for s in shape):
+            raise WireError("output file tensor entry is not valid")
+        numel = 1
+        for s in shape:
+            numel *= s
+        data = blobs[idx]
+        itemsize = torch.empty((), dtype=dtype).element_size()
+        if len(data) != numel * itemsize:
+            raise WireError("output file tensor size does not match its shape")
+        t = torch.frombuffer(data, dtype=dtype) if numel else torch.empty(0, dtype=dtype)
+        t = t.reshape(shape).to(device)
+        if "subclass" in node:
+            return Opaque(f"torch.Tensor subclass {str(node.get('class'))[:80]}")
+        return t
+    if "value" in node:
+        v = node["value"]
+        if v is None or isinstance(v, (bool, int, str)):
+            return v
+        raise WireError("output file value is not valid")
+    if "float" in node:
+        try:
+            return float(node["float"])
+        except (TypeError, ValueError):
+            raise WireError("output file float is not valid") from None
+    if "tuple" in node or "list" in node:
+        items = node.get("tuple", node.get("list"))
+        if not isinstance(items, list):
+            raise WireError("output file container is not valid")
+        out = [_decode(x, blobs, device, depth + 1) for x in items]
+        return tuple(out) if "tuple" in node else out
+    if "dict" in node:
+        items = node["dict"]
+        if not isinstance(items, list) or not all(isinstance(p, list) and len(p) == 2 for p in items):
+            raise WireError("output file dict is not valid")
+        return {str(k): _decode(v, blobs, device, depth + 1) for k, v in items}
+    if "other" in node:
+        return Opaque(str(node["other"])[:80])
+    raise WireError("output file structure is not valid")

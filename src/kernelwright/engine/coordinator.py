@@ -1,0 +1,213 @@
+"""One evaluation, seen from the parent: the runner produces, the judge decides, the parent keeps time.
+
+The parent routes the runner's reports to the judge and the judge's requests (`time`, `ablate T`,
+`stop`) back to the runner, and applies its own schedule of deadlines: the runner's stages are
+accepted once each and in order (startup, build, init, correctness, timing, profile), each with
+its budget from the moment it is announced, all within a hard total of the budgets' sum from the
+runner's spawn, so no message can extend an evaluation. A line longer than 1 MiB, or more messages
+than any honest run sends, ends the runner (a protocol violation). The one record returned is
+the judge's; the parent only says how the runner ended.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from kernelwright.core.config import StageTimeouts
+from kernelwright.engine.process import Child, describe_signal
+
+STAGE_ORDER = ("startup", "build", "init", "correctness", "timing", "profile")
+MAX_RUNNER_MESSAGES = 2000
+JUDGE_FINISH_S = 120.0  # the judge's last word after the runner ended (reads the last files)
+
+
+@dataclass
+class Outcome:
+    record: dict[str, Any] | None  # the judge's final record (None: the judge failed)
+    runner_exit: int | None
+    runner_log: str
+    judge_log: str
+    judge_problem: str  # why the judge gave no record, when it did not
+    wall_s: float
+
+
+class _Outbox:
+    """Lines for a child's stdin, written without ever blocking the parent."""
+
+    def __init__(self, child: Child) -> None:
+        self.child = child
+        self.buf = bytearray()
+        self.fd = child.proc.stdin.fileno() if child.proc.stdin is not None else -1
+        if self.fd >= 0:
+            os.set_blocking(self.fd, False)
+
+    def put(self, obj: Any) -> None:
+        self.buf += (json.dumps(obj) if not isinstance(obj, str) else obj).encode() + b"\n"
+        self.flush()
+
+    def flush(self) -> None:
+        while self.buf and self.fd >= 0:
+            try:
+                n = os.write(self.fd, self.buf)
+            except BlockingIOError:
+                return
+            except OSError:
+                self.buf.clear()
+                self.fd = -1
+                return
+            del self.buf[:n]
+
+
+def coordinate(runner: Child, judge: Child, judge_job: dict[str, Any], timeouts: StageTimeouts,
+               on_stage: Callable[[str], None] | None = None,
+               exit_code_of: Callable[[int | None], int | None] = lambda c: c) -> Outcome:
+    """Run one evaluation to the judge's record. `exit_code_of` maps the runner's exit code as the
+    sandbox reports it (bubblewrap: 128 + N for a signal) back to Popen's convention."""
+    t_start = time.monotonic()
+    to_judge = _Outbox(judge)
+    to_runner = _Outbox(runner)
+    to_judge.put(judge_job)
+    budgets = {s: float(getattr(timeouts, s)) for s in STAGE_ORDER}
+    hard_deadline = runner.started + sum(budgets.values())
+    stage = "startup"
+    deadline = runner.started + budgets["startup"]
+    stage_began = {stage: runner.started}
+    if on_stage:
+        on_stage(stage)
+    runner_open = True
+    asked_stop = False
+    protocol = ""
+    timed_out = ""
+    n_msgs = 0
+    record: dict[str, Any] | None = None
+    judge_gone = False
+    pending = list(runner.pending)
+    runner.pending = []
+
+    def forward(msg: dict[str, Any]) -> None:
+        nonlocal stage, deadline
+        kind = msg.get("type")
+        now = time.monotonic()
+        if kind == "stage":
+            new = msg.get("stage")
+            if new in STAGE_ORDER and STAGE_ORDER.index(new) > STAGE_ORDER.index(stage):
+                stage = new
+                stage_began[stage] = now
+                deadline = now + budgets[stage]
+                if on_stage:
+                    on_stage(stage)
+            else:
+                return  # a stage once announced, or out of order: not a new deadline
+        if kind == "timing" and "timing" in stage_began:
+            msg["parent_stage_s"] = now - stage_began["timing"]  # the parent's clock, not the runner's
+        to_judge.put({"cmd": "runner", "msg": msg})
+
+    for msg in pending:
+        forward(msg)
+    # ---- while the runner lives -------------------------------------------------------------------
+    while runner_open:
+        now = time.monotonic()
+        limit = min(deadline, hard_deadline)
+        if now >= limit:
+            timed_out = stage
+            break
+        fds = [runner.read_fd] + ([judge.read_fd] if not judge_gone else [])
+        import select
+
+        wlist = [to_judge.fd] if to_judge.buf and to_judge.fd >= 0 else []
+        ready, writable, _ = select.select(fds, wlist, [], min(limit - now, 0.5))
+        if writable:
+            to_judge.flush()
+        if runner.read_fd in ready:
+            chunk = os.read(runner.read_fd, 1 << 16)
+            if not chunk:
+                runner_open = False
+            for msg in runner.reader.feed(chunk):
+                n_msgs += 1
+                if n_msgs > MAX_RUNNER_MESSAGES:
+                    protocol = f"the evaluation process sent more than {MAX_RUNNER_MESSAGES} reports (a flood); it was stopped"
+                    break
+                forward(msg)
+            if runner.reader.overflow:
+                protocol = "the evaluation process wrote a report line over 1 MiB (a flood); it was stopped"
+            if protocol:
+                break
+        if not judge_gone and judge.read_fd in ready:
+            chunk = os.read(judge.read_fd, 1 << 16)
+            if not chunk:
+                judge_gone = True
+                break
+            for msg in judge.reader.feed(chunk):
+                if msg.get("type") == "ask":
+                    what = str(msg.get("what", ""))
+                    to_runner.put(what)
+                    if what == "stop":
+                        runner_open = False
+                        asked_stop = True
+                elif msg.get("type") == "final":
+                    record = msg.get("record")
+        if not ready and not runner.alive():
+            runner_open = False  # gone; a grandchild may still hold the pipe open
+    # ---- the runner has ended (or must end now) ---------------------------------------------------
+    if not runner_open and not timed_out and not protocol and runner.alive():
+        # it was told to stop, or closed its pipe: a short grace to exit by itself
+        end = time.monotonic() + 2.0
+        while runner.alive() and time.monotonic() < end:
+            msgs, eof = runner.read_messages(0.1)
+            for msg in msgs:
+                forward(msg)
+            if eof:
+                try:
+                    runner.proc.wait(timeout=max(0.0, end - time.monotonic()))
+                except Exception:
+                    pass
+                break
+    # the last reports still in the pipe
+    if runner.read_fd >= 0 and not protocol:
+        while True:
+            msgs, eof = runner.read_messages(0.0)
+            for msg in msgs:
+                n_msgs += 1
+                if n_msgs <= MAX_RUNNER_MESSAGES:
+                    forward(msg)
+            if eof or not msgs:
+                break
+    if not timed_out and not protocol and not asked_stop:
+        try:  # it closed its pipe: let it finish exiting, so that its exit code is its own
+            runner.proc.wait(timeout=5)
+        except Exception:
+            pass
+    stopped_by_judge = asked_stop and not timed_out and not protocol
+    exit_code = exit_code_of(runner.stop())
+    runner_log = runner.log_tail()
+    how = "" if stopped_by_judge else describe_signal(exit_code)
+    ended = {"cmd": "ended", "stage": stage, "timed_out_stage": timed_out or None,
+             "limit_s": budgets.get(timed_out, 0.0), "exit_code": exit_code, "how": how,
+             "protocol": protocol or None, "log_tail": runner_log[-4000:]}
+    to_judge.put(ended)
+    # ---- the judge's record ------------------------------------------------------------------------
+    end = time.monotonic() + JUDGE_FINISH_S
+    problem = ""
+    while record is None and not judge_gone:
+        to_judge.flush()
+        left = end - time.monotonic()
+        if left <= 0:
+            problem = f"the judge gave no record within {JUDGE_FINISH_S:g} s of the runner's end"
+            break
+        msgs, eof = judge.read_messages(min(left, 0.5))
+        for msg in msgs:
+            if msg.get("type") == "final":
+                record = msg.get("record")
+        if eof:
+            judge_gone = True
+    if record is None and not problem:
+        problem = f"the judge {describe_signal(judge.proc.poll())} without a record"
+    judge_log = judge.log_tail()
+    judge.stop()
+    return Outcome(record=record if isinstance(record, dict) else None, runner_exit=exit_code,
+                   runner_log=runner_log, judge_log=judge_log, judge_problem=problem,
+                   wall_s=time.monotonic() - t_start)
