@@ -182,8 +182,22 @@ def coordinate(runner: Child, judge: Child, judge_job: dict[str, Any], timeouts:
         except Exception:
             pass
     stopped_by_judge = asked_stop and not timed_out and not protocol
-    exit_code = exit_code_of(runner.stop())
-    runner_log = runner.log_tail()
+    runner_log = ""
+    exit_code = None
+    try:
+        import subprocess as _sp
+
+        from kernelwright.engine.process import kill_group
+
+        kill_group(runner.proc)  # anything it left in its group
+        try:
+            exit_code = runner.proc.wait(timeout=30)
+        except _sp.TimeoutExpired:
+            pass
+        runner_log = runner.log_tail()
+    finally:
+        runner.stop()
+    exit_code = exit_code_of(exit_code)
     how = "" if stopped_by_judge else describe_signal(exit_code)
     ended = {"cmd": "ended", "stage": stage, "timed_out_stage": timed_out or None,
              "limit_s": budgets.get(timed_out, 0.0), "exit_code": exit_code, "how": how,
