@@ -70,6 +70,9 @@ class EvalConfig:
     inputs_on_device: bool = True
     # Names of extra environment variables to pass to the child (on top of the safe allow-list).
     pass_env: tuple[str, ...] = ()
+    # The GPU(s) the evaluation child may see (CUDA_VISIBLE_DEVICES), set by an executor that pins
+    # one worker per GPU; None: the caller's own visibility.
+    visible_devices: str | None = None
     profile: "ProfileConfig" = field(default_factory=lambda: ProfileConfig())
     build: "BuildConfig" = field(default_factory=lambda: BuildConfig())
     numerics: NumericsConfig = field(default_factory=lambda: NumericsConfig())

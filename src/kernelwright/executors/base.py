@@ -19,6 +19,14 @@ from typing import Any, Callable, Protocol
 
 from kernelwright.core.config import EvalConfig
 from kernelwright.core.record import EvalResult
+from kernelwright.engine import EngineError
+
+# A task whose worker dies (process killed, node lost) is run again elsewhere this many times.
+WORKER_RETRIES = 1
+
+
+class WorkerLost(EngineError):
+    """A task's worker died on every attempt (the first and its retry): no verdict on the candidate."""
 
 
 @dataclass(frozen=True)
@@ -38,6 +46,10 @@ class EvalTask:
 
 
 class Executor(Protocol):
+    """`submit` returns at once; the future resolves to the task's record, or raises `EngineError`
+    (the task cannot run) or `WorkerLost`. Executors that place work record it in
+    `result.metadata["executor"]`: kind, host, gpu, worker, attempts, retried_after."""
+
     def submit(self, task: EvalTask, on_stage: Callable[[str], None] | None = None) -> "cf.Future[EvalResult]": ...
 
     def close(self) -> None: ...
