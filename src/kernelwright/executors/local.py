@@ -164,6 +164,7 @@ class LocalExecutor:
         self._cv = threading.Condition()
         self._queue: list[_Job] = []
         self._inflight = 0
+        self._running: dict[str, tuple[int, int, str]] = {}  # key -> (slot, worker pid, worker tag)
         self._closing = False
         self._closed = False
         self._builds = None
@@ -227,9 +228,10 @@ class LocalExecutor:
         self.close()
 
     # -- for tests and benchmarks --
-    def worker_pid(self, gpu_index: int) -> int | None:
-        w = self._slots[gpu_index].worker
-        return w.pid if w is not None and w.alive() else None
+    def running(self) -> dict[str, tuple[int, int, str]]:
+        """What runs now: task key -> (GPU slot, worker pid, worker tag)."""
+        with self._cv:
+            return dict(self._running)
 
     # -- queue --
     def _built(self, job: _Job, fut: cf.Future) -> None:
@@ -283,6 +285,8 @@ class LocalExecutor:
             slot.worker = _Worker(slot.index, slot.gpu, self._pinned(self.config, slot), slot.cpus)
         worker = slot.worker
         t = job.task
+        with self._cv:
+            self._running[t.key] = (slot.index, worker.pid, worker.tag)
         sent = worker.send({"key": t.key, "problem": str(Path(t.problem).resolve()), "candidate_text": t.candidate_text,
                             "config": cfg.to_dict(), "report_dir": str(t.report_dir) if t.report_dir else None})
         stage, timing, started = "startup", False, time.monotonic()
@@ -312,6 +316,8 @@ class LocalExecutor:
         finally:
             if timing:
                 self.gate.leave()
+            with self._cv:
+                self._running.pop(t.key, None)
         # the worker is gone mid-task
         how = worker.reap()
         slot.worker = None
