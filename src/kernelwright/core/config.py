@@ -241,6 +241,7 @@ class ModelConfig:
     max_output_tokens: int | None = None  # None: the provider's default (Anthropic needs one: 16000)
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     price_file: str | None = None  # JSON or TOML price table that extends the built-in one
+    max_concurrent: int = 8  # calls in flight at once per endpoint (models.limits), all roles together
 
 
 @dataclass
