@@ -249,6 +249,9 @@ class LoopConfig:
     """The forge loop: rounds, stop conditions and budgets. A budget left at None is unlimited."""
 
     rounds: int = 10
+    # Coder answers per round (best-of-k): all are evaluated (concurrently, through an executor),
+    # the Judge reviews the best correct one, or the failure that got furthest.
+    candidates: int = 1
     backend: KernelBackend = "cuda"  # which Coder prompt variant: CUDA C++, Triton, or CPU C++
     target_speedup: float | None = None  # stop once the best verified candidate reaches it
     max_tokens: int | None = None  # all calls of the run, prompt and completion
@@ -269,6 +272,8 @@ class LoopConfig:
         """Raise ValueError with a one-line message naming the fix."""
         if self.rounds < 1:
             raise ValueError(f"--rounds must be at least 1 (got {self.rounds})")
+        if self.candidates < 1:
+            raise ValueError(f"--candidates must be at least 1 (got {self.candidates})")
         if self.backend not in ("cuda", "triton", "cpp"):
             raise ValueError(f"--backend must be cuda, triton or cpp (got {self.backend!r})")
         if self.target_speedup is not None and self.target_speedup <= 0:
