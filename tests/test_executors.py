@@ -268,3 +268,52 @@ def test_ray_executor_without_ray_is_a_one_line_error_naming_the_install(monkeyp
     with pytest.raises(EngineError) as err:
         RayExecutor()
     assert "pip install 'kernelwright[ray]'" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_cli_executor_ray_without_ray_exits_2_with_the_install_line(monkeypatch, tmp_path):
+    import sys
+
+    from typer.testing import CliRunner
+
+    from kernelwright.cli.main import app
+
+    monkeypatch.setitem(sys.modules, "ray", None)
+    replay = Path(__file__).resolve().parent.parent / "examples" / "cuda_swish" / "replay"
+    out = tmp_path / "run"
+    result = CliRunner().invoke(app, ["optimize", str(ADD_ONE), "--coder", f"replay:{replay}", "--device", "cpu",
+                                      "--executor", "ray", "--out", str(out)])
+    assert result.exit_code == 2
+    assert "pip install 'kernelwright[ray]'" in result.output and "Traceback" not in result.output
+    assert not out.exists()  # nothing started, nothing written
+    bad = CliRunner().invoke(app, ["optimize", str(ADD_ONE), "--coder", f"replay:{replay}", "--device", "cpu",
+                                   "--executor", "slurm", "--out", str(out)])
+    assert bad.exit_code == 2 and "--executor must be one of serial, local, ray" in bad.output
+
+
+# ---- on the GPU machine --------------------------------------------------------------------------
+
+# Passes only where the child sees exactly one GPU (pinned), computing on it.
+ONE_GPU = '''import torch
+import torch.nn as nn
+
+SEEN = torch.cuda.device_count()
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return torch.relu(x) + (1.0 if SEEN == 1 else 2.0)
+'''
+
+
+@pytest.mark.gpu
+def test_local_executor_pins_one_gpu_per_worker_and_records_it(cuda_config):
+    import torch
+
+    n = torch.cuda.device_count()
+    gpus = [str(i) for i in range(n)]
+    with LocalExecutor(cuda_config, gpus=gpus) as ex:
+        batch = [EvalTask(key=f"add_one/pinned{i}", problem=ADD_ONE, candidate_text=ONE_GPU) for i in range(2 * n)]
+        results = run_all(ex, batch)
+    assert all(r.status is Status.PASSED for r in results.values()), [r.error_log for r in results.values()]
+    assert {r.metadata["executor"]["gpu"] for r in results.values()} == set(gpus)
+    assert all(r.device and "cpu" not in r.device.lower() for r in results.values())
