@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner

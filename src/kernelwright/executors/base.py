@@ -59,16 +59,20 @@ class SerialExecutor:
     """Evaluates each task when it is submitted, in this machine's engine, keeping a child warm."""
 
     def __init__(self, config: EvalConfig | None = None, warm: bool = True):
+        import threading
+
         from kernelwright.engine import WarmEvaluator
 
         self.config = config or EvalConfig()
         self._warm = WarmEvaluator(self.config, keep_warm=warm)
+        self._lock = threading.Lock()  # submits from several threads take turns
 
     def submit(self, task: EvalTask, on_stage: Callable[[str], None] | None = None) -> "cf.Future[EvalResult]":
         fut: cf.Future[EvalResult] = cf.Future()
         fut.set_running_or_notify_cancel()
         try:
-            fut.set_result(run_task(self._warm.evaluate, task, self.config, on_stage))
+            with self._lock:
+                fut.set_result(run_task(self._warm.evaluate, task, self.config, on_stage))
         except BaseException as exc:  # EngineError (the task cannot run), or an interrupt
             fut.set_exception(exc)
             if isinstance(exc, KeyboardInterrupt):
