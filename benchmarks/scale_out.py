@@ -66,7 +66,7 @@ def problem_files(device: str, folder: Path) -> list[Path]:
     """The example problem at each size (its `batch = ...` and `features = ...` lines rewritten)."""
     src = (ROOT / "examples" / ("cuda_swish" if device == "cuda" else "cpu_swish") / "problem.py").read_text()
     out = []
-    for b, f in SIZES[device]:
+    for b, f in sorted(SIZES[device], key=lambda bf: -bf[0] * bf[1]):
         lines = [f"batch = {b}" if l.startswith("batch = ") else f"features = {f}" if l.startswith("features = ") else l
                  for l in src.splitlines()]
         path = folder / f"swish_{b}x{f}.py"
@@ -76,6 +76,8 @@ def problem_files(device: str, folder: Path) -> list[Path]:
 
 
 def task_set(problems: list[Path], candidates: list[Path], repeat: int) -> list[EvalTask]:
+    """Largest problems first in each repetition, so that a pass ends on short tasks (a smaller
+    tail where one GPU has finished and the other has not)."""
     return [EvalTask(key=f"{p.stem}/{c.parent.name if c.name == 'candidate.py' else c.stem}#{r}", problem=p,
                      candidate_text=c.read_text())
             for r in range(repeat) for p in problems for c in candidates]

@@ -72,7 +72,9 @@ class SerialExecutor:
         fut.set_running_or_notify_cancel()
         try:
             with self._lock:
-                fut.set_result(run_task(self._warm.evaluate, task, self.config, on_stage))
+                result = run_task(self._warm.evaluate, task, self.config, on_stage)
+            result.metadata["executor"] = placement("serial", (task.config or self.config).visible_devices)
+            fut.set_result(result)
         except BaseException as exc:  # EngineError (the task cannot run), or an interrupt
             fut.set_exception(exc)
             if isinstance(exc, KeyboardInterrupt):
@@ -98,3 +100,12 @@ def run_task(evaluate: Callable[..., EvalResult], task: EvalTask, default: EvalC
     if task.report_dir is not None and cfg.profile.enabled:
         cfg = replace(cfg, profile=replace(cfg.profile, report_dir=str(task.report_dir)))
     return evaluate(task.problem, None, cfg, candidate_text=task.candidate_text, on_stage=on_stage)
+
+
+def placement(kind: str, gpu: str | None, **more: Any) -> dict[str, Any]:
+    """`metadata["executor"]` of a record evaluated in this process's engine, one attempt."""
+    import os
+    import socket
+
+    return {"kind": kind, "host": socket.gethostname(), "gpu": gpu or os.environ.get("CUDA_VISIBLE_DEVICES"),
+            "worker": f"pid{os.getpid()}", "attempts": 1, "retried_after": None, **more}
