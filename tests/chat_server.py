@@ -6,7 +6,7 @@ scripted answers, one per request, per model name; it can also answer with fault
     with server:   # serves on http://127.0.0.1:<port>/v1
         ...
 
-Every request is logged (model, messages, what was served), so a test can check what the
+Every request is logged (model, messages, what was served, when it came: time.monotonic()), so a test can check what the
 client actually sent and how often it retried. Usage counts are whitespace-separated words.
 """
 
@@ -52,7 +52,7 @@ class ChatServer:
                 with outer.lock:
                     queue = outer.script.get(model, [])
                     item = queue.pop(0) if queue else None
-                    outer.log.append({"model": model, "messages": body.get("messages", []),
+                    outer.log.append({"model": model, "messages": body.get("messages", []), "t": time.monotonic(),
                                       "served": type(item).__name__ if item else None,
                                       "auth": self.headers.get("authorization")})
                 if item is None:

@@ -27,7 +27,9 @@ err = Console(stderr=True)
 
 def fail(message: str) -> None:
     """One line on stderr that names the fix, then exit 2: the tool itself could not run."""
-    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True, markup=True)
+    from rich.markup import escape
+
+    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True, markup=True)  # [ray] stays
     raise typer.Exit(2)
 
 
@@ -105,6 +107,10 @@ def optimize_cmd(
     sandbox: str = typer.Option("auto", help="Isolation of each evaluation: auto, bwrap or none."),
     min_improvement: float = typer.Option(0.02, "--min-improvement",
                                           help="A new best must be this fraction faster than the old, and clear its timing spread."),
+    candidates: int = typer.Option(1, "--candidates", help="Coder answers per round (best-of-k), evaluated across the GPUs."),
+    executor: str = typer.Option("serial", "--executor", help="Where evaluations run: serial, local (a worker per GPU) or ray."),
+    gpus: str = typer.Option(None, "--gpus", help="GPUs to use, e.g. 0,1 (default: every visible GPU)."),
+    ray_address: str = typer.Option(None, "--ray-address", help="Ray cluster to join (default: start a local Ray)."),
 ) -> None:
     """Let a Coder and a Judge write, repair and speed up kernels for PROBLEM, round by round."""
     from kernelwright.core.config import LoopConfig, ModelConfig, ProfileConfig, RetryPolicy
@@ -113,11 +119,16 @@ def optimize_cmd(
     from kernelwright.engine.evaluation import check_device
     from kernelwright.loop.forge import Forge, engine_evaluator
     from kernelwright.models import ModelSetupError, resolve_model
+    from kernelwright.models.resolve import resolve_coders
+    from kernelwright.executors.evaluator import ExecutorEvaluator
+    from kernelwright.executors.placement import parse_gpus
+    from kernelwright.executors.resolve import make_executor
     from kernelwright.cli.console import LoopProgress, render_run
     from kernelwright.store.rundir import RunDir, RunDirError, default_run_dir
 
     if not problem.is_file():
         fail(f"problem file not found: {problem}; check the path")
+    evaluate = None
     try:
         if device == "auto":
             import torch
@@ -130,27 +141,34 @@ def optimize_cmd(
         cfg = LoopConfig(rounds=rounds, backend=backend or ("cpp" if device == "cpu" else "cuda"),  # type: ignore[arg-type]
                          target_speedup=target_speedup, max_tokens=max_tokens, max_cost_usd=max_cost,
                          max_wall_s=max_minutes * 60 if max_minutes else None, model=model_cfg,
-                         min_improvement=min_improvement)
+                         min_improvement=min_improvement, candidates=candidates)
         cfg.validate()
         # the raw ncu files of each round go to its folder in the run directory (engine_evaluator)
         eval_cfg = EvalConfig(device=device, trials=trials, sandbox=sandbox,  # type: ignore[arg-type]
                               profile=ProfileConfig(enabled=profile, tool=profile_tool))  # type: ignore[arg-type]
         eval_cfg.validate()
         sandbox_mod.resolve(eval_cfg.sandbox)  # bwrap asked for and missing: say so before any model call
-        coder_model = resolve_model(coder, "coder", model_cfg)
+        coders = resolve_coders(coder, model_cfg, cfg.candidates)
+        coder_model = coders[0]
         judge_model = resolve_model(judge or coder, "judge", model_cfg)
+        gpu_list = parse_gpus(gpus)
+        evaluate = (engine_evaluator(eval_cfg) if executor == "serial" and not gpu_list and cfg.candidates == 1
+                    else ExecutorEvaluator(make_executor(executor, eval_cfg, gpu_list, ray_address)))
         run_dir = RunDir(out or default_run_dir(problem), problem, {
             "coder": coder_model.name, "judge": judge_model.name, "backend": cfg.backend, "device": device,
             "round_limit": cfg.rounds, "target_speedup": cfg.target_speedup, "trials": trials,
             "profile": profile_tool if profile else "off", "sandbox": sandbox, "min_improvement": cfg.min_improvement,
-            "spread_factor": cfg.spread_factor})
+            "spread_factor": cfg.spread_factor, "candidates": cfg.candidates, "coders": [m.name for m in coders],
+            "executor": executor, "gpus": gpus})
     except (ValueError, EngineError, ModelSetupError, RunDirError, sandbox_mod.SandboxUnavailable) as exc:
+        if evaluate is not None:
+            evaluate.close()  # workers of an executor already started
         fail(str(exc))
         return
     console = Console(stderr=True)
     console.print(f"[bold]kernelwright optimize[/] {problem}  coder {coder_model.name}  judge {judge_model.name}  "
                   f"backend {cfg.backend}  device {device}  → {run_dir.path}", highlight=False)
-    forge = Forge(problem, coder_model, judge_model, engine_evaluator(eval_cfg), cfg, device=device, recorder=run_dir)
+    forge = Forge(problem, coder_model, judge_model, evaluate, cfg, device=device, recorder=run_dir, coders=coders)
     try:
         with LoopProgress(console, cfg.rounds) as progress:
             forge.on_progress = progress.update

@@ -70,6 +70,9 @@ class EvalConfig:
     inputs_on_device: bool = True
     # Names of extra environment variables to pass to the child (on top of the safe allow-list).
     pass_env: tuple[str, ...] = ()
+    # The GPU(s) the evaluation child may see (CUDA_VISIBLE_DEVICES), set by an executor that pins
+    # one worker per GPU; None: the caller's own visibility.
+    visible_devices: str | None = None
     profile: "ProfileConfig" = field(default_factory=lambda: ProfileConfig())
     build: "BuildConfig" = field(default_factory=lambda: BuildConfig())
     numerics: NumericsConfig = field(default_factory=lambda: NumericsConfig())
@@ -238,6 +241,7 @@ class ModelConfig:
     max_output_tokens: int | None = None  # None: the provider's default (Anthropic needs one: 16000)
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     price_file: str | None = None  # JSON or TOML price table that extends the built-in one
+    max_concurrent: int = 8  # calls in flight at once per endpoint (models.limits), all roles together
 
 
 @dataclass
@@ -245,6 +249,9 @@ class LoopConfig:
     """The forge loop: rounds, stop conditions and budgets. A budget left at None is unlimited."""
 
     rounds: int = 10
+    # Coder answers per round (best-of-k): all are evaluated (concurrently, through an executor),
+    # the Judge reviews the best correct one, or the failure that got furthest.
+    candidates: int = 1
     backend: KernelBackend = "cuda"  # which Coder prompt variant: CUDA C++, Triton, or CPU C++
     target_speedup: float | None = None  # stop once the best verified candidate reaches it
     max_tokens: int | None = None  # all calls of the run, prompt and completion
@@ -265,6 +272,8 @@ class LoopConfig:
         """Raise ValueError with a one-line message naming the fix."""
         if self.rounds < 1:
             raise ValueError(f"--rounds must be at least 1 (got {self.rounds})")
+        if self.candidates < 1:
+            raise ValueError(f"--candidates must be at least 1 (got {self.candidates})")
         if self.backend not in ("cuda", "triton", "cpp"):
             raise ValueError(f"--backend must be cuda, triton or cpp (got {self.backend!r})")
         if self.target_speedup is not None and self.target_speedup <= 0:

@@ -16,3 +16,11 @@ PROBLEM = "problem.py"
 RUN_INFO = "run.json"
 SUMMARY = "summary.json"
 BEST = "best.py"
+CANDIDATES_DIR = "candidates"  # NNN_<hash>/candidates/<i>_<hash>/: one folder per candidate when a round has several
+
+
+def candidate_dir_name(index: int, basis: str) -> str:
+    """The folder of candidate `index` of a round, named by its code (or its answer)."""
+    import hashlib
+
+    return f"{index}_{hashlib.sha256(basis.encode()).hexdigest()[:8]}"

@@ -101,7 +101,8 @@ def evaluate(
 def _spawn_key(config: EvalConfig, sandbox_kind: str) -> str:
     """What a child is started with: a spare serves only evaluations that agree on all of it."""
     return json.dumps([config.device, str(Path(config.cache_dir).resolve()), list(config.pass_env),
-                       config.build.max_jobs, sandbox_kind, config.timeouts.startup])
+                       config.build.max_jobs, sandbox_kind, config.timeouts.startup,
+                       config.visible_devices])  # executor hook (issue 19): a spare is pinned to its GPU
 
 
 @dataclass
@@ -306,6 +307,9 @@ def child_env(config: EvalConfig, tmp: Path) -> dict[str, str]:
     if config.build.max_jobs > 0:
         env["MAX_JOBS"] = str(config.build.max_jobs)
     env.setdefault("MAX_JOBS", str(os.cpu_count() or 1))
+    # executor hook (issue 19): a worker pinned to one GPU pins its children to it
+    if config.visible_devices is not None:
+        env["CUDA_VISIBLE_DEVICES"] = config.visible_devices
     return env
 
 

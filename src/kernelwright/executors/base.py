@@ -19,6 +19,14 @@ from typing import Any, Callable, Protocol
 
 from kernelwright.core.config import EvalConfig
 from kernelwright.core.record import EvalResult
+from kernelwright.engine import EngineError
+
+# A task whose worker dies (process killed, node lost) is run again elsewhere this many times.
+WORKER_RETRIES = 1
+
+
+class WorkerLost(EngineError):
+    """A task's worker died on every attempt (the first and its retry): no verdict on the candidate."""
 
 
 @dataclass(frozen=True)
@@ -38,6 +46,10 @@ class EvalTask:
 
 
 class Executor(Protocol):
+    """`submit` returns at once; the future resolves to the task's record, or raises `EngineError`
+    (the task cannot run) or `WorkerLost`. Executors that place work record it in
+    `result.metadata["executor"]`: kind, host, gpu, worker, attempts, retried_after."""
+
     def submit(self, task: EvalTask, on_stage: Callable[[str], None] | None = None) -> "cf.Future[EvalResult]": ...
 
     def close(self) -> None: ...
@@ -47,16 +59,22 @@ class SerialExecutor:
     """Evaluates each task when it is submitted, in this machine's engine, keeping a child warm."""
 
     def __init__(self, config: EvalConfig | None = None, warm: bool = True):
+        import threading
+
         from kernelwright.engine import WarmEvaluator
 
         self.config = config or EvalConfig()
         self._warm = WarmEvaluator(self.config, keep_warm=warm)
+        self._lock = threading.Lock()  # submits from several threads take turns
 
     def submit(self, task: EvalTask, on_stage: Callable[[str], None] | None = None) -> "cf.Future[EvalResult]":
         fut: cf.Future[EvalResult] = cf.Future()
         fut.set_running_or_notify_cancel()
         try:
-            fut.set_result(run_task(self._warm.evaluate, task, self.config, on_stage))
+            with self._lock:
+                result = run_task(self._warm.evaluate, task, self.config, on_stage)
+            result.metadata["executor"] = placement("serial", (task.config or self.config).visible_devices)
+            fut.set_result(result)
         except BaseException as exc:  # EngineError (the task cannot run), or an interrupt
             fut.set_exception(exc)
             if isinstance(exc, KeyboardInterrupt):
@@ -82,3 +100,12 @@ def run_task(evaluate: Callable[..., EvalResult], task: EvalTask, default: EvalC
     if task.report_dir is not None and cfg.profile.enabled:
         cfg = replace(cfg, profile=replace(cfg.profile, report_dir=str(task.report_dir)))
     return evaluate(task.problem, None, cfg, candidate_text=task.candidate_text, on_stage=on_stage)
+
+
+def placement(kind: str, gpu: str | None, **more: Any) -> dict[str, Any]:
+    """`metadata["executor"]` of a record evaluated in this process's engine, one attempt."""
+    import os
+    import socket
+
+    return {"kind": kind, "host": socket.gethostname(), "gpu": gpu or os.environ.get("CUDA_VISIBLE_DEVICES"),
+            "worker": f"pid{os.getpid()}", "attempts": 1, "retried_after": None, **more}

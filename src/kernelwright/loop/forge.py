@@ -35,7 +35,9 @@ from kernelwright.models.extract import (
 from kernelwright.models.base import ChatModel, Completion, ModelError, Usage
 from kernelwright.loop.judge_evidence import render_for_judge
 from kernelwright.core.record import EvalResult, Status
-from kernelwright.loop.records import Expectation, ModelCall, NoRecorder, Progress, Recorder, Round, RunState
+from kernelwright.core import run_files
+from kernelwright.loop.records import (Candidate, Expectation, ModelCall, NoRecorder, Progress, Recorder, Round,
+                                       RunState)
 
 # ---- what the loop is given ---------------------------------------------------------------
 
@@ -104,6 +106,7 @@ class Forge:
         device: str = "cuda",
         recorder: Recorder | None = None,
         on_progress: Callable[[Progress], None] | None = None,
+        coders: list[ChatModel] | None = None,
     ):
         self.problem = Path(problem)
         self.problem_code = self.problem.read_text()
@@ -114,6 +117,8 @@ class Forge:
         self.on_progress = on_progress or (lambda p: None)
         self.state = RunState()
         self.pending: Expectation | None = None  # the Judge's last expectation, not yet measured
+        # with config.candidates = K > 1: the K Coders (e.g. one model at K temperatures); one given: asked K times
+        self.coders = list(coders) if coders else [coder]
 
     # -- driver --
     def run(self) -> RunState:
@@ -145,11 +150,15 @@ class Forge:
         t0 = time.monotonic()
         try:
             self._progress(index, "coder")
-            rnd.coder = self._call(self.coder, "coder", prompt)
+            if self.config.candidates > 1:
+                self._candidates(rnd, prompt)
+            else:
+                rnd.coder = self._call(self.coder, "coder", prompt)
             if rnd.coder.error:
                 self.state.stop_reason = f"coder failed: {rnd.coder.error}"
                 return
-            self._check_and_evaluate(rnd)
+            if self.config.candidates <= 1:
+                self._check_and_evaluate(rnd)
             if rnd.became_best:
                 self.state.best = rnd
             self.state.stop_reason = self._stop_reason(index + 1)
@@ -177,6 +186,10 @@ class Forge:
         rnd.result = self.evaluate(self.problem, rnd.code, lambda stage: self._progress(rnd.index, stage),
                                    report_dir / "profile" if report_dir is not None else None)
         rnd.evaluated = True
+        self._settle(rnd)
+
+    def _settle(self, rnd: Round) -> None:
+        """The evaluated round against the Judge's pending expectation and the best so far."""
         if self.pending is not None:
             rnd.expectation = self.pending.resolve(rnd, self.config.expectation_tolerance)
             if rnd.result.status is Status.PASSED:
@@ -234,7 +247,7 @@ class Forge:
         return "repair", prompts.render("coder_repair", backend=backend, error_log=last.result.error_log,
                                         old_code=old, critique=last.critique, verdict=last.verdict)
 
-    def _call(self, model: ChatModel, role: str, prompt: str) -> ModelCall:
+    def _call(self, model: ChatModel, role: str, prompt: str, count: bool = True) -> ModelCall:
         call = ModelCall(role=role, prompt=prompt)
         try:
             call.completion = model.complete([{"role": "user", "content": prompt}])
@@ -242,8 +255,59 @@ class Forge:
             call.error = str(exc)
             call.error_attempts = [vars(a) for a in exc.attempts]
             return call
-        self.state.count(call.completion)
+        if count:
+            self.state.count(call.completion)
         return call
+
+    # -- several candidates per round (config.candidates = K > 1) --
+    def _candidates(self, rnd: Round, prompt: str) -> None:
+        """K Coder answers at once; every code block evaluated (at once, when the evaluator is
+        `concurrent`, e.g. an executor over several GPUs); the round keeps the one to review."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        k = self.config.candidates
+        coders = [self.coders[i % len(self.coders)] for i in range(k)]
+        with ThreadPoolExecutor(max_workers=k, thread_name_prefix="kw-coder") as pool:
+            calls = list(pool.map(lambda m: self._call(m, "coder", prompt, count=False), coders))
+        cands = [Candidate(index=i, coder=c, coder_name=getattr(m, "name", "")) for i, (c, m) in enumerate(zip(calls, coders))]
+        for c in calls:
+            if c.completion:
+                self.state.count(c.completion)
+        round_dir = None
+        for cand in cands:
+            if cand.coder.error:
+                continue
+            try:
+                cand.code = extract_code(cand.coder.response or "", self.config.backend)
+            except OutputRuleError as exc:
+                cand.code = exc.code
+                cand.result = EvalResult(status=Status.FORMAT_ERROR, error_log=f"Output rules broken: {exc}",
+                                         metadata={"checked_by": "kernelwright.models.extract", "evaluated": False})
+        todo = [c for c in cands if c.code is not None and c.result is None]
+        if todo:
+            rnd.code = todo[0].code  # names the round's folder (the recorder keeps the first name it gives)
+            round_dir = self.recorder.round_dir(rnd)
+
+        def evaluate(cand: Candidate) -> None:
+            report = None
+            if round_dir is not None:
+                report = round_dir / run_files.CANDIDATES_DIR / run_files.candidate_dir_name(cand.index, cand.code) / "profile"
+            cand.result = self.evaluate(self.problem, cand.code,
+                                        lambda stage: self._progress(rnd.index, f"candidate {cand.index}: {stage}"), report)
+            cand.evaluated = True
+
+        if getattr(self.evaluate, "concurrent", False) and len(todo) > 1:
+            with ThreadPoolExecutor(max_workers=len(todo), thread_name_prefix="kw-candidate") as pool:
+                list(pool.map(evaluate, todo))
+        else:
+            for cand in todo:
+                evaluate(cand)
+        rnd.candidates = cands
+        chosen, rnd.chosen_why = choose_candidate(cands)
+        rnd.chosen = chosen.index
+        rnd.coder, rnd.code, rnd.result, rnd.evaluated = chosen.coder, chosen.code, chosen.result, chosen.evaluated
+        if rnd.evaluated:
+            self._settle(rnd)
 
     def _stop_reason(self, rounds_done: int) -> str | None:
         cfg, st = self.config, self.state
@@ -263,6 +327,27 @@ class Forge:
         best = self.state.best.speedup if self.state.best else None
         self.on_progress(Progress(round=index, stage=stage, verdict=rnd.verdict if rnd else None,
                                   speedup=rnd.speedup if rnd else None, best_speedup=best))
+
+
+# How far a failed candidate got: the further, the more its error says about the kernel itself
+# (an incorrect one built and ran; a compile error says nothing about the numbers).
+_PROGRESS = {Status.INCORRECT: 5, Status.RUNTIME_ERROR: 4, Status.TIMEOUT: 3, Status.CRASHED: 2,
+             Status.COMPILE_ERROR: 1, Status.FORMAT_ERROR: 0}
+
+
+def choose_candidate(cands: list[Candidate]) -> tuple[Candidate, str]:
+    """The candidate the Judge reviews: the fastest correct one (a timed one before an untimed
+    one), else the failure that got furthest (incorrect > runtime error > timeout > crash >
+    compile error > format error), else the first; ties go to the lower index."""
+    passed = [c for c in cands if c.result is not None and c.result.status is Status.PASSED]
+    if passed:
+        best = max(passed, key=lambda c: (c.result.speedup is not None, c.result.speedup or 0.0, -c.index))
+        return best, f"the fastest of {len(passed)} correct candidates"
+    failed = [c for c in cands if c.result is not None]
+    if failed:
+        best = max(failed, key=lambda c: (_PROGRESS.get(c.result.status, -1), -c.index))
+        return best, f"none correct; the {best.result.status.value} got furthest"
+    return cands[0], "no candidate was evaluated"
 
 
 def _band(result: EvalResult, factor: float) -> tuple[float, float]:

@@ -98,6 +98,29 @@ class ModelCall:
 
 
 @dataclass
+class Candidate:
+    """One of the K Coder answers of a round (`LoopConfig.candidates` > 1): the round's own
+    coder/code/result fields hold the one the Judge reviews (`Round.chosen`)."""
+
+    index: int
+    coder: ModelCall | None = None
+    code: str | None = None
+    result: EvalResult | None = None
+    evaluated: bool = False
+    coder_name: str = ""  # which Coder answered (a model spec; its temperature when varied)
+
+    @property
+    def verdict(self) -> str:
+        if self.result is not None:
+            return self.result.status.value
+        return "model_error" if self.coder and self.coder.error else "not_run"
+
+    @property
+    def speedup(self) -> float | None:
+        return self.result.speedup if self.result is not None and self.result.status is Status.PASSED else None
+
+
+@dataclass
 class Round:
     index: int
     kind: str  # first | repair | optimise
@@ -112,6 +135,9 @@ class Round:
     best_decision: str = ""  # why this correct candidate did (not) replace the best
     expectation: Expectation | None = None  # the Judge's earlier expectation, as this round measured it
     wall_s: float = 0.0
+    candidates: list[Candidate] = field(default_factory=list)  # all K answers (empty when K = 1)
+    chosen: int | None = None  # which of them the round's fields hold
+    chosen_why: str = ""
 
     @property
     def verdict(self) -> str:

@@ -11,6 +11,7 @@ import anthropic
 
 from kernelwright.core.config import ModelConfig
 from kernelwright.models.base import Completion, Message, ModelSetupError, Usage
+from kernelwright.models.limits import limiter_for
 from kernelwright.models.pricing import PriceTable
 from kernelwright.models.retry import Failure, call_with_retries, classify_sdk_error
 
@@ -24,6 +25,7 @@ class AnthropicChat:
         self.name = name or f"anthropic:{model}"
         self.config = config
         self.prices = prices
+        self.limiter = limiter_for(config.base_url or "anthropic", config.max_concurrent)
         self.key_env = config.api_key_env or "ANTHROPIC_API_KEY"
         key = os.environ.get(self.key_env)
         if not key:
@@ -44,7 +46,8 @@ class AnthropicChat:
         if self.config.temperature is not None:
             kwargs["temperature"] = self.config.temperature
         response, attempts = call_with_retries(
-            lambda: self.client.messages.create(**kwargs), self._classify, self.config.retry, self.name)
+            lambda: self.client.messages.create(**kwargs), self._classify, self.config.retry, self.name,
+            limiter=self.limiter)
         text = "".join(getattr(block, "text", "") for block in response.content if block.type == "text")
         usage = Usage(response.usage.input_tokens or 0, response.usage.output_tokens or 0)
         return Completion(text=text, usage=usage, model=response.model or self.model, attempts=attempts,

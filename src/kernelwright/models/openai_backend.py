@@ -13,6 +13,7 @@ import openai
 
 from kernelwright.core.config import ModelConfig
 from kernelwright.models.base import Completion, Message, ModelSetupError, Usage
+from kernelwright.models.limits import limiter_for
 from kernelwright.models.pricing import PriceTable
 from kernelwright.models.retry import Failure, call_with_retries, classify_sdk_error
 
@@ -26,6 +27,7 @@ class OpenAIChat:
         self.name = name or f"openai:{model}"
         self.config = config
         self.prices = prices
+        self.limiter = limiter_for(config.base_url or "openai", config.max_concurrent)
         self.key_env = config.api_key_env or "OPENAI_API_KEY"
         key = os.environ.get(self.key_env)
         if not key:
@@ -51,7 +53,8 @@ class OpenAIChat:
             key = "max_tokens" if self.config.base_url else "max_completion_tokens"
             kwargs[key] = self.config.max_output_tokens
         response, attempts = call_with_retries(
-            lambda: self.client.chat.completions.create(**kwargs), self._classify, self.config.retry, self.name)
+            lambda: self.client.chat.completions.create(**kwargs), self._classify, self.config.retry, self.name,
+            limiter=self.limiter)
         choice = response.choices[0] if response.choices else None
         text = (choice.message.content or "") if choice else ""
         u = response.usage

@@ -37,3 +37,20 @@ def resolve_model(spec: str, role: str, config: ModelConfig, prices: PriceTable 
     from kernelwright.models.openai_backend import OpenAIChat
 
     return OpenAIChat(rest, config, prices, name=spec)
+
+
+def resolve_coders(spec: str, config: ModelConfig, k: int, prices: PriceTable | None = None) -> list[ChatModel]:
+    """The Coders of a round of `k` candidates: one model at `k` temperatures (spread over 0.2-1.0,
+    or all at the configured one). A replay is one model asked `k` times (its answers in order)."""
+    from dataclasses import replace
+
+    if k <= 1 or spec.strip().startswith("replay:"):
+        return [resolve_model(spec, "coder", config, prices)]
+    temps = [config.temperature] * k if config.temperature is not None else [
+        round(0.2 + 0.8 * i / (k - 1), 2) for i in range(k)]
+    models = []
+    for t in temps:
+        model = resolve_model(spec, "coder", replace(config, temperature=t), prices)
+        model.name = f"{model.name}@temperature={t:g}"
+        models.append(model)
+    return models

@@ -8,6 +8,7 @@ from typing import Callable, TypeVar
 
 from kernelwright.core.config import RetryPolicy
 from kernelwright.models.base import Attempt, ModelError
+from kernelwright.models.limits import EndpointLimiter
 
 T = TypeVar("T")
 
@@ -28,14 +29,24 @@ def call_with_retries(
     policy: RetryPolicy,
     what: str,
     sleep: Callable[[float], None] = time.sleep,
+    limiter: "EndpointLimiter | None" = None,
 ) -> tuple[T, list[Attempt]]:
     """Run `call` until it succeeds or the policy is spent. `classify` returns None for
-    exceptions that are not the provider's (bugs), which then propagate unchanged."""
+    exceptions that are not the provider's (bugs), which then propagate unchanged.
+
+    `limiter`: the endpoint's (models.limits): each attempt waits for a slot there, and a 429's
+    wait holds back every caller of the endpoint."""
     attempts: list[Attempt] = []
     for n in range(1, policy.max_attempts + 1):
+        if limiter is not None:
+            limiter.acquire()
         t0 = time.monotonic()
         try:
-            value = call()
+            try:
+                value = call()
+            finally:
+                if limiter is not None:
+                    limiter.release()
         except Exception as exc:  # noqa: BLE001 - classified below, re-raised when not ours
             failure = classify(exc)
             if failure is None:
@@ -50,6 +61,8 @@ def call_with_retries(
             if failure.retry_after_s is not None:
                 delay = min(policy.max_delay_s, max(delay, failure.retry_after_s))
             attempt.retry_after_s = round(delay, 3)
+            if limiter is not None and failure.status_code == 429:
+                limiter.pause(delay)
             sleep(delay)
             continue
         attempts.append(Attempt(attempt=n, ok=True, elapsed_s=round(time.monotonic() - t0, 3)))

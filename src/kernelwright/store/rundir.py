@@ -14,6 +14,9 @@
         round.json            kind, verdict, parsed critique, why it became (or did not become) the best,
                               the Judge's earlier expected speedup against what this round measured,
                               tokens, cost and every call attempt
+        candidates/           only when a round has several candidates (--candidates K): one folder
+          <i>_<hash>/         per Coder answer (coder_response.md, candidate.py, eval.json, profile/);
+                              the round's own files above are those of the one the Judge reviewed
       best.py                 the fastest correct ModelNew so far, as a plain file
       summary.json            best speedup and its round, every round's verdict, tokens, cost
 """
@@ -76,14 +79,17 @@ class RunDir:
 
     # -- Recorder --
     def round_dir(self, rnd: Round) -> Path:
-        """The round's folder (named by its code, so call it once the code is extracted)."""
-        folder = self.path / self.round_name(rnd)
+        """The round's folder (named by its code, so call it once the code is extracted; the first
+        name given to a round stays, so a round of several candidates keeps one folder)."""
+        folder = self.path / self.dirs.get(rnd.index, self.round_name(rnd))
         folder.mkdir(exist_ok=True)
+        self.dirs[rnd.index] = folder.name
         return folder
 
     def record_round(self, rnd: Round, state: RunState) -> None:
         folder = self.round_dir(rnd)
-        self.dirs[rnd.index] = folder.name
+        for cand in rnd.candidates:
+            self._write_candidate(folder, cand)
         if rnd.coder:
             _write(folder / run_files.PROMPT_FILES["coder"], rnd.coder.prompt)
             if rnd.coder.response is not None:
@@ -104,6 +110,18 @@ class RunDir:
     def finish(self, state: RunState) -> None:
         self.write_summary(state, final=True)
 
+    @staticmethod
+    def _write_candidate(folder: Path, cand) -> None:
+        basis = cand.code or (cand.coder.response if cand.coder and cand.coder.response else None) or str(cand.index)
+        sub = folder / run_files.CANDIDATES_DIR / run_files.candidate_dir_name(cand.index, basis)
+        sub.mkdir(parents=True, exist_ok=True)
+        if cand.coder and cand.coder.response is not None:
+            _write(sub / RESPONSE_FILES["coder"], cand.coder.response)
+        if cand.code is not None:
+            _write(sub / run_files.CANDIDATE, cand.code)
+        if cand.result is not None:
+            _write(sub / run_files.EVAL, cand.result.to_json() + "\n")
+
     # -- contents --
     @staticmethod
     def round_name(rnd: Round) -> str:
@@ -112,7 +130,8 @@ class RunDir:
         return f"{rnd.index:03d}_{hashlib.sha256(basis.encode()).hexdigest()[:8]}"
 
     def _round_record(self, rnd: Round) -> dict[str, Any]:
-        calls = [c for c in (rnd.coder, rnd.judge) if c is not None]
+        coder_calls = [c.coder for c in rnd.candidates] if rnd.candidates else [rnd.coder]
+        calls = [c for c in (*coder_calls, rnd.judge) if c is not None]
         tokens = sum(c.completion.usage.total_tokens for c in calls if c.completion)
         costs = [c.completion.cost_usd for c in calls if c.completion]
         return {
@@ -136,7 +155,18 @@ class RunDir:
             "wall_s": rnd.wall_s,
             "coder": rnd.coder.record() if rnd.coder else None,
             "judge": rnd.judge.record() if rnd.judge else None,
-        }
+        } | ({"chosen": rnd.chosen, "chosen_why": rnd.chosen_why, "candidates": [self._candidate_record(c) for c in rnd.candidates]}
+             if rnd.candidates else {})
+
+    @staticmethod
+    def _candidate_record(cand) -> dict[str, Any]:
+        basis = cand.code or (cand.coder.response if cand.coder and cand.coder.response else None) or str(cand.index)
+        placed = (cand.result.metadata.get("executor") or {}) if cand.result is not None else {}
+        return {"index": cand.index, "dir": f"{run_files.CANDIDATES_DIR}/{run_files.candidate_dir_name(cand.index, basis)}",
+                "coder": cand.coder_name, "verdict": cand.verdict, "speedup": cand.speedup,
+                "summary": cand.result.summary_line() if cand.result else (cand.coder.error if cand.coder else ""),
+                "gpu": placed.get("gpu"), "host": placed.get("host"),
+                "call": cand.coder.record() if cand.coder else None}
 
     def write_summary(self, state: RunState, final: bool) -> dict[str, Any]:
         best = state.best
@@ -155,9 +185,10 @@ class RunDir:
                 "file": BEST,
             },
             "rounds": [
-                {k: v for k, v in self._round_record(r).items() if k not in ("coder", "judge", "critique", "expectation")}
+                {k: v for k, v in self._round_record(r).items() if k not in ("coder", "judge", "critique", "expectation", "candidates")}
                 | {"expectation_outcome": r.expectation.outcome if r.expectation else None}
                 | {"attempts": {"coder": _attempts(r.coder), "judge": _attempts(r.judge)}}
+                | ({"candidate_verdicts": [c.verdict for c in r.candidates]} if r.candidates else {})
                 for r in state.rounds
             ],
             "tokens": {"prompt": state.usage.prompt_tokens, "completion": state.usage.completion_tokens,

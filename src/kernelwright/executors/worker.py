@@ -1,0 +1,68 @@
+"""An evaluation worker process: `python -m kernelwright.executors.worker`, one per GPU.
+
+It is trusted code (the engine, not a candidate): it keeps one `engine.WarmEvaluator` and runs
+the tasks its driver (`executors.local`) sends it, one at a time, each in the engine's own fresh,
+isolated child. It talks JSON lines: tasks in on stdin, messages out on a private copy of stdout
+(anything else printed goes to stderr, so nothing can corrupt the channel):
+
+    in : {"config": {...}}                                   first line: the worker's default config
+    in : {"key": ..., "problem": ..., "candidate_text": ..., "config": {...}, "report_dir": ...}
+    out: {"ready": PID}                                      once, after the first line
+    out: {"stage": "build"}                                  each stage of the current evaluation
+    out: {"result": {...}} | {"engine_error": "one line"}    one per task
+
+EOF on stdin ends it (its spare child is stopped first). The driver tags the worker with
+`KW_WORKER_TAG` and passes that name to the children, so the driver can stop a dead worker's
+orphaned children (`executors.orphans`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+
+def main() -> None:
+    out = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)  # print() of anything below lands on stderr, never on the channel
+
+    def send(**msg) -> None:
+        out.write(json.dumps(msg, default=str) + "\n")
+        out.flush()
+
+    from kernelwright.core.config import EvalConfig
+    from kernelwright.engine import EngineError, WarmEvaluator
+    from kernelwright.executors.base import EvalTask, run_task
+
+    first = sys.stdin.readline()
+    if not first:
+        return
+    config = EvalConfig.from_dict(json.loads(first)["config"])
+    warm = WarmEvaluator(config)
+    send(ready=os.getpid())
+    try:
+        try:
+            warm.prestart()  # the first evaluation's child starts up while the first task comes
+        except EngineError:
+            pass  # the evaluation itself reports it
+        for line in sys.stdin:
+            if not line.strip():
+                continue
+            job = json.loads(line)
+            task = EvalTask(key=job["key"], problem=Path(job["problem"]), candidate_text=job["candidate_text"],
+                            config=EvalConfig.from_dict(job["config"]),
+                            report_dir=Path(job["report_dir"]) if job.get("report_dir") else None)
+            try:
+                result = run_task(warm.evaluate, task, config, lambda stage: send(stage=stage))
+            except EngineError as exc:
+                send(engine_error=str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+                continue
+            send(result=result.to_dict())
+    finally:
+        warm.close()
+
+
+if __name__ == "__main__":
+    main()
