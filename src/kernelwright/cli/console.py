@@ -41,8 +41,8 @@ def device_problem(result: EvalResult) -> str | None:
     m = _NEEDS_CUDA.search(result.error_log)
     if not m or (result.device_type or "cpu") == "cuda":
         return None
-    return (f"this candidate needs CUDA, which the device it ran on ({result.device or 'cpu'}) does not have "
-            f"({m.group(0)}); evaluate it with --device cuda on a GPU machine, or ask for CPU code (--backend cpp)")
+    return (f"this candidate needs CUDA, which {result.device or 'the CPU'} does not have ({m.group(0)}); "
+            f"run it with --device cuda on a GPU machine")
 
 
 def _ms(v: float | None) -> str:
