@@ -92,7 +92,9 @@ def load_settings(config_file: Path | None = None, overrides: dict[str, dict[str
         apply_table(settings, read_settings_file(path), label, base_dir=path.resolve().parent)
         settings.source = str(path)
     if overrides:
-        apply_table(settings, overrides, "the command line")
+        # typed already by the command line's parser; its values are checked by validate(), whose
+        # messages name the options (--sandbox ...), not the file's keys
+        apply_table(settings, overrides, "the command line", coerce=False)
     try:
         settings.validate()
     except ValueError as exc:
@@ -101,7 +103,8 @@ def load_settings(config_file: Path | None = None, overrides: dict[str, dict[str
     return settings
 
 
-def apply_table(settings: Settings, table: dict[str, Any], label: str, base_dir: Path | None = None) -> None:
+def apply_table(settings: Settings, table: dict[str, Any], label: str, base_dir: Path | None = None,
+                coerce: bool = True) -> None:
     for section, values in table.items():
         if section not in SECTIONS:
             raise SettingsError(f"{label}: unknown section [{section}]; known: "
@@ -114,7 +117,7 @@ def apply_table(settings: Settings, table: dict[str, Any], label: str, base_dir:
         if base_dir is not None:
             values = {k: (str((base_dir / v).expanduser()) if (section, k) in PATH_KEYS and isinstance(v, str) else v)
                       for k, v in values.items()}
-        _apply(target, values, section, label)
+        _apply(target, values, section, label, coerce)
         settings.explicit |= {f"{section}.{k}" for k in values}
         if section == "model" and "prices" in values:
             _check_prices(values["prices"], label)
@@ -128,7 +131,7 @@ def _check_prices(prices: dict[str, Any], label: str) -> None:
                                 f"(got {price!r})")
 
 
-def _apply(obj: Any, values: dict[str, Any], where: str, label: str) -> None:
+def _apply(obj: Any, values: dict[str, Any], where: str, label: str, coerce: bool = True) -> None:
     fields = {f.name: f for f in dataclasses.fields(obj)}
     hints = typing.get_type_hints(type(obj))
     for key, value in values.items():
@@ -142,9 +145,9 @@ def _apply(obj: Any, values: dict[str, Any], where: str, label: str) -> None:
         if dataclasses.is_dataclass(current):
             if not isinstance(value, dict):
                 raise SettingsError(f"{label}: '{name}' must be a table ([{name}])")
-            _apply(current, value, name, label)
+            _apply(current, value, name, label, coerce)
         else:
-            setattr(obj, key, _coerce(value, hints[key], name, label))
+            setattr(obj, key, _coerce(value, hints[key], name, label) if coerce else value)
 
 
 def _type_name(hint: Any) -> str:
