@@ -253,3 +253,13 @@ def test_the_cpu_replay_example_runs_on_the_cpu(tmp_path, cache_dir):
                timeout=600)
     assert again.returncode == 0 and again.stdout.startswith("finished: replay of ")
     assert json.loads((tmp_path / "again" / "summary.json").read_text())["rounds_run"] == 3
+
+
+def test_numpy_is_a_dependency_so_torch_never_warns_about_it(tmp_path, cache_dir):
+    import tomllib
+
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert any(re.match(r"numpy\b", d) for d in deps)
+    res = subprocess.run([sys.executable, "-W", "default", "-c", "import torch; torch.zeros(2).numpy()"],
+                         cwd=tmp_path, env=env(cache_dir), capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0 and "Failed to initialize NumPy" not in res.stderr, res.stderr
