@@ -33,7 +33,8 @@ CUDA_HOME_LOG = ("The candidate raised while being imported:\nTraceback (most re
 
 
 @pytest.mark.parametrize("log", [CUDA_HOME_LOG, "RuntimeError: Torch not compiled with CUDA enabled",
-                                 "RuntimeError: Found no NVIDIA driver on your system."])
+                                 "RuntimeError: Found no NVIDIA driver on your system.",
+                                 "RuntimeError: x must be a CUDA float32 tensor"])
 def test_a_cuda_candidate_on_the_cpu_gets_one_line(log):
     r = EvalResult(status=Status.RUNTIME_ERROR, error_log=log, error_stage=Stage.BUILD, device="cpu (x86_64, 2 threads)",
                    device_type="cpu")

@@ -26,11 +26,13 @@ _STYLE = {
     Status.INCORRECT: "bold yellow",
 }
 
-# Error text that means "this candidate needs CUDA, and the device it ran on has none".
+# Error text that means "this candidate needs CUDA, and the device it ran on has none" (on a machine
+# without CUDA its extension cannot build; with --device cpu on a GPU machine it builds, then refuses
+# CPU tensors with the TORCH_CHECK a Coder usually writes).
 _NEEDS_CUDA = re.compile(
     r"CUDA_HOME environment variable is not set|Torch not compiled with CUDA enabled|No CUDA GPUs are available|"
     r"Found no NVIDIA driver|no CUDA-capable device is detected|0 active drivers|"
-    r"Cannot find a working triton installation")
+    r"Cannot find a working triton installation|must be a CUDA\b[^\n]*tensor")
 
 
 def device_problem(result: EvalResult) -> str | None:
