@@ -145,7 +145,7 @@ def test_loop_repairs_then_speeds_up_and_keeps_the_fastest(recorded_run):
     assert "bottleneck: forward calls the kernel once per row" in optimise and "torch.cat(rows)" in optimise
     # what the server received is what the run directory recorded
     assert server.prompts("coder-model") == [(d / "coder_prompt.md").read_text() for d in dirs]
-    assert "round 3/4: passed" in output and "round 4/4: format_error" in output
+    assert "round 2 (3 of 4): passed" in output and "round 3 (4 of 4): format_error" in output
 
 
 @pytest.mark.slow

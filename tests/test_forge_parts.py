@@ -311,7 +311,8 @@ def test_a_model_that_fails_for_good_ends_the_run_with_the_best_kept(tmp_path):
     state = f.run()
     assert state.stop_reason.startswith("coder failed: coder: 503") and state.best.index == 0
     summary = read_summary(tmp_path / "run")
-    assert summary["state"] == "finished" and summary["best"]["round"] == 0
+    # the best is kept, but the run stopped on an error: the summary says so (and the CLI exits 1)
+    assert summary["state"] == "stopped" and summary["error"] == state.stop_reason and summary["best"]["round"] == 0
     assert [r["verdict"] for r in summary["rounds"]] == ["passed", "model_error"]
 
 

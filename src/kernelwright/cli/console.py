@@ -1,31 +1,114 @@
-"""Rendering records for people: a readable summary of one evaluation (rich)."""
+"""Rendering records for people (rich): one evaluation, the live progress of a run, a run's end.
+
+Verbosity: 0 (`--quiet`) one line per command and no live progress; 1 (the default) the live
+progress line and the summaries; 2 (`--verbose`) also every stage as it starts, with the time
+elapsed, and each round's one-line record.
+"""
 
 from __future__ import annotations
 
+import re
+import time
+
 from rich.console import Console
+from rich.markup import escape
 from rich.panel import Panel
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
 from kernelwright.core.record import EvalResult, Status
+
+QUIET, NORMAL, VERBOSE = 0, 1, 2
 
 _STYLE = {
     Status.PASSED: "bold green",
     Status.INCORRECT: "bold yellow",
 }
 
+# Error text that means "this candidate needs CUDA, and the device it ran on has none" (on a machine
+# without CUDA its extension cannot build; with --device cpu on a GPU machine it builds, then refuses
+# CPU tensors with the TORCH_CHECK a Coder usually writes).
+_NEEDS_CUDA = re.compile(
+    r"CUDA_HOME environment variable is not set|Torch not compiled with CUDA enabled|No CUDA GPUs are available|"
+    r"Found no NVIDIA driver|no CUDA-capable device is detected|0 active drivers|"
+    r"Cannot find a working triton installation|must be a CUDA\b[^\n]*tensor")
+
+
+def device_problem(result: EvalResult) -> str | None:
+    """One line when the candidate could not run on the device it was evaluated on (a CUDA
+    candidate on a machine or a --device without CUDA), read from the record's error text; else None."""
+    if result.status is Status.PASSED or not result.error_log:
+        return None
+    m = _NEEDS_CUDA.search(result.error_log)
+    if not m or (result.device_type or "cpu") == "cuda":
+        return None
+    return (f"this candidate needs CUDA, which {result.device or 'the CPU'} does not have ({m.group(0)}); "
+            f"run it with --device cuda on a GPU machine")
+
 
 def _ms(v: float | None) -> str:
     return "-" if v is None else (f"{v * 1e3:.1f} us" if v < 1 else f"{v:.3f} ms")
 
 
-def render_result(result: EvalResult, console: Console, evidence: bool = False) -> None:
-    """The verdict, timings and stages; with `evidence`, also the hardware evidence the Judge reads."""
+def _clock(seconds: float) -> str:
+    """12.3s, 4m05s, 1h02m."""
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    m, s = divmod(int(round(seconds)), 60)
+    return f"{m}m{s:02d}s" if m < 60 else f"{m // 60}h{m % 60:02d}m"
+
+
+def result_line(result: EvalResult) -> str:
+    """The evaluation in one line (what --quiet prints)."""
+    line = result.summary_line()
+    why = device_problem(result)
+    if why:
+        line = f"{result.status.value}" + (f" [{result.error_stage.value}]" if result.error_stage else "") + f": {why}"
+    return line
+
+
+class EvalProgress:
+    """Live progress of one evaluation: the stage and the time elapsed (with --verbose, one printed
+    line per stage); nothing at all when quiet."""
+
+    def __init__(self, console: Console, verbosity: int = NORMAL):
+        self.console, self.verbosity = console, verbosity
+        self.started = time.monotonic()
+        self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                                 console=console, transient=True, disable=verbosity == QUIET)
+        self.task = None
+
+    def __enter__(self) -> "EvalProgress":
+        self.progress.__enter__()
+        self.task = self.progress.add_task("evaluating…", total=None)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.progress.__exit__(*exc)
+
+    def stage(self, name: str) -> None:
+        self.progress.update(self.task, description=f"evaluating: {name}…")
+        if self.verbosity >= VERBOSE:
+            self.console.print(f"  {name}… (at {_clock(time.monotonic() - self.started)})", highlight=False)
+
+
+def render_result(result: EvalResult, console: Console, evidence: bool = False, verbosity: int = NORMAL) -> None:
+    """The verdict, timings and stages; with `evidence` (or verbose), also the hardware evidence the
+    Judge reads. Quiet: the one line of `result_line`."""
+    if verbosity == QUIET:
+        console.print(result_line(result), highlight=False, soft_wrap=True, markup=False)
+        return
+    why = device_problem(result)
+    if why:
+        console.print(f"[bold red]{escape(why)}[/]", highlight=False, soft_wrap=True)
+    evidence = evidence or verbosity >= VERBOSE
     style = _STYLE.get(result.status, "bold red")
     head = f"[{style}]{result.status.value}[/]"
     if result.error_stage and result.status is not Status.PASSED:
         head += f" in stage [bold]{result.error_stage.value}[/]"
-    head += f"  on {result.device or '?'}"
+    if result.device:  # empty when the evaluation stopped before the device was reached
+        head += f"  on {result.device}"
     table = Table(show_header=False, box=None, pad_edge=False)
     table.add_column(style="dim")
     table.add_column()
@@ -73,29 +156,65 @@ def _x(v: float | None) -> str:
 
 
 class LoopProgress:
-    """Live progress of `kernelwright optimize`: a status line (round, stage, best speedup so far)
-    and one printed line per finished round."""
+    """Live progress of `kernelwright optimize`: one line with the round, its stage, the best
+    speedup so far, the time elapsed and (after the first round) an estimate of the time left
+    to the round limit; and one printed line per finished round. Rounds are numbered from 0, as in
+    the run directory's folders and JSON; "(2 of 5)" counts them against the round limit."""
 
-    def __init__(self, console: Console, rounds: int):
-        self.console, self.rounds = console, rounds
-        self.status = console.status("starting…")
+    def __init__(self, console: Console, rounds: int, verbosity: int = NORMAL):
+        self.console, self.rounds, self.verbosity = console, rounds, verbosity
+        self.started = time.monotonic()
+        self.round_started = self.started
+        self.done = 0
+        self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                                 TextColumn("{task.fields[eta]}"), console=console, transient=True,
+                                 disable=verbosity == QUIET)
+        self.task = None
+        self.stage = None
 
     def __enter__(self) -> "LoopProgress":
-        self.status.__enter__()
+        self.progress.__enter__()
+        self.task = self.progress.add_task("starting…", total=self.rounds, eta="")
         return self
 
     def __exit__(self, *exc) -> None:
-        self.status.__exit__(*exc)
+        self.progress.__exit__(*exc)
 
-    def update(self, p) -> None:  # p: kernelwright.loop.Progress
+    def _label(self, index: int) -> str:
+        return f"round {index} ({index + 1} of {self.rounds})"
+
+    def eta(self) -> str:
+        """Time left to the round limit at the mean pace so far (a run may stop sooner)."""
+        if not self.done or self.done >= self.rounds:
+            return ""
+        left = (time.monotonic() - self.started) / self.done * (self.rounds - self.done)
+        return f"~{_clock(left)} left at most"
+
+    def update(self, p) -> None:  # p: kernelwright.loop.records.Progress
         best = f"  best {_x(p.best_speedup)}" if p.best_speedup is not None else ""
+        now = time.monotonic()
         if p.stage == "done":
+            self.done += 1
+            self.progress.update(self.task, completed=self.done, eta=self.eta())
+            if self.verbosity == QUIET:
+                return
             style = _VERDICT_STYLE.get(p.verdict or "", "red")
             speed = f" {_x(p.speedup)}" if p.speedup is not None else ""
-            self.console.print(f"round {p.round + 1}/{self.rounds}: [{style}]{p.verdict}[/]{speed}{best}",
+            why = device_problem(p.result) if p.result is not None else None
+            note = f" ({escape(why)})" if why else ""
+            self.console.print(f"{self._label(p.round)}: [{style}]{p.verdict}[/]{speed}{note}{best}  "
+                               f"[dim]{_clock(now - self.round_started)}[/]", highlight=False, soft_wrap=True)
+            if self.verbosity >= VERBOSE and p.result is not None and not why:
+                self.console.print(f"  {p.result.summary_line()}", highlight=False, soft_wrap=True, markup=False)
+            self.round_started, self.stage = now, None
+            return
+        if p.stage == "coder":
+            self.round_started = now
+        self.progress.update(self.task, description=f"{self._label(p.round)}: {p.stage}…{best}", eta=self.eta())
+        if self.verbosity >= VERBOSE and p.stage != self.stage:
+            self.console.print(f"  {self._label(p.round)}: {p.stage}… (at {_clock(now - self.round_started)})",
                                highlight=False)
-        else:
-            self.status.update(f"round {p.round + 1}/{self.rounds}: {p.stage}…{best}")
+        self.stage = p.stage
 
 
 def _expectation(r: dict) -> str:
@@ -129,5 +248,15 @@ def render_run(summary: dict, run_dir, console: Console) -> None:
         console.print("[yellow]no correct candidate found[/]")
     cost = f"${summary['cost_usd']:.4f}" + (f" (+{summary['unpriced_calls']} calls with no known price)"
                                             if summary["unpriced_calls"] else "")
-    console.print(f"stopped: {summary['stop_reason']}; tokens {summary['tokens']['total']}, cost {cost}, "
-                  f"{summary['wall_s']:.0f} s", highlight=False)
+    state = summary.get("state", "finished")
+    style = "bold red" if state == "stopped" else "bold"
+    console.print(f"[{style}]{state}[/]: {escape(str(summary['stop_reason']))}; tokens {summary['tokens']['total']}, "
+                  f"cost {cost}, {_clock(summary['wall_s'])}", highlight=False, soft_wrap=True)
+
+
+def run_line(summary: dict, run_dir) -> str:
+    """The run in one line (what --quiet prints)."""
+    best = summary.get("best")
+    got = f"best {_x(best['speedup'])} from round {best['round']} → {run_dir}/{best['file']}" if best else \
+        f"no correct candidate → {run_dir}"
+    return f"{summary.get('state', 'finished')}: {summary['stop_reason']}; {got}"

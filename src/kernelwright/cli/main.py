@@ -1,22 +1,53 @@
 """The command line: `kernelwright eval` and `kernelwright optimize` (the forge loop).
 
-Exit codes: 0 when the evaluation ran, whatever the verdict; 2 when the tool itself could not
-run (a missing file, a problem not in the format, no GPU for --device cuda), with one line on
-stderr that names the fix, never a traceback.
+Settings come in three layers: the dataclasses' defaults (`core/config.py`), the settings file
+(`kernelwright.toml` or `[tool.kernelwright]` in `pyproject.toml`, `core/settings_file.py`),
+and the options given here. An option left out is None and overrides nothing, so the defaults
+live in one place. Exit codes: `cli/exit_codes.py`. Bad input is one line on stderr that names
+the fix, never a traceback.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
+from typing import Any, NoReturn
 
 import typer
+from typer.core import TyperArgument, TyperCommand, TyperGroup
 from rich.console import Console
+from rich.markup import escape
 
-from kernelwright.core.config import EvalConfig
+import kernelwright
+from kernelwright.cli.exit_codes import ExitCode
+from kernelwright.core.config import Settings
+
+def _plain_help(params: list[Any]) -> list[Any]:
+    """Help as people read it: `PROBLEM CANDIDATE` in the usage line (typer writes `{problem}`), no
+    type tag after an argument's name, and none (`<bool>`) after a flag."""
+    for param in params:
+        if isinstance(param, TyperArgument):
+            name = param.metavar or (param.name or "").upper()
+            param._usage_display_name = lambda name=name: name  # type: ignore[method-assign]
+            param.display_type_rich = lambda ctx: None  # type: ignore[method-assign]
+        elif getattr(param, "is_flag", False) and param.metavar is None:
+            param.metavar = ""
+    return params
+
+
+class _Command(TyperCommand):
+    def get_params(self, ctx: Any) -> list[Any]:
+        return _plain_help(super().get_params(ctx))
+
+
+class _Group(TyperGroup):
+    def get_params(self, ctx: Any) -> list[Any]:
+        return _plain_help(super().get_params(ctx))
+
 
 app = typer.Typer(
-    add_completion=False,
+    cls=_Group,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     help="Write custom GPU kernels for PyTorch code, and prove each one correct and fast.",
@@ -25,158 +56,275 @@ app = typer.Typer(
 err = Console(stderr=True)
 
 
-def fail(message: str) -> None:
-    """One line on stderr that names the fix, then exit 2: the tool itself could not run."""
-    from rich.markup import escape
+def fail(message: str, code: ExitCode = ExitCode.BAD_INPUT) -> NoReturn:
+    """One line on stderr that names the fix, then exit (2: the tool itself could not run)."""
+    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True, markup=True)
+    raise typer.Exit(int(code))
 
-    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True, markup=True)  # [ray] stays
-    raise typer.Exit(2)
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"kernelwright {kernelwright.__version__}")
+        raise typer.Exit()
 
 
 @app.callback()
-def _root() -> None:
+def _root(
+    version: bool = typer.Option(None, "--version", callback=_version, is_eager=True, metavar="",
+                                 help="Print the version and exit."),
+) -> None:
     """kernelwright: custom kernels for PyTorch code, verified and timed in isolation."""
 
 
-@app.command("eval")
-def eval_cmd(
-    problem: Path = typer.Argument(..., help="Reference problem (KernelBench format: Model, get_inputs, get_init_inputs)."),
-    candidate: Path = typer.Argument(..., help="Candidate file defining ModelNew."),
-    device: str = typer.Option("auto", help="cuda, cpu, or auto (cuda when a GPU is visible)."),
-    trials: int = typer.Option(5, help="Correctness trials, each with a fresh seed and fresh inputs."),
-    atol: float = typer.Option(1e-3, help="Absolute tolerance."),
-    rtol: float = typer.Option(1e-3, help="Relative tolerance."),
-    seed: int = typer.Option(42, help="Base seed for construction and inputs."),
-    compare_compile: bool = typer.Option(False, "--compare-compile", help="Also time torch.compile of the reference."),
-    sandbox: str = typer.Option("auto", help="auto, bwrap or none."),
-    verdict: str = typer.Option("calibrated", help="calibrated (float64 oracle, docs/VERDICTS.md) or strict (allclose against the reference)."),
-    profile: bool = typer.Option(False, "--profile/--no-profile", help="Profile a correct candidate's kernels (ncu where it works, else torch.profiler)."),
-    profile_tool: str = typer.Option("auto", "--profile-tool", help="auto, ncu or torch."),
-    json_out: bool = typer.Option(False, "--json", help="Print the result record as JSON on stdout, and nothing else."),
-) -> None:
-    """Build, check and time CANDIDATE against PROBLEM in an isolated child process."""
-    from kernelwright.engine import EngineError, evaluate, prestart
-    from kernelwright.cli.console import render_result
+# ---- shared pieces ------------------------------------------------------------------------------
 
-    config = EvalConfig(device=device, trials=trials, atol=atol, rtol=rtol, seed=seed, sandbox=sandbox,  # type: ignore[arg-type]
-                        verdict=verdict)  # type: ignore[arg-type]
-    config.timing.compare_compile = compare_compile
-    config.profile.enabled = profile
-    config.profile.tool = profile_tool  # type: ignore[assignment]
+def _config_option():
+    return typer.Option(None, "--config", metavar="FILE", dir_okay=False,
+                        help="Settings file (default: the nearest kernelwright.toml, or pyproject.toml with "
+                             "[tool.kernelwright], from the current directory up).")
+
+
+def _quiet_option():
+    return typer.Option(False, "--quiet", "-q", metavar="", help="One line at the end; no live progress.")
+
+
+def _verbose_option():
+    return typer.Option(False, "--verbose", "-v", metavar="",
+                        help="Also every stage as it starts, with the time elapsed.")
+
+
+def _verbosity(quiet: bool, verbose: bool) -> int:
+    from kernelwright.cli.console import NORMAL, QUIET, VERBOSE
+
+    if quiet and verbose:
+        fail("--quiet and --verbose exclude each other; pass one")
+    return QUIET if quiet else VERBOSE if verbose else NORMAL
+
+
+def _source_file(path: Path, what: str) -> None:
+    """A problem or candidate path that is not a readable file: one line naming the fix."""
+    if path.is_dir():
+        fail(f"{what} {path} is a directory; pass the {what}'s .py file")
+    if not path.is_file():
+        fail(f"{what} file not found: {path}; check the path")
+
+
+def _settings(config: Path | None, overrides: dict[str, dict[str, Any]]) -> Settings:
+    """Defaults < settings file < the options the user gave (None: not given)."""
+    from kernelwright.core.settings_file import SettingsError, load_settings
+
+    given = {section: {k: v for k, v in values.items() if v is not None} for section, values in overrides.items()}
     try:
-        # the child starts up (python, torch, CUDA) while this process checks the problem and the device
-        spare = prestart(config)
-        if json_out:
-            result = evaluate(problem, candidate, config, spare=spare)
-        else:
-            with err.status("evaluating…") as status:
-                result = evaluate(problem, candidate, config, spare=spare,
-                                  on_stage=lambda s: status.update(f"evaluating: {s}…"))
+        return load_settings(config, {s: v for s, v in given.items() if v})
+    except SettingsError as exc:
+        fail(str(exc))
+
+
+def _resolve_device(settings: Settings) -> str:
+    """`auto` becomes cuda when a GPU is visible, else cpu; cuda without a GPU is an error."""
+    from kernelwright.engine import EngineError
+    from kernelwright.engine.evaluation import check_device
+
+    device = settings.eval.device
+    if device == "auto":
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        check_device(device)
     except EngineError as exc:
         fail(str(exc))
-        return
+    settings.eval.device = device  # type: ignore[assignment]
+    return device
+
+
+# ---- eval ---------------------------------------------------------------------------------------
+
+@app.command("eval", cls=_Command)
+def eval_cmd(
+    problem: Path = typer.Argument(..., metavar="PROBLEM",
+                                   help="Reference problem (KernelBench format: Model, get_inputs, get_init_inputs)."),
+    candidate: Path = typer.Argument(..., metavar="CANDIDATE", help="Candidate file defining ModelNew."),
+    device: str = typer.Option(None, metavar="cuda|cpu|auto", help="Device (default auto: cuda when a GPU is visible)."),
+    trials: int = typer.Option(None, metavar="N", help="Correctness trials, each with a fresh seed and fresh inputs (default 5)."),
+    atol: float = typer.Option(None, metavar="A", help="Absolute tolerance (default 1e-3)."),
+    rtol: float = typer.Option(None, metavar="R", help="Relative tolerance (default 1e-3)."),
+    seed: int = typer.Option(None, metavar="N", help="Base seed for construction and inputs (default 42)."),
+    compare_compile: bool = typer.Option(None, "--compare-compile/--no-compare-compile", metavar="",
+                                         help="Also time torch.compile of the reference."),
+    sandbox: str = typer.Option(None, metavar="auto|bwrap|none", help="Isolation of the evaluation (default auto)."),
+    verdict: str = typer.Option(None, metavar="calibrated|strict",
+                                help="calibrated (float64 oracle, docs/VERDICTS.md; the default) or strict (allclose)."),
+    profile: bool = typer.Option(None, "--profile/--no-profile", metavar="",
+                                 help="Profile a correct candidate's kernels (ncu where it works, else torch.profiler)."),
+    profile_tool: str = typer.Option(None, "--profile-tool", metavar="auto|ncu|torch", help="Profiler (default auto)."),
+    json_out: bool = typer.Option(False, "--json", metavar="", help="Print the result record as JSON on stdout, and nothing else."),
+    config: Path = _config_option(),
+    quiet: bool = _quiet_option(),
+    verbose: bool = _verbose_option(),
+) -> None:
+    """Build, check and time CANDIDATE against PROBLEM in an isolated child process."""
+    verbosity = _verbosity(quiet, verbose)
+    _source_file(problem, "problem")
+    _source_file(candidate, "candidate")
+    settings = _settings(config, {"eval": {
+        "device": device, "trials": trials, "atol": atol, "rtol": rtol, "seed": seed, "sandbox": sandbox,
+        "verdict": verdict, "timing": {"compare_compile": compare_compile} if compare_compile is not None else None,
+        "profile": {k: v for k, v in (("enabled", profile), ("tool", profile_tool)) if v is not None} or None}})
+    cfg = settings.eval
+    from kernelwright.engine import EngineError, evaluate, prestart
+    from kernelwright.cli.console import EvalProgress, render_result
+
+    try:
+        # the child starts up (python, torch, CUDA) while this process checks the problem and the device
+        spare = prestart(cfg)
+        if json_out:
+            result = evaluate(problem, candidate, cfg, spare=spare)
+        else:
+            with EvalProgress(err, verbosity) as progress:
+                result = evaluate(problem, candidate, cfg, spare=spare, on_stage=progress.stage)
+    except EngineError as exc:
+        fail(str(exc))
     if json_out:
         sys.stdout.write(result.to_json() + "\n")
     else:
-        render_result(result, Console(), evidence=profile)
+        render_result(result, Console(), evidence=cfg.profile.enabled, verbosity=verbosity)
 
 
-@app.command("optimize")
+# ---- optimize -----------------------------------------------------------------------------------
+
+@app.command("optimize", cls=_Command)
 def optimize_cmd(
-    problem: Path = typer.Argument(..., help="Reference problem (KernelBench format: Model, get_inputs, get_init_inputs)."),
-    coder: str = typer.Option(..., help="Coder model: openai:MODEL, anthropic:MODEL, replay:RUN_DIR, or a bare name served at --base-url."),
-    judge: str = typer.Option(None, help="Judge model (same forms as --coder; default: the Coder's model)."),
-    rounds: int = typer.Option(10, help="Round limit."),
-    backend: str = typer.Option(None, help="Kernel language the Coder writes: cuda, triton or cpp (default: cuda on a GPU, cpp on the CPU)."),
-    device: str = typer.Option("auto", help="cuda, cpu, or auto (cuda when a GPU is visible)."),
-    out: Path = typer.Option(None, help="Run directory to write (default: runs/PROBLEM-DATE-TIME); must be new or empty."),
-    base_url: str = typer.Option(None, "--base-url", help="OpenAI-compatible endpoint (vLLM, SGLang, Ollama, a proxy)."),
-    target_speedup: float = typer.Option(None, "--target-speedup", help="Stop once a verified candidate is this much faster."),
-    max_tokens: int = typer.Option(None, "--max-tokens", help="Token budget for the whole run."),
-    max_cost: float = typer.Option(None, "--max-cost", help="Cost budget in USD (calls with a known price)."),
-    max_minutes: float = typer.Option(None, "--max-minutes", help="Wall-time budget."),
-    api_key_env: str = typer.Option(None, "--api-key-env", help="Env var that holds the API key (default: OPENAI_API_KEY / ANTHROPIC_API_KEY)."),
-    price_file: Path = typer.Option(None, "--price-file", help="JSON or TOML price table that extends the built-in one."),
-    temperature: float = typer.Option(None, help="Sampling temperature (default: the provider's)."),
-    request_timeout: float = typer.Option(600.0, "--request-timeout", help="Seconds one model request may take."),
-    retries: int = typer.Option(5, help="Attempts per model call (rate limits, server errors, time-outs)."),
-    trials: int = typer.Option(5, help="Correctness trials per candidate."),
-    profile: bool = typer.Option(True, "--profile/--no-profile",
-                                 help="Profile every correct candidate for the Judge (ncu where it works, else torch.profiler)."),
-    profile_tool: str = typer.Option("auto", "--profile-tool", help="auto (ncu where it works, else torch.profiler), ncu or torch."),
-    sandbox: str = typer.Option("auto", help="Isolation of each evaluation: auto, bwrap or none."),
-    min_improvement: float = typer.Option(0.02, "--min-improvement",
-                                          help="A new best must be this fraction faster than the old, and clear its timing spread."),
-    candidates: int = typer.Option(1, "--candidates", help="Coder answers per round (best-of-k), evaluated across the GPUs."),
-    executor: str = typer.Option("serial", "--executor", help="Where evaluations run: serial, local (a worker per GPU) or ray."),
-    gpus: str = typer.Option(None, "--gpus", help="GPUs to use, e.g. 0,1 (default: every visible GPU)."),
-    ray_address: str = typer.Option(None, "--ray-address", help="Ray cluster to join (default: start a local Ray)."),
+    problem: Path = typer.Argument(..., metavar="PROBLEM",
+                                   help="Reference problem (KernelBench format: Model, get_inputs, get_init_inputs)."),
+    coder: str = typer.Option(None, metavar="MODEL",
+                              help="Coder model: openai:MODEL, anthropic:MODEL, replay:RUN_DIR, or a bare name served "
+                                   "at --base-url (or model.coder in the settings file)."),
+    judge: str = typer.Option(None, metavar="MODEL", help="Judge model (same forms as --coder; default: the Coder's model)."),
+    rounds: int = typer.Option(None, metavar="N", help="Round limit (default 10)."),
+    backend: str = typer.Option(None, metavar="cuda|triton|cpp",
+                                help="Kernel language the Coder writes (default: cuda on a GPU, cpp on the CPU)."),
+    device: str = typer.Option(None, metavar="cuda|cpu|auto", help="Device (default auto: cuda when a GPU is visible)."),
+    out: Path = typer.Option(None, metavar="DIR", help="Run directory to write (default: runs/PROBLEM-DATE-TIME); must be new or empty."),
+    base_url: str = typer.Option(None, "--base-url", metavar="URL", help="OpenAI-compatible endpoint (vLLM, SGLang, Ollama, a proxy)."),
+    target_speedup: float = typer.Option(None, "--target-speedup", metavar="X", help="Stop once a verified candidate is this much faster."),
+    max_tokens: int = typer.Option(None, "--max-tokens", metavar="N", help="Token budget for the whole run."),
+    max_cost: float = typer.Option(None, "--max-cost", metavar="USD", help="Cost budget in USD (calls with a known price)."),
+    max_minutes: float = typer.Option(None, "--max-minutes", metavar="MIN", help="Wall-time budget."),
+    api_key_env: str = typer.Option(None, "--api-key-env", metavar="NAME",
+                                    help="Env var that holds the API key (default: OPENAI_API_KEY / ANTHROPIC_API_KEY)."),
+    price_file: Path = typer.Option(None, "--price-file", metavar="FILE", help="JSON or TOML price table that extends the built-in one."),
+    temperature: float = typer.Option(None, metavar="T", help="Sampling temperature (default: the provider's)."),
+    request_timeout: float = typer.Option(None, "--request-timeout", metavar="S", help="Seconds one model request may take (default 600)."),
+    retries: int = typer.Option(None, metavar="N", help="Attempts per model call: rate limits, server errors, time-outs (default 5)."),
+    trials: int = typer.Option(None, metavar="N", help="Correctness trials per candidate (default 5)."),
+    atol: float = typer.Option(None, metavar="A", help="Absolute tolerance (default 1e-3)."),
+    rtol: float = typer.Option(None, metavar="R", help="Relative tolerance (default 1e-3)."),
+    verdict: str = typer.Option(None, metavar="calibrated|strict", help="calibrated (the default) or strict (allclose)."),
+    seed: int = typer.Option(None, metavar="N", help="Base seed for construction and inputs (default 42)."),
+    profile: bool = typer.Option(None, "--profile/--no-profile", metavar="",
+                                 help="Profile every correct candidate for the Judge (on by default)."),
+    profile_tool: str = typer.Option(None, "--profile-tool", metavar="auto|ncu|torch",
+                                     help="auto (ncu where it works, else torch.profiler; the default), ncu or torch."),
+    sandbox: str = typer.Option(None, metavar="auto|bwrap|none", help="Isolation of each evaluation (default auto)."),
+    min_improvement: float = typer.Option(None, "--min-improvement", metavar="F",
+                                          help="A new best must be this fraction faster than the old, and clear its timing spread (default 0.02)."),
+    json_out: bool = typer.Option(False, "--json", metavar="", help="Print the run's summary as JSON on stdout, and nothing else there."),
+    candidates: int = typer.Option(None, "--candidates", metavar="K",
+                                   help="Coder answers per round (best-of-k), evaluated across the GPUs (default 1)."),
+    executor: str = typer.Option("serial", "--executor", metavar="serial|local|ray",
+                                 help="Where evaluations run: serial, local (a worker per GPU) or ray."),
+    gpus: str = typer.Option(None, "--gpus", metavar="0,1,...", help="GPUs to use (default: every visible GPU)."),
+    ray_address: str = typer.Option(None, "--ray-address", metavar="ADDR", help="Ray cluster to join (default: a local Ray)."),
+    config: Path = _config_option(),
+    quiet: bool = _quiet_option(),
+    verbose: bool = _verbose_option(),
 ) -> None:
     """Let a Coder and a Judge write, repair and speed up kernels for PROBLEM, round by round."""
-    from kernelwright.core.config import LoopConfig, ModelConfig, ProfileConfig, RetryPolicy
+    verbosity = _verbosity(quiet, verbose)
+    _source_file(problem, "problem")
+    settings = _settings(config, {
+        "eval": {"device": device, "trials": trials, "atol": atol, "rtol": rtol, "verdict": verdict, "seed": seed,
+                 "sandbox": sandbox, "profile": {"tool": profile_tool} if profile_tool else None},
+        "loop": {"rounds": rounds, "backend": backend, "target_speedup": target_speedup, "max_tokens": max_tokens,
+                 "max_cost_usd": max_cost, "max_wall_s": max_minutes * 60 if max_minutes is not None else None,
+                 "min_improvement": min_improvement, "profile": profile, "candidates": candidates},
+        "model": {"coder": coder, "judge": judge, "base_url": base_url, "api_key_env": api_key_env,
+                  "temperature": temperature, "price_file": str(price_file) if price_file else None,
+                  "retry": {k: v for k, v in (("max_attempts", retries), ("request_timeout_s", request_timeout))
+                            if v is not None} or None},
+    })
+    code = run_optimize(problem, settings, out, verbosity=verbosity, json_out=json_out,
+                        executor=executor, gpus=gpus, ray_address=ray_address)
+    raise typer.Exit(int(code))
+
+
+def run_optimize(problem: Path, settings: Settings, out: Path | None, *, verbosity: int, json_out: bool,
+                 executor: str = "serial", gpus: str | None = None, ray_address: str | None = None) -> ExitCode:
+    """Set the run up from `settings` (one-line errors, exit 2), run it, say how it ended."""
     from kernelwright.engine import EngineError
     from kernelwright.engine import sandbox as sandbox_mod
-    from kernelwright.engine.evaluation import check_device
     from kernelwright.loop.forge import Forge, engine_evaluator
-    from kernelwright.models import ModelSetupError, resolve_model
-    from kernelwright.models.resolve import resolve_coders
     from kernelwright.executors.evaluator import ExecutorEvaluator
     from kernelwright.executors.placement import parse_gpus
     from kernelwright.executors.resolve import make_executor
-    from kernelwright.cli.console import LoopProgress, render_run
+    from kernelwright.models import ModelSetupError, resolve_model
+    from kernelwright.models.resolve import resolve_coders
+    from kernelwright.cli.console import QUIET, LoopProgress, render_run, run_line
     from kernelwright.store.rundir import RunDir, RunDirError, default_run_dir
 
-    if not problem.is_file():
-        fail(f"problem file not found: {problem}; check the path")
+    cfg, eval_cfg, model_cfg = settings.loop, settings.eval, settings.loop.model
+    if not model_cfg.coder:
+        fail("no Coder model given; pass --coder (openai:MODEL, anthropic:MODEL, replay:RUN_DIR) "
+             "or set coder under [model] in kernelwright.toml")
+    device = _resolve_device(settings)
+    if not settings.given("loop.backend"):
+        cfg.backend = "cpp" if device == "cpu" else "cuda"
+    eval_cfg.profile.enabled = cfg.profile  # the raw ncu files of each round go to its folder (engine_evaluator)
     evaluate = None
     try:
-        if device == "auto":
-            import torch
-
-            device = "cuda" if torch.cuda.is_available() else "cpu"
-        check_device(device)
-        model_cfg = ModelConfig(base_url=base_url, api_key_env=api_key_env, temperature=temperature,
-                                price_file=str(price_file) if price_file else None,
-                                retry=RetryPolicy(max_attempts=retries, request_timeout_s=request_timeout))
-        cfg = LoopConfig(rounds=rounds, backend=backend or ("cpp" if device == "cpu" else "cuda"),  # type: ignore[arg-type]
-                         target_speedup=target_speedup, max_tokens=max_tokens, max_cost_usd=max_cost,
-                         max_wall_s=max_minutes * 60 if max_minutes else None, model=model_cfg,
-                         min_improvement=min_improvement, candidates=candidates)
-        cfg.validate()
-        # the raw ncu files of each round go to its folder in the run directory (engine_evaluator)
-        eval_cfg = EvalConfig(device=device, trials=trials, sandbox=sandbox,  # type: ignore[arg-type]
-                              profile=ProfileConfig(enabled=profile, tool=profile_tool))  # type: ignore[arg-type]
-        eval_cfg.validate()
         sandbox_mod.resolve(eval_cfg.sandbox)  # bwrap asked for and missing: say so before any model call
-        coders = resolve_coders(coder, model_cfg, cfg.candidates)
+        coders = resolve_coders(model_cfg.coder, model_cfg, cfg.candidates)
         coder_model = coders[0]
-        judge_model = resolve_model(judge or coder, "judge", model_cfg)
+        judge_model = resolve_model(model_cfg.judge or model_cfg.coder, "judge", model_cfg)
         gpu_list = parse_gpus(gpus)
         evaluate = (engine_evaluator(eval_cfg) if executor == "serial" and not gpu_list and cfg.candidates == 1
                     else ExecutorEvaluator(make_executor(executor, eval_cfg, gpu_list, ray_address)))
         run_dir = RunDir(out or default_run_dir(problem), problem, {
             "coder": coder_model.name, "judge": judge_model.name, "backend": cfg.backend, "device": device,
-            "round_limit": cfg.rounds, "target_speedup": cfg.target_speedup, "trials": trials,
-            "profile": profile_tool if profile else "off", "sandbox": sandbox, "min_improvement": cfg.min_improvement,
-            "spread_factor": cfg.spread_factor, "candidates": cfg.candidates, "coders": [m.name for m in coders],
-            "executor": executor, "gpus": gpus})
+            "round_limit": cfg.rounds, "target_speedup": cfg.target_speedup, "trials": eval_cfg.trials,
+            "atol": eval_cfg.atol, "rtol": eval_cfg.rtol, "verdict": eval_cfg.verdict, "seed": eval_cfg.seed,
+            "profile": eval_cfg.profile.tool if cfg.profile else "off", "sandbox": eval_cfg.sandbox,
+            "min_improvement": cfg.min_improvement, "spread_factor": cfg.spread_factor,
+            "settings_file": settings.source, "candidates": cfg.candidates,
+            "coders": [m.name for m in coders], "executor": executor, "gpus": gpus})
     except (ValueError, EngineError, ModelSetupError, RunDirError, sandbox_mod.SandboxUnavailable) as exc:
         if evaluate is not None:
             evaluate.close()  # workers of an executor already started
         fail(str(exc))
-        return
-    console = Console(stderr=True)
-    console.print(f"[bold]kernelwright optimize[/] {problem}  coder {coder_model.name}  judge {judge_model.name}  "
-                  f"backend {cfg.backend}  device {device}  → {run_dir.path}", highlight=False)
+    if verbosity > QUIET:
+        source = f"  settings {settings.source}" if settings.source else ""
+        err.print(f"[bold]kernelwright optimize[/] {problem}  coder {coder_model.name}  judge {judge_model.name}  "
+                  f"backend {cfg.backend}  device {device}{source}  → {run_dir.path}", highlight=False, soft_wrap=True)
     forge = Forge(problem, coder_model, judge_model, evaluate, cfg, device=device, recorder=run_dir, coders=coders)
     try:
-        with LoopProgress(console, cfg.rounds) as progress:
+        with LoopProgress(err, cfg.rounds, verbosity) as progress:
             forge.on_progress = progress.update
             state = forge.run()
+    except KeyboardInterrupt:
+        err.print(f"interrupted; the rounds so far are in {run_dir.path}", highlight=False)
+        return ExitCode.INTERRUPTED
     except EngineError as exc:
-        fail(f"{exc} (rounds so far are in {run_dir.path})")
-        return
-    render_run(run_dir.write_summary(state, final=True), run_dir.path, Console())
+        err.print(f"[bold red]stopped:[/] {escape(str(exc))} (the rounds so far are in {run_dir.path})", highlight=False, soft_wrap=True)
+        return ExitCode.STOPPED
+    summary = run_dir.write_summary(state, final=True)
+    if json_out:
+        sys.stdout.write(json.dumps(summary, indent=2) + "\n")
+    elif verbosity == QUIET:
+        Console().print(run_line(summary, run_dir.path), highlight=False, soft_wrap=True, markup=False)
+    else:
+        render_run(summary, run_dir.path, Console())
+    return ExitCode.OK if summary["state"] == "finished" else ExitCode.STOPPED
 
 
 def main() -> None:

@@ -235,6 +235,8 @@ class RetryPolicy:
 class ModelConfig:
     """How the Coder and the Judge reach their models (see `kernelwright.models.resolve_model`)."""
 
+    coder: str | None = None  # the Coder's model spec (openai:MODEL, anthropic:MODEL, replay:RUN_DIR, a bare name)
+    judge: str | None = None  # the Judge's model spec (None: the Coder's)
     base_url: str | None = None  # an OpenAI-compatible endpoint (vLLM, SGLang, Ollama, a proxy)
     api_key_env: str | None = None  # name of the env var holding the key (default: the provider's own)
     temperature: float | None = None  # None: the provider's default
@@ -242,6 +244,8 @@ class ModelConfig:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     price_file: str | None = None  # JSON or TOML price table that extends the built-in one
     max_concurrent: int = 8  # calls in flight at once per endpoint (models.limits), all roles together
+    # prices in the settings file itself: {model: {"input": USD/Mtok, "output": USD/Mtok}}, over the file's
+    prices: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 @dataclass
@@ -258,6 +262,7 @@ class LoopConfig:
     max_cost_usd: float | None = None  # calls with a known price only
     max_wall_s: float | None = None
     model: ModelConfig = field(default_factory=ModelConfig)
+    profile: bool = True  # profile every correct candidate for the Judge (sets the evaluation's profile.enabled)
     # A correct candidate replaces the best only when it is clearly faster (loop.improvement): its
     # speedup is at least (1 + min_improvement) times the best's, AND its timing band sits above the
     # best's: speedup x median/p90 (its slow end) beats the best's speedup x median/p10 (the best's
@@ -284,3 +289,26 @@ class LoopConfig:
             raise ValueError("min_improvement and spread_factor must be non-negative")
         if not 0 <= self.expectation_tolerance < 1:
             raise ValueError(f"expectation_tolerance must be in [0, 1) (got {self.expectation_tolerance})")
+
+
+@dataclass
+class Settings:
+    """Everything one command runs with: the evaluation and the loop (with its models).
+
+    Built in three layers, each overriding the one before: these dataclasses' defaults, the
+    settings file (`kernelwright.toml`, or `[tool.kernelwright]` in `pyproject.toml`; see
+    `core/settings_file.py`), and the options given on the command line.
+    """
+
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    loop: LoopConfig = field(default_factory=LoopConfig)
+    source: str | None = None  # the settings file read, if any
+    explicit: set[str] = field(default_factory=set)  # "section.key" set by the file or the command line
+
+    def given(self, key: str) -> bool:
+        """Was `key` ("loop.backend", "eval.device", ...) set by the file or the command line?"""
+        return key in self.explicit
+
+    def validate(self) -> None:
+        self.eval.validate()
+        self.loop.validate()

@@ -32,7 +32,7 @@ from kernelwright.models.extract import (
     extract_code,
     parse_judge,
 )
-from kernelwright.models.base import ChatModel, Completion, ModelError, Usage
+from kernelwright.models.base import AnswersExhausted, ChatModel, Completion, ModelError, Usage
 from kernelwright.loop.judge_evidence import render_for_judge
 from kernelwright.core.record import EvalResult, Status
 from kernelwright.core import run_files
@@ -130,10 +130,10 @@ class Forge:
                 self.step()
                 self.state.stop_reason = self.state.stop_reason or self._stop_reason(len(self.state.rounds))
         except KeyboardInterrupt:
-            self.state.stop_reason = "interrupted"
+            self.state.stop_reason = self.state.error = "interrupted"
             raise
         except BaseException as exc:
-            self.state.stop_reason = f"error: {exc}"
+            self.state.stop_reason = self.state.error = f"error: {exc}"
             raise
         finally:
             close = getattr(self.evaluate, "close", None)
@@ -148,14 +148,18 @@ class Forge:
         kind, prompt = self._coder_prompt()
         rnd = Round(index=index, kind=kind)
         t0 = time.monotonic()
+        played = True
         try:
             self._progress(index, "coder")
             if self.config.candidates > 1:
                 self._candidates(rnd, prompt)
             else:
                 rnd.coder = self._call(self.coder, "coder", prompt)
+            if rnd.coder is not None and rnd.coder.exhausted:  # a replay at its end: no round played
+                self.state.stop_reason, played = rnd.coder.error, False
+                return
             if rnd.coder.error:
-                self.state.stop_reason = f"coder failed: {rnd.coder.error}"
+                self.state.stop_reason = self.state.error = f"coder failed: {rnd.coder.error}"
                 return
             if self.config.candidates <= 1:
                 self._check_and_evaluate(rnd)
@@ -166,10 +170,11 @@ class Forge:
                 self._progress(index, "judge")
                 self._ask_judge(rnd)
         finally:
-            rnd.wall_s = round(time.monotonic() - t0, 3)
-            self.state.rounds.append(rnd)
-            self.recorder.record_round(rnd, self.state)
-            self._progress(index, "done", rnd)
+            if played:
+                rnd.wall_s = round(time.monotonic() - t0, 3)
+                self.state.rounds.append(rnd)
+                self.recorder.record_round(rnd, self.state)
+                self._progress(index, "done", rnd)
 
     # -- pieces of a round --
     def _check_and_evaluate(self, rnd: Round) -> None:
@@ -252,7 +257,7 @@ class Forge:
         try:
             call.completion = model.complete([{"role": "user", "content": prompt}])
         except ModelError as exc:
-            call.error = str(exc)
+            call.error, call.exhausted = str(exc), isinstance(exc, AnswersExhausted)
             call.error_attempts = [vars(a) for a in exc.attempts]
             return call
         if count:
@@ -326,7 +331,8 @@ class Forge:
     def _progress(self, index: int, stage: str, rnd: Round | None = None) -> None:
         best = self.state.best.speedup if self.state.best else None
         self.on_progress(Progress(round=index, stage=stage, verdict=rnd.verdict if rnd else None,
-                                  speedup=rnd.speedup if rnd else None, best_speedup=best))
+                                  speedup=rnd.speedup if rnd else None, best_speedup=best,
+                                  result=rnd.result if rnd else None))
 
 
 # How far a failed candidate got: the further, the more its error says about the kernel itself

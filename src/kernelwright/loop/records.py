@@ -24,6 +24,7 @@ class Progress:
     verdict: str | None = None
     speedup: float | None = None
     best_speedup: float | None = None
+    result: EvalResult | None = None  # the round's record, at "done"
 
 
 @dataclass
@@ -85,6 +86,7 @@ class ModelCall:
     prompt: str
     completion: Completion | None = None
     error: str | None = None  # the call failed for good (retries spent, or not retryable)
+    exhausted: bool = False  # the model had no more answers (a replay at its end): not a failure
     error_attempts: list[dict[str, Any]] = field(default_factory=list)
 
     @property
@@ -159,6 +161,15 @@ class RunState:
     unpriced_calls: int = 0  # calls whose model has no known price (cost unknown, not zero)
     started: float = field(default_factory=time.monotonic)
     stop_reason: str | None = None
+    # Set when the run stopped on an error (a model failed for good, the engine could not run, an
+    # interrupt) rather than at a limit: the run's outcome is then "stopped", not "finished".
+    error: str | None = None
+
+    @property
+    def outcome(self) -> str:
+        """finished | stopped (on an error, or with no model answer at all)."""
+        answered = any(r.coder is not None and r.coder.completion is not None for r in self.rounds)
+        return "stopped" if self.error is not None or not answered else "finished"
 
     @property
     def wall_s(self) -> float:

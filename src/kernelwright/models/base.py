@@ -20,6 +20,10 @@ class ModelError(RuntimeError):
         self.attempts = list(attempts or [])
 
 
+class AnswersExhausted(ModelError):
+    """A model with a fixed set of answers (a replay) has given them all: the run ends there, normally."""
+
+
 class ModelSetupError(ModelError):
     """The model cannot be used at all (no key, no endpoint, unknown provider). One line naming the fix."""
 

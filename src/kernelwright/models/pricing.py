@@ -53,11 +53,14 @@ class PriceTable:
         self.prices = dict(BUILTIN if prices is None else prices)
 
     @classmethod
-    def load(cls, path: str | Path | None = None) -> "PriceTable":
-        """The built-in table, extended (and overridden) by the user's file when one is given."""
+    def load(cls, path: str | Path | None = None, extra: dict[str, dict[str, float]] | None = None) -> "PriceTable":
+        """The built-in table, extended (and overridden) by the user's price file when one is given,
+        then by `extra` (the settings file's [model.prices])."""
         table = cls()
         if path:
             table.prices.update(read_price_file(path))
+        for name, v in (extra or {}).items():
+            table.prices[str(name)] = Price(float(v["input"]), float(v["output"]))
         return table
 
     def price(self, model: str) -> Price | None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kernelwright.core.run_files import RESPONSE_FILES, ROUND_DIR
-from kernelwright.models.base import Attempt, Completion, Message, ModelError, ModelSetupError, Usage
+from kernelwright.models.base import AnswersExhausted, Attempt, Completion, Message, ModelSetupError, Usage
 
 
 def round_dirs(run_dir: Path) -> list[Path]:
@@ -38,7 +38,7 @@ class ReplayChat:
 
     def complete(self, messages: list[Message]) -> Completion:
         if self.played >= len(self.responses):
-            raise ModelError(f"replay of {self.run_dir} has no more {self.role} responses ({self.played} played)")
+            raise AnswersExhausted(f"replay of {self.run_dir} has no more {self.role} responses ({self.played} played)")
         path = self.responses[self.played]
         self.played += 1
         return Completion(text=path.read_text(), usage=Usage(), model=f"replay:{path.parent.name}",

@@ -4,6 +4,9 @@
     anthropic:claude-sonnet-4-5  Anthropic (key from ANTHROPIC_API_KEY, or the configured env var)
     replay:RUN_DIR               the responses recorded in a run directory, in order
     qwen2.5-coder (bare name)    an OpenAI-compatible server at --base-url (OpenAI itself without one)
+
+Without --base-url, a spec with an unknown prefix (`foo:bar`) is an error naming the known ones;
+with it, any name goes to that server (ollama's names hold colons: `qwen2.5:7b`).
 """
 
 from __future__ import annotations
@@ -20,16 +23,23 @@ def resolve_model(spec: str, role: str, config: ModelConfig, prices: PriceTable 
     spec = (spec or "").strip()
     if not spec:
         raise ModelSetupError(f"no {role} model given; pass --{role} such as openai:gpt-5 or replay:RUN_DIR")
-    prices = prices or PriceTable.load(config.price_file)
     provider, sep, rest = spec.partition(":")
+    if sep and provider not in PROVIDERS:
+        if not config.base_url:
+            raise ModelSetupError(
+                f"--{role} {spec!r}: unknown provider {provider!r}; known prefixes: "
+                f"{', '.join(p + ':' for p in PROVIDERS)} (or pass --base-url for a model served under that name)")
     if not sep or provider not in PROVIDERS:
         provider, rest = "openai", spec  # a bare name (which may itself hold a colon, e.g. ollama's "qwen2.5:7b")
     if not rest:
+        if provider == "replay":
+            raise ModelSetupError(f"--{role} {spec!r} names no run directory; pass a run directory: replay:RUN_DIR")
         raise ModelSetupError(f"--{role} {spec!r} names no model; write {provider}:MODEL")
     if provider == "replay":
         from kernelwright.models.replay import ReplayChat
 
         return ReplayChat(rest, role)
+    prices = prices or PriceTable.load(config.price_file, config.prices)
     if provider == "anthropic":
         from kernelwright.models.anthropic_backend import AnthropicChat
 

@@ -172,8 +172,9 @@ class RunDir:
         best = state.best
         summary = {
             **self.run_info,
-            "state": "finished" if final else "running",
+            "state": state.outcome if final else "running",  # finished | stopped (on an error, or no answer)
             "stop_reason": state.stop_reason,
+            "error": state.error,
             "rounds_run": len(state.rounds),
             "best": None if best is None else {
                 "round": best.index,
