@@ -115,6 +115,27 @@ class Forge:
         self.state = RunState()
         self.pending: Expectation | None = None  # the Judge's last expectation, not yet measured
 
+    # -- resume: a run continued from its recorded rounds (store.rundir.load_rounds) --
+    def restore(self, rounds: list[Round], wall_s: float = 0.0) -> None:
+        """Continue after `rounds`: the same best so far, token and cost totals, the Judge's pending
+        expectation and wall time (`wall_s` already spent), as if this loop had run them."""
+        st = self.state
+        st.rounds, st.started = list(rounds), st.started - wall_s
+        for r in rounds:  # the bookkeeping of step(), in its order
+            for call in (r.coder, r.judge):
+                if call is not None and call.completion is not None:
+                    st.count(call.completion)
+            if r.evaluated and self.pending is not None and r.result.status is Status.PASSED:
+                self.pending = None
+            if r.became_best:
+                st.best = r
+            if isinstance(r.critique, PerformanceCritique) and st.best is not None:
+                self.pending = Expectation(
+                    judged_round=r.index, baseline_round=st.best.index, baseline_speedup=st.best.speedup,
+                    expected_speedup=r.critique.expected_speedup, expected_text=r.critique.expected_text,
+                    optimisation=r.critique.optimisation)
+        st.stop_reason = self._stop_reason(len(rounds)) if rounds else None
+
     # -- driver --
     def run(self) -> RunState:
         prestart = getattr(self.evaluate, "prestart", None)
