@@ -88,6 +88,8 @@ def optimize_cmd(
     backend: str = typer.Option(None, help="Kernel language the Coder writes: cuda, triton or cpp (default: cuda on a GPU, cpp on the CPU)."),
     device: str = typer.Option("auto", help="cuda, cpu, or auto (cuda when a GPU is visible)."),
     out: Path = typer.Option(None, help="Run directory to write (default: runs/PROBLEM-DATE-TIME); must be new or empty."),
+    resume: Path = typer.Option(None, "--resume", help="Continue this run directory after its last finished round."),
+    store: Path = typer.Option(None, help="Run store that indexes the run (default: runs/kernelwright.db)."),
     base_url: str = typer.Option(None, "--base-url", help="OpenAI-compatible endpoint (vLLM, SGLang, Ollama, a proxy)."),
     target_speedup: float = typer.Option(None, "--target-speedup", help="Stop once a verified candidate is this much faster."),
     max_tokens: int = typer.Option(None, "--max-tokens", help="Token budget for the whole run."),
@@ -114,7 +116,7 @@ def optimize_cmd(
     from kernelwright.loop.forge import Forge, engine_evaluator
     from kernelwright.models import ModelSetupError, resolve_model
     from kernelwright.cli.console import LoopProgress, render_run
-    from kernelwright.store.rundir import RunDir, RunDirError, default_run_dir
+    from kernelwright.store.rundir import RunDir, RunDirError, default_run_dir, read_summary
 
     if not problem.is_file():
         fail(f"problem file not found: {problem}; check the path")
@@ -139,7 +141,13 @@ def optimize_cmd(
         sandbox_mod.resolve(eval_cfg.sandbox)  # bwrap asked for and missing: say so before any model call
         coder_model = resolve_model(coder, "coder", model_cfg)
         judge_model = resolve_model(judge or coder, "judge", model_cfg)
-        run_dir = RunDir(out or default_run_dir(problem), problem, {
+        if resume is not None:
+            from kernelwright.cli.resume import reopen
+
+            run_dir, done = reopen(resume, problem)
+        else:
+            run_dir, done = None, []
+        run_dir = run_dir or RunDir(out or default_run_dir(problem), problem, {
             "coder": coder_model.name, "judge": judge_model.name, "backend": cfg.backend, "device": device,
             "round_limit": cfg.rounds, "target_speedup": cfg.target_speedup, "trials": trials,
             "profile": profile_tool if profile else "off", "sandbox": sandbox, "min_improvement": cfg.min_improvement,
@@ -150,7 +158,14 @@ def optimize_cmd(
     console = Console(stderr=True)
     console.print(f"[bold]kernelwright optimize[/] {problem}  coder {coder_model.name}  judge {judge_model.name}  "
                   f"backend {cfg.backend}  device {device}  → {run_dir.path}", highlight=False)
-    forge = Forge(problem, coder_model, judge_model, engine_evaluator(eval_cfg), cfg, device=device, recorder=run_dir)
+    from kernelwright.cli.resume import indexed
+
+    recorder = indexed(run_dir, store)
+    forge = Forge(problem, coder_model, judge_model, engine_evaluator(eval_cfg), cfg, device=device, recorder=recorder)
+    if done:
+        forge.restore(done, wall_s=float(read_summary(run_dir.path).get("wall_s") or 0.0))
+        console.print(f"resuming after round {len(done) - 1} (best so far "
+                      f"{forge.state.best.speedup if forge.state.best else None})", highlight=False)
     try:
         with LoopProgress(console, cfg.rounds) as progress:
             forge.on_progress = progress.update
@@ -158,7 +173,14 @@ def optimize_cmd(
     except EngineError as exc:
         fail(f"{exc} (rounds so far are in {run_dir.path})")
         return
-    render_run(run_dir.write_summary(state, final=True), run_dir.path, Console())
+    render_run(recorder.write_summary(state, final=True), run_dir.path, Console())
+
+
+# whole suites, the run store's listing and reports (issue 15): commands in their own modules
+from kernelwright.cli import report_cmds, suite_cmds  # noqa: E402
+
+app.add_typer(suite_cmds.app, name="suite")
+report_cmds.register(app)
 
 
 def main() -> None:

@@ -115,6 +115,7 @@ def suite_eval(
     rtol: float = typer.Option(1e-3, help="Relative tolerance."),
     verdict: str = typer.Option("calibrated", help="calibrated or strict (docs/VERDICTS.md)."),
     compare_compile: bool = typer.Option(False, "--compare-compile", help="Also time torch.compile of each reference."),
+    profile: bool = typer.Option(False, "--profile/--no-profile", help="Profile each correct candidate's kernels (kept in its eval.json)."),
     sandbox: str = typer.Option("auto", help="auto, bwrap or none."),
     build_workers: int = typer.Option(1, "--build-workers", help="Candidates built ahead on the CPU at once (0: no prebuild)."),
 ) -> None:
@@ -142,6 +143,7 @@ def suite_eval(
         config = EvalConfig(device=device, trials=trials, atol=atol, rtol=rtol, sandbox=sandbox,  # type: ignore[arg-type]
                             verdict=verdict)  # type: ignore[arg-type]
         config.timing.compare_compile = compare_compile
+        config.profile.enabled = profile
         config.validate()
         name = name or default_name("eval", problem_args, cand_arg)
         store_path, out_dir = _store_and_out(store, out, name)

@@ -111,8 +111,11 @@ class RunStore:
     def _problem(self, run: dict[str, Any]) -> dict[str, Any]:
         rounds = self.rounds(run["id"])
         evals = {e["round_idx"]: e for e in self.evaluations(run=run["id"], full=False)}
-        correct = [e for e in evals.values() if e["correct"] and e["status"] == "passed"]
-        best = max(correct, key=lambda e: (e["speedup"] is not None, e["speedup"] or 0.0), default=None)
+        # the run's best (the kernel the loop kept: best.py), else the fastest correct evaluation
+        best = evals.get(run["best_round"]) if run["best_round"] is not None else None
+        if best is None or not (best["correct"] and best["status"] == "passed"):
+            correct = [e for e in evals.values() if e["correct"] and e["status"] == "passed"]
+            best = max(correct, key=lambda e: (e["speedup"] is not None, e["speedup"] or 0.0), default=None)
         verdicts = [r["verdict"] for r in rounds]
         return dict(
             problem=run["problem"], level=run["level"],
