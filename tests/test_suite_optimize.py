@@ -1,0 +1,145 @@
+"""`kernelwright suite optimize` end to end against the scripted OpenAI-compatible server on
+loopback: bundled CPU problems, the real loop and engine. Killed with SIGKILL at several points
+and resumed each time, it ends with the same results as a run never stopped; the store passes
+`PRAGMA integrity_check` after every kill and never loses a finished evaluation."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from chat_server import ChatServer
+from conftest import FIXTURES, ROOT
+import suite_models
+
+LEVEL1 = FIXTURES / "suite" / "level1"
+needs_openai = pytest.mark.skipif(importlib.util.find_spec("openai") is None, reason="needs the openai client")
+
+
+def command(server: ChatServer, root: Path, *only: str) -> list[str]:
+    args = [sys.executable, "-m", "kernelwright.cli.main", "suite", "optimize", str(LEVEL1), "--coder", suite_models.CODER,
+            "--judge", suite_models.JUDGE, "--base-url", server.base_url, "--rounds", "2", "--device", "cpu",
+            "--backend", "cpp", "--trials", "2", "--no-profile", "--retries", "1", "--name", "opt",
+            "--out", str(root / "out"), "--store", str(root / "kw.db")]
+    for o in only:
+        args += ["--only", o]
+    return args
+
+
+def env(cache_dir: str) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT / "src"), "KERNELWRIGHT_CACHE": cache_dir, "OPENAI_API_KEY": "test-key",
+            "COLUMNS": "200"}
+
+
+def evaluations(db: Path) -> dict[tuple[str, int], str]:
+    if not db.exists():
+        return {}
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
+    try:
+        return {(r[0], r[1]): r[2] for r in conn.execute(
+            "SELECT r.problem, e.round_idx, e.record FROM evaluations e JOIN runs r ON r.id = e.run_id")}
+    except sqlite3.OperationalError:  # not created yet
+        return {}
+    finally:
+        conn.close()
+
+
+def results(db: Path) -> set[tuple]:
+    """What a run's outcome is made of: every round's kind, verdict and code, and each problem's best round."""
+    conn = sqlite3.connect(db)
+    try:
+        rounds = set(conn.execute("SELECT r.problem, d.idx, d.kind, d.verdict, d.candidate_hash, d.became_best "
+                                  "FROM rounds d JOIN runs r ON r.id = d.run_id"))
+        runs = set(conn.execute("SELECT problem, state, rounds_run, best_round, stop_reason FROM runs"))
+    finally:
+        conn.close()
+    return rounds | runs
+
+
+def integrity(db: Path) -> str:
+    conn = sqlite3.connect(db)
+    try:
+        return conn.execute("PRAGMA integrity_check").fetchone()[0]
+    finally:
+        conn.close()
+
+
+@pytest.mark.slow
+@needs_openai
+def test_suite_optimize_killed_and_resumed_ends_like_a_run_never_stopped(tmp_path, cache_dir):
+    only = ("1_add_one", "3_scale_shift")
+    with ChatServer({}, respond=suite_models.respond) as server:
+        straight = subprocess.run(command(server, tmp_path / "straight", *only), env=env(cache_dir),
+                                  capture_output=True, text=True, timeout=600)
+        assert straight.returncode == 0, straight.stderr[-3000:]
+        expected = results(tmp_path / "straight" / "kw.db")
+        # add_one: wrong, then repaired; scale_shift: an AttributeError, then repaired
+        assert {(p, i, v) for p, i, _, v, *_ in [r for r in expected if len(r) == 6]} == {
+            ("1_add_one", 0, "incorrect"), ("1_add_one", 1, "passed"),
+            ("3_scale_shift", 0, "runtime_error"), ("3_scale_shift", 1, "passed")}
+
+        root, db = tmp_path / "killed", tmp_path / "killed" / "kw.db"
+        kills = 0
+        for kill_at in ("startup", 1, 2, 3):  # before any evaluation, then after 1, 2, 3 finished evaluations
+            before = evaluations(db)
+            proc = subprocess.Popen(command(server, root, *only), env=env(cache_dir), stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL)
+            deadline = time.monotonic() + 300
+            while time.monotonic() < deadline and proc.poll() is None:
+                if kill_at == "startup" and db.exists() or kill_at != "startup" and len(evaluations(db)) >= kill_at:
+                    break
+                time.sleep(0.05)
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGKILL)
+                kills += 1
+            proc.wait()
+            assert integrity(db) == "ok"
+            after = evaluations(db)
+            assert {k: v for k, v in after.items() if k in before} == before  # a finished evaluation is never lost
+        assert kills >= 3
+        final = subprocess.run(command(server, root, *only), env=env(cache_dir), capture_output=True, text=True,
+                               timeout=600)
+        assert final.returncode == 0, final.stderr[-3000:]
+    assert integrity(db) == "ok"
+    assert results(db) == expected
+    # every problem's run directory holds exactly its finished rounds (a cut round is set aside)
+    for name in only:
+        assert len(list((root / "out" / "level1" / name).glob("0*_*"))) == 2
+    assert "skipped" in final.stderr or "resumed" in final.stderr or "ran" in final.stderr
+
+
+@pytest.mark.slow
+@needs_openai
+def test_suite_optimize_report_shows_rounds_judge_findings_and_diffs(tmp_path, cache_dir):
+    """Three problems, two rounds each, then the report of the suite: per-problem round chart,
+    the Judge's findings round by round, the diff between rounds, and the best kernel's code."""
+    from typer.testing import CliRunner
+
+    from kernelwright.cli.main import app
+
+    with ChatServer({}, respond=suite_models.respond) as server:
+        done = subprocess.run(command(server, tmp_path, "1", "2", "3"), env=env(cache_dir), capture_output=True,
+                              text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "suite opt" in done.stdout and "fast_p" in done.stdout
+    out = CliRunner().invoke(app, ["report", "opt", "--store", str(tmp_path / "kw.db"), "--html", str(tmp_path / "r.html")])
+    assert out.exit_code == 0, out.output
+    html = (tmp_path / "r.html").read_text()
+    assert html.count('class="problem"') == 3
+    assert "critical_issue</b>: The output differs from the reference. · <b>why_it_matters" in html  # the Judge on round 0
+    assert '<span class="del">-        return x + 1.0</span>' in html  # the diff from round 0 to round 1
+    assert '<span class="add">+        return torch.relu(x) + 1.0</span>' in html
+    assert "best kernel (round 1)" in html
+    shot = Path("/tmp/kw-report-optimize-screenshot.png")
+    chromium = __import__("shutil").which("chromium")
+    if chromium:
+        subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1280,2400",
+                        f"--screenshot={shot}", (tmp_path / "r.html").as_uri()], capture_output=True, timeout=120)
