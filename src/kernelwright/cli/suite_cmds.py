@@ -117,7 +117,7 @@ def suite_eval(
     compare_compile: bool = typer.Option(False, "--compare-compile", help="Also time torch.compile of each reference."),
     profile: bool = typer.Option(False, "--profile/--no-profile", help="Profile each correct candidate's kernels (kept in its eval.json)."),
     sandbox: str = typer.Option("auto", help="auto, bwrap or none."),
-    build_workers: int = typer.Option(1, "--build-workers", help="Candidates built ahead on the CPU at once (0: no prebuild)."),
+    build_workers: int = typer.Option(None, "--build-workers", help="Candidates built ahead on the CPU at once (0: no prebuild; default: a quarter of the cores, 1 to 4)."),
 ) -> None:
     """Evaluate existing candidates for every problem of a suite, with no model at all."""
     from kernelwright.engine import EngineError
@@ -146,6 +146,10 @@ def suite_eval(
         config.profile.enabled = profile
         config.validate()
         name = name or default_name("eval", problem_args, cand_arg)
+        if build_workers is None:
+            import os
+
+            build_workers = max(1, min(4, (os.cpu_count() or 1) // 4))
         store_path, out_dir = _store_and_out(store, out, name)
         db = Store.open(store_path)
         register_suite(db, name, "eval", problem_args, out_dir, candidates=cand_arg, info={
