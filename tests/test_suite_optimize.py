@@ -6,6 +6,7 @@ and resumed each time, it ends with the same results as a run never stopped; the
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import signal
 import sqlite3
@@ -143,3 +144,50 @@ def test_suite_optimize_report_shows_rounds_judge_findings_and_diffs(tmp_path, c
     if chromium:
         subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1280,2400",
                         f"--screenshot={shot}", (tmp_path / "r.html").as_uri()], capture_output=True, timeout=120)
+
+
+@pytest.mark.slow
+@needs_openai
+def test_optimize_resume_continues_a_run_directory_and_the_store_follows(tmp_path, cache_dir, monkeypatch):
+    """`kernelwright optimize --resume RUN`: the recorded rounds stay as they are, the loop goes on
+    after them with the same best so far; the run is indexed in the store beside it; `report RUN`."""
+    from typer.testing import CliRunner
+
+    from kernelwright.cli.main import app
+    from kernelwright.store import open_store
+    from kernelwright.store.rundir import read_summary
+
+    monkeypatch.setenv("KERNELWRIGHT_CACHE", cache_dir)
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    run, problem = tmp_path / "runs" / "add_one", str(LEVEL1 / "1_add_one.py")
+
+    def optimize(server, rounds: str, *extra: str):
+        return CliRunner().invoke(app, ["optimize", problem, "--coder", suite_models.CODER, "--judge", suite_models.JUDGE,
+                                        "--base-url", server.base_url, "--rounds", rounds, "--device", "cpu",
+                                        "--backend", "cpp", "--trials", "2", "--no-profile", *extra])
+
+    with ChatServer({}, respond=suite_models.respond) as server:
+        first = optimize(server, "2", "--out", str(run))
+        assert first.exit_code == 0, first.output
+        before = read_summary(run)
+        round0 = (next(run.glob("000_*")) / "eval.json").read_text()
+        again = optimize(server, "3", "--resume", str(run))
+        assert again.exit_code == 0, again.output
+        wrong = CliRunner().invoke(app, [
+            "optimize", str(LEVEL1 / "2_swish.py"), "--coder", suite_models.CODER, "--base-url", server.base_url,
+            "--device", "cpu", "--resume", str(run)])
+    assert "resuming after round 1" in again.output
+    after = read_summary(run)
+    assert [r["verdict"] for r in after["rounds"]] == ["incorrect", "passed", "passed"]
+    assert after["rounds"][:2] == before["rounds"][:2] and (next(run.glob("000_*")) / "eval.json").read_text() == round0
+    assert after["rounds"][2]["kind"] == "optimise" and after["best"]["round"] in (1, 2)
+    assert after["tokens"]["total"] > before["tokens"]["total"]
+    assert wrong.exit_code == 2 and "optimised another problem" in wrong.output and "Traceback" not in wrong.output
+    with open_store(tmp_path / "runs" / "kernelwright.db") as db:
+        (row,) = db.runs()
+        assert (row["rounds_run"], row["state"], row["best_round"]) == (3, "finished", after["best"]["round"])
+    rep = CliRunner().invoke(app, ["report", str(run), "--store", str(tmp_path / "runs" / "kernelwright.db"),
+                                   "--json", str(tmp_path / "r.json")])
+    assert rep.exit_code == 0, rep.output
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert data["kind"] == "run" and data["problems"][0]["verdicts"] == ["incorrect", "passed", "passed"]
