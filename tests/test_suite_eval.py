@@ -149,6 +149,15 @@ def test_report_renders_in_headless_chromium_with_table_and_plots(reports):
         figure = dom[dom.index(f'id="{plot}"'):]
         assert figure.index("<svg") < figure.index("</figure>"), plot  # an inline SVG drawn in the figure
     assert "fast_1.5" in dom and "no_candidate" in dom
+    # the sortable table: a click on "speed-up" (column 3, here through the page's #sort= link) sorts the rows
+    for order in ("desc", "asc"):
+        sorted_dom = subprocess.run([CHROMIUM, *flags, "--dump-dom", f"{page}#sort=3-{order}"], capture_output=True,
+                                    text=True, timeout=120).stdout
+        body = sorted_dom[sorted_dom.index("<tbody>"):sorted_dom.index("</tbody>")]
+        rows = body.split("<tr>")[1:]
+        speeds = [float(re.search(r'<td class="num" data-value="(-?[\d.]+)"', r).group(1)) for r in rows]
+        assert len(speeds) == 6 and speeds == sorted(speeds, reverse=order == "desc"), (order, speeds)
+        assert (speeds[0] > 0) == (order == "desc")  # the correct kernels first when descending
     shot = root / "report.png"
     subprocess.run([CHROMIUM, *flags, f"--screenshot={shot}", page], capture_output=True, timeout=120)
     assert shot.stat().st_size > 10_000
