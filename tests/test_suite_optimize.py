@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -114,36 +115,27 @@ def test_suite_optimize_killed_and_resumed_ends_like_a_run_never_stopped(tmp_pat
     # every problem's run directory holds exactly its finished rounds (a cut round is set aside)
     for name in only:
         assert len(list((root / "out" / "level1" / name).glob("0*_*"))) == 2
-    assert "skipped" in final.stderr or "resumed" in final.stderr or "ran" in final.stderr
+    assert "resumed after round 0" in final.stderr or "finished before: skipped" in final.stderr
+    assert "suite opt" in final.stdout and "fast_p" in final.stdout
 
-
-@pytest.mark.slow
-@needs_openai
-def test_suite_optimize_report_shows_rounds_judge_findings_and_diffs(tmp_path, cache_dir):
-    """Three problems, two rounds each, then the report of the suite: per-problem round chart,
-    the Judge's findings round by round, the diff between rounds, and the best kernel's code."""
+    # the report of the resumed suite: the Judge's findings round by round, the diff between rounds, the best code
     from typer.testing import CliRunner
 
     from kernelwright.cli.main import app
 
-    with ChatServer({}, respond=suite_models.respond) as server:
-        done = subprocess.run(command(server, tmp_path, "1", "2", "3"), env=env(cache_dir), capture_output=True,
-                              text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "suite opt" in done.stdout and "fast_p" in done.stdout
-    out = CliRunner().invoke(app, ["report", "opt", "--store", str(tmp_path / "kw.db"), "--html", str(tmp_path / "r.html")])
+    out = CliRunner().invoke(app, ["report", "opt", "--store", str(db), "--html", str(tmp_path / "r.html")])
     assert out.exit_code == 0, out.output
     html = (tmp_path / "r.html").read_text()
-    assert html.count('class="problem"') == 3
-    assert "critical_issue</b>: The output differs from the reference. · <b>why_it_matters" in html  # the Judge on round 0
-    assert '<span class="del">-        return x + 1.0</span>' in html  # the diff from round 0 to round 1
+    assert html.count('class="problem"') == 2
+    assert "critical_issue</b>: The output differs from the reference. · <b>why_it_matters" in html  # round 0's Judge
+    assert '<span class="del">-        return x + 1.0</span>' in html  # add_one: the diff from round 0 to round 1
     assert '<span class="add">+        return torch.relu(x) + 1.0</span>' in html
-    assert "best kernel (round 1)" in html
-    shot = Path("/tmp/kw-report-optimize-screenshot.png")
-    chromium = __import__("shutil").which("chromium")
-    if chromium:
+    assert "best kernel (round 1)" in html and html.count("<svg") >= 3 + 2  # the suite's plots, one chart per problem
+    chromium = shutil.which("chromium")
+    if chromium:  # for a person to look at
         subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1280,2400",
-                        f"--screenshot={shot}", (tmp_path / "r.html").as_uri()], capture_output=True, timeout=120)
+                        "--screenshot=/tmp/kw-report-optimize-screenshot.png", (tmp_path / "r.html").as_uri()],
+                       capture_output=True, timeout=120)
 
 
 @pytest.mark.slow
