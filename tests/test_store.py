@@ -235,3 +235,31 @@ def test_index_a_run_directory_and_read_it_back(tmp_path):
                                                                 (2, "coder")]
         (problem,) = api.problems(run_id)
         assert problem["verdicts"] == ["incorrect", "passed", "passed"] and problem["correct"]
+
+
+def test_a_problem_with_a_degenerate_reference_is_counted_apart(tmp_path):
+    """Issue 13's flag, in either spelling, on an evaluation in the store: the problem leaves every
+    rate and mean and is listed apart (hand-made records)."""
+    from kernelwright.suites.metrics import ProblemOutcome, summarize
+
+    def flagged(where: str):
+        def evaluate(problem, code, on_stage, report_dir):
+            result = fake_evaluate(problem, code, on_stage, report_dir)
+            result.metadata = ({"guards": {"flags": {"degenerate_reference": True}}} if where == "guards"
+                               else {"degenerate_reference": {"reason": "the output is all zeros"}})
+            return result
+        return evaluate
+
+    with Store.open(tmp_path / "kw.db") as db:
+        for name, evaluate in (("plain", fake_evaluate), ("deg_guards", flagged("guards")), ("deg_meta", flagged("meta"))):
+            rd = RunDir(tmp_path / name, PROBLEM, {})
+            Forge(PROBLEM, Scripted("coder"), Scripted("judge"), evaluate, LoopConfig(rounds=2, backend="cpp"),
+                  device="cpu", recorder=rd).run()
+            with db.transaction() as tx:
+                tx.execute("INSERT OR IGNORE INTO suites (id, kind, problems, out_dir, created) VALUES ('s', 'optimize', '[]', '/', 0)")
+            index_run(db, tmp_path / name, suite_id="s", problem=name)
+    with open_store(tmp_path / "kw.db") as api:
+        rows = {r["problem"]: r for r in api.problems("s")}
+    assert {k: r["degenerate"] for k, r in rows.items()} == {"plain": False, "deg_guards": True, "deg_meta": True}
+    m = summarize([ProblemOutcome(**r) for r in rows.values()])
+    assert m.problems == 1 and m.degenerate == ["deg_guards", "deg_meta"] and m.correct == 1
