@@ -202,6 +202,26 @@ def test_resume_continues_with_the_same_best_as_a_run_never_stopped(tmp_path):
     assert state.best.index == a["best"]["round"]
     assert [r.verdict for r in load_rounds(tmp_path / "cut")] == [r["verdict"] for r in a["rounds"]]
     assert [r["expectation_outcome"] for r in a["rounds"]] == [r["expectation_outcome"] for r in b["rounds"]]
+    for name in ("judge_prompt.md", "coder_prompt.md"):  # every model saw the same prompts
+        pairs = zip(sorted((tmp_path / "straight").glob(f"0*_*/{name}")), sorted((tmp_path / "cut").glob(f"0*_*/{name}")))
+        assert all(x.read_text() == y.read_text() for x, y in pairs), name
+
+
+def test_a_run_stopped_at_its_round_limit_continues_like_a_longer_run(tmp_path):
+    """Its last round was not judged (the run stopped there): the resumed run asks the Judge first."""
+    straight = RunDir(tmp_path / "straight", PROBLEM, {})
+    forge(straight, 4).run()
+    forge(RunDir(tmp_path / "short", PROBLEM, {}), 2).run()
+    assert not list((tmp_path / "short").glob("001_*/judge_prompt.md"))
+    reopened, done = RunDir.reopen(tmp_path / "short")
+    f = forge(reopened, 4)
+    f.restore(done)
+    assert f.unjudged is done[1]
+    f.run()
+    assert rounds_of(tmp_path / "short") == rounds_of(tmp_path / "straight")
+    for name in ("judge_prompt.md", "coder_prompt.md"):
+        for a, b in zip(sorted((tmp_path / "straight").glob(f"0*_*/{name}")), sorted((tmp_path / "short").glob(f"0*_*/{name}"))):
+            assert a.read_text() == b.read_text(), (a, b)
 
 
 def test_resume_of_a_finished_run_runs_nothing_more(tmp_path):
