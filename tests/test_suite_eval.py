@@ -87,6 +87,7 @@ def test_a_rerun_skips_what_is_finished_and_redoes_a_changed_candidate(suite_run
     out = cli("suite", "eval", str(SUITE / "level1"), str(SUITE / "candidates"), "--device", "cpu", "--trials", "3",
               "--name", "fixtures", "--out", str(root / "out"), "--store", str(root / "kw.db"))
     assert "ran 0, skipped 5 finished before" in out
+    monkeypatch.setenv("COLUMNS", "200")
     listing = cli("runs", "--store", str(root / "kw.db"), "--suite", "fixtures")
     assert "5 runs in" in listing and "level1/2_swish" in listing and "1.0" in listing
     # a changed candidate for one problem: only that one runs again (the others come from the first run)

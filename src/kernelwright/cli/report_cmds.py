@@ -102,8 +102,9 @@ def runs_cmd(
         rows = db.runs(suite=suite)
         suites = {s["id"]: s for s in db.suites()}
     t = Table(title=f"{len(rows)} runs in {store or DEFAULT_STORE}", title_justify="left")
-    for col in ("suite", "problem", "kind", "state", "rounds", "best", "round", "tokens", "run directory"):
-        t.add_column(col)
+    for col in ("suite", "problem", "kind", "state", "rounds", "best", "round", "tokens"):
+        t.add_column(col, no_wrap=col in ("problem", "best"))
+    t.add_column("run directory", overflow="fold")
     for r in rows:
         t.add_row(r["suite_id"] or "-", (f"{r['level']}/" if r["level"] else "") + r["problem"], r["kind"], r["state"],
                   str(r["rounds_run"]), _x(r["best_speedup"]), "-" if r["best_round"] is None else str(r["best_round"]),
