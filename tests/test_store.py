@@ -283,3 +283,33 @@ def test_a_problem_with_a_degenerate_reference_is_counted_apart(tmp_path):
     assert {k: r["degenerate"] for k, r in rows.items()} == {"plain": False, "deg_guards": True, "deg_meta": True}
     m = summarize([ProblemOutcome(**r) for r in rows.values()])
     assert m.problems == 1 and m.degenerate == ["deg_guards", "deg_meta"] and m.correct == 1
+
+
+def test_a_child_that_died_in_start_up_is_evaluated_once_more_a_candidate_crash_is_not():
+    """A crash before the candidate was imported is the machine's, not the candidate's."""
+    import concurrent.futures as cf
+
+    from kernelwright.core.record import Stage
+    from kernelwright.executors.base import EvalTask
+    from kernelwright.suites.runner import once_more_if_died_early
+
+    class Once:
+        def __init__(self):
+            self.submitted = 0
+
+        def submit(self, task, on_stage=None):
+            self.submitted += 1
+            fut = cf.Future()
+            fut.set_result(EvalResult(status=Status.PASSED, correct=True, speedup=1.1))
+            return fut
+
+    task = EvalTask(key="k", problem=PROBLEM, candidate_text="code")
+    early = EvalResult(status=Status.CRASHED, error_stage=Stage.STARTUP, error_log="The evaluation process exited with code 1")
+    ex = Once()
+    again = once_more_if_died_early(ex, task, early)
+    assert ex.submitted == 1 and again.status is Status.PASSED
+    assert again.metadata["retried_after"] == "The evaluation process exited with code 1"
+    for stage in (Stage.BUILD, Stage.CORRECTNESS):  # the candidate ran: its crash is its verdict
+        ex = Once()
+        late = EvalResult(status=Status.CRASHED, error_stage=stage)
+        assert once_more_if_died_early(ex, task, late) is late and ex.submitted == 0

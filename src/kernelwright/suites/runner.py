@@ -22,7 +22,7 @@ from typing import Any, Callable, Protocol
 
 from kernelwright.core import run_files
 from kernelwright.core.config import EvalConfig, LoopConfig
-from kernelwright.core.record import EvalResult, Status
+from kernelwright.core.record import EvalResult, Stage, Status
 from kernelwright.executors.base import EvalTask, Executor, SerialExecutor
 from kernelwright.loop.records import Round, RunState
 from kernelwright.store.db import Store, now
@@ -94,6 +94,22 @@ def is_finished(run_dir: Path) -> bool:
     return s.get("state") == "finished" and not str(s.get("stop_reason") or "").startswith(UNFINISHED)
 
 
+def died_before_the_candidate(result: EvalResult) -> bool:
+    """The child died in its start-up, before the candidate was imported: the machine's fault, not
+    the candidate's (a long suite evaluates such a candidate once more rather than count it)."""
+    return result.status is Status.CRASHED and result.error_stage is Stage.STARTUP
+
+
+def once_more_if_died_early(executor: Executor, task: EvalTask, result: EvalResult,
+                            on_stage: Callable[[str], None] | None = None) -> EvalResult:
+    if not died_before_the_candidate(result):
+        return result
+    again = executor.submit(task, on_stage=on_stage).result()
+    first = result.error_log.strip().splitlines()[0] if result.error_log.strip() else "crashed in start-up"
+    again.metadata["retried_after"] = first
+    return again
+
+
 def needs_build(code: str) -> bool:
     """Does the candidate build an extension when imported (worth a prebuild)?"""
     return "load_inline" in code or "cpp_extension" in code
@@ -142,9 +158,9 @@ def run_eval_suite(pairs: list[tuple[Problem, Candidate]], *, name: str, out_dir
             progress.stage(prob, "evaluating")
             task = EvalTask(key=f"{prob.key}/{code_hash(cand.text)[:12]}", problem=prob.path, candidate_text=cand.text)
             fut = executor.submit(task, on_stage=lambda s, p=prob: progress.stage(p, s))
-            pending.append((prob, cand, run_dir, time.monotonic(), fut))
-            pending = _drain(pending, store, name, config, outcome, progress, wait=False)
-        _drain(pending, store, name, config, outcome, progress, wait=True)
+            pending.append((prob, cand, run_dir, task, fut))
+            pending = _drain(pending, executor, store, name, config, outcome, progress, wait=False)
+        _drain(pending, executor, store, name, config, outcome, progress, wait=True)
     finally:
         if own_executor:
             executor.close()
@@ -153,15 +169,15 @@ def run_eval_suite(pairs: list[tuple[Problem, Candidate]], *, name: str, out_dir
     return outcome
 
 
-def _drain(pending, store, name, config, outcome, progress, wait: bool):
+def _drain(pending, executor, store, name, config, outcome, progress, wait: bool):
     left = []
     for item in pending:
-        prob, cand, run_dir, t0, fut = item
+        prob, cand, run_dir, task, fut = item
         if not wait and not fut.done():
             left.append(item)
             continue
         try:
-            result = fut.result()
+            result = once_more_if_died_early(executor, task, fut.result())
         except Exception as exc:  # EngineError: the evaluation could not run at all (not a verdict)
             line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             outcome.failed.append(prob.key)
@@ -203,7 +219,8 @@ class ExecutorEvaluator:
     def __call__(self, problem: Path, code: str, on_stage: Callable[[str], None], report_dir: Path | None) -> EvalResult:
         task = EvalTask(key=f"{self.key}/{code_hash(code)[:12]}", problem=problem, candidate_text=code,
                         report_dir=report_dir)
-        return self.executor.submit(task, on_stage=on_stage).result()
+        return once_more_if_died_early(self.executor, task, self.executor.submit(task, on_stage=on_stage).result(),
+                                       on_stage)
 
 
 def run_optimize_suite(problems: list[Problem], *, name: str, out_dir: Path, store: Store, eval_config: EvalConfig,
