@@ -224,6 +224,33 @@ def test_a_run_stopped_at_its_round_limit_continues_like_a_longer_run(tmp_path):
             assert a.read_text() == b.read_text(), (a, b)
 
 
+def test_a_run_stopped_by_a_failed_coder_call_redoes_that_round_on_resume(tmp_path):
+    from kernelwright.models.base import ModelError
+
+    class Down(Scripted):
+        def __init__(self, name, fail_at):
+            super().__init__(name)
+            self.calls, self.fail_at = 0, fail_at
+
+        def complete(self, messages):
+            self.calls += 1
+            if self.calls == self.fail_at:
+                raise ModelError("503 the provider is down (retries spent)")
+            return super().complete(messages)
+
+    forge(RunDir(tmp_path / "straight", PROBLEM, {}), 4).run()
+    rd = RunDir(tmp_path / "down", PROBLEM, {})
+    state = Forge(PROBLEM, Down("coder", fail_at=3), Scripted("judge"), fake_evaluate,
+                  LoopConfig(rounds=4, backend="cpp"), device="cpu", recorder=rd).run()
+    assert state.stop_reason.startswith("coder failed") and state.rounds[-1].verdict == "model_error"
+    reopened, done = RunDir.reopen(tmp_path / "down")
+    assert len(done) == 2  # the failed round is done again
+    f = forge(reopened, 4)
+    f.restore(done)
+    f.run()
+    assert rounds_of(tmp_path / "down") == rounds_of(tmp_path / "straight")
+
+
 def test_resume_of_a_finished_run_runs_nothing_more(tmp_path):
     rd = RunDir(tmp_path / "r", PROBLEM, {})
     forge(rd, 2).run()

@@ -180,8 +180,10 @@ class RunDir:
     def reopen(cls, path: str | Path) -> tuple["RunDir", list[Round]]:
         """A run directory written before, ready to record more rounds, and its finished rounds.
 
-        A round folder without `round.json` is a round cut off mid-way (a kill): it is moved aside
-        to `.cut-NNN_<hash>` (kept for a person to read, invisible to replay and the indexer).
+        A round folder without `round.json` is a round cut off mid-way (a kill), and a last round
+        with no result is one whose Coder call failed for good (the run stopped there): either is
+        moved aside to `.cut-NNN_<hash>-TIME` (kept for a person to read, invisible to replay and
+        the indexer) and done again.
         """
         path = Path(path)
         info_path = path / run_files.RUN_INFO
@@ -192,6 +194,8 @@ class RunDir:
         self.run_info = json.loads(info_path.read_text())
         self.problem = path / run_files.PROBLEM
         rounds = load_rounds(path)
+        while rounds and rounds[-1].result is None:  # a round the Coder never answered (the run stopped there): redo it
+            rounds.pop()
         self.dirs = {r.index: self.round_name(r) for r in rounds}
         keep = set(self.dirs.values())
         for folder in round_dirs(path):
