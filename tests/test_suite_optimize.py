@@ -90,7 +90,8 @@ def test_suite_optimize_killed_and_resumed_ends_like_a_run_never_stopped(tmp_pat
 
         root, db = tmp_path / "killed", tmp_path / "killed" / "kw.db"
         kills = 0
-        for kill_at in ("startup", 1, 2, 3):  # before any evaluation, then after 1, 2, 3 finished evaluations
+        # before any evaluation; as the 1st evaluation is recorded; 1.5 s and 0.7 s after the 2nd and 3rd (mid-round)
+        for kill_at, delay in (("startup", 0.0), (1, 0.0), (2, 1.5), (3, 0.7)):
             before = evaluations(db)
             proc = subprocess.Popen(command(server, root, *only), env=env(cache_dir), stdout=subprocess.DEVNULL,
                                     stderr=subprocess.DEVNULL)
@@ -99,6 +100,7 @@ def test_suite_optimize_killed_and_resumed_ends_like_a_run_never_stopped(tmp_pat
                 if kill_at == "startup" and db.exists() or kill_at != "startup" and len(evaluations(db)) >= kill_at:
                     break
                 time.sleep(0.05)
+            time.sleep(delay)
             if proc.poll() is None:
                 proc.send_signal(signal.SIGKILL)
                 kills += 1
