@@ -14,7 +14,7 @@ from chat_server import Reply, Status
 from conftest import FIXTURES
 
 ANSWERS = FIXTURES / "suite" / "answers"
-NAMES = ("add_one", "swish", "scale_shift")
+NAMES = ("add_one", "scale_shift")
 CODER, JUDGE = "suite-coder", "suite-judge"
 
 
