@@ -164,3 +164,20 @@ def test_report_renders_in_headless_chromium_with_table_and_plots(reports):
     assert shot.stat().st_size > 10_000
     keep = Path("/tmp/kw-report-screenshot.png")
     shutil.copy(shot, keep)  # for a person to look at
+
+
+@pytest.mark.slow
+def test_suite_eval_of_jsonl_records(tmp_path, cache_dir, monkeypatch):
+    """Generations as JSONL `{problem, code}` records (one problem's worth here), through the CLI."""
+    monkeypatch.setenv("KERNELWRIGHT_CACHE", cache_dir)
+    records = tmp_path / "gen.jsonl"
+    records.write_text(json.dumps({"problem": "1_add_one", "code": (SUITE / "candidates" / "1_add_one.py").read_text()})
+                       + "\n" + json.dumps({"problem": "no_such_problem", "code": "x"}) + "\n")
+    out = cli("suite", "eval", str(SUITE / "level1"), str(records), "--only", "1", "--only", "2", "--device", "cpu",
+              "--trials", "2", "--out", str(tmp_path / "out"), "--store", str(tmp_path / "kw.db"))
+    assert "1 candidates for 2 problems (1 with no candidate)" in out and "level1/1_add_one: passed" in out
+    with open_store(tmp_path / "kw.db") as db:
+        (suite,) = db.suites()
+        assert suite["id"].startswith("eval-level1-") and suite["candidates"] == str(records)
+        assert {p["problem"]: p["verdict"] for p in db.problems(suite["id"])} == {"1_add_one": "passed",
+                                                                                   "2_swish": "no_candidate"}

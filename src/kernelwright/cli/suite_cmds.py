@@ -54,7 +54,7 @@ class RichSuiteProgress:
 
     def start(self, total: int, already_done: int) -> None:
         if already_done:
-            self.console.print(f"{already_done} of {total} problems finished before: skipped", highlight=False)
+            self.console.print(f"{already_done} of {total} problems finished before: skipped", highlight=False, soft_wrap=True)
         self.task = self.progress.add_task("starting", total=total - already_done, mix="")
 
     def stage(self, problem, text: str) -> None:
@@ -63,11 +63,11 @@ class RichSuiteProgress:
     def done(self, problem, verdict: str, speedup: float | None) -> None:
         self.mix[verdict] += 1
         speed = f" {speedup:.3f}x" if speedup is not None else ""
-        self.console.print(f"{problem.key}: [{_VERDICT_STYLE.get(verdict, 'red')}]{verdict}[/]{speed}", highlight=False)
+        self.console.print(f"{problem.key}: [{_VERDICT_STYLE.get(verdict, 'red')}]{verdict}[/]{speed}", highlight=False, soft_wrap=True)
         self.progress.update(self.task, advance=1, mix=self._mix())
 
     def note(self, text: str) -> None:
-        self.console.print(f"[dim]{text}[/]", highlight=False)
+        self.console.print(f"[dim]{text}[/]", highlight=False, soft_wrap=True)
 
 
 def default_name(kind: str, problems: list[str], candidates: str | None = None) -> str:
@@ -92,9 +92,9 @@ def _finish(outcome, store_obj, name: str, console: Console, t0: float) -> None:
     render_metrics(summarize([ProblemOutcome(**r) for r in rows]), Console(), title=f"suite {name}")
     console.print(f"ran {len(outcome.ran)}, skipped {len(outcome.skipped)} finished before, "
                   f"{len(outcome.failed)} could not run; {time.monotonic() - t0:.0f} s. "
-                  f"Report: kernelwright report {name} --html report.html", highlight=False)
+                  f"Report: kernelwright report {name} --html report.html", highlight=False, soft_wrap=True)
     for note in outcome.notes:
-        err.print(f"[red]not run:[/] {note}", highlight=False)
+        err.print(f"[red]not run:[/] {note}", highlight=False, soft_wrap=True)
     if outcome.failed:
         raise typer.Exit(1)
 
@@ -161,7 +161,7 @@ def suite_eval(
     console = Console(stderr=True)
     console.print(f"[bold]suite eval[/] {name}: {len(pairs)} candidates for {len(problems)} problems"
                   + (f" ({len(missing)} with no candidate)" if missing else "") + f" on {device} → {out_dir}, store {store_path}",
-                  highlight=False)
+                  highlight=False, soft_wrap=True)
     t0 = time.monotonic()
     try:
         with RichSuiteProgress(console) as progress:
@@ -237,7 +237,7 @@ def suite_optimize(
         return
     console = Console(stderr=True)
     console.print(f"[bold]suite optimize[/] {name}: {len(problems)} problems, coder {coder_model.name}, judge "
-                  f"{judge_model.name}, {rounds} rounds each, on {device} → {out_dir}, store {store_path}", highlight=False)
+                  f"{judge_model.name}, {rounds} rounds each, on {device} → {out_dir}, store {store_path}", highlight=False, soft_wrap=True)
     t0 = time.monotonic()
     try:
         with RichSuiteProgress(console) as progress:
