@@ -17,7 +17,9 @@ import pytest
 from typer.testing import CliRunner
 
 from kernelwright.cli.main import app
+from kernelwright.core.record import EvalResult
 from kernelwright.store import open_store
+from kernelwright.suites.runner import died_before_the_candidate
 
 from conftest import FIXTURES
 
@@ -75,6 +77,9 @@ def test_suite_eval_matches_one_kernelwright_eval_each(suite_run, cache_dir, mon
         out = cli("eval", str(SUITE / "level1" / f"{name}.py"), str(SUITE / "candidates" / f"{name}.py"),
                   "--device", "cpu", "--trials", "3", "--json")
         alone = json.loads(out)
+        if died_before_the_candidate(EvalResult.from_dict(alone)):  # the machine's fault (as the suite does: once more)
+            alone = json.loads(cli("eval", str(SUITE / "level1" / f"{name}.py"), str(SUITE / "candidates" / f"{name}.py"),
+                                   "--device", "cpu", "--trials", "3", "--json"))
         assert (alone["status"], alone["correct"], alone["compiled"]) == (record["status"], record["correct"],
                                                                            record["compiled"]), name
         assert (alone["max_abs_err"] is None) == (record["max_abs_err"] is None), name
@@ -89,7 +94,7 @@ def test_a_rerun_skips_what_is_finished_and_redoes_a_changed_candidate(suite_run
     assert "ran 0, skipped 5 finished before" in out
     monkeypatch.setenv("COLUMNS", "200")
     listing = cli("runs", "--store", str(root / "kw.db"), "--suite", "fixtures")
-    assert "5 runs in" in listing and "level1/2_swish" in listing and "1.0" in listing
+    assert "5 runs in" in listing and "level1/2_swish" in listing and re.search(r"│ \d+\.\d{3}x ", listing)
     # a changed candidate for one problem: only that one runs again (the others come from the first run)
     cands = tmp_path / "cands"
     shutil.copytree(SUITE / "candidates", cands)
