@@ -33,8 +33,12 @@ class Status:
 
 
 class ChatServer:
-    def __init__(self, script: dict[str, list]):
+    """`respond(model, messages) -> Reply | Status | None`, when given, answers every request whose
+    model has no script (answers that depend on the prompt, not on the order of requests)."""
+
+    def __init__(self, script: dict[str, list], respond=None):
         self.script = {model: list(items) for model, items in script.items()}
+        self.respond = respond
         self.log: list[dict] = []
         self.lock = threading.Lock()
         outer = self
@@ -52,6 +56,8 @@ class ChatServer:
                 with outer.lock:
                     queue = outer.script.get(model, [])
                     item = queue.pop(0) if queue else None
+                    if item is None and model not in outer.script and outer.respond is not None:
+                        item = outer.respond(model, body.get("messages", []))
                     outer.log.append({"model": model, "messages": body.get("messages", []), "t": time.monotonic(),
                                       "served": type(item).__name__ if item else None,
                                       "auth": self.headers.get("authorization")})

@@ -206,6 +206,8 @@ def optimize_cmd(
                                 help="Kernel language the Coder writes (default: cuda on a GPU, cpp on the CPU)."),
     device: str = typer.Option(None, metavar="cuda|cpu|auto", help="Device (default auto: cuda when a GPU is visible)."),
     out: Path = typer.Option(None, metavar="DIR", help="Run directory to write (default: runs/PROBLEM-DATE-TIME); must be new or empty."),
+    resume: Path = typer.Option(None, "--resume", metavar="RUN", help="Continue this run directory after its last finished round."),
+    store: Path = typer.Option(None, "--store", metavar="FILE", help="Run store that indexes the run (default: the run directory's parent/kernelwright.db)."),
     base_url: str = typer.Option(None, "--base-url", metavar="URL", help="OpenAI-compatible endpoint (vLLM, SGLang, Ollama, a proxy)."),
     target_speedup: float = typer.Option(None, "--target-speedup", metavar="X", help="Stop once a verified candidate is this much faster."),
     max_tokens: int = typer.Option(None, "--max-tokens", metavar="N", help="Token budget for the whole run."),
@@ -255,12 +257,13 @@ def optimize_cmd(
                             if v is not None} or None},
     })
     code = run_optimize(problem, settings, out, verbosity=verbosity, json_out=json_out,
-                        executor=executor, gpus=gpus, ray_address=ray_address)
+                        executor=executor, gpus=gpus, ray_address=ray_address, resume=resume, store=store)
     raise typer.Exit(int(code))
 
 
 def run_optimize(problem: Path, settings: Settings, out: Path | None, *, verbosity: int, json_out: bool,
-                 executor: str = "serial", gpus: str | None = None, ray_address: str | None = None) -> ExitCode:
+                 executor: str = "serial", gpus: str | None = None, ray_address: str | None = None,
+                 resume: Path | None = None, store: Path | None = None) -> ExitCode:
     """Set the run up from `settings` (one-line errors, exit 2), run it, say how it ended."""
     from kernelwright.engine import EngineError
     from kernelwright.engine import sandbox as sandbox_mod
@@ -271,7 +274,7 @@ def run_optimize(problem: Path, settings: Settings, out: Path | None, *, verbosi
     from kernelwright.models import ModelSetupError, resolve_model
     from kernelwright.models.resolve import resolve_coders
     from kernelwright.cli.console import QUIET, LoopProgress, render_run, run_line
-    from kernelwright.store.rundir import RunDir, RunDirError, default_run_dir
+    from kernelwright.store.rundir import RunDir, RunDirError, default_run_dir, read_summary
 
     cfg, eval_cfg, model_cfg = settings.loop, settings.eval, settings.loop.model
     if not model_cfg.coder:
@@ -290,7 +293,13 @@ def run_optimize(problem: Path, settings: Settings, out: Path | None, *, verbosi
         gpu_list = parse_gpus(gpus)
         evaluate = (engine_evaluator(eval_cfg) if executor == "serial" and not gpu_list and cfg.candidates == 1
                     else ExecutorEvaluator(make_executor(executor, eval_cfg, gpu_list, ray_address)))
-        run_dir = RunDir(out or default_run_dir(problem), problem, {
+        done = []
+        run_dir = None
+        if resume is not None:
+            from kernelwright.cli.resume import reopen
+
+            run_dir, done = reopen(resume, problem)
+        run_dir = run_dir or RunDir(out or default_run_dir(problem), problem, {
             "coder": coder_model.name, "judge": judge_model.name, "backend": cfg.backend, "device": device,
             "round_limit": cfg.rounds, "target_speedup": cfg.target_speedup, "trials": eval_cfg.trials,
             "atol": eval_cfg.atol, "rtol": eval_cfg.rtol, "verdict": eval_cfg.verdict, "seed": eval_cfg.seed,
@@ -306,7 +315,15 @@ def run_optimize(problem: Path, settings: Settings, out: Path | None, *, verbosi
         source = f"  settings {settings.source}" if settings.source else ""
         err.print(f"[bold]kernelwright optimize[/] {problem}  coder {coder_model.name}  judge {judge_model.name}  "
                   f"backend {cfg.backend}  device {device}{source}  → {run_dir.path}", highlight=False, soft_wrap=True)
-    forge = Forge(problem, coder_model, judge_model, evaluate, cfg, device=device, recorder=run_dir, coders=coders)
+    from kernelwright.cli.resume import indexed
+
+    recorder = indexed(run_dir, store)
+    forge = Forge(problem, coder_model, judge_model, evaluate, cfg, device=device, recorder=recorder, coders=coders)
+    if done:
+        forge.restore(done, wall_s=float(read_summary(run_dir.path).get("wall_s") or 0.0))
+        if verbosity > QUIET:
+            err.print(f"resuming after round {len(done) - 1} (best so far "
+                      f"{forge.state.best.speedup if forge.state.best else None})", highlight=False)
     try:
         with LoopProgress(err, cfg.rounds, verbosity) as progress:
             forge.on_progress = progress.update
@@ -317,7 +334,7 @@ def run_optimize(problem: Path, settings: Settings, out: Path | None, *, verbosi
     except EngineError as exc:
         err.print(f"[bold red]stopped:[/] {escape(str(exc))} (the rounds so far are in {run_dir.path})", highlight=False, soft_wrap=True)
         return ExitCode.STOPPED
-    summary = run_dir.write_summary(state, final=True)
+    summary = recorder.write_summary(state, final=True)
     if json_out:
         sys.stdout.write(json.dumps(summary, indent=2) + "\n")
     elif verbosity == QUIET:
@@ -325,6 +342,13 @@ def run_optimize(problem: Path, settings: Settings, out: Path | None, *, verbosi
     else:
         render_run(summary, run_dir.path, Console())
     return ExitCode.OK if summary["state"] == "finished" else ExitCode.STOPPED
+
+
+# whole suites, the run store's listing and reports (issue 15): commands in their own modules
+from kernelwright.cli import report_cmds, suite_cmds  # noqa: E402
+
+app.add_typer(suite_cmds.app, name="suite")
+report_cmds.register(app)
 
 
 def main() -> None:

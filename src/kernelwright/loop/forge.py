@@ -119,6 +119,42 @@ class Forge:
         self.pending: Expectation | None = None  # the Judge's last expectation, not yet measured
         # with config.candidates = K > 1: the K Coders (e.g. one model at K temperatures); one given: asked K times
         self.coders = list(coders) if coders else [coder]
+        self.unjudged: Round | None = None  # resume: a last round recorded without its Judge (see restore)
+
+    # -- resume: a run continued from its recorded rounds (store.rundir.load_rounds) --
+    def restore(self, rounds: list[Round], wall_s: float = 0.0) -> None:
+        """Continue after `rounds`: the same best so far, token and cost totals, the Judge's pending
+        expectation and wall time (`wall_s` already spent), as if this loop had run them."""
+        st = self.state
+        st.rounds, st.started = list(rounds), st.started - wall_s
+        for r in rounds:  # the bookkeeping of step(), in its order
+            for call in (r.coder, r.judge):
+                if call is not None and call.completion is not None:
+                    st.count(call.completion)
+            if r.evaluated and self.pending is not None and r.result.status is Status.PASSED:
+                self.pending = None
+            if r.became_best:
+                st.best = r
+            if isinstance(r.critique, PerformanceCritique) and st.best is not None:
+                self.pending = Expectation(
+                    judged_round=r.index, baseline_round=st.best.index, baseline_speedup=st.best.speedup,
+                    expected_speedup=r.critique.expected_speedup, expected_text=r.critique.expected_text,
+                    optimisation=r.critique.optimisation)
+        st.stop_reason = self._stop_reason(len(rounds)) if rounds else None
+        last = rounds[-1] if rounds else None
+        if (st.stop_reason is None and last is not None and last.result is not None and last.judge is None
+                and last.judge_error is None and last.result.status is not Status.FORMAT_ERROR):
+            self.unjudged = last  # it ended the run at its old limit: run() asks the Judge first, as step() would have
+
+    def _judge_unjudged(self) -> None:
+        rnd, self.unjudged = self.unjudged, None
+        self.state.rounds.pop()  # the Judge sees the history as step() shows it: the round itself not yet in it
+        try:
+            self._progress(rnd.index, "judge")
+            self._ask_judge(rnd)
+        finally:
+            self.state.rounds.append(rnd)
+        self.recorder.record_round(rnd, self.state)
 
     # -- driver --
     def run(self) -> RunState:
@@ -126,6 +162,8 @@ class Forge:
         if prestart:  # the first evaluation's child starts up while the Coder writes
             prestart()
         try:
+            if self.unjudged is not None:
+                self._judge_unjudged()
             while self.state.stop_reason is None:
                 self.step()
                 self.state.stop_reason = self.state.stop_reason or self._stop_reason(len(self.state.rounds))

@@ -36,7 +36,11 @@ from typing import Any
 import kernelwright
 from kernelwright.core import run_files
 from kernelwright.core.run_files import BEST, RESPONSE_FILES, SUMMARY
-from kernelwright.loop.records import Round, RunState
+from kernelwright.core.record import EvalResult
+from kernelwright.loop.records import Expectation, ModelCall, Round, RunState
+from kernelwright.models.base import Attempt, Completion, Usage
+from kernelwright.models.extract import FailureCritique, PerformanceCritique
+from kernelwright.models.replay import round_dirs
 
 
 class RunDirError(RuntimeError):
@@ -60,7 +64,8 @@ def _json(data: Any) -> str:
 
 
 class RunDir:
-    """Implements the loop's Recorder: writes each round as it ends and the summary after it."""
+    """Implements the loop's Recorder: writes each round as it ends and the summary after it.
+    `RunDir.reopen(path)` continues a run directory written before (see `load_rounds`)."""
 
     def __init__(self, path: str | Path, problem: Path, run_info: dict[str, Any]):
         self.path = Path(path)
@@ -200,6 +205,98 @@ class RunDir:
         }
         _write(self.path / SUMMARY, _json(summary))
         return summary
+
+
+    # -- resume --
+    @classmethod
+    def reopen(cls, path: str | Path) -> tuple["RunDir", list[Round]]:
+        """A run directory written before, ready to record more rounds, and its finished rounds.
+
+        A round folder without `round.json` is a round cut off mid-way (a kill), and a last round
+        with no result is one whose Coder call failed for good (the run stopped there): either is
+        moved aside to `.cut-NNN_<hash>-TIME` (kept for a person to read, invisible to replay and
+        the indexer) and done again.
+        """
+        path = Path(path)
+        info_path = path / run_files.RUN_INFO
+        if not info_path.is_file():
+            raise RunDirError(f"no {run_files.RUN_INFO} in {path}; pass a run directory written by `kernelwright optimize`")
+        self = cls.__new__(cls)
+        self.path = path
+        self.run_info = json.loads(info_path.read_text())
+        self.problem = path / run_files.PROBLEM
+        rounds = load_rounds(path)
+        while rounds and rounds[-1].result is None:  # a round the Coder never answered (the run stopped there): redo it
+            rounds.pop()
+        self.dirs = {r.index: self.round_name(r) for r in rounds}
+        keep = set(self.dirs.values())
+        for folder in round_dirs(path):
+            if folder.name not in keep:
+                os.replace(folder, path / f".cut-{folder.name}-{datetime.now().strftime('%Y%m%d%H%M%S%f')}")
+        return self, rounds
+
+
+# ---- reading a run directory back (resume) ----------------------------------------------------
+
+def load_rounds(run_dir: str | Path) -> list[Round]:
+    """The finished rounds of a run directory as the loop's `Round`s (what `Forge.restore` takes).
+
+    Rounds count up to the first folder without a readable `round.json`: what follows a cut-off
+    round is not trusted.
+    """
+    rounds: list[Round] = []
+    for folder in round_dirs(Path(run_dir)):
+        try:
+            rec = json.loads((folder / run_files.ROUND).read_text())
+        except (OSError, ValueError):
+            break
+        if rec.get("round") != len(rounds):
+            break
+        rounds.append(_round_from_files(folder, rec))
+    return rounds
+
+
+def _round_from_files(folder: Path, rec: dict[str, Any]) -> Round:
+    def text(name: str) -> str | None:
+        p = folder / name
+        return p.read_text() if p.is_file() else None
+
+    rnd = Round(index=int(rec["round"]), kind=rec.get("kind") or "first")
+    rnd.coder = _call_from_files("coder", rec.get("coder"), text(run_files.PROMPT_FILES["coder"]),
+                                 text(RESPONSE_FILES["coder"]))
+    rnd.judge = _call_from_files("judge", rec.get("judge"), text(run_files.PROMPT_FILES["judge"]),
+                                 text(RESPONSE_FILES["judge"]))
+    rnd.code = text(run_files.CANDIDATE)
+    ev = text(run_files.EVAL)
+    rnd.result = EvalResult.from_json(ev) if ev is not None else None
+    rnd.evaluated = bool(rec.get("evaluated"))
+    crit = rec.get("critique")
+    if crit:
+        kind = PerformanceCritique if "bottleneck" in crit else FailureCritique
+        names = {f.name for f in dataclasses.fields(kind)}
+        rnd.critique = kind(**{k: v for k, v in crit.items() if k in names})
+    rnd.judge_error = rec.get("judge_error")
+    rnd.became_best = bool(rec.get("became_best"))
+    rnd.best_decision = rec.get("best_decision") or ""
+    if rec.get("expectation"):
+        rnd.expectation = Expectation(**rec["expectation"])
+    rnd.wall_s = float(rec.get("wall_s") or 0.0)
+    return rnd
+
+
+def _call_from_files(role: str, rec: dict[str, Any] | None, prompt: str | None, response: str | None) -> ModelCall | None:
+    if rec is None or prompt is None:
+        return None
+    call = ModelCall(role=role, prompt=prompt)
+    if rec.get("error") is not None or response is None:
+        call.error = rec.get("error") or "no response recorded"
+        call.error_attempts = list(rec.get("attempts") or [])
+        return call
+    call.completion = Completion(
+        text=response, usage=Usage(int(rec.get("prompt_tokens") or 0), int(rec.get("completion_tokens") or 0)),
+        model=rec.get("model") or "", attempts=[Attempt(**a) for a in rec.get("attempts") or []],
+        cost_usd=rec.get("cost_usd"), finish_reason=rec.get("finish_reason"))
+    return call
 
 
 def _attempts(call) -> int:

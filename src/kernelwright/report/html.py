@@ -1,0 +1,25 @@
+"""The HTML report: one self-contained page (inline CSS, JS and SVG plots; no network references)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jinja2
+
+from kernelwright.report import plots
+
+
+def render(data: dict[str, Any]) -> str:
+    env = jinja2.Environment(loader=jinja2.PackageLoader("kernelwright.report", "templates"),
+                             autoescape=jinja2.select_autoescape(["html", "j2"]), undefined=jinja2.StrictUndefined,
+                             trim_blocks=True, lstrip_blocks=True)
+    m = data["metrics"]
+    speedups = [p["speedup"] for p in data["problems"] if p["correct"] and p["speedup"] and not p["degenerate"]]
+    figures = {
+        "distribution": plots.speedup_distribution(speedups),
+        "fast_p": plots.fast_p_curve(data["fast_p_curve"]["p"], data["fast_p_curve"]["fast_p"]),
+        "verdicts": plots.verdict_mix(m["verdict_mix"]),
+    }
+    charts = {p["key"]: plots.rounds_chart(p["rounds"]) for p in data["problems"] if len(p["rounds"]) > 1}
+    return env.get_template("report.html.j2").render(data=data, m=m, figures=figures, charts=charts,
+                                                     colors=plots.VERDICT_COLORS)

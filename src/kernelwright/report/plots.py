@@ -1,0 +1,99 @@
+"""The report's plots, drawn with matplotlib (Agg) as SVG text to inline in the page: no files,
+no network references (the XML header, DOCTYPE and metadata are stripped)."""
+
+from __future__ import annotations
+
+import io
+import math
+import re
+from typing import Any
+
+VERDICT_COLORS = {"passed": "#2e7d32", "incorrect": "#f9a825", "compile_error": "#c62828", "runtime_error": "#ad1457",
+                  "timeout": "#6a1b9a", "crashed": "#4e342e", "format_error": "#7b1fa2", "model_error": "#546e7a",
+                  "no_candidate": "#9e9e9e", "not_run": "#bdbdbd"}
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plt.rcParams.update({"svg.fonttype": "none", "svg.hashsalt": "kernelwright", "font.size": 9,
+                         "axes.spines.top": False, "axes.spines.right": False})
+    return plt
+
+
+def _svg(fig) -> str:
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
+    _plt().close(fig)
+    text = buf.getvalue()
+    text = re.sub(r"<\?xml[^>]*\?>\s*", "", text)
+    text = re.sub(r"<!DOCTYPE[^>]*>\s*", "", text)
+    text = re.sub(r"<metadata>.*?</metadata>\s*", "", text, flags=re.S)
+    return text.replace(' xmlns:xlink="http://www.w3.org/1999/xlink"', "")
+
+
+def speedup_distribution(speedups: list[float]) -> str:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(3.6, 2.4))
+    if speedups:
+        lo, hi = min(speedups), max(speedups)
+        lo, hi = min(lo, 0.5), max(hi, 2.0)
+        bins = [math.exp(math.log(lo) + (math.log(hi) - math.log(lo)) * i / 20) for i in range(21)]
+        ax.hist(speedups, bins=bins, color="#1565c0", edgecolor="white")
+        ax.set_xscale("log")
+        from matplotlib.ticker import FuncFormatter, NullFormatter
+
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}x"))
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set_xticks(sorted({round(lo, 2), 0.5, 1.0, 2.0, round(hi, 2)}))
+    else:
+        ax.text(0.5, 0.5, "no correct kernel", ha="center", va="center", transform=ax.transAxes)
+    ax.axvline(1.0, color="#555", linestyle="--", linewidth=1)
+    ax.set_xlabel("speedup over eager (log scale)")
+    ax.set_ylabel("problems")
+    ax.set_title("speed-up of correct kernels")
+    return _svg(fig)
+
+
+def fast_p_curve(ps: list[float], values: list[float]) -> str:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(3.6, 2.4))
+    ax.step(ps, values, where="post", color="#1565c0")
+    for p in (1.0, 1.5, 2.0):
+        ax.axvline(p, color="#bbb", linewidth=0.8)
+    ax.set_ylim(0, 1.02)
+    ax.set_xlabel("p (speedup threshold)")
+    ax.set_ylabel("fast_p")
+    ax.set_title("fast_p: correct and faster than p x")
+    return _svg(fig)
+
+
+def verdict_mix(mix: dict[str, int]) -> str:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(3.6, 2.4))
+    names = list(mix)
+    ax.barh(names, [mix[n] for n in names], height=0.6, color=[VERDICT_COLORS.get(n, "#777") for n in names])
+    ax.set_ylim(len(names) - 0.5 + max(0, 4 - len(names)) * 0.5, -0.5 - max(0, 4 - len(names)) * 0.5)
+    ax.set_xlabel("problems")
+    ax.set_title("verdict mix (final verdict per problem)")
+    return _svg(fig)
+
+
+def rounds_chart(rounds: list[dict[str, Any]]) -> str:
+    """A problem's speed-up round by round; every round marked in its verdict's colour (failed at 0)."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(3.6, 1.9))
+    xs = [r["round"] for r in rounds]
+    ys = [r["speedup"] if r["speedup"] is not None else 0.0 for r in rounds]
+    ax.plot(xs, ys, color="#90a4ae", linewidth=1, zorder=1)
+    for r, y in zip(rounds, ys):
+        ax.scatter([r["round"]], [y], color=VERDICT_COLORS.get(r["verdict"], "#777"), s=36 if r["became_best"] else 18,
+                   marker="*" if r["became_best"] else "o", zorder=2)
+    ax.axhline(1.0, color="#bbb", linestyle="--", linewidth=0.8)
+    ax.set_xticks(xs)
+    ax.set_xlabel("round")
+    ax.set_ylabel("speedup")
+    return _svg(fig)

@@ -1,0 +1,128 @@
+"""The run store for notebooks and reports: plain rows (dicts), ready for `pandas.DataFrame(...)`.
+
+    from kernelwright.store import open_store
+    db = open_store("runs/kernelwright.db")
+    db.suites()                      # every suite: name, kind, problems, settings
+    db.runs(suite="kb-l1")           # every run (one per problem of a suite), with its best result
+    db.problems("kb-l1")             # one row per problem: best correct speedup, verdicts round by round
+    db.evaluations(suite="kb-l1")    # every evaluation, the full record under "record"
+    db.rounds(run_id)                # one run's rounds, the Judge's findings included
+
+`target` (for `problems`) is a suite's name or a run's id (its run directory).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from kernelwright.store.db import Store, StoreError
+
+DEFAULT_STORE = Path("runs") / "kernelwright.db"
+
+
+def open_store(path: str | Path = DEFAULT_STORE, readonly: bool = True) -> "RunStore":
+    return RunStore(Store.open(path, readonly=readonly))
+
+
+def _row(r) -> dict[str, Any]:
+    d = dict(r)
+    for key in ("info", "critique", "expectation", "record"):
+        if isinstance(d.get(key), str):
+            d[key] = json.loads(d[key])
+    return d
+
+
+class RunStore:
+    def __init__(self, store: Store):
+        self.store = store
+
+    def close(self) -> None:
+        self.store.close()
+
+    def __enter__(self) -> "RunStore":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def suites(self) -> list[dict[str, Any]]:
+        return [_row(r) for r in self.store.query("SELECT * FROM suites ORDER BY created")]
+
+    def suite(self, name: str) -> dict[str, Any] | None:
+        rows = self.store.query("SELECT * FROM suites WHERE id=?", (name,))
+        return _row(rows[0]) if rows else None
+
+    def runs(self, suite: str | None = None) -> list[dict[str, Any]]:
+        if suite is None:
+            rows = self.store.query("SELECT * FROM runs ORDER BY updated")
+        else:
+            rows = self.store.query("SELECT * FROM runs WHERE suite_id=? ORDER BY level, problem", (suite,))
+        return [_row(r) for r in rows]
+
+    def run(self, run_id: str) -> dict[str, Any] | None:
+        rows = self.store.query("SELECT * FROM runs WHERE id=?", (str(Path(run_id).resolve()),))
+        rows = rows or self.store.query("SELECT * FROM runs WHERE id=?", (run_id,))
+        return _row(rows[0]) if rows else None
+
+    def rounds(self, run_id: str) -> list[dict[str, Any]]:
+        return [_row(r) for r in self.store.query(
+            "SELECT r.*, c.code FROM rounds r LEFT JOIN candidates c ON c.hash = r.candidate_hash"
+            " WHERE r.run_id=? ORDER BY r.idx", (run_id,))]
+
+    def evaluations(self, run: str | None = None, suite: str | None = None, full: bool = True) -> list[dict[str, Any]]:
+        cols = "e.*" if full else "e.id, e.run_id, e.round_idx, e.candidate_hash, e.status, e.correct, e.speedup," \
+                                  " e.speedup_vs_compile, e.candidate_ms, e.reference_ms, e.device, e.degenerate"
+        sql = f"SELECT {cols}, r.problem, r.level, r.suite_id FROM evaluations e JOIN runs r ON r.id = e.run_id"
+        if run is not None:
+            rows = self.store.query(sql + " WHERE e.run_id=? ORDER BY e.round_idx", (run,))
+        elif suite is not None:
+            rows = self.store.query(sql + " WHERE r.suite_id=? ORDER BY r.level, r.problem, e.round_idx", (suite,))
+        else:
+            rows = self.store.query(sql + " ORDER BY e.id")
+        return [_row(r) for r in rows]
+
+    def model_calls(self, run: str) -> list[dict[str, Any]]:
+        return [_row(r) for r in self.store.query("SELECT * FROM model_calls WHERE run_id=? ORDER BY id", (run,))]
+
+    def candidate(self, code_hash: str) -> str | None:
+        rows = self.store.query("SELECT code FROM candidates WHERE hash=?", (code_hash,))
+        return rows[0]["code"] if rows else None
+
+    def problems(self, target: str) -> list[dict[str, Any]]:
+        """One row per problem of a suite (or of one run): the fields of `suites.metrics.ProblemOutcome`."""
+        suite = self.suite(target)
+        if suite is not None:
+            runs = self.runs(suite=target)
+            missing = (suite.get("info") or {}).get("missing", [])
+        else:
+            one = self.run(target)
+            if one is None:
+                raise StoreError(f"no suite or run named {target!r} in {self.store.path}; `kernelwright runs` lists them")
+            runs, missing = [one], []
+        out = [self._problem(r) for r in runs]
+        for m in missing:
+            out.append(dict(problem=m["problem"], level=m.get("level"), verdict="no_candidate", correct=False,
+                            speedup=None, speedup_vs_compile=None, verdicts=[], speedups=[], tokens=0, cost_usd=0.0,
+                            wall_s=None, degenerate=False, run_id=None, best_round=None))
+        return out
+
+    def _problem(self, run: dict[str, Any]) -> dict[str, Any]:
+        rounds = self.rounds(run["id"])
+        evals = {e["round_idx"]: e for e in self.evaluations(run=run["id"], full=False)}
+        # the run's best (the kernel the loop kept: best.py), else the fastest correct evaluation
+        best = evals.get(run["best_round"]) if run["best_round"] is not None else None
+        if best is None or not (best["correct"] and best["status"] == "passed"):
+            correct = [e for e in evals.values() if e["correct"] and e["status"] == "passed"]
+            best = max(correct, key=lambda e: (e["speedup"] is not None, e["speedup"] or 0.0), default=None)
+        verdicts = [r["verdict"] for r in rounds]
+        return dict(
+            problem=run["problem"], level=run["level"],
+            verdict="passed" if best is not None else (verdicts[-1] if verdicts else "not_run"),
+            correct=best is not None, speedup=best["speedup"] if best else None,
+            speedup_vs_compile=best["speedup_vs_compile"] if best else None,
+            verdicts=verdicts, speedups=[r["speedup"] for r in rounds], tokens=run["tokens"] or 0,
+            cost_usd=run["cost_usd"], wall_s=run["wall_s"],
+            degenerate=any(e["degenerate"] for e in evals.values()), run_id=run["id"],
+            best_round=best["round_idx"] if best else None)

@@ -1,0 +1,109 @@
+"""Suite metrics: pure functions of per-problem outcomes (no I/O, no torch).
+
+One `ProblemOutcome` per problem: its best correct evaluation when it has one (the fastest), else
+its last verdict. `fast_p` is KernelBench's: the share of ALL problems whose kernel is correct AND
+faster than p times the reference (speedup > p). A correct kernel without a timing (an untimed pass)
+counts for p = 0 only. Problems whose reference is flagged degenerate (issue 13's guard) are
+counted apart: they are in `degenerate` and in no rate, mean or denominator.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+
+FAST_P = (0.0, 1.0, 1.5, 2.0)
+
+
+@dataclass
+class ProblemOutcome:
+    problem: str
+    level: str | None = None
+    verdict: str = "not_run"  # passed when any evaluation passed, else the last evaluation's verdict
+    correct: bool = False
+    speedup: float | None = None  # of the best correct kernel, over eager
+    speedup_vs_compile: float | None = None  # of the same kernel, over torch.compile (when timed)
+    verdicts: list[str] = field(default_factory=list)  # every evaluation's verdict, in order
+    speedups: list[float | None] = field(default_factory=list)  # every round's (None unless passed)
+    tokens: int = 0
+    cost_usd: float | None = 0.0  # None: some call had no known price
+    wall_s: float | None = None
+    degenerate: bool = False
+    run_id: str | None = None
+    best_round: int | None = None
+
+
+@dataclass
+class SuiteMetrics:
+    problems: int  # counted problems (degenerate ones apart)
+    degenerate: list[str]
+    correct: int
+    correctness_rate: float
+    verdict_mix: dict[str, int]  # final verdict per counted problem
+    evaluation_mix: dict[str, int]  # every evaluation of the counted problems
+    mean_speedup: float | None  # over the correct kernels with a timing
+    geomean_speedup: float | None
+    mean_speedup_vs_compile: float | None
+    geomean_speedup_vs_compile: float | None
+    fast_p: dict[str, float]  # "0", "1", "1.5", "2" -> share of all counted problems
+    tokens_per_problem: float
+    cost_per_problem: float | None
+    wall_s_per_problem: float | None
+
+    def to_dict(self) -> dict:
+        from dataclasses import asdict
+
+        return asdict(self)
+
+
+def fast_p(outcomes: list[ProblemOutcome], p: float) -> float:
+    """Share of all problems with a correct kernel whose speedup exceeds p (KernelBench's fast_p)."""
+    if not outcomes:
+        return 0.0
+    hits = sum(1 for o in outcomes if o.correct and (p == 0 or (o.speedup is not None and o.speedup > p)))
+    return hits / len(outcomes)
+
+
+def fast_p_curve(outcomes: list[ProblemOutcome], ps: list[float]) -> list[float]:
+    return [fast_p(outcomes, p) for p in ps]
+
+
+def mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def geomean(values: list[float]) -> float | None:
+    """Geometric mean of the (positive) speedups; None for none."""
+    positive = [v for v in values if v > 0]
+    return math.exp(sum(math.log(v) for v in positive) / len(positive)) if positive else None
+
+
+def _p_key(p: float) -> str:
+    return f"{p:g}"
+
+
+def summarize(outcomes: list[ProblemOutcome]) -> SuiteMetrics:
+    counted = [o for o in outcomes if not o.degenerate]
+    n = len(counted)
+    correct = [o for o in counted if o.correct]
+    timed = [o.speedup for o in correct if o.speedup is not None]
+    vs_compile = [o.speedup_vs_compile for o in correct if o.speedup_vs_compile is not None]
+    costs = [o.cost_usd for o in counted]
+    walls = [o.wall_s for o in counted if o.wall_s is not None]
+    return SuiteMetrics(
+        problems=n,
+        degenerate=sorted(o.problem for o in outcomes if o.degenerate),
+        correct=len(correct),
+        correctness_rate=len(correct) / n if n else 0.0,
+        verdict_mix=dict(Counter(o.verdict for o in counted).most_common()),
+        evaluation_mix=dict(Counter(v for o in counted for v in o.verdicts).most_common()),
+        mean_speedup=mean(timed),
+        geomean_speedup=geomean(timed),
+        mean_speedup_vs_compile=mean(vs_compile),
+        geomean_speedup_vs_compile=geomean(vs_compile),
+        fast_p={_p_key(p): fast_p(counted, p) for p in FAST_P},
+        tokens_per_problem=sum(o.tokens for o in counted) / n if n else 0.0,
+        cost_per_problem=(None if any(c is None for c in costs) else sum(costs) / n) if n else None,
+        wall_s_per_problem=mean(walls),
+    )

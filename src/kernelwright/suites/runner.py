@@ -1,0 +1,278 @@
+"""Running a suite: every problem evaluated (`run_eval_suite`) or optimised (`run_optimize_suite`),
+each into its own run directory under the suite's folder, each indexed into the store as it ends.
+
+    OUT/level1/19_ReLU/      one run directory per problem (the layout `kernelwright optimize` writes)
+    STORE                    the run store: the suite, its runs, rounds, evaluations, model calls
+
+A rerun of the same suite skips the problems that are finished and continues the ones that were
+cut off (an optimize run resumes after its last finished round; an evaluation is done again).
+Evaluations go through an `Executor` (`submit(task) -> Future[EvalResult]`, `close()`); builds of
+queued candidates run ahead on the CPU in a `BuildPool` while the executor evaluates.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+from kernelwright.core import run_files
+from kernelwright.core.config import EvalConfig, LoopConfig
+from kernelwright.core.record import EvalResult, Stage, Status
+from kernelwright.executors.base import EvalTask, Executor, SerialExecutor
+from kernelwright.loop.records import Round, RunState
+from kernelwright.store.db import Store, now
+from kernelwright.store.indexer import code_hash, finished_rounds, index_run
+from kernelwright.store.recorder import IndexingRecorder
+from kernelwright.store.rundir import RunDir
+from kernelwright.suites.discovery import Candidate, Problem
+
+UNFINISHED = ("coder failed", "error", "interrupted")  # stop reasons a rerun continues
+
+
+class SuiteProgress(Protocol):
+    def start(self, total: int, already_done: int) -> None: ...
+
+    def stage(self, problem: Problem, text: str) -> None: ...
+
+    def done(self, problem: Problem, verdict: str, speedup: float | None) -> None: ...
+
+    def note(self, text: str) -> None: ...
+
+
+class QuietProgress:
+    def start(self, total: int, already_done: int) -> None:
+        pass
+
+    def stage(self, problem: Problem, text: str) -> None:
+        pass
+
+    def done(self, problem: Problem, verdict: str, speedup: float | None) -> None:
+        pass
+
+    def note(self, text: str) -> None:
+        pass
+
+
+@dataclass
+class SuiteOutcome:
+    name: str
+    ran: list[str] = field(default_factory=list)  # problem keys evaluated or optimised now
+    skipped: list[str] = field(default_factory=list)  # finished before
+    failed: list[str] = field(default_factory=list)  # the engine could not run them (one line each, in notes)
+    notes: list[str] = field(default_factory=list)
+
+
+def register_suite(store: Store, name: str, kind: str, problems: list[str], out_dir: Path,
+                   candidates: str | None = None, info: dict[str, Any] | None = None) -> None:
+    """Create the suite, or check that a rerun under this name is the same kind of suite."""
+    with store.transaction() as tx:
+        row = tx.execute("SELECT kind, out_dir FROM suites WHERE id=?", (name,)).fetchone()
+        if row is not None and (row["kind"] != kind or Path(row["out_dir"]) != out_dir.resolve()):
+            from kernelwright.suites.discovery import SuiteError
+
+            raise SuiteError(f"suite {name!r} exists as a {row['kind']} suite in {row['out_dir']}; pass another --name")
+        tx.execute("INSERT INTO suites (id, kind, problems, candidates, out_dir, created, info) VALUES (?,?,?,?,?,?,?)"
+                   " ON CONFLICT(id) DO UPDATE SET problems=excluded.problems, candidates=excluded.candidates,"
+                   " info=excluded.info",
+                   (name, kind, json.dumps(problems), candidates, str(out_dir.resolve()), now(), json.dumps(info or {})))
+
+
+def _summary(run_dir: Path) -> dict[str, Any]:
+    try:
+        return json.loads((run_dir / run_files.SUMMARY).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def is_finished(run_dir: Path) -> bool:
+    s = _summary(run_dir)
+    return s.get("state") == "finished" and not str(s.get("stop_reason") or "").startswith(UNFINISHED)
+
+
+def died_before_the_candidate(result: EvalResult) -> bool:
+    """The child died in its start-up, before the candidate was imported: the machine's fault, not
+    the candidate's (a long suite evaluates such a candidate once more rather than count it)."""
+    return result.status is Status.CRASHED and result.error_stage is Stage.STARTUP
+
+
+def once_more_if_died_early(executor: Executor, task: EvalTask, result: EvalResult,
+                            on_stage: Callable[[str], None] | None = None) -> EvalResult:
+    if not died_before_the_candidate(result):
+        return result
+    again = executor.submit(task, on_stage=on_stage).result()
+    first = result.error_log.strip().splitlines()[0] if result.error_log.strip() else "crashed in start-up"
+    again.metadata["retried_after"] = first
+    return again
+
+
+def needs_build(code: str) -> bool:
+    """Does the candidate build an extension when imported (worth a prebuild)?"""
+    return "load_inline" in code or "cpp_extension" in code
+
+
+# ---- suite eval --------------------------------------------------------------------------------
+
+def _evaluated_code(run_dir: Path) -> str | None:
+    rounds = finished_rounds(run_dir)
+    cand = run_dir / rounds[0][0].name / run_files.CANDIDATE if rounds else None
+    return cand.read_text() if cand is not None and cand.is_file() else None
+
+
+def run_eval_suite(pairs: list[tuple[Problem, Candidate]], *, name: str, out_dir: Path, store: Store,
+                   config: EvalConfig, executor: Executor | None = None, build_workers: int = 1,
+                   build_pool: Any = None, progress: SuiteProgress | None = None) -> SuiteOutcome:
+    """Evaluate each problem's candidate once (no model). The suite must be registered."""
+    progress = progress or QuietProgress()
+    outcome = SuiteOutcome(name)
+    todo: list[tuple[Problem, Candidate, Path]] = []
+    for prob, cand in pairs:
+        run_dir = out_dir / prob.key
+        if is_finished(run_dir) and _evaluated_code(run_dir) == cand.text:
+            index_run(store, run_dir, suite_id=name, problem=prob.name, level=prob.level, kind="eval")
+            outcome.skipped.append(prob.key)
+            continue
+        todo.append((prob, cand, run_dir))
+    progress.start(len(pairs), len(outcome.skipped))
+    if not todo:
+        return outcome
+    own_executor = executor is None
+    executor = executor or SerialExecutor(config)
+    pool = build_pool
+    if pool is None and build_workers > 0 and any(needs_build(c.text) for _, c, _ in todo):
+        from kernelwright.engine.prebuild import BuildPool
+
+        pool = BuildPool(max_workers=build_workers, config=config)
+    try:
+        builds: list[Future | None] = [pool.submit(p.path, c.text) if pool is not None and needs_build(c.text) else None
+                                       for p, c, _ in todo]
+        pending: list[tuple[Problem, Candidate, Path, float, Future]] = []
+        for (prob, cand, run_dir), build in zip(todo, builds):
+            if build is not None:
+                progress.stage(prob, "waiting for its prebuild")
+                build.result()  # best effort: a failed prebuild is built again, and judged, by the evaluation
+            progress.stage(prob, "evaluating")
+            task = EvalTask(key=f"{prob.key}/{code_hash(cand.text)[:12]}", problem=prob.path, candidate_text=cand.text)
+            fut = executor.submit(task, on_stage=lambda s, p=prob: progress.stage(p, s))
+            pending.append((prob, cand, run_dir, task, fut))
+            pending = _drain(pending, executor, store, name, config, outcome, progress, wait=False)
+        _drain(pending, executor, store, name, config, outcome, progress, wait=True)
+    finally:
+        if own_executor:
+            executor.close()
+        if pool is not None and build_pool is None:
+            pool.shutdown(wait=False)
+    return outcome
+
+
+def _drain(pending, executor, store, name, config, outcome, progress, wait: bool):
+    left = []
+    for item in pending:
+        prob, cand, run_dir, task, fut = item
+        if not wait and not fut.done():
+            left.append(item)
+            continue
+        try:
+            result = once_more_if_died_early(executor, task, fut.result())
+        except Exception as exc:  # EngineError: the evaluation could not run at all (not a verdict)
+            line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            outcome.failed.append(prob.key)
+            outcome.notes.append(f"{prob.key}: {line}")
+            progress.note(f"{prob.key}: not evaluated: {line}")
+            continue
+        record_evaluation(store, name, prob, cand, run_dir, result, config)
+        outcome.ran.append(prob.key)
+        progress.done(prob, result.status.value, result.speedup)
+    return left
+
+
+def record_evaluation(store: Store, suite: str, prob: Problem, cand: Candidate, run_dir: Path, result: EvalResult,
+                      config: EvalConfig) -> None:
+    """One evaluated candidate as a one-round run directory, then indexed."""
+    if run_dir.exists():
+        shutil.rmtree(run_dir)  # an evaluation cut off before (or of another candidate): done again, whole
+    rd = RunDir(run_dir, prob.path, {"kind": "eval", "suite": suite, "candidate_source": cand.source,
+                                     "device": config.device, "trials": config.trials, "verdict": config.verdict})
+    passed = result.status is Status.PASSED
+    rnd = Round(index=0, kind="given", code=cand.text, result=result, evaluated=result.status is not Status.FORMAT_ERROR,
+                became_best=passed, best_decision="the given candidate" if passed else "",
+                wall_s=round(result.stage_times.total_s or 0.0, 3))
+    state = RunState(rounds=[rnd], best=rnd if passed else None, stop_reason="evaluated",
+                     started=time.monotonic() - rnd.wall_s)
+    rd.record_round(rnd, state)
+    rd.finish(state)
+    index_run(store, run_dir, suite_id=suite, problem=prob.name, level=prob.level, kind="eval")
+
+
+# ---- suite optimize ----------------------------------------------------------------------------
+
+class ExecutorEvaluator:
+    """The loop's Evaluator on top of an Executor: one task per candidate, waited for."""
+
+    def __init__(self, executor: Executor, key: str):
+        self.executor, self.key = executor, key
+
+    def __call__(self, problem: Path, code: str, on_stage: Callable[[str], None], report_dir: Path | None) -> EvalResult:
+        task = EvalTask(key=f"{self.key}/{code_hash(code)[:12]}", problem=problem, candidate_text=code,
+                        report_dir=report_dir)
+        return once_more_if_died_early(self.executor, task, self.executor.submit(task, on_stage=on_stage).result(),
+                                       on_stage)
+
+
+def run_optimize_suite(problems: list[Problem], *, name: str, out_dir: Path, store: Store, eval_config: EvalConfig,
+                       loop_config: LoopConfig, coder, judge, device: str, run_info: dict[str, Any],
+                       executor: Executor | None = None, progress: SuiteProgress | None = None) -> SuiteOutcome:
+    """The forge loop on every problem; finished problems are skipped, cut-off ones resumed."""
+    from kernelwright.engine import EngineError
+    from kernelwright.loop.forge import Forge
+
+    progress = progress or QuietProgress()
+    outcome = SuiteOutcome(name)
+    todo = []
+    for prob in problems:
+        run_dir = out_dir / prob.key
+        if is_finished(run_dir):
+            index_run(store, run_dir, suite_id=name, problem=prob.name, level=prob.level, kind="optimize")
+            outcome.skipped.append(prob.key)
+        else:
+            todo.append((prob, run_dir))
+    progress.start(len(problems), len(outcome.skipped))
+    own_executor = executor is None
+    executor = executor or SerialExecutor(eval_config)
+    try:
+        for prob, run_dir in todo:
+            rounds: list[Round] = []
+            if (run_dir / run_files.RUN_INFO).is_file():
+                rd, rounds = RunDir.reopen(run_dir)
+            else:
+                if run_dir.exists():
+                    shutil.rmtree(run_dir)  # cut off before its run.json: nothing to keep
+                rd = RunDir(run_dir, prob.path, {"kind": "optimize", "suite": name, **run_info})
+            recorder = IndexingRecorder(rd, store, suite_id=name, problem=prob.name, level=prob.level, kind="optimize")
+            forge = Forge(prob.path, coder, judge, ExecutorEvaluator(executor, prob.key), loop_config, device=device,
+                          recorder=recorder,
+                          on_progress=lambda p, pr=prob: progress.stage(
+                              pr, f"round {p.round + 1}/{loop_config.rounds}: {p.stage}"
+                              + (f" ({p.verdict})" if p.verdict else "")))
+            if rounds:
+                forge.restore(rounds, wall_s=float(_summary(run_dir).get("wall_s") or 0.0))
+                progress.note(f"{prob.key}: resumed after round {len(rounds) - 1}")
+            try:
+                state = forge.run()
+            except EngineError as exc:
+                outcome.failed.append(prob.key)
+                outcome.notes.append(f"{prob.key}: {exc}")
+                progress.note(f"{prob.key}: stopped: {exc}")
+                continue
+            outcome.ran.append(prob.key)
+            best = state.best
+            progress.done(prob, "passed" if best else (state.rounds[-1].verdict if state.rounds else "not_run"),
+                          best.speedup if best else None)
+    finally:
+        if own_executor:
+            executor.close()
+    return outcome

@@ -1,0 +1,85 @@
+"""Suite metrics against values computed by hand (KernelBench's fast_p: correct AND speedup > p,
+over ALL problems), and degenerate references counted apart in either of their two spellings."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from kernelwright.store.indexer import degenerate
+from kernelwright.suites.metrics import ProblemOutcome, fast_p, geomean, summarize
+
+
+def outcomes() -> list[ProblemOutcome]:
+    return [
+        ProblemOutcome("a", verdict="passed", correct=True, speedup=2.5, speedup_vs_compile=1.25,
+                       verdicts=["incorrect", "passed"], tokens=1000, cost_usd=0.10, wall_s=30.0),
+        ProblemOutcome("b", verdict="passed", correct=True, speedup=1.2, verdicts=["passed"], tokens=500,
+                       cost_usd=0.05, wall_s=10.0),
+        ProblemOutcome("c", verdict="passed", correct=True, speedup=0.5, speedup_vs_compile=0.2,
+                       verdicts=["passed", "passed"], tokens=700, cost_usd=0.02, wall_s=20.0),
+        ProblemOutcome("d", verdict="incorrect", verdicts=["incorrect", "compile_error"], tokens=300,
+                       cost_usd=0.03, wall_s=40.0),
+        ProblemOutcome("e", verdict="passed", correct=True, speedup=1.5, verdicts=["passed"], tokens=0,
+                       cost_usd=0.0, wall_s=None),
+        # degenerate: fast and correct, but its reference is degenerate: in no rate, mean or denominator
+        ProblemOutcome("z", verdict="passed", correct=True, speedup=100.0, verdicts=["passed"], tokens=9999,
+                       cost_usd=9.0, wall_s=999.0, degenerate=True),
+    ]
+
+
+def test_fast_p_is_kernelbench_s_definition():
+    counted = [o for o in outcomes() if not o.degenerate]
+    # correct: a 2.5, b 1.2, c 0.5, e 1.5 (4 of 5); d incorrect
+    assert fast_p(counted, 0) == pytest.approx(4 / 5)
+    assert fast_p(counted, 1) == pytest.approx(3 / 5)  # 2.5, 1.2, 1.5
+    assert fast_p(counted, 1.5) == pytest.approx(1 / 5)  # strictly faster: 1.5 itself does not count
+    assert fast_p(counted, 2) == pytest.approx(1 / 5)
+    assert fast_p(counted, 3) == 0.0
+    assert fast_p([], 1) == 0.0
+    # an incorrect kernel never counts, however fast it was measured
+    assert fast_p([ProblemOutcome("w", verdict="incorrect", correct=False, speedup=9.0)], 0) == 0.0
+
+
+def test_summary_against_hand_computed_values():
+    m = summarize(outcomes())
+    assert m.problems == 5 and m.degenerate == ["z"]
+    assert m.correct == 4 and m.correctness_rate == pytest.approx(0.8)
+    assert m.fast_p == pytest.approx({"0": 0.8, "1": 0.6, "1.5": 0.2, "2": 0.2})
+    assert m.mean_speedup == pytest.approx((2.5 + 1.2 + 0.5 + 1.5) / 4)  # 1.425
+    assert m.geomean_speedup == pytest.approx((2.5 * 1.2 * 0.5 * 1.5) ** 0.25)  # 2.25^(1/4) = 1.2247
+    assert m.mean_speedup_vs_compile == pytest.approx(0.725)
+    assert m.geomean_speedup_vs_compile == pytest.approx(0.5)  # sqrt(1.25 * 0.2)
+    assert m.verdict_mix == {"passed": 4, "incorrect": 1}
+    assert m.evaluation_mix == {"passed": 5, "incorrect": 2, "compile_error": 1}
+    assert m.tokens_per_problem == pytest.approx(2500 / 5)
+    assert m.cost_per_problem == pytest.approx(0.20 / 5)
+    assert m.wall_s_per_problem == pytest.approx(25.0)  # the four with a wall time
+
+
+def test_unknown_cost_and_empty_suites():
+    o = outcomes()[:2]
+    o[1].cost_usd = None  # a call with no known price: the cost is unknown, not zero
+    assert summarize(o).cost_per_problem is None
+    empty = summarize([])
+    assert empty.problems == 0 and empty.correctness_rate == 0.0 and empty.mean_speedup is None
+    assert geomean([]) is None and math.isclose(geomean([4.0, 1.0]), 2.0)
+
+
+def test_untimed_correct_kernel_counts_for_fast_0_only():
+    o = [ProblemOutcome("u", verdict="passed", correct=True, speedup=None)]
+    assert fast_p(o, 0) == 1.0 and fast_p(o, 1) == 0.0
+    assert summarize(o).mean_speedup is None
+
+
+@pytest.mark.parametrize("record, flagged", [
+    ({"metadata": {"guards": {"flags": {"degenerate_reference": True}}}}, True),
+    ({"metadata": {"degenerate_reference": {"reason": "output is constant"}}}, True),
+    ({"metadata": {"guards": {"flags": {"degenerate_reference": False, "no_custom_kernel": True}}}}, False),
+    ({"metadata": {"guards": {"flags": {}}}}, False),
+    ({"metadata": {}}, False),
+    ({}, False),
+])
+def test_degenerate_flag_in_either_spelling(record, flagged):
+    assert degenerate(record) is flagged
