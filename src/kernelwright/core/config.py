@@ -70,6 +70,11 @@ class EvalConfig:
     inputs_on_device: bool = True
     # Names of extra environment variables to pass to the child (on top of the safe allow-list).
     pass_env: tuple[str, ...] = ()
+    # Host memory the evaluation child (and its builds) may use, in MiB. None: three quarters of
+    # the machine's RAM; 0: no limit. RLIMIT_AS on a CPU evaluation, a cgroup's limit where one is
+    # writable (the only limit for CUDA, whose driver reserves huge address space); see
+    # engine/isolation.py and docs/SANDBOX.md. What was in force: metadata["isolation"].
+    memory_limit_mb: int | None = None
     profile: "ProfileConfig" = field(default_factory=lambda: ProfileConfig())
     build: "BuildConfig" = field(default_factory=lambda: BuildConfig())
     numerics: NumericsConfig = field(default_factory=lambda: NumericsConfig())
@@ -104,6 +109,9 @@ class EvalConfig:
             raise ValueError(f"--device must be cuda, cpu or auto (got {self.device!r})")
         if self.sandbox not in ("auto", "bwrap", "none"):
             raise ValueError(f"--sandbox must be auto, bwrap or none (got {self.sandbox!r})")
+        if self.memory_limit_mb is not None and self.memory_limit_mb < 0:
+            raise ValueError(f"memory_limit_mb must be 0 (no limit), a positive number of MiB or unset "
+                             f"(got {self.memory_limit_mb})")
         if self.verdict not in ("strict", "calibrated"):
             raise ValueError(f"--verdict must be strict or calibrated (got {self.verdict!r})")
         self.profile.validate()

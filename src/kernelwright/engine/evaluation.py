@@ -18,7 +18,7 @@ from typing import Callable
 import kernelwright
 from kernelwright.core import formats
 from kernelwright.core.config import EvalConfig
-from kernelwright.engine import environment, process, sandbox
+from kernelwright.engine import environment, isolation, process, sandbox
 from kernelwright.core.record import EvalResult, Stage, StageTimes, Status
 
 
@@ -107,7 +107,8 @@ def evaluate(
 def _spawn_key(config: EvalConfig, sandbox_kind: str) -> str:
     """What a child is started with: a spare serves only evaluations that agree on all of it."""
     return json.dumps([config.device, str(Path(config.cache_dir).resolve()), list(config.pass_env),
-                       config.build.max_jobs, sandbox_kind, config.timeouts.startup])
+                       config.build.max_jobs, sandbox_kind, config.timeouts.startup,
+                       config.memory_limit_mb])  # [isolation hook] limits are set at the spawn
 
 
 @dataclass
@@ -224,7 +225,8 @@ def _spawn(config: EvalConfig, sandbox_kind: str, workdir: Path, job: dict, spar
     tmp.mkdir(exist_ok=True)
     env = child_env(config, tmp)
     argv = sandbox.wrap(process.child_argv(), sandbox_kind, workdir, [cache_dir])
-    return process.spawn(argv, job, workdir, env, spare=spare), env
+    iso = isolation.prepare(config.device, sandbox_kind, config.memory_limit_mb)  # [isolation hook]
+    return process.spawn(argv, job, workdir, env, spare=spare, isolation=iso), env
 
 
 def _run(problem_path: Path, cand_path: Path, config: EvalConfig, workdir: Path, sandbox_kind: str,
@@ -248,9 +250,10 @@ def _run(problem_path: Path, cand_path: Path, config: EvalConfig, workdir: Path,
     if child is None:
         child, env = _spawn(config, sandbox_kind, workdir, job)
     outcome = process.watch(child, config.timeouts, on_stage=on_stage)
-    if sandbox_kind == "bwrap":
+    if sandbox_kind == "bwrap" or child.isolation.pid_namespace:  # [isolation hook] an init reports 128+N
         outcome.exit_code = sandbox.child_exit_code(outcome.exit_code)
     result = _verdict(outcome, config, sandbox_kind)
+    isolation.annotate(result, child.isolation)  # [isolation hook] metadata["isolation"], memory-limit note
     if config.profile.enabled and result.status is Status.PASSED:
         from kernelwright.engine import nsight
 

@@ -60,6 +60,7 @@ class Child:
     log_path: Path
     started: float  # time.monotonic() at spawn
     pending: bytes = b""  # report lines read before `watch` (by `wait_ready`)
+    isolation: Any = None  # [isolation hook] engine.isolation.Isolation, cleaned up when the child ends
 
     def wait_ready(self, timeout: float) -> bool:
         """Block until a spare has started up (True), died or `timeout` passed (False)."""
@@ -79,7 +80,8 @@ class Child:
         return True
 
 
-def spawn(argv: list[str], job: dict[str, Any], workdir: Path, env: dict[str, str], *, spare: bool = False) -> Child:
+def spawn(argv: list[str], job: dict[str, Any], workdir: Path, env: dict[str, str], *, spare: bool = False,
+          isolation: Any = None) -> Child:
     """Start the child on `job` (written to workdir/job.json).
 
     A `spare` child starts up (python, torch, CUDA) and then waits for a line on its stdin; the
@@ -90,9 +92,12 @@ def spawn(argv: list[str], job: dict[str, Any], workdir: Path, env: dict[str, st
     job_path = workdir / "job.json"
     job_path.write_text(json.dumps(job))
     log_path = workdir / "child.log"
+    argv = argv + (["--spare"] if spare else []) + [str(job_path)]
+    if isolation is not None:  # [isolation hook] PID namespace prefix, marker variable
+        argv, env = isolation.command(argv), isolation.environment(env)
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            argv + (["--spare"] if spare else []) + [str(job_path)],
+            argv,
             cwd=str(workdir),
             env=env,
             stdin=subprocess.PIPE if spare else subprocess.DEVNULL,
@@ -100,9 +105,10 @@ def spawn(argv: list[str], job: dict[str, Any], workdir: Path, env: dict[str, st
             stderr=subprocess.STDOUT,
             pass_fds=(write_fd,),
             start_new_session=True,  # own process group: killpg reaches the compiler and any child it spawns
+            preexec_fn=isolation.preexec if isolation is not None else None,  # [isolation hook] rlimits, pdeathsig, cgroup
         )
     os.close(write_fd)
-    return Child(proc, read_fd, workdir, log_path, time.monotonic())
+    return Child(proc, read_fd, workdir, log_path, time.monotonic(), isolation=isolation)
 
 
 def go(child: Child, job: dict[str, Any]) -> bool:
@@ -126,6 +132,8 @@ def discard(child: Child) -> None:
         child.proc.wait(timeout=30)
     except subprocess.TimeoutExpired:
         pass
+    if child.isolation is not None:  # [isolation hook] what escaped the process group
+        child.isolation.cleanup()
     for f in (child.proc.stdin,):
         try:
             if f:
@@ -217,6 +225,8 @@ def watch(child: Child, timeouts: StageTimeouts, on_stage: Callable[[str], None]
         _kill_group(proc)
         exit_code = proc.wait()
     _kill_group(proc)  # anything the child left behind in its group
+    if child.isolation is not None:  # [isolation hook] what escaped the group: cgroup, marker sweep
+        child.isolation.cleanup()
     return ChildOutcome(
         record=record,
         final=final,
