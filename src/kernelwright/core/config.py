@@ -219,6 +219,11 @@ class BuildConfig:
     use_pch: bool = True
     max_jobs: int = 0
     lean_headers: bool = True
+    # The trusted build cache (docs/SANDBOX.md): the candidate's statically known load_inline calls
+    # are built by a child that runs no candidate code, the evaluation loads only artefacts whose
+    # sha256 that side recorded, and builds anything else privately. False: the evaluation builds
+    # into the shared cache itself (faster by one child start-up; a candidate can poison the cache).
+    trusted_cache: bool = True
 
 
 # ---- the forge loop (Coder + Judge rounds) --------------------------------------------------

@@ -18,7 +18,7 @@ from typing import Callable
 import kernelwright
 from kernelwright.core import formats
 from kernelwright.core.config import EvalConfig
-from kernelwright.engine import environment, isolation, process, sandbox
+from kernelwright.engine import environment, isolation, process, sandbox, trusted_builds
 from kernelwright.core.record import EvalResult, Stage, StageTimes, Status
 
 
@@ -108,7 +108,8 @@ def _spawn_key(config: EvalConfig, sandbox_kind: str) -> str:
     """What a child is started with: a spare serves only evaluations that agree on all of it."""
     return json.dumps([config.device, str(Path(config.cache_dir).resolve()), list(config.pass_env),
                        config.build.max_jobs, sandbox_kind, config.timeouts.startup,
-                       config.memory_limit_mb])  # [isolation hook] limits are set at the spawn
+                       config.memory_limit_mb,  # [isolation hook] limits are set at the spawn
+                       config.build.trusted_cache])  # [trusted-cache hook] the build cache's mount
 
 
 @dataclass
@@ -224,7 +225,11 @@ def _spawn(config: EvalConfig, sandbox_kind: str, workdir: Path, job: dict, spar
     tmp = workdir / "tmp"
     tmp.mkdir(exist_ok=True)
     env = child_env(config, tmp)
-    argv = sandbox.wrap(process.child_argv(), sandbox_kind, workdir, [cache_dir])
+    read_only = []
+    if config.build.trusted_cache:  # [trusted-cache hook] the evaluation reads the shared builds, never writes them
+        read_only = [trusted_builds.cache_root(config)]
+        read_only[0].mkdir(parents=True, exist_ok=True)
+    argv = sandbox.wrap(process.child_argv(), sandbox_kind, workdir, [cache_dir], read_only)
     iso = isolation.prepare(config.device, sandbox_kind, config.memory_limit_mb)  # [isolation hook]
     return process.spawn(argv, job, workdir, env, spare=spare, isolation=iso), env
 
@@ -240,6 +245,12 @@ def _run(problem_path: Path, cand_path: Path, config: EvalConfig, workdir: Path,
         "candidate_path": str(cand_path),
         "config": config.to_dict(),
     }
+    trusted = None
+    if config.build.trusted_cache:  # [trusted-cache hook] build what can be built without running the candidate
+        tdir = workdir / "trusted-build"
+        trusted = trusted_builds.build(cand_path.read_text(), config, sandbox_kind, tdir,
+                                       child_env(config, tdir / "tmp"), trusted_builds.arch_list_for_config(config))
+        job.update(trusted_builds.job_fields(trusted, workdir))
     child = None
     if spare is not None:
         env = spare.env
@@ -254,6 +265,8 @@ def _run(problem_path: Path, cand_path: Path, config: EvalConfig, workdir: Path,
         outcome.exit_code = sandbox.child_exit_code(outcome.exit_code)
     result = _verdict(outcome, config, sandbox_kind)
     isolation.annotate(result, child.isolation)  # [isolation hook] metadata["isolation"], memory-limit note
+    if trusted is not None:  # [trusted-cache hook]
+        result.metadata["trusted_build"] = trusted.describe()
     if config.profile.enabled and result.status is Status.PASSED:
         from kernelwright.engine import nsight
 

@@ -1,7 +1,11 @@
 """Prebuilding candidates on the CPU while the GPU evaluates: `BuildPool(max_workers).submit(...)`.
 
-A prebuild is the evaluation child in `build_only` mode: it imports the candidate (so every
-`load_inline` it makes is built into the content-hashed build cache) and stops. It runs with no
+With the trusted cache (`BuildConfig.trusted_cache`, the default), a prebuild is the trusted
+builder (`engine/trusted_builds.py`): the candidate's statically known `load_inline` calls are
+built into the shared cache by a child that never imports the candidate; a call it cannot resolve
+is left to the evaluation (which builds it privately), and the prebuild says so (`ok` False).
+Without it, a prebuild is the evaluation child in `build_only` mode: it imports the candidate (so
+every `load_inline` it makes is built into the content-hashed build cache) and stops. It runs with no
 GPU visible (`CUDA_VISIBLE_DEVICES=""`) and `TORCH_CUDA_ARCH_LIST` set to the GPU's own arch, the
 value the evaluation child sets, so the cache key matches and the later evaluation of the same
 candidate finds its extensions built. Compilation needs no GPU, so builds of queued candidates
@@ -90,6 +94,16 @@ def prebuild(problem: str | Path, candidate_text: str, config: EvalConfig, arch_
         if arch_list:
             env["TORCH_CUDA_ARCH_LIST"] = arch_list
         kind = sandbox.resolve(config.sandbox)
+        if config.build.trusted_cache:
+            from kernelwright.engine import trusted_builds
+
+            trusted = trusted_builds.build(candidate_text, config, kind, workdir / "trusted-build", env, arch_list)
+            failed = [b for b in trusted.builds if not b.get("ok")]
+            err = trusted.error or (failed[0].get("error", "the build failed") if failed else "") or (
+                f"left to the evaluation: {trusted.private[0]}" if trusted.private else "")
+            return PrebuildResult(ok=not err, builds=trusted.builds,
+                                  build_s=sum(b.get("build_s") or 0.0 for b in trusted.builds),
+                                  wall_s=time.monotonic() - t0, error=err[:300])
         argv = sandbox.wrap(process.child_argv(), kind, workdir, [cache_dir])
         cfg = replace(config, device="cpu").to_dict()
         job = {"problem_path": str(prob_copy), "candidate_path": str(cand), "config": cfg, "mode": "build_only"}

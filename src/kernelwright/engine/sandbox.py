@@ -2,9 +2,10 @@
 
 `none`: a child process with a scrubbed environment and private working directory.
 `bwrap`: the same child inside bubblewrap: the whole system read-only, $HOME, /tmp and the socket
-directories (/run, /var/run) hidden behind empty read-only mounts, every other Unix socket of the
-host covered by /dev/null (the Python installation and the package re-exposed read-only),
-only the evaluation's own directory and the build cache writable, no network (a private network
+directories (/run, /var/run) hidden behind empty read-only mounts (the Python installation and
+the package re-exposed read-only), every other Unix socket of the host covered by /dev/null,
+only the evaluation's own directory and the cache writable (the shared extension builds inside
+it read-only for an evaluation: `read_only`), no network (a private network
 namespace), a minimal /dev plus the GPU device nodes, its own PID/IPC/UTS namespaces, no
 capabilities, and death with its parent. `auto`: bwrap when it is installed and a trivial
 command runs under it, else none. See docs/SANDBOX.md for what this protects and what it does not.
@@ -72,7 +73,7 @@ def _python_paths() -> list[str]:
     return sorted(p for p in paths if os.path.isdir(p))
 
 
-def _bwrap_argv(bwrap: str, workdir: Path, writable: list[Path]) -> list[str]:
+def _bwrap_argv(bwrap: str, workdir: Path, writable: list[Path], read_only: list[Path] = ()) -> list[str]:
     argv = [bwrap, "--die-with-parent", "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
             "--unshare-cgroup-try", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
             "--tmpfs", "/dev/shm"]
@@ -96,6 +97,9 @@ def _bwrap_argv(bwrap: str, workdir: Path, writable: list[Path]) -> list[str]:
     for w in [workdir, *writable]:
         rw = os.path.realpath(w)
         argv += ["--bind", rw, rw]
+    for r in read_only:  # read-only inside a writable directory (the shared build cache)
+        ro = os.path.realpath(r)
+        argv += ["--ro-bind", ro, ro]
     # The host's Unix sockets that are still visible: a read-only mount does not stop connect(),
     # so each is covered by /dev/null (connect() then fails with ECONNREFUSED).
     keep = [os.path.realpath(w) for w in [workdir, *writable]]
@@ -147,15 +151,15 @@ def _under(path: str, dirs: list[str]) -> bool:
     return any(path == d or path.startswith(d.rstrip("/") + "/") for d in dirs)
 
 
-def wrap(argv: list[str], kind: str, workdir: Path, writable: list[Path]) -> list[str]:
-    """The command line that runs `argv` inside sandbox `kind`."""
+def wrap(argv: list[str], kind: str, workdir: Path, writable: list[Path], read_only: list[Path] = ()) -> list[str]:
+    """The command line that runs `argv` inside sandbox `kind`; `read_only` may lie inside `writable`."""
     if kind == "none":
         return argv
     if kind == "bwrap":
         bwrap = shutil.which("bwrap")
         if bwrap is None:
             raise SandboxUnavailable("bubblewrap disappeared; install it or use --sandbox none")
-        return _bwrap_argv(bwrap, workdir, writable) + ["--"] + argv
+        return _bwrap_argv(bwrap, workdir, writable, read_only) + ["--"] + argv
     raise SandboxUnavailable(f"unknown sandbox {kind!r}; use auto, bwrap or none")
 
 
