@@ -20,7 +20,7 @@ import kernelwright
 from kernelwright.core.record import Stage, Status
 from kernelwright.engine import evaluate, isolation
 
-from conftest import FIXTURES
+from conftest import EXAMPLES, FIXTURES
 
 ADD_ONE = FIXTURES / "problems" / "add_one.py"
 ATTACKS = FIXTURES / "attacks"
@@ -164,3 +164,27 @@ def test_a_killed_process_is_still_reported_with_its_signal(cpu_config):
     r = evaluate(ADD_ONE, None, cpu_config, candidate_text=text)
     assert r.status is Status.CRASHED and r.exit_code == -11, (r.exit_code, r.error_log)
     assert "SIGSEGV" in r.error_log and r.metadata["isolation"]["pid_namespace"] is True
+
+
+def _bwrap_ok() -> bool:
+    from kernelwright.engine import sandbox
+
+    try:
+        return sandbox.resolve("bwrap") == "bwrap"
+    except sandbox.SandboxUnavailable:
+        return False
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", ["none", pytest.param("bwrap", marks=pytest.mark.skipif(not _bwrap_ok(),
+                                                                                          reason="no bubblewrap"))])
+def test_a_cuda_evaluation_passes_under_the_isolation(cuda_config, mode):
+    cuda_config.sandbox = mode
+    example = EXAMPLES / "cuda_swish"
+    r = evaluate(example / "problem.py", example / "candidate.py", cuda_config)
+    assert r.status is Status.PASSED, r.error_log
+    iso = r.metadata["isolation"]
+    assert iso["pid_namespace"] and iso["pdeathsig"] and "RLIMIT_AS" not in iso["rlimits"]  # CUDA: no RLIMIT_AS
+    assert iso["memory_mechanism"] in ("cgroup", "none"), iso
+    if iso["memory_mechanism"] == "none":
+        assert any("no memory limit" in n for n in iso["notes"]), iso

@@ -151,3 +151,19 @@ def test_a_forbidden_flag_is_built_privately_and_never_published(cpu_config, own
     assert b["cache"] == "private" and b["ok"]
     assert any("'-Wl,-O1'" in p and "linker" in p for p in r.metadata["trusted_build"]["private"])
     assert not list((own_cache / "builds").glob("kw_example_swish_cpu*"))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", _modes())
+def test_a_cuda_extension_is_built_by_the_trusted_builder_and_loaded_verified(cuda_config, tmp_path, mode):
+    cuda_config.cache_dir, cuda_config.sandbox = str(tmp_path / "cache"), mode
+    trusted_builds.forget()
+    example = EXAMPLES / "cuda_swish"
+    r = evaluate(example / "problem.py", example / "candidate.py", cuda_config)
+    assert r.status is Status.PASSED, r.error_log
+    (b,) = r.metadata["builds"]
+    assert b["cache"] == "verified" and b["lean_headers"]["used"] is True  # the builder built it lean
+    assert r.metadata["trusted_build"]["builds"][0]["cached"] is False
+    again = evaluate(example / "problem.py", example / "candidate.py", cuda_config)
+    assert again.status is Status.PASSED and again.metadata["builds"][0]["cache"] == "verified"
+    assert again.metadata["trusted_build"]["builds"][0]["cached"] is True

@@ -274,7 +274,9 @@ def _run(problem_path: Path, cand_path: Path, config: EvalConfig, workdir: Path,
             on_stage("profile")
         report_dir = Path(config.profile.report_dir) if config.profile.report_dir else cache_dir
         nsight.attach(result, config, workdir, env, job,
-                   wrap=lambda a: sandbox.wrap(a, sandbox_kind, workdir, [cache_dir, report_dir]))
+                   wrap=lambda a: sandbox.wrap(a, sandbox_kind, workdir, [cache_dir, report_dir],
+                                               # [trusted-cache hook] the shared builds stay read-only
+                                               [trusted_builds.cache_root(config)] if config.build.trusted_cache else []))
     return result
 
 

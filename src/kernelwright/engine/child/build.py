@@ -261,7 +261,8 @@ def install_build_cache(cache_root: str | os.PathLike, candidate_file: str | Non
             lean_dir = root / f"{name}-{lean_key}"
             failed_marker = lean_dir / LEAN_FAILED
             if failed_marker.exists():  # this source needs more than the lean headers: known already
-                extra["lean_headers"] = {"used": False, "reason": "an earlier lean build of this source failed"}
+                extra["lean_headers"] = {"used": False, "reason": "the lean build failed in an earlier lean build "
+                                                                  "of this source; built as written"}
             else:
                 if private_root is None:
                     lean_dir.mkdir(parents=True, exist_ok=True)
