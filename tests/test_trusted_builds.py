@@ -82,7 +82,7 @@ def test_ordinary_flags_are_allowed():
     kw = {"extra_cflags": ["-O3", "-ffast-math", "-march=native", "-std=c++17", "-DNDEBUG", "-fopenmp"],
           "extra_cuda_cflags": ["-O3", "--use_fast_math", "-lineinfo", "-Xptxas=-v", "--expt-relaxed-constexpr",
                                 "-gencode=arch=compute_90a,code=sm_90a", "-Xcompiler", "-O3,-fPIC", "--maxrregcount=64"],
-          "extra_ldflags": ["-lcublas", "-lcuda"]}
+          "extra_ldflags": ["-lcublas", "-lcuda", ""]}
     assert static_builds.flag_problem(kw) == ""
 
 
@@ -167,3 +167,15 @@ def test_a_cuda_extension_is_built_by_the_trusted_builder_and_loaded_verified(cu
     again = evaluate(example / "problem.py", example / "candidate.py", cuda_config)
     assert again.status is Status.PASSED and again.metadata["builds"][0]["cache"] == "verified"
     assert again.metadata["trusted_build"]["builds"][0]["cached"] is True
+
+
+@pytest.mark.slow
+def test_a_compile_error_is_reported_from_the_trusted_build_without_a_second_build(cpu_config, own_cache):
+    r = evaluate(ADD_ONE, CANDIDATES / "cpp_compile_error.py", cpu_config)
+    assert r.status is Status.COMPILE_ERROR and not r.compiled, r.error_log
+    (b,) = r.metadata["builds"]
+    assert b["cache"] == "failed in the trusted build" and b["ok"] is False
+    assert r.metadata["trusted_build"]["builds"][0]["ok"] is False
+    first = r.compile_issues[0]  # located in the candidate as when the evaluation built it itself
+    assert "one_constant_never_declared" in first.message and first.candidate_line == 15
+    assert b["dir"].startswith(str(own_cache / "builds"))  # the builder's directory: nothing was built privately

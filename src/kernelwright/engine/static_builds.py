@@ -214,6 +214,9 @@ def flag_problem(kwargs: dict[str, Any]) -> str:
         i = 0
         while i < len(flags):
             flag = flags[i].strip()
+            if not flag:  # load_inline(extra_ldflags=[""]) is common and harmless
+                i += 1
+                continue
             if flag in _NEEDS_VALUE and i + 1 < len(flags):  # "-Xcompiler", "-O3" as two items
                 flag, i = flag + "=" + flags[i + 1].strip(), i + 1
             why = _refused(flag, pattern)

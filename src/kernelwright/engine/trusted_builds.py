@@ -36,6 +36,7 @@ _KNOWN_LOCK = threading.Lock()
 @dataclass
 class TrustedBuilds:
     verified: dict[str, str] = field(default_factory=dict)  # entry directory name -> sha256
+    failed: dict[str, str] = field(default_factory=dict)  # entry directory name -> the compiler's output
     builds: list[dict[str, Any]] = field(default_factory=list)  # what the builder reported, per call
     private: list[str] = field(default_factory=list)  # why other build calls are left to the evaluation
     wall_s: float = 0.0
@@ -45,7 +46,7 @@ class TrustedBuilds:
         """The record's `metadata["trusted_build"]`."""
         return {"calls": len(self.builds), "verified": len(self.verified), "wall_s": round(self.wall_s, 3),
                 "private": self.private, **({"error": self.error} if self.error else {}),
-                "builds": [{k: v for k, v in b.items() if k != "sha256"} for b in self.builds]}
+                "builds": [{k: v for k, v in b.items() if k not in ("sha256", "output")} for b in self.builds]}
 
 
 def cache_root(config: EvalConfig) -> Path:
@@ -90,6 +91,8 @@ def build(candidate_text: str, config: EvalConfig, sandbox_kind: str, workdir: P
         if b.get("ok") and isinstance(d, str) and isinstance(digest, str) and "/" not in d:
             with _KNOWN_LOCK:
                 out.verified[d] = _KNOWN.setdefault((str(root.resolve()), d), digest)
+        elif not b.get("ok") and isinstance(d, str) and "/" not in d and isinstance(b.get("output"), str):
+            out.failed[d] = b["output"]
     return out
 
 
@@ -104,10 +107,12 @@ def forget() -> None:
 
 
 def job_fields(trusted: TrustedBuilds | None, workdir: Path) -> dict[str, Any]:
-    """What the evaluation child's job carries: the hashes it may load, and its private build directory."""
+    """What the evaluation child's job carries: the hashes it may load, the compiler output of the
+    builds that failed (reported without building again), and its private build directory."""
     if trusted is None:
         return {}
-    return {"verified_builds": dict(trusted.verified), "private_builds": str(workdir / "private-builds")}
+    return {"verified_builds": dict(trusted.verified), "failed_builds": dict(trusted.failed),
+            "private_builds": str(workdir / "private-builds")}
 
 
 def arch_list_for_config(config: EvalConfig) -> str | None:

@@ -152,7 +152,8 @@ def _tolerate_read_only_torch(cpp_ext) -> None:
 
 def install_build_cache(cache_root: str | os.PathLike, candidate_file: str | None, use_pch: bool = False,
                         lean_headers: bool = False, *, verified: dict[str, str] | None = None,
-                        private_root: str | os.PathLike | None = None, publish: bool = False) -> None:
+                        private_root: str | os.PathLike | None = None, publish: bool = False,
+                        failed: dict[str, str] | None = None) -> None:
     """Route every load_inline/load call to a build directory keyed by content.
 
     With `use_pch`, load_inline calls that keep torch's default C++ flags get `use_pch=True`
@@ -166,7 +167,9 @@ def install_build_cache(cache_root: str | os.PathLike, candidate_file: str | Non
     runs candidate code) never writes the shared cache. A call whose shared directory is named in
     `verified` (directory name -> sha256 of its artefact, handed over by the parent) loads a copy
     of the artefact whose hash matched; every other call (not prebuilt, or a hash mismatch) is
-    built under `private_root`, used once. `publish` is the trusted builder's side: it builds into
+    built under `private_root`, used once; a call named in `failed` (directory name -> compiler
+    output) failed in the trusted builder and fails here with that output, without building again.
+    `publish` is the trusted builder's side: it builds into
     the shared cache, records each artefact's sha256 next to it (MANIFEST), and rebuilds from
     scratch a directory whose artefact has no such record.
     """
@@ -188,7 +191,13 @@ def install_build_cache(cache_root: str | os.PathLike, candidate_file: str | Non
         entry: dict[str, Any] = {"kind": kind, "name": name, "key": key, "dir": str(build_dir), **(extra or {})}
         BUILD_LOG.append(entry)
         t0 = time.perf_counter()
-        if private_root is not None:
+        if private_root is not None and build_dir.name in (failed or {}):
+            output = (failed or {})[build_dir.name]
+            entry["cache"] = "failed in the trusted build"
+
+            def call(_directory, output=output):  # the builder's compiler output, as if built here
+                raise RuntimeError(output)
+        elif private_root is not None:
             expected = (verified or {}).get(build_dir.name)
             if expected:
                 module = _load_verified(name, build_dir, expected, Path(private_root), entry)

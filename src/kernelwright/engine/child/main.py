@@ -214,7 +214,8 @@ class Evaluation:
         build.install_build_cache(os.path.join(self.cfg.cache_dir, "builds"), self.job["candidate_path"],
                                   use_pch=self.cfg.build.use_pch, lean_headers=self.cfg.build.lean_headers,
                                   # [trusted-cache hook] load only verified artefacts, build the rest privately
-                                  verified=self.job.get("verified_builds"), private_root=self.job.get("private_builds"))
+                                  verified=self.job.get("verified_builds"), private_root=self.job.get("private_builds"),
+                                  failed=self.job.get("failed_builds"))
         try:
             self.problem = _load_module(self.job["problem_path"], "kw_problem")
         except Exception as exc:

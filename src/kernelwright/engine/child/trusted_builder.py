@@ -10,7 +10,8 @@ through the same content-keyed cache as an evaluation (`build.install_build_cach
 and PCH included) and records each artefact's sha256 in the cache (`build.MANIFEST`).
 
 It reports on the pipe named by the job's `fd`, like the evaluation child: a `build` stage, then
-one final record `{"builds": [{"name", "key", "dir", "ok", "cached", "sha256", "error"}, ...]}`.
+one final record `{"builds": [{"name", "key", "dir", "ok", "cached", "sha256", "error", "output"}, ...]}`
+(`output`: the compiler's output of a failed build, which the evaluation reports as its own).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import os
 import sys
 import time
 from typing import Any
+
+MAX_OUTPUT = 100_000  # characters of a failed build's compiler output handed back
 
 
 def main(job_path: str) -> int:
@@ -57,7 +60,12 @@ def main(job_path: str) -> int:
                             "cached": bool(e.get("cached")), "sha256": e.get("sha256"),
                             "build_s": round(e.get("build_s") or 0.0, 3)})
         else:
-            results.append({"name": call.get("name"), "ok": False, "error": error or "the build failed"})
+            failed = [e for e in build.BUILD_LOG[before:] if e.get("ok") is False and e.get("output")]
+            res = {"name": call.get("name"), "ok": False, "error": error or "the build failed"}
+            if failed:  # the compiler's verdict: the evaluation reports it without building again
+                res.update(key=failed[-1].get("key"), dir=os.path.basename(failed[-1]["dir"]),
+                           output=failed[-1]["output"][-MAX_OUTPUT:])
+            results.append(res)
     send("final", record={"builds": results})
     return 0
 
