@@ -179,3 +179,94 @@ def test_a_compile_error_is_reported_from_the_trusted_build_without_a_second_bui
     first = r.compile_issues[0]  # located in the candidate as when the evaluation built it itself
     assert "one_constant_never_declared" in first.message and first.candidate_line == 15
     assert b["dir"].startswith(str(own_cache / "builds"))  # the builder's directory: nothing was built privately
+
+
+# ---- the loading side, with torch's build faked (no compiler) ----------------------------------
+
+class FakeBuild:
+    """Stands in for torch's load_inline: writes an artefact into the directory it is given."""
+
+    def __init__(self):
+        self.dirs: list[str] = []
+
+    def __call__(self, name, cpp_sources, cuda_sources=None, functions=None, build_directory=None, verbose=False,
+                 with_cuda=None, **kwargs):
+        self.dirs.append(build_directory)
+        Path(build_directory, f"{name}.so").write_bytes(b"built in " + build_directory.encode())
+        return type("Module", (), {"f": staticmethod(lambda: "built")})()
+
+
+@pytest.fixture
+def fake_build(monkeypatch, tmp_path):
+    import torch.utils.cpp_extension as cpp_ext
+
+    from kernelwright.engine.child import build
+
+    def install(**kwargs) -> FakeBuild:
+        fake = FakeBuild()
+        monkeypatch.setattr(cpp_ext, "load_inline", fake)
+        monkeypatch.setattr(cpp_ext, "load", cpp_ext.load)
+        monkeypatch.setattr(cpp_ext, "_import_module_from_library",
+                            lambda name, path, py: type("Module", (), {"f": staticmethod(lambda: f"loaded {path}")})())
+        monkeypatch.setattr(build, "BUILD_LOG", [])
+        monkeypatch.setattr(build, "BUILT_MODULES", [])
+        build.install_build_cache(tmp_path / "builds", None, **kwargs)
+        return fake
+    return install
+
+
+def test_a_call_keys_the_same_however_it_is_written(fake_build):
+    import torch.utils.cpp_extension as cpp_ext
+
+    fake = fake_build()
+    cpp_ext.load_inline("e", "int f();", None, ["f"])
+    cpp_ext.load_inline(name="e", cpp_sources="int f();", functions=["f"], verbose=True, with_cuda=None)
+    assert fake.dirs[0] == fake.dirs[1]  # the trusted builder calls with keywords, candidates often do not
+
+
+def test_the_evaluation_loads_a_matching_artefact_and_builds_a_mismatching_one_privately(fake_build, tmp_path):
+    import hashlib
+
+    import torch.utils.cpp_extension as cpp_ext
+
+    from kernelwright.engine.child import build
+
+    fake = fake_build(publish=True)  # the trusted side builds and records
+    cpp_ext.load_inline(name="e", cpp_sources="int f();", functions=["f"])
+    shared = Path(fake.dirs[0])
+    sha = build._record_artefact(shared, "e")
+    assert sha == hashlib.sha256((shared / "e.so").read_bytes()).hexdigest()
+    private = tmp_path / "private"
+
+    fake = fake_build(verified={shared.name: sha}, private_root=private)
+    mod = cpp_ext.load_inline(name="e", cpp_sources="int f();", functions=["f"])
+    (entry,) = build.BUILD_LOG
+    assert entry["cache"] == "verified" and entry["cached"] and not fake.dirs
+    assert mod.f() == f"loaded {private / ('verified-' + shared.name)}"  # a private copy is loaded
+
+    (shared / "e.so").write_bytes(b"poisoned")
+    fake = fake_build(verified={shared.name: sha}, private_root=private)
+    mod = cpp_ext.load_inline(name="e", cpp_sources="int f();", functions=["f"])
+    (entry,) = build.BUILD_LOG
+    assert entry["cache"] == "rejected: hash mismatch" and fake.dirs == [str(private / shared.name)]
+    assert (shared / "e.so").read_bytes() == b"poisoned"  # nothing is written to the shared cache
+
+    fake = fake_build(verified={}, private_root=private)  # not prebuilt: private
+    cpp_ext.load_inline(name="e", cpp_sources="int g();", functions=["g"])
+    assert build.BUILD_LOG[0]["cache"] == "private" and fake.dirs[0].startswith(str(private))
+
+
+def test_the_trusted_builder_rebuilds_an_entry_without_a_hash_record(fake_build):
+    import torch.utils.cpp_extension as cpp_ext
+
+    from kernelwright.engine.child import build
+
+    fake = fake_build(publish=True)
+    cpp_ext.load_inline(name="e", cpp_sources="int f();")
+    shared = Path(fake.dirs[0])
+    (shared / build.MANIFEST).unlink()  # an artefact nobody trusted recorded: planted, or from before
+    (shared / "planted.o").write_bytes(b"x")
+    fake = fake_build(publish=True)
+    cpp_ext.load_inline(name="e", cpp_sources="int f();")
+    assert fake.dirs == [str(shared)] and not (shared / "planted.o").exists()
+    assert build.BUILD_LOG[0]["cached"] is False and (shared / build.MANIFEST).exists()
