@@ -102,7 +102,7 @@ def _bwrap_argv(bwrap: str, workdir: Path, writable: list[Path], read_only: list
         argv += ["--ro-bind", ro, ro]
     # The host's Unix sockets that are still visible: a read-only mount does not stop connect(),
     # so each is covered by /dev/null (connect() then fails with ECONNREFUSED).
-    keep = [os.path.realpath(w) for w in [workdir, *writable]]
+    keep = [os.path.realpath(w) for w in [workdir, *writable]] + ["/dev", "/proc", "/sys"]  # own /dev, /proc
     for sock in host_unix_sockets():
         if not _under(sock, hidden) and not _under(sock, keep):
             argv += ["--ro-bind", "/dev/null", sock]
