@@ -3,13 +3,13 @@ evaluation or take the machine's memory (engine/isolation.py; attacks in tests/f
 
 from __future__ import annotations
 
-import dataclasses
 import glob
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -59,9 +59,9 @@ def test_the_evaluators_environment_cannot_be_read(cpu_config, tmp_path):
     cpu_config.sandbox, cpu_config.time_candidate, cpu_config.keep_workdir = "none", False, True
     cand = tmp_path / "read_parent_environ.py"
     cand.write_text(_attack("read_parent_environ"))
-    workdirs_before = set(glob.glob(os.path.join(tempfile_dir(), "kw-eval-*")))
+    workdirs_before = set(glob.glob(os.path.join(tempfile.gettempdir(), "kw-eval-*")))
     out, rec = _evaluate_in_a_process(cpu_config, cand, {"OPENAI_API_KEY": canary})
-    new_workdirs = set(glob.glob(os.path.join(tempfile_dir(), "kw-eval-*"))) - workdirs_before
+    new_workdirs = set(glob.glob(os.path.join(tempfile.gettempdir(), "kw-eval-*"))) - workdirs_before
     try:
         assert rec is not None, out.stderr[-2000:]
         text = json.dumps(rec)
@@ -77,12 +77,6 @@ def test_the_evaluators_environment_cannot_be_read(cpu_config, tmp_path):
     finally:
         for d in new_workdirs:
             shutil.rmtree(d, ignore_errors=True)
-
-
-def tempfile_dir() -> str:
-    import tempfile
-
-    return tempfile.gettempdir()
 
 
 def test_the_evaluator_survives_a_candidate_that_kills_its_parent(cpu_config, tmp_path):
