@@ -1,4 +1,5 @@
-"""With bubblewrap, a candidate cannot write outside its directory or reach the network."""
+"""With bubblewrap, a candidate cannot write outside its directory, reach the network or the host's
+Unix sockets, outlive its evaluation or exceed the memory limit."""
 
 from __future__ import annotations
 
@@ -120,3 +121,88 @@ def test_bwrap_mode_without_bwrap_is_an_engine_error(cpu_config, monkeypatch):
     with pytest.raises(EngineError, match="bubblewrap"):
         evaluate(ADD_ONE, FIXTURES / "candidates" / "py_correct.py", cpu_config)
     assert sandbox.resolve("auto") == "none"
+
+
+def _attack(name: str, **fill: object) -> str:
+    text = (FIXTURES / "attacks" / f"{name}.py").read_text()
+    for key, value in fill.items():
+        text = text.replace(f"__{key.upper()}__", str(value))
+    return text
+
+
+def _socket_dir(parent: str):
+    """A fresh directory under `parent` (outside /tmp, /var/tmp and $HOME), or None when not writable here."""
+    if not os.access(parent, os.W_OK):
+        return None
+    d = os.path.join(parent, f"kw-test-{uuid.uuid4().hex[:12]}")
+    os.mkdir(d)
+    return d
+
+
+@needs_bwrap
+@pytest.mark.parametrize("parent", ["/run", "/var/lib"])
+def test_host_unix_sockets_are_unreachable_in_the_sandbox(cpu_config, parent):
+    d = _socket_dir(parent)
+    if d is None:
+        pytest.skip(f"{parent} is not writable by this user")
+    path = os.path.join(d, "daemon.sock")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen(4)
+    got: list[bytes] = []
+
+    def serve():
+        server.settimeout(120)
+        try:
+            while True:
+                conn, _ = server.accept()
+                got.append(conn.recv(16))
+                conn.close()
+        except OSError:
+            pass
+
+    threading.Thread(target=serve, daemon=True).start()
+    cpu_config.time_candidate = False
+    try:
+        cpu_config.sandbox = "bwrap"
+        r = evaluate(ADD_ONE, None, cpu_config, candidate_text=_attack("unix_socket", socket=path))
+        assert r.status is Status.RUNTIME_ERROR and r.error_stage is Stage.BUILD, r.error_log
+        assert "ConnectionRefusedError" in r.error_log or "FileNotFoundError" in r.error_log, r.error_log
+        assert not got
+        cpu_config.sandbox = "none"  # the control: the socket is reachable without the sandbox
+        r = evaluate(ADD_ONE, None, cpu_config, candidate_text=_attack("unix_socket", socket=path))
+        assert r.status is Status.PASSED and got == [b"pwned"], r.error_log
+    finally:
+        server.close()
+        shutil.rmtree(d, ignore_errors=True)
+
+
+@needs_bwrap
+def test_no_process_outlives_a_sandboxed_evaluation(cpu_config, tmp_path):
+    marker, token = tmp_path / "escaped", f"kw-escape-{uuid.uuid4().hex}"
+    cpu_config.sandbox, cpu_config.time_candidate = "bwrap", False
+    # the marker lies under /tmp, hidden in the sandbox: the grandchild writes to the sandbox's own
+    # (empty, read-only) /tmp and fails; what matters is that it is gone when the evaluation ends
+    r = evaluate(ADD_ONE, None, cpu_config, candidate_text=_attack("setsid_grandchild", marker=marker, token=token))
+    assert r.status is Status.PASSED, r.error_log
+    import glob
+
+    left = [p for p in glob.glob("/proc/[0-9]*/cmdline") if _reads(p) and token.encode() in _reads(p)]
+    assert not left, left
+
+
+def _reads(path: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
+@needs_bwrap
+def test_the_memory_limit_holds_in_the_sandbox(cpu_config):
+    cpu_config.sandbox, cpu_config.time_candidate, cpu_config.memory_limit_mb = "bwrap", False, 2048
+    r = evaluate(ADD_ONE, None, cpu_config, candidate_text=_attack("memory_hog", gib=4))
+    assert r.status is Status.RUNTIME_ERROR, r.error_log
+    assert r.error_log.startswith("The evaluation's memory limit is 2048 MiB"), r.error_log
+    assert r.metadata["isolation"]["sandbox"] == "bwrap" and r.metadata["isolation"]["pid_namespace"]

@@ -73,6 +73,11 @@ class EvalConfig:
     # The GPU(s) the evaluation child may see (CUDA_VISIBLE_DEVICES), set by an executor that pins
     # one worker per GPU; None: the caller's own visibility.
     visible_devices: str | None = None
+    # Host memory the evaluation child (and its builds) may use, in MiB. None: three quarters of
+    # the machine's RAM; 0: no limit. RLIMIT_AS on a CPU evaluation, a cgroup's limit where one is
+    # writable (the only limit for CUDA, whose driver reserves huge address space); see
+    # engine/isolation.py and docs/SANDBOX.md. What was in force: metadata["isolation"].
+    memory_limit_mb: int | None = None
     profile: "ProfileConfig" = field(default_factory=lambda: ProfileConfig())
     build: "BuildConfig" = field(default_factory=lambda: BuildConfig())
     numerics: NumericsConfig = field(default_factory=lambda: NumericsConfig())
@@ -107,6 +112,9 @@ class EvalConfig:
             raise ValueError(f"--device must be cuda, cpu or auto (got {self.device!r})")
         if self.sandbox not in ("auto", "bwrap", "none"):
             raise ValueError(f"--sandbox must be auto, bwrap or none (got {self.sandbox!r})")
+        if self.memory_limit_mb is not None and self.memory_limit_mb < 0:
+            raise ValueError(f"memory_limit_mb must be 0 (no limit), a positive number of MiB or unset "
+                             f"(got {self.memory_limit_mb})")
         if self.verdict not in ("strict", "calibrated"):
             raise ValueError(f"--verdict must be strict or calibrated (got {self.verdict!r})")
         self.profile.validate()
@@ -214,6 +222,11 @@ class BuildConfig:
     use_pch: bool = True
     max_jobs: int = 0
     lean_headers: bool = True
+    # The trusted build cache (docs/SANDBOX.md): the candidate's statically known load_inline calls
+    # are built by a child that runs no candidate code, the evaluation loads only artefacts whose
+    # sha256 that side recorded, and builds anything else privately. False: the evaluation builds
+    # into the shared cache itself (faster by one child start-up; a candidate can poison the cache).
+    trusted_cache: bool = True
 
 
 # ---- the forge loop (Coder + Judge rounds) --------------------------------------------------

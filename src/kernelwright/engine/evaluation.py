@@ -18,7 +18,7 @@ from typing import Callable
 import kernelwright
 from kernelwright.core import formats
 from kernelwright.core.config import EvalConfig
-from kernelwright.engine import environment, nsight, process, sandbox
+from kernelwright.engine import environment, isolation, nsight, process, sandbox, trusted_builds
 from kernelwright.core.record import EvalResult, Stage, Status
 
 
@@ -102,7 +102,9 @@ def _spawn_key(config: EvalConfig, sandbox_kind: str) -> str:
     """What a child is started with: a spare serves only evaluations that agree on all of it."""
     return json.dumps([config.device, str(Path(config.cache_dir).resolve()), list(config.pass_env),
                        config.build.max_jobs, sandbox_kind, config.timeouts.startup,
-                       config.visible_devices])  # executor hook (issue 19): a spare is pinned to its GPU
+                       config.visible_devices,
+                       config.memory_limit_mb,  # limits are set at the spawn
+                       config.build.trusted_cache])  # the build cache's mount  # executor hook (issue 19): a spare is pinned to its GPU
 
 
 @dataclass
@@ -223,8 +225,13 @@ def _spawn_runner(config: EvalConfig, sandbox_kind: str, workdir: Path, job: dic
     for sub in ("tmp", "out"):
         (workdir / sub).mkdir(exist_ok=True)
     env = child_env(config, workdir / "tmp")
-    argv = sandbox.wrap(process.child_argv("runner"), sandbox_kind, workdir, [cache_dir])
-    return process.spawn(argv, job, workdir, env, name="runner", spare=spare), env
+    read_only = []
+    if config.build.trusted_cache:  # the runner reads the shared builds, never writes them
+        read_only = [trusted_builds.cache_root(config)]
+        read_only[0].mkdir(parents=True, exist_ok=True)
+    argv = sandbox.wrap(process.child_argv("runner"), sandbox_kind, workdir, [cache_dir], read_only)
+    iso = isolation.prepare(config.device, sandbox_kind, config.memory_limit_mb)
+    return process.spawn(argv, job, workdir, env, name="runner", spare=spare, isolation=iso), env
 
 
 def _spawn_judge(config: EvalConfig, judge_dir: Path, env: dict[str, str], spare: bool = False) -> process.Child:
@@ -258,6 +265,12 @@ def _run(problem_path: Path, cand_path: Path, config: EvalConfig, workdir: Path,
            "out_dir": str(workdir / "out")}
     judge_job = {"problem_source": Path(problem_path).read_text(), "problem_name": str(problem_path),
                  "config": config.to_dict(), "out_dir": str(workdir / "out")}
+    trusted = None
+    if config.build.trusted_cache:  # build what can be built without running the candidate
+        tdir = workdir / "trusted-build"
+        trusted = trusted_builds.build(cand_path.read_text(), config, sandbox_kind, tdir,
+                                       child_env(config, tdir / "tmp"), trusted_builds.arch_list_for_config(config))
+        job.update(trusted_builds.job_fields(trusted, workdir))
     runner = judge = None
     judge_dir = None
     if spare is not None:
@@ -271,21 +284,28 @@ def _run(problem_path: Path, cand_path: Path, config: EvalConfig, workdir: Path,
         runner, env = _spawn_runner(config, sandbox_kind, workdir, job)
         judge_dir = judge_dir or Path(tempfile.mkdtemp(prefix="kw-judge-"))
         judge = _spawn_judge(config, judge_dir, env)
+    iso = runner.isolation
+    init_reports = sandbox_kind == "bwrap" or (iso is not None and iso.pid_namespace)  # an init reports 128+N
     try:
         outcome = coordinate(runner, judge, judge_job, config.timeouts, on_stage=on_stage,
-                             exit_code_of=sandbox.child_exit_code if sandbox_kind == "bwrap" else (lambda c: c))
+                             exit_code_of=sandbox.child_exit_code if init_reports else (lambda c: c))
     finally:
         runner.stop()
         judge.stop()
         if not config.keep_workdir:
             shutil.rmtree(judge_dir, ignore_errors=True)
     result = _record(outcome, config, sandbox_kind)
+    isolation.annotate(result, iso)  # metadata["isolation"], the memory-limit note
+    if trusted is not None:
+        result.metadata["trusted_build"] = trusted.describe()
     if config.profile.enabled and result.status is Status.PASSED:
         if on_stage:
             on_stage("profile")
         report_dir = Path(config.profile.report_dir) if config.profile.report_dir else cache_dir
         nsight.attach(result, config, workdir, env, job,
-                      wrap=lambda a: sandbox.wrap(a, sandbox_kind, workdir, [cache_dir, report_dir]))
+                      wrap=lambda a: sandbox.wrap(a, sandbox_kind, workdir, [cache_dir, report_dir],
+                                                  # the shared builds stay read-only
+                                                  [trusted_builds.cache_root(config)] if config.build.trusted_cache else []))
     return _redacted(result)
 
 

@@ -1,7 +1,11 @@
 """Prebuilding candidates on the CPU while the GPU evaluates: `BuildPool(max_workers).submit(...)`.
 
-A prebuild is the evaluation child in `build_only` mode: it imports the candidate (so every
-`load_inline` it makes is built into the content-hashed build cache) and stops. It runs with no
+With the trusted cache (`BuildConfig.trusted_cache`, the default), a prebuild is the trusted
+builder (`engine/trusted_builds.py`): the candidate's statically known `load_inline` calls are
+built into the shared cache by a child that never imports the candidate; a call it cannot resolve
+is left to the evaluation (which builds it privately), and the prebuild says so (`ok` False).
+Without it, a prebuild is the evaluation child in `build_only` mode: it imports the candidate (so
+every `load_inline` it makes is built into the content-hashed build cache) and stops. It runs with no
 GPU visible (`CUDA_VISIBLE_DEVICES=""`) and `TORCH_CUDA_ARCH_LIST` set to the GPU's own arch, the
 value the evaluation child sets, so the cache key matches and the later evaluation of the same
 candidate finds its extensions built. Compilation needs no GPU, so builds of queued candidates
@@ -90,6 +94,16 @@ def prebuild(problem: str | Path, candidate_text: str, config: EvalConfig, arch_
         if arch_list:
             env["TORCH_CUDA_ARCH_LIST"] = arch_list
         kind = sandbox.resolve(config.sandbox)
+        if config.build.trusted_cache:
+            from kernelwright.engine import trusted_builds
+
+            trusted = trusted_builds.build(candidate_text, config, kind, workdir / "trusted-build", env, arch_list)
+            failed = [b for b in trusted.builds if not b.get("ok")]
+            err = trusted.error or (failed[0].get("error", "the build failed") if failed else "") or (
+                f"left to the evaluation: {trusted.private[0]}" if trusted.private else "")
+            return PrebuildResult(ok=not err, builds=trusted.builds,
+                                  build_s=sum(b.get("build_s") or 0.0 for b in trusted.builds),
+                                  wall_s=time.monotonic() - t0, error=err[:300])
         argv = sandbox.wrap(process.child_argv(), kind, workdir, [cache_dir])
         cfg = replace(config, device="cpu").to_dict()
         job = {"problem_path": str(prob_copy), "candidate_path": str(cand), "config": cfg, "mode": "build_only"}
@@ -109,70 +123,5 @@ def prebuild(problem: str | Path, candidate_text: str, config: EvalConfig, arch_
 
 def _run_build(argv, job, workdir, env, limit_s: float):
     """Run a build_only runner to its end or `limit_s`: (its reports, timed out, log tail, build seconds)."""
-    child = process.spawn(argv, job, workdir, env, name="prebuild")
-    child.close_stdin()
-    msgs: list[dict] = []
-    t_build = None
-    build_s = None
-    end = child.started + limit_s
-    timed_out = False
-    while True:
-        left = end - time.monotonic()
-        if left <= 0:
-            timed_out = True
-            break
-        got, eof = child.read_messages(min(left, 0.5))
-        for m in got:
-            if m.get("type") == "stage" and m.get("stage") == "build":
-                t_build = time.monotonic()
-            if m.get("type") == "build" and t_build is not None:
-                build_s = time.monotonic() - t_build
-            msgs.append(m)
-        if eof or child.reader.overflow or len(msgs) > 1000 or (not got and not child.alive()):
-            break
-    log_tail = child.log_tail()
-    child.stop()
-    return msgs, timed_out, log_tail, build_s
-
-
-class BuildPool:
-    """A pool of CPU build workers. `submit(problem, candidate_text) -> Future[PrebuildResult]`.
-
-    Workers are threads, each waiting on its own build child process, so `max_workers` builds
-    (each using up to `config.build.max_jobs` compiler jobs) run at once.
-
-    `cpus`: the cores the build children run on (each worker thread pins itself; the children it
-    starts inherit that), so builds stay off the cores that feed a GPU being timed. `before`: called
-    in the worker before each build starts, e.g. to hold builds back while a GPU is being timed.
-    """
-
-    def __init__(self, max_workers: int = 2, config: EvalConfig | None = None, arch_list: str | None = "auto",
-                 cpus: set[int] | None = None, before: Callable[[], None] | None = None):
-        self.config = config or EvalConfig()
-        self.arch_list = detect_arch_list() if arch_list == "auto" else arch_list
-        self.before = before
-        self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="kw-build",
-                                        initializer=_pin_thread, initargs=(cpus,))
-
-    def submit(self, problem: str | Path, candidate_text: str) -> Future:
-        return self._pool.submit(self._build, problem, candidate_text)
-
-    def _build(self, problem: str | Path, candidate_text: str) -> PrebuildResult:
-        if self.before is not None:
-            self.before()
-        return prebuild(problem, candidate_text, self.config, self.arch_list)
-
-    def shutdown(self, wait: bool = True) -> None:
-        self._pool.shutdown(wait=wait, cancel_futures=not wait)
-
-    def __enter__(self) -> "BuildPool":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.shutdown(wait=True)
-
-
-def _pin_thread(cpus: set[int] | None) -> None:
-    """Pin the calling thread (Linux: affinity is per thread, and inherited by the processes it starts)."""
-    if cpus and hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, cpus)
+    done = process.run_to_end(argv, job, workdir, env, limit_s, name="prebuild")
+    return done.messages, done.timed_out, done.log_tail, None

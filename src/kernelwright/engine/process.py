@@ -49,6 +49,7 @@ class Child:
     reader: LineReader = field(default_factory=LineReader)
     pending: list[dict[str, Any]] = field(default_factory=list)  # messages read before `watch`
     stdin_open: bool = True
+    isolation: Any = None  # engine.isolation.Isolation: cleaned up (cgroup, marker sweep) when the child ends
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -109,6 +110,12 @@ class Child:
             code = self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             code = None
+        if self.isolation is not None:  # what escaped the process group: cgroup kill, marker sweep
+            try:
+                self.isolation.cleanup()
+            except Exception:
+                pass
+            self.isolation_done, self.isolation = self.isolation, None
         self.close_stdin()
         for attr in ("read_fd", "log_fd"):
             fd = getattr(self, attr)
@@ -145,7 +152,7 @@ def _create_log(path: Path) -> int:
 
 
 def spawn(argv: list[str], job: dict[str, Any], workdir: Path, env: dict[str, str], *, name: str = "runner",
-          spare: bool = False, preexec: Callable[[], None] | None = None) -> Child:
+          spare: bool = False, isolation: Any = None) -> Child:
     """Start a child on `job` (written to workdir/NAME_job.json). A `spare` starts up and waits
     for a line on its stdin; its job file is re-read then, so the job can be written later."""
     read_fd, write_fd = os.pipe()
@@ -153,8 +160,11 @@ def spawn(argv: list[str], job: dict[str, Any], workdir: Path, env: dict[str, st
     job_path = workdir / f"{name}_job.json"
     job_path.write_text(json.dumps(dict(job, fd=write_fd)))
     log_fd = _create_log(workdir / f"{name}.log")
+    argv = argv + (["--spare"] if spare else []) + [str(job_path)]
+    if isolation is not None:  # PID namespace prefix, the evaluation's marker variable
+        argv, env = isolation.command(argv), isolation.environment(env)
     proc = subprocess.Popen(
-        argv + (["--spare"] if spare else []) + [str(job_path)],
+        argv,
         cwd=str(workdir),
         env=env,
         stdin=subprocess.PIPE,
@@ -162,10 +172,10 @@ def spawn(argv: list[str], job: dict[str, Any], workdir: Path, env: dict[str, st
         stderr=log_fd,
         pass_fds=(write_fd,),
         start_new_session=True,  # own session and group: killpg reaches the compiler and its children
-        preexec_fn=preexec,
+        preexec_fn=isolation.preexec if isolation is not None else None,  # rlimits, pdeathsig, cgroup
     )
     os.close(write_fd)
-    return Child(proc, read_fd, log_fd, workdir, time.monotonic())
+    return Child(proc, read_fd, log_fd, workdir, time.monotonic(), isolation=isolation)
 
 
 def go(child: Child, job: dict[str, Any], name: str = "runner") -> bool:
@@ -195,3 +205,41 @@ def describe_signal(code: int | None) -> str:
         except ValueError:
             return f"was killed by signal {-code}"
     return f"exited with code {code}"
+
+
+@dataclass
+class Finished:
+    """What a child that runs to its end (a build) reported."""
+
+    messages: list[dict[str, Any]]
+    timed_out: bool
+    exit_code: int | None
+    log_tail: str
+
+
+def run_to_end(argv: list[str], job: dict[str, Any], workdir: Path, env: dict[str, str], limit_s: float, *,
+               name: str, isolation: Any = None, max_line: int = 1 << 20, max_messages: int = 1000) -> Finished:
+    """Start a child that needs no commands, collect its reports until it ends or `limit_s` passes."""
+    child = spawn(argv, job, workdir, env, name=name, isolation=isolation)
+    child.reader = LineReader(max_line)
+    child.close_stdin()
+    msgs: list[dict[str, Any]] = []
+    end = child.started + limit_s
+    timed_out = False
+    while True:
+        left = end - time.monotonic()
+        if left <= 0:
+            timed_out = True
+            break
+        got, eof = child.read_messages(min(left, 0.5))
+        msgs += got
+        if eof or child.reader.overflow or len(msgs) > max_messages or (not got and not child.alive()):
+            break
+    if not timed_out:
+        try:
+            child.proc.wait(timeout=max(1.0, min(10.0, end - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            pass
+    log_tail = child.log_tail()
+    code = child.stop()
+    return Finished(msgs, timed_out, code, log_tail)

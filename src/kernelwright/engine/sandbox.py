@@ -1,9 +1,11 @@
 """How the evaluation child is isolated beyond its own process and scrubbed environment.
 
 `none`: a child process with a scrubbed environment and private working directory.
-`bwrap`: the same child inside bubblewrap: the whole system read-only, $HOME and /tmp hidden
-behind empty read-only mounts (the Python installation and the package re-exposed read-only),
-only the evaluation's own directory and the build cache writable, no network (a private network
+`bwrap`: the same child inside bubblewrap: the whole system read-only, $HOME, /tmp and the socket
+directories (/run, /var/run) hidden behind empty read-only mounts (the Python installation and
+the package re-exposed read-only), every other Unix socket of the host covered by /dev/null,
+only the evaluation's own directory and the cache writable (the shared extension builds inside
+it read-only for an evaluation: `read_only`), no network (a private network
 namespace), a minimal /dev plus the GPU device nodes, its own PID/IPC/UTS namespaces, no
 capabilities, and death with its parent. `auto`: bwrap when it is installed and a trivial
 command runs under it, else none. See docs/SANDBOX.md for what this protects and what it does not.
@@ -15,6 +17,7 @@ import functools
 import glob
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -70,19 +73,19 @@ def _python_paths() -> list[str]:
     return sorted(p for p in paths if os.path.isdir(p))
 
 
-def _bwrap_argv(bwrap: str, workdir: Path, writable: list[Path]) -> list[str]:
+def _bwrap_argv(bwrap: str, workdir: Path, writable: list[Path], read_only: list[Path] = ()) -> list[str]:
     argv = [bwrap, "--die-with-parent", "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
             "--unshare-cgroup-try", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
             "--tmpfs", "/dev/shm"]
     for node in sorted(glob.glob("/dev/nvidia*")):  # GPU device nodes only (nvidiactl, nvidia0.., uvm, caps)
         argv += ["--dev-bind", node, node]
-    hidden = ["/tmp", "/var/tmp"]
+    hidden = ["/tmp", "/var/tmp", *_SOCKET_DIRS]
     home = os.path.expanduser("~")
     if home not in ("/", "") and os.path.isdir(home):
         hidden.append(os.path.realpath(home))
+    hidden = [h for h in dict.fromkeys(os.path.realpath(h) for h in hidden) if os.path.isdir(h)]
     for h in hidden:
-        if os.path.isdir(h):
-            argv += ["--tmpfs", h]
+        argv += ["--tmpfs", h]
     # what the child must still read, if it sat under a hidden directory
     exposed: list[str] = []
     for rp in sorted({os.path.realpath(p) for p in _python_paths()}, key=len):
@@ -94,24 +97,69 @@ def _bwrap_argv(bwrap: str, workdir: Path, writable: list[Path]) -> list[str]:
     for w in [workdir, *writable]:
         rw = os.path.realpath(w)
         argv += ["--bind", rw, rw]
+    for r in read_only:  # read-only inside a writable directory (the shared build cache)
+        ro = os.path.realpath(r)
+        argv += ["--ro-bind", ro, ro]
+    # The host's Unix sockets that are still visible: a read-only mount does not stop connect(),
+    # so each is covered by /dev/null (connect() then fails with ECONNREFUSED).
+    keep = [os.path.realpath(w) for w in [workdir, *writable]] + ["/dev", "/proc", "/sys"]  # own /dev, /proc
+    for sock in host_unix_sockets():
+        if not _under(sock, hidden) and not _under(sock, keep):
+            argv += ["--ro-bind", "/dev/null", sock]
     for h in hidden:
-        if os.path.isdir(h):
-            argv += ["--remount-ro", h]
+        argv += ["--remount-ro", h]
     if os.geteuid() == 0:
         argv += ["--cap-drop", "ALL"]
     argv += ["--chdir", os.path.realpath(workdir)]
     return argv
 
 
-def wrap(argv: list[str], kind: str, workdir: Path, writable: list[Path]) -> list[str]:
-    """The command line that runs `argv` inside sandbox `kind`."""
+# Where daemons put their sockets (D-Bus, systemd, docker, nvidia-persistenced, databases): hidden
+# behind empty tmpfs mounts. Nothing the child needs lives there (nvidia-persistenced's socket
+# is optional: without it the driver initialises the GPU itself).
+_SOCKET_DIRS = ("/run", "/var/run")
+
+
+def host_unix_sockets() -> list[str]:
+    """Paths of the Unix sockets bound in this network namespace (from /proc/net/unix), that exist.
+
+    Read at every wrap, not cached: a socket made after the first evaluation is covered too.
+    Abstract sockets (no path) need nothing: they belong to a network namespace, and the child has
+    its own (--unshare-net). Sockets of other network namespaces are not listed; /run and /var/run
+    are hidden whatever is listed.
+    """
+    try:
+        lines = Path("/proc/net/unix").read_text(errors="replace").splitlines()[1:]
+    except OSError:
+        return []
+    paths = set()
+    for line in lines:
+        parts = line.split(None, 7)
+        if len(parts) == 8 and parts[7].startswith("/"):
+            paths.add(parts[7])
+    return sorted(p for p in paths if _is_socket(p))
+
+
+def _is_socket(path: str) -> bool:
+    try:
+        return stat.S_ISSOCK(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _under(path: str, dirs: list[str]) -> bool:
+    return any(path == d or path.startswith(d.rstrip("/") + "/") for d in dirs)
+
+
+def wrap(argv: list[str], kind: str, workdir: Path, writable: list[Path], read_only: list[Path] = ()) -> list[str]:
+    """The command line that runs `argv` inside sandbox `kind`; `read_only` may lie inside `writable`."""
     if kind == "none":
         return argv
     if kind == "bwrap":
         bwrap = shutil.which("bwrap")
         if bwrap is None:
             raise SandboxUnavailable("bubblewrap disappeared; install it or use --sandbox none")
-        return _bwrap_argv(bwrap, workdir, writable) + ["--"] + argv
+        return _bwrap_argv(bwrap, workdir, writable, read_only) + ["--"] + argv
     raise SandboxUnavailable(f"unknown sandbox {kind!r}; use auto, bwrap or none")
 
 

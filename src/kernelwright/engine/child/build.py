@@ -151,7 +151,9 @@ def _tolerate_read_only_torch(cpp_ext) -> None:
 
 
 def install_build_cache(cache_root: str | os.PathLike, candidate_file: str | None, use_pch: bool = False,
-                        lean_headers: bool = False) -> None:
+                        lean_headers: bool = False, *, verified: dict[str, str] | None = None,
+                        private_root: str | os.PathLike | None = None, publish: bool = False,
+                        failed: dict[str, str] | None = None) -> None:
     """Route every load_inline/load call to a build directory keyed by content.
 
     With `use_pch`, load_inline calls that keep torch's default C++ flags get `use_pch=True`
@@ -160,11 +162,22 @@ def install_build_cache(cache_root: str | os.PathLike, candidate_file: str | Non
     With `lean_headers`, CUDA sources are first built with lean torch headers (see
     `lean_headers.py`); when that build fails the source is built as written, and a marker in the
     lean build's directory makes the next evaluation of the same source skip the lean attempt.
+
+    The trusted cache (docs/SANDBOX.md): with `private_root`, this process (an evaluation, which
+    runs candidate code) never writes the shared cache. A call whose shared directory is named in
+    `verified` (directory name -> sha256 of its artefact, handed over by the parent) loads a copy
+    of the artefact whose hash matched; every other call (not prebuilt, or a hash mismatch) is
+    built under `private_root`, used once; a call named in `failed` (directory name -> compiler
+    output) failed in the trusted builder and fails here with that output, without building again.
+    `publish` is the trusted builder's side: it builds into
+    the shared cache, records each artefact's sha256 next to it (MANIFEST), and rebuilds from
+    scratch a directory whose artefact has no such record.
     """
     import torch.utils.cpp_extension as cpp_ext
 
     root = Path(cache_root)
-    root.mkdir(parents=True, exist_ok=True)
+    if private_root is None:
+        root.mkdir(parents=True, exist_ok=True)
     original_inline = cpp_ext.load_inline
     original_load = cpp_ext.load
     if use_pch and hasattr(cpp_ext, "remove_extension_h_precompiler_headers"):
@@ -174,12 +187,46 @@ def install_build_cache(cache_root: str | os.PathLike, candidate_file: str | Non
 
     def _run(kind: str, name: str, build_dir: Path, call, key: str, sources_for_map: list[str],
              extra: dict[str, Any] | None = None, tentative: bool = False):
+        """`call(directory)` builds and loads; `build_dir` is the call's directory in the shared cache."""
         entry: dict[str, Any] = {"kind": kind, "name": name, "key": key, "dir": str(build_dir), **(extra or {})}
-        entry["cached"] = any(build_dir.glob(f"{name}*.so")) or any(build_dir.glob(f"{name}*.pyd"))
         BUILD_LOG.append(entry)
         t0 = time.perf_counter()
+        if private_root is not None and build_dir.name in (failed or {}):
+            output = (failed or {})[build_dir.name]
+            entry["cache"] = "failed in the trusted build"
+
+            def call(_directory, output=output):  # the builder's compiler output, as if built here
+                raise RuntimeError(output)
+        elif private_root is not None:
+            expected = (verified or {}).get(build_dir.name)
+            if expected:
+                module = _load_verified(name, build_dir, expected, Path(private_root), entry)
+                if module is not None:
+                    entry.update(ok=True, cached=True, build_s=time.perf_counter() - t0, functions=_functions(module))
+                    BUILT_MODULES.append((name, module))
+                    return module
+            else:
+                entry["cache"] = "private"
+            build_dir = Path(private_root) / build_dir.name
+            build_dir.mkdir(parents=True, exist_ok=True)
+            entry["dir"] = str(build_dir)
+        lock = None
+        if publish:  # one trusted builder at a time per entry: clear, build and record as one step
+            import fcntl
+
+            lock = open(root / f".{build_dir.name}.lock", "w")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            _clear_unrecorded(build_dir, name)
+        entry["cached"] = any(build_dir.glob(f"{name}*.so")) or any(build_dir.glob(f"{name}*.pyd"))
         try:
-            module = call()
+            return _build_and_load(entry, name, build_dir, call, sources_for_map, tentative, t0)
+        finally:
+            if lock is not None:
+                lock.close()
+
+    def _build_and_load(entry, name, build_dir, call, sources_for_map, tentative, t0):
+        try:
+            module = call(build_dir)
         except RuntimeError as exc:
             text = str(exc)
             if tentative and "Error building extension" in text:
@@ -193,14 +240,16 @@ def install_build_cache(cache_root: str | os.PathLike, candidate_file: str | Non
             raise CandidateBuildError(name, text, issues) from None
         entry["ok"] = True
         entry["build_s"] = time.perf_counter() - t0
-        entry["functions"] = sorted(
-            a for a in dir(module) if not a.startswith("_") and callable(getattr(module, a, None))
-        )[:50]
+        if publish:
+            entry["sha256"] = _record_artefact(build_dir, name)
+            return None
+        entry["functions"] = _functions(module)
         BUILT_MODULES.append((name, module))
         return module
 
     @functools.wraps(original_inline)
     def load_inline(name, cpp_sources, cuda_sources=None, *args, **kwargs):
+        args, kwargs = _as_keywords(original_inline, args, kwargs)  # one key however the call was written
         with_cuda = bool(cuda_sources) or bool(kwargs.get("with_cuda"))
         pch = use_pch and pch_usable(kwargs) and _prepare_pch()
         if pch:
@@ -221,30 +270,35 @@ def install_build_cache(cache_root: str | os.PathLike, candidate_file: str | Non
             lean_dir = root / f"{name}-{lean_key}"
             failed_marker = lean_dir / LEAN_FAILED
             if failed_marker.exists():  # this source needs more than the lean headers: known already
-                extra["lean_headers"] = {"used": False, "reason": "an earlier lean build of this source failed"}
+                extra["lean_headers"] = {"used": False, "reason": "the lean build failed in an earlier lean build "
+                                                                  "of this source; built as written"}
             else:
-                lean_dir.mkdir(parents=True, exist_ok=True)
-                lean_kwargs = dict(kwargs, build_directory=str(lean_dir), no_implicit_headers=True)
+                if private_root is None:
+                    lean_dir.mkdir(parents=True, exist_ok=True)
+                lean_kwargs = dict(kwargs, no_implicit_headers=True)
                 # no_implicit_headers drops main.cpp's <torch/extension.h> too: the bindings need it
                 lean_cpp = ["#include <torch/extension.h>"] + _as_list(cpp_sources)
                 try:
                     return _run(
                         "inline", name, lean_dir,
-                        lambda: original_inline(name, lean_cpp, lean.cuda_sources, *args, **lean_kwargs),
+                        lambda d: original_inline(name, lean_cpp, lean.cuda_sources, *args,
+                                                  **dict(lean_kwargs, build_directory=str(d))),
                         lean_key, texts, dict(extra, lean_headers={"used": True, "op_headers": lean.op_headers}),
                         tentative=True,
                     )
                 except _LeanBuildFailed as failure:
                     first = next((i.message for i in parse_compiler_output(failure.output, None, None)), "")
-                    failed_marker.write_text(failure.output[-20000:])
+                    if private_root is None:  # an evaluation never writes the shared cache
+                        failed_marker.write_text(failure.output[-20000:])
                     extra["lean_headers"] = {"used": False, "tried_s": round(failure.seconds, 2),
                                              "reason": f"the lean build failed ({first[:200]}); built as written"}
         build_dir = root / f"{name}-{key}"
-        build_dir.mkdir(parents=True, exist_ok=True)
-        kwargs["build_directory"] = str(build_dir)
+        if private_root is None:
+            build_dir.mkdir(parents=True, exist_ok=True)
         return _run(
             "inline", name, build_dir,
-            lambda: original_inline(name, cpp_sources, cuda_sources, *args, **kwargs), key, texts, extra,
+            lambda d: original_inline(name, cpp_sources, cuda_sources, *args, **dict(kwargs, build_directory=str(d))),
+            key, texts, extra,
         )
 
     @functools.wraps(original_load)
@@ -261,12 +315,111 @@ def install_build_cache(cache_root: str | os.PathLike, candidate_file: str | Non
                    "kwargs": {k: v for k, v in kwargs.items() if k not in ("verbose", "build_directory")}}
         key = build_key("load", name, payload, with_cuda)
         build_dir = root / f"{name}-{key}"
-        build_dir.mkdir(parents=True, exist_ok=True)
-        kwargs["build_directory"] = str(build_dir)
-        return _run("load", name, build_dir, lambda: original_load(name, sources, *args, **kwargs), key, contents)
+        if private_root is None:
+            build_dir.mkdir(parents=True, exist_ok=True)
+        return _run("load", name, build_dir,
+                    lambda d: original_load(name, sources, *args, **dict(kwargs, build_directory=str(d))), key, contents)
 
     cpp_ext.load_inline = load_inline
     cpp_ext.load = load
+
+
+# ---- the trusted cache --------------------------------------------------------------------
+
+MANIFEST = "kw-artefact.json"  # {"artefact": file name, "sha256": ...}, written by the trusted builder
+
+
+def _artefact(build_dir: Path, name: str) -> Path:
+    import torch.utils.cpp_extension as cpp_ext
+
+    return build_dir / f"{name}{cpp_ext.LIB_EXT}"
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _record_artefact(build_dir: Path, name: str) -> str:
+    """The trusted builder's record of a built artefact's hash (kept when it is already there)."""
+    manifest = build_dir / MANIFEST
+    try:
+        known = json.loads(manifest.read_text())
+        if isinstance(known, dict) and isinstance(known.get("sha256"), str):
+            return known["sha256"]
+    except (OSError, ValueError):
+        pass
+    digest = _sha256(_artefact(build_dir, name))
+    tmp = manifest.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"artefact": _artefact(build_dir, name).name, "sha256": digest}))
+    os.replace(tmp, manifest)
+    return digest
+
+
+def _clear_unrecorded(build_dir: Path, name: str) -> None:
+    """A shared directory with an artefact but no record of its hash was not built by a trusted
+    builder (or was tampered with): its objects cannot be trusted either, so it is built afresh."""
+    if _artefact(build_dir, name).exists() and not (build_dir / MANIFEST).exists():
+        import shutil
+
+        shutil.rmtree(build_dir, ignore_errors=True)
+        build_dir.mkdir(parents=True, exist_ok=True)
+
+
+def _load_verified(name: str, build_dir: Path, expected: str, private_root: Path, entry: dict[str, Any]):
+    """Load a copy of the shared artefact when its bytes hash to `expected`, else None (and say why).
+
+    The copy is what gets hashed and loaded, so the shared file cannot change in between."""
+    import torch.utils.cpp_extension as cpp_ext
+
+    try:
+        data = _artefact(build_dir, name).read_bytes()
+    except OSError as exc:
+        entry["cache"] = f"rejected: {exc.strerror or 'unreadable'}"
+        return None
+    if hashlib.sha256(data).hexdigest() != expected:
+        entry["cache"] = "rejected: hash mismatch"
+        return None
+    copy_dir = private_root / f"verified-{build_dir.name}"
+    copy_dir.mkdir(parents=True, exist_ok=True)
+    _artefact(copy_dir, name).write_bytes(data)
+    entry["cache"] = "verified"
+    return cpp_ext._import_module_from_library(name, str(copy_dir), True)
+
+
+def _functions(module: Any) -> list[str]:
+    return sorted(a for a in dir(module) if not a.startswith("_") and callable(getattr(module, a, None)))[:50]
+
+
+def _as_keywords(original, args: tuple, kwargs: dict[str, Any]) -> tuple[tuple, dict[str, Any]]:
+    """load_inline's positional extras as keywords, and arguments equal to their defaults dropped,
+    so a call keys the same however it is written (the trusted builder calls with keywords)."""
+    import inspect
+
+    try:
+        params = list(inspect.signature(original).parameters.values())[3:]  # after name, cpp, cuda
+    except (TypeError, ValueError):
+        return args, kwargs
+    if len(args) > len(params):
+        return args, kwargs
+    merged = dict(kwargs)
+    for p, v in zip(params, args):
+        if p.name in merged:
+            return args, kwargs  # a TypeError for load_inline to raise
+        merged[p.name] = v
+    defaults = {p.name: p.default for p in params}
+    return (), {k: v for k, v in merged.items()
+                if not (k in defaults and k != "use_pch" and _same(v, defaults[k]))}
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return type(a) is type(b) and bool(a == b)
+    except Exception:
+        return False
 
 
 class _LeanBuildFailed(Exception):

@@ -170,7 +170,10 @@ class Runner:
 
         self.stage("build")
         build.install_build_cache(os.path.join(self.cfg.cache_dir, "builds"), self.job["candidate_path"],
-                                  use_pch=self.cfg.build.use_pch, lean_headers=self.cfg.build.lean_headers)
+                                  use_pch=self.cfg.build.use_pch, lean_headers=self.cfg.build.lean_headers,
+                                  # load only verified artefacts of the shared cache, build the rest privately
+                                  verified=self.job.get("verified_builds"), private_root=self.job.get("private_builds"),
+                                  failed=self.job.get("failed_builds"))
         try:
             self.problem = load_module(self.job["problem_path"], "kw_problem")
         except Exception as exc:

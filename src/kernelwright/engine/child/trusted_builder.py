@@ -1,0 +1,74 @@
+"""The trusted builder: builds a candidate's statically known extensions into the shared cache.
+
+    python -m kernelwright.engine.child.trusted_builder JOB.json
+
+It runs no candidate code: it never imports the candidate, and it never loads what it builds
+(torch's `load_inline` builds, then imports the module; the import is switched off here, so
+not even a static initialiser of the candidate's C++ runs). It gets the calls already resolved
+by the parent (`engine/static_builds.py`: literal arguments, allow-listed flags), builds each
+through the same content-keyed cache as an evaluation (`build.install_build_cache`, lean headers
+and PCH included) and records each artefact's sha256 in the cache (`build.MANIFEST`).
+
+It reports on the pipe named by the job's `fd`, like the evaluation child: a `build` stage, then
+one final record `{"builds": [{"name", "key", "dir", "ok", "cached", "sha256", "error", "output"}, ...]}`
+(`output`: the compiler's output of a failed build, which the evaluation reports as its own).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Any
+
+MAX_OUTPUT = 100_000  # characters of a failed build's compiler output handed back
+
+
+def main(job_path: str) -> int:
+    with open(job_path) as f:
+        job = json.load(f)
+    fd = job.get("fd")
+
+    def send(kind: str, **payload: Any) -> None:
+        if fd is None:
+            return
+        data = (json.dumps({"type": kind, "t": time.time(), **payload}) + "\n").encode()
+        while data:
+            data = data[os.write(fd, data):]
+
+    send("stage", stage="build")
+    import torch.utils.cpp_extension as cpp_ext
+
+    from kernelwright.engine.child import build
+
+    cpp_ext._import_module_from_library = lambda *args, **kwargs: None  # build, never load
+    build.install_build_cache(job["cache_root"], None, use_pch=job.get("use_pch", False),
+                              lean_headers=job.get("lean_headers", False), publish=True)
+    results = []
+    for call in job["calls"]:
+        before = len(build.BUILD_LOG)
+        error = ""
+        try:
+            cpp_ext.load_inline(**call)
+        except Exception as exc:  # the evaluation builds it again, privately, and reports the error
+            error = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+        done = [e for e in build.BUILD_LOG[before:] if e.get("ok")]
+        if done:
+            e = done[-1]
+            results.append({"name": e["name"], "key": e.get("key"), "dir": os.path.basename(e["dir"]), "ok": True,
+                            "cached": bool(e.get("cached")), "sha256": e.get("sha256"),
+                            "build_s": round(e.get("build_s") or 0.0, 3)})
+        else:
+            failed = [e for e in build.BUILD_LOG[before:] if e.get("ok") is False and e.get("output")]
+            res = {"name": call.get("name"), "ok": False, "error": error or "the build failed"}
+            if failed:  # the compiler's verdict: the evaluation reports it without building again
+                res.update(key=failed[-1].get("key"), dir=os.path.basename(failed[-1]["dir"]),
+                           output=failed[-1]["output"][-MAX_OUTPUT:])
+            results.append(res)
+    send("final", record={"builds": results})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[-1]))

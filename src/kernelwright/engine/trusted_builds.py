@@ -1,0 +1,135 @@
+"""The trusted side of the build cache: build before the candidate runs, hand over the hashes.
+
+The shared build cache (`<cache_dir>/builds`) is written only by the trusted builder
+(`engine/child/trusted_builder.py`), a child that runs no candidate code, on the calls that
+`static_builds.scan` resolved from the candidate's text. The evaluation child gets the cache
+read-only under bubblewrap, and in its job the sha256 of every artefact it may load; it loads
+an artefact only when the bytes match, and builds anything else privately (`child/build.py`).
+
+Where the hashes come from: the builder reports, per cache entry, the hash recorded when the
+entry was built (`build.MANIFEST`). This process remembers every hash it has learned
+(`_KNOWN`) and hands over its own memory, not the manifest, when it has one: so in `--sandbox
+none`, where a candidate can rewrite both an artefact and its manifest, a poisoned entry is
+still refused by every later evaluation of this process (a forge run). A new process trusts
+the manifest of an entry it has not built itself; under bubblewrap nothing a candidate runs
+can write the cache, so the manifest can be trusted.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kernelwright.core.config import EvalConfig
+from kernelwright.engine import isolation, process, sandbox, static_builds
+
+BUILDS_SUBDIR = "builds"
+_KNOWN: dict[tuple[str, str], str] = {}  # (cache root, entry directory) -> sha256 learned by this process
+_KNOWN_LOCK = threading.Lock()
+
+
+@dataclass
+class TrustedBuilds:
+    verified: dict[str, str] = field(default_factory=dict)  # entry directory name -> sha256
+    failed: dict[str, str] = field(default_factory=dict)  # entry directory name -> the compiler's output
+    builds: list[dict[str, Any]] = field(default_factory=list)  # what the builder reported, per call
+    private: list[str] = field(default_factory=list)  # why other build calls are left to the evaluation
+    wall_s: float = 0.0
+    error: str = ""  # the builder itself failed (then the evaluation builds everything privately)
+
+    def describe(self) -> dict[str, Any]:
+        """The record's `metadata["trusted_build"]`."""
+        return {"calls": len(self.builds), "verified": len(self.verified), "wall_s": round(self.wall_s, 3),
+                "private": self.private, **({"error": self.error} if self.error else {}),
+                "builds": [{k: v for k, v in b.items() if k not in ("sha256", "output")} for b in self.builds]}
+
+
+def cache_root(config: EvalConfig) -> Path:
+    return Path(config.cache_dir) / BUILDS_SUBDIR
+
+
+def build(candidate_text: str, config: EvalConfig, sandbox_kind: str, workdir: Path,
+          env: dict[str, str], arch_list: str | None = None) -> TrustedBuilds:
+    """Build the candidate's statically known extensions in a trusted child; never raises for the candidate.
+
+    `workdir`: a directory of the builder's own; `env`: the evaluation child's environment (the
+    builder sees the GPU hidden and builds for `arch_list`, the value the evaluation child sets).
+    """
+    t0 = time.monotonic()
+    scan = static_builds.scan(candidate_text)
+    out = TrustedBuilds(private=scan.private)
+    if not scan.calls:
+        return out
+    root = cache_root(config)
+    root.mkdir(parents=True, exist_ok=True)
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "tmp").mkdir(exist_ok=True)
+    env = dict(env, TMPDIR=str(workdir / "tmp"), CUDA_VISIBLE_DEVICES="")
+    if arch_list:
+        env["TORCH_CUDA_ARCH_LIST"] = arch_list
+    job = {"cache_root": str(root), "calls": [c.kwargs for c in scan.calls],
+           "use_pch": config.build.use_pch, "lean_headers": config.build.lean_headers}
+    argv = sandbox.wrap(builder_argv(), sandbox_kind, workdir, [Path(config.cache_dir)])
+    iso = isolation.prepare("cpu", sandbox_kind, config.memory_limit_mb)
+    done = process.run_to_end(argv, job, workdir, env, config.timeouts.startup + config.timeouts.build,
+                              name="builder", isolation=iso, max_line=64 << 20)
+    out.wall_s = time.monotonic() - t0
+    record = next((m.get("record") for m in done.messages if m.get("type") == "final"), None)
+    if not isinstance(record, dict):
+        why = f"timed out after {config.timeouts.build:g} s" if done.timed_out else \
+            process.describe_signal(done.exit_code)
+        out.error = f"the trusted builder {why}: {done.log_tail.strip().splitlines()[-1:] or ''}"[:400]
+        return out
+    for b in record.get("builds", []):
+        if not isinstance(b, dict):
+            continue
+        out.builds.append(b)
+        d, digest = b.get("dir"), b.get("sha256")
+        if b.get("ok") and isinstance(d, str) and isinstance(digest, str) and "/" not in d:
+            with _KNOWN_LOCK:
+                out.verified[d] = _KNOWN.setdefault((str(root.resolve()), d), digest)
+        elif not b.get("ok") and isinstance(d, str) and "/" not in d and isinstance(b.get("output"), str):
+            out.failed[d] = b["output"]
+    return out
+
+
+def builder_argv() -> list[str]:
+    return [sys.executable, "-u", "-m", "kernelwright.engine.child.trusted_builder"]
+
+
+def forget() -> None:
+    """Drop the hashes this process has learned (tests)."""
+    with _KNOWN_LOCK:
+        _KNOWN.clear()
+
+
+def job_fields(trusted: TrustedBuilds | None, workdir: Path) -> dict[str, Any]:
+    """What the evaluation child's job carries: the hashes it may load, the compiler output of the
+    builds that failed (reported without building again), and its private build directory."""
+    if trusted is None:
+        return {}
+    return {"verified_builds": dict(trusted.verified), "failed_builds": dict(trusted.failed),
+            "private_builds": str(workdir / "private-builds")}
+
+
+def arch_list_for_config(config: EvalConfig) -> str | None:
+    """TORCH_CUDA_ARCH_LIST the evaluation child will build with (None: the caller's, or a CPU build)."""
+    if config.device == "cpu" or os.environ.get("TORCH_CUDA_ARCH_LIST"):
+        return os.environ.get("TORCH_CUDA_ARCH_LIST")
+    return _arch_cached()
+
+
+_ARCH: list[str | None] = []
+
+
+def _arch_cached() -> str | None:
+    if not _ARCH:
+        from kernelwright.engine.prebuild import detect_arch_list
+
+        _ARCH.append(detect_arch_list())
+    return _ARCH[0]

@@ -1,0 +1,272 @@
+"""The shared build cache cannot be poisoned by a candidate (engine/static_builds.py,
+engine/trusted_builds.py, engine/child/trusted_builder.py, the loading side in child/build.py)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from kernelwright.core.record import Status
+from kernelwright.engine import evaluate, sandbox, static_builds, trusted_builds
+
+from conftest import EXAMPLES, FIXTURES
+
+ADD_ONE = FIXTURES / "problems" / "add_one.py"
+SWISH = EXAMPLES / "cpu_swish"
+CANDIDATES = FIXTURES / "candidates"
+
+
+# ---- reading the calls without running the candidate ------------------------------------------
+
+@pytest.mark.parametrize("path", [SWISH / "candidate.py", CANDIDATES / "cuda_same_name_1.py",
+                                  CANDIDATES / "cuda_needs_full_headers.py", CANDIDATES / "cpp_wrong.py",
+                                  CANDIDATES / "cuda_swish_plus_torch.py"])
+def test_real_candidates_calls_are_resolved_statically(path):
+    scan = static_builds.scan(path.read_text())
+    assert len(scan.calls) == 1 and not scan.private, scan.private
+    kw = scan.calls[0].kwargs
+    assert isinstance(kw["name"], str) and isinstance(kw["cpp_sources"], (str, list))
+    assert "verbose" not in kw and "build_directory" not in kw
+
+
+def test_constants_concatenations_and_joins_are_resolved():
+    text = '''
+from torch.utils import cpp_extension
+HEADER = "#include <torch/extension.h>\\n"
+BODY = HEADER + "torch::Tensor f(torch::Tensor x) { return x; }"
+FLAGS = ["-O3"] + ["-ffast-math"]
+ext = cpp_extension.load_inline("ext_a", "\\n".join([BODY, "// end"]), functions=["f"], extra_cflags=FLAGS)
+'''
+    (call,) = static_builds.scan(text).calls
+    assert call.kwargs["name"] == "ext_a" and call.kwargs["cpp_sources"].startswith("#include <torch/extension.h>\n")
+    assert call.kwargs["cpp_sources"].endswith("// end") and call.kwargs["extra_cflags"] == ["-O3", "-ffast-math"]
+
+
+@pytest.mark.parametrize("code, why", [
+    ('src = open("k.cpp").read()\nload_inline("e", src)', "computed at run time"),
+    ('n = 4\nload_inline("e", f"int a[{n}];")', "computed at run time"),
+    ('load_inline(name="e" + str(1), cpp_sources="")', "computed at run time"),
+    ('load("e", ["k.cpp"])', "load(...) builds files the candidate writes"),
+    ('def make():\n    return "x"\nload_inline("e", make())', "computed at run time"),
+])
+def test_dynamic_calls_are_left_to_a_private_build(code, why):
+    scan = static_builds.scan("from torch.utils.cpp_extension import load_inline, load\n" + code)
+    assert not scan.calls and any(why in p for p in scan.private), scan.private
+
+
+@pytest.mark.parametrize("key, flags, why", [
+    ("extra_cflags", ["-fplugin=/tmp/evil.so"], "loads a shared object into the compiler"),
+    ("extra_cflags", ["-B/tmp/evil"], "programs the compiler driver runs"),
+    ("extra_cflags", ["-specs=/tmp/evil.specs"], "programs the compiler driver runs"),
+    ("extra_cflags", ["-wrapper", "/tmp/evil"], "programs the compiler driver runs"),
+    ("extra_cflags", ["@/tmp/opts"], "reads options from a file"),
+    ("extra_cflags", ["-I/tmp/headers"], "outside the system, CUDA and torch directories"),
+    ("extra_cflags", ["-include", "/tmp/evil.h"], "outside the system, CUDA and torch directories"),
+    ("extra_cuda_cflags", ["-ccbin=/tmp/evil"], "programs the compiler driver runs"),
+    ("extra_cuda_cflags", ["--compiler-bindir", "/tmp/evil"], "programs the compiler driver runs"),
+    ("extra_cuda_cflags", ["-Xcompiler", "-fplugin=/tmp/evil.so"], "loads a shared object"),
+    ("extra_cuda_cflags", ["--options-file", "/tmp/o"], "reads options from a file"),
+    ("extra_ldflags", ["-Wl,--plugin=/tmp/evil.so"], "passes options to the linker"),
+    ("extra_ldflags", ["-Xlinker", "-rpath=/tmp"], "passes options to the linker"),
+    ("extra_ldflags", ["-L/tmp/libs"], "outside the system, CUDA and torch directories"),
+    ("extra_cflags", ["-fsomething-new"], "not on the allow-list"),
+])
+def test_flags_that_could_run_or_read_the_candidates_files_are_refused(key, flags, why):
+    problem = static_builds.flag_problem({"name": "e", "cpp_sources": "", key: flags})
+    assert why in problem, problem
+
+
+def test_ordinary_flags_are_allowed():
+    kw = {"extra_cflags": ["-O3", "-ffast-math", "-march=native", "-std=c++17", "-DNDEBUG", "-fopenmp"],
+          "extra_cuda_cflags": ["-O3", "--use_fast_math", "-lineinfo", "-Xptxas=-v", "--expt-relaxed-constexpr",
+                                "-gencode=arch=compute_90a,code=sm_90a", "-Xcompiler", "-O3,-fPIC", "--maxrregcount=64"],
+          "extra_ldflags": ["-lcublas", "-lcuda", ""]}
+    assert static_builds.flag_problem(kw) == ""
+
+
+# ---- evaluations: the cache cannot be poisoned ------------------------------------------------
+
+def _bwrap_ok() -> bool:
+    try:
+        return sandbox.resolve("bwrap") == "bwrap"
+    except sandbox.SandboxUnavailable:
+        return False
+
+
+def _modes() -> list:
+    return ["none", pytest.param("bwrap", marks=pytest.mark.skipif(not _bwrap_ok(), reason="no bubblewrap"))]
+
+
+@pytest.fixture
+def own_cache(tmp_path_factory, cpu_config):
+    """A cache of this test's own: a poisoning test must not touch the shared test cache."""
+    d = tmp_path_factory.mktemp("kw-poison-cache")
+    cpu_config.cache_dir = str(d)
+    cpu_config.time_candidate = False
+    cpu_config.timeouts.correctness = cpu_config.timeouts.init = 180  # a shared two-core machine can be slow
+    trusted_builds.forget()
+    yield d
+    trusted_builds.forget()
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", _modes())
+def test_a_poisoned_cache_entry_is_never_loaded(cpu_config, own_cache, mode):
+    cpu_config.sandbox = mode
+    first = evaluate(SWISH / "problem.py", SWISH / "candidate.py", cpu_config)
+    assert first.status is Status.PASSED, first.error_log
+    (b,) = first.metadata["builds"]
+    assert b["cache"] == "verified" and first.metadata["trusted_build"]["verified"] == 1
+    entry = own_cache / "builds" / Path(b["dir"]).name
+    artefact = next(entry.glob("kw_example_swish_cpu*.so"))
+    good = artefact.read_bytes()
+
+    attacker = (FIXTURES / "attacks" / "poison_build_cache.py").read_text().replace("__CACHE__", str(own_cache))
+    attack = evaluate(ADD_ONE, None, cpu_config, candidate_text=attacker)
+    assert attack.status is Status.PASSED, attack.error_log
+    if mode == "bwrap":  # the shared builds are mounted read-only for the candidate
+        assert artefact.read_bytes() == good
+        second = evaluate(SWISH / "problem.py", SWISH / "candidate.py", cpu_config)
+        assert second.status is Status.PASSED and second.metadata["builds"][0]["cache"] == "verified"
+        return
+    assert artefact.read_bytes() != good, "the attack did not land: the test proves nothing"
+    second = evaluate(SWISH / "problem.py", SWISH / "candidate.py", cpu_config)
+    assert second.status is Status.PASSED, second.error_log
+    (b2,) = second.metadata["builds"]
+    assert b2["cache"] == "rejected: hash mismatch" and b2["ok"] and not b2["cached"]
+    assert str(own_cache / "builds") not in b2["dir"]  # built privately, in the evaluation's own directory
+
+
+@pytest.mark.slow
+def test_a_forbidden_flag_is_built_privately_and_never_published(cpu_config, own_cache):
+    text = (SWISH / "candidate.py").read_text().replace('extra_cflags=["-O3", "-ffast-math", "-march=native"]',
+                                                        'extra_cflags=["-O3", "-Wl,-O1"]')
+    assert "-Wl,-O1" in text
+    r = evaluate(SWISH / "problem.py", None, cpu_config, candidate_text=text)
+    assert r.status is Status.PASSED, r.error_log
+    (b,) = r.metadata["builds"]
+    assert b["cache"] == "private" and b["ok"]
+    assert any("'-Wl,-O1'" in p and "linker" in p for p in r.metadata["trusted_build"]["private"])
+    assert not list((own_cache / "builds").glob("kw_example_swish_cpu*"))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", _modes())
+def test_a_cuda_extension_is_built_by_the_trusted_builder_and_loaded_verified(cuda_config, tmp_path, mode):
+    cuda_config.cache_dir, cuda_config.sandbox = str(tmp_path / "cache"), mode
+    trusted_builds.forget()
+    example = EXAMPLES / "cuda_swish"
+    r = evaluate(example / "problem.py", example / "candidate.py", cuda_config)
+    assert r.status is Status.PASSED, r.error_log
+    (b,) = r.metadata["builds"]
+    assert b["cache"] == "verified" and b["lean_headers"]["used"] is True  # the builder built it lean
+    assert r.metadata["trusted_build"]["builds"][0]["cached"] is False
+    again = evaluate(example / "problem.py", example / "candidate.py", cuda_config)
+    assert again.status is Status.PASSED and again.metadata["builds"][0]["cache"] == "verified"
+    assert again.metadata["trusted_build"]["builds"][0]["cached"] is True
+
+
+@pytest.mark.slow
+def test_a_compile_error_is_reported_from_the_trusted_build_without_a_second_build(cpu_config, own_cache):
+    r = evaluate(ADD_ONE, CANDIDATES / "cpp_compile_error.py", cpu_config)
+    assert r.status is Status.COMPILE_ERROR and not r.compiled, r.error_log
+    (b,) = r.metadata["builds"]
+    assert b["cache"] == "failed in the trusted build" and b["ok"] is False
+    assert r.metadata["trusted_build"]["builds"][0]["ok"] is False
+    first = r.compile_issues[0]  # located in the candidate as when the evaluation built it itself
+    assert "one_constant_never_declared" in first.message and first.candidate_line == 15
+    assert b["dir"].startswith(str(own_cache / "builds"))  # the builder's directory: nothing was built privately
+
+
+# ---- the loading side, with torch's build faked (no compiler) ----------------------------------
+
+class FakeBuild:
+    """Stands in for torch's load_inline: writes an artefact into the directory it is given."""
+
+    def __init__(self):
+        self.dirs: list[str] = []
+
+    def __call__(self, name, cpp_sources, cuda_sources=None, functions=None, build_directory=None, verbose=False,
+                 with_cuda=None, **kwargs):
+        self.dirs.append(build_directory)
+        Path(build_directory, f"{name}.so").write_bytes(b"built in " + build_directory.encode())
+        return type("Module", (), {"f": staticmethod(lambda: "built")})()
+
+
+@pytest.fixture
+def fake_build(monkeypatch, tmp_path):
+    import torch.utils.cpp_extension as cpp_ext
+
+    from kernelwright.engine.child import build
+
+    def install(**kwargs) -> FakeBuild:
+        fake = FakeBuild()
+        monkeypatch.setattr(cpp_ext, "load_inline", fake)
+        monkeypatch.setattr(cpp_ext, "load", cpp_ext.load)
+        monkeypatch.setattr(cpp_ext, "_import_module_from_library",
+                            lambda name, path, py: type("Module", (), {"f": staticmethod(lambda: f"loaded {path}")})())
+        monkeypatch.setattr(build, "BUILD_LOG", [])
+        monkeypatch.setattr(build, "BUILT_MODULES", [])
+        build.install_build_cache(tmp_path / "builds", None, **kwargs)
+        return fake
+    return install
+
+
+def test_a_call_keys_the_same_however_it_is_written(fake_build):
+    import torch.utils.cpp_extension as cpp_ext
+
+    fake = fake_build()
+    cpp_ext.load_inline("e", "int f();", None, ["f"])
+    cpp_ext.load_inline(name="e", cpp_sources="int f();", functions=["f"], verbose=True, with_cuda=None)
+    assert fake.dirs[0] == fake.dirs[1]  # the trusted builder calls with keywords, candidates often do not
+
+
+def test_the_evaluation_loads_a_matching_artefact_and_builds_a_mismatching_one_privately(fake_build, tmp_path):
+    import hashlib
+
+    import torch.utils.cpp_extension as cpp_ext
+
+    from kernelwright.engine.child import build
+
+    fake = fake_build(publish=True)  # the trusted side builds and records
+    cpp_ext.load_inline(name="e", cpp_sources="int f();", functions=["f"])
+    shared = Path(fake.dirs[0])
+    sha = build._record_artefact(shared, "e")
+    assert sha == hashlib.sha256((shared / "e.so").read_bytes()).hexdigest()
+    private = tmp_path / "private"
+
+    fake = fake_build(verified={shared.name: sha}, private_root=private)
+    mod = cpp_ext.load_inline(name="e", cpp_sources="int f();", functions=["f"])
+    (entry,) = build.BUILD_LOG
+    assert entry["cache"] == "verified" and entry["cached"] and not fake.dirs
+    assert mod.f() == f"loaded {private / ('verified-' + shared.name)}"  # a private copy is loaded
+
+    (shared / "e.so").write_bytes(b"poisoned")
+    fake = fake_build(verified={shared.name: sha}, private_root=private)
+    mod = cpp_ext.load_inline(name="e", cpp_sources="int f();", functions=["f"])
+    (entry,) = build.BUILD_LOG
+    assert entry["cache"] == "rejected: hash mismatch" and fake.dirs == [str(private / shared.name)]
+    assert (shared / "e.so").read_bytes() == b"poisoned"  # nothing is written to the shared cache
+
+    fake = fake_build(verified={}, private_root=private)  # not prebuilt: private
+    cpp_ext.load_inline(name="e", cpp_sources="int g();", functions=["g"])
+    assert build.BUILD_LOG[0]["cache"] == "private" and fake.dirs[0].startswith(str(private))
+
+
+def test_the_trusted_builder_rebuilds_an_entry_without_a_hash_record(fake_build):
+    import torch.utils.cpp_extension as cpp_ext
+
+    from kernelwright.engine.child import build
+
+    fake = fake_build(publish=True)
+    cpp_ext.load_inline(name="e", cpp_sources="int f();")
+    shared = Path(fake.dirs[0])
+    (shared / build.MANIFEST).unlink()  # an artefact nobody trusted recorded: planted, or from before
+    (shared / "planted.o").write_bytes(b"x")
+    fake = fake_build(publish=True)
+    cpp_ext.load_inline(name="e", cpp_sources="int f();")
+    assert fake.dirs == [str(shared)] and not (shared / "planted.o").exists()
+    assert build.BUILD_LOG[0]["cached"] is False and (shared / build.MANIFEST).exists()
