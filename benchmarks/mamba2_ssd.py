@@ -7,6 +7,8 @@ reference (`problem_y.ssd_chunked`) on exactly the inputs that method received, 
 (inputs read once, output written once, over the device-to-device copy bandwidth measured here).
 
 Inputs (as in issue 18): X = randn; A = -softplus(randn)/2 - 0.01; B, C = randn / sqrt(n).
+Shapes named *slow (l4096slow, l8192slow, l16384slow) use A = -softplus(randn)/64 - 0.001 instead:
+decay slow enough that our local pass cannot skip any step (its worst case).
 mamba_ssm is fed the same recurrence: its dt = -A (per step and head), its per-head A = -1, and
 x = X / dt (it multiplies x by dt); in bfloat16 x, B, C are rounded to bf16 and dt stays float32,
 our A stays float32 too. Each method's error is measured against the float64 oracle of its own
@@ -50,6 +52,9 @@ SHAPES = {
     "l8192": (2, 8192, 32, 64, 128, 256),
     "l16384": (1, 16384, 32, 64, 128, 256),
 }
+# the same shapes with slowly decaying A (about -0.014 a step): our local pass then walks whole
+# segments (no step's weight underflows), the worst case for the segmented kernel
+SLOW = {f"{k}slow": v for k, v in SHAPES.items() if k in ("l4096", "l8192", "l16384")}
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
@@ -135,11 +140,11 @@ def oracle(prob, X, A, B, C, chunk):
     return Y
 
 
-def make_inputs(shape, seed=0):
+def make_inputs(shape, seed=0, slow=False):
     b, l, h, p, n, _ = shape
     g = torch.Generator(device="cuda").manual_seed(seed)
     X = torch.randn(b, l, h, p, device="cuda", generator=g)
-    A = -F.softplus(torch.randn(b, l, h, device="cuda", generator=g)) / 2 - 0.01
+    A = -F.softplus(torch.randn(b, l, h, device="cuda", generator=g)) / (64 if slow else 2) - (0.001 if slow else 0.01)
     B = torch.randn(b, l, h, n, device="cuda", generator=g) / math.sqrt(n)
     C = torch.randn(b, l, h, n, device="cuda", generator=g) / math.sqrt(n)
     return X, A, B, C
@@ -155,7 +160,7 @@ def floor_us(shape, dtype, bw):
 def run_shape(name, shape, dtype_name, prob, ext, mamba, bench, bw, sweep, log):
     b, l, h, p, n, chunk = shape
     dtype = DTYPES[dtype_name]
-    X, A, B, C = make_inputs(shape)
+    X, A, B, C = make_inputs(shape, slow=name.endswith("slow"))
     Xd, Bd, Cd = X.to(dtype), B.to(dtype), C.to(dtype)
     ref_ours = oracle(prob, Xd, A, Bd, Cd, chunk)
     row = dict(name=name, shape=shape, dtype=dtype_name, floor=floor_us(shape, dtype, bw), ours={}, mamba=None)
@@ -216,18 +221,18 @@ def markdown(rows, device, bw, mamba_version) -> str:
             m = f"{fmt_us(mms)} | {merr:.1e} | {mms / ms:.2f}x"
         else:
             m = "n/a | | "
-        lines.append(f"| {', '.join(map(str, r['shape']))} | {r['dtype']} | {fmt_us(ms)} | {err:.1e} | {m} | {r['floor']:.1f} us |")
+        lines.append(f"| {', '.join(map(str, r['shape']))}{' (slow A)' if r['name'].endswith('slow') else ''} | {r['dtype']} | {fmt_us(ms)} | {err:.1e} | {m} | {r['floor']:.1f} us |")
     extra = [(r, k, v) for r in rows for k, v in r["ours"].items() if k != "auto"]
     if extra:
         lines += ["", "| shape | dtype | our variant | time | err |", "|---|---|---|---|---|"]
         for r, k, (ms, err) in extra:
-            lines.append(f"| {', '.join(map(str, r['shape']))} | {r['dtype']} | {k} | {fmt_us(ms)} | {err:.1e} |")
+            lines.append(f"| {', '.join(map(str, r['shape']))}{' (slow A)' if r['name'].endswith('slow') else ''} | {r['dtype']} | {k} | {fmt_us(ms)} | {err:.1e} |")
     return "\n".join(lines) + "\n"
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--shapes", default=",".join(SHAPES))
+    ap.add_argument("--shapes", default=",".join(SHAPES), help=f"of {', '.join([*SHAPES, *SLOW])}")
     ap.add_argument("--dtypes", default="fp32,bf16")
     ap.add_argument("--no-mamba", action="store_true", help="skip mamba_ssm")
     ap.add_argument("--sweep", action="store_true", help="also time our kernel's forced variants (path, segments)")
@@ -252,7 +257,7 @@ def main(argv=None) -> int:
     out_path = os.path.join(os.environ["OUT"], "mamba2_ssd.md") if os.environ.get("OUT") else None
     for name in a.shapes.split(","):
         for dt in a.dtypes.split(","):
-            rows.append(run_shape(name, SHAPES[name], dt, prob, ext, mamba, bench, bw, a.sweep,
+            rows.append(run_shape(name, {**SHAPES, **SLOW}[name], dt, prob, ext, mamba, bench, bw, a.sweep,
                                   lambda m: print(m, flush=True)))
             table = markdown(rows, device, bw, mamba_version)
             for path in filter(None, [a.out, out_path]):

@@ -112,7 +112,7 @@ def test_shapes_and_signs_match_float64(mods, b, l, h, p, n, block, a_sign, p_ti
 
 
 def _run_cfg(torch, mods, b, l, h, p, n, block, a_sign, seed, nseg, path=0, p_tile=0, with_initial=False,
-             dtype=None):
+             dtype=None, a_kind=None):
     """Y and final state through ssd_fused_cfg (segments forced), in float32 or bfloat16, with their
     errors against float64 of the inputs the kernel received; for bf16 also the error of the float64
     result itself rounded to bf16 (the best a bf16 output can do)."""
@@ -125,6 +125,10 @@ def _run_cfg(torch, mods, b, l, h, p, n, block, a_sign, seed, nseg, path=0, p_ti
     A = torch.randn(b, l, h, device="cuda", generator=g)
     if a_sign < 0:
         A = -F.softplus(A)
+    if a_kind == "fast":  # decay so fast that whole chunks of a segment fall below float32's range
+        A = -3.0 - 4.0 * A.abs()
+    elif a_kind == "spiky":  # mostly decaying, with large positive steps now and then
+        A = torch.where(torch.rand_like(A) < 0.05, 5.0 * A.abs(), -2.0 - A.abs())
     B = torch.randn(b, l, h, n, device="cuda", generator=g).to(dtype)
     C = torch.randn(b, l, h, n, device="cuda", generator=g).to(dtype)
     S0 = torch.randn(b, 1, h, p, n, device="cuda", generator=g) if with_initial else None
@@ -162,6 +166,18 @@ def test_segments_match_float64(mods, nseg, b, l, h, p, n, block, a_sign, path, 
 
     (ey, es), _ = _run_cfg(torch, mods, b, l, h, p, n, block, a_sign, seed=11 + nseg, nseg=nseg, path=path,
                            p_tile=p_tile, with_initial=init)
+    assert ey <= TOL and es <= TOL, (ey, es)
+
+
+@pytest.mark.parametrize("a_kind", ["fast", "spiky"])
+@pytest.mark.parametrize("nseg", [2, 5])
+def test_segments_skip_only_steps_that_vanish_in_float32(mods, a_kind, nseg):
+    """The local pass starts after the steps whose weight to the segment end underflows float32;
+    with fast or spiky decay that skips whole chunks, and the result must not change."""
+    import torch
+
+    (ey, es), _ = _run_cfg(torch, mods, 2, 640, 2, 64, 128, 64, -1, seed=21, nseg=nseg, a_kind=a_kind,
+                           with_initial=True)
     assert ey <= TOL and es <= TOL, (ey, es)
 
 
@@ -230,6 +246,7 @@ def test_bad_arguments_raise_and_the_process_survives():
         ]
         raised = 0
         for i, f in enumerate(cases):
+            print("case", i, flush=True)
             try:
                 f()
                 torch.cuda.synchronize()
@@ -241,7 +258,8 @@ def test_bad_arguments_raise_and_the_process_survives():
         assert torch.isfinite(Y).all()
         print("raised", raised, "of", len(cases))
     """)
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=900)
+    r = subprocess.run([sys.executable, "-X", "faulthandler", "-u", "-c", code], capture_output=True, text=True,
+                       timeout=900)
     assert r.returncode == 0, (r.returncode, r.stdout[-2000:], r.stderr[-4000:])
     assert "raised 15 of 15" in r.stdout, r.stdout
 

@@ -5,7 +5,10 @@ Two kernels in one source, picked by shape (`ssd_fused_cfg` / `ssd_fused_path` f
     (a = a_hi + a_lo; a*b ~= a_lo*b_hi + a_hi*b_lo + a_hi*b_hi, fp32 accumulate), which keeps
     ~fp32 accuracy (plain TF32 gives ~1e-3 normwise); the state lives in mma accumulators.
     The sequence is cut into segments so that the grid fills the GPU at any length:
-      1. local pass, all segments in parallel: each segment's own end state from a zero state;
+      1. local pass, all segments in parallel: each segment's own end state from a zero state
+         (starting after the steps whose weight to the segment end, exp(sum of A), is below
+         exp(-110): zero in float32, so they contribute exactly nothing; with decaying A this
+         pass is short, with A near 0 it walks the whole segment);
       2. chain: block k waits for H_out[k-1] (flag, release/acquire), publishes
          H_out[k] = exp(sum of A over segment k) * H_out[k-1] + local state k: one [p x n] axpy
          a segment, the only serial part;
@@ -56,7 +59,11 @@ cuda_source = r"""
 // by an atomic ticket in segment-major order (so a block's predecessor segment has always
 // started: no deadlock whatever the scheduling). Each block:
 //   1. local pass: walks its segment from a zero state, state update only (no C, no Y), giving
-//      the segment's own contribution S_loc and its total log-decay g = sum(A).
+//      the segment's own contribution S_loc; g = sum(A) over the segment in float64. The walk
+//      starts at the first chunk holding a step whose weight to the segment end,
+//      exp(sum of A after it), is >= exp(-110): earlier steps have weight 0 in float32 (smallest
+//      denormal 1.4e-45), so they contribute exactly nothing. With decaying A (Mamba's A < 0) the
+//      local pass covers the last few hundred steps only; with A near 0 it walks the segment.
 //      (Skipped for the last segment when Y is wanted, and when nseg == 1.)
 //   2. chain: waits for the predecessor's published state H_out[k-1] (= H_in[k]), publishes
 //      H_out[k] = exp(g) * H_in[k] + S_loc (one [p x n] axpy, 32 KB in fragment order, flag
@@ -85,6 +92,7 @@ cuda_source = r"""
 namespace tc {
 
 constexpr int Q = 32;  // steps per chunk
+constexpr double kUnderflow = 110.0;  // exp(-110) ~ 1.7e-48: zero in float32
 
 template <typename T> struct Elem;
 template <> struct Elem<float> {
@@ -216,7 +224,7 @@ ssd_tc_kernel(const T* __restrict__ X, const float* __restrict__ A, const T* __r
   constexpr int XS = Lo::XS, NS = Lo::NS, GS = Lo::GS, KH = Lo::KH, KQ = Lo::KQ, NT = Lo::THREADS;
   constexpr int EPV = Lo::EPV;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  __shared__ int s_ticket;
+  __shared__ int s_ticket, s_c0;
   T* sC = reinterpret_cast<T*>(smem_raw + Lo::oC);
   float* sGp = reinterpret_cast<float*>(smem_raw + Lo::oG);
   float* sYp = reinterpret_cast<float*>(smem_raw + Lo::oY);
@@ -518,9 +526,41 @@ ssd_tc_kernel(const T* __restrict__ X, const float* __restrict__ A, const T* __r
     for (int j = 0; j < KH; ++j)
 #pragma unroll
       for (int r = 0; r < 4; ++r) hs[j][r] = 0.f;
+    // Steps whose weight in the local state, exp(sum of A from the step to the segment end),
+    // is below exp(-110) (< 1e-47: zero in float32, whose smallest denormal is 1.4e-45) contribute
+    // exactly nothing in float32 arithmetic: the walk starts after them. Warp 0 finds that point
+    // c0 (a chunk boundary) and the segment's total of A (float64) from A alone.
+    if (warp == 0) {
+      double tot = 0.0;
+#pragma unroll 8
+      for (int x = tb + lane; x < te; x += 32) tot += (double)__ldg(Abh + (long)x * H);
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) tot += __shfl_xor_sync(0xffffffffu, tot, off);
+      int c0 = tb;
+      if (tot < -kUnderflow) {
+        double run = 0.0, mn = 1e300;  // run: sum of A over [tb, c); mn: min of prefix sums P(x), x in (tb, c]
+        for (int c = tb; c < te; c += Q) {
+          double v = (c + lane < te) ? (double)__ldg(Abh + (long)(c + lane) * H) : 0.0;
+#pragma unroll
+          for (int off = 1; off < 32; off <<= 1) {
+            const double u = __shfl_up_sync(0xffffffffu, v, off);
+            if (lane >= off) v += u;
+          }
+          double pm = (c + lane < te) ? run + v : 1e300;  // P(c + lane + 1)
+#pragma unroll
+          for (int off = 16; off > 0; off >>= 1) pm = fmin(pm, __shfl_xor_sync(0xffffffffu, pm, off));
+          mn = fmin(mn, pm);
+          if (!(mn > tot + kUnderflow)) break;  // some step of this chunk still has weight >= exp(-110)
+          c0 = min(c + Q, te);
+          run += __shfl_sync(0xffffffffu, v, 31);
+        }
+      }
+      if (lane == 0) { sSeg[0] = tot; s_c0 = c0; }
+    }
+    __syncthreads();
+    const int c0 = s_c0;
     double segtot = 0.0;
-    walk(tb, te, false, segtot);
-    if (warp == 0 && lane == 0) sSeg[0] = segtot;
+    if (c0 < te) walk(c0, te, false, segtot);
   }
   // 2. the state entering the segment: S0 for the first, else the predecessor's H_out (acquire);
   //    then H_out = exp(g) H_in + S_loc is published (release) for the successor
