@@ -542,21 +542,46 @@ ssd_tc_kernel(const T* __restrict__ X, const float* __restrict__ A, const T* __r
       for (int off = 16; off > 0; off >>= 1) tot += __shfl_xor_sync(0xffffffffu, tot, off);
       int c0 = tb;
       if (tot < -kUnderflow) {
-        double run = 0.0, mn = 1e300;  // run: sum of A over [tb, c); mn: min of prefix sums P(x), x in (tb, c]
-        for (int c = tb; c < te; c += Q) {
-          double v = (c + lane < te) ? (double)__ldg(Abh + (long)(c + lane) * H) : 0.0;
+        // lane i takes chunk i of each round of 32 chunks: its sum and the min of its running sums;
+        // across lanes a scan gives P (prefix sums of A) and a min-scan the running min of P.
+        // A chunk can be skipped while min P(x) over x <= its end stays > total + 110.
+        const int nch = (te - tb + Q - 1) / Q;
+        double carry = 0.0, mcarry = 1e300;
+        for (int r0 = 0; r0 < nch; r0 += 32) {
+          const int ci = r0 + lane, cs = tb + ci * Q;
+          double run = 0.0, lmin = 1e300;
+          if (ci < nch) {
+#pragma unroll
+            for (int u0 = 0; u0 < Q; u0 += 8) {
+              float av[8];
+#pragma unroll
+              for (int u = 0; u < 8; ++u) av[u] = (cs + u0 + u < te) ? __ldg(Abh + (long)(cs + u0 + u) * H) : 0.f;
+#pragma unroll
+              for (int u = 0; u < 8; ++u) {
+                run += (double)av[u];
+                if (cs + u0 + u < te) lmin = fmin(lmin, run);
+              }
+            }
+          }
+          double inc = run;
 #pragma unroll
           for (int off = 1; off < 32; off <<= 1) {
-            const double u = __shfl_up_sync(0xffffffffu, v, off);
-            if (lane >= off) v += u;
+            const double u = __shfl_up_sync(0xffffffffu, inc, off);
+            if (lane >= off) inc += u;
           }
-          double pm = (c + lane < te) ? run + v : 1e300;  // P(c + lane + 1)
+          double cm = (ci < nch) ? carry + (inc - run) + lmin : 1e300;
 #pragma unroll
-          for (int off = 16; off > 0; off >>= 1) pm = fmin(pm, __shfl_xor_sync(0xffffffffu, pm, off));
-          mn = fmin(mn, pm);
-          if (!(mn > tot + kUnderflow)) break;  // some step of this chunk still has weight >= exp(-110)
-          c0 = min(c + Q, te);
-          run += __shfl_sync(0xffffffffu, v, 31);
+          for (int off = 1; off < 32; off <<= 1) {
+            const double u = __shfl_up_sync(0xffffffffu, cm, off);
+            if (lane >= off) cm = fmin(cm, u);
+          }
+          cm = fmin(cm, mcarry);
+          const unsigned okm = __ballot_sync(0xffffffffu, ci < nch && cm > tot + kUnderflow);
+          const int cnt = __popc(okm);  // the ok chunks lead (the running min only falls)
+          c0 = min(te, tb + (r0 + cnt) * Q);
+          if (cnt < 32) break;
+          carry += __shfl_sync(0xffffffffu, inc, 31);
+          mcarry = __shfl_sync(0xffffffffu, cm, 31);
         }
       }
       if (lane == 0) { sSeg[0] = tot; s_c0 = c0; }
@@ -957,7 +982,7 @@ void dispatch(int N, int p_tile, const torch::Tensor& X, const torch::Tensor& A,
     case 32: dispatch_p<32, WANT_Y>(p_tile, X, A, B, C, s0, y, s_out); break;
     case 64: dispatch_p<64, WANT_Y>(p_tile, X, A, B, C, s0, y, s_out); break;
     case 128: dispatch_p<128, WANT_Y>(p_tile, X, A, B, C, s0, y, s_out); break;
-    default: TORCH_CHECK(false, "ssd_fused: d_state must be 16, 32, 64 or 128 (got ", N, ")");
+    default: TORCH_CHECK(false, "ssd_fused: d_state must be 16, 32, 64 or 128");
   }
 }
 
@@ -1005,37 +1030,18 @@ void dispatch_tc(int N, int p_tile, int variant, const torch::Tensor& X, const t
   switch (N) {
     case 64: dispatch_tc_p<64, WANT_Y, T>(p_tile, variant, X, A, B, C, s0, y, s_out, nseg, seg_len); break;
     case 128: dispatch_tc_p<128, WANT_Y, T>(p_tile, variant, X, A, B, C, s0, y, s_out, nseg, seg_len); break;
-    default: TORCH_CHECK(false, "ssd_fused: the tensor-core path needs d_state 64 or 128 (got ", N, ")");
+    default: TORCH_CHECK(false, "ssd_fused: the tensor-core path needs d_state 64 or 128");
   }
 }
 
 }  // namespace
 
-// Returns Y (b, L, H, D) when return_state is false, else the final state (b, H, D, N), in X's dtype
-// (float32 or bfloat16; X, B, C must share it; A may be either and is used in float32).
-// path: 0 picks by shape (tensor cores for d_state 64/128, else FP32 on the CUDA cores), 1 forces the
-// FP32 CUDA-core kernel, 2 the tensor-core kernel at 2 blocks an SM, 3 at 1 block an SM.
-// p_tile: head-dim columns per block, 32 or 64; 0 picks. nseg: segments along the sequence for the
-// tensor-core kernel (0 picks: enough to fill the SMs; 1: one block walks the whole sequence).
-torch::Tensor ssd_fused_cfg(torch::Tensor X, torch::Tensor A, torch::Tensor B, torch::Tensor C,
-                            c10::optional<torch::Tensor> initial_state, bool return_state, int64_t p_tile,
-                            int64_t path, int64_t nseg) {
-  for (const auto* t : {&X, &A, &B, &C})
-    TORCH_CHECK(t->is_cuda() && (t->scalar_type() == torch::kFloat || t->scalar_type() == torch::kBFloat16),
-                "ssd_fused: inputs must be CUDA float32 or bfloat16 tensors");
-  TORCH_CHECK(B.scalar_type() == X.scalar_type() && C.scalar_type() == X.scalar_type(),
-              "ssd_fused: X, B and C must have the same dtype");
-  TORCH_CHECK(X.dim() == 4 && A.dim() == 3 && B.dim() == 4 && C.dim() == 4, "ssd_fused: expected X (b,l,h,p), A (b,l,h), B and C (b,l,h,n)");
-  TORCH_CHECK(X.device() == A.device() && X.device() == B.device() && X.device() == C.device(),
-              "ssd_fused: inputs must be on one device");
+// The launcher behind ssd_fused_cfg (in cpp_source, compiled by the host compiler, where every
+// argument is checked first). Here only checks with literal messages: see the note there.
+torch::Tensor ssd_run(torch::Tensor X, torch::Tensor A, torch::Tensor B, torch::Tensor C,
+                      c10::optional<torch::Tensor> initial_state, bool return_state, int64_t p_tile,
+                      int64_t path, int64_t nseg) {
   const int64_t b = X.size(0), L = X.size(1), H = X.size(2), D = X.size(3), N = B.size(3);
-  TORCH_CHECK(A.size(0) == b && A.size(1) == L && A.size(2) == H, "ssd_fused: A must be (b, l, h) matching X");
-  TORCH_CHECK(B.sizes() == C.sizes() && B.size(0) == b && B.size(1) == L && B.size(2) == H, "ssd_fused: B and C must be (b, l, h, n) matching X");
-  TORCH_CHECK(D > 0 && D % 32 == 0, "ssd_fused: d_head must be a positive multiple of 32 (got ", D, ")");
-  TORCH_CHECK(b <= 65535 && H <= 65535, "ssd_fused: batch and heads must be at most 65535");
-  TORCH_CHECK(L < (1L << 31) / 32 && b * L * H * std::max(D, N) < (1L << 40), "ssd_fused: input too large");
-  TORCH_CHECK(path >= 0 && path <= 3, "ssd_fused: path must be 0 (auto), 1 (FP32 cores), 2 or 3 (tensor cores)");
-  TORCH_CHECK(nseg >= 0, "ssd_fused: nseg must be >= 0");
   c10::cuda::CUDAGuard guard(X.device());
   const bool bf16 = X.scalar_type() == torch::kBFloat16;
   auto Xc = X.contiguous(), Bc = B.contiguous(), Cc = C.contiguous();
@@ -1043,17 +1049,14 @@ torch::Tensor ssd_fused_cfg(torch::Tensor X, torch::Tensor A, torch::Tensor B, t
   torch::Tensor s0t;
   const float* s0 = nullptr;
   if (initial_state.has_value() && initial_state->defined()) {
-    TORCH_CHECK(initial_state->device() == X.device(), "ssd_fused: initial_state must be on X's device");
     s0t = initial_state->to(torch::kFloat).contiguous();
-    TORCH_CHECK(s0t.numel() == b * H * D * N, "ssd_fused: initial_state must hold (b, 1, h, p, n) values");
     s0 = s0t.data_ptr<float>();
   }
   const bool tc_ok = (N == 64 || N == 128);
   const bool auto_path = (path == 0);
   if (auto_path) path = tc_ok ? 2 : 1;
-  TORCH_CHECK(path == 1 || tc_ok, "ssd_fused: the tensor-core path needs d_state 64 or 128 (got ", N, ")");
   if (p_tile == 0) p_tile = (D % 64 == 0) ? 64 : 32;
-  TORCH_CHECK((p_tile == 32 || p_tile == 64) && D % p_tile == 0, "ssd_fused: p_tile must be 32 or 64 and divide d_head");
+  TORCH_CHECK(path == 1 || tc_ok, "ssd_fused: the tensor-core path needs d_state 64 or 128");
   if (L == 0) {
     if (return_state) return s0 ? s0t.view({b, H, D, N}).to(X.scalar_type()) : torch::zeros({b, H, D, N}, X.options());
     return torch::empty_like(Xc);
@@ -1095,6 +1098,64 @@ torch::Tensor ssd_fused_cfg(torch::Tensor X, torch::Tensor A, torch::Tensor B, t
   else dispatch_tc<true, float>((int)N, (int)p_tile, (int)path, Xc, Ac, Bc, Cc, s0, Yt.data_ptr<float>(), nullptr, (int)nseg, (int)seg_len);
   return Yt;
 }
+"""
+
+# Argument checks and the Python-facing functions, compiled by the host C++ compiler (main.cpp).
+# The checks live here, not in cuda_source: a TORCH_CHECK whose message formats a number
+# (c10::str with an integer), compiled by nvcc, took the process down with SIGSEGV on the H100
+# (torch 2.11, nvcc 13.0; issue 18) instead of raising; the same check compiled here raises.
+# cuda_source keeps only checks with literal messages.
+cpp_source = r"""
+#include <torch/extension.h>
+#include <algorithm>
+#include <cstdint>
+
+torch::Tensor ssd_run(torch::Tensor X, torch::Tensor A, torch::Tensor B, torch::Tensor C,
+                      c10::optional<torch::Tensor> initial_state, bool return_state, int64_t p_tile,
+                      int64_t path, int64_t nseg);
+
+// Returns Y (b, L, H, D) when return_state is false, else the final state (b, H, D, N), in X's dtype
+// (float32 or bfloat16; X, B, C must share it; A may be either and is used in float32).
+// path: 0 picks by shape (tensor cores for d_state 64/128, else FP32 on the CUDA cores), 1 forces the
+// FP32 CUDA-core kernel, 2 the tensor-core kernel at 2 blocks an SM, 3 at 1 block an SM.
+// p_tile: head-dim columns per block, 32 or 64; 0 picks. nseg: segments along the sequence for the
+// tensor-core kernel (0 picks: enough to fill the SMs; 1: one block walks the whole sequence).
+torch::Tensor ssd_fused_cfg(torch::Tensor X, torch::Tensor A, torch::Tensor B, torch::Tensor C,
+                            c10::optional<torch::Tensor> initial_state, bool return_state, int64_t p_tile,
+                            int64_t path, int64_t nseg) {
+  for (const auto* t : {&X, &A, &B, &C})
+    TORCH_CHECK(t->is_cuda() && (t->scalar_type() == torch::kFloat || t->scalar_type() == torch::kBFloat16),
+                "ssd_fused: inputs must be CUDA float32 or bfloat16 tensors (got ", t->scalar_type(), " on ",
+                t->device(), ")");
+  TORCH_CHECK(B.scalar_type() == X.scalar_type() && C.scalar_type() == X.scalar_type(),
+              "ssd_fused: X, B and C must have the same dtype (got ", X.scalar_type(), ", ", B.scalar_type(),
+              ", ", C.scalar_type(), ")");
+  TORCH_CHECK(X.dim() == 4 && A.dim() == 3 && B.dim() == 4 && C.dim() == 4,
+              "ssd_fused: expected X (b,l,h,p), A (b,l,h), B and C (b,l,h,n); got X ", X.sizes(), ", A ",
+              A.sizes(), ", B ", B.sizes(), ", C ", C.sizes());
+  TORCH_CHECK(X.device() == A.device() && X.device() == B.device() && X.device() == C.device(),
+              "ssd_fused: inputs must be on one device");
+  const int64_t b = X.size(0), L = X.size(1), H = X.size(2), D = X.size(3), N = B.size(3);
+  TORCH_CHECK(A.size(0) == b && A.size(1) == L && A.size(2) == H, "ssd_fused: A must be (b, l, h) matching X (got ",
+              A.sizes(), ")");
+  TORCH_CHECK(B.sizes() == C.sizes() && B.size(0) == b && B.size(1) == L && B.size(2) == H,
+              "ssd_fused: B and C must be (b, l, h, n) matching X (got ", B.sizes(), ", ", C.sizes(), ")");
+  TORCH_CHECK(D > 0 && D % 32 == 0, "ssd_fused: d_head must be a positive multiple of 32 (got ", D, ")");
+  TORCH_CHECK(N == 16 || N == 32 || N == 64 || N == 128, "ssd_fused: d_state must be 16, 32, 64 or 128 (got ", N, ")");
+  TORCH_CHECK(b <= 65535 && H <= 65535, "ssd_fused: batch and heads must be at most 65535 (got ", b, ", ", H, ")");
+  TORCH_CHECK(L < (int64_t(1) << 31) / 32 && b * L * H * std::max(D, N) < (int64_t(1) << 40), "ssd_fused: input too large");
+  TORCH_CHECK(path >= 0 && path <= 3, "ssd_fused: path must be 0 (auto), 1 (FP32 cores), 2 or 3 (tensor cores); got ", path);
+  TORCH_CHECK(path <= 1 || N == 64 || N == 128, "ssd_fused: the tensor-core path needs d_state 64 or 128 (got ", N, ")");
+  TORCH_CHECK(p_tile == 0 || ((p_tile == 32 || p_tile == 64) && D % p_tile == 0),
+              "ssd_fused: p_tile must be 0, or 32 or 64 dividing d_head (got ", p_tile, ")");
+  TORCH_CHECK(nseg >= 0, "ssd_fused: nseg must be >= 0 (got ", nseg, ")");
+  if (initial_state.has_value() && initial_state->defined()) {
+    TORCH_CHECK(initial_state->device() == X.device(), "ssd_fused: initial_state must be on X's device");
+    TORCH_CHECK(initial_state->numel() == b * H * D * N, "ssd_fused: initial_state must hold (b, 1, h, p, n) = ",
+                b * H * D * N, " values (got ", initial_state->numel(), ")");
+  }
+  return ssd_run(X, A, B, C, initial_state, return_state, p_tile, path, nseg);
+}
 
 torch::Tensor ssd_fused_path(torch::Tensor X, torch::Tensor A, torch::Tensor B, torch::Tensor C,
                              c10::optional<torch::Tensor> initial_state, bool return_state, int64_t p_tile,
@@ -1107,15 +1168,6 @@ torch::Tensor ssd_fused(torch::Tensor X, torch::Tensor A, torch::Tensor B, torch
   return ssd_fused_cfg(X, A, B, C, initial_state, return_state, p_tile, 0, 0);
 }
 """
-
-cpp_source = (
-    "torch::Tensor ssd_fused(torch::Tensor X, torch::Tensor A, torch::Tensor B, torch::Tensor C, "
-    "c10::optional<torch::Tensor> initial_state, bool return_state, int64_t p_tile);\n"
-    "torch::Tensor ssd_fused_path(torch::Tensor X, torch::Tensor A, torch::Tensor B, torch::Tensor C, "
-    "c10::optional<torch::Tensor> initial_state, bool return_state, int64_t p_tile, int64_t path);\n"
-    "torch::Tensor ssd_fused_cfg(torch::Tensor X, torch::Tensor A, torch::Tensor B, torch::Tensor C, "
-    "c10::optional<torch::Tensor> initial_state, bool return_state, int64_t p_tile, int64_t path, int64_t nseg);"
-)
 
 ssd_ext = load_inline(
     name="kw_mamba2_ssd_seg",
