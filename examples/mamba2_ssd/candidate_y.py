@@ -1097,18 +1097,34 @@ torch::Tensor ssd_run(torch::Tensor X, torch::Tensor A, torch::Tensor B, torch::
 """
 
 # Argument checks and the Python-facing functions, compiled by the host C++ compiler (main.cpp).
-# The checks live here, not in cuda_source: a TORCH_CHECK whose message formats a number
-# (c10::str with an integer), compiled by nvcc, took the process down with SIGSEGV on the H100
-# (torch 2.11, nvcc 13.0; issue 18) instead of raising; the same check compiled here raises.
-# cuda_source keeps only checks with literal messages.
+# Every check message is a literal or ONE std::string built with std::to_string and `+`: a
+# TORCH_CHECK whose message has several parts (e.g. "got ", D, ")") formats them through a
+# std::ostringstream inside this extension, and on the H100 device machine (torch 2.11, its
+# image's compilers) that took the process down with SIGSEGV instead of raising, whether compiled
+# by nvcc or by the host compiler; literal and single-std::string messages raise (issue 18,
+# measured 2026-11-23; tests/test_mamba2_gpu.py::test_bad_arguments_raise_and_the_process_survives).
 cpp_source = r"""
 #include <torch/extension.h>
 #include <algorithm>
 #include <cstdint>
+#include <string>
 
 torch::Tensor ssd_run(torch::Tensor X, torch::Tensor A, torch::Tensor B, torch::Tensor C,
                       c10::optional<torch::Tensor> initial_state, bool return_state, int64_t p_tile,
                       int64_t path, int64_t nseg);
+
+namespace {
+// message parts without std::ostringstream (see the note above cpp_source)
+std::string num(int64_t v) { return std::to_string(v); }
+std::string shape(const torch::Tensor& t) {
+  std::string s = "(";
+  for (int64_t i = 0; i < t.dim(); ++i) s += (i ? ", " : "") + std::to_string(t.size(i));
+  return s + ")";
+}
+std::string kind(const torch::Tensor& t) {
+  return std::string(c10::toString(t.scalar_type())) + (t.is_cuda() ? " on CUDA" : " not on CUDA");
+}
+}  // namespace
 
 // Returns Y (b, L, H, D) when return_state is false, else the final state (b, H, D, N), in X's dtype
 // (float32 or bfloat16; X, B, C must share it; A may be either and is used in float32).
@@ -1121,34 +1137,37 @@ torch::Tensor ssd_fused_cfg(torch::Tensor X, torch::Tensor A, torch::Tensor B, t
                             int64_t path, int64_t nseg) {
   for (const auto* t : {&X, &A, &B, &C})
     TORCH_CHECK(t->is_cuda() && (t->scalar_type() == torch::kFloat || t->scalar_type() == torch::kBFloat16),
-                "ssd_fused: inputs must be CUDA float32 or bfloat16 tensors (got ", t->scalar_type(), " on ",
-                t->device(), ")");
+                "ssd_fused: inputs must be CUDA float32 or bfloat16 tensors (got " + kind(*t) + ")");
   TORCH_CHECK(B.scalar_type() == X.scalar_type() && C.scalar_type() == X.scalar_type(),
-              "ssd_fused: X, B and C must have the same dtype (got ", X.scalar_type(), ", ", B.scalar_type(),
-              ", ", C.scalar_type(), ")");
+              "ssd_fused: X, B and C must have the same dtype (got " + kind(X) + ", " + kind(B) + ", " + kind(C) + ")");
   TORCH_CHECK(X.dim() == 4 && A.dim() == 3 && B.dim() == 4 && C.dim() == 4,
-              "ssd_fused: expected X (b,l,h,p), A (b,l,h), B and C (b,l,h,n); got X ", X.sizes(), ", A ",
-              A.sizes(), ", B ", B.sizes(), ", C ", C.sizes());
+              "ssd_fused: expected X (b,l,h,p), A (b,l,h), B and C (b,l,h,n); got X " + shape(X) + ", A " +
+                  shape(A) + ", B " + shape(B) + ", C " + shape(C));
   TORCH_CHECK(X.device() == A.device() && X.device() == B.device() && X.device() == C.device(),
               "ssd_fused: inputs must be on one device");
   const int64_t b = X.size(0), L = X.size(1), H = X.size(2), D = X.size(3), N = B.size(3);
-  TORCH_CHECK(A.size(0) == b && A.size(1) == L && A.size(2) == H, "ssd_fused: A must be (b, l, h) matching X (got ",
-              A.sizes(), ")");
+  TORCH_CHECK(A.size(0) == b && A.size(1) == L && A.size(2) == H,
+              "ssd_fused: A must be (b, l, h) matching X " + shape(X) + " (got " + shape(A) + ")");
   TORCH_CHECK(B.sizes() == C.sizes() && B.size(0) == b && B.size(1) == L && B.size(2) == H,
-              "ssd_fused: B and C must be (b, l, h, n) matching X (got ", B.sizes(), ", ", C.sizes(), ")");
-  TORCH_CHECK(D > 0 && D % 32 == 0, "ssd_fused: d_head must be a positive multiple of 32 (got ", D, ")");
-  TORCH_CHECK(N == 16 || N == 32 || N == 64 || N == 128, "ssd_fused: d_state must be 16, 32, 64 or 128 (got ", N, ")");
-  TORCH_CHECK(b <= 65535 && H <= 65535, "ssd_fused: batch and heads must be at most 65535 (got ", b, ", ", H, ")");
+              "ssd_fused: B and C must be (b, l, h, n) matching X " + shape(X) + " (got " + shape(B) + ", " +
+                  shape(C) + ")");
+  TORCH_CHECK(D > 0 && D % 32 == 0, "ssd_fused: d_head must be a positive multiple of 32 (got " + num(D) + ")");
+  TORCH_CHECK(N == 16 || N == 32 || N == 64 || N == 128,
+              "ssd_fused: d_state must be 16, 32, 64 or 128 (got " + num(N) + ")");
+  TORCH_CHECK(b <= 65535 && H <= 65535, "ssd_fused: batch and heads must be at most 65535 (got " + num(b) + ", " + num(H) + ")");
   TORCH_CHECK(L < (int64_t(1) << 31) / 32 && b * L * H * std::max(D, N) < (int64_t(1) << 40), "ssd_fused: input too large");
-  TORCH_CHECK(path >= 0 && path <= 3, "ssd_fused: path must be 0 (auto), 1 (FP32 cores), 2 or 3 (tensor cores); got ", path);
-  TORCH_CHECK(path <= 1 || N == 64 || N == 128, "ssd_fused: the tensor-core path needs d_state 64 or 128 (got ", N, ")");
+  TORCH_CHECK(path >= 0 && path <= 3,
+              "ssd_fused: path must be 0 (auto), 1 (FP32 cores), 2 or 3 (tensor cores); got " + num(path));
+  TORCH_CHECK(path <= 1 || N == 64 || N == 128,
+              "ssd_fused: the tensor-core path needs d_state 64 or 128 (got " + num(N) + ")");
   TORCH_CHECK(p_tile == 0 || ((p_tile == 32 || p_tile == 64) && D % p_tile == 0),
-              "ssd_fused: p_tile must be 0, or 32 or 64 dividing d_head (got ", p_tile, ")");
-  TORCH_CHECK(nseg >= 0, "ssd_fused: nseg must be >= 0 (got ", nseg, ")");
+              "ssd_fused: p_tile must be 0, or 32 or 64 dividing d_head (got " + num(p_tile) + ")");
+  TORCH_CHECK(nseg >= 0, "ssd_fused: nseg must be >= 0 (got " + num(nseg) + ")");
   if (initial_state.has_value() && initial_state->defined()) {
     TORCH_CHECK(initial_state->device() == X.device(), "ssd_fused: initial_state must be on X's device");
-    TORCH_CHECK(initial_state->numel() == b * H * D * N, "ssd_fused: initial_state must hold (b, 1, h, p, n) = ",
-                b * H * D * N, " values (got ", initial_state->numel(), ")");
+    TORCH_CHECK(initial_state->numel() == b * H * D * N, "ssd_fused: initial_state must hold (b, 1, h, p, n) = " +
+                                                             num(b * H * D * N) + " values (got " +
+                                                             num(initial_state->numel()) + ")");
   }
   return ssd_run(X, A, B, C, initial_state, return_state, p_tile, path, nseg);
 }
