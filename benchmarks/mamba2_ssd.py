@@ -157,7 +157,8 @@ def floor_us(shape, dtype, bw):
     return nbytes / bw * 1e6
 
 
-def run_shape(name, shape, dtype_name, prob, ext, mamba, bench, bw, sweep, log):
+def run_shape(name, shape, dtype_name, prob, cand, mamba, bench, bw, sweep, log):
+    ext = cand.ssd_ext
     b, l, h, p, n, chunk = shape
     dtype = DTYPES[dtype_name]
     X, A, B, C = make_inputs(shape, slow=name.endswith("slow"))
@@ -173,7 +174,13 @@ def run_shape(name, shape, dtype_name, prob, ext, mamba, bench, bw, sweep, log):
         row["ours"][label] = (ms, err)
         log(f"  {name:9s} {dtype_name} ours {label:28s} {ms * 1e3:9.1f} us  err {err:.2e}")
 
-    ours("auto", lambda: ext.ssd_fused(Xd, A, Bd, Cd, None, False, 0))
+    # through ModelNew.forward, as `kernelwright eval` calls it (its parameters set to these inputs)
+    model = cand.ModelNew.__new__(cand.ModelNew)
+    torch.nn.Module.__init__(model)
+    model.block_len = chunk
+    model.A, model.B, model.C = (torch.nn.Parameter(t, requires_grad=False) for t in (A, Bd, Cd))
+    with torch.no_grad():
+        ours("auto", lambda: model(Xd))
     if sweep and n in (64, 128):
         for path, nseg in [(2, 1), (3, 1), (2, 2), (2, 4), (2, 8), (2, 16)]:
             if path == 3 and n != 128:
@@ -244,7 +251,7 @@ def main(argv=None) -> int:
     os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "9.0")
     t0 = time.perf_counter()
     prob = load(EXAMPLE / "problem_y.py", "m2_problem_y")
-    ext = load(EXAMPLE / "candidate_y.py", "m2_candidate_y").ssd_ext
+    cand = load(EXAMPLE / "candidate_y.py", "m2_candidate_y")
     print(f"build/import {time.perf_counter() - t0:.1f} s", flush=True)
     mamba, mamba_version = (None, "skipped") if a.no_mamba else import_mamba_chunk_scan()
     if mamba is None:
@@ -257,7 +264,7 @@ def main(argv=None) -> int:
     out_path = os.path.join(os.environ["OUT"], "mamba2_ssd.md") if os.environ.get("OUT") else None
     for name in a.shapes.split(","):
         for dt in a.dtypes.split(","):
-            rows.append(run_shape(name, {**SHAPES, **SLOW}[name], dt, prob, ext, mamba, bench, bw, a.sweep,
+            rows.append(run_shape(name, {**SHAPES, **SLOW}[name], dt, prob, cand, mamba, bench, bw, a.sweep,
                                   lambda m: print(m, flush=True)))
             table = markdown(rows, device, bw, mamba_version)
             for path in filter(None, [a.out, out_path]):
