@@ -1,24 +1,40 @@
-"""Mamba-2 SSD benchmark: the reference (eager, in a CUDA graph, torch.compile) against our fused kernel.
+"""Mamba-2 SSD benchmark: our fused kernel against mamba_ssm's Triton `mamba_chunk_scan_combined`,
+side by side in the same run, in float32 and bfloat16.
 
-For each shape: median time (CUDA events, L2 flushed before every run), normwise error of each
-against a float64 evaluation of the reference, and the minimal-bytes floor (inputs read once,
-output written once, over the device-to-device copy bandwidth measured here).
+For each shape (b, l, h, p, n, chunk) and dtype: median time (CUDA events, 256 MB L2 flush before
+every run), normwise error ||out - ref64|| / ||ref64|| of each against a float64 evaluation of the
+reference (`problem_y.ssd_chunked`) on exactly the inputs that method received, and the copy floor
+(inputs read once, output written once, over the device-to-device copy bandwidth measured here).
 
-    python3 benchmarks/mamba2_ssd.py [--no-compile] [--shapes default,l2048,l4096] [--out table.md]
+Inputs (as in issue 18): X = randn; A = -softplus(randn)/2 - 0.01; B, C = randn / sqrt(n).
+Shapes named *slow (l4096slow, l8192slow, l16384slow) use A = -softplus(randn)/64 - 0.001 instead:
+decay slow enough that our local pass cannot skip any step (its worst case).
+mamba_ssm is fed the same recurrence: its dt = -A (per step and head), its per-head A = -1, and
+x = X / dt (it multiplies x by dt); in bfloat16 x, B, C are rounded to bf16 and dt stays float32,
+our A stays float32 too. Each method's error is measured against the float64 oracle of its own
+(rounded) inputs.
 
+    python3 benchmarks/mamba2_ssd.py [--shapes kb,l2048,...] [--dtypes fp32,bf16] [--no-mamba]
+                                     [--sweep] [--out table.md]
+
+mamba_ssm is optional (`pip install -e .[mamba]`, or its pure-Python wheel on PYTHONPATH: its
+Triton kernels need no CUDA extension). Its package __init__ imports CUDA extensions
+(selective_scan) that a pure-Python build lacks, so the benchmark imports the submodule
+`mamba_ssm.ops.triton.ssd_combined` under an empty package stub (no code of it is copied).
 With $OUT set (the device machine), the markdown table is also written to $OUT/mamba2_ssd.md.
 """
 
 from __future__ import annotations
 
 import argparse
-import copy
 import datetime
 import importlib.util
+import math
 import os
 import statistics
 import sys
 import time
+import types
 from pathlib import Path
 
 import torch
@@ -27,11 +43,19 @@ import torch.nn.functional as F
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "mamba2_ssd"
 
+# name: (b, l, h, p, n, chunk)
 SHAPES = {
-    "default": dict(b=16, l=128, h=8, p=64, n=16, block=64, a="randn"),
-    "l2048": dict(b=8, l=2048, h=32, p=64, n=128, block=64, a="-softplus(randn)"),
-    "l4096": dict(b=4, l=4096, h=32, p=64, n=128, block=256, a="-softplus(randn)"),
+    "kb": (16, 128, 8, 64, 16, 64),  # KernelBench default
+    "l2048": (8, 2048, 32, 64, 128, 64),
+    "l2048n64": (8, 2048, 32, 64, 64, 128),
+    "l4096": (4, 4096, 32, 64, 128, 256),
+    "l8192": (2, 8192, 32, 64, 128, 256),
+    "l16384": (1, 16384, 32, 64, 128, 256),
 }
+# the same shapes with slowly decaying A (about -0.014 a step): our local pass then walks whole
+# segments (no step's weight underflows), the worst case for the segmented kernel
+SLOW = {f"{k}slow": v for k, v in SHAPES.items() if k in ("l4096", "l8192", "l16384")}
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
 def load(path: Path, name: str):
@@ -42,14 +66,41 @@ def load(path: Path, name: str):
     return mod
 
 
+def import_mamba_chunk_scan():
+    """mamba_ssm's `mamba_chunk_scan_combined`, without running the package __init__ (which
+    imports CUDA extensions a pure-Python build lacks). Returns (fn, version) or (None, reason)."""
+    try:
+        spec = importlib.util.find_spec("mamba_ssm")
+    except Exception as exc:  # a broken install
+        return None, f"{type(exc).__name__}: {exc}"
+    if spec is None or not spec.submodule_search_locations:
+        return None, "mamba_ssm not installed"
+    if "mamba_ssm" not in sys.modules:
+        stub = types.ModuleType("mamba_ssm")
+        stub.__path__ = list(spec.submodule_search_locations)
+        sys.modules["mamba_ssm"] = stub
+    try:
+        from mamba_ssm.ops.triton.ssd_combined import mamba_chunk_scan_combined
+    except Exception as exc:
+        return None, f"{type(exc).__name__}: {exc}"
+    version = "?"
+    try:
+        from importlib.metadata import version as _v
+
+        version = _v("mamba_ssm")
+    except Exception:
+        pass
+    return mamba_chunk_scan_combined, version
+
+
 class Bench:
     """do_bench-style timing: CUDA events around each run, L2 flushed before each, median."""
 
-    def __init__(self, budget_ms: float = 300.0):
+    def __init__(self, budget_ms: float = 250.0):
         self.flush = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.float32, device="cuda")
         self.budget_ms = budget_ms
 
-    def time(self, fn, min_reps: int = 5, max_reps: int = 200) -> float:
+    def time(self, fn, min_reps: int = 5, max_reps: int = 100) -> float:
         for _ in range(3):
             fn()
         torch.cuda.synchronize()
@@ -74,110 +125,124 @@ def copy_bandwidth(bench: Bench) -> float:
     src = torch.randn(256 * 1024 * 1024, device="cuda")
     dst = torch.empty_like(src)
     ms = bench.time(lambda: dst.copy_(src), max_reps=50)
-    return 2 * src.numel() * 4 / (ms * 1e-3)
-
-
-def in_cuda_graph(fn):
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = fn()
-    graph.replay()  # capture records work without running it: fill `out` once
-    torch.cuda.synchronize()
-    return graph, out
+    del src, dst
+    return 2 * 256 * 1024 * 1024 * 4 / (ms * 1e-3)
 
 
 def normwise(out: torch.Tensor, ref64: torch.Tensor) -> float:
     return ((out.double() - ref64).norm() / ref64.norm()).item()
 
 
-def run_shape(name, s, mods, bench, bw, do_compile, log):
-    torch.manual_seed(0)
-    rows = []
-    for kind in ("y", "state"):
-        prob, cand = mods[f"problem_{kind}"], mods[kind]
-        args = (s["b"], s["l"], s["h"], s["p"], s["n"], s["block"])
-        torch.manual_seed(0)
-        ref = prob.Model(*args).cuda()
-        if s["a"] != "randn":
-            ref.A.data.copy_(-F.softplus(torch.randn_like(ref.A)))
-        new = cand.ModelNew(*args).cuda()
-        new.load_state_dict(ref.state_dict())
-        X = torch.randn(s["b"], s["l"], s["h"], s["p"], device="cuda")
-        with torch.no_grad():
-            ref64 = copy.deepcopy(ref).double()(X.double())
+def oracle(prob, X, A, B, C, chunk):
+    """float64 evaluation of the reference on exactly these inputs."""
+    with torch.no_grad():
+        Y, _ = prob.ssd_chunked(X.double(), A.double(), B.double(), C.double(), chunk)
+    return Y
+
+
+def make_inputs(shape, seed=0, slow=False):
+    b, l, h, p, n, _ = shape
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    X = torch.randn(b, l, h, p, device="cuda", generator=g)
+    A = -F.softplus(torch.randn(b, l, h, device="cuda", generator=g)) / (64 if slow else 2) - (0.001 if slow else 0.01)
+    B = torch.randn(b, l, h, n, device="cuda", generator=g) / math.sqrt(n)
+    C = torch.randn(b, l, h, n, device="cuda", generator=g) / math.sqrt(n)
+    return X, A, B, C
+
+
+def floor_us(shape, dtype, bw):
+    b, l, h, p, n, _ = shape
+    es = torch.tensor([], dtype=dtype).element_size()
+    nbytes = es * (2 * b * l * h * p + 2 * b * l * h * n) + 4 * b * l * h  # X, Y, B, C; A in fp32
+    return nbytes / bw * 1e6
+
+
+def run_shape(name, shape, dtype_name, prob, cand, mamba, bench, bw, sweep, log):
+    ext = cand.ssd_ext
+    b, l, h, p, n, chunk = shape
+    dtype = DTYPES[dtype_name]
+    X, A, B, C = make_inputs(shape, slow=name.endswith("slow"))
+    Xd, Bd, Cd = X.to(dtype), B.to(dtype), C.to(dtype)
+    ref_ours = oracle(prob, Xd, A, Bd, Cd, chunk)
+    row = dict(name=name, shape=shape, dtype=dtype_name, floor=floor_us(shape, dtype, bw), ours={}, mamba=None)
+
+    def ours(label, fn):
+        out = fn()
+        torch.cuda.synchronize()
+        err = normwise(out, ref_ours)
+        ms = bench.time(fn)
+        row["ours"][label] = (ms, err)
+        log(f"  {name:9s} {dtype_name} ours {label:28s} {ms * 1e3:9.1f} us  err {err:.2e}")
+
+    # through ModelNew.forward, as `kernelwright eval` calls it (its parameters set to these inputs)
+    model = cand.ModelNew.__new__(cand.ModelNew)
+    torch.nn.Module.__init__(model)
+    model.block_len = chunk
+    model.A, model.B, model.C = (torch.nn.Parameter(t, requires_grad=False) for t in (A, Bd, Cd))
+    with torch.no_grad():
+        ours("auto", lambda: model(Xd))
+    if sweep and n in (64, 128):
+        for path, nseg in [(2, 1), (3, 1), (2, 2), (2, 4), (2, 8), (2, 16)]:
+            if path == 3 and n != 128:
+                continue
+            ours(f"path{path} nseg{nseg}", lambda path=path, nseg=nseg: ext.ssd_fused_cfg(Xd, A, Bd, Cd, None, False, 0, path, nseg))
+    del ref_ours
+    if mamba is not None:
+        dt = -A  # > 0
+        x = (X / dt.unsqueeze(-1)).to(dtype)
+        A_h = -torch.ones(h, device="cuda", dtype=torch.float32)
+        Bm, Cm = Bd.contiguous(), Cd.contiguous()
+        ref_m = oracle(prob, x.double() * dt.double().unsqueeze(-1), A, Bm, Cm, chunk)
+        try:
+            fn = lambda: mamba(x, dt, A_h, Bm, Cm, chunk)
+            out = fn()
             torch.cuda.synchronize()
-            entries = []
-
-            def add(label, fn, out=None):
-                out = fn() if out is None else out
-                torch.cuda.synchronize()
-                err = normwise(out, ref64)
-                ms = bench.time(fn)
-                entries.append((label, ms, err))
-                log(f"  {name:8s} {kind:5s} {label:28s} {ms * 1e3:10.1f} us   normwise err {err:.2e}")
-
-            add("reference eager", lambda: ref(X))
-            try:
-                graph, gout = in_cuda_graph(lambda: ref(X))
-                add("reference in CUDA graph", graph.replay, gout)
-                del graph, gout
-            except Exception as exc:  # report and go on
-                log(f"  {name} {kind} CUDA graph failed: {type(exc).__name__}: {exc}")
-            if do_compile:
-                try:
-                    t0 = time.perf_counter()
-                    compiled = torch.compile(ref)
-                    cout = compiled(X)
-                    torch.cuda.synchronize()
-                    log(f"  {name} {kind} torch.compile took {time.perf_counter() - t0:.1f} s")
-                    add("torch.compile(reference)", lambda: compiled(X), cout)
-                except Exception as exc:
-                    log(f"  {name} {kind} torch.compile failed: {type(exc).__name__}: {str(exc)[:200]}")
-            add("ours (fused CUDA)", lambda: new(X))
-            ext = cand.ssd_ext
-            variants = [("FP32 CUDA-core kernel", 1, 0)]
-            if s["n"] in (64, 128):  # the tensor-core kernel's d_state
-                variants += [("3xTF32 tensor cores, 2 blocks/SM", 2, 64), ("3xTF32 tensor cores, p_tile=32", 2, 32)]
-                if s["n"] == 128 and kind == "y":
-                    variants.append(("3xTF32 tensor cores, 1 block/SM", 3, 64))
-            for label, path, pt in variants:
-                add(f"ours, {label}",
-                    lambda path=path, pt=pt: ext.ssd_fused_path(X, new.A, new.B, new.C, None, kind == "state", pt, path))
-        out_elems = X.numel() if kind == "y" else s["b"] * s["h"] * s["p"] * s["n"]
-        in_elems = X.numel() + ref.A.numel() + ref.B.numel() + (ref.C.numel() if kind == "y" else 0)
-        floor_us = (in_elems + out_elems) * 4 / bw * 1e6
-        rows.append((name, kind, s, entries, floor_us))
-        del ref, new, X, ref64
-        torch.cuda.empty_cache()
-    return rows
+            err = normwise(out, ref_m)
+            ms = bench.time(fn)
+            row["mamba"] = (ms, err)
+            log(f"  {name:9s} {dtype_name} mamba_ssm {'':23s} {ms * 1e3:9.1f} us  err {err:.2e}")
+        except Exception as exc:
+            log(f"  {name} {dtype_name} mamba_ssm failed: {type(exc).__name__}: {str(exc)[:300]}")
+        del ref_m, x
+    torch.cuda.empty_cache()
+    return row
 
 
-def markdown(rows, device, bw) -> str:
+def fmt_us(ms):
+    return f"{ms * 1e3:.1f} us"
+
+
+def markdown(rows, device, bw, mamba_version) -> str:
     lines = [
-        f"Device: {device}; torch {torch.__version__}; measured copy bandwidth {bw / 1e12:.2f} TB/s; "
-        f"date {datetime.date.today().isoformat()}.",
+        f"Device: {device}; torch {torch.__version__}; mamba_ssm {mamba_version}; measured copy bandwidth "
+        f"{bw / 1e12:.2f} TB/s; date {datetime.date.today().isoformat()}. Median time, CUDA events, L2 flushed; "
+        "error normwise against float64 of each method's own inputs.",
         "",
-        "| shape | output | variant | median time | normwise error vs float64 | floor (min bytes) |",
-        "|---|---|---|---|---|---|",
+        "| shape (b, l, h, p, n, chunk) | dtype | ours | err | mamba_ssm | err | mamba_ssm / ours | copy floor |",
+        "|---|---|---|---|---|---|---|---|",
     ]
-    for name, kind, s, entries, floor_us in rows:
-        shape = f"b{s['b']} l{s['l']} h{s['h']} p{s['p']} n{s['n']} block{s['block']}, A={s['a']}"
-        for label, ms, err in entries:
-            t = f"{ms * 1e3:.1f} us" if ms < 1 else f"{ms:.3f} ms"
-            lines.append(f"| {shape} | {kind} | {label} | {t} | {err:.1e} | {floor_us:.1f} us |")
+    for r in rows:
+        ms, err = r["ours"]["auto"]
+        if r["mamba"]:
+            mms, merr = r["mamba"]
+            m = f"{fmt_us(mms)} | {merr:.1e} | {mms / ms:.2f}x"
+        else:
+            m = "n/a | | "
+        lines.append(f"| {', '.join(map(str, r['shape']))}{' (slow A)' if r['name'].endswith('slow') else ''} | {r['dtype']} | {fmt_us(ms)} | {err:.1e} | {m} | {r['floor']:.1f} us |")
+    extra = [(r, k, v) for r in rows for k, v in r["ours"].items() if k != "auto"]
+    if extra:
+        lines += ["", "| shape | dtype | our variant | time | err |", "|---|---|---|---|---|"]
+        for r, k, (ms, err) in extra:
+            lines.append(f"| {', '.join(map(str, r['shape']))}{' (slow A)' if r['name'].endswith('slow') else ''} | {r['dtype']} | {k} | {fmt_us(ms)} | {err:.1e} |")
     return "\n".join(lines) + "\n"
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--shapes", default="default,l2048,l4096")
-    ap.add_argument("--no-compile", action="store_true", help="skip torch.compile of the reference")
+    ap.add_argument("--shapes", default=",".join(SHAPES), help=f"of {', '.join([*SHAPES, *SLOW])}")
+    ap.add_argument("--dtypes", default="fp32,bf16")
+    ap.add_argument("--no-mamba", action="store_true", help="skip mamba_ssm")
+    ap.add_argument("--sweep", action="store_true", help="also time our kernel's forced variants (path, segments)")
     ap.add_argument("--out", default=None, help="write the markdown table here")
     a = ap.parse_args(argv)
     if not torch.cuda.is_available():
@@ -185,24 +250,26 @@ def main(argv=None) -> int:
         return 2
     os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "9.0")
     t0 = time.perf_counter()
-    mods = {
-        "problem_y": load(EXAMPLE / "problem_y.py", "m2_problem_y"),
-        "problem_state": load(EXAMPLE / "problem_state.py", "m2_problem_state"),
-        "y": load(EXAMPLE / "candidate_y.py", "m2_candidate_y"),
-        "state": load(EXAMPLE / "candidate_state.py", "m2_candidate_state"),
-    }
+    prob = load(EXAMPLE / "problem_y.py", "m2_problem_y")
+    cand = load(EXAMPLE / "candidate_y.py", "m2_candidate_y")
     print(f"build/import {time.perf_counter() - t0:.1f} s", flush=True)
+    mamba, mamba_version = (None, "skipped") if a.no_mamba else import_mamba_chunk_scan()
+    if mamba is None:
+        print(f"mamba_ssm not measured: {mamba_version}", flush=True)
     bench = Bench()
     bw = copy_bandwidth(bench)
     device = torch.cuda.get_device_name()
     print(f"{device}: copy bandwidth {bw / 1e12:.2f} TB/s", flush=True)
     rows = []
+    out_path = os.path.join(os.environ["OUT"], "mamba2_ssd.md") if os.environ.get("OUT") else None
     for name in a.shapes.split(","):
-        rows += run_shape(name, SHAPES[name], mods, bench, bw, not a.no_compile, lambda m: print(m, flush=True))
-    table = markdown(rows, device, bw)
+        for dt in a.dtypes.split(","):
+            rows.append(run_shape(name, {**SHAPES, **SLOW}[name], dt, prob, cand, mamba, bench, bw, a.sweep,
+                                  lambda m: print(m, flush=True)))
+            table = markdown(rows, device, bw, mamba_version)
+            for path in filter(None, [a.out, out_path]):
+                Path(path).write_text(table)  # as it stands: a cut-off run keeps its rows
     print(table)
-    for path in filter(None, [a.out, os.path.join(os.environ["OUT"], "mamba2_ssd.md") if os.environ.get("OUT") else None]):
-        Path(path).write_text(table)
     return 0
 
 

@@ -111,6 +111,159 @@ def test_shapes_and_signs_match_float64(mods, b, l, h, p, n, block, a_sign, p_ti
     assert ey <= TOL and es <= TOL, (ey, es)
 
 
+def _run_cfg(torch, mods, b, l, h, p, n, block, a_sign, seed, nseg, path=0, p_tile=0, with_initial=False,
+             dtype=None, a_kind=None):
+    """Y and final state through ssd_fused_cfg (segments forced), in float32 or bfloat16, with their
+    errors against float64 of the inputs the kernel received; for bf16 also the error of the float64
+    result itself rounded to bf16 (the best a bf16 output can do)."""
+    import torch.nn.functional as F
+
+    prob = mods["problem_y"]
+    dtype = dtype or torch.float32
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    X = torch.randn(b, l, h, p, device="cuda", generator=g).to(dtype)
+    A = torch.randn(b, l, h, device="cuda", generator=g)
+    if a_sign < 0:
+        A = -F.softplus(A)
+    if a_kind == "fast":  # decay so fast that whole chunks of a segment fall below float32's range
+        A = -3.0 - 4.0 * A.abs()
+    elif a_kind == "spiky":  # mostly decaying, with large positive steps now and then
+        A = torch.where(torch.rand_like(A) < 0.05, 5.0 * A.abs(), -2.0 - A.abs())
+    B = torch.randn(b, l, h, n, device="cuda", generator=g).to(dtype)
+    C = torch.randn(b, l, h, n, device="cuda", generator=g).to(dtype)
+    S0 = torch.randn(b, 1, h, p, n, device="cuda", generator=g) if with_initial else None
+    with torch.no_grad():
+        Y64, S64 = prob.ssd_chunked(X.double(), A.double(), B.double(), C.double(), block,
+                                    None if S0 is None else S0.double())
+    ext = mods["y"].ssd_ext
+    _poison_allocator(torch, X.numel() * 4)
+    Y = ext.ssd_fused_cfg(X, A, B, C, S0, False, p_tile, path, nseg)
+    _poison_allocator(torch, X.numel() * 4)
+    S = ext.ssd_fused_cfg(X, A, B, C, S0, True, p_tile, path, nseg)
+    torch.cuda.synchronize()
+    assert Y.dtype == dtype and S.dtype == dtype
+    assert Y.shape == Y64.shape and S.shape == S64.shape
+    assert torch.isfinite(Y).all() and torch.isfinite(S).all()
+    err = lambda out, ref: ((out.double() - ref).norm() / ref.norm()).item()
+    best = (err(Y64.to(dtype), Y64), err(S64.to(dtype), S64))
+    return (err(Y, Y64), err(S, S64)), best
+
+
+# Segments along the sequence (tensor-core path): forced counts, including ones that leave a short
+# last segment, ragged lengths, an initial state, and both signs of A; fp32 and 2 blocks/1 block an SM.
+@pytest.mark.parametrize("nseg", [1, 2, 3, 7])
+@pytest.mark.parametrize(
+    "b, l, h, p, n, block, a_sign, path, p_tile, init",
+    [
+        (2, 512, 4, 64, 128, 64, -1, 2, 64, False),
+        (1, 80, 2, 96, 64, 16, +1, 2, 32, True),     # ragged: the last segment is shorter than the rest
+        (3, 256, 2, 64, 128, 64, +1, 3, 64, True),   # 1 block an SM variant
+        (2, 384, 3, 128, 64, 128, -1, 2, 0, False),  # two head-dim tiles
+    ],
+)
+def test_segments_match_float64(mods, nseg, b, l, h, p, n, block, a_sign, path, p_tile, init):
+    import torch
+
+    (ey, es), _ = _run_cfg(torch, mods, b, l, h, p, n, block, a_sign, seed=11 + nseg, nseg=nseg, path=path,
+                           p_tile=p_tile, with_initial=init)
+    assert ey <= TOL and es <= TOL, (ey, es)
+
+
+@pytest.mark.parametrize("a_kind", ["fast", "spiky"])
+@pytest.mark.parametrize("nseg", [2, 5])
+def test_segments_skip_only_steps_that_vanish_in_float32(mods, a_kind, nseg):
+    """The local pass starts after the steps whose weight to the segment end underflows float32;
+    with fast or spiky decay that skips whole chunks, and the result must not change."""
+    import torch
+
+    (ey, es), _ = _run_cfg(torch, mods, 2, 640, 2, 64, 128, 64, -1, seed=21, nseg=nseg, a_kind=a_kind,
+                           with_initial=True)
+    assert ey <= TOL and es <= TOL, (ey, es)
+
+
+def test_segments_long_sequence_few_heads(mods):
+    """The shape class the segments exist for: one (batch, head) pair, a long sequence, auto count."""
+    import torch
+
+    (ey, es), _ = _run_cfg(torch, mods, 1, 4096, 1, 64, 128, 256, -1, seed=5, nseg=0)
+    assert ey <= TOL and es <= TOL, (ey, es)
+
+
+# bfloat16 inputs and outputs: fp32 arithmetic inside, so the error is the output's own rounding:
+# at most 5% over the float64 result rounded to bf16 (plus a hair), on every path.
+@pytest.mark.parametrize("path, nseg", [(0, 0), (2, 1), (2, 3), (3, 2), (1, 0)])
+@pytest.mark.parametrize(
+    "b, l, h, p, n, block, a_sign, init",
+    [
+        (2, 512, 4, 64, 128, 64, -1, False),
+        (1, 80, 2, 96, 64, 16, +1, True),
+        (2, 256, 2, 64, 16, 64, -1, True),   # d_state 16: the CUDA-core kernel (widened to fp32)
+    ],
+)
+def test_bf16_matches_float64_to_output_rounding(mods, path, nseg, b, l, h, p, n, block, a_sign, init):
+    import torch
+
+    if n not in (64, 128) and path in (2, 3):
+        pytest.skip("the tensor-core kernel takes d_state 64 or 128")
+    if path == 3 and (n != 128):
+        pytest.skip("1 block an SM: d_state 128")
+    (ey, es), (by, bs) = _run_cfg(torch, mods, b, l, h, p, n, block, a_sign, seed=3, nseg=nseg, path=path,
+                                  with_initial=init, dtype=torch.bfloat16)
+    assert ey <= 1.05 * by + 1e-5 and es <= 1.05 * bs + 1e-5, (ey, by, es, bs)
+
+
+def test_bad_arguments_raise_and_the_process_survives():
+    """Every argument check raises a Python RuntimeError; none takes the process down (issue 18:
+    a TORCH_CHECK was once seen to crash the process). Run in a child so a crash shows as a code."""
+    import subprocess
+    import textwrap
+
+    code = textwrap.dedent(f"""
+        import importlib.util, sys, torch
+        spec = importlib.util.spec_from_file_location("m2y", {str(MAMBA2 / "candidate_y.py")!r})
+        mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)
+        ext = mod.ssd_ext
+        d = "cuda"
+        X = torch.randn(2, 64, 2, 64, device=d); A = torch.randn(2, 64, 2, device=d)
+        B = torch.randn(2, 64, 2, 128, device=d); C = torch.randn(2, 64, 2, 128, device=d)
+        cases = [
+            lambda: ext.ssd_fused(X.cpu(), A, B, C, None, False, 0),                       # CPU tensor
+            lambda: ext.ssd_fused(X.double(), A, B, C, None, False, 0),                    # float64
+            lambda: ext.ssd_fused(X.half(), A, B.half(), C.half(), None, False, 0),        # float16
+            lambda: ext.ssd_fused(X.bfloat16(), A, B, C, None, False, 0),                  # mixed dtypes
+            lambda: ext.ssd_fused(X[..., :48], A, B, C, None, False, 0),                   # d_head 48
+            lambda: ext.ssd_fused(X, A[:, :32], B, C, None, False, 0),                     # A length
+            lambda: ext.ssd_fused(X, A, B[..., :96], C[..., :96], None, False, 0),         # d_state 96
+            lambda: ext.ssd_fused_path(X, A, B[..., :32], C[..., :32], None, False, 0, 2), # TC with n=32
+            lambda: ext.ssd_fused_path(X, A, B, C, None, False, 48, 0),                    # p_tile 48
+            lambda: ext.ssd_fused_path(X, A, B, C, None, False, 0, 7),                     # path 7
+            lambda: ext.ssd_fused_cfg(X, A, B, C, None, False, 0, 0, -1),                  # nseg -1
+            lambda: ext.ssd_fused(X, A, B, C, torch.randn(3, device=d), False, 0),         # bad initial state
+            lambda: ext.ssd_fused(X, A, B, C.view(2, 64, 2, 2, 64), None, False, 0),       # C rank 5
+            lambda: ext.ssd_fused(X.view(2, 64, 2, 8, 8)[..., 0], A, B, C, None, False, 0),  # d_head 8 (strided)
+            lambda: ext.ssd_fused(torch.randn(X.numel() + 8, device=d).bfloat16()[1:X.numel() + 1].view(X.shape),
+                                  A, B.bfloat16(), C.bfloat16(), None, False, 0),        # not 16-byte aligned
+        ]
+        raised = 0
+        for i, f in enumerate(cases):
+            print("case", i, flush=True)
+            try:
+                f()
+                torch.cuda.synchronize()
+                print("no error", i)
+            except RuntimeError as e:
+                raised += 1
+        Y = ext.ssd_fused(X, A, B, C, None, False, 0)  # the extension still works afterwards
+        torch.cuda.synchronize()
+        assert torch.isfinite(Y).all()
+        print("raised", raised, "of", len(cases))
+    """)
+    r = subprocess.run([sys.executable, "-X", "faulthandler", "-u", "-c", code], capture_output=True, text=True,
+                       timeout=900)
+    assert r.returncode == 0, (r.returncode, r.stdout[-2000:], r.stderr[-4000:])
+    assert "raised 15 of 15" in r.stdout, r.stdout
+
+
 def test_candidate_modules_compute_the_reference_function(mods):
     """ModelNew draws the same parameters as Model under one seed and returns the same kind of output."""
     import torch

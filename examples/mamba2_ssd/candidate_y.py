@@ -1,21 +1,34 @@
-"""Mamba-2 SSD in one fused CUDA kernel, returning Y.
+"""Mamba-2 SSD in fused CUDA kernels, returning Y.
 
-Two kernels in one source, picked by shape (`ssd_fused_path` forces one):
+Two kernels in one source, picked by shape (`ssd_fused_cfg` / `ssd_fused_path` force one):
   * d_state 64 or 128: every matrix product on the tensor cores in split-precision 3xTF32
     (a = a_hi + a_lo; a*b ~= a_lo*b_hi + a_hi*b_lo + a_hi*b_hi, fp32 accumulate), which keeps
     ~fp32 accuracy (plain TF32 gives ~1e-3 normwise); the state lives in mma accumulators.
-  * other d_state (the KernelBench default has 16): FP32 FFMA on the CUDA cores.
+    The sequence is cut into segments so that the grid fills the GPU at any length:
+      1. local pass, all segments in parallel: each segment's own end state from a zero state
+         (starting after the steps whose weight to the segment end, exp(sum of A), is below
+         exp(-110): zero in float32, so they contribute exactly nothing; with decaying A this
+         pass is short, with A near 0 it walks the whole segment);
+      2. chain: block k waits for H_out[k-1] (flag, release/acquire), publishes
+         H_out[k] = exp(sum of A over segment k) * H_out[k-1] + local state k: one [p x n] axpy
+         a segment, the only serial part;
+      3. output pass: each segment walks again from its entering state and writes Y.
+    Blocks take tickets in segment-major order, so a block's predecessor has always started
+    (no deadlock). With enough (batch, head) pairs to fill the SMs it uses one segment (no
+    extra pass). bfloat16 inputs/outputs: same kernel, bf16 loads and stores, fp32 arithmetic;
+    raw bf16 inputs are exact in TF32, so their split's lo part (and its mma) is skipped.
+  * other d_state (the KernelBench default has 16): FP32 FFMA on the CUDA cores, one block per
+    (batch, head, head-dim tile) walking the sequence (bf16 inputs are widened to fp32 first).
 
-Both: one thread block per (batch, head, tile of head-dim columns) walks the sequence chunk by
-chunk (32 steps per chunk inside the kernel; the chunked form gives the same function for any
-block_len, so the problem's block_len only sets the reference's own rounding). Per chunk:
+Inside a walk, 32 steps per chunk (the chunked form gives the same function for any block_len,
+so the problem's block_len only sets the reference's own rounding). Per chunk:
   G = (C B^T) * exp(cum_l - cum_s) for s <= l           (intra-chunk "attention")
   Y = G X + exp(cum_l) * C H^T                          (H: state entering the chunk)
   H = exp(total) * H + (exp(total - cum_s) * X)^T B     (state leaving the chunk)
-The running state H stays on chip; X, B, C and A are read once and Y is written once; the next
-chunk's inputs are in flight while the current chunk computes. Exponent arguments are formed
-from a float64 prefix sum and always as differences (never exp(a) * exp(-b)), so neither large
-positive nor large negative A overflows or underflows where the true decay does not.
+The running state H stays on chip; the next chunk's inputs are in flight while the current
+chunk computes. Exponent arguments are formed from a float64 prefix sum and always as
+differences (never exp(a) * exp(-b)), so neither large positive nor large negative A overflows
+or underflows where the true decay does not.
 """
 
 import torch
@@ -28,17 +41,42 @@ cuda_source = r"""
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <atomic>
+#include <cstdint>
 
 // ======================================================================================
-// Tensor-core path (d_state 64 or 128): the same chunked recurrence, with every matrix
-// product on the tensor cores in split-precision "3xTF32":
+// Tensor-core path (d_state 64 or 128), split into segments along the sequence.
+//
+// Arithmetic: every matrix product on the tensor cores (mma.sync m16n8k8 TF32) in split
+// precision, "3xTF32":
 //     a = a_hi + a_lo, a_hi = tf32(a), a_lo = a - a_hi (exact in fp32)
 //     a*b ~= a_lo*b_hi + a_hi*b_lo + a_hi*b_hi      (fp32 accumulate; a_lo*b_lo dropped)
-// which keeps ~fp32 accuracy (TF32 alone, 10-bit mantissa, gives ~1e-3 normwise).
+// which keeps ~fp32 accuracy (TF32 alone gives ~1e-3 normwise). With bf16 inputs every raw
+// input (X, B, C) is exact in TF32 (8 of TF32's 10 mantissa bits), so its lo part is zero and
+// that product is skipped: C B^T takes 1 mma, the others 2 (state, G and w X stay split).
 //
-// Block = (batch, head, P head-dim columns), 2*P/16 warps. Warp (mt, nh) owns the state
-// tile H^T[16 p-rows of mt][N/2 n-columns of half nh] as mma accumulators (32 registers at
-// N=128, P=64): the state never leaves registers. Per 32-step chunk (l, s: steps in chunk):
+// Work split (why long sequences fill the GPU): the sequence of each (batch, head) is cut into
+// `nseg` segments; one thread block per (segment, batch, head, head-dim tile), blocks numbered
+// by an atomic ticket in segment-major order (so a block's predecessor segment has always
+// started: no deadlock whatever the scheduling). Each block:
+//   1. local pass: walks its segment from a zero state, state update only (no C, no Y), giving
+//      the segment's own contribution S_loc; g = sum(A) over the segment in float64. The walk
+//      starts at the first chunk holding a step whose weight to the segment end,
+//      exp(sum of A after it), is >= exp(-110): earlier steps have weight 0 in float32 (smallest
+//      denormal 1.4e-45), so they contribute exactly nothing. With decaying A (Mamba's A < 0) the
+//      local pass covers the last few hundred steps only; with A near 0 it walks the segment.
+//      (Skipped for the last segment when Y is wanted, and when nseg == 1.)
+//   2. chain: waits for the predecessor's published state H_out[k-1] (= H_in[k]), publishes
+//      H_out[k] = exp(g) * H_in[k] + S_loc (one [p x n] axpy, 32 KB in fragment order, flag
+//      with release/acquire). The serial part is one axpy per segment, not a walk.
+//   3. output pass: walks the segment again from H_in[k], as the single-segment kernel does.
+// nseg is chosen so that (segments x batch x heads x tiles) fills the SMs (2 blocks an SM);
+// at nseg == 1 it is the plain one-block-per-(batch, head) kernel with no extra pass.
+//
+// Inside a walk (per block = (b, h, P head-dim columns), 2*P/16 warps; warp (mt, nh) owns the
+// state tile H^T[16 p-rows of mt][N/2 n-columns of half nh] as mma accumulators), per 32-step
+// chunk (l, s: steps in chunk):
 //   phase B (after barrier 1):
 //     Y^T  = H^T C^T            partial over the warp's n-half           (C H, 4 l-tiles)
 //     Gp_q = C B^T              over one quarter q of n, written to smem (6 causal tiles)
@@ -50,12 +88,29 @@ cuda_source = r"""
 // The trick that keeps H in registers: an mma accumulator tile (thread holds columns 2t,
 // 2t+1) is used directly as the A operand of the next product if the k index is permuted
 // (k-slot t <-> column 2t, k-slot t+4 <-> column 2t+1); the B operand (C) is then read with
-// the same permutation, which makes it one 8-byte shared load.
+// the same permutation, which makes it one 8-byte (bf16: 4-byte) shared load.
 // ======================================================================================
 
 namespace tc {
 
 constexpr int Q = 32;  // steps per chunk
+constexpr double kUnderflow = 110.0;  // exp(-110) ~ 1.7e-48: zero in float32
+
+template <typename T> struct Elem;
+template <> struct Elem<float> {
+  static constexpr bool EXACT = false;  // a raw input is not exact in TF32
+  static __device__ __forceinline__ float one(const float* p) { return *p; }
+  static __device__ __forceinline__ float2 two(const float* p) { return *reinterpret_cast<const float2*>(p); }
+  static __device__ __forceinline__ void put(float* p, float v) { *p = v; }
+};
+template <> struct Elem<__nv_bfloat16> {
+  static constexpr bool EXACT = true;   // bf16 -> fp32 is exact in TF32: lo part is zero
+  static __device__ __forceinline__ float one(const __nv_bfloat16* p) { return __bfloat162float(*p); }
+  static __device__ __forceinline__ float2 two(const __nv_bfloat16* p) {
+    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p));
+  }
+  static __device__ __forceinline__ void put(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
+};
 
 __device__ __forceinline__ void split_tf32(float x, uint32_t& hi, uint32_t& lo) {
   uint32_t h;
@@ -72,27 +127,37 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// 3xTF32: small terms first.
 struct SplitA { uint32_t hi[4], lo[4]; };
 struct SplitB { uint32_t hi[2], lo[2]; };
 
+// EX: the value is exact in TF32 (a raw bf16 input): hi = the value, lo = 0 (never used).
+template <bool EX>
 __device__ __forceinline__ SplitA split_a(float a0, float a1, float a2, float a3) {
   SplitA s;
-  split_tf32(a0, s.hi[0], s.lo[0]);
-  split_tf32(a1, s.hi[1], s.lo[1]);
-  split_tf32(a2, s.hi[2], s.lo[2]);
-  split_tf32(a3, s.hi[3], s.lo[3]);
+  const float v[4] = {a0, a1, a2, a3};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if constexpr (EX) { s.hi[i] = __float_as_uint(v[i]); s.lo[i] = 0u; }
+    else split_tf32(v[i], s.hi[i], s.lo[i]);
+  }
   return s;
 }
+template <bool EX>
 __device__ __forceinline__ SplitB split_b(float b0, float b1) {
   SplitB s;
-  split_tf32(b0, s.hi[0], s.lo[0]);
-  split_tf32(b1, s.hi[1], s.lo[1]);
+  if constexpr (EX) {
+    s.hi[0] = __float_as_uint(b0); s.hi[1] = __float_as_uint(b1); s.lo[0] = s.lo[1] = 0u;
+  } else {
+    split_tf32(b0, s.hi[0], s.lo[0]);
+    split_tf32(b1, s.hi[1], s.lo[1]);
+  }
   return s;
 }
+// Split-precision product, small terms first; a term with an exact operand's lo part is skipped.
+template <bool AEX, bool BEX>
 __device__ __forceinline__ void mma3(float (&d)[4], const SplitA& a, const SplitB& b) {
-  mma_tf32(d, a.lo, b.hi[0], b.hi[1]);
-  mma_tf32(d, a.hi, b.lo[0], b.lo[1]);
+  if constexpr (!AEX) mma_tf32(d, a.lo, b.hi[0], b.hi[1]);
+  if constexpr (!BEX) mma_tf32(d, a.hi, b.lo[0], b.lo[1]);
   mma_tf32(d, a.hi, b.hi[0], b.hi[1]);
 }
 
@@ -104,113 +169,138 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool va
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
+__device__ __forceinline__ int ld_acquire(const int* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void st_release(int* p, int v) {
+  asm volatile("st.release.gpu.global.b32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
 __device__ __forceinline__ float exp_from_double(double x) {
   const float hi = (float)x;
   const float lo = (float)(x - (double)hi);
   return expf(hi) * (1.f + lo);
 }
 
-template <int N, int P>
+template <int N, int P, typename T>
 struct TcLayout {
   static constexpr int WARPS = 2 * (P / 16);
   static constexpr int THREADS = 32 * WARPS;
-  static constexpr int XS = P + 8;   // row strides (floats), == 8 mod 32: conflict-free fragments
+  static constexpr int EPV = 16 / (int)sizeof(T);  // elements per 16-byte copy
+  static constexpr int XS = P + 8;   // row strides (elements): conflict-free fragments (fp32 and bf16)
   static constexpr int NS = N + 8;
-  static constexpr int GS = Q + 4;   // Gp rows: conflict-free B-fragment reads
+  static constexpr int GS = Q + 4;   // Gp rows (floats): conflict-free B-fragment reads
   static constexpr int NH = N / 2;   // state columns per warp
   static constexpr int KH = NH / 8;  // k-steps over a warp's n-half
   static constexpr int KQ = N / 32;  // k-steps over a quarter of n
-  static constexpr int oX = 0;                      // 2 buffers of [Q][XS]
-  static constexpr int oB = oX + 2 * Q * XS;        // 2 buffers of [Q][NS]
-  static constexpr int oC = oB + 2 * Q * NS;        // 1 buffer (refilled after its last reader)
-  static constexpr int oG = oC + Q * NS;            // 4 quarter partials of C B^T, [Q][GS]
-  static constexpr int oY = oG + 4 * Q * GS;        // nh=1 partial Y^T, fragment order
-  static constexpr int oE = oY + (P / 16) * 32 * 16; // exp(cum_l)
-  static constexpr int oW = oE + Q;                 // exp(total - cum_s)
-  static constexpr int oD = oW + Q;                 // exp(total) (+ pad)
-  static constexpr int oCum = oD + 4;               // cum (double), 8-byte aligned
-  static constexpr int FLOATS = oCum + 2 * Q;
-  static constexpr size_t BYTES = FLOATS * sizeof(float);
+  // byte offsets
+  static constexpr int oX = 0;                                   // 2 buffers of [Q][XS] T
+  static constexpr int oB = oX + 2 * Q * XS * (int)sizeof(T);    // 2 buffers of [Q][NS] T
+  static constexpr int oC = oB + 2 * Q * NS * (int)sizeof(T);    // 1 buffer (refilled after its last reader)
+  static constexpr int oG = oC + Q * NS * (int)sizeof(T);        // 4 quarter partials of C B^T, [Q][GS] f32
+  static constexpr int oY = oG + 4 * Q * GS * 4;                 // nh=1 partial Y^T, fragment order
+  static constexpr int oE = oY + (P / 16) * 32 * 16 * 4;         // exp(cum_l)
+  static constexpr int oW = oE + Q * 4;                          // exp(total - cum_s)
+  static constexpr int oD = oW + Q * 4;                          // exp(total), segment total (double)
+  static constexpr int oCum = oD + 16;                           // cum (double)
+  static constexpr size_t BYTES = oCum + 2 * Q * 4;
   static_assert(N == 64 || N == 128, "tensor-core path: d_state 64 or 128");
   static_assert(P == 32 || P == 64, "tensor-core path: 32 or 64 head-dim columns a block");
-  static_assert(oCum % 2 == 0, "cum must be 8-byte aligned");
+  static_assert(oC % 16 == 0 && oG % 16 == 0 && oY % 16 == 0 && oD % 8 == 0 && oCum % 8 == 0, "alignment");
 };
 
-// X, Y: (b, L, H, D); A: (b, L, H); B, C: (b, L, H, N); S0, S_out: (b, H, D, N) or null.
-template <int N, int P, bool WANT_Y, int MINB>
-__global__ void __launch_bounds__(TcLayout<N, P>::THREADS, MINB)
-ssd_tc_kernel(const float* __restrict__ X, const float* __restrict__ A, const float* __restrict__ Bm,
-              const float* __restrict__ Cm, const float* __restrict__ S0, float* __restrict__ Y,
-              float* __restrict__ S_out, int L, int H, int D) {
-  using Lo = TcLayout<N, P>;
+// X, Y: (b, L, H, D) T; A: (b, L, H) f32; B, C: (b, L, H, N) T; S0, S_out: (b, H, D, N) f32 or null.
+// nseg segments of seg_len steps (a multiple of Q); ws: nslots * N * P floats (published states),
+// sync: [ticket, flag per slot], zeroed before the launch (only used when nseg > 1).
+template <int N, int P, bool WANT_Y, int MINB, typename T>
+__global__ void __launch_bounds__(TcLayout<N, P, T>::THREADS, MINB)
+ssd_tc_kernel(const T* __restrict__ X, const float* __restrict__ A, const T* __restrict__ Bm,
+              const T* __restrict__ Cm, const float* __restrict__ S0, T* __restrict__ Y,
+              float* __restrict__ S_out, int nb, int L, int H, int D, int seg_len, int nseg,
+              float* __restrict__ ws, int* __restrict__ sync) {
+  using Lo = TcLayout<N, P, T>;
+  using E = Elem<T>;
+  constexpr bool EX = E::EXACT;
   constexpr int XS = Lo::XS, NS = Lo::NS, GS = Lo::GS, KH = Lo::KH, KQ = Lo::KQ, NT = Lo::THREADS;
+  constexpr int EPV = Lo::EPV;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  float* sm = reinterpret_cast<float*>(smem_raw);
-  float* sC = sm + Lo::oC;
-  float* sGp = sm + Lo::oG;
-  float* sYp = sm + Lo::oY;
-  float* sE = sm + Lo::oE;
-  float* sW = sm + Lo::oW;
-  float* sDec = sm + Lo::oD;
-  double* sCum = reinterpret_cast<double*>(sm + Lo::oCum);
+  __shared__ int s_ticket, s_c0;
+  T* sC = reinterpret_cast<T*>(smem_raw + Lo::oC);
+  float* sGp = reinterpret_cast<float*>(smem_raw + Lo::oG);
+  float* sYp = reinterpret_cast<float*>(smem_raw + Lo::oY);
+  float* sE = reinterpret_cast<float*>(smem_raw + Lo::oE);
+  float* sW = reinterpret_cast<float*>(smem_raw + Lo::oW);
+  float* sDec = reinterpret_cast<float*>(smem_raw + Lo::oD);
+  double* sSeg = reinterpret_cast<double*>(smem_raw + Lo::oD + 8);
+  double* sCum = reinterpret_cast<double*>(smem_raw + Lo::oCum);
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;          // mma fragment coordinates
   const int mt = warp % (P / 16), nh = warp / (P / 16);
   const int pr = 16 * mt + g;                     // this thread's p rows: pr, pr + 8
   const int nb0 = nh * Lo::NH;                    // first state column of this warp
-  // C B^T work: quarter q of n (inside this warp's half), tiles [3*grp, 3*grp+3) of the 6 causal
-  // 16x8 tiles (mi, sj) = (0,0) (0,1) (1,0) (1,1) (1,2) (1,3); with 4 warps, grp 0 does all 6.
   constexpr int GRPS = (P / 16) / 2;              // warps per quarter
-  constexpr int TPW = 6 / GRPS;                   // tiles per warp
+  constexpr int TPW = 6 / GRPS;                   // C B^T tiles per warp
   const int q = 2 * nh + mt / GRPS, grp = mt % GRPS;
 
-  const int p0 = blockIdx.x * P, h = blockIdx.y, b = blockIdx.z;
+  // ---- which block: (segment, batch, head, tile); segment-major tickets when chained -------
+  const bool chained = nseg > 1;
+  int lin = blockIdx.x;
+  if (chained) {
+    if (tid == 0) s_ticket = atomicAdd(sync, 1);
+    __syncthreads();
+    lin = s_ticket;
+  }
+  const int ptiles = D / P;
+  const int per_seg = nb * H * ptiles;
+  const int seg = lin / per_seg;
+  int rest = lin - seg * per_seg;
+  const int pt = rest % ptiles;
+  rest /= ptiles;
+  const int h = rest % H, b = rest / H;
+  const int slot = ((b * H + h) * ptiles + pt) * nseg + seg;
+  const bool last = seg == nseg - 1;
+  const int tb = seg * seg_len, te = min(L, tb + seg_len);
+
+  const int p0 = pt * P;
   const long strideX = (long)H * D, strideB = (long)H * N;
   const long bh = (long)b * L * H + h;
-  const float* Xbh = X + bh * D + p0;
-  const float* Bbh = Bm + bh * N;
-  const float* Cbh = Cm + bh * N;
+  const T* Xbh = X + bh * D + p0;
+  const T* Bbh = Bm + bh * N;
+  const T* Cbh = Cm + bh * N;
   const float* Abh = A + bh;
 
   // ---- state H^T tile in accumulator layout: hs[j] covers n = nb0 + 8j + {2t, 2t+1}, p = pr, pr+8
   float hs[KH][4];
-#pragma unroll
-  for (int j = 0; j < KH; ++j) {
-    const int n = nb0 + 8 * j + 2 * t;
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const int p = pr + 8 * (r >> 1), nn = n + (r & 1);
-      hs[j][r] = S0 ? S0[(((long)b * H + h) * D + p0 + p) * N + nn] : 0.f;
-    }
-  }
 
-  auto load_xb = [&](int t0, int buf) {  // X and B of the chunk at t0 -> buffer buf (cp.async)
-    float* dX = sm + Lo::oX + buf * Q * XS;
-    float* dB = sm + Lo::oB + buf * Q * NS;
-    for (int i = tid; i < Q * P / 4; i += NT) {
-      const int s = i / (P / 4), c = i % (P / 4);
-      const bool ok = t0 + s < L;
-      cp_async16(dX + s * XS + 4 * c, Xbh + (long)(ok ? t0 + s : 0) * strideX + 4 * c, ok);
+  auto load_xb = [&](int t0, int te_, int buf) {  // X and B of the chunk at t0 -> buffer buf (cp.async)
+    T* dX = reinterpret_cast<T*>(smem_raw + Lo::oX) + buf * Q * XS;
+    T* dB = reinterpret_cast<T*>(smem_raw + Lo::oB) + buf * Q * NS;
+    for (int i = tid; i < Q * P / EPV; i += NT) {
+      const int s = i / (P / EPV), c = i % (P / EPV);
+      const bool ok = t0 + s < te_;
+      cp_async16(dX + s * XS + EPV * c, Xbh + (long)(ok ? t0 + s : 0) * strideX + EPV * c, ok);
     }
-    for (int i = tid; i < Q * N / 4; i += NT) {
-      const int s = i / (N / 4), c = i % (N / 4);
-      const bool ok = t0 + s < L;
-      cp_async16(dB + s * NS + 4 * c, Bbh + (long)(ok ? t0 + s : 0) * strideB + 4 * c, ok);
+    for (int i = tid; i < Q * N / EPV; i += NT) {
+      const int s = i / (N / EPV), c = i % (N / EPV);
+      const bool ok = t0 + s < te_;
+      cp_async16(dB + s * NS + EPV * c, Bbh + (long)(ok ? t0 + s : 0) * strideB + EPV * c, ok);
     }
   };
-  auto load_c = [&](int t0) {
-    for (int i = tid; i < Q * N / 4; i += NT) {
-      const int s = i / (N / 4), c = i % (N / 4);
-      const bool ok = t0 + s < L;
-      cp_async16(sC + s * NS + 4 * c, Cbh + (long)(ok ? t0 + s : 0) * strideB + 4 * c, ok);
+  auto load_c = [&](int t0, int te_) {
+    for (int i = tid; i < Q * N / EPV; i += NT) {
+      const int s = i / (N / EPV), c = i % (N / EPV);
+      const bool ok = t0 + s < te_;
+      cp_async16(sC + s * NS + EPV * c, Cbh + (long)(ok ? t0 + s : 0) * strideB + EPV * c, ok);
     }
   };
 
   // Y^T partial (this warp's p rows x all 32 l): ya[lt] covers l = 8lt + {2t, 2t+1}
   float ya[4][4];
   // nh=0 warps add the nh=1 partial (left in smem, same fragment order) and store Y rows.
-  auto flush_y = [&](int t0) {
+  auto flush_y = [&](int t0, int te_) {
     const float4* src = reinterpret_cast<const float4*>(sYp) + mt * 4 * 32;
 #pragma unroll
     for (int lt = 0; lt < 4; ++lt) {
@@ -219,177 +309,323 @@ ssd_tc_kernel(const float* __restrict__ X, const float* __restrict__ A, const fl
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
         const int l = t0 + 8 * lt + 2 * t + (r & 1), p = pr + 8 * (r >> 1);
-        if (l < L) Y[bh * D + (long)l * strideX + p0 + p] = v[r];
+        if (l < te_) E::put(&Y[bh * D + (long)l * strideX + p0 + p], v[r]);
       }
     }
   };
 
-  float pa = 0.f;  // warp 0: A of the next chunk, one step per lane
-  if (warp == 0) pa = (lane < L) ? __ldg(Abh + (long)lane * H) : 0.f;
-  load_xb(0, 0);
-  if constexpr (WANT_Y) load_c(0);
-  cp_async_commit();
-
-  const int nchunks = (L + Q - 1) / Q;
-  for (int ch = 0; ch < nchunks; ++ch) {
-    const int t0 = ch * Q, buf = ch & 1;
-    const float* sX = sm + Lo::oX + buf * Q * XS;
-    const float* sB = sm + Lo::oB + buf * Q * NS;
-    cp_async_wait_all();
-    __syncthreads();  // ---- barrier 1: this chunk's X, B, C are in smem; last chunk fully read
-    if constexpr (WANT_Y) {
-      if (ch > 0 && nh == 0) flush_y(t0 - Q);
-    }
-    if (ch + 1 < nchunks) load_xb(t0 + Q, buf ^ 1);
+  // Walk steps [t_begin, t_end) from the state in hs; do_y: output pass, else state only.
+  // Warp 0 returns the sum of A over the walk (float64) in segtot. Ends with a barrier.
+  auto walk = [&](const int t_begin, const int t_end, const bool do_y, double& segtot) {
+    float pa = 0.f;  // warp 0: A of the next chunk, one step per lane
+    if (warp == 0) pa = (t_begin + lane < t_end) ? __ldg(Abh + (long)(t_begin + lane) * H) : 0.f;
+    load_xb(t_begin, t_end, 0);
+    if (WANT_Y && do_y) load_c(t_begin, t_end);
     cp_async_commit();
-    if (warp == 0) {
-      // prefix sum of A over the chunk in float64; exponents always as differences
-      double cum = (double)pa;
-#pragma unroll
-      for (int off = 1; off < 32; off <<= 1) {
-        const double u = __shfl_up_sync(0xffffffffu, cum, off);
-        if (lane >= off) cum += u;
+    const int nchunks = (t_end - t_begin + Q - 1) / Q;
+    for (int ch = 0; ch < nchunks; ++ch) {
+      const int t0 = t_begin + ch * Q, buf = ch & 1;
+      const T* sX = reinterpret_cast<const T*>(smem_raw + Lo::oX) + buf * Q * XS;
+      const T* sB = reinterpret_cast<const T*>(smem_raw + Lo::oB) + buf * Q * NS;
+      cp_async_wait_all();
+      __syncthreads();  // ---- barrier 1: this chunk's X, B, C are in smem; last chunk fully read
+      if (WANT_Y && do_y) {
+        if (ch > 0 && nh == 0) flush_y(t0 - Q, t_end);
       }
-      const double total = __shfl_sync(0xffffffffu, cum, 31);
-      sCum[lane] = cum;
-      sE[lane] = exp_from_double(cum);
-      sW[lane] = exp_from_double(total - cum);
-      if (lane == 0) sDec[0] = exp_from_double(total);
-      pa = (t0 + Q + lane < L) ? __ldg(Abh + (long)(t0 + Q + lane) * H) : 0.f;
-    }
-
-    // ---- phase B: Y^T = H^T C^T over this warp's n-half; Gp_q = C B^T over quarter q --------
-    if constexpr (WANT_Y) {
+      if (ch + 1 < nchunks) load_xb(t0 + Q, t_end, buf ^ 1);
+      cp_async_commit();
+      if (warp == 0) {
+        // prefix sum of A over the chunk in float64; exponents always as differences
+        double cum = (double)pa;
 #pragma unroll
-      for (int lt = 0; lt < 4; ++lt)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) ya[lt][r] = 0.f;
-      float ga[TPW][4];
-#pragma unroll
-      for (int i = 0; i < TPW; ++i)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) ga[i][r] = 0.f;
-#pragma unroll
-      for (int j = 0; j < KH; ++j) {
-        const int nb = nb0 + 8 * j;  // k block: n = nb + 2t (slot t), nb + 2t + 1 (slot t + 4)
-        // B operand C^T for l-tile lt: (C[8lt+g][nb+2t], C[8lt+g][nb+2t+1]): one 8-byte load
-        SplitB cf[4];
-#pragma unroll
-        for (int lt = 0; lt < 4; ++lt) {
-          const float2 v = *reinterpret_cast<const float2*>(&sC[(8 * lt + g) * NS + nb + 2 * t]);
-          cf[lt] = split_b(v.x, v.y);
+        for (int off = 1; off < 32; off <<= 1) {
+          const double u = __shfl_up_sync(0xffffffffu, cum, off);
+          if (lane >= off) cum += u;
         }
-        // A operand H^T straight from the state accumulators (permuted k, see the header)
-        const SplitA ha = split_a(hs[j][0], hs[j][2], hs[j][1], hs[j][3]);
+        const double total = __shfl_sync(0xffffffffu, cum, 31);
+        segtot += total;
+        sCum[lane] = cum;
+        sE[lane] = exp_from_double(cum);
+        sW[lane] = exp_from_double(total - cum);
+        if (lane == 0) sDec[0] = exp_from_double(total);
+        pa = (t0 + Q + lane < t_end) ? __ldg(Abh + (long)(t0 + Q + lane) * H) : 0.f;
+      }
+
+      // ---- phase B: Y^T = H^T C^T over this warp's n-half; Gp_q = C B^T over quarter q ------
+      if (WANT_Y && do_y) {
 #pragma unroll
-        for (int lt = 0; lt < 4; ++lt) mma3(ya[lt], ha, cf[lt]);
-        if (j / KQ == q - 2 * nh) {  // this k block lies in the warp's quarter: C B^T too
-          // A operand C rows 16mi..16mi+15 = the C^T fragments of l-tiles 2mi, 2mi+1
+        for (int lt = 0; lt < 4; ++lt)
 #pragma unroll
-          for (int i = 0; i < TPW; ++i) {
-            const int tile = grp * TPW + i;
-            const int mi = tile < 2 ? 0 : 1, sj = tile < 2 ? tile : tile - 2;
-            SplitA ca;  // (selects, not a run-time index into cf: that would go to local memory)
+          for (int r = 0; r < 4; ++r) ya[lt][r] = 0.f;
+        float ga[TPW][4];
 #pragma unroll
-            for (int r = 0; r < 2; ++r) {
-              ca.hi[0 + 2 * r] = mi ? cf[2].hi[r] : cf[0].hi[r];
-              ca.lo[0 + 2 * r] = mi ? cf[2].lo[r] : cf[0].lo[r];
-              ca.hi[1 + 2 * r] = mi ? cf[3].hi[r] : cf[1].hi[r];
-              ca.lo[1 + 2 * r] = mi ? cf[3].lo[r] : cf[1].lo[r];
+        for (int i = 0; i < TPW; ++i)
+#pragma unroll
+          for (int r = 0; r < 4; ++r) ga[i][r] = 0.f;
+#pragma unroll
+        for (int j = 0; j < KH; ++j) {
+          const int nbk = nb0 + 8 * j;  // k block: n = nbk + 2t (slot t), nbk + 2t + 1 (slot t + 4)
+          SplitB cf[4];
+#pragma unroll
+          for (int lt = 0; lt < 4; ++lt) {
+            const float2 v = E::two(&sC[(8 * lt + g) * NS + nbk + 2 * t]);
+            cf[lt] = split_b<EX>(v.x, v.y);
+          }
+          // A operand H^T straight from the state accumulators (permuted k, see the header)
+          const SplitA ha = split_a<false>(hs[j][0], hs[j][2], hs[j][1], hs[j][3]);
+#pragma unroll
+          for (int lt = 0; lt < 4; ++lt) mma3<false, EX>(ya[lt], ha, cf[lt]);
+          if (j / KQ == q - 2 * nh) {  // this k block lies in the warp's quarter: C B^T too
+#pragma unroll
+            for (int i = 0; i < TPW; ++i) {
+              const int tile = grp * TPW + i;
+              const int mi = tile < 2 ? 0 : 1, sj = tile < 2 ? tile : tile - 2;
+              SplitA ca;  // (selects, not a run-time index into cf: that would go to local memory)
+#pragma unroll
+              for (int r = 0; r < 2; ++r) {
+                ca.hi[0 + 2 * r] = mi ? cf[2].hi[r] : cf[0].hi[r];
+                ca.lo[0 + 2 * r] = mi ? cf[2].lo[r] : cf[0].lo[r];
+                ca.hi[1 + 2 * r] = mi ? cf[3].hi[r] : cf[1].hi[r];
+                ca.lo[1 + 2 * r] = mi ? cf[3].lo[r] : cf[1].lo[r];
+              }
+              const float2 v = E::two(&sB[(8 * sj + g) * NS + nbk + 2 * t]);
+              mma3<EX, EX>(ga[i], ca, split_b<EX>(v.x, v.y));
             }
-            const float2 v = *reinterpret_cast<const float2*>(&sB[(8 * sj + g) * NS + nb + 2 * t]);
-            mma3(ga[i], ca, split_b(v.x, v.y));
           }
         }
-      }
-      float* gq = sGp + q * Q * GS;
+        float* gq = sGp + q * Q * GS;
 #pragma unroll
-      for (int i = 0; i < TPW; ++i) {
-        const int tile = grp * TPW + i;
-        const int mi = tile < 2 ? 0 : 1, sj = tile < 2 ? tile : tile - 2;
-        const int l = 16 * mi + g, s = 8 * sj + 2 * t;
-        *reinterpret_cast<float2*>(&gq[l * GS + s]) = make_float2(ga[i][0], ga[i][1]);
-        *reinterpret_cast<float2*>(&gq[(l + 8) * GS + s]) = make_float2(ga[i][2], ga[i][3]);
+        for (int i = 0; i < TPW; ++i) {
+          const int tile = grp * TPW + i;
+          const int mi = tile < 2 ? 0 : 1, sj = tile < 2 ? tile : tile - 2;
+          const int l = 16 * mi + g, s = 8 * sj + 2 * t;
+          *reinterpret_cast<float2*>(&gq[l * GS + s]) = make_float2(ga[i][0], ga[i][1]);
+          *reinterpret_cast<float2*>(&gq[(l + 8) * GS + s]) = make_float2(ga[i][2], ga[i][3]);
+        }
       }
-    }
-    __syncthreads();  // ---- barrier 2: Gp, cum/exp tables written; C no longer read
-    if constexpr (WANT_Y) {
-      if (ch + 1 < nchunks) load_c(t0 + Q);
-    }
-    cp_async_commit();
+      __syncthreads();  // ---- barrier 2: Gp, cum/exp tables written; C no longer read
+      if (WANT_Y && do_y) {
+        if (ch + 1 < nchunks) load_c(t0 + Q, t_end);
+      }
+      cp_async_commit();
 
-    // ---- phase C --------------------------------------------------------------------------
-    // X^T fragments (A operand, k = s): rows pr, pr+8; k-slots s = 8ks + t, 8ks + t + 4
-    float xa[4][4];
-#pragma unroll
-    for (int ks = 0; ks < 4; ++ks) {
-      const int s = 8 * ks + t;
-      xa[ks][0] = sX[s * XS + pr];
-      xa[ks][1] = sX[s * XS + pr + 8];
-      xa[ks][2] = sX[(s + 4) * XS + pr];
-      xa[ks][3] = sX[(s + 4) * XS + pr + 8];
-    }
-    if constexpr (WANT_Y) {
-      // Y^T *= e_l (the C H term's decay from the chunk start), then += X^T G^T
-#pragma unroll
-      for (int lt = 0; lt < 4; ++lt) {
-        const float e0 = sE[8 * lt + 2 * t], e1 = sE[8 * lt + 2 * t + 1];
-        ya[lt][0] *= e0; ya[lt][1] *= e1; ya[lt][2] *= e0; ya[lt][3] *= e1;
-      }
-      // causal (lt, ks) pairs ks <= lt, split between the two n-halves: 5 each
-      //   nh 0: ks 0 (lt 0..3), ks 3 (lt 3);  nh 1: ks 1 (lt 1..3), ks 2 (lt 2, 3)
+      // ---- phase C ------------------------------------------------------------------------
+      // X^T fragments (A operand, k = s): rows pr, pr+8; k-slots s = 8ks + t, 8ks + t + 4
+      float xa[4][4];
 #pragma unroll
       for (int ks = 0; ks < 4; ++ks) {
-        if ((ks == 0 || ks == 3) != (nh == 0)) continue;
-        const SplitA xs = split_a(xa[ks][0], xa[ks][1], xa[ks][2], xa[ks][3]);
-        const int s0 = 8 * ks + t, s1 = s0 + 4;
-        const double cs0 = sCum[s0], cs1 = sCum[s1];
+        const int s = 8 * ks + t;
+        xa[ks][0] = E::one(&sX[s * XS + pr]);
+        xa[ks][1] = E::one(&sX[s * XS + pr + 8]);
+        xa[ks][2] = E::one(&sX[(s + 4) * XS + pr]);
+        xa[ks][3] = E::one(&sX[(s + 4) * XS + pr + 8]);
+      }
+      if (WANT_Y && do_y) {
+        // Y^T *= e_l (the C H term's decay from the chunk start), then += X^T G^T
 #pragma unroll
-        for (int lt = ks; lt < 4; ++lt) {
-          const int l = 8 * lt + g;
-          const double cl = sCum[l];
-          float v0 = 0.f, v1 = 0.f;
+        for (int lt = 0; lt < 4; ++lt) {
+          const float e0 = sE[8 * lt + 2 * t], e1 = sE[8 * lt + 2 * t + 1];
+          ya[lt][0] *= e0; ya[lt][1] *= e1; ya[lt][2] *= e0; ya[lt][3] *= e1;
+        }
+        // causal (lt, ks) pairs ks <= lt, split between the two n-halves: 5 each
+        //   nh 0: ks 0 (lt 0..3), ks 3 (lt 3);  nh 1: ks 1 (lt 1..3), ks 2 (lt 2, 3)
 #pragma unroll
-          for (int qq = 0; qq < 4; ++qq) {
-            v0 += sGp[qq * Q * GS + l * GS + s0];
-            v1 += sGp[qq * Q * GS + l * GS + s1];
+        for (int ks = 0; ks < 4; ++ks) {
+          if ((ks == 0 || ks == 3) != (nh == 0)) continue;
+          const SplitA xs = split_a<EX>(xa[ks][0], xa[ks][1], xa[ks][2], xa[ks][3]);
+          const int s0 = 8 * ks + t, s1 = s0 + 4;
+          const double cs0 = sCum[s0], cs1 = sCum[s1];
+#pragma unroll
+          for (int lt = ks; lt < 4; ++lt) {
+            const int l = 8 * lt + g;
+            const double cl = sCum[l];
+            float v0 = 0.f, v1 = 0.f;
+#pragma unroll
+            for (int qq = 0; qq < 4; ++qq) {
+              v0 += sGp[qq * Q * GS + l * GS + s0];
+              v1 += sGp[qq * Q * GS + l * GS + s1];
+            }
+            v0 = (s0 <= l) ? v0 * expf((float)(cl - cs0)) : 0.f;
+            v1 = (s1 <= l) ? v1 * expf((float)(cl - cs1)) : 0.f;
+            mma3<EX, false>(ya[lt], xs, split_b<false>(v0, v1));
           }
-          v0 = (s0 <= l) ? v0 * expf((float)(cl - cs0)) : 0.f;
-          v1 = (s1 <= l) ? v1 * expf((float)(cl - cs1)) : 0.f;
-          mma3(ya[lt], xs, split_b(v0, v1));
+        }
+        if (nh == 1) {
+          float4* dst = reinterpret_cast<float4*>(sYp) + mt * 4 * 32;
+#pragma unroll
+          for (int lt = 0; lt < 4; ++lt) dst[lt * 32 + lane] = make_float4(ya[lt][0], ya[lt][1], ya[lt][2], ya[lt][3]);
         }
       }
-      if (nh == 1) {
-        float4* dst = reinterpret_cast<float4*>(sYp) + mt * 4 * 32;
+      // state: H^T = dec * H^T + (w_s X)^T B
+      {
+        const float dec = sDec[0];
 #pragma unroll
-        for (int lt = 0; lt < 4; ++lt) dst[lt * 32 + lane] = make_float4(ya[lt][0], ya[lt][1], ya[lt][2], ya[lt][3]);
+        for (int j = 0; j < KH; ++j)
+#pragma unroll
+          for (int r = 0; r < 4; ++r) hs[j][r] *= dec;
+#pragma unroll
+        for (int ks = 0; ks < 4; ++ks) {
+          const int s0 = 8 * ks + t, s1 = s0 + 4;
+          const float w0 = sW[s0], w1 = sW[s1];
+          const SplitA xw = split_a<false>(xa[ks][0] * w0, xa[ks][1] * w0, xa[ks][2] * w1, xa[ks][3] * w1);
+#pragma unroll
+          for (int j = 0; j < KH; ++j) {
+            const int n = nb0 + 8 * j + g;
+            mma3<false, EX>(hs[j], xw, split_b<EX>(E::one(&sB[s0 * NS + n]), E::one(&sB[s1 * NS + n])));
+          }
+        }
       }
     }
-    // state: H^T = dec * H^T + (w_s X)^T B
-    {
-      const float dec = sDec[0];
+    __syncthreads();
+    if (WANT_Y && do_y) {
+      if (nh == 0) flush_y(t_begin + (nchunks - 1) * Q, t_end);
+    }
+  };
+
+  // ---- the state entering the segment: S0 for the first, else the predecessor's H_out ------
+  auto load_s0 = [&](float (&hv)[KH][4]) {
+#pragma unroll
+    for (int j = 0; j < KH; ++j) {
+      const int n = nb0 + 8 * j + 2 * t;
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int p = pr + 8 * (r >> 1), nn = n + (r & 1);
+        hv[j][r] = S0 ? S0[(((long)b * H + h) * D + p0 + p) * N + nn] : 0.f;
+      }
+    }
+  };
+
+
+  // H_out = exp(g) * H_in + S_loc (S_loc in hs): published for the successor; in state mode the last
+  // segment's H_out is the final state, left in hv for the output.
+  auto chain_out = [&](float (&hv)[KH][4]) {
+    __syncthreads();  // sSeg visible
+    const float dec = exp_from_double(sSeg[0]);
+#pragma unroll
+    for (int j = 0; j < KH; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) hs[j][r] = fmaf(dec, hv[j][r], hs[j][r]);
+    if (!last) {
+      float4* dst = reinterpret_cast<float4*>(ws + (long)slot * (N * P));
+#pragma unroll
+      for (int j = 0; j < KH; ++j) __stcg(dst + j * NT + tid, make_float4(hs[j][0], hs[j][1], hs[j][2], hs[j][3]));
+      __threadfence();
+      __syncthreads();
+      if (tid == 0) st_release(sync + 1 + slot, 1);
+    } else {
 #pragma unroll
       for (int j = 0; j < KH; ++j)
 #pragma unroll
-        for (int r = 0; r < 4; ++r) hs[j][r] *= dec;
+        for (int r = 0; r < 4; ++r) hv[j][r] = hs[j][r];
+    }
+  };
+
+  if (tb >= te) return;  // (cannot happen with the host's segment count; kept as a guard)
+  const bool local = chained && (!WANT_Y || !last);  // the last segment's own part matters only for the state
+  // 1. local pass (chained): this segment's contribution from a zero state, and its sum of A
+  if (local) {
 #pragma unroll
-      for (int ks = 0; ks < 4; ++ks) {
-        const int s0 = 8 * ks + t, s1 = s0 + 4;
-        const float w0 = sW[s0], w1 = sW[s1];
-        const SplitA xw = split_a(xa[ks][0] * w0, xa[ks][1] * w0, xa[ks][2] * w1, xa[ks][3] * w1);
+    for (int j = 0; j < KH; ++j)
 #pragma unroll
-        for (int j = 0; j < KH; ++j) {
-          const int n = nb0 + 8 * j + g;
-          mma3(hs[j], xw, split_b(sB[s0 * NS + n], sB[s1 * NS + n]));
+      for (int r = 0; r < 4; ++r) hs[j][r] = 0.f;
+    // Steps whose weight in the local state, exp(sum of A from the step to the segment end),
+    // is below exp(-110) (< 1e-47: zero in float32, whose smallest denormal is 1.4e-45) contribute
+    // exactly nothing in float32 arithmetic: the walk starts after them. Warp 0 finds that point
+    // c0 (a chunk boundary) and the segment's total of A (float64) from A alone.
+    if (warp == 0) {
+      double tot = 0.0;
+#pragma unroll 8
+      for (int x = tb + lane; x < te; x += 32) tot += (double)__ldg(Abh + (long)x * H);
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) tot += __shfl_xor_sync(0xffffffffu, tot, off);
+      int c0 = tb;
+      if (tot < -kUnderflow) {
+        // lane i takes chunk i of each round of 32 chunks: its sum and the min of its running sums;
+        // across lanes a scan gives P (prefix sums of A) and a min-scan the running min of P.
+        // A chunk can be skipped while min P(x) over x <= its end stays > total + 110.
+        const int nch = (te - tb + Q - 1) / Q;
+        double carry = 0.0, mcarry = 1e300;
+        for (int r0 = 0; r0 < nch; r0 += 32) {
+          const int ci = r0 + lane, cs = tb + ci * Q;
+          double run = 0.0, lmin = 1e300;
+          if (ci < nch) {
+#pragma unroll
+            for (int u0 = 0; u0 < Q; u0 += 8) {
+              float av[8];
+#pragma unroll
+              for (int u = 0; u < 8; ++u) av[u] = (cs + u0 + u < te) ? __ldg(Abh + (long)(cs + u0 + u) * H) : 0.f;
+#pragma unroll
+              for (int u = 0; u < 8; ++u) {
+                run += (double)av[u];
+                if (cs + u0 + u < te) lmin = fmin(lmin, run);
+              }
+            }
+          }
+          double inc = run;
+#pragma unroll
+          for (int off = 1; off < 32; off <<= 1) {
+            const double u = __shfl_up_sync(0xffffffffu, inc, off);
+            if (lane >= off) inc += u;
+          }
+          double cm = (ci < nch) ? carry + (inc - run) + lmin : 1e300;
+#pragma unroll
+          for (int off = 1; off < 32; off <<= 1) {
+            const double u = __shfl_up_sync(0xffffffffu, cm, off);
+            if (lane >= off) cm = fmin(cm, u);
+          }
+          cm = fmin(cm, mcarry);
+          const unsigned okm = __ballot_sync(0xffffffffu, ci < nch && cm > tot + kUnderflow);
+          const int cnt = __popc(okm);  // the ok chunks lead (the running min only falls)
+          c0 = min(te, tb + (r0 + cnt) * Q);
+          if (cnt < 32) break;
+          carry += __shfl_sync(0xffffffffu, inc, 31);
+          mcarry = __shfl_sync(0xffffffffu, cm, 31);
         }
       }
+      if (lane == 0) { sSeg[0] = tot; s_c0 = c0; }
     }
+    __syncthreads();
+    const int c0 = s_c0;
+    double segtot = 0.0;
+    if (c0 < te) walk(c0, te, false, segtot);
   }
-  __syncthreads();
-  if constexpr (WANT_Y) {
-    if (nh == 0) flush_y((nchunks - 1) * Q);
+  // 2. the state entering the segment: S0 for the first, else the predecessor's H_out (acquire);
+  //    then H_out = exp(g) H_in + S_loc is published (release) for the successor
+  if (chained && seg > 0) {
+    float hin[KH][4];
+    if (tid == 0) {
+      const int* f = sync + slot;  // flag of slot - 1
+      while (ld_acquire(f) == 0) __nanosleep(100);
+      __threadfence();
+    }
+    __syncthreads();
+    const float4* src = reinterpret_cast<const float4*>(ws + (long)(slot - 1) * (N * P));
+#pragma unroll
+    for (int j = 0; j < KH; ++j) {
+      const float4 v = __ldcg(src + j * NT + tid);
+      hin[j][0] = v.x; hin[j][1] = v.y; hin[j][2] = v.z; hin[j][3] = v.w;
+    }
+    if (local) chain_out(hin);
+#pragma unroll
+    for (int j = 0; j < KH; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) hs[j][r] = hin[j][r];
+  } else {
+    float hin[KH][4];
+    load_s0(hin);
+    if (local) chain_out(hin);
+#pragma unroll
+    for (int j = 0; j < KH; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) hs[j][r] = hin[j][r];
   }
-  if (S_out) {
+  // 3. output pass from H_in (or, unchained, the plain walk); state mode: the last segment's
+  //    H_out was left in sm_out by chain_out
+  if (WANT_Y || !chained) {
+    double segtot = 0.0;
+    walk(tb, te, WANT_Y, segtot);
+  }
+  if (S_out && last) {
 #pragma unroll
     for (int j = 0; j < KH; ++j) {
       const int n = nb0 + 8 * j + 2 * t;
@@ -722,7 +958,16 @@ void launch(const torch::Tensor& X, const torch::Tensor& A, const torch::Tensor&
   using Lo = Layout<N, P>;
   const int b = X.size(0), L = X.size(1), H = X.size(2), D = X.size(3);
   auto kernel = ssd_fused_kernel<N, P, WANT_Y>;
-  C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Lo::BYTES));
+  {  // once per device (a driver call on every launch shows in a launch-bound call's latency)
+    static std::atomic<uint64_t> done{0};
+    int dev = 0;
+    C10_CUDA_CHECK(cudaGetDevice(&dev));
+    const uint64_t bit = uint64_t(1) << (dev & 63);
+    if (!(done.load(std::memory_order_relaxed) & bit)) {
+      C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Lo::BYTES));
+      done.fetch_or(bit);
+    }
+  }
   const dim3 grid(D / P, H, b);
   kernel<<<grid, THREADS, Lo::BYTES, at::cuda::getCurrentCUDAStream()>>>(
       X.data_ptr<float>(), A.data_ptr<float>(), B.data_ptr<float>(), C.data_ptr<float>(), s0, y, s_out, L, H, D);
@@ -744,115 +989,228 @@ void dispatch(int N, int p_tile, const torch::Tensor& X, const torch::Tensor& A,
     case 32: dispatch_p<32, WANT_Y>(p_tile, X, A, B, C, s0, y, s_out); break;
     case 64: dispatch_p<64, WANT_Y>(p_tile, X, A, B, C, s0, y, s_out); break;
     case 128: dispatch_p<128, WANT_Y>(p_tile, X, A, B, C, s0, y, s_out); break;
-    default: TORCH_CHECK(false, "ssd_fused: d_state must be 16, 32, 64 or 128 (got ", N, ")");
+    default: TORCH_CHECK(false, "ssd_fused: d_state must be 16, 32, 64 or 128");
   }
 }
 
 
-template <int N, int P, bool WANT_Y, int MINB>
+template <int N, int P, bool WANT_Y, int MINB, typename T>
 void launch_tc(const torch::Tensor& X, const torch::Tensor& A, const torch::Tensor& B, const torch::Tensor& C,
-               const float* s0, float* y, float* s_out) {
-  using Lo = tc::TcLayout<N, P>;
+               const float* s0, T* y, float* s_out, int nseg, int seg_len) {
+  using Lo = tc::TcLayout<N, P, T>;
   const int b = X.size(0), L = X.size(1), H = X.size(2), D = X.size(3);
-  auto kernel = tc::ssd_tc_kernel<N, P, WANT_Y, MINB>;
-  C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Lo::BYTES));
-  const dim3 grid(D / P, H, b);
+  auto kernel = tc::ssd_tc_kernel<N, P, WANT_Y, MINB, T>;
+  {  // once per device (a driver call on every launch shows in a launch-bound call's latency)
+    static std::atomic<uint64_t> done{0};
+    int dev = 0;
+    C10_CUDA_CHECK(cudaGetDevice(&dev));
+    const uint64_t bit = uint64_t(1) << (dev & 63);
+    if (!(done.load(std::memory_order_relaxed) & bit)) {
+      C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Lo::BYTES));
+      done.fetch_or(bit);
+    }
+  }
+  const long per_seg = (long)b * H * (D / P);
+  TORCH_CHECK(per_seg * nseg < (1L << 31), "ssd_fused: too many thread blocks");
+  float* ws = nullptr;
+  int* sync = nullptr;
+  torch::Tensor ws_t, sync_t;
+  if (nseg > 1) {  // published segment states and the ticket/flags; zeroed flags on the same stream
+    ws_t = torch::empty({per_seg * nseg * N * P}, X.options().dtype(torch::kFloat));
+    sync_t = torch::zeros({1 + per_seg * nseg}, X.options().dtype(torch::kInt));
+    ws = ws_t.data_ptr<float>();
+    sync = sync_t.data_ptr<int>();
+  }
+  const dim3 grid((unsigned)(per_seg * nseg));
   kernel<<<grid, Lo::THREADS, Lo::BYTES, at::cuda::getCurrentCUDAStream()>>>(
-      X.data_ptr<float>(), A.data_ptr<float>(), B.data_ptr<float>(), C.data_ptr<float>(), s0, y, s_out, L, H, D);
+      reinterpret_cast<const T*>(X.data_ptr()), A.data_ptr<float>(), reinterpret_cast<const T*>(B.data_ptr()),
+      reinterpret_cast<const T*>(C.data_ptr()), s0, y, s_out, b, L, H, D, seg_len, nseg, ws, sync);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-// variant: 2 = 2 blocks an SM (P=64: 128 registers), 3 = 1 block an SM (P=64 only, no register cap)
-template <int N, bool WANT_Y>
+// variant: 2 = 2 blocks an SM (128 registers), 3 = 1 block an SM (no register cap)
+template <int N, bool WANT_Y, typename T>
 void dispatch_tc_p(int p_tile, int variant, const torch::Tensor& X, const torch::Tensor& A, const torch::Tensor& B,
-                   const torch::Tensor& C, const float* s0, float* y, float* s_out) {
+                   const torch::Tensor& C, const float* s0, T* y, float* s_out, int nseg, int seg_len) {
   if constexpr (N == 128 && WANT_Y) {
-    if (p_tile == 64 && variant == 3) return launch_tc<N, 64, WANT_Y, 1>(X, A, B, C, s0, y, s_out);
+    if (p_tile == 64 && variant == 3) return launch_tc<N, 64, WANT_Y, 1, T>(X, A, B, C, s0, y, s_out, nseg, seg_len);
   }
-  if (p_tile == 64) launch_tc<N, 64, WANT_Y, 2>(X, A, B, C, s0, y, s_out);
-  else launch_tc<N, 32, WANT_Y, 2>(X, A, B, C, s0, y, s_out);
+  if (p_tile == 64) launch_tc<N, 64, WANT_Y, 2, T>(X, A, B, C, s0, y, s_out, nseg, seg_len);
+  else launch_tc<N, 32, WANT_Y, 2, T>(X, A, B, C, s0, y, s_out, nseg, seg_len);
 }
 
-template <bool WANT_Y>
+template <bool WANT_Y, typename T>
 void dispatch_tc(int N, int p_tile, int variant, const torch::Tensor& X, const torch::Tensor& A,
-                 const torch::Tensor& B, const torch::Tensor& C, const float* s0, float* y, float* s_out) {
+                 const torch::Tensor& B, const torch::Tensor& C, const float* s0, T* y, float* s_out, int nseg,
+                 int seg_len) {
   switch (N) {
-    case 64: dispatch_tc_p<64, WANT_Y>(p_tile, variant, X, A, B, C, s0, y, s_out); break;
-    case 128: dispatch_tc_p<128, WANT_Y>(p_tile, variant, X, A, B, C, s0, y, s_out); break;
-    default: TORCH_CHECK(false, "ssd_fused: the tensor-core path needs d_state 64 or 128 (got ", N, ")");
+    case 64: dispatch_tc_p<64, WANT_Y, T>(p_tile, variant, X, A, B, C, s0, y, s_out, nseg, seg_len); break;
+    case 128: dispatch_tc_p<128, WANT_Y, T>(p_tile, variant, X, A, B, C, s0, y, s_out, nseg, seg_len); break;
+    default: TORCH_CHECK(false, "ssd_fused: the tensor-core path needs d_state 64 or 128");
   }
 }
 
 }  // namespace
 
-// Returns Y (b, L, H, D) when return_state is false, else the final state (b, H, D, N).
-// path: 0 picks by shape (tensor cores for d_state 64/128, else FP32 on the CUDA cores), 1 forces the
-// FP32 CUDA-core kernel, 2 the 3xTF32 tensor-core kernel, 3 the tensor-core kernel at 1 block an SM.
-// p_tile: head-dim columns per block, 32 or 64; 0 picks.
-torch::Tensor ssd_fused_path(torch::Tensor X, torch::Tensor A, torch::Tensor B, torch::Tensor C,
-                             c10::optional<torch::Tensor> initial_state, bool return_state, int64_t p_tile,
-                             int64_t path) {
-  for (const auto* t : {&X, &A, &B, &C})
-    TORCH_CHECK(t->is_cuda() && t->scalar_type() == torch::kFloat, "ssd_fused: inputs must be CUDA float32 tensors");
-  TORCH_CHECK(X.dim() == 4 && A.dim() == 3 && B.dim() == 4 && C.dim() == 4, "ssd_fused: expected X (b,l,h,p), A (b,l,h), B and C (b,l,h,n)");
+// The launcher behind ssd_fused_cfg (in cpp_source, compiled by the host compiler, where every
+// argument is checked first). Here only checks with literal messages: see the note there.
+torch::Tensor ssd_run(torch::Tensor X, torch::Tensor A, torch::Tensor B, torch::Tensor C,
+                      c10::optional<torch::Tensor> initial_state, bool return_state, int64_t p_tile,
+                      int64_t path, int64_t nseg) {
   const int64_t b = X.size(0), L = X.size(1), H = X.size(2), D = X.size(3), N = B.size(3);
-  TORCH_CHECK(A.size(0) == b && A.size(1) == L && A.size(2) == H, "ssd_fused: A must be (b, l, h) matching X");
-  TORCH_CHECK(B.sizes() == C.sizes() && B.size(0) == b && B.size(1) == L && B.size(2) == H, "ssd_fused: B and C must be (b, l, h, n) matching X");
-  TORCH_CHECK(D % 32 == 0, "ssd_fused: d_head must be a multiple of 32 (got ", D, ")");
-  TORCH_CHECK(b <= 65535 && H <= 65535, "ssd_fused: batch and heads must be at most 65535");
-  TORCH_CHECK(path >= 0 && path <= 3, "ssd_fused: path must be 0 (auto), 1 (FP32 cores), 2 or 3 (tensor cores)");
   c10::cuda::CUDAGuard guard(X.device());
-  auto Xc = X.contiguous(), Ac = A.contiguous(), Bc = B.contiguous(), Cc = C.contiguous();
+  const bool bf16 = X.scalar_type() == torch::kBFloat16;
+  auto Xc = X.contiguous(), Bc = B.contiguous(), Cc = C.contiguous();
+  // (conversions only where needed: each ATen call costs host time in a launch-bound call)
+  auto Ac = A.scalar_type() == torch::kFloat ? A.contiguous() : A.to(torch::kFloat).contiguous();
   torch::Tensor s0t;
   const float* s0 = nullptr;
   if (initial_state.has_value() && initial_state->defined()) {
-    s0t = initial_state->to(torch::kFloat).contiguous();
-    TORCH_CHECK(s0t.numel() == b * H * D * N, "ssd_fused: initial_state must hold (b, 1, h, p, n) values");
+    s0t = initial_state->scalar_type() == torch::kFloat ? initial_state->contiguous()
+                                                        : initial_state->to(torch::kFloat).contiguous();
     s0 = s0t.data_ptr<float>();
   }
-  // The tensor-core kernel does ~8x fewer issued instructions per state element; it needs
-  // d_state 64 or 128 (each warp owns N/2 state columns, a quarter of N per C B^T share).
   const bool tc_ok = (N == 64 || N == 128);
   const bool auto_path = (path == 0);
   if (auto_path) path = tc_ok ? 2 : 1;
-  TORCH_CHECK(path == 1 || tc_ok, "ssd_fused: the tensor-core path needs d_state 64 or 128 (got ", N, ")");
   if (p_tile == 0) p_tile = (D % 64 == 0) ? 64 : 32;
-  TORCH_CHECK((p_tile == 32 || p_tile == 64) && D % p_tile == 0, "ssd_fused: p_tile must be 32 or 64 and divide d_head");
-  // When the grid does not fill the SMs twice over, 2 blocks an SM buys nothing and the 128-register
-  // cap only costs: run 1 block an SM without the cap (H100, b4 l4096 h32: 745 us vs 787 us).
+  TORCH_CHECK(path == 1 || tc_ok, "ssd_fused: the tensor-core path needs d_state 64 or 128");
+  if (L == 0) {
+    if (return_state) return s0 ? s0t.view({b, H, D, N}).to(X.scalar_type()) : torch::zeros({b, H, D, N}, X.options());
+    return torch::empty_like(Xc);
+  }
+  if (path == 1) {  // FP32 CUDA-core kernel (bf16 inputs are widened to float32 first)
+    auto Xf = bf16 ? Xc.to(torch::kFloat) : Xc, Bf = bf16 ? Bc.to(torch::kFloat) : Bc, Cf = bf16 ? Cc.to(torch::kFloat) : Cc;
+    if (return_state) {
+      auto S = torch::empty({b, H, D, N}, Xf.options());
+      dispatch<false>((int)N, (int)p_tile, Xf, Ac, Bf, Cf, s0, nullptr, S.data_ptr<float>());
+      return bf16 ? S.to(X.scalar_type()) : S;
+    }
+    auto Yt = torch::empty_like(Xf);
+    dispatch<true>((int)N, (int)p_tile, Xf, Ac, Bf, Cf, s0, Yt.data_ptr<float>(), nullptr);
+    return bf16 ? Yt.to(X.scalar_type()) : Yt;
+  }
+  // 16-byte copies of rows: the data must be 16-byte aligned (X rows are D elements, B/C rows N)
+  for (const auto* t : {&Xc, &Bc, &Cc})
+    TORCH_CHECK(reinterpret_cast<uintptr_t>(t->data_ptr()) % 16 == 0, "ssd_fused: inputs must be 16-byte aligned");
+  // Segments: enough (segment, batch, head, tile) blocks to fill the SMs once; 1 when (b, h, tile)
+  // alone does. Segment length is a multiple of the kernel's 32-step chunk.
   const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
-  if (auto_path && path == 2 && p_tile == 64 && N == 128 && !return_state && b * H * (D / 64) <= sms) path = 3;
-  if (L == 0) return return_state ? torch::zeros({b, H, D, N}, X.options()) : torch::empty_like(Xc);
+  const long per_seg = b * H * (D / p_tile);
+  if (nseg == 0) {
+    const long slots = (long)sms * ((path == 3 && N == 128 && !return_state && p_tile == 64) ? 1 : 2);
+    nseg = std::max<long>(1, slots / per_seg);
+  }
+  const long max_seg = (L + 31) / 32;
+  nseg = std::min<long>(nseg, max_seg);
+  const long seg_len = ((L + nseg - 1) / nseg + 31) / 32 * 32;
+  nseg = (L + seg_len - 1) / seg_len;
   if (return_state) {
-    auto S = torch::empty({b, H, D, N}, X.options());
-    if (path == 1) dispatch<false>((int)N, (int)p_tile, Xc, Ac, Bc, Cc, s0, nullptr, S.data_ptr<float>());
-    else dispatch_tc<false>((int)N, (int)p_tile, (int)path, Xc, Ac, Bc, Cc, s0, nullptr, S.data_ptr<float>());
-    return S;
+    auto S = torch::empty({b, H, D, N}, X.options().dtype(torch::kFloat));
+    if (bf16) dispatch_tc<false, __nv_bfloat16>((int)N, (int)p_tile, (int)path, Xc, Ac, Bc, Cc, s0, nullptr, S.data_ptr<float>(), (int)nseg, (int)seg_len);
+    else dispatch_tc<false, float>((int)N, (int)p_tile, (int)path, Xc, Ac, Bc, Cc, s0, nullptr, S.data_ptr<float>(), (int)nseg, (int)seg_len);
+    return bf16 ? S.to(torch::kBFloat16) : S;
   }
   auto Yt = torch::empty_like(Xc);
-  if (path == 1) dispatch<true>((int)N, (int)p_tile, Xc, Ac, Bc, Cc, s0, Yt.data_ptr<float>(), nullptr);
-  else dispatch_tc<true>((int)N, (int)p_tile, (int)path, Xc, Ac, Bc, Cc, s0, Yt.data_ptr<float>(), nullptr);
+  if (bf16) dispatch_tc<true, __nv_bfloat16>((int)N, (int)p_tile, (int)path, Xc, Ac, Bc, Cc, s0, reinterpret_cast<__nv_bfloat16*>(Yt.data_ptr()), nullptr, (int)nseg, (int)seg_len);
+  else dispatch_tc<true, float>((int)N, (int)p_tile, (int)path, Xc, Ac, Bc, Cc, s0, Yt.data_ptr<float>(), nullptr, (int)nseg, (int)seg_len);
   return Yt;
+}
+"""
+
+# Argument checks and the Python-facing functions, compiled by the host C++ compiler (main.cpp).
+# Every check message is a literal or ONE std::string built with std::to_string and `+`: a
+# TORCH_CHECK whose message has several parts (e.g. "got ", D, ")") formats them through a
+# std::ostringstream inside this extension, and on the H100 device machine (torch 2.11, its
+# image's compilers) that took the process down with SIGSEGV instead of raising, whether compiled
+# by nvcc or by the host compiler; literal and single-std::string messages raise (issue 18,
+# measured 2026-11-23; tests/test_mamba2_gpu.py::test_bad_arguments_raise_and_the_process_survives).
+cpp_source = r"""
+#include <torch/extension.h>
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+torch::Tensor ssd_run(torch::Tensor X, torch::Tensor A, torch::Tensor B, torch::Tensor C,
+                      c10::optional<torch::Tensor> initial_state, bool return_state, int64_t p_tile,
+                      int64_t path, int64_t nseg);
+
+namespace {
+// message parts without std::ostringstream (see the note above cpp_source)
+std::string num(int64_t v) { return std::to_string(v); }
+std::string shape(const torch::Tensor& t) {
+  std::string s = "(";
+  for (int64_t i = 0; i < t.dim(); ++i) s += (i ? ", " : "") + std::to_string(t.size(i));
+  return s + ")";
+}
+std::string kind(const torch::Tensor& t) {
+  return std::string(c10::toString(t.scalar_type())) + (t.is_cuda() ? " on CUDA" : " not on CUDA");
+}
+}  // namespace
+
+// Returns Y (b, L, H, D) when return_state is false, else the final state (b, H, D, N), in X's dtype
+// (float32 or bfloat16; X, B, C must share it; A may be either and is used in float32).
+// path: 0 picks by shape (tensor cores for d_state 64/128, else FP32 on the CUDA cores), 1 forces the
+// FP32 CUDA-core kernel, 2 the tensor-core kernel at 2 blocks an SM, 3 at 1 block an SM.
+// p_tile: head-dim columns per block, 32 or 64; 0 picks. nseg: segments along the sequence for the
+// tensor-core kernel (0 picks: enough to fill the SMs; 1: one block walks the whole sequence).
+torch::Tensor ssd_fused_cfg(torch::Tensor X, torch::Tensor A, torch::Tensor B, torch::Tensor C,
+                            c10::optional<torch::Tensor> initial_state, bool return_state, int64_t p_tile,
+                            int64_t path, int64_t nseg) {
+  for (const auto* t : {&X, &A, &B, &C})
+    TORCH_CHECK(t->is_cuda() && (t->scalar_type() == torch::kFloat || t->scalar_type() == torch::kBFloat16),
+                "ssd_fused: inputs must be CUDA float32 or bfloat16 tensors (got " + kind(*t) + ")");
+  TORCH_CHECK(B.scalar_type() == X.scalar_type() && C.scalar_type() == X.scalar_type(),
+              "ssd_fused: X, B and C must have the same dtype (got " + kind(X) + ", " + kind(B) + ", " + kind(C) + ")");
+  TORCH_CHECK(X.dim() == 4 && A.dim() == 3 && B.dim() == 4 && C.dim() == 4,
+              "ssd_fused: expected X (b,l,h,p), A (b,l,h), B and C (b,l,h,n); got X " + shape(X) + ", A " +
+                  shape(A) + ", B " + shape(B) + ", C " + shape(C));
+  TORCH_CHECK(X.device() == A.device() && X.device() == B.device() && X.device() == C.device(),
+              "ssd_fused: inputs must be on one device");
+  const int64_t b = X.size(0), L = X.size(1), H = X.size(2), D = X.size(3), N = B.size(3);
+  TORCH_CHECK(A.size(0) == b && A.size(1) == L && A.size(2) == H,
+              "ssd_fused: A must be (b, l, h) matching X " + shape(X) + " (got " + shape(A) + ")");
+  TORCH_CHECK(B.sizes() == C.sizes() && B.size(0) == b && B.size(1) == L && B.size(2) == H,
+              "ssd_fused: B and C must be (b, l, h, n) matching X " + shape(X) + " (got " + shape(B) + ", " +
+                  shape(C) + ")");
+  TORCH_CHECK(D > 0 && D % 32 == 0, "ssd_fused: d_head must be a positive multiple of 32 (got " + num(D) + ")");
+  TORCH_CHECK(N == 16 || N == 32 || N == 64 || N == 128,
+              "ssd_fused: d_state must be 16, 32, 64 or 128 (got " + num(N) + ")");
+  TORCH_CHECK(b <= 65535 && H <= 65535, "ssd_fused: batch and heads must be at most 65535 (got " + num(b) + ", " + num(H) + ")");
+  TORCH_CHECK(L < (int64_t(1) << 31) / 32 && b * L * H * std::max(D, N) < (int64_t(1) << 40), "ssd_fused: input too large");
+  TORCH_CHECK(path >= 0 && path <= 3,
+              "ssd_fused: path must be 0 (auto), 1 (FP32 cores), 2 or 3 (tensor cores); got " + num(path));
+  TORCH_CHECK(path <= 1 || N == 64 || N == 128,
+              "ssd_fused: the tensor-core path needs d_state 64 or 128 (got " + num(N) + ")");
+  TORCH_CHECK(p_tile == 0 || ((p_tile == 32 || p_tile == 64) && D % p_tile == 0),
+              "ssd_fused: p_tile must be 0, or 32 or 64 dividing d_head (got " + num(p_tile) + ")");
+  TORCH_CHECK(nseg >= 0, "ssd_fused: nseg must be >= 0 (got " + num(nseg) + ")");
+  if (initial_state.has_value() && initial_state->defined()) {
+    TORCH_CHECK(initial_state->device() == X.device(), "ssd_fused: initial_state must be on X's device");
+    TORCH_CHECK(initial_state->numel() == b * H * D * N, "ssd_fused: initial_state must hold (b, 1, h, p, n) = " +
+                                                             num(b * H * D * N) + " values (got " +
+                                                             num(initial_state->numel()) + ")");
+  }
+  return ssd_run(X, A, B, C, initial_state, return_state, p_tile, path, nseg);
+}
+
+torch::Tensor ssd_fused_path(torch::Tensor X, torch::Tensor A, torch::Tensor B, torch::Tensor C,
+                             c10::optional<torch::Tensor> initial_state, bool return_state, int64_t p_tile,
+                             int64_t path) {
+  return ssd_fused_cfg(X, A, B, C, initial_state, return_state, p_tile, path, 0);
 }
 
 torch::Tensor ssd_fused(torch::Tensor X, torch::Tensor A, torch::Tensor B, torch::Tensor C,
                         c10::optional<torch::Tensor> initial_state, bool return_state, int64_t p_tile) {
-  return ssd_fused_path(X, A, B, C, initial_state, return_state, p_tile, 0);
+  return ssd_fused_cfg(X, A, B, C, initial_state, return_state, p_tile, 0, 0);
 }
 """
 
-cpp_source = (
-    "torch::Tensor ssd_fused(torch::Tensor X, torch::Tensor A, torch::Tensor B, torch::Tensor C, "
-    "c10::optional<torch::Tensor> initial_state, bool return_state, int64_t p_tile);\n"
-    "torch::Tensor ssd_fused_path(torch::Tensor X, torch::Tensor A, torch::Tensor B, torch::Tensor C, "
-    "c10::optional<torch::Tensor> initial_state, bool return_state, int64_t p_tile, int64_t path);"
-)
-
 ssd_ext = load_inline(
-    name="kw_mamba2_ssd_fused_tc",
+    name="kw_mamba2_ssd_seg",
     cpp_sources=cpp_source,
     cuda_sources=cuda_source,
-    functions=["ssd_fused", "ssd_fused_path"],
+    functions=["ssd_fused", "ssd_fused_path", "ssd_fused_cfg"],
     extra_cuda_cflags=["-O3"],
     verbose=False,
 )
