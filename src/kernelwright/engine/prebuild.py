@@ -125,3 +125,27 @@ def _run_build(argv, job, workdir, env, limit_s: float):
     """Run a build_only runner to its end or `limit_s`: (its reports, timed out, log tail, build seconds)."""
     done = process.run_to_end(argv, job, workdir, env, limit_s, name="prebuild")
     return done.messages, done.timed_out, done.log_tail, None
+
+class BuildPool:
+    """A pool of CPU build workers. `submit(problem, candidate_text) -> Future[PrebuildResult]`.
+
+    Workers are threads, each waiting on its own build child process, so `max_workers` builds
+    (each using up to `config.build.max_jobs` compiler jobs) run at once.
+    """
+
+    def __init__(self, max_workers: int = 2, config: EvalConfig | None = None, arch_list: str | None = "auto"):
+        self.config = config or EvalConfig()
+        self.arch_list = detect_arch_list() if arch_list == "auto" else arch_list
+        self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="kw-build")
+
+    def submit(self, problem: str | Path, candidate_text: str) -> Future:
+        return self._pool.submit(prebuild, problem, candidate_text, self.config, self.arch_list)
+
+    def shutdown(self, wait: bool = True) -> None:
+        self._pool.shutdown(wait=wait, cancel_futures=not wait)
+
+    def __enter__(self) -> "BuildPool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.shutdown(wait=True)
