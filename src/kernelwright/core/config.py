@@ -109,6 +109,8 @@ class EvalConfig:
         self.profile.validate()
         if self.numerics.factor < 1:
             raise ValueError(f"numerics.factor must be at least 1 (got {self.numerics.factor})")
+        if not 0 <= self.numerics.excess_floor < 1:
+            raise ValueError(f"numerics.excess_floor must be in [0, 1) (got {self.numerics.excess_floor})")
         if self.numerics.oracle_dtype not in ("float64", "float32"):
             raise ValueError(f"numerics.oracle_dtype must be float64 or float32 (got {self.numerics.oracle_dtype!r})")
         unknown = set(self.guards.fail_on) - set(GUARD_FLAGS)
@@ -131,6 +133,10 @@ class NumericsConfig:
     oracle: bool = True  # evaluate the oracle (the reference module and inputs upcast)
     oracle_dtype: str = "float64"  # "float64" (default) or "float32" (for bf16/fp16 problems on a slow-fp64 GPU)
     factor: float = 8.0
+    # The element-by-element test of the factor branch (docs/VERDICTS.md): a candidate may have at
+    # most factor x the reference's share out of tolerance, plus this share, of elements whose error
+    # exceeds factor x max(the reference's error there, the tolerance). Correct candidates measured 0.
+    excess_floor: float = 1e-4
     localize: bool = True  # add where/how lines to a failing comparison's message
 
 

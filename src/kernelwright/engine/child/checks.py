@@ -36,7 +36,7 @@ class Checks:
         self.ref_err_scale = 0.0  # the reference's own max-abs error against the oracle, trial 0
         self.numerics_summary: dict[str, Any] = {
             "verdict": self.cfg.verdict, "oracle": self.ncfg.oracle, "oracle_dtype": self.ncfg.oracle_dtype,
-            "factor": self.ncfg.factor, "ill_conditioned": False, "strict_passed": True, "calibrated_passed": True,
+            "factor": self.ncfg.factor, "excess_floor": self.ncfg.excess_floor, "ill_conditioned": False, "strict_passed": True, "calibrated_passed": True,
         }
 
     # ---- bookkeeping ----------------------------------------------------------------------
@@ -116,7 +116,8 @@ class Checks:
         oracle_out = self._oracle_out(inputs)
         rep = None
         if oracle_out is not None:
-            rep = numerics.judge(cand_out, ref_out, oracle_out, self.cfg.atol, self.cfg.rtol, self.ncfg.factor)
+            rep = numerics.judge(cand_out, ref_out, oracle_out, self.cfg.atol, self.cfg.rtol, self.ncfg.factor,
+                                 excess_floor=self.ncfg.excess_floor)  # [verdicts] element-by-element test
         evidence: dict[str, Any] = {"strict_passed": strict_report.passed}
         if rep is not None and rep.ok:
             evidence.update(rep.to_dict())
