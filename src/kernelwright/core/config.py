@@ -154,7 +154,11 @@ GUARD_FLAGS = (
     "timer_escape",  # device work outside the timed region (side streams, deferred work)
     "no_custom_kernel",  # ModelNew launched only PyTorch's built-in kernels
     "lower_precision_suspected",  # error level of bf16/fp16 arithmetic (a hint, the numerics decide)
+    "degenerate_reference",  # the reference's output does not depend on its input: the speed-up means nothing
+    "timing_unstable",  # the timing conditions changed during the stage: the speed-up is not to be trusted
 )
+# Flags that report a fact about the problem or the machine, never the candidate's fault.
+REPORT_ONLY_FLAGS = ("no_custom_kernel", "lower_precision_suspected", "degenerate_reference", "timing_unstable")
 
 
 @dataclass
@@ -167,9 +171,7 @@ class GuardConfig:
     refill_inputs: bool = True
     profile_kernels: bool = True  # look for a kernel of the candidate's own (no_custom_kernel)
     escape_ratio: float = 2.0  # timer_escape: host time with device sync > ratio x event median + overhead
-    fail_on: tuple[str, ...] = tuple(
-        f for f in GUARD_FLAGS if f not in ("no_custom_kernel", "lower_precision_suspected")
-    )
+    fail_on: tuple[str, ...] = tuple(f for f in GUARD_FLAGS if f not in REPORT_ONLY_FLAGS)
 
 
 ProfileTool = Literal["auto", "ncu", "torch"]

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from kernelwright.engine.child import guards, localize, numerics
+from kernelwright.engine.child import degenerate, guards, localize, numerics
 from kernelwright.engine.child.trees import clone as _clone
 from kernelwright.core.record import Stage, Status
 
@@ -34,6 +34,7 @@ class Checks:
         self.facts: dict[str, Any] = {}
         self.expected = None  # the candidate's verified output on trial 0's inputs (for timed runs)
         self.ref_err_scale = 0.0  # the reference's own max-abs error against the oracle, trial 0
+        self.degenerate = degenerate.DegenerateDetector()  # [verdicts] reference outputs per trial
         self.numerics_summary: dict[str, Any] = {
             "verdict": self.cfg.verdict, "oracle": self.ncfg.oracle, "oracle_dtype": self.ncfg.oracle_dtype,
             "factor": self.ncfg.factor, "excess_floor": self.ncfg.excess_floor, "ill_conditioned": False, "strict_passed": True, "calibrated_passed": True,
@@ -207,6 +208,7 @@ class Checks:
     def judge_trial(self, t: int, inputs: Any, cand_out: Any, ref_out: Any, report, trial: dict) -> None:
         first_failure = all(tr["passed"] for tr in self.ev.rec["trials"])  # only that one is localised
         passed, message, evidence = self.judge_outputs(inputs, cand_out, ref_out, report, first_failure)
+        self.degenerate.add(inputs, ref_out)  # [verdicts] does the reference depend on its input?
         trial["passed"], trial["message"] = passed, message
         trial["extra"]["numerics"] = evidence
         s = self.numerics_summary
@@ -226,6 +228,10 @@ class Checks:
     def after_correctness(self) -> bool:
         """The guarded calls: mutation, aliasing, later change, refill, reference code, own kernel."""
         ev = self.ev
+        finding = self.degenerate.finding()  # [verdicts] a fact about the problem, never a failure
+        self.checked.append("degenerate_reference")
+        if finding.degenerate:
+            self.flag("degenerate_reference", finding.reason)
         if not self.gcfg.enabled:
             self.publish()
             return True
