@@ -111,7 +111,7 @@ class Evaluation:
                 self.startup()
             self._run()
         except Exception as exc:  # a bug in a stage's bookkeeping: record it, never lose the record
-            self.verdict(Status.RUNTIME_ERROR, _short_tb(exc))
+            self._blame(exc)  # [verdicts] the candidate's error, a CUDA error it left, or engine_error
         self.rec["stage_times"]["total_s"] = time.perf_counter() - self.t0
         return self.rec
 
@@ -289,10 +289,24 @@ class Evaluation:
         return True
 
     def _sync(self) -> None:
-        import torch
+        from kernelwright.engine.child import faults
 
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
+        faults.sync_and_check(self.device)  # [verdicts] a pending CUDA error surfaces here, as the candidate's
+
+    def _blame(self, exc: BaseException, what: str = "") -> None:
+        """[verdicts] Classify an exception that escaped engine code (engine/child/faults.py)."""
+        from kernelwright.engine.child import faults
+
+        device = getattr(self, "device", None)
+        model = getattr(self, "cand_model", None)
+        objs = tuple(model.modules()) if model is not None else ()
+        blame = faults.classify(exc, device.type if device is not None else "cpu", self.job.get("problem_path"),
+                                _short_tb(exc), candidate_objects=objs)
+        self.verdict(blame.status, (f"{what}:\n" if what and blame.status is Status.RUNTIME_ERROR else "") + blame.log)
+        self.rec["metadata"].update(blame.metadata)
+        if blame.status is Status.ENGINE_ERROR:
+            for key in ("speedup", "candidate_ms", "speedup_vs_compile"):
+                self.rec[key] = None
 
     def _runtime_error(self, exc: BaseException, what: str) -> None:
         from kernelwright.engine.child.build import CandidateBuildError
@@ -423,7 +437,12 @@ class Evaluation:
                 check = self._checks().timed_output_check()
                 stats = time_side_by_side(fns, self.device, self.cfg.timing, check=check)
         except Exception as exc:
-            self._runtime_error(exc, "ModelNew failed while being timed")
+            from kernelwright.engine.child.build import CandidateBuildError
+
+            if isinstance(exc, CandidateBuildError) or _is_triton_compile_error(exc):
+                self._runtime_error(exc, "ModelNew failed while being timed")
+            else:
+                self._blame(exc, "ModelNew failed while being timed")  # [verdicts] timing code is engine code
             self.rec["correct"] = True  # correctness held; the failure is in timing
             return
         self.rec["candidate_timing"] = asdict(stats["candidate"])
