@@ -242,6 +242,10 @@ class Evaluation:
         if failed:  # the candidate swallowed its own build error
             b = failed[0]
             self._compile_error(build.CandidateBuildError(b["name"], b["output"], []), issues=b["issues"])
+            self.rec["error_log"] = (  # [verdicts] say what the candidate did with the failure
+                "The candidate caught this build failure and would have run PyTorch instead (its fallback "
+                "is not evaluated: the extension it meant to use did not build).\n" + self.rec["error_log"])
+            self.rec["metadata"]["build_failure_caught"] = True
             return False
         if not hasattr(self.candidate, "ModelNew"):
             self.verdict(Status.FORMAT_ERROR, "The candidate defines no class ModelNew; define class ModelNew(nn.Module)")
