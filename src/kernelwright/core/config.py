@@ -171,6 +171,7 @@ class GuardConfig:
     refill_inputs: bool = True
     profile_kernels: bool = True  # look for a kernel of the candidate's own (no_custom_kernel)
     escape_ratio: float = 2.0  # timer_escape: host time with device sync > ratio x event median + overhead
+    escape_rounds: int = 3  # timer_escape fails only when every one of this many measurement windows shows it
     fail_on: tuple[str, ...] = tuple(f for f in GUARD_FLAGS if f not in REPORT_ONLY_FLAGS)
 
 
