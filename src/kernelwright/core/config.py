@@ -48,6 +48,14 @@ class TimingConfig:
     min_warmup: int = 3
     flush_l2: bool = True
     compare_compile: bool = False  # also time torch.compile(reference)
+    # Stability (engine/child/stability.py): one fixed, recorded CPU thread count for candidate and
+    # reference (0: every core this process may use); load, drift and band checks; repeats.
+    cpu_threads: int = 0
+    stability_checks: bool = True
+    stability_retries: int = 2  # repeat (with a doubled budget) while the samples drift or spread
+    max_drift: float = 0.2  # median of the stage's second half vs its first half
+    max_band: float = 2.0  # p90 / p10
+    load_slack_cores: float = 0.5  # other processes may keep this much of our threads' cores busy
 
 
 @dataclass
@@ -113,6 +121,10 @@ class EvalConfig:
             raise ValueError(f"numerics.excess_floor must be in [0, 1) (got {self.numerics.excess_floor})")
         if self.numerics.oracle_dtype not in ("float64", "float32"):
             raise ValueError(f"numerics.oracle_dtype must be float64 or float32 (got {self.numerics.oracle_dtype!r})")
+        if self.timing.cpu_threads < 0:
+            raise ValueError(f"timing.cpu_threads must be 0 (every core) or positive (got {self.timing.cpu_threads})")
+        if self.guards.escape_rounds < 1:
+            raise ValueError(f"guards.escape_rounds must be at least 1 (got {self.guards.escape_rounds})")
         unknown = set(self.guards.fail_on) - set(GUARD_FLAGS)
         if unknown:
             raise ValueError(f"guards.fail_on names unknown guards {sorted(unknown)}; known: {', '.join(GUARD_FLAGS)}")

@@ -418,7 +418,7 @@ class Evaluation:
     def _timing(self) -> None:
         import torch
 
-        from kernelwright.engine.child.timing import time_side_by_side
+        from kernelwright.engine.child.timing import time_with_stability
 
         self.stage(Stage.TIMING)
         if not self._checks().before_timing():  # guards: patched timing functions
@@ -439,7 +439,7 @@ class Evaluation:
         try:
             with torch.no_grad():
                 check = self._checks().timed_output_check()
-                stats = time_side_by_side(fns, self.device, self.cfg.timing, check=check)
+                stats, timing_report = time_with_stability(fns, self.device, self.cfg.timing, check=check)  # [verdicts]
         except Exception as exc:
             from kernelwright.engine.child.build import CandidateBuildError
 
@@ -449,6 +449,10 @@ class Evaluation:
                 self._blame(exc, "ModelNew failed while being timed")  # [verdicts] timing code is engine code
             self.rec["correct"] = True  # correctness held; the failure is in timing
             return
+        self.rec["metadata"]["timing"] = timing_report.to_dict()  # [verdicts] threads, load, drift, unstable
+        if timing_report.unstable:  # [verdicts] a flag that never fails the verdict
+            self._checks().flag("timing_unstable", "; ".join(timing_report.unstable))
+            self._checks().publish()
         self.rec["candidate_timing"] = asdict(stats["candidate"])
         self.rec["reference_timing"] = asdict(stats["reference"])
         self.rec["candidate_ms"] = stats["candidate"].median_ms

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from typing import Callable
@@ -77,6 +78,16 @@ def time_side_by_side(
     `check(name, output)`, when given, sees every timed call's output, outside the timed region
     (after the end event is enqueued, or after the clock is read); it must not synchronise.
     """
+    samples, warmup, clock, flushed = measure(fns, device, cfg, check)
+    return {n: _stats(samples[n], warmup, clock, flushed) for n in samples}
+
+
+def measure(
+    fns: dict[str, Callable[[], object]], device: torch.device, cfg: TimingConfig,
+    check: Callable[[str, object], None] | None = None, rep_scale: float = 1.0,
+) -> tuple[dict[str, list[float]], int, str, bool]:
+    """The protocol's raw samples, in the order they were taken: (samples per name, warm-up, clock,
+    cache flushed). `rep_scale` widens the repetition budget (a repeated, unstable measurement)."""
     flush = _Flusher(device, cfg.flush_l2)
     names = list(fns)
 
@@ -95,7 +106,7 @@ def time_side_by_side(
 
     # 2. counts from budgets
     warmup = max(cfg.min_warmup, int(cfg.warmup_ms / per_round))
-    reps = min(cfg.max_reps, max(cfg.min_reps, int(cfg.rep_ms / per_round)))
+    reps = min(cfg.max_reps, max(int(rep_scale * cfg.min_reps), int(rep_scale * cfg.rep_ms / per_round)))
 
     for _ in range(warmup):
         for name in names:
@@ -130,4 +141,64 @@ def time_side_by_side(
                     check(name, out)
                 del out
         clock = "perf_counter"
-    return {n: _stats(samples[n], warmup, clock, flush.enabled) for n in names}
+    return samples, warmup, clock, flush.enabled
+
+
+def time_with_stability(
+    fns: dict[str, Callable[[], object]], device: torch.device, cfg: TimingConfig,
+    check: Callable[[str, object], None] | None = None,
+):
+    """`time_side_by_side` under a fixed CPU thread count, with load and sample checks and
+    repeats (engine/child/stability.py). Returns (stats per name, TimingReport)."""
+    from kernelwright.engine.child import stability
+
+    on_gpu = device.type == "cuda"
+    cores = stability.available_cores()
+    threads = stability.resolve_threads(cfg, cores)
+    prev_threads = torch.get_num_threads()
+    if not on_gpu:
+        torch.set_num_threads(threads)
+
+    def sample_load() -> stability.LoadFacts:
+        facts = stability.LoadFacts(cores=cores, threads=threads)
+        if not cfg.stability_checks:
+            return facts
+        try:
+            facts.loadavg_1m = os.getloadavg()[0]
+        except OSError:
+            pass
+        if on_gpu:
+            for k, v in stability.gpu_facts(_gpu_id(device)).items():
+                setattr(facts, k, v)
+        else:
+            facts.others_busy_cores = stability.cpu_busy_cores()
+        return facts
+
+    try:
+        load_before = sample_load()
+        result: dict[str, tuple[int, str, bool]] = {}
+
+        def measure_once(scale: float) -> dict[str, list[float]]:
+            samples, warmup, clock, flushed = measure(fns, device, cfg, check, rep_scale=scale)
+            result["meta"] = (warmup, clock, flushed)
+            return samples
+
+        if cfg.stability_checks:
+            samples, report = stability.timed_stably(measure_once, load_before, sample_load, cfg, on_gpu)
+        else:
+            samples = measure_once(1.0)
+            report = stability.TimingReport(threads if not on_gpu else None, 1, {}, {}, {}, [])
+    finally:
+        if not on_gpu:
+            torch.set_num_threads(prev_threads)
+    warmup, clock, flushed = result["meta"]
+    return {n: _stats(samples[n], warmup, clock, flushed) for n in samples}, report
+
+
+def _gpu_id(device: torch.device) -> str:
+    """nvidia-smi's name for the device: its UUID (CUDA_VISIBLE_DEVICES renumbers indices), else its index."""
+    try:
+        uuid = str(torch.cuda.get_device_properties(device).uuid)
+        return uuid if uuid.startswith("GPU-") else f"GPU-{uuid}"
+    except Exception:
+        return str(device.index or 0)
