@@ -75,7 +75,7 @@ def test_an_unstable_attempt_is_repeated_with_a_wider_budget_and_the_stable_one_
         return {"candidate": _steady(0.8, n=80), "reference": _steady(2.5, n=80, seed=5)}
 
     idle = LoadFacts(cores=2, threads=2, others_busy_cores=0.1)
-    samples, report = stability.timed_stably(measure_once, idle, lambda: idle, CFG, on_gpu=False)
+    samples, report = stability.timed_stably(measure_once, lambda: idle, CFG, on_gpu=False)
     assert calls == [1.0, 2.0]
     assert report.attempts == 2 and report.unstable == []
     assert len(samples["reference"]) == 80
@@ -87,9 +87,21 @@ def test_when_every_attempt_is_unstable_the_report_says_why():
         return {"candidate": _steady(0.8), "reference": _steady(2.5, 20) + _steady(30.0, 20)}
 
     idle = LoadFacts(cores=2, threads=2, others_busy_cores=0.1)
-    _, report = stability.timed_stably(measure_once, idle, lambda: idle, CFG, on_gpu=False)
+    _, report = stability.timed_stably(measure_once, lambda: idle, CFG, on_gpu=False)
     assert report.attempts == 1 + CFG.stability_retries
     assert report.unstable and "reference's median time moved" in report.unstable[0]
+
+
+def test_the_load_monitor_gives_a_figure_within_the_machine_while_this_process_works():
+    import time
+
+    mon = stability.CpuLoadMonitor()
+    t0 = time.perf_counter()
+    x = 0
+    while time.perf_counter() - t0 < 0.3:  # this process keeps one core busy
+        x += 1
+    others = mon.others_busy_cores()
+    assert others is not None and 0.0 <= others <= (os.cpu_count() or 1)
 
 
 def test_drift_and_band_measures():

@@ -7,8 +7,9 @@ runs differ tenfold. This module
 
 - controls what it can: one fixed, recorded CPU thread count for candidate and reference alike
   (`TimingConfig.cpu_threads`);
-- detects what it cannot: load on the machine (other processes' busy cores, sampled from
-  /proc/stat, and the load average), other processes on the GPU (nvidia-smi), SM clocks below
+- detects what it cannot: load on the machine (other processes' busy cores over the stage: the
+  machine's busy time from /proc/stat less this process's own; the load average), other
+  processes on the GPU (nvidia-smi, once, after the stage), SM clocks below
   their maximum, and in the samples themselves a reference or candidate whose time drifts between
   the first and the second half of the interleaved stage, or whose band is wide (p90/p10);
 - repeats the measurement with a wider budget when it sees a problem in the samples, and keeps
@@ -35,7 +36,7 @@ from kernelwright.core.config import TimingConfig
 class LoadFacts:
     cores: int  # cores this process may run on
     threads: int  # intra-op threads used for timing (CPU)
-    others_busy_cores: float | None = None  # cores kept busy by other processes, sampled just before timing
+    others_busy_cores: float | None = None  # cores kept busy by other processes during the timing stage
     loadavg_1m: float | None = None
     gpu_other_processes: int | None = None  # compute processes on our GPU other than this one
     gpu_sm_clock_mhz: int | None = None
@@ -69,15 +70,26 @@ def _proc_stat() -> tuple[float, float] | None:
         return None
 
 
-def cpu_busy_cores(interval_s: float = 0.2) -> float | None:
-    """Cores kept busy by everything on the machine over `interval_s` (this process sleeps meanwhile)."""
-    a = _proc_stat()
-    time.sleep(interval_s)
-    b = _proc_stat()
-    if a is None or b is None or b[0] <= a[0]:
-        return None
-    busy = 1.0 - (b[1] - a[1]) / (b[0] - a[0])
-    return busy * (os.cpu_count() or 1)
+class CpuLoadMonitor:
+    """Cores kept busy by *other* processes over an interval, at no cost to it: the machine's busy
+    time from /proc/stat minus this process's own CPU time (all its threads), over the wall time."""
+
+    def __init__(self) -> None:
+        self.start = self._read()
+
+    @staticmethod
+    def _read() -> tuple[tuple[float, float] | None, float, float]:
+        t = os.times()
+        return _proc_stat(), t.user + t.system, time.perf_counter()
+
+    def others_busy_cores(self) -> float | None:
+        (a, own_a, wall_a), (b, own_b, wall_b) = self.start, self._read()
+        if a is None or b is None or b[0] <= a[0] or wall_b <= wall_a:
+            return None
+        ncpu = os.cpu_count() or 1
+        busy_cores = (1.0 - (b[1] - a[1]) / (b[0] - a[0])) * ncpu
+        own_cores = (own_b - own_a) / (wall_b - wall_a)
+        return max(0.0, busy_cores - own_cores)
 
 
 def available_cores() -> int:
@@ -180,14 +192,14 @@ def assess(samples: dict[str, list[float]], load: LoadFacts, cfg: TimingConfig, 
 
 # ---- the stage -------------------------------------------------------------------------------------
 
-def timed_stably(measure_once: Callable[[float], dict[str, list[float]]], load_before: LoadFacts,
+def timed_stably(measure_once: Callable[[float], dict[str, list[float]]],
                  sample_load: Callable[[], LoadFacts], cfg: TimingConfig, on_gpu: bool,
                  ) -> tuple[dict[str, list[float]], TimingReport]:
     """Measure, assess, and repeat with a doubled budget while the samples look unstable
     (`cfg.stability_retries` more times at most). Returns the attempt with the tightest reference
-    band and the report. `measure_once(rep_scale)` returns samples per name in time order."""
+    band and the report. `measure_once(rep_scale)` returns samples per name in time order;
+    `sample_load()` the load over the whole stage, read when it ends."""
     attempts: list[tuple[dict[str, list[float]], list[str]]] = []
-    load = load_before
     scale = 1.0
     for _ in range(1 + max(0, cfg.stability_retries)):
         samples = measure_once(scale)
@@ -196,16 +208,8 @@ def timed_stably(measure_once: Callable[[float], dict[str, list[float]]], load_b
         if not problems:
             break
         scale *= 2.0
-    load_after = sample_load()
+    load = sample_load()
     best, problems = min(attempts, key=lambda a: (bool(a[1]), band(a[0].get("reference", [1.0]))))
-    # load seen before or after the stage: the worse of the two
-    for field_ in ("others_busy_cores", "gpu_other_processes"):
-        a, b = getattr(load_before, field_), getattr(load_after, field_)
-        if a is not None or b is not None:
-            setattr(load, field_, max(v for v in (a, b) if v is not None))
-    if load_after.gpu_sm_clock_mhz is not None:
-        load.gpu_sm_clock_mhz = min(v for v in (load_before.gpu_sm_clock_mhz, load_after.gpu_sm_clock_mhz)
-                                    if v is not None)
     # Load flags a run by itself: a run slowed throughout has a tight band and no drift, and is
     # still not what the next run will measure.
     reasons = list(problems) + load_problems(load, cfg, on_gpu)

@@ -159,10 +159,10 @@ def time_with_stability(
     if not on_gpu:
         torch.set_num_threads(threads)
 
+    monitor = stability.CpuLoadMonitor()
+
     def sample_load() -> stability.LoadFacts:
         facts = stability.LoadFacts(cores=cores, threads=threads)
-        if not cfg.stability_checks:
-            return facts
         try:
             facts.loadavg_1m = os.getloadavg()[0]
         except OSError:
@@ -171,11 +171,10 @@ def time_with_stability(
             for k, v in stability.gpu_facts(_gpu_id(device)).items():
                 setattr(facts, k, v)
         else:
-            facts.others_busy_cores = stability.cpu_busy_cores()
+            facts.others_busy_cores = monitor.others_busy_cores()
         return facts
 
     try:
-        load_before = sample_load()
         result: dict[str, tuple[int, str, bool]] = {}
 
         def measure_once(scale: float) -> dict[str, list[float]]:
@@ -184,7 +183,7 @@ def time_with_stability(
             return samples
 
         if cfg.stability_checks:
-            samples, report = stability.timed_stably(measure_once, load_before, sample_load, cfg, on_gpu)
+            samples, report = stability.timed_stably(measure_once, sample_load, cfg, on_gpu)
         else:
             samples = measure_once(1.0)
             report = stability.TimingReport(threads if not on_gpu else None, 1, {}, {}, {}, [])
