@@ -42,6 +42,7 @@ CPU_CAUGHT_BY_FLAG = [
     ("alias_input.py", "output_aliases_input"),
     ("persistent_buffer.py", "output_changed_later"),
     ("calls_reference.py", "calls_reference"),
+    ("executor_thread.py", "background_threads"),
 ]
 
 

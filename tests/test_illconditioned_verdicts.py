@@ -121,6 +121,14 @@ def test_correct_candidates_on_ill_conditioned_problems_still_pass(cfg, problem,
             assert leaf["excess_share"] == 0.0
 
 
+def test_torch_compile_of_the_reference_passes_on_the_cpu(cfg):
+    """torch.compile leaves its compile-thread pool running: that is torch's, not escaped work."""
+    cfg.timeouts.correctness = 300
+    r = evaluate(MAMBA_SMALL, M2 / "mamba2_compiled.py", cfg)
+    assert r.status is Status.PASSED, r.error_log
+    assert r.trials[0].extra["numerics"]["leaves"][0]["excess_share"] == 0.0
+
+
 def test_the_problems_are_ill_conditioned(cfg):
     """The fixtures are what they claim: the float32 reference itself fails atol/rtol against the oracle."""
     for problem, candidate in [(MAMBA_SMALL, M2 / "mamba2_f64.py"),

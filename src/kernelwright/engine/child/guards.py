@@ -301,9 +301,28 @@ def _library_thread(t: threading.Thread) -> bool:
     return (getattr(target.__func__, "__module__", "") or "").split(".")[0] in _LIBRARY_THREAD_MODULES
 
 
+def _torch_compile_pool_worker(t: threading.Thread) -> bool:
+    """A worker of torch.compile's own compile-thread pool (inductor's `AsyncCompile.pool()`): the
+    pool outlives the compile, so `torch.compile` of the reference would look like escaped work."""
+    import concurrent.futures.thread as cft
+
+    if getattr(t, "_target", None) is not getattr(cft, "_worker", object()):
+        return False
+    mod = sys.modules.get("torch._inductor.async_compile")
+    pool = getattr(getattr(mod, "AsyncCompile", None), "pool", None)
+    try:
+        if pool is None or not pool.cache_info().currsize:  # never created: calling it would create it
+            return False
+        ref = t._args[0]  # a weak reference to the thread's executor
+        return ref() is pool()
+    except Exception:
+        return False
+
+
 def python_threads() -> set[threading.Thread]:
     """Live threads, less those a library (torch, triton, tqdm) started for its own work."""
-    return {t for t in threading.enumerate() if t.is_alive() and not _library_thread(t)}
+    return {t for t in threading.enumerate()
+            if t.is_alive() and not _library_thread(t) and not _torch_compile_pool_worker(t)}
 
 
 class TimedOutputCheck:
