@@ -37,6 +37,7 @@ class LoadFacts:
     cores: int  # cores this process may run on
     threads: int  # intra-op threads used for timing (CPU)
     others_busy_cores: float | None = None  # cores kept busy by other processes during the timing stage
+    others_runnable: float | None = None  # other runnable tasks, mean of readings during the stage
     loadavg_1m: float | None = None
     gpu_other_processes: int | None = None  # compute processes on our GPU other than this one
     gpu_sm_clock_mhz: int | None = None
@@ -70,12 +71,36 @@ def _proc_stat() -> tuple[float, float] | None:
         return None
 
 
+def _procs_running() -> int | None:
+    """Runnable tasks on the machine right now (/proc/stat), this reading thread included."""
+    try:
+        with open("/proc/stat") as f:
+            for line in f:
+                if line.startswith("procs_running"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 class CpuLoadMonitor:
-    """Cores kept busy by *other* processes over an interval, at no cost to it: the machine's busy
-    time from /proc/stat minus this process's own CPU time (all its threads), over the wall time."""
+    """Load from *other* processes over an interval, at no cost to it: the cores they kept busy
+    (the machine's busy time from /proc/stat minus this process's own CPU time, over the wall
+    time), and how many of their tasks were runnable (read at `tick()`s). On a saturated machine
+    the busy cores cannot exceed what this process leaves; the runnable count still shows the queue."""
 
     def __init__(self) -> None:
         self.start = self._read()
+        self.runnable: list[int] = []
+        self.tick()
+
+    def tick(self) -> None:
+        n = _procs_running()
+        if n is not None:
+            self.runnable.append(max(0, n - 1))  # less the thread reading it
+
+    def others_runnable(self) -> float | None:
+        return statistics.fmean(self.runnable) if self.runnable else None
 
     @staticmethod
     def _read() -> tuple[tuple[float, float] | None, float, float]:
@@ -170,12 +195,17 @@ def sample_problems(samples: dict[str, list[float]], cfg: TimingConfig) -> list[
 def load_problems(load: LoadFacts, cfg: TimingConfig, on_gpu: bool) -> list[str]:
     """Reasons found in the machine: other processes on our cores or our GPU, clocks below their maximum."""
     reasons = []
-    if not on_gpu and load.others_busy_cores is not None:
-        free = load.cores - load.others_busy_cores
-        if free < load.threads - cfg.load_slack_cores:
-            reasons.append(f"other processes kept {load.others_busy_cores:.1f} of {load.cores} cores busy while "
-                           f"{load.threads} timing thread(s) needed them (load average {load.loadavg_1m or 0:.1f}); "
-                           "time on an idle machine, or with fewer threads (timing.cpu_threads)")
+    if not on_gpu:
+        busy = load.others_busy_cores
+        runnable = load.others_runnable
+        free_busy = load.cores - busy if busy is not None else None
+        free_queue = load.cores - runnable if runnable is not None else None
+        if (free_busy is not None and free_busy < load.threads - cfg.load_slack_cores) or \
+                (free_queue is not None and free_queue < load.threads - cfg.load_slack_cores):
+            reasons.append(f"other processes kept {busy or 0:.1f} of {load.cores} cores busy "
+                           f"({runnable or 0:.1f} of their tasks runnable on average) while {load.threads} timing "
+                           f"thread(s) needed them (load average {load.loadavg_1m or 0:.1f}); time on an idle "
+                           "machine, or with fewer threads (timing.cpu_threads)")
     if on_gpu and load.gpu_other_processes:
         reasons.append(f"{load.gpu_other_processes} other process(es) were running on the GPU")
     if on_gpu and load.gpu_sm_clock_mhz and load.gpu_sm_clock_max_mhz and \

@@ -171,7 +171,9 @@ def time_with_stability(
             for k, v in stability.gpu_facts(_gpu_id(device)).items():
                 setattr(facts, k, v)
         else:
+            monitor.tick()
             facts.others_busy_cores = monitor.others_busy_cores()
+            facts.others_runnable = monitor.others_runnable()
         return facts
 
     try:
@@ -180,6 +182,7 @@ def time_with_stability(
         def measure_once(scale: float) -> dict[str, list[float]]:
             samples, warmup, clock, flushed = measure(fns, device, cfg, check, rep_scale=scale)
             result["meta"] = (warmup, clock, flushed)
+            monitor.tick()
             return samples
 
         if cfg.stability_checks:
