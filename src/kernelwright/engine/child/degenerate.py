@@ -33,46 +33,73 @@ def _tensors(obj: Any) -> list[tuple[str, torch.Tensor]]:
     return [(n, t) for n, t in flatten(obj) if isinstance(t, torch.Tensor)]
 
 
-def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
-    if a.shape != b.shape or a.dtype != b.dtype:
-        return False
-    a, b = a.detach(), b.detach().to(a.device)
-    if a.is_floating_point() or a.is_complex():
-        return bool(torch.equal(torch.nan_to_num(a), torch.nan_to_num(b)) and torch.equal(a.isnan(), b.isnan()))
-    return bool(torch.equal(a, b))
+SAMPLE = 4096  # elements kept per tensor, evenly strided, beside whole-tensor sums
 
 
-def _constant_value(t: torch.Tensor) -> Any:
-    """The single value every element holds, or None."""
-    if t.numel() == 0:
-        return None
-    flat = t.detach().reshape(-1)
-    first = flat[0]
-    if bool((flat == first).all()):
-        return first.item()
-    return None
+@dataclass(frozen=True)
+class Fingerprint:
+    """What is kept of one tensor of one trial: no copy of the tensor (level-3 inputs are large)."""
+
+    shape: tuple[int, ...]
+    dtype: str
+    total: float  # sum (float64), NaN mapped to 0
+    abs_total: float
+    lo: float  # min and max of the finite elements (NaN when none)
+    hi: float
+    nans: int
+    sample: tuple  # up to SAMPLE elements, evenly strided over the flattened tensor
+
+
+def fingerprint(t: torch.Tensor) -> Fingerprint:
+    x = t.detach()
+    flat = torch.view_as_real(x.reshape(-1)).reshape(-1) if x.is_complex() else x.reshape(-1)
+    n = flat.numel()
+    d = flat.to(torch.float64)
+    nan = torch.isnan(d)
+    fin = d[torch.isfinite(d)]
+    clean = torch.nan_to_num(d, nan=0.0)
+    step = max(1, n // SAMPLE)
+    return Fingerprint(
+        shape=tuple(x.shape), dtype=str(x.dtype),
+        total=float(clean.sum().item()) if n else 0.0, abs_total=float(clean.abs().sum().item()) if n else 0.0,
+        lo=float(fin.min().item()) if fin.numel() else float("nan"),
+        hi=float(fin.max().item()) if fin.numel() else float("nan"),
+        nans=int(nan.sum().item()), sample=tuple(clean[::step][:SAMPLE].cpu().tolist()),
+    )
+
+
+def _same(a: Fingerprint, b: Fingerprint) -> bool:
+    """Equal fingerprints (NaN extremes compare equal: all-NaN tensors alike)."""
+    ext = lambda f: tuple("nan" if v != v else v for v in (f.lo, f.hi))  # noqa: E731
+    return (a.shape == b.shape and a.dtype == b.dtype and a.total == b.total and a.abs_total == b.abs_total
+            and a.nans == b.nans and a.sample == b.sample and ext(a) == ext(b))
 
 
 class DegenerateDetector:
-    """Fed one trial at a time (inputs, the reference's outputs); `finding()` after two or more."""
+    """Fed one trial at a time (inputs, the reference's outputs); `finding()` after two or more.
+
+    Keeps fingerprints (sums, extremes and a strided sample), never copies of the tensors: equal
+    output fingerprints in every trial while the inputs' fingerprints differ is a reference that
+    does not depend on its input."""
 
     def __init__(self) -> None:
-        self.first_inputs: list[tuple[str, torch.Tensor]] | None = None
-        self.first_outputs: list[tuple[str, torch.Tensor]] | None = None
+        self.first_inputs: list[Fingerprint] | None = None
+        self.first_outputs: list[tuple[str, Fingerprint]] | None = None
         self.trials = 0
         self.inputs_differ = False
         self.outputs_identical = True
 
     def add(self, inputs: Any, outputs: Any) -> None:
-        ins, outs = _tensors(inputs), _tensors(outputs)
+        ins = [fingerprint(t) for _, t in _tensors(inputs)]
+        outs = [(n, fingerprint(t)) for n, t in _tensors(outputs)]
         self.trials += 1
         if self.first_outputs is None:
-            self.first_inputs = [(n, t.detach().clone()) for n, t in ins]
-            self.first_outputs = [(n, t.detach().clone()) for n, t in outs]
+            self.first_inputs, self.first_outputs = ins, outs
             return
-        if len(ins) != len(self.first_inputs) or any(not _same(a, b) for (_, a), (_, b) in zip(ins, self.first_inputs)):
+        if len(ins) != len(self.first_inputs) or any(not _same(a, b) for a, b in zip(ins, self.first_inputs)):
             self.inputs_differ = True
-        if len(outs) != len(self.first_outputs) or any(not _same(a, b) for (_, a), (_, b) in zip(outs, self.first_outputs)):
+        if len(outs) != len(self.first_outputs) or \
+                any(not _same(a, b) for (_, a), (_, b) in zip(outs, self.first_outputs)):
             self.outputs_identical = False
 
     def finding(self) -> DegenerateFinding:
@@ -80,19 +107,16 @@ class DegenerateDetector:
 
 
 def judge_degenerate(trials: int, inputs_differ: bool, outputs_identical: bool,
-                     outputs: list[tuple[str, torch.Tensor]]) -> DegenerateFinding:
+                     outputs: list[tuple[str, Fingerprint]]) -> DegenerateFinding:
     """Degenerate when the outputs of `trials` (>= 2) trials with different inputs are identical."""
     if trials < 2 or not inputs_differ or not outputs_identical or not outputs:
         return DegenerateFinding(False)
     what = []
-    for name, t in outputs[:3]:
-        shape = tuple(t.shape)
-        value = _constant_value(t)
-        if value is not None:
-            what.append(f"{name} is the constant {value:.6g} in every element (shape {shape})"
-                        if isinstance(value, (int, float)) else f"{name} is the constant {value} (shape {shape})")
+    for name, f in outputs[:3]:
+        if f.nans == 0 and f.lo == f.hi:
+            what.append(f"{name} is the constant {f.lo:.6g} in every element (shape {f.shape})")
         else:
-            what.append(f"{name} (shape {shape}) is the same tensor")
+            what.append(f"{name} (shape {f.shape}) is the same tensor")
     reason = (f"the reference's output does not depend on its input: in {trials} trials with different inputs "
               f"{'; '.join(what)}; {WHY}")
     return DegenerateFinding(True, reason)
