@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import time
 
-import pytest
-
 from kernelwright.core.record import Status
 from kernelwright.engine import evaluate
 from kernelwright.engine.child import build
