@@ -118,6 +118,9 @@ def render_result(result: EvalResult, console: Console, evidence: bool = False, 
         table.add_row("reference", _timing_line(result.reference_ms, result.reference_timing))
         if result.compile_reference_ms is not None:
             table.add_row("torch.compile", f"{_ms(result.compile_reference_ms)} ({result.speedup_vs_compile:.3f}x)")
+    for flag in ("timing_unstable", "degenerate_reference"):  # [verdicts] figures not to be trusted
+        if flag in result.flags():
+            table.add_row(flag, f"[yellow]{result.flags()[flag]}[/]")
     if result.max_abs_err is not None:
         table.add_row("max_abs_err", f"{result.max_abs_err:.3e}  mean {result.mean_abs_err:.3e}  "
                       f"({len(result.trials)} trials, atol={result.atol}, rtol={result.rtol})")

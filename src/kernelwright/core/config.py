@@ -48,6 +48,14 @@ class TimingConfig:
     min_warmup: int = 3
     flush_l2: bool = True
     compare_compile: bool = False  # also time torch.compile(reference)
+    # Stability (engine/child/stability.py): one fixed, recorded CPU thread count for candidate and
+    # reference (0: every core this process may use); load, drift and band checks; repeats.
+    cpu_threads: int = 0
+    stability_checks: bool = True
+    stability_retries: int = 2  # repeat (with a doubled budget) while the samples drift or spread
+    max_drift: float = 0.2  # median of the stage's second half vs its first half
+    max_band: float = 2.0  # p90 / p10
+    load_slack_cores: float = 0.5  # other processes may keep this much of our threads' cores busy
 
 
 @dataclass
@@ -120,8 +128,14 @@ class EvalConfig:
         self.profile.validate()
         if self.numerics.factor < 1:
             raise ValueError(f"numerics.factor must be at least 1 (got {self.numerics.factor})")
+        if not 0 <= self.numerics.excess_floor < 1:
+            raise ValueError(f"numerics.excess_floor must be in [0, 1) (got {self.numerics.excess_floor})")
         if self.numerics.oracle_dtype not in ("float64", "float32"):
             raise ValueError(f"numerics.oracle_dtype must be float64 or float32 (got {self.numerics.oracle_dtype!r})")
+        if self.timing.cpu_threads < 0:
+            raise ValueError(f"timing.cpu_threads must be 0 (every core) or positive (got {self.timing.cpu_threads})")
+        if self.guards.escape_rounds < 1:
+            raise ValueError(f"guards.escape_rounds must be at least 1 (got {self.guards.escape_rounds})")
         unknown = set(self.guards.fail_on) - set(GUARD_FLAGS)
         if unknown:
             raise ValueError(f"guards.fail_on names unknown guards {sorted(unknown)}; known: {', '.join(GUARD_FLAGS)}")
@@ -142,6 +156,10 @@ class NumericsConfig:
     oracle: bool = True  # evaluate the oracle (the reference module and inputs upcast)
     oracle_dtype: str = "float64"  # "float64" (default) or "float32" (for bf16/fp16 problems on a slow-fp64 GPU)
     factor: float = 8.0
+    # The element-by-element test of the factor branch (docs/VERDICTS.md): a candidate may have at
+    # most factor x the reference's share out of tolerance, plus this share, of elements whose error
+    # exceeds factor x max(the reference's error there, the tolerance). Correct candidates measured 0.
+    excess_floor: float = 1e-4
     localize: bool = True  # add where/how lines to a failing comparison's message
 
 
@@ -159,7 +177,11 @@ GUARD_FLAGS = (
     "timer_escape",  # device work outside the timed region (side streams, deferred work)
     "no_custom_kernel",  # ModelNew launched only PyTorch's built-in kernels
     "lower_precision_suspected",  # error level of bf16/fp16 arithmetic (a hint, the numerics decide)
+    "degenerate_reference",  # the reference's output does not depend on its input: the speed-up means nothing
+    "timing_unstable",  # the timing conditions changed during the stage: the speed-up is not to be trusted
 )
+# Flags that report a fact about the problem or the machine, never the candidate's fault.
+REPORT_ONLY_FLAGS = ("no_custom_kernel", "lower_precision_suspected", "degenerate_reference", "timing_unstable")
 
 
 @dataclass
@@ -172,9 +194,8 @@ class GuardConfig:
     refill_inputs: bool = True
     profile_kernels: bool = True  # look for a kernel of the candidate's own (no_custom_kernel)
     escape_ratio: float = 2.0  # timer_escape: host time with device sync > ratio x event median + overhead
-    fail_on: tuple[str, ...] = tuple(
-        f for f in GUARD_FLAGS if f not in ("no_custom_kernel", "lower_precision_suspected")
-    )
+    escape_rounds: int = 3  # timer_escape fails only when every one of this many measurement windows shows it
+    fail_on: tuple[str, ...] = tuple(f for f in GUARD_FLAGS if f not in REPORT_ONLY_FLAGS)
 
 
 ProfileTool = Literal["auto", "ncu", "torch"]

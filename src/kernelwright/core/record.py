@@ -26,7 +26,9 @@ class Status(str, Enum):
     TIMEOUT = "timeout"
     CRASHED = "crashed"
     FORMAT_ERROR = "format_error"
-    ENGINE_ERROR = "engine_error"  # the engine itself failed: never the candidate's fault, never a pass
+    # The engine's own code failed (a bug in kernelwright, not in the candidate): never a pass, never
+    # blamed on the candidate; the traceback is in metadata["engine_traceback"].
+    ENGINE_ERROR = "engine_error"
 
     def __str__(self) -> str:  # pragma: no cover - trivial
         return self.value
@@ -169,6 +171,21 @@ class EvalResult:
         return cls.from_dict(json.loads(text))
 
     # ---- views -------------------------------------------------------------------------
+    def flags(self) -> dict[str, str]:
+        """The guard flags the evaluation raised (name -> one line of evidence)."""
+        return dict((self.metadata.get("guards") or {}).get("flags") or {})
+
+    @property
+    def degenerate_reference(self) -> bool:
+        """The reference's output does not depend on its input: the speed-up means nothing, and
+        speed-up aggregates over problems leave this one out by default."""
+        return "degenerate_reference" in self.flags()
+
+    @property
+    def speedup_trusted(self) -> bool:
+        """A speed-up to aggregate: measured, on a problem that is not degenerate, timed in stable conditions."""
+        return self.speedup is not None and not self.degenerate_reference and "timing_unstable" not in self.flags()
+
     def to_kernelbench(self) -> dict[str, Any]:
         """The record in KernelBench's `KernelExecResult` shape, for tools that read that format."""
         stats = dataclasses.asdict(self.candidate_timing) if self.candidate_timing else {}

@@ -250,6 +250,7 @@ def install_build_cache(cache_root: str | os.PathLike, candidate_file: str | Non
     @functools.wraps(original_inline)
     def load_inline(name, cpp_sources, cuda_sources=None, *args, **kwargs):
         args, kwargs = _as_keywords(original_inline, args, kwargs)  # one key however the call was written
+        _precheck_functions(original_inline, name, cpp_sources, cuda_sources, args, kwargs, candidate_file)
         with_cuda = bool(cuda_sources) or bool(kwargs.get("with_cuda"))
         pch = use_pch and pch_usable(kwargs) and _prepare_pch()
         if pch:
@@ -420,6 +421,85 @@ def _same(a: Any, b: Any) -> bool:
         return type(a) is type(b) and bool(a == b)
     except Exception:
         return False
+# ---- a build that cannot succeed, found before the compiler runs ----------------------------------
+
+# Global C library functions that <torch/extension.h> brings into scope: a `functions` entry with
+# one of these names may bind without a declaration of the candidate's own.
+_C_GLOBALS = frozenset(n for n in dir(__import__("math")) if not n.startswith("_")) | {
+    "abs", "printf", "malloc", "free", "rand", "srand", "exit", "abort", "memcpy", "memset", "strlen"}
+
+
+def undeclared_functions(cpp_sources, functions) -> list[str]:
+    """Names in load_inline's `functions` that no C++ source mentions at all.
+
+    torch writes one binding per name into main.cpp, which holds `cpp_sources` and nothing of
+    `cuda_sources` (compiled on their own, as cuda.cu): a name the C++ sources never mention is an
+    undeclared identifier there, a certain build failure (typically a `__global__` kernel named in
+    `functions` with empty `cpp_sources`).
+    """
+    if not functions:
+        return []
+    names = [functions] if isinstance(functions, str) else list(functions)  # list, or dict of name -> doc
+    cpp_text = "\n".join(_as_list(cpp_sources))
+    out = []
+    for n in names:
+        if not isinstance(n, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", n) or n in _C_GLOBALS:
+            continue
+        if not re.search(rf"\b{re.escape(n)}\b", cpp_text):
+            out.append(n)
+    return out
+
+
+def _functions_line(candidate_file: str | None, name: str) -> int | None:
+    """The candidate's line where `name` is listed in a `functions=` argument."""
+    if not candidate_file:
+        return None
+    try:
+        tree = ast.parse(Path(candidate_file).read_text())
+    except (OSError, SyntaxError):
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.keyword) and node.arg == "functions":
+            for c in ast.walk(node.value):
+                if isinstance(c, ast.Constant) and c.value == name:
+                    return c.lineno
+    return None
+
+
+def _precheck_functions(original_inline, name, cpp_sources, cuda_sources, args, kwargs, candidate_file) -> None:
+    """Raise CandidateBuildError at once (no compiler run) for a name in `functions` nothing declares."""
+    import inspect
+
+    try:
+        bound = inspect.signature(original_inline).bind(name, cpp_sources, cuda_sources, *args, **kwargs)
+    except TypeError:
+        return  # a call torch itself will reject: leave it to torch
+    missing = undeclared_functions(cpp_sources, bound.arguments.get("functions"))
+    if not missing:
+        return
+    cuda_text = "\n".join(_as_list(cuda_sources))
+    first = missing[0]
+    if re.search(rf"__global__[^;{{]*\b{re.escape(first)}\s*\(", cuda_text):
+        hosts = [h for h in re.findall(r"torch::Tensor\s+([A-Za-z_][A-Za-z0-9_]*)\s*\(", cuda_text) if h != first]
+        example = f"`torch::Tensor {hosts[0]}(torch::Tensor x);`" if hosts else "`torch::Tensor launch(torch::Tensor x);`"
+        message = (f"load_inline(functions=[...]) names '{first}', a __global__ kernel in cuda_sources, which no C++ "
+                   f"source declares: torch binds each name in main.cpp, which holds only cpp_sources (cuda_sources "
+                   f"compile separately), and a kernel cannot be called from Python anyway, so this build cannot "
+                   f"succeed. Bind the host function that launches it: declare it in cpp_sources, e.g. {example}, "
+                   f"and name that in functions")
+    else:
+        message = (f"load_inline(functions=[...]) names '{first}', which no C++ source declares: torch binds each name "
+                   f"in main.cpp, which holds only cpp_sources (cuda_sources compile separately), so this build cannot "
+                   f"succeed. Declare it in cpp_sources, e.g. `torch::Tensor {first}(torch::Tensor x);`, or drop it "
+                   f"from functions")
+    if len(missing) > 1:
+        message += f" (also undeclared: {', '.join(missing[1:])})"
+    output = (f"Error building extension '{name}': found before compiling (no compiler was run):\n"
+              f"main.cpp: error: '{first}' was not declared in this scope\n{message}")
+    issues = [CompileIssue(message=message, candidate_line=_functions_line(candidate_file, first))]
+    BUILD_LOG.append({"kind": "inline", "name": name, "key": "", "dir": "", "cached": False, "ok": False,
+                      "precheck": True, "output": output, "issues": [asdict(i) for i in issues]})
+    raise CandidateBuildError(name, output, issues)
 
 
 class _LeanBuildFailed(Exception):

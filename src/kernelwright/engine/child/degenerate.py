@@ -1,32 +1,130 @@
-"""Degenerate references: outputs that do not depend on the inputs (a speed-up over them means nothing).
+"""A reference whose output does not depend on its input (`degenerate_reference`).
 
-`degenerate_reason(outputs)` looks at the reference's (or the float64 oracle's) outputs on trials
-with different inputs: when they are identical on every trial (a constant, or anything else the
-inputs do not reach), it says why in a line; None when the output varies with the input.
+Some KernelBench problems compute a constant: `min(x, c)` then `clamp(min=c)` is c; a softmax
+over an axis of size 1 is 1; `x - x.mean(dim, keepdim=True)` after a max over that axis is 0.
+Any kernel that returns the constant is then "correct", and its speed-up (20x to 470x seen)
+measures nothing. The detector sees the reference's outputs of the correctness trials: when
+every output is identical in every trial although the inputs differ, the reference is
+degenerate. It is a fact about the problem, never a failure of the candidate.
+
+Pure functions on tensors: the judge process can run it on outputs it received as data.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from kernelwright.engine.child.compare import flatten
 
+WHY = ("any kernel that returns this constant is 'correct', so its speed-up measures nothing; "
+       "suite speed-up aggregates leave this problem out")
 
-def _leaves(out: Any) -> list[torch.Tensor]:
-    return [t for _, t in flatten(out) if isinstance(t, torch.Tensor) and t.numel() > 0]
+
+@dataclass
+class DegenerateFinding:
+    degenerate: bool
+    reason: str = ""  # one line: what is constant and why the speed-up means nothing
 
 
-def degenerate_reason(outputs: list[Any]) -> str | None:
-    if len(outputs) < 2:
-        return None
-    per_trial = [_leaves(o) for o in outputs]
-    if not per_trial[0] or any(len(p) != len(per_trial[0]) for p in per_trial):
-        return None
-    identical = all(
-        a.shape == b.shape and torch.equal(a, b) for p in per_trial[1:] for a, b in zip(per_trial[0], p))
-    if identical:
-        return (f"the reference's output is identical on {len(outputs)} trials with different inputs: it does not "
-                "depend on its inputs, so a kernel that returns a constant is 'correct' and its speed-up means nothing")
-    return None
+def _tensors(obj: Any) -> list[tuple[str, torch.Tensor]]:
+    return [(n, t) for n, t in flatten(obj) if isinstance(t, torch.Tensor)]
+
+
+SAMPLE = 4096  # elements kept per tensor, evenly strided, beside whole-tensor sums
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    """What is kept of one tensor of one trial: no copy of the tensor (level-3 inputs are large)."""
+
+    shape: tuple[int, ...]
+    dtype: str
+    total: float  # sum (float64), NaN mapped to 0
+    abs_total: float
+    lo: float  # min and max of the finite elements (NaN when none)
+    hi: float
+    nans: int
+    sample: tuple  # up to SAMPLE elements, evenly strided over the flattened tensor
+
+
+def fingerprint(t: torch.Tensor) -> Fingerprint:
+    x = t.detach()
+    flat = torch.view_as_real(x.reshape(-1)).reshape(-1) if x.is_complex() else x.reshape(-1)
+    n = flat.numel()
+    d = flat.to(torch.float64)
+    nan = torch.isnan(d)
+    fin = d[torch.isfinite(d)]
+    clean = torch.nan_to_num(d, nan=0.0)
+    step = max(1, n // SAMPLE)
+    return Fingerprint(
+        shape=tuple(x.shape), dtype=str(x.dtype),
+        total=float(clean.sum().item()) if n else 0.0, abs_total=float(clean.abs().sum().item()) if n else 0.0,
+        lo=float(fin.min().item()) if fin.numel() else float("nan"),
+        hi=float(fin.max().item()) if fin.numel() else float("nan"),
+        nans=int(nan.sum().item()), sample=tuple(clean[::step][:SAMPLE].cpu().tolist()),
+    )
+
+
+def _same(a: Fingerprint, b: Fingerprint) -> bool:
+    """Equal fingerprints (NaN extremes compare equal: all-NaN tensors alike)."""
+    ext = lambda f: tuple("nan" if v != v else v for v in (f.lo, f.hi))  # noqa: E731
+    return (a.shape == b.shape and a.dtype == b.dtype and a.total == b.total and a.abs_total == b.abs_total
+            and a.nans == b.nans and a.sample == b.sample and ext(a) == ext(b))
+
+
+class DegenerateDetector:
+    """Fed one trial at a time (inputs, the reference's outputs); `finding()` after two or more.
+
+    Keeps fingerprints (sums, extremes and a strided sample), never copies of the tensors: equal
+    output fingerprints in every trial while the inputs' fingerprints differ is a reference that
+    does not depend on its input."""
+
+    def __init__(self) -> None:
+        self.first_inputs: list[Fingerprint] | None = None
+        self.first_outputs: list[tuple[str, Fingerprint]] | None = None
+        self.trials = 0
+        self.inputs_differ = False
+        self.outputs_identical = True
+
+    def add(self, inputs: Any, outputs: Any) -> None:
+        ins = [fingerprint(t) for _, t in _tensors(inputs)]
+        outs = [(n, fingerprint(t)) for n, t in _tensors(outputs)]
+        self.trials += 1
+        if self.first_outputs is None:
+            self.first_inputs, self.first_outputs = ins, outs
+            return
+        if len(ins) != len(self.first_inputs) or any(not _same(a, b) for a, b in zip(ins, self.first_inputs)):
+            self.inputs_differ = True
+        if len(outs) != len(self.first_outputs) or \
+                any(not _same(a, b) for (_, a), (_, b) in zip(outs, self.first_outputs)):
+            self.outputs_identical = False
+
+    def finding(self) -> DegenerateFinding:
+        return judge_degenerate(self.trials, self.inputs_differ, self.outputs_identical, self.first_outputs or [])
+
+
+def judge_degenerate(trials: int, inputs_differ: bool, outputs_identical: bool,
+                     outputs: list[tuple[str, Fingerprint]]) -> DegenerateFinding:
+    """Degenerate when the outputs of `trials` (>= 2) trials with different inputs are identical."""
+    if trials < 2 or not inputs_differ or not outputs_identical or not outputs:
+        return DegenerateFinding(False)
+    what = []
+    for name, f in outputs[:3]:
+        if f.nans == 0 and f.lo == f.hi:
+            what.append(f"{name} is the constant {f.lo:.6g} in every element (shape {f.shape})")
+        else:
+            what.append(f"{name} (shape {f.shape}) is the same tensor")
+    reason = (f"the reference's output does not depend on its input: in {trials} trials with different inputs "
+              f"{'; '.join(what)}; {WHY}")
+    return DegenerateFinding(True, reason)
+
+
+def detect(trials: list[tuple[Any, Any]]) -> DegenerateFinding:
+    """`trials`: (inputs, reference outputs) per trial."""
+    d = DegenerateDetector()
+    for inputs, outputs in trials:
+        d.add(inputs, outputs)
+    return d.finding()

@@ -40,7 +40,7 @@ class ReferenceFailure(Exception):
 
 
 _FAILURE_STATUSES = {"compile_error": Status.COMPILE_ERROR, "runtime_error": Status.RUNTIME_ERROR,
-                     "format_error": Status.FORMAT_ERROR}
+                     "format_error": Status.FORMAT_ERROR, "engine_error": Status.ENGINE_ERROR}
 _STAGES = {s.value: s for s in Stage}
 _STAGE_KEY = {"startup": "startup_s", "build": "build_s", "init": "init_s", "correctness": "correctness_s",
               "timing": "timing_s", "profile": "profile_s"}
@@ -93,7 +93,9 @@ class Judge:
         self.oracle_error = ""
         self.ref_cache: dict[int, Any] = {}  # seed -> (reference output, oracle output)
         self.ref_err_scale = 0.0
-        self.oracle_outputs: list[Any] = []
+        from kernelwright.engine.child.degenerate import DegenerateDetector
+
+        self.degenerate = DegenerateDetector()  # does the reference depend on its input?
         self.ablation_asked = False
         self.ablation_lines: list[str] = []
         self.timing_asked = False
@@ -101,6 +103,7 @@ class Judge:
         self.numerics = {
             "verdict": self.cfg.verdict, "oracle": self.cfg.numerics.oracle,
             "oracle_dtype": self.cfg.numerics.oracle_dtype, "factor": self.cfg.numerics.factor,
+            "excess_floor": self.cfg.numerics.excess_floor,
             "ill_conditioned": False, "strict_passed": True, "calibrated_passed": True,
         }
 
@@ -194,7 +197,8 @@ class Judge:
         strict = compare_outputs(cand, ref_out, self.cfg.atol, self.cfg.rtol)
         rep = None
         if oracle_out is not None:
-            rep = numerics.judge(cand, ref_out, oracle_out, self.cfg.atol, self.cfg.rtol, self.cfg.numerics.factor)
+            rep = numerics.judge(cand, ref_out, oracle_out, self.cfg.atol, self.cfg.rtol, self.cfg.numerics.factor,
+                                 excess_floor=self.cfg.numerics.excess_floor)  # element-by-element test
         evidence: dict[str, Any] = {"strict_passed": strict.passed}
         if rep is not None and rep.ok:
             evidence.update(rep.to_dict())
@@ -283,6 +287,8 @@ class Judge:
 
     def r_failure(self, msg) -> None:
         status = _FAILURE_STATUSES.get(msg.get("status"), Status.RUNTIME_ERROR)
+        if isinstance(msg.get("engine_traceback"), str):
+            self.rec.metadata["engine_traceback"] = _text(msg["engine_traceback"])
         stage = _STAGES.get(msg.get("stage"), None)
         issues = []
         for i in (msg.get("compile_issues") or [])[:50]:
@@ -344,8 +350,7 @@ class Judge:
             refs = [leaf["reference"]["max_abs"] for leaf in evidence.get("leaves", [])
                     if math.isfinite(leaf["reference"]["max_abs"])]
             self.ref_err_scale = max(refs) if refs else 0.0
-        if oracle_out is not None or ref_out is not None:
-            self.oracle_outputs.append(oracle_out if oracle_out is not None else ref_out)
+        self.degenerate.add(inputs, ref_out)
         self.add_trial(trial)
         if not passed and self.first_failure is None:
             self.first_failure = (t, seed, message)
@@ -540,21 +545,30 @@ class Judge:
                 self.flag("timed_output_mismatch", f"{bad} of {len(samples)} sampled timed calls of ModelNew gave a "
                           "wrong output for the inputs they were given (the inputs' contents change between timed "
                           "calls without a new tensor, version or address: a replayed or cached output is wrong)")
+        meta = msg.get("meta") if isinstance(msg.get("meta"), dict) else {}
+        if isinstance(meta.get("timing"), dict):
+            self.rec.metadata["timing"] = _plain_data(meta["timing"])
+            unstable = meta["timing"].get("unstable")
+            if unstable and isinstance(unstable, list):
+                self.flag("timing_unstable", "; ".join(_text(u, 200) for u in unstable[:5]))
         timer = msg.get("timer")
-        if self.device.type == "cuda" and isinstance(timer, dict):
+        if self.device.type == "cuda" and isinstance(timer, dict) and isinstance(timer.get("rounds"), list):
+            from kernelwright.engine.child import guards
+
             self.checked.append("timer_escape")
-            host_ms, overhead_ms = _num(timer.get("host_synced_ms")), _num(timer.get("sync_overhead_ms"))
-            ref_host_ms = _num(timer.get("reference_host_ms"))
-            if host_ms is not None and overhead_ms is not None and ref_host_ms is not None:
-                ref_excess_ms = max(0.0, ref_host_ms - r.median_ms)
-                allowance_ms = max(overhead_ms, ref_excess_ms) + 0.05
-                self.facts["timer"] = {"event_median_ms": c.median_ms, "host_synced_ms": host_ms,
-                                       "sync_overhead_ms": overhead_ms, "reference_host_excess_ms": ref_excess_ms}
-                if host_ms > self.cfg.guards.escape_ratio * c.median_ms + allowance_ms:
-                    self.flag("timer_escape", f"one call takes {host_ms:.4g} ms on the host clock with a device-wide "
-                              f"synchronise but {c.median_ms:.4g} ms between CUDA events on the current stream "
-                              f"(the reference's host-side excess is {ref_excess_ms:.4g} ms): work escapes "
-                              "the timer (a side stream, or work deferred past the end event)")
+            rounds = []
+            for raw in timer["rounds"][:10]:
+                try:
+                    rounds.append(guards.EscapeRound(**{k: [float(x) for x in raw[k][:1000]] for k in
+                                                       guards.EscapeRound.__dataclass_fields__}))
+                except (TypeError, KeyError, ValueError):
+                    pass
+            if rounds:
+                verdict = guards.judge_escape(rounds, self.cfg.guards.escape_ratio,
+                                              confirm=self.cfg.guards.escape_rounds)
+                self.facts["timer"] = {"event_median_ms": c.median_ms, "rounds": verdict.rounds}
+                if verdict.escaped:
+                    self.flag("timer_escape", verdict.detail)
 
     def r_after_timing(self, msg) -> None:
         from kernelwright.engine.child.problem_io import guard_seeds
@@ -635,15 +649,10 @@ class Judge:
 
     def degenerate_check(self) -> None:
         """A reference whose output does not depend on its inputs makes any constant 'correct'."""
-        from kernelwright.engine.child.degenerate import degenerate_reason
-
-        try:
-            reason = degenerate_reason(self.oracle_outputs)
-        except Exception:
-            reason = None
-        if reason:
-            self.flag("degenerate_reference", reason)
-            self.rec.metadata["degenerate_reference"] = reason
+        self.checked.append("degenerate_reference")
+        finding = self.degenerate.finding()
+        if finding.degenerate:
+            self.flag("degenerate_reference", finding.reason)
 
 
 def _first_line(text: str) -> str:

@@ -7,8 +7,11 @@ an error: max abs, normwise relative ||x - o|| / ||o||, and the share of element
 atol + rtol * |o|.
 
 `calibrated`: each output passes when the candidate is within the tolerance of the oracle, or
-when its error is no worse than `factor` times the reference's own error, both in max abs
-(elementwise) and normwise. A problem whose reference itself fails the tolerance against the
+when its error is no worse than `factor` times the reference's own error, in max abs, normwise,
+and element by element: the share of elements whose error exceeds `factor` x max(the
+reference's error at that element, the tolerance) may not exceed `factor` x the reference's
+share out of tolerance plus a small floor (`excess_share`; a bug that moves most elements far
+past the reference's rounding while a few huge elements dominate the max and the norm). A problem whose reference itself fails the tolerance against the
 oracle is flagged ill-conditioned: a fixed tolerance against that reference cannot judge it.
 """
 
@@ -101,6 +104,9 @@ class LeafNumerics:
     within_tol: bool  # candidate within atol/rtol of the oracle everywhere
     within_factor: bool  # candidate's max-abs and normwise errors <= factor x the reference's
     passed: bool
+    excess_share: float = 0.0  # share of elements with |c-o| > factor * max(|r-o|, atol + rtol|o|)
+    excess_allowed: float = 0.0  # factor * the reference's share out of tolerance + the floor
+    within_distribution: bool = True  # excess_share <= excess_allowed
 
     @property
     def ref_within_tol(self) -> bool:
@@ -123,7 +129,9 @@ class NumericsReport:
             "factor": self.factor,
             "leaves": [
                 {"name": l.name, "reference": asdict(l.reference), "candidate": asdict(l.candidate),
-                 "within_tol": l.within_tol, "within_factor": l.within_factor, "passed": l.passed}
+                 "within_tol": l.within_tol, "within_factor": l.within_factor, "passed": l.passed,
+                 "excess_share": l.excess_share, "excess_allowed": l.excess_allowed,
+                 "within_distribution": l.within_distribution}
                 for l in self.leaves
             ],
         }
@@ -144,7 +152,36 @@ def _leaf_passes(ref: Deviation, cand: Deviation, factor: float) -> tuple[bool, 
     return within_tol, within_factor
 
 
-def judge(cand: Any, ref: Any, oracle: Any, atol: float, rtol: float, factor: float) -> NumericsReport:
+def excess_share(cand: torch.Tensor, ref: torch.Tensor, oracle: torch.Tensor, atol: float, rtol: float,
+                 factor: float) -> float:
+    """Share of elements whose error exceeds `factor` x max(the reference's error there, the tolerance).
+
+    Element by element, so it sees a bug that moves most elements while a few huge elements
+    dominate the max and the norm. The tolerance is the floor: where the reference happens to be
+    exact, the candidate is still allowed `factor` x atol + rtol|o|. Elements where the oracle is
+    not finite are left to the non-finite check.
+    """
+    o = oracle.detach().to(torch.complex128 if oracle.is_complex() else torch.float64)
+    if o.numel() == 0:
+        return 0.0
+    c = cand.detach().to(o.device, o.dtype)
+    r = ref.detach().to(o.device, o.dtype)
+    fin = torch.isfinite(o) & torch.isfinite(c) & torch.isfinite(r)
+    zero = torch.zeros((), dtype=torch.float64, device=o.device)
+    ec = torch.where(fin, (c - o).abs(), zero)
+    er = torch.where(fin, (r - o).abs(), zero)
+    tol = atol + rtol * torch.where(fin, o.abs(), zero)
+    return float((ec > factor * torch.maximum(er, tol)).sum().item()) / o.numel()
+
+
+def distribution_allowed(ref: Deviation, factor: float, floor: float) -> float:
+    """The share of excess elements a candidate may have: `factor` x the reference's own share
+    out of tolerance, plus `floor` (a handful of elements where the reference happens to be exact)."""
+    return factor * ref.frac_out_of_tol + floor
+
+
+def judge(cand: Any, ref: Any, oracle: Any, atol: float, rtol: float, factor: float,
+          excess_floor: float = 1e-4) -> NumericsReport:
     """The calibrated verdict on one trial's outputs. `ok` False: compare structurally instead."""
     c_leaves, r_leaves, o_leaves = flatten(cand), flatten(ref), flatten(oracle)
     if not (len(c_leaves) == len(r_leaves) == len(o_leaves)):
@@ -165,7 +202,13 @@ def judge(cand: Any, ref: Any, oracle: Any, atol: float, rtol: float, factor: fl
         rd = deviation(r, o, atol, rtol)
         cd = deviation(c, o, atol, rtol)
         within_tol, within_factor = _leaf_passes(rd, cd, factor)
-        report.leaves.append(LeafNumerics(name, rd, cd, within_tol, within_factor, within_tol or within_factor))
+        share, allowed = 0.0, distribution_allowed(rd, factor, excess_floor)
+        if not within_tol:  # the element-by-element test only matters for the factor branch
+            share = excess_share(c, r, o, atol, rtol, factor)
+        within_dist = share <= allowed
+        report.leaves.append(LeafNumerics(name, rd, cd, within_tol, within_factor,
+                                          within_tol or (within_factor and within_dist),
+                                          share, allowed, within_dist))
         if rd.frac_out_of_tol > 0:
             report.ill_conditioned = True
     report.passed = all(l.passed for l in report.leaves)
@@ -186,6 +229,13 @@ def _leaf_message(l: LeafNumerics, atol: float, rtol: float, factor: float) -> s
         f"max_abs={r.max_abs:.3e}, normwise={r.norm_rel:.3e}; a pass needs the tolerance, or at most {factor:g}x "
         f"the reference's error in both)",
     ]
+    if l.within_factor and not l.within_distribution:
+        lines.append(
+            f"  (element by element: {100 * l.excess_share:.3g}% of {l.name}'s elements are more than {factor:g}x "
+            f"the reference's own error there (and {factor:g}x the tolerance), where at most "
+            f"{100 * l.excess_allowed:.3g}% is allowed ({factor:g}x the reference's "
+            f"{100 * r.frac_out_of_tol:.3g}% out of tolerance, plus a floor): a few huge elements hide a change "
+            f"to most of the others in the max and the norm)")
     return "\n".join(lines)
 
 

@@ -82,6 +82,20 @@ class Runner:
         else:
             self.fail("runtime_error", f"{what}:\n" + short_tb(exc), stage)
 
+    def blame(self, exc: BaseException, what: str = "", stage: str = "correctness") -> None:
+        """Whose fault an exception that escaped engine code is (engine/child/faults.py)."""
+        from kernelwright.engine.child import faults
+
+        model = getattr(self, "cand_model", None)
+        objs = tuple(model.modules()) if model is not None else ()
+        device = getattr(self, "device", None)
+        b = faults.classify(exc, device.type if device is not None else "cpu", self.job.get("problem_path"),
+                            short_tb(exc), candidate_objects=objs)
+        status = b.status.value
+        log = (f"{what}:\n" if what and status == "runtime_error" else "") + b.log
+        self.chan.send("failure", status=status, log=log, stage=stage,
+                       engine_traceback=b.metadata.get("engine_traceback"))
+
     def write(self, label: str, obj: Any) -> str:
         from kernelwright.engine.child.wire import write_tree
 
@@ -159,8 +173,8 @@ class Runner:
             self.await_timing()
         except Stop:
             return
-        except Exception as exc:  # a bug here, or the candidate broke the runner: say what happened
-            self.fail("runtime_error", "The evaluation runner failed:\n" + short_tb(exc), "correctness")
+        except Exception as exc:  # the candidate's error, a CUDA error it left, or the engine's own
+            self.blame(exc)
         finally:
             self.chan.send("done")
 
@@ -225,8 +239,8 @@ class Runner:
         if head:
             summary += " with:\n" + "\n".join(head)
         if caught:
-            summary += ("\n(the candidate caught this build failure and would have run PyTorch instead; "
-                        "a candidate must build its own kernel)")
+            summary = ("The candidate caught this build failure and would have run PyTorch instead (its fallback "
+                       "is not evaluated: the extension it meant to use did not build).\n" + summary)
         self.chan.send("failure", status="compile_error", stage="build", compile_issues=issues[:50],
                        log=summary + "\n\nCompiler output (end):\n" + _tail(exc.output, 60))
 
@@ -247,9 +261,9 @@ class Runner:
         return True
 
     def sync(self) -> None:
-        from kernelwright.engine.child.problem_io import sync
+        from kernelwright.engine.child import faults
 
-        sync(self.device)
+        faults.sync_and_check(self.device)  # a pending CUDA error surfaces here, as the candidate's
 
     def patches(self, when: str) -> None:
         """Report (and undo) any patch of timing, verifier or torch functions."""
@@ -411,7 +425,7 @@ class Runner:
 
         from kernelwright.engine.child import guards
         from kernelwright.engine.child.problem_io import guard_seeds, trial_seed
-        from kernelwright.engine.child.timing import time_side_by_side
+        from kernelwright.engine.child.timing import time_with_stability
 
         self.stage("timing")
         self.patches("before timing")
@@ -465,11 +479,17 @@ class Runner:
         t_stage = time.perf_counter()
         try:
             with torch.no_grad():
-                stats = time_side_by_side(fns, self.device, self.cfg.timing, check=check if use_check else None,
-                                          between_rounds=between_rounds)
+                stats, report = time_with_stability(fns, self.device, self.cfg.timing,
+                                                    check=check if use_check else None, between_rounds=between_rounds)
         except Exception as exc:
-            self.runtime_error(exc, "ModelNew failed while being timed", "timing")
+            from kernelwright.engine.child.build import CandidateBuildError
+
+            if isinstance(exc, CandidateBuildError) or _is_triton_compile_error(exc):
+                self.runtime_error(exc, "ModelNew failed while being timed", "timing")
+            else:
+                self.blame(exc, "ModelNew failed while being timed", "timing")
             return
+        self.meta["timing"] = report.to_dict()
         stage_s = time.perf_counter() - t_stage
         self.candidate_ms = stats["candidate"].median_ms
         # the live tensors back to set A: the escape measurement runs on known contents
@@ -479,10 +499,15 @@ class Runner:
                     x.data.copy_(src)
         timer = None
         if self.device.type == "cuda" and self.cfg.guards.enabled:
+            # rounds of interleaved candidate/reference calls, each timed on the host and by events at
+            # once; the judge decides on them (confirmed in every round before it fails)
+            rounds = []
             with torch.no_grad():
-                host_ms, overhead_ms = guards.host_vs_event_ms(fns["candidate"], self.device)
-                ref_host_ms, _ = guards.host_vs_event_ms(fns["reference"], self.device)
-            timer = {"host_synced_ms": host_ms, "sync_overhead_ms": overhead_ms, "reference_host_ms": ref_host_ms}
+                for _ in range(self.cfg.guards.escape_rounds):
+                    rounds.append(guards.measure_escape_round(fns["candidate"], fns["reference"], self.device))
+                    if not guards.round_escapes(rounds[-1].summary(), self.cfg.guards.escape_ratio, 0.05):
+                        break
+            timer = {"rounds": [asdict(r) for r in rounds]}
         files = [[s, self.write(f"timed{i}", out)] for i, (s, out) in enumerate(samples)]
         self.chan.send("timing", stats={k: asdict(v) for k, v in stats.items()}, samples=files, timer=timer,
                        stage_s=stage_s, meta=self.meta)

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from typing import Callable
@@ -80,6 +81,17 @@ def time_side_by_side(
     `between_rounds()`, when given, runs between two timed rounds (one call of each callable),
     outside the timed region: the runner changes the inputs' contents there.
     """
+    samples, warmup, clock, flushed = measure(fns, device, cfg, check, between_rounds=between_rounds)
+    return {n: _stats(samples[n], warmup, clock, flushed) for n in samples}
+
+
+def measure(
+    fns: dict[str, Callable[[], object]], device: torch.device, cfg: TimingConfig,
+    check: Callable[[str, object], None] | None = None, rep_scale: float = 1.0,
+    between_rounds: Callable[[], None] | None = None,
+) -> tuple[dict[str, list[float]], int, str, bool]:
+    """The protocol's raw samples, in the order they were taken: (samples per name, warm-up, clock,
+    cache flushed). `rep_scale` widens the repetition budget (a repeated, unstable measurement)."""
     flush = _Flusher(device, cfg.flush_l2)
     names = list(fns)
 
@@ -98,7 +110,7 @@ def time_side_by_side(
 
     # 2. counts from budgets
     warmup = max(cfg.min_warmup, int(cfg.warmup_ms / per_round))
-    reps = min(cfg.max_reps, max(cfg.min_reps, int(cfg.rep_ms / per_round)))
+    reps = min(cfg.max_reps, max(int(rep_scale * cfg.min_reps), int(rep_scale * cfg.rep_ms / per_round)))
 
     for _ in range(warmup):
         for name in names:
@@ -137,4 +149,67 @@ def time_side_by_side(
                     check(name, out)
                 del out
         clock = "perf_counter"
-    return {n: _stats(samples[n], warmup, clock, flush.enabled) for n in names}
+    return samples, warmup, clock, flush.enabled
+
+
+def time_with_stability(
+    fns: dict[str, Callable[[], object]], device: torch.device, cfg: TimingConfig,
+    check: Callable[[str, object], None] | None = None,
+    between_rounds: Callable[[], None] | None = None,
+):
+    """`time_side_by_side` under a fixed CPU thread count, with load and sample checks and
+    repeats (engine/child/stability.py). Returns (stats per name, TimingReport)."""
+    from kernelwright.engine.child import stability
+
+    on_gpu = device.type == "cuda"
+    cores = stability.available_cores()
+    threads = stability.resolve_threads(cfg, cores)
+    prev_threads = torch.get_num_threads()
+    if not on_gpu:
+        torch.set_num_threads(threads)
+
+    monitor = stability.CpuLoadMonitor()
+
+    def sample_load() -> stability.LoadFacts:
+        facts = stability.LoadFacts(cores=cores, threads=threads)
+        try:
+            facts.loadavg_1m = os.getloadavg()[0]
+        except OSError:
+            pass
+        if on_gpu:
+            for k, v in stability.gpu_facts(_gpu_id(device)).items():
+                setattr(facts, k, v)
+        else:
+            monitor.tick()
+            facts.others_busy_cores = monitor.others_busy_cores()
+            facts.others_runnable = monitor.others_runnable()
+        return facts
+
+    try:
+        result: dict[str, tuple[int, str, bool]] = {}
+
+        def measure_once(scale: float) -> dict[str, list[float]]:
+            samples, warmup, clock, flushed = measure(fns, device, cfg, check, rep_scale=scale, between_rounds=between_rounds)
+            result["meta"] = (warmup, clock, flushed)
+            monitor.tick()
+            return samples
+
+        if cfg.stability_checks:
+            samples, report = stability.timed_stably(measure_once, sample_load, cfg, on_gpu)
+        else:
+            samples = measure_once(1.0)
+            report = stability.TimingReport(threads if not on_gpu else None, 1, {}, {}, {}, [])
+    finally:
+        if not on_gpu:
+            torch.set_num_threads(prev_threads)
+    warmup, clock, flushed = result["meta"]
+    return {n: _stats(samples[n], warmup, clock, flushed) for n in samples}, report
+
+
+def _gpu_id(device: torch.device) -> str:
+    """nvidia-smi's name for the device: its UUID (CUDA_VISIBLE_DEVICES renumbers indices), else its index."""
+    try:
+        uuid = str(torch.cuda.get_device_properties(device).uuid)
+        return uuid if uuid.startswith("GPU-") else f"GPU-{uuid}"
+    except Exception:
+        return str(device.index or 0)

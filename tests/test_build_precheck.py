@@ -1,0 +1,74 @@
+"""Builds that cannot succeed are reported before the compiler runs, and a build failure the
+candidate caught (to fall back to PyTorch) is said in the log."""
+
+from __future__ import annotations
+
+import time
+
+from kernelwright.core.record import Status
+from kernelwright.engine import evaluate
+from kernelwright.engine.child import build
+
+from conftest import FIXTURES
+
+BF = FIXTURES / "builds"
+ADD_ONE = FIXTURES / "problems" / "add_one.py"
+SWISH = FIXTURES.parent.parent / "examples" / "cpu_swish" / "problem.py"
+
+
+# ---- the check itself ------------------------------------------------------------------------------
+
+def test_a_global_kernel_named_in_functions_with_empty_cpp_sources_is_undeclared():
+    assert build.undeclared_functions("", ["swish_kernel"]) == ["swish_kernel"]
+
+
+def test_declared_functions_pass_the_check():
+    cpp = "torch::Tensor relu_plus_one(torch::Tensor x);"
+    assert build.undeclared_functions(cpp, ["relu_plus_one"]) == []
+    assert build.undeclared_functions([cpp], {"relu_plus_one": "docstring"}) == []
+    assert build.undeclared_functions(cpp, None) == []
+    assert build.undeclared_functions(cpp, "relu_plus_one") == []
+
+
+def test_only_the_undeclared_names_are_listed():
+    cpp = "torch::Tensor launcher(torch::Tensor x);"
+    assert build.undeclared_functions(cpp, ["launcher", "my_kernel"]) == ["my_kernel"]
+
+
+def test_a_name_merely_contained_in_another_is_not_a_declaration():
+    assert build.undeclared_functions("torch::Tensor relu_kernel_launch(torch::Tensor x);", ["relu_kernel"]) == ["relu_kernel"]
+
+
+# ---- through the engine: no compiler run, a clear message ----------------------------------------------
+
+def test_undeclared_function_is_a_compile_error_found_before_compiling(cpu_config):
+    t0 = time.perf_counter()
+    r = evaluate(ADD_ONE, BF / "global_kernel_in_functions.py", cpu_config)
+    assert r.status is Status.COMPILE_ERROR, r.error_log
+    assert "names 'relu_kernel', a __global__ kernel in cuda_sources, which no C++ source declares" in r.error_log
+    assert "no compiler was run" in r.error_log
+    assert "caught this build failure" not in r.error_log  # the candidate did not catch it
+    issue = r.compile_issues[0]
+    assert issue.candidate_line == 23  # the line of functions=[...] in the fixture
+    builds = r.metadata["builds"]
+    assert builds and builds[0]["precheck"] is True
+    assert r.stage_times.build_s is None or r.stage_times.build_s < 20  # a compiler run takes ~60 s here
+    assert time.perf_counter() - t0 < 60
+
+
+def test_a_caught_build_failure_says_the_candidate_would_have_run_pytorch(cpu_config):
+    r = evaluate(SWISH, BF / "global_kernel_in_functions_fallback.py", cpu_config)
+    assert r.status is Status.COMPILE_ERROR, r.error_log
+    assert r.error_log.startswith("The candidate caught this build failure and would have run PyTorch instead")
+    assert "names 'swish_kernel'" in r.error_log
+    assert "a __global__ kernel in cuda_sources" in r.error_log
+    assert "torch::Tensor swish_forward(torch::Tensor x);" in r.error_log  # the launcher it should bind
+    assert r.metadata["build_failure_caught"] is True
+
+
+def test_a_real_compile_error_caught_by_a_fallback_says_so_too(cpu_config):
+    r = evaluate(ADD_ONE, BF / "cpp_compile_error_fallback.py", cpu_config)
+    assert r.status is Status.COMPILE_ERROR, r.error_log
+    assert r.error_log.startswith("The candidate caught this build failure and would have run PyTorch instead")
+    assert "Compilation of extension 'kw_test_relu_fallback_error' failed" in r.error_log
+    assert not r.metadata["builds"][0].get("precheck")

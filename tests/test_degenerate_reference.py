@@ -1,0 +1,92 @@
+"""A reference whose output does not depend on its input: flagged `degenerate_reference`, never a failure."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernelwright.core.config import GuardConfig
+from kernelwright.core.record import Status
+from kernelwright.engine import evaluate
+from kernelwright.engine.child import degenerate
+
+from conftest import FIXTURES
+
+DG = FIXTURES / "degenerate"
+
+
+# ---- the pure detector --------------------------------------------------------------------------
+
+def test_identical_outputs_for_different_inputs_are_degenerate():
+    trials = [([torch.randn(4, 8)], torch.full((4, 3), 0.5)) for _ in range(3)]
+    f = degenerate.detect(trials)
+    assert f.degenerate
+    assert "does not depend on its input" in f.reason and "constant 0.5" in f.reason
+    assert "speed-up measures nothing" in f.reason
+
+
+def test_outputs_that_follow_the_input_are_not_degenerate():
+    trials = []
+    for _ in range(3):
+        x = torch.randn(4, 8)
+        trials.append(([x], x.sum(dim=1, keepdim=True)))
+    assert not degenerate.detect(trials).degenerate
+
+
+def test_a_per_trial_constant_that_changes_with_the_input_is_not_degenerate():
+    trials = []
+    for _ in range(3):
+        x = torch.randn(4, 8)
+        trials.append(([x], x.mean().expand(4, 3)))  # constant within a trial, not across trials
+    assert not degenerate.detect(trials).degenerate
+
+
+def test_identical_inputs_say_nothing():
+    x = torch.randn(4, 8)
+    assert not degenerate.detect([([x], torch.zeros(2)), ([x.clone()], torch.zeros(2))]).degenerate
+
+
+def test_one_trial_says_nothing():
+    assert not degenerate.detect([([torch.randn(3)], torch.zeros(2))]).degenerate
+
+
+def test_one_constant_output_among_varying_ones_is_not_degenerate():
+    trials = []
+    for _ in range(3):
+        x = torch.randn(4, 8)
+        trials.append(([x], (torch.zeros(2), x * 2)))
+    assert not degenerate.detect(trials).degenerate
+
+
+def test_a_non_constant_but_input_independent_output_is_degenerate():
+    fixed = torch.arange(6.0)
+    f = degenerate.detect([([torch.randn(3)], fixed.clone()) for _ in range(2)])
+    assert f.degenerate and "is the same tensor" in f.reason
+
+
+# ---- through the engine: KernelBench-like degenerate problems ----------------------------------
+
+@pytest.mark.parametrize("problem,candidate,value", [
+    ("linear_min_clamp.py", "const_candidate.py", "0.5"),
+    ("matmul_mean_softmax.py", "ones_candidate.py", "1"),
+    ("gemm_max_subtract_gelu.py", "zeros_candidate.py", "0"),
+])
+def test_constant_candidate_passes_with_the_flag_and_its_sentence(cpu_config, problem, candidate, value):
+    r = evaluate(DG / problem, DG / candidate, cpu_config)
+    assert r.status is Status.PASSED, r.error_log  # the candidate is right: the problem is degenerate
+    flags = r.metadata["guards"]["flags"]
+    assert "degenerate_reference" in flags
+    assert f"the constant {value} in every element" in flags["degenerate_reference"]
+    assert "speed-up measures nothing" in flags["degenerate_reference"]
+    assert "degenerate_reference" not in r.metadata["guards"]["failed"]
+    assert "degenerate_reference" not in GuardConfig().fail_on
+    assert r.degenerate_reference and not r.speedup_trusted
+    assert r.speedup is not None  # measured and kept, but not to be aggregated
+
+
+def test_an_honest_problem_is_not_flagged(cpu_config):
+    r = evaluate(FIXTURES / "problems" / "add_one.py", FIXTURES / "candidates" / "py_correct.py", cpu_config)
+    assert r.status is Status.PASSED, r.error_log
+    assert "degenerate_reference" not in r.metadata["guards"]["flags"]
+    assert "degenerate_reference" in r.metadata["guards"]["checked"]
+    assert not r.degenerate_reference

@@ -1,0 +1,170 @@
+"""Timing that says when it is not to be trusted: detection on fake samples, and a real evaluation
+on this machine with a CPU burner running."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import random
+
+import pytest
+from rich.console import Console
+
+from kernelwright.cli.console import render_result
+from kernelwright.core.config import TimingConfig
+from kernelwright.core.record import Status
+from kernelwright.engine import evaluate
+from kernelwright.engine.child import stability
+from kernelwright.engine.child.stability import LoadFacts
+
+from conftest import EXAMPLES
+
+CFG = TimingConfig()
+
+
+def _steady(ms, n=40, seed=0, jitter=0.05):
+    rng = random.Random(seed)
+    return [ms * rng.uniform(1 - jitter, 1 + jitter) for _ in range(n)]
+
+
+def test_steady_samples_on_an_idle_machine_are_trusted():
+    samples = {"candidate": _steady(0.8), "reference": _steady(2.5, seed=1)}
+    load = LoadFacts(cores=2, threads=2, others_busy_cores=0.1)
+    assert stability.assess(samples, load, CFG, on_gpu=False) == []
+
+
+def test_a_reference_that_drifts_between_the_halves_is_named():
+    ref = _steady(2.5, 20) + _steady(32.0, 20, seed=2)  # the issue's 2.5 ms vs 32 ms, within one stage
+    reasons = stability.assess({"candidate": _steady(0.8), "reference": ref}, LoadFacts(2, 2, 0.0), CFG, False)
+    assert any("reference's median time moved" in r for r in reasons)
+
+
+def test_randomly_slowed_calls_widen_the_band_and_are_named():
+    rng = random.Random(3)
+    ref = [2.5 if rng.random() < 0.6 else 30.0 for _ in range(40)]
+    reasons = stability.sample_problems({"reference": ref}, CFG)
+    assert any("spread widely" in r for r in reasons)
+
+
+def test_load_on_the_timing_threads_cores_is_named_even_when_the_samples_look_tight():
+    # a run slowed throughout: tight band, no drift, and still not what the next run measures
+    samples = {"candidate": _steady(0.8), "reference": _steady(32.0, seed=1)}
+    reasons = stability.assess(samples, LoadFacts(cores=2, threads=2, others_busy_cores=1.9, loadavg_1m=5.0), CFG, False)
+    assert len(reasons) == 1 and "other processes kept 1.9 of 2 cores busy" in reasons[0]
+    assert "timing.cpu_threads" in reasons[0]
+
+
+def test_a_queue_of_runnable_tasks_is_load_even_when_busy_cores_cannot_show_it():
+    # saturated machine: others can only be seen busy on what this process leaves them
+    load = LoadFacts(cores=2, threads=1, others_busy_cores=1.4, others_runnable=2.5)
+    reasons = stability.load_problems(load, CFG, on_gpu=False)
+    assert reasons and "2.5 of their tasks runnable" in reasons[0]
+    assert stability.load_problems(LoadFacts(cores=2, threads=1, others_busy_cores=0.9, others_runnable=0.7),
+                                   CFG, on_gpu=False) == []
+
+
+def test_load_on_cores_the_timing_does_not_need_is_not_a_problem():
+    assert stability.load_problems(LoadFacts(cores=8, threads=2, others_busy_cores=5.0), CFG, False) == []
+
+
+def test_other_processes_and_low_clocks_on_the_gpu_are_named():
+    load = LoadFacts(cores=16, threads=16, gpu_other_processes=7, gpu_sm_clock_mhz=900, gpu_sm_clock_max_mhz=1980)
+    reasons = stability.load_problems(load, CFG, on_gpu=True)
+    assert any("7 other process(es)" in r for r in reasons)
+    assert any("900 MHz of 1980 MHz" in r for r in reasons)
+
+
+def test_an_unstable_attempt_is_repeated_with_a_wider_budget_and_the_stable_one_kept():
+    calls = []
+
+    def measure_once(scale):
+        calls.append(scale)
+        if len(calls) == 1:
+            return {"candidate": _steady(0.8), "reference": _steady(2.5, 20) + _steady(9.0, 20)}
+        return {"candidate": _steady(0.8, n=80), "reference": _steady(2.5, n=80, seed=5)}
+
+    idle = LoadFacts(cores=2, threads=2, others_busy_cores=0.1)
+    samples, report = stability.timed_stably(measure_once, lambda: idle, CFG, on_gpu=False)
+    assert calls == [1.0, 2.0]
+    assert report.attempts == 2 and report.unstable == []
+    assert len(samples["reference"]) == 80
+    assert report.threads == 2
+
+
+def test_when_every_attempt_is_unstable_the_report_says_why():
+    def measure_once(scale):
+        return {"candidate": _steady(0.8), "reference": _steady(2.5, 20) + _steady(30.0, 20)}
+
+    idle = LoadFacts(cores=2, threads=2, others_busy_cores=0.1)
+    _, report = stability.timed_stably(measure_once, lambda: idle, CFG, on_gpu=False)
+    assert report.attempts == 1 + CFG.stability_retries
+    assert report.unstable and "reference's median time moved" in report.unstable[0]
+
+
+def test_the_load_monitor_gives_a_figure_within_the_machine_while_this_process_works():
+    import time
+
+    mon = stability.CpuLoadMonitor()
+    t0 = time.perf_counter()
+    x = 0
+    while time.perf_counter() - t0 < 0.3:  # this process keeps one core busy
+        x += 1
+    others = mon.others_busy_cores()
+    assert others is not None and 0.0 <= others <= (os.cpu_count() or 1)
+
+
+def test_drift_and_band_measures():
+    assert stability.drift([1.0] * 10 + [2.0] * 10) == pytest.approx(1.0)
+    assert stability.drift([1.0, 2.0]) == 0.0  # too few samples to say
+    assert stability.band([1.0] * 9 + [10.0]) == pytest.approx(1.0)
+    assert stability.band([1.0] * 5 + [3.0] * 5) == pytest.approx(3.0)
+
+
+# ---- a real evaluation on this machine ----------------------------------------------------------------
+
+def _burn(stop):
+    x = 0
+    while not stop.is_set():
+        x += 1
+
+
+@pytest.fixture
+def burner():
+    """One busy process per core (this machine's 2 cores, or all of them elsewhere)."""
+    stop = multiprocessing.Event()
+    procs = [multiprocessing.Process(target=_burn, args=(stop,), daemon=True) for _ in range(os.cpu_count() or 2)]
+    for p in procs:
+        p.start()
+    yield
+    stop.set()
+    for p in procs:
+        p.join(5)
+        if p.is_alive():
+            p.terminate()
+
+
+def test_a_run_on_a_busy_machine_says_its_speedup_is_not_to_be_trusted(cpu_config, burner):
+    ex = EXAMPLES / "cpu_swish"
+    cpu_config.trials = 1
+    r = evaluate(ex / "problem.py", ex / "candidate.py", cpu_config)
+    assert r.status is Status.PASSED, r.error_log  # a fact about the machine, never a failure
+    assert r.speedup is not None
+    timing = r.metadata["timing"]
+    assert timing["threads"] == (len(os.sched_getaffinity(0)))  # fixed and recorded: every core by default
+    assert timing["unstable"], timing
+    flags = r.metadata["guards"]["flags"]
+    assert "timing_unstable" in flags and "timing_unstable" not in r.metadata["guards"]["failed"]
+    assert not r.speedup_trusted
+    console = Console(record=True, width=200)
+    render_result(r, console)
+    assert "timing_unstable" in console.export_text()
+
+
+def test_the_thread_count_is_fixed_and_recorded(cpu_config):
+    ex = EXAMPLES / "cpu_swish"
+    cpu_config.trials = 1
+    cpu_config.timing.cpu_threads = 1
+    r = evaluate(ex / "problem.py", ex / "candidate.py", cpu_config)
+    assert r.status is Status.PASSED, r.error_log
+    assert r.metadata["timing"]["threads"] == 1
+    assert r.metadata["timing"]["attempts"] >= 1
