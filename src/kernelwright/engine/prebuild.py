@@ -131,15 +131,27 @@ class BuildPool:
 
     Workers are threads, each waiting on its own build child process, so `max_workers` builds
     (each using up to `config.build.max_jobs` compiler jobs) run at once.
+
+    `cpus`: the cores the build children run on (each worker thread pins itself; the children it
+    starts inherit that), so builds stay off the cores that feed a GPU being timed. `before`: called
+    in the worker before each build starts, e.g. to hold builds back while a GPU is being timed.
     """
 
-    def __init__(self, max_workers: int = 2, config: EvalConfig | None = None, arch_list: str | None = "auto"):
+    def __init__(self, max_workers: int = 2, config: EvalConfig | None = None, arch_list: str | None = "auto",
+                 cpus: set[int] | None = None, before: Callable[[], None] | None = None):
         self.config = config or EvalConfig()
         self.arch_list = detect_arch_list() if arch_list == "auto" else arch_list
-        self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="kw-build")
+        self.before = before
+        self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="kw-build",
+                                        initializer=_pin_thread, initargs=(cpus,))
 
     def submit(self, problem: str | Path, candidate_text: str) -> Future:
-        return self._pool.submit(prebuild, problem, candidate_text, self.config, self.arch_list)
+        return self._pool.submit(self._build, problem, candidate_text)
+
+    def _build(self, problem: str | Path, candidate_text: str) -> PrebuildResult:
+        if self.before is not None:
+            self.before()
+        return prebuild(problem, candidate_text, self.config, self.arch_list)
 
     def shutdown(self, wait: bool = True) -> None:
         self._pool.shutdown(wait=wait, cancel_futures=not wait)
@@ -149,3 +161,9 @@ class BuildPool:
 
     def __exit__(self, *exc) -> None:
         self.shutdown(wait=True)
+
+
+def _pin_thread(cpus: set[int] | None) -> None:
+    """Pin the calling thread (Linux: affinity is per thread, and inherited by the processes it starts)."""
+    if cpus and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, cpus)
