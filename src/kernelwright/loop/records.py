@@ -168,7 +168,9 @@ class RunState:
     @property
     def outcome(self) -> str:
         """finished | stopped (on an error, or with no model answer at all)."""
-        answered = any(r.coder is not None and r.coder.completion is not None for r in self.rounds)
+        answered = any((r.coder is not None and r.coder.completion is not None)
+                       or (r.coder is None and r.result is not None)  # an evaluation with no model (suite eval)
+                       for r in self.rounds)
         return "stopped" if self.error is not None or not answered else "finished"
 
     @property

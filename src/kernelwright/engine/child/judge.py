@@ -287,6 +287,8 @@ class Judge:
 
     def r_failure(self, msg) -> None:
         status = _FAILURE_STATUSES.get(msg.get("status"), Status.RUNTIME_ERROR)
+        if msg.get("caught") is True:
+            self.rec.metadata["build_failure_caught"] = True
         if isinstance(msg.get("engine_traceback"), str):
             self.rec.metadata["engine_traceback"] = _text(msg["engine_traceback"])
         stage = _STAGES.get(msg.get("stage"), None)
@@ -700,7 +702,8 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # the judge's own failure: never the candidate's, never a pass
         rec = judge.rec
         rec.status, rec.correct = Status.ENGINE_ERROR, False
-        rec.error_log = f"The engine's judge failed: {type(exc).__name__}: {str(exc)[:300]}"
+        rec.error_log = (f"The engine's judge failed (an engine bug, not the candidate's fault): "
+                         f"{type(exc).__name__}: {str(exc)[:300]}")
         rec.metadata["engine_traceback"] = _short_tb(exc)
         rec.candidate_ms = rec.speedup = rec.speedup_vs_compile = None
     chan.send("final", record=rec.to_dict())

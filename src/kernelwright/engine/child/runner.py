@@ -241,7 +241,7 @@ class Runner:
         if caught:
             summary = ("The candidate caught this build failure and would have run PyTorch instead (its fallback "
                        "is not evaluated: the extension it meant to use did not build).\n" + summary)
-        self.chan.send("failure", status="compile_error", stage="build", compile_issues=issues[:50],
+        self.chan.send("failure", status="compile_error", stage="build", compile_issues=issues[:50], caught=caught,
                        log=summary + "\n\nCompiler output (end):\n" + _tail(exc.output, 60))
 
     def init(self) -> bool:
