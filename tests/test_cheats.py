@@ -50,8 +50,7 @@ CPU_CAUGHT_BY_FLAG = [
 def test_cheat_is_caught_by_its_guard(cpu_config, name, flag):
     r = run(cpu_config, name)
     assert r.status is Status.INCORRECT, (r.status, r.error_log)
-    if name == "cache_by_pointer.py" and ("stale_output_on_refill" not in failed(r)
-                                          or not all(t.passed for t in r.trials)):
+    if name == "cache_by_pointer.py" and "Reward-hacking guard failed" not in r.error_log:
         # the allocator gave a later input (a trial's, or the guarded call's) the address of an
         # earlier one: the cache served a stale output for it, and that output was judged wrong
         assert "Outputs are not close" in r.error_log

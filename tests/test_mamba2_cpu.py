@@ -67,7 +67,5 @@ def test_buggy_candidate_error_log_points_at_its_bug(cpu_config, small_problems,
     if "reshape" in candidate:
         assert "parameter 'A'" not in r.error_log  # zeroing A does not hide a reordering
 
-
-def test_ablation_names_no_parameter_for_a_correct_control(cpu_config, small_problems):
-    r = evaluate(small_problems["y"], BUGGY / "ssd_torch_y.py", cpu_config)
-    assert r.status is Status.PASSED and "set to 0" not in r.error_log
+# (A control for the ablation is the reshape bug above: a failure that zeroing A does not explain
+# names no parameter. A passing candidate is never ablated, so its log cannot say anything.)

@@ -96,10 +96,19 @@ def run_task(evaluate: Callable[..., EvalResult], task: EvalTask, default: EvalC
     """Run one task through an `evaluate`-like callable (engine.evaluate or WarmEvaluator.evaluate)."""
     from dataclasses import replace
 
+    from kernelwright.core.record import Stage, Status
+
     cfg = task.config or default
     if task.report_dir is not None and cfg.profile.enabled:
         cfg = replace(cfg, profile=replace(cfg.profile, report_dir=str(task.report_dir)))
-    return evaluate(task.problem, None, cfg, candidate_text=task.candidate_text, on_stage=on_stage)
+    result = evaluate(task.problem, None, cfg, candidate_text=task.candidate_text, on_stage=on_stage)
+    if result.status is Status.CRASHED and result.error_stage is Stage.STARTUP:
+        # the child died before the candidate was imported: the machine's fault, not the candidate's
+        # (seen rarely on a loaded machine); evaluated once more, and the record says so
+        first = result.error_log.strip().splitlines()[0] if result.error_log.strip() else "crashed in start-up"
+        result = evaluate(task.problem, None, cfg, candidate_text=task.candidate_text, on_stage=on_stage)
+        result.metadata["retried_after"] = first
+    return result
 
 
 def placement(kind: str, gpu: str | None, **more: Any) -> dict[str, Any]:
