@@ -30,7 +30,7 @@ import sys
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -39,21 +39,10 @@ from kernelwright.core.config import EvalConfig
 from kernelwright.core.record import EvalResult
 from kernelwright.engine import EngineError
 from kernelwright.executors import orphans
+from kernelwright.executors.dispatch import Job, SlotQueue, safe_stage
 from kernelwright.executors.base import WORKER_RETRIES, EvalTask, WorkerLost
 from kernelwright.executors.placement import CorePlan, TimingGate, detect_gpus, plan_cores
 
-
-@dataclass
-class _Job:
-    task: EvalTask
-    future: cf.Future
-    on_stage: Callable[[str], None] | None
-    submitted: float = field(default_factory=time.monotonic)
-    ready: bool = False  # its prebuild is done (or there is none)
-    attempts: int = 0
-    avoid: set[int] = field(default_factory=set)  # slots whose worker died on it
-    retried_after: list[str] = field(default_factory=list)
-    prebuild: dict[str, Any] | None = None
 
 
 class _Worker:
@@ -140,7 +129,7 @@ class _Slot:
     thread: threading.Thread | None = None
 
 
-class LocalExecutor:
+class LocalExecutor(SlotQueue):
     """One evaluation worker per GPU of this machine, and a CPU pool that builds ahead.
 
     `gpus`: CUDA_VISIBLE_DEVICES entries, one worker each (None: every visible GPU; none visible,
@@ -162,7 +151,7 @@ class LocalExecutor:
         self._slots = [_Slot(i, g, self.plan.workers[i] if i < len(self.plan.workers) else None)
                        for i, g in enumerate(slots)]
         self._cv = threading.Condition()
-        self._queue: list[_Job] = []
+        self._queue: list[Job] = []
         self._inflight = 0
         self._running: dict[str, tuple[int, int, str]] = {}  # key -> (slot, worker pid, worker tag)
         self._closing = False
@@ -190,13 +179,13 @@ class LocalExecutor:
             raise RuntimeError("this executor is closed; submit before close()")
         fut: cf.Future[EvalResult] = cf.Future()
         fut.set_running_or_notify_cancel()
-        job = _Job(task, fut, on_stage)
+        job = Job(task, fut, on_stage)
         same_cache = task.config is None or task.config.cache_dir == self.config.cache_dir
         with self._cv:
             self._queue.append(job)
         if self._builds is not None and same_cache:
             if on_stage:
-                _safe(on_stage, "prebuild")
+                safe_stage(on_stage, "prebuild")
             self._builds.submit(task.problem, task.candidate_text).add_done_callback(
                 lambda f, job=job: self._built(job, f))
         else:
@@ -234,7 +223,7 @@ class LocalExecutor:
             return dict(self._running)
 
     # -- queue --
-    def _built(self, job: _Job, fut: cf.Future) -> None:
+    def _built(self, job: Job, fut: cf.Future) -> None:
         try:
             pre = fut.result()
             summary = {"ok": pre.ok, "wall_s": round(pre.wall_s, 3), "build_s": pre.build_s,
@@ -243,40 +232,9 @@ class LocalExecutor:
             summary = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
         self._mark_ready(job, summary)
 
-    def _mark_ready(self, job: _Job, prebuild: dict[str, Any] | None) -> None:
-        with self._cv:
-            job.prebuild, job.ready = prebuild, True
-            self._cv.notify_all()
-
-    def _take(self, slot: _Slot) -> _Job | None:
-        n = len(self._slots)
-        with self._cv:
-            while True:
-                for i, job in enumerate(self._queue):
-                    if job.ready and (slot.index not in job.avoid or len(job.avoid) >= n):
-                        self._inflight += 1
-                        return self._queue.pop(i)
-                if self._closing and not self._queue and self._inflight == 0:
-                    return None
-                self._cv.wait()
-
-    def _serve(self, slot: _Slot) -> None:
-        while True:
-            job = self._take(slot)
-            if job is None:
-                return
-            try:
-                self._run(slot, job)
-            except BaseException as exc:  # never lose a task to a bug here
-                if not job.future.done():
-                    job.future.set_exception(exc)
-            finally:
-                with self._cv:
-                    self._inflight -= 1
-                    self._cv.notify_all()
 
     # -- one attempt of one task on one worker --
-    def _run(self, slot: _Slot, job: _Job) -> None:
+    def _run(self, slot: _Slot, job: Job) -> None:
         job.attempts += 1
         cfg = self._pinned(job.task.config or self.config, slot)
         if slot.worker is None or not slot.worker.alive():
@@ -304,7 +262,7 @@ class LocalExecutor:
                         self.gate.leave()
                         timing = False
                     if job.on_stage:
-                        _safe(job.on_stage, stage)
+                        safe_stage(job.on_stage, stage)
                 elif "result" in msg:
                     result = EvalResult.from_dict(msg["result"])
                     result.metadata["executor"] = self._placement(slot, worker, job, started)
@@ -336,15 +294,10 @@ class LocalExecutor:
         pass_env = cfg.pass_env if orphans.TAG_VAR in cfg.pass_env else (*cfg.pass_env, orphans.TAG_VAR)
         return replace(cfg, visible_devices=slot.gpu, pass_env=pass_env)
 
-    def _placement(self, slot: _Slot, worker: _Worker, job: _Job, started: float) -> dict[str, Any]:
+    def _placement(self, slot: _Slot, worker: _Worker, job: Job, started: float) -> dict[str, Any]:
         return {"kind": self.kind, "host": self.host, "gpu": slot.gpu, "worker": worker.name,
                 "attempts": job.attempts, "retried_after": list(job.retried_after) or None,
                 "cpus": sorted(slot.cpus) if slot.cpus else None, "prebuild": job.prebuild,
                 "queued_s": round(started - job.submitted, 3), "wall_s": round(time.monotonic() - started, 3)}
 
 
-def _safe(callback: Callable[[str], None], stage: str) -> None:
-    try:
-        callback(stage)
-    except Exception:
-        pass  # a progress display must not break an evaluation

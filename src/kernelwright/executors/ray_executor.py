@@ -41,6 +41,7 @@ from kernelwright.core.config import EvalConfig
 from kernelwright.core.record import EvalResult
 from kernelwright.engine import EngineError
 from kernelwright.executors import orphans
+from kernelwright.executors.dispatch import Job, SlotQueue, safe_stage
 from kernelwright.executors.base import WORKER_RETRIES, EvalTask, WorkerLost
 from kernelwright.executors.placement import TimingGate
 
@@ -153,18 +154,6 @@ def ray_reap(tag: str) -> list[int]:
 
 # ---- the driver ------------------------------------------------------------------------------
 
-@dataclass
-class _Job:
-    task: EvalTask
-    future: cf.Future
-    on_stage: Callable[[str], None] | None
-    submitted: float = field(default_factory=time.monotonic)
-    ready: bool = False
-    attempts: int = 0
-    avoid: set[int] = field(default_factory=set)
-    retried_after: list[str] = field(default_factory=list)
-    prebuild: dict[str, Any] | None = None
-
 
 @dataclass
 class _Slot:
@@ -175,7 +164,7 @@ class _Slot:
     thread: threading.Thread | None = None
 
 
-class RayExecutor:
+class RayExecutor(SlotQueue):
     """One evaluation actor per GPU of a Ray cluster, builds as CPU tasks.
 
     `address`: an existing cluster (`ray://...` or `auto`); None starts a local Ray, unless this
@@ -216,7 +205,7 @@ class RayExecutor:
             self._arch = detect_arch_list()
         self._builds = cf.ThreadPoolExecutor(max_workers=max(1, n), thread_name_prefix="kw-ray-build") if build else None
         self._cv = threading.Condition()
-        self._queue: list[_Job] = []
+        self._queue: list[Job] = []
         self._inflight = 0
         self._running: dict[str, int] = {}  # task key -> actor slot
         self._closing = self._closed = False
@@ -237,12 +226,12 @@ class RayExecutor:
             raise RuntimeError("this executor is closed; submit before close()")
         fut: cf.Future[EvalResult] = cf.Future()
         fut.set_running_or_notify_cancel()
-        job = _Job(task, fut, on_stage)
+        job = Job(task, fut, on_stage)
         with self._cv:
             self._queue.append(job)
         if self._builds is not None:
             if on_stage:
-                _safe(on_stage, "prebuild")
+                safe_stage(on_stage, "prebuild")
             self._builds.submit(self._prebuild, job)
         else:
             self._mark_ready(job, None)
@@ -289,7 +278,7 @@ class RayExecutor:
         return dict(self._slots[index].info)
 
     # -- builds --
-    def _prebuild(self, job: _Job) -> None:
+    def _prebuild(self, job: Job) -> None:
         summary = None
         try:
             self.gate.wait_clear()
@@ -302,10 +291,6 @@ class RayExecutor:
         finally:
             self._mark_ready(job, summary)
 
-    def _mark_ready(self, job: _Job, prebuild: dict[str, Any] | None) -> None:
-        with self._cv:
-            job.prebuild, job.ready = prebuild, True
-            self._cv.notify_all()
 
     # -- actors --
     def _start_actor(self, slot: _Slot) -> None:
@@ -327,34 +312,7 @@ class RayExecutor:
             pass
 
     # -- queue and dispatch --
-    def _take(self, slot: _Slot) -> _Job | None:
-        n = len(self._slots)
-        with self._cv:
-            while True:
-                for i, job in enumerate(self._queue):
-                    if job.ready and (slot.index not in job.avoid or len(job.avoid) >= n):
-                        self._inflight += 1
-                        return self._queue.pop(i)
-                if self._closing and not self._queue and self._inflight == 0:
-                    return None
-                self._cv.wait()
-
-    def _serve(self, slot: _Slot) -> None:
-        while True:
-            job = self._take(slot)
-            if job is None:
-                return
-            try:
-                self._run(slot, job)
-            except BaseException as exc:
-                if not job.future.done():
-                    job.future.set_exception(exc)
-            finally:
-                with self._cv:
-                    self._inflight -= 1
-                    self._cv.notify_all()
-
-    def _run(self, slot: _Slot, job: _Job) -> None:
+    def _run(self, slot: _Slot, job: Job) -> None:
         from ray.exceptions import RayActorError, RayError, RayTaskError
 
         job.attempts += 1
@@ -380,7 +338,7 @@ class RayExecutor:
                         self.gate.leave()
                         timing = False
                     if job.on_stage:
-                        _safe(job.on_stage, stage)
+                        safe_stage(job.on_stage, stage)
                 elif "result" in msg:
                     result = EvalResult.from_dict(msg["result"])
                     if t.report_dir is not None:
@@ -441,8 +399,3 @@ def _write_files(folder: Path, files: dict[str, bytes]) -> None:
         dest.write_bytes(data)
 
 
-def _safe(callback: Callable[[str], None], stage: str) -> None:
-    try:
-        callback(stage)
-    except Exception:
-        pass

@@ -1,0 +1,82 @@
+"""What the local and the Ray executors share: a queued task, and the queue their slots take from.
+
+A slot (one GPU's worker process, or one Ray actor) runs `_serve`: it takes the next task whose
+prebuild is done and that has not already killed this slot's worker (unless every slot has),
+runs it with the executor's own `_run`, and never loses a task to a bug in doing so.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from kernelwright.executors.base import EvalTask
+
+
+@dataclass
+class Job:
+    task: EvalTask
+    future: cf.Future
+    on_stage: Callable[[str], None] | None
+    submitted: float = field(default_factory=time.monotonic)
+    ready: bool = False  # its prebuild is done (or there is none)
+    attempts: int = 0
+    avoid: set[int] = field(default_factory=set)  # slots whose worker died on it
+    retried_after: list[str] = field(default_factory=list)
+    prebuild: dict[str, Any] | None = None
+
+
+class SlotQueue:
+    """The queue and its dispatch; the executor sets `_cv`, `_queue`, `_slots`, `_closing` and
+    `_inflight` in its constructor and defines `_run(slot, job)`."""
+
+    _cv: threading.Condition
+    _queue: list[Job]
+    _slots: list[Any]
+    _closing: bool
+    _inflight: int
+
+    def _run(self, slot: Any, job: Job) -> None:  # pragma: no cover - each executor's own
+        raise NotImplementedError
+
+    def _mark_ready(self, job: Job, prebuild: dict[str, Any] | None) -> None:
+        with self._cv:
+            job.prebuild, job.ready = prebuild, True
+            self._cv.notify_all()
+
+    def _take(self, slot: Any) -> Job | None:
+        n = len(self._slots)
+        with self._cv:
+            while True:
+                for i, job in enumerate(self._queue):
+                    if job.ready and (slot.index not in job.avoid or len(job.avoid) >= n):
+                        self._inflight += 1
+                        return self._queue.pop(i)
+                if self._closing and not self._queue and self._inflight == 0:
+                    return None
+                self._cv.wait()
+
+    def _serve(self, slot: Any) -> None:
+        while True:
+            job = self._take(slot)
+            if job is None:
+                return
+            try:
+                self._run(slot, job)
+            except BaseException as exc:  # never lose a task to a bug here
+                if not job.future.done():
+                    job.future.set_exception(exc)
+            finally:
+                with self._cv:
+                    self._inflight -= 1
+                    self._cv.notify_all()
+
+
+def safe_stage(callback: Callable[[str], None], stage: str) -> None:
+    try:
+        callback(stage)
+    except Exception:
+        pass  # a progress display must not break an evaluation
