@@ -237,19 +237,8 @@ def _spawn_runner(config: EvalConfig, sandbox_kind: str, workdir: Path, job: dic
 def _spawn_judge(config: EvalConfig, judge_dir: Path, env: dict[str, str], spare: bool = False) -> process.Child:
     """Start the judge: it runs no candidate code, gets its job on stdin, and keeps its files in a
     directory of its own (none of them in the runner's reach under bubblewrap)."""
-    read_fd, write_fd = os.pipe()
-    os.set_inheritable(read_fd, False)
-    device = config.device if config.device != "auto" else "auto"
-    judge_env = dict(env, TMPDIR=str(judge_dir))
-    log_fd = process._create_log(judge_dir / "judge.log")
-    import subprocess
-    import time
-
-    argv = process.child_argv("judge") + (["--spare"] if spare else []) + [device, str(write_fd)]
-    proc = subprocess.Popen(argv, cwd=str(judge_dir), env=judge_env, stdin=subprocess.PIPE, stdout=log_fd,
-                            stderr=log_fd, pass_fds=(write_fd,), start_new_session=True)
-    os.close(write_fd)
-    return process.Child(proc, read_fd, log_fd, judge_dir, time.monotonic())
+    return process.spawn(process.child_argv("judge") + [config.device], None, judge_dir,
+                         dict(env, TMPDIR=str(judge_dir)), name="judge", spare=spare)
 
 
 def _run(problem_path: Path, cand_path: Path, config: EvalConfig, workdir: Path, sandbox_kind: str,

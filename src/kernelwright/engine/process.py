@@ -18,7 +18,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from kernelwright.core.jsonlines import LineReader
 
@@ -151,16 +151,22 @@ def _create_log(path: Path) -> int:
         return os.open(path, flags, 0o600)
 
 
-def spawn(argv: list[str], job: dict[str, Any], workdir: Path, env: dict[str, str], *, name: str = "runner",
-          spare: bool = False, isolation: Any = None) -> Child:
+def spawn(argv: list[str], job: dict[str, Any] | None, workdir: Path, env: dict[str, str], *,
+          name: str = "runner", spare: bool = False, isolation: Any = None) -> Child:
     """Start a child on `job` (written to workdir/NAME_job.json). A `spare` starts up and waits
-    for a line on its stdin; its job file is re-read then, so the job can be written later."""
+    for a line on its stdin; its job file is re-read then, so the job can be written later.
+    With `job` None no file is written: the child gets its report descriptor as its last argument
+    and its job on stdin (the judge, whose job must not lie where the runner could change it)."""
     read_fd, write_fd = os.pipe()
     os.set_inheritable(read_fd, False)
-    job_path = workdir / f"{name}_job.json"
-    job_path.write_text(json.dumps(dict(job, fd=write_fd)))
     log_fd = _create_log(workdir / f"{name}.log")
-    argv = argv + (["--spare"] if spare else []) + [str(job_path)]
+    argv = argv + (["--spare"] if spare else [])
+    if job is None:
+        argv = argv + [str(write_fd)]
+    else:
+        job_path = workdir / f"{name}_job.json"
+        job_path.write_text(json.dumps(dict(job, fd=write_fd)))
+        argv = argv + [str(job_path)]
     if isolation is not None:  # PID namespace prefix, the evaluation's marker variable
         argv, env = isolation.command(argv), isolation.environment(env)
     proc = subprocess.Popen(

@@ -27,7 +27,7 @@ from typing import Any
 
 from kernelwright.core.config import EvalConfig
 from kernelwright.core.record import (
-    CompileIssue, EvalResult, Stage, StageTimes, Status, TimingStats, TrialRecord,
+    CompileIssue, EvalResult, Stage, Status, TimingStats, TrialRecord,
 )
 from kernelwright.engine.child.channel import Channel
 
@@ -667,12 +667,13 @@ def _short_tb(exc: BaseException) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`judge.py [--spare] DEVICE FD`. The job comes as the first line on stdin (never from a file
+    """`judge.py DEVICE [--spare] FD`. The job comes as the first line on stdin (never from a file
     the runner could reach), commands after it, one JSON object per line; the record goes to FD."""
     argv = sys.argv[1:] if argv is None else argv
     faulthandler.enable()
-    spare = argv[0] == "--spare"
-    device, fd = argv[-2], int(argv[-1])
+    spare = "--spare" in argv
+    device, fd = [a for a in argv if a != "--spare"][-2:]
+    fd = int(fd)
     chan = Channel(fd)
     judge = Judge({"config": {"device": device}}, chan)
     try:
