@@ -126,3 +126,16 @@ def test_the_record_is_typed_an_unknown_key_is_an_error():
     assert EvalResult.from_dict(good).status is Status.PASSED
     with pytest.raises(ValueError, match="speedupp"):
         EvalResult.from_dict(dict(good, speedupp=2.0))
+
+
+def test_files_planted_where_outputs_go_are_replaced_not_blamed_on_the_engine(cpu_config, canary_env):
+    r = run(cpu_config, "preplanted_output_files.py")
+    assert r.status is Status.PASSED, r.error_log  # the engine wrote its own files over them
+
+
+def test_output_files_grown_to_gigabytes_are_not_read(cpu_config, canary_env):
+    t0 = time.monotonic()
+    r = run(cpu_config, "grow_output_files.py")
+    assert time.monotonic() - t0 < 60
+    assert r.status is not Status.PASSED and "over the" in r.error_log, r.error_log
+    assert_no_canary(r)

@@ -111,7 +111,7 @@ class Judge:
     def startup(self) -> None:
         import torch  # noqa: F401
 
-        from kernelwright.engine.child import compare, localize, numerics, wire  # noqa: F401
+        from kernelwright.engine.child import compare, degenerate, localize, numerics, wire  # noqa: F401
         from kernelwright.engine.child.problem_io import resolve_device
 
         self.device = resolve_device(self.cfg.device)
@@ -175,6 +175,10 @@ class Judge:
                 self.oracle_error = f"{type(exc).__name__}: {str(exc)[:300]}"
         self.ref_cache = {seed: (ref_out, oracle_out, inputs)} if len(self.ref_cache) > 4 else {
             **self.ref_cache, seed: (ref_out, oracle_out, inputs)}
+        from kernelwright.engine.child.compare import flatten
+
+        sizes = [t.numel() * t.element_size() for _, t in flatten((ref_out, inputs)) if isinstance(t, torch.Tensor)]
+        self.largest_bytes = max(getattr(self, "largest_bytes", 0), sum(sizes))
         return ref_out, oracle_out, inputs
 
     def read(self, name: Any) -> Any:
@@ -184,7 +188,10 @@ class Judge:
             from kernelwright.engine.child.wire import WireError
 
             raise WireError("the runner named an output file outside its directory")
-        return read_tree(os.path.join(self.out_dir, name), self.device)
+        # an output file is never much larger than what the reference returns and takes: a bound
+        # keeps a candidate from making the judge read gigabytes it wrote on purpose
+        limit = 4 * getattr(self, "largest_bytes", 0) + (64 << 20)
+        return read_tree(os.path.join(self.out_dir, name), self.device, max_bytes=limit)
 
     def compare(self, cand: Any, ref_out: Any, oracle_out: Any, localize: bool) -> tuple[bool, str, dict]:
         """(passed, message, numerics evidence) under the configured verdict mode."""

@@ -101,7 +101,17 @@ class Runner:
 
         self._n_files += 1
         name = f"out_{self._n_files:03d}_{label}.kwt"
-        write_tree(os.path.join(self.out_dir, name), obj)
+        path = os.path.join(self.out_dir, name)
+        try:
+            try:
+                os.unlink(path)  # whatever stands there was not written by the engine
+            except FileNotFoundError:
+                pass
+            write_tree(path, obj)
+        except OSError as exc:  # only this process writes here: the candidate got in the way
+            self.fail("runtime_error", f"The candidate's process could not write its output ({exc.strerror}): "
+                      "something in it replaced or blocked the engine's output files", "correctness")
+            raise Stop() from exc
         return name
 
     def poll_command(self, block: bool) -> str | None:
@@ -147,7 +157,7 @@ class Runner:
         import torch
         import torch.utils.cpp_extension  # noqa: F401
 
-        from kernelwright.engine.child import build, compare, evidence, guards, timing, wire  # noqa: F401
+        from kernelwright.engine.child import build, compare, evidence, faults, guards, stability, timing, wire  # noqa: F401
 
         if self.device.type == "cuda":
             torch.empty(1, device=self.device)
