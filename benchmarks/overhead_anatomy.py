@@ -4,24 +4,18 @@
 
 1. Start-up pieces in a fresh interpreter: python, `import torch`, CUDA init, the first CUDA
    context, `torch.utils.cpp_extension`, `triton`, the first `torch.profiler` session.
-2. One evaluation of the example run in this process (the child's `Evaluation`, no pipe) under
-   cProfile, after a first evaluation that fills the build cache: the stage times and the
-   functions with the most cumulative time. (Trusted example code only: the engine never runs a
-   candidate in the caller's process; this is a measurement of the engine's own code.)
+2. Evaluations of the example in prestarted spares (runner and judge up, waiting), after a first
+   evaluation that fills the build cache: the engine's phases as the record gives them
+   (`metadata["engine_phases_s"]`) and the runner's stage times.
 """
 
 from __future__ import annotations
 
 import argparse
-import cProfile
-import io
 import json
-import os
-import pstats
 import subprocess
 import sys
 import tempfile
-from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -68,32 +62,32 @@ def startup_pieces(device: str) -> dict:
     return {"bare python": bare, **json.loads(line[0][7:]), "whole script": total}
 
 
-def in_process_eval(problem: Path, candidate: Path, device: str, cache: Path, outdir: Path | None) -> dict:
+def prestarted_evals(problem: Path, candidate: Path, device: str, cache: Path, repeats: int) -> dict:
+    """Evaluations in prestarted spares after one that fills the build cache: the engine's phases
+    (parent: trusted build or its memory, hand-over, the runner's stages, the judge's verdict after
+    the runner ended, stopping) and the runner's stage times, per evaluation."""
+    import time
+
     from kernelwright.core.config import EvalConfig
-    from kernelwright.engine import evaluate
-    from kernelwright.engine.child.channel import Channel
-    from kernelwright.engine.child.main import Evaluation
+    from kernelwright.engine import evaluate, prestart
 
     cfg = EvalConfig(device=device, cache_dir=str(cache))
-    first = evaluate(problem, candidate, cfg)  # fills the build cache (its own child)
+    first = evaluate(problem, candidate, cfg)  # fills the build cache (its own children)
     if not first.correct:
         raise SystemExit(f"the example did not pass: {first.summary_line()}")
-    work = Path(tempfile.mkdtemp(prefix="kw-overhead-"))
-    (work / "problem.py").write_text(problem.read_text())
-    (work / "candidate.py").write_text(candidate.read_text())
-    os.environ.setdefault("TMPDIR", str(work))
-    job = {"problem_path": str(work / "problem.py"), "candidate_path": str(work / "candidate.py"),
-           "config": replace(cfg, profile=replace(cfg.profile, enabled=False)).to_dict()}
-    prof = cProfile.Profile()
-    prof.enable()
-    rec = Evaluation(job, Channel(None)).run()
-    prof.disable()
-    s = io.StringIO()
-    pstats.Stats(prof, stream=s).sort_stats("cumulative").print_stats(60)
-    if outdir:
-        prof.dump_stats(str(outdir / "overhead.prof"))
-    return {"status": rec["status"], "stage_times": rec["stage_times"], "cprofile_top": s.getvalue(),
-            "first_eval_stage_times": {k: v for k, v in vars(first.stage_times).items() if v is not None}}
+    runs = []
+    for _ in range(repeats):
+        spare = prestart(cfg)
+        if not (spare.runner.wait_ready(300) and spare.judge.wait_ready(300)):
+            raise SystemExit("the spare did not start up")
+        t0 = time.perf_counter()
+        r = evaluate(problem, candidate, cfg, spare=spare)
+        wall = time.perf_counter() - t0
+        runs.append({"wall_s": wall, "status": r.status.value, "engine_phases_s": r.metadata.get("engine_phases_s"),
+                     "stage_times": {k: v for k, v in vars(r.stage_times).items() if v is not None},
+                     "trusted_build": r.metadata.get("trusted_build", {}).get("wall_s"),
+                     "remembered": r.metadata.get("trusted_build", {}).get("remembered", False)})
+    return {"first_eval_phases_s": first.metadata.get("engine_phases_s"), "prestarted": runs}
 
 
 def main() -> int:
@@ -103,6 +97,7 @@ def main() -> int:
     ap.add_argument("--candidate", type=Path, default=ROOT / "examples" / "cuda_swish" / "candidate.py")
     ap.add_argument("--cache", type=Path, default=None)
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
@@ -111,10 +106,11 @@ def main() -> int:
     for k, v in pieces.items():
         print(f"  {v:7.3f} s  {k}")
     cache = args.cache or Path(tempfile.mkdtemp(prefix="kw-overhead-cache-"))
-    ev = in_process_eval(args.problem, args.candidate, args.device, cache, args.out)
-    print("\nstage times of the in-process evaluation:", json.dumps(ev["stage_times"], indent=1))
-    print("stage times of the first (child) evaluation:", json.dumps(ev["first_eval_stage_times"], indent=1))
-    print(ev["cprofile_top"])
+    ev = prestarted_evals(args.problem, args.candidate, args.device, cache, args.repeats)
+    print("\nfirst evaluation (fresh children, empty cache), engine phases:", json.dumps(ev["first_eval_phases_s"]))
+    for i, run in enumerate(ev["prestarted"]):
+        print(f"prestarted #{i + 1}: wall {run['wall_s']:.3f} s, {run['status']}, phases {json.dumps(run['engine_phases_s'])}")
+        print(f"    runner stages {json.dumps(run['stage_times'])}")
     if args.out:
         (args.out / "overhead_anatomy.json").write_text(json.dumps({"startup": pieces, **ev}, indent=2))
     return 0

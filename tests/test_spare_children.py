@@ -29,6 +29,20 @@ def test_a_prestarted_child_evaluates_like_a_fresh_one(cpu_config):
     assert [t.max_abs_err for t in fresh.trials] == [t.max_abs_err for t in r.trials]  # same seeds, same verdict
 
 
+def test_a_spare_that_waited_longer_than_its_startup_budget_still_evaluates(cpu_config):
+    """The forge loop keeps a spare waiting while the models answer (minutes): the stage budgets
+    run from its job, not from its spawn, so the wait is never counted as the candidate's time."""
+    import time
+
+    cfg = replace(cpu_config, timeouts=replace(cpu_config.timeouts, startup=3))
+    spare = prestart(cfg)
+    assert spare.runner.wait_ready(120) and spare.judge.wait_ready(120), "the spare never started up"
+    time.sleep(max(0.0, spare.runner.started + 4 - time.monotonic()))  # past its start-up budget
+    r = evaluate(ADD_ONE, CAND / "py_correct.py", cfg, spare=spare)
+    assert r.status is Status.PASSED, (r.status, r.error_log)
+    assert r.metadata["prestarted"]["idle_s"] > 0
+
+
 def test_a_spare_applies_the_stage_limits_and_reports_crashes(cpu_config):
     spare = prestart(cpu_config)
     r = evaluate(ADD_ONE, CAND / "py_infinite_loop.py", cpu_config, spare=spare)

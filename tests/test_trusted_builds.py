@@ -137,6 +137,8 @@ def test_a_poisoned_cache_entry_is_never_loaded(cpu_config, own_cache, mode):
     assert second.status is Status.PASSED, second.error_log
     (b2,) = second.metadata["builds"]
     assert b2["cache"] == "rejected: hash mismatch" and b2["ok"] and not b2["cached"]
+    # no builder ran for the second (its calls were built before by this process): the bytes are still checked
+    assert second.metadata["trusted_build"].get("remembered") is True
     assert str(own_cache / "builds") not in b2["dir"]  # built privately, in the evaluation's own directory
 
 

@@ -33,6 +33,7 @@ class Outcome:
     judge_log: str
     judge_problem: str  # why the judge gave no record, when it did not
     wall_s: float
+    judge_tail_s: float = 0.0  # from the runner's end to the judge's record (the verdict's own time)
 
 
 class _Outbox:
@@ -204,7 +205,8 @@ def coordinate(runner: Child, judge: Child, judge_job: dict[str, Any], timeouts:
              "protocol": protocol or None, "log_tail": runner_log[-4000:]}
     to_judge.put(ended)
     # ---- the judge's record ------------------------------------------------------------------------
-    end = time.monotonic() + JUDGE_FINISH_S
+    t_ended = time.monotonic()
+    end = t_ended + JUDGE_FINISH_S
     problem = ""
     while record is None and not judge_gone:
         to_judge.flush()
@@ -220,8 +222,9 @@ def coordinate(runner: Child, judge: Child, judge_job: dict[str, Any], timeouts:
             judge_gone = True
     if record is None and not problem:
         problem = f"the judge {describe_signal(judge.proc.poll())} without a record"
+    judge_tail_s = time.monotonic() - t_ended
     judge_log = judge.log_tail()
     judge.stop()
     return Outcome(record=record if isinstance(record, dict) else None, runner_exit=exit_code,
                    runner_log=runner_log, judge_log=judge_log, judge_problem=problem,
-                   wall_s=time.monotonic() - t_start)
+                   wall_s=time.monotonic() - t_start, judge_tail_s=judge_tail_s)

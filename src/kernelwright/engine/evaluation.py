@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -137,18 +138,21 @@ def prestart(config: EvalConfig | None = None) -> Spare:
     config = config or EvalConfig()
     _validate(config)
     sandbox_kind = _sandbox_kind(config)
-    workdir = Path(tempfile.mkdtemp(prefix="kw-eval-"))
-    judge_dir = Path(tempfile.mkdtemp(prefix="kw-judge-"))
-    job = {"problem_path": "", "candidate_path": "", "config": config.to_dict()}
-    runner, env = _spawn_runner(config, sandbox_kind, workdir, job, spare=True)
-    judge = _spawn_judge(config, judge_dir, env, spare=True)
-    spare = Spare(runner, judge, _spawn_key(config, sandbox_kind), workdir, judge_dir, env)
+    spare = _start_spare(config, sandbox_kind, Path(tempfile.mkdtemp(prefix="kw-eval-")))
     try:  # after the spawn: the children start up while this process imports torch to look for the GPU
         check_device(config.device)
     except EngineError:
         spare.discard()
         raise
     return spare
+
+
+def _start_spare(config: EvalConfig, sandbox_kind: str, workdir: Path) -> Spare:
+    judge_dir = Path(tempfile.mkdtemp(prefix="kw-judge-"))
+    job = {"problem_path": "", "candidate_path": "", "config": config.to_dict()}
+    runner, env = _spawn_runner(config, sandbox_kind, workdir, job, spare=True)
+    judge = _spawn_judge(config, judge_dir, env, spare=True)
+    return Spare(runner, judge, _spawn_key(config, sandbox_kind), workdir, judge_dir, env)
 
 
 class WarmEvaluator:
@@ -254,12 +258,23 @@ def _run(problem_path: Path, cand_path: Path, config: EvalConfig, workdir: Path,
            "out_dir": str(workdir / "out")}
     judge_job = {"problem_source": Path(problem_path).read_text(), "problem_name": str(problem_path),
                  "config": config.to_dict(), "out_dir": str(workdir / "out")}
+    phases: dict[str, float] = {}  # the engine's own time, by phase (metadata["engine_phases_s"])
+    t_phase = time.monotonic()
+    own_spare = spare is None
+    if own_spare:  # the runner and judge start up (python, torch, CUDA) while the trusted builder works
+        spare = _start_spare(config, sandbox_kind, workdir)
     trusted = None
     if config.build.trusted_cache:  # build what can be built without running the candidate
         tdir = workdir / "trusted-build"
-        trusted = trusted_builds.build(cand_path.read_text(), config, sandbox_kind, tdir,
-                                       child_env(config, tdir / "tmp"), trusted_builds.arch_list_for_config(config))
+        try:
+            trusted = trusted_builds.build(cand_path.read_text(), config, sandbox_kind, tdir,
+                                           child_env(config, tdir / "tmp"), trusted_builds.arch_list_for_config(config))
+        except BaseException:
+            spare.discard(remove_workdir=False)
+            raise
         job.update(trusted_builds.job_fields(trusted, workdir))
+        phases["trusted_build"] = time.monotonic() - t_phase
+    t_phase = time.monotonic()
     runner = judge = None
     judge_dir = None
     if spare is not None:
@@ -273,6 +288,8 @@ def _run(problem_path: Path, cand_path: Path, config: EvalConfig, workdir: Path,
         runner, env = _spawn_runner(config, sandbox_kind, workdir, job)
         judge_dir = judge_dir or Path(tempfile.mkdtemp(prefix="kw-judge-"))
         judge = _spawn_judge(config, judge_dir, env)
+    phases["start" if runner is not spare.runner else "hand_over"] = time.monotonic() - t_phase
+    t_phase = time.monotonic()
     iso = runner.isolation
     init_reports = sandbox_kind == "bwrap" or (iso is not None and iso.pid_namespace)  # an init reports 128+N
     try:
@@ -283,7 +300,13 @@ def _run(problem_path: Path, cand_path: Path, config: EvalConfig, workdir: Path,
         judge.stop()
         if not config.keep_workdir:
             shutil.rmtree(judge_dir, ignore_errors=True)
+    phases["evaluation"] = outcome.wall_s
+    phases["verdict_after_runner"] = outcome.judge_tail_s
+    phases["stop"] = time.monotonic() - t_phase - outcome.wall_s
     result = _record(outcome, config, sandbox_kind)
+    if own_spare:  # "prestarted" tells of a spare the caller started ahead, not of this overlap
+        result.metadata.pop("prestarted", None)
+    result.metadata["engine_phases_s"] = {k: round(v, 4) for k, v in phases.items()}
     isolation.annotate(result, iso)  # metadata["isolation"], the memory-limit note
     if trusted is not None:
         result.metadata["trusted_build"] = trusted.describe()

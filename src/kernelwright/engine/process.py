@@ -45,7 +45,7 @@ class Child:
     read_fd: int
     log_fd: int
     workdir: Path
-    started: float  # time.monotonic() at spawn
+    started: float  # time.monotonic() at spawn, or when a spare got its job (`go`): the budgets' origin
     reader: LineReader = field(default_factory=LineReader)
     pending: list[dict[str, Any]] = field(default_factory=list)  # messages read before `watch`
     stdin_open: bool = True
@@ -194,6 +194,7 @@ def go(child: Child, job: dict[str, Any], name: str = "runner") -> bool:
         job_path.write_text(json.dumps(dict(job, fd=current["fd"])))
     except (OSError, ValueError, KeyError):
         return False
+    child.started = time.monotonic()  # its budgets run from its job, not from its spawn
     return child.send("go")
 
 

@@ -17,6 +17,7 @@ can write the cache, so the manifest can be trusted.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import threading
@@ -31,6 +32,11 @@ from kernelwright.engine import isolation, process, sandbox, static_builds
 BUILDS_SUBDIR = "builds"
 _KNOWN: dict[tuple[str, str], str] = {}  # (cache root, entry directory) -> sha256 learned by this process
 _KNOWN_LOCK = threading.Lock()
+# The calls this process has seen built, all of them with success: (cache root, calls, build
+# settings) -> (verified, builds). An evaluation whose calls are all here needs no builder
+# process (its start-up, a torch import, is most of a cached evaluation's overhead): the hashes
+# are this process's own, and the evaluation child still checks the bytes before it loads.
+_DONE: dict[str, tuple[dict[str, str], list[dict[str, Any]]]] = {}
 
 
 @dataclass
@@ -41,10 +47,12 @@ class TrustedBuilds:
     private: list[str] = field(default_factory=list)  # why other build calls are left to the evaluation
     wall_s: float = 0.0
     error: str = ""  # the builder itself failed (then the evaluation builds everything privately)
+    remembered: bool = False  # every call was built before by this process: no builder was started
 
     def describe(self) -> dict[str, Any]:
         """The record's `metadata["trusted_build"]`."""
         return {"calls": len(self.builds), "verified": len(self.verified), "wall_s": round(self.wall_s, 3),
+                **({"remembered": True} if self.remembered else {}),
                 "private": self.private, **({"error": self.error} if self.error else {}),
                 "builds": [{k: v for k, v in b.items() if k not in ("sha256", "output")} for b in self.builds]}
 
@@ -67,6 +75,16 @@ def build(candidate_text: str, config: EvalConfig, sandbox_kind: str, workdir: P
         return out
     root = cache_root(config)
     root.mkdir(parents=True, exist_ok=True)
+    memo_key = json.dumps([str(root.resolve()), [c.kwargs for c in scan.calls], arch_list or "",
+                           config.build.use_pch, config.build.lean_headers, env.get("CXX", "")],
+                          sort_keys=True, default=repr)
+    with _KNOWN_LOCK:
+        done = _DONE.get(memo_key)
+    if done is not None and all((root / d).is_dir() for d in done[0]):
+        out.verified, out.builds = dict(done[0]), [dict(b, cached=True) for b in done[1]]
+        out.remembered = True
+        out.wall_s = time.monotonic() - t0
+        return out
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "tmp").mkdir(exist_ok=True)
     env = dict(env, TMPDIR=str(workdir / "tmp"), CUDA_VISIBLE_DEVICES="")
@@ -95,6 +113,9 @@ def build(candidate_text: str, config: EvalConfig, sandbox_kind: str, workdir: P
                 out.verified[d] = _KNOWN.setdefault((str(root.resolve()), d), digest)
         elif not b.get("ok") and isinstance(d, str) and "/" not in d and isinstance(b.get("output"), str):
             out.failed[d] = b["output"]
+    if out.builds and len(out.verified) == len(out.builds) == len(scan.calls):
+        with _KNOWN_LOCK:  # every call built: the next evaluation of the same calls skips the builder
+            _DONE[memo_key] = (dict(out.verified), [dict(b) for b in out.builds])
     return out
 
 
@@ -103,9 +124,10 @@ def builder_argv() -> list[str]:
 
 
 def forget() -> None:
-    """Drop the hashes this process has learned (tests)."""
+    """Drop the hashes and builds this process has learned (tests)."""
     with _KNOWN_LOCK:
         _KNOWN.clear()
+        _DONE.clear()
 
 
 def job_fields(trusted: TrustedBuilds | None, workdir: Path) -> dict[str, Any]:
