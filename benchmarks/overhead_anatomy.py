@@ -86,7 +86,8 @@ def prestarted_evals(problem: Path, candidate: Path, device: str, cache: Path, r
         runs.append({"wall_s": wall, "status": r.status.value, "engine_phases_s": r.metadata.get("engine_phases_s"),
                      "stage_times": {k: v for k, v in vars(r.stage_times).items() if v is not None},
                      "trusted_build": r.metadata.get("trusted_build", {}).get("wall_s"),
-                     "remembered": r.metadata.get("trusted_build", {}).get("remembered", False)})
+                     "remembered": r.metadata.get("trusted_build", {}).get("remembered", False),
+                     "runner_phases_s": r.metadata.get("runner_phases_s"), "judge_busy_s": r.metadata.get("judge_busy_s")})
     return {"first_eval_phases_s": first.metadata.get("engine_phases_s"), "prestarted": runs}
 
 
@@ -111,6 +112,8 @@ def main() -> int:
     for i, run in enumerate(ev["prestarted"]):
         print(f"prestarted #{i + 1}: wall {run['wall_s']:.3f} s, {run['status']}, phases {json.dumps(run['engine_phases_s'])}")
         print(f"    runner stages {json.dumps(run['stage_times'])}")
+        print(f"    runner phases {json.dumps(run['runner_phases_s'])}")
+        print(f"    judge busy    {json.dumps(run['judge_busy_s'])}")
     if args.out:
         (args.out / "overhead_anatomy.json").write_text(json.dumps({"startup": pieces, **ev}, indent=2))
     return 0

@@ -100,6 +100,7 @@ class Judge:
         self.ablation_lines: list[str] = []
         self.timing_asked = False
         self.done = False
+        self.busy_s: dict[str, float] = {}
         self.numerics = {
             "verdict": self.cfg.verdict, "oracle": self.cfg.numerics.oracle,
             "oracle_dtype": self.cfg.numerics.oracle_dtype, "factor": self.cfg.numerics.factor,
@@ -115,8 +116,10 @@ class Judge:
         from kernelwright.engine.child.problem_io import resolve_device
 
         self.device = resolve_device(self.cfg.device)
-        if self.device.type == "cuda":
-            torch.empty(1, device=self.device)
+        if self.device.type == "cuda":  # the context and cuBLAS's handles, before any job comes
+            for dtype in (torch.float32, torch.float64):
+                x = torch.ones(8, 8, device=self.device, dtype=dtype)
+                (x @ x).sum().item()
         self.started = True
 
     def load_problem(self) -> bool:
@@ -260,11 +263,14 @@ class Judge:
         handler = getattr(self, f"r_{kind}", None) if isinstance(kind, str) and kind.isidentifier() else None
         if handler is None:
             return
+        t0 = time.perf_counter()
         try:
             handler(msg)
         except ReferenceFailure as exc:  # the problem's own fault
             self.set_verdict(Status.RUNTIME_ERROR, "The reference Model failed to run:\n" + exc.log, Stage.REFERENCE)
             self.ask("stop")
+        finally:  # the judge's own time per kind of report (metadata["judge_busy_s"])
+            self.busy_s[kind] = self.busy_s.get(kind, 0.0) + time.perf_counter() - t0
 
     def r_prestarted(self, msg) -> None:
         self.rec.metadata["prestarted"] = {"idle_s": _num(msg.get("idle_s")), "startup_s": _num(msg.get("startup_s"))}
@@ -555,6 +561,8 @@ class Judge:
                           "wrong output for the inputs they were given (the inputs' contents change between timed "
                           "calls without a new tensor, version or address: a replayed or cached output is wrong)")
         meta = msg.get("meta") if isinstance(msg.get("meta"), dict) else {}
+        if isinstance(meta.get("phases_s"), dict):  # the runner's own account of its time: evidence only
+            self.rec.metadata["runner_phases_s"] = {_text(k, 40): _num(v) for k, v in list(meta["phases_s"].items())[:20]}
         if isinstance(meta.get("timing"), dict):
             self.rec.metadata["timing"] = _plain_data(meta["timing"])
             unstable = meta["timing"].get("unstable")
@@ -654,6 +662,7 @@ class Judge:
         }
         rec.metadata["numerics"] = dict(self.numerics, oracle_error=self.oracle_error or None)
         rec.metadata["judged_by"] = "judge process (no candidate code)"
+        rec.metadata["judge_busy_s"] = {k: round(v, 4) for k, v in self.busy_s.items() if v >= 0.001}
         return rec
 
     def degenerate_check(self) -> None:

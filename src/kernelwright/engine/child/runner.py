@@ -64,6 +64,12 @@ class Runner:
         self.out_dir = job.get("out_dir") or os.getcwd()
         self._n_files = 0
         self.started = False
+        self.phases: dict[str, float] = {}  # seconds per phase of the runner's own work (sent with the timing)
+
+    def phase(self, name: str, t0: float) -> float:
+        now = time.perf_counter()
+        self.phases[name] = round(self.phases.get(name, 0.0) + now - t0, 4)
+        return now
 
     # ---- talking to the parent ----------------------------------------------------------------
     def stage(self, name: str) -> None:
@@ -162,6 +168,15 @@ class Runner:
         if self.device.type == "cuda":
             torch.empty(1, device=self.device)
             torch.cuda.synchronize(self.device)
+        try:  # the guards' call tracer opens a profiler session: its first one costs seconds (kineto)
+            from torch.autograd.profiler import profile
+
+            with profile(use_device="cuda") if self.device.type == "cuda" else profile():
+                torch.ones(1, device=self.device).add_(1)
+                if self.device.type == "cuda":
+                    torch.cuda.synchronize(self.device)
+        except Exception:
+            pass
 
     def run(self) -> None:
         try:
@@ -306,19 +321,25 @@ class Runner:
             if cmd and cmd.startswith("ablate"):
                 self.ablate(cmd)
             seed = trial_seed(self.cfg.seed, t)
+            t0 = time.perf_counter()
             inputs = self.io.inputs(seed)
             fp = fingerprint(inputs)
+            t0 = self.phase("trial_inputs", t0)
             try:
                 out = self.call(inputs)
             except Exception as exc:
                 self.runtime_error(exc, f"ModelNew.forward raised on trial {t} (seed {seed})", "correctness")
                 self.chan.send("trial_error", trial=t, seed=seed, message=str(exc)[:500])
                 return False
+            t0 = self.phase("trial_calls", t0)
             self.chan.send("trial", trial=t, seed=seed, file=self.write(f"trial{t}", out), fingerprint=fp)
+            self.phase("trial_writes", t0)
             del out
         self.patches("while ModelNew ran")
         if self.cfg.guards.enabled:
+            t0 = time.perf_counter()
             self.guarded_calls()
+            self.phase("guarded_calls", t0)
         return True
 
     def guarded_calls(self) -> None:
@@ -418,6 +439,7 @@ class Runner:
     def await_timing(self) -> None:
         """Wait for the parent: `time` (the judge accepted the outputs), `ablate T`, or `stop`."""
         self.chan.send("await")
+        t0 = time.perf_counter()
         while True:
             cmd = self.poll_command(block=True)
             if cmd and cmd.startswith("ablate"):
@@ -425,6 +447,7 @@ class Runner:
                 self.chan.send("await")
             elif cmd == "time":
                 break
+        self.phase("await_judge", t0)
         if self.cfg.time_candidate:
             self.timing()
         if self.cfg.profile.enabled or self.cfg.profile.roofline:
@@ -438,6 +461,7 @@ class Runner:
         from kernelwright.engine.child.timing import time_with_stability
 
         self.stage("timing")
+        t_setup = time.perf_counter()
         self.patches("before timing")
         seeds = guard_seeds(self.cfg.seed)
         inputs = self.io.inputs(trial_seed(self.cfg.seed, 0))
@@ -487,6 +511,7 @@ class Runner:
                 self.meta["compile_reference_error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
         use_check = self.cfg.guards.enabled and self.cfg.guards.check_timed_outputs
         t_stage = time.perf_counter()
+        self.phase("timing_setup", t_setup)
         try:
             with torch.no_grad():
                 stats, report = time_with_stability(fns, self.device, self.cfg.timing,
@@ -501,6 +526,7 @@ class Runner:
             return
         self.meta["timing"] = report.to_dict()
         stage_s = time.perf_counter() - t_stage
+        t0 = self.phase("timed_calls", t_stage)
         self.candidate_ms = stats["candidate"].median_ms
         # the live tensors back to set A: the escape measurement runs on known contents
         with torch.no_grad():
@@ -518,7 +544,10 @@ class Runner:
                     if not guards.round_escapes(rounds[-1].summary(), self.cfg.guards.escape_ratio, 0.05):
                         break
             timer = {"rounds": [asdict(r) for r in rounds]}
+        t0 = self.phase("escape_rounds", t0)
         files = [[s, self.write(f"timed{i}", out)] for i, (s, out) in enumerate(samples)]
+        self.phase("sample_writes", t0)
+        self.meta["phases_s"] = dict(self.phases)
         self.chan.send("timing", stats={k: asdict(v) for k, v in stats.items()}, samples=files, timer=timer,
                        stage_s=stage_s, meta=self.meta)
         self.patches("during timing")
