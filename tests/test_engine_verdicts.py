@@ -119,6 +119,15 @@ def test_result_round_trips_through_json(cpu_config):
     json.dumps(kb)
 
 
+def test_a_record_with_the_retired_done_stage_still_loads():
+    """Stage "done" is gone from the enum; a stored record that names it loads with no stage."""
+    r = EvalResult.from_dict({"status": "runtime_error", "error_stage": "done"})
+    assert r.status is Status.RUNTIME_ERROR and r.error_stage is None
+    assert EvalResult.from_dict({"status": "crashed", "error_stage": "build"}).error_stage is Stage.BUILD
+    with pytest.raises(ValueError):
+        EvalResult.from_dict({"status": "crashed", "error_stage": "nowhere"})
+
+
 def test_problem_errors_raise_engine_error_not_verdicts(cpu_config, tmp_path):
     with pytest.raises(EngineError, match="not found"):
         evaluate(tmp_path / "missing.py", CAND / "py_correct.py", cpu_config)

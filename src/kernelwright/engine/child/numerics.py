@@ -108,10 +108,6 @@ class LeafNumerics:
     excess_allowed: float = 0.0  # factor * the reference's share out of tolerance + the floor
     within_distribution: bool = True  # excess_share <= excess_allowed
 
-    @property
-    def ref_within_tol(self) -> bool:
-        return self.reference.frac_out_of_tol == 0.0
-
 
 @dataclass
 class NumericsReport:
