@@ -80,7 +80,7 @@ class FunctionSnapshot:
         out = []
         for (space_name, attr), (space, value) in self.items.items():
             now = vars(space).get(attr, _MISSING)
-            if now is not value and not _torch_own_wrapper(now, value):
+            if now is not value and not _torch_own_wrapper(now):
                 out.append(f"{space_name}.{attr}")
         return out
 
@@ -97,7 +97,7 @@ _MISSING = object()
 _TORCH_DIR = os.path.dirname(os.path.realpath(torch.__file__)) + os.sep
 
 
-def _torch_own_wrapper(now: Any, before: Any) -> bool:
+def _torch_own_wrapper(now: Any) -> bool:
     """torch replaces some of its own functions lazily (torch._dynamo wraps torch.manual_seed and
     nn.Module.__init__ on first use): a replacement whose code lives in torch's package is not a patch."""
     code = getattr(now, "__code__", None) or getattr(getattr(now, "__func__", None), "__code__", None)

@@ -244,7 +244,7 @@ class Judge:
                 self.flag("unwritten_output", f"{name} holds NaN where memory was filled with NaN before ModelNew ran")
             if rep is not None:
                 for leaf in rep.failing():
-                    if leaf.name == name and numerics.lower_precision_suspected(c, t, leaf.candidate):
+                    if leaf.name == name and numerics.lower_precision_suspected(t, leaf.candidate):
                         self.flag("lower_precision_suspected",
                                   f"{name}'s normwise error {leaf.candidate.norm_rel:.2e} is at the level of bf16/fp16 rounding")
                         lines.append("the error is at the level of bf16/fp16 rounding: lower precision than the problem's dtype?")

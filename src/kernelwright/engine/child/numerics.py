@@ -235,7 +235,7 @@ def _leaf_message(l: LeafNumerics, atol: float, rtol: float, factor: float) -> s
     return "\n".join(lines)
 
 
-def lower_precision_suspected(cand: torch.Tensor, oracle: torch.Tensor, dev: Deviation) -> bool:
+def lower_precision_suspected(oracle: torch.Tensor, dev: Deviation) -> bool:
     """A hint: the candidate's normwise error is at the level of rounding the oracle to bf16 or fp16."""
     if dev.nonfinite or not math.isfinite(dev.norm_rel) or dev.norm_rel == 0:
         return False
