@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from kernelwright.cli.main import app
-from kernelwright.core.config import EvalConfig, LoopConfig, ModelConfig, RetryPolicy
+from kernelwright.core.config import LoopConfig, ModelConfig, RetryPolicy
 from kernelwright.loop.forge import Forge, engine_evaluator
 from kernelwright.models import resolve_model
 from kernelwright.store.rundir import RunDir, read_summary

@@ -3,7 +3,7 @@ arithmetic, the torch.profiler fallback on a C++ candidate, and prebuilding into
 
 from __future__ import annotations
 
-from dataclasses import asdict, replace
+from dataclasses import replace
 
 import pytest
 

@@ -24,7 +24,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path

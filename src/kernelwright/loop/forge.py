@@ -18,7 +18,7 @@ what was measured, and whether it held (`Expectation`).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
@@ -32,7 +32,7 @@ from kernelwright.models.extract import (
     extract_code,
     parse_judge,
 )
-from kernelwright.models.base import AnswersExhausted, ChatModel, Completion, ModelError, Usage
+from kernelwright.models.base import AnswersExhausted, ChatModel, ModelError
 from kernelwright.loop.judge_evidence import render_for_judge
 from kernelwright.core.record import EvalResult, Status
 from kernelwright.core import run_files
