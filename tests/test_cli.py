@@ -91,6 +91,18 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, cache_dir, args, line):
     assert "Traceback" not in res.stderr + res.stdout
 
 
+def test_optimize_refuses_bad_profile_and_sandbox_options_in_one_line(tmp_path):
+    from typer.testing import CliRunner
+
+    from kernelwright.cli.main import app
+
+    for opts, words in ((["--sandbox", "docker"], "--sandbox must be auto, bwrap or none"),
+                        (["--profile-tool", "nsys"], "profile tool must be auto, ncu or torch")):
+        res = CliRunner().invoke(app, ["optimize", str(ADD_ONE), "--coder", "m", "--device", "cpu",
+                                       "--out", str(tmp_path / "r"), *opts])
+        assert res.exit_code == 2 and words in res.output and "Traceback" not in res.output
+
+
 def test_a_format_error_names_no_unknown_device(tmp_path, cache_dir):
     res = kw("eval", ADD_ONE, CAND / "py_no_modelnew.py", "--device", "cpu", cwd=tmp_path, cache_dir=cache_dir)
     assert res.returncode == 0 and "format_error" in res.stdout  # eval ran; the verdict is in the output
