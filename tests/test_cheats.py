@@ -12,11 +12,9 @@ import pytest
 from kernelwright.engine import evaluate
 from kernelwright.core.record import Status
 
-from conftest import EXAMPLES, FIXTURES
+from conftest import ADD_ONE, CANDIDATES, EXAMPLES, FIXTURES
 
-ADD_ONE = FIXTURES / "problems" / "add_one.py"
 CHEATS = FIXTURES.parent / "cheats"
-CAND = FIXTURES / "candidates"
 
 
 def flags(r) -> dict:
@@ -126,7 +124,7 @@ def test_guards_off_lets_an_identity_cache_through(cpu_config):
 # ---- honest candidates ---------------------------------------------------------------------------
 
 def test_honest_python_candidate_raises_no_failing_flag(cpu_config):
-    r = evaluate(ADD_ONE, CAND / "py_correct.py", cpu_config)
+    r = evaluate(ADD_ONE, CANDIDATES / "py_correct.py", cpu_config)
     assert r.status is Status.PASSED, r.error_log
     # the one flag it does get is true: it is PyTorch operators only, no kernel of its own
     assert set(flags(r)) == {"no_custom_kernel"} and not failed(r)
@@ -141,7 +139,7 @@ def test_honest_cpp_examples_are_flagged_by_nothing(cpu_config):
     assert r.status is Status.PASSED, r.error_log
     assert flags(r) == {}, flags(r)
     assert r.metadata["guards"]["facts"]["call"]["extension_calls"] == ["kw_example_swish_cpu.fused_swish_affine"]
-    r = evaluate(ADD_ONE, CAND / "cpp_same_name_1.py", cpu_config)
+    r = evaluate(ADD_ONE, CANDIDATES / "cpp_same_name_1.py", cpu_config)
     assert r.status is Status.PASSED, r.error_log
     assert flags(r) == {}, flags(r)
 
