@@ -9,36 +9,37 @@ from dataclasses import replace
 from kernelwright.engine import WarmEvaluator, evaluate, prestart
 from kernelwright.core.record import Stage, Status
 
-from conftest import ADD_ONE, CANDIDATES
+from conftest import ADD_ONE
+from conftest import CANDIDATES as CAND
 
 
 def test_a_prestarted_child_evaluates_like_a_fresh_one(cpu_config):
     spare = prestart(cpu_config)
     assert spare.runner.wait_ready(120) and spare.judge.wait_ready(120), "the spare never started up"
-    r = evaluate(ADD_ONE, CANDIDATES / "py_correct.py", cpu_config, spare=spare)
+    r = evaluate(ADD_ONE, CAND / "py_correct.py", cpu_config, spare=spare)
     assert r.status is Status.PASSED, r.error_log
     assert len(r.trials) == cpu_config.trials and r.speedup is not None
     pre = r.metadata["prestarted"]
     assert pre["startup_s"] > 0 and pre["idle_s"] >= 0  # its start-up happened before the job came
     assert not spare.alive() and not spare.workdir.exists()  # one evaluation, then gone
-    fresh = evaluate(ADD_ONE, CANDIDATES / "py_correct.py", cpu_config)
+    fresh = evaluate(ADD_ONE, CAND / "py_correct.py", cpu_config)
     assert "prestarted" not in fresh.metadata
     assert [t.max_abs_err for t in fresh.trials] == [t.max_abs_err for t in r.trials]  # same seeds, same verdict
 
 
 def test_a_spare_applies_the_stage_limits_and_reports_crashes(cpu_config):
     spare = prestart(cpu_config)
-    r = evaluate(ADD_ONE, CANDIDATES / "py_infinite_loop.py", cpu_config, spare=spare)
+    r = evaluate(ADD_ONE, CAND / "py_infinite_loop.py", cpu_config, spare=spare)
     assert r.status is Status.TIMEOUT and r.error_stage is Stage.CORRECTNESS, r.error_log
     spare = prestart(cpu_config)
-    r = evaluate(ADD_ONE, CANDIDATES / "py_segfault.py", cpu_config, spare=spare)
+    r = evaluate(ADD_ONE, CAND / "py_segfault.py", cpu_config, spare=spare)
     assert r.status is Status.CRASHED and "SIGSEGV" in r.error_log
 
 
 def test_a_spare_is_not_used_for_another_configuration(cpu_config, tmp_path):
     spare = prestart(cpu_config)
     other = replace(cpu_config, cache_dir=str(tmp_path / "other-cache"))
-    r = evaluate(ADD_ONE, CANDIDATES / "py_correct.py", other, spare=spare)
+    r = evaluate(ADD_ONE, CAND / "py_correct.py", other, spare=spare)
     assert r.status is Status.PASSED and "prestarted" not in r.metadata
     assert not spare.alive() and not spare.workdir.exists()  # stopped, not left waiting
 
@@ -47,7 +48,7 @@ def test_a_spare_that_died_while_waiting_is_replaced_by_a_fresh_child(cpu_config
     spare = prestart(cpu_config)
     os.killpg(spare.runner.proc.pid, signal.SIGKILL)
     spare.runner.proc.wait()
-    r = evaluate(ADD_ONE, CANDIDATES / "py_correct.py", cpu_config, spare=spare)
+    r = evaluate(ADD_ONE, CAND / "py_correct.py", cpu_config, spare=spare)
     assert r.status is Status.PASSED, r.error_log
     assert "prestarted" not in r.metadata
 
@@ -57,11 +58,11 @@ def test_warm_evaluator_keeps_one_spare_and_stops_it_on_close(cpu_config):
         warm.prestart()
         first = warm._spare
         assert first is not None and first.alive()
-        r = warm.evaluate(ADD_ONE, CANDIDATES / "py_correct.py")
+        r = warm.evaluate(ADD_ONE, CAND / "py_correct.py")
         assert r.status is Status.PASSED and "prestarted" in r.metadata
         second = warm._spare
         assert second is not None and second is not first and second.alive()  # the next one, started after
-        r = warm.evaluate(ADD_ONE, CANDIDATES / "py_wrong.py")
+        r = warm.evaluate(ADD_ONE, CAND / "py_wrong.py")
         assert r.status is Status.INCORRECT and "prestarted" in r.metadata
         last = warm._spare
     assert last is not None and not last.alive() and not last.workdir.exists()
