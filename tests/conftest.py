@@ -12,6 +12,13 @@ from kernelwright.core.config import EvalConfig, StageTimeouts
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 EXAMPLES = ROOT / "examples"
+ADD_ONE = FIXTURES / "problems" / "add_one.py"  # y = relu(x) + 1: the problem most tests evaluate against
+CANDIDATES = FIXTURES / "candidates"  # candidates for ADD_ONE, one file per behaviour
+
+
+def block(code: str, prose: str = "Here you go.") -> str:
+    """A model's answer: a line of prose, then `code` in one fenced python block."""
+    return f"{prose}\n```python\n{code}```\n"
 
 
 def _cuda_available() -> bool:

@@ -9,11 +9,10 @@ from kernelwright.core.record import Status
 from kernelwright.engine import evaluate
 from kernelwright.engine.child import build
 
-from conftest import FIXTURES
+from conftest import ADD_ONE, EXAMPLES, FIXTURES
 
 BF = FIXTURES / "builds"
-ADD_ONE = FIXTURES / "problems" / "add_one.py"
-SWISH = FIXTURES.parent.parent / "examples" / "cpu_swish" / "problem.py"
+SWISH = EXAMPLES / "cpu_swish" / "problem.py"
 
 
 # ---- the check itself ------------------------------------------------------------------------------

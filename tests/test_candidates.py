@@ -17,15 +17,13 @@ from kernelwright.loop.records import Candidate
 from kernelwright.store.rundir import read_summary
 
 from chat_server import ChatServer, Reply
-from conftest import FIXTURES
+from conftest import ADD_ONE, CANDIDATES
 
-ADD_ONE = FIXTURES / "problems" / "add_one.py"
-CAND = FIXTURES / "candidates"
 needs_openai = pytest.mark.skipif(importlib.util.find_spec("openai") is None, reason="needs the openai client")
 
 
 def answer(name: str) -> str:
-    return f"Here it is.\n\n```python\n{(CAND / f'{name}.py').read_text()}```\n"
+    return f"Here it is.\n\n```python\n{(CANDIDATES / f'{name}.py').read_text()}```\n"
 
 
 PERF = '```json\n{"bottleneck": "two passes over memory", "optimisation": "fuse relu and add", "expected_speedup": 1.5}\n```'
@@ -71,7 +69,7 @@ def test_three_candidates_per_round_on_two_fake_gpus(tmp_path, cache_dir, monkey
     assert sorted(r0["candidate_verdicts"]) == ["format_error", "incorrect", "passed"]
     assert sorted(r1["candidate_verdicts"]) == ["crashed", "incorrect", "runtime_error"]
     assert r0["verdict"] == "passed" and r1["verdict"] == "incorrect"  # what each round's Judge would review
-    assert summary["best"]["round"] == 0 and (out / "best.py").read_text() == (CAND / "py_correct.py").read_text()
+    assert summary["best"]["round"] == 0 and (out / "best.py").read_text() == (CANDIDATES / "py_correct.py").read_text()
     # the run directory: one folder per round, and in it one per candidate
     d0, d1 = out / r0["dir"], out / r1["dir"]
     rec0 = json.loads((d0 / "round.json").read_text())
@@ -87,9 +85,9 @@ def test_three_candidates_per_round_on_two_fake_gpus(tmp_path, cache_dir, monkey
                  if c["verdict"] != "format_error"]
     assert len(evaluated) == 5 and {c["gpu"] for c in evaluated} == {"0", "1"}  # spread over both GPUs
     # the Judge reviewed the correct one, with its code; the round's own files are the chosen candidate's
-    assert (d0 / "candidate.py").read_text() == (CAND / "py_correct.py").read_text()
+    assert (d0 / "candidate.py").read_text() == (CANDIDATES / "py_correct.py").read_text()
     assert "clamp_min" in (d0 / "judge_prompt.md").read_text()
-    assert (d1 / "candidate.py").read_text() == (CAND / "py_wrong.py").read_text()
+    assert (d1 / "candidate.py").read_text() == (CANDIDATES / "py_wrong.py").read_text()
     assert rec0["tokens"] == sum(c["call"]["prompt_tokens"] + c["call"]["completion_tokens"]
                                  for c in rec0["candidates"]) + rec0["judge"]["prompt_tokens"] + rec0["judge"]["completion_tokens"]
     # round 1's Coder prompt is the optimisation prompt built on the best (round 0's correct candidate)

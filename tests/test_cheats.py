@@ -12,11 +12,9 @@ import pytest
 from kernelwright.engine import evaluate
 from kernelwright.core.record import Status
 
-from conftest import EXAMPLES, FIXTURES
+from conftest import ADD_ONE, CANDIDATES, EXAMPLES, FIXTURES
 
-ADD_ONE = FIXTURES / "problems" / "add_one.py"
 CHEATS = FIXTURES.parent / "cheats"
-CAND = FIXTURES / "candidates"
 
 
 def flags(r) -> dict:
@@ -32,9 +30,9 @@ def run(cfg, name):
     return evaluate(ADD_ONE, CHEATS / name, cfg)
 
 
-# (file, the flag that must be raised and fail the verdict); device-independent tricks
+# (file, the flag that must be raised and fail the verdict); device-independent tricks whose
+# outputs are right on every trial, so that the guard alone catches them
 CPU_CAUGHT_BY_FLAG = [
-    ("cache_by_pointer.py", "stale_output_on_refill"),
     ("cache_by_identity.py", "stale_output_on_refill"),
     ("patch_perf_counter.py", "patched_functions"),
     ("patch_cuda_timing.py", "patched_functions"),
@@ -43,21 +41,28 @@ CPU_CAUGHT_BY_FLAG = [
     ("persistent_buffer.py", "output_changed_later"),
     ("calls_reference.py", "calls_reference"),
     ("executor_thread.py", "background_threads"),
+    ("deferred_thread_lingering.py", "background_threads"),
 ]
 
 
 @pytest.mark.parametrize("name,flag", CPU_CAUGHT_BY_FLAG)
 def test_cheat_is_caught_by_its_guard(cpu_config, name, flag):
     r = run(cpu_config, name)
-    assert r.status is Status.INCORRECT, (r.status, r.error_log)
-    if name == "cache_by_pointer.py" and "Reward-hacking guard failed" not in r.error_log:
-        # the allocator gave a later input (a trial's, or the guarded call's) the address of an
-        # earlier one: the cache served a stale output for it, and that output was judged wrong
-        assert "Outputs are not close" in r.error_log
-        return
+    assert r.status is Status.INCORRECT and r.speedup is None, (r.status, r.speedup, r.error_log)
+    assert len(r.trials) == cpu_config.trials and all(t.passed for t in r.trials), r.error_log
     assert flag in flags(r) and flag in failed(r), r.metadata.get("guards")
-    assert flag in r.error_log and "Reward-hacking guard failed" in r.error_log
-    assert r.speedup is None
+    assert r.error_log.startswith("Reward-hacking guard failed:") and flag in r.error_log.splitlines()[0], r.error_log
+
+
+def test_pointer_cache_is_caught_by_the_refill_alone(cpu_config):
+    """cache_by_pointer.py keeps its inputs alive, so every fresh tensor gets the right output (each
+    trial passes); refilling the guarded call's tensors in place, same addresses, gets the stale one."""
+    r = run(cpu_config, "cache_by_pointer.py")
+    assert r.status is Status.INCORRECT and r.speedup is None, (r.status, r.speedup, r.error_log)
+    assert len(r.trials) == cpu_config.trials and all(t.passed for t in r.trials), r.error_log
+    assert failed(r) == ["stale_output_on_refill"], r.metadata.get("guards")
+    assert r.error_log.startswith("Reward-hacking guard failed: stale_output_on_refill"), r.error_log
+    assert "inputs refilled in place with new values" in r.error_log
 
 
 def test_stored_output_fails_on_the_second_trial(cpu_config):
@@ -73,12 +78,13 @@ def test_patched_verifier_is_restored_and_the_wrong_output_fails(cpu_config):
     assert r.error_log.startswith("Outputs are not close")
 
 
-def test_deferred_work_in_a_thread_is_caught(cpu_config):
-    r = run(cpu_config, "deferred_thread.py")
-    assert r.status is Status.INCORRECT
-    # either the output was read before the worker wrote it (NaN-filled, so it shows), or the
-    # output happened to be complete and the lingering worker thread was flagged
-    assert "background_threads" in failed(r) or "never written" in r.error_log or "NaN" in r.error_log, r.error_log
+def test_output_a_thread_fills_after_it_was_read_shows_as_never_written(cpu_config):
+    """deferred_thread_late.py: the worker writes a call's output only once the next call starts, so
+    trial 0's output is read while it still holds the guards' NaN fill."""
+    r = run(cpu_config, "deferred_thread_late.py")
+    assert r.status is Status.INCORRECT and r.speedup is None, (r.status, r.speedup, r.error_log)
+    assert not r.trials[0].passed and "first failing trial 0" in r.error_log, r.error_log
+    assert "never written" in r.error_log and "unwritten_output" in flags(r), r.error_log
 
 
 def test_bf16_compute_fails_calibrated_and_is_named(cpu_config):
@@ -118,7 +124,7 @@ def test_guards_off_lets_an_identity_cache_through(cpu_config):
 # ---- honest candidates ---------------------------------------------------------------------------
 
 def test_honest_python_candidate_raises_no_failing_flag(cpu_config):
-    r = evaluate(ADD_ONE, CAND / "py_correct.py", cpu_config)
+    r = evaluate(ADD_ONE, CANDIDATES / "py_correct.py", cpu_config)
     assert r.status is Status.PASSED, r.error_log
     # the one flag it does get is true: it is PyTorch operators only, no kernel of its own
     assert set(flags(r)) == {"no_custom_kernel"} and not failed(r)
@@ -133,7 +139,7 @@ def test_honest_cpp_examples_are_flagged_by_nothing(cpu_config):
     assert r.status is Status.PASSED, r.error_log
     assert flags(r) == {}, flags(r)
     assert r.metadata["guards"]["facts"]["call"]["extension_calls"] == ["kw_example_swish_cpu.fused_swish_affine"]
-    r = evaluate(ADD_ONE, CAND / "cpp_same_name_1.py", cpu_config)
+    r = evaluate(ADD_ONE, CANDIDATES / "cpp_same_name_1.py", cpu_config)
     assert r.status is Status.PASSED, r.error_log
     assert flags(r) == {}, flags(r)
 
@@ -141,6 +147,7 @@ def test_honest_cpp_examples_are_flagged_by_nothing(cpu_config):
 # ---- on a GPU -------------------------------------------------------------------------------------
 
 GPU_CAUGHT_BY_FLAG = CPU_CAUGHT_BY_FLAG + [
+    ("cache_by_pointer.py", "stale_output_on_refill"),
     ("side_stream.py", "timer_escape"),
 ]
 
@@ -156,7 +163,7 @@ def test_cheat_is_caught_on_cuda(cuda_config, name, flag):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", ["stored_output.py", "bf16_compute.py", "reuse_reference_output.py",
-                                  "patch_verifier.py", "deferred_thread.py"])
+                                  "patch_verifier.py", "deferred_thread_late.py"])
 def test_incorrect_cheats_fail_on_cuda(cuda_config, name):
     r = run(cuda_config, name)
     assert r.status is Status.INCORRECT, (r.status, r.error_log)

@@ -16,10 +16,8 @@ from pathlib import Path
 import pytest
 
 from chat_server import ChatServer, Reply
-from conftest import EXAMPLES, FIXTURES, ROOT
+from conftest import ADD_ONE, CANDIDATES, EXAMPLES, FIXTURES, ROOT
 
-ADD_ONE = FIXTURES / "problems" / "add_one.py"
-CAND = FIXTURES / "candidates"
 CPU_PROBLEM = EXAMPLES / "cpu_swish" / "problem.py"
 CPU_REPLAY = EXAMPLES / "cpu_swish" / "replay"
 CUDA_PROBLEM = EXAMPLES / "cuda_swish" / "problem.py"
@@ -72,11 +70,11 @@ def test_help_names_arguments_plainly_and_offers_completion(tmp_path, cache_dir)
 
 
 @pytest.mark.parametrize("args, line", [
-    (["eval", ADD_ONE, CAND], f"error: candidate {CAND} is a directory; pass the candidate's .py file"),
+    (["eval", ADD_ONE, CANDIDATES], f"error: candidate {CANDIDATES} is a directory; pass the candidate's .py file"),
     (["eval", ADD_ONE, "missing.py"], "error: candidate file not found: missing.py; check the path"),
-    (["eval", FIXTURES, CAND / "py_correct.py"], f"error: problem {FIXTURES} is a directory; pass the problem's .py file"),
-    (["eval", ADD_ONE, CAND / "py_correct.py", "--sandbox", "docker"], "error: --sandbox must be auto, bwrap or none (got 'docker')"),
-    (["eval", ADD_ONE, CAND / "py_correct.py", "--quiet", "--verbose"], "error: --quiet and --verbose exclude each other; pass one"),
+    (["eval", FIXTURES, CANDIDATES / "py_correct.py"], f"error: problem {FIXTURES} is a directory; pass the problem's .py file"),
+    (["eval", ADD_ONE, CANDIDATES / "py_correct.py", "--sandbox", "docker"], "error: --sandbox must be auto, bwrap or none (got 'docker')"),
+    (["eval", ADD_ONE, CANDIDATES / "py_correct.py", "--quiet", "--verbose"], "error: --quiet and --verbose exclude each other; pass one"),
     (["optimize", ADD_ONE, "--coder", "foo:bar", "--device", "cpu"],
      "error: --coder 'foo:bar': unknown provider 'foo'; known prefixes: openai:, anthropic:, replay: "
      "(or pass --base-url for a model served under that name)"),
@@ -91,8 +89,20 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, cache_dir, args, line):
     assert "Traceback" not in res.stderr + res.stdout
 
 
+def test_optimize_refuses_bad_profile_and_sandbox_options_in_one_line(tmp_path):
+    from typer.testing import CliRunner
+
+    from kernelwright.cli.main import app
+
+    for opts, words in ((["--sandbox", "docker"], "--sandbox must be auto, bwrap or none"),
+                        (["--profile-tool", "nsys"], "profile tool must be auto, ncu or torch")):
+        res = CliRunner().invoke(app, ["optimize", str(ADD_ONE), "--coder", "m", "--device", "cpu",
+                                       "--out", str(tmp_path / "r"), *opts])
+        assert res.exit_code == 2 and words in res.output and "Traceback" not in res.output
+
+
 def test_a_format_error_names_no_unknown_device(tmp_path, cache_dir):
-    res = kw("eval", ADD_ONE, CAND / "py_no_modelnew.py", "--device", "cpu", cwd=tmp_path, cache_dir=cache_dir)
+    res = kw("eval", ADD_ONE, CANDIDATES / "py_no_modelnew.py", "--device", "cpu", cwd=tmp_path, cache_dir=cache_dir)
     assert res.returncode == 0 and "format_error" in res.stdout  # eval ran; the verdict is in the output
     assert "on ?" not in res.stdout
 
@@ -110,7 +120,7 @@ def test_a_cuda_candidate_on_the_cpu_is_said_in_one_line(tmp_path, cache_dir):
 
 
 def test_eval_verbose_shows_each_stage_with_the_time_elapsed(tmp_path, cache_dir):
-    res = kw("eval", ADD_ONE, CAND / "py_correct.py", "--device", "cpu", "--verbose", "--trials", "2",
+    res = kw("eval", ADD_ONE, CANDIDATES / "py_correct.py", "--device", "cpu", "--verbose", "--trials", "2",
              cwd=tmp_path, cache_dir=cache_dir)
     assert res.returncode == 0 and "passed" in res.stdout
     stages = re.findall(r"^  (\w+)… \(at \d+\.\ds\)$", res.stderr, re.M)
@@ -122,7 +132,7 @@ def test_eval_verbose_shows_each_stage_with_the_time_elapsed(tmp_path, cache_dir
 
 def test_an_unknown_key_in_the_settings_file_is_one_line_naming_key_and_file(tmp_path, cache_dir):
     (tmp_path / "kernelwright.toml").write_text("[eval]\natoll = 0.01\n")
-    res = kw("eval", ADD_ONE, CAND / "py_correct.py", cwd=tmp_path, cache_dir=cache_dir)
+    res = kw("eval", ADD_ONE, CANDIDATES / "py_correct.py", cwd=tmp_path, cache_dir=cache_dir)
     assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1
     assert res.stderr.startswith(f"error: {tmp_path / 'kernelwright.toml'}: unknown key 'eval.atoll'; "
                                  "known keys in [eval]: device, trials, atol, rtol")
@@ -133,7 +143,7 @@ def test_settings_come_from_pyproject_and_the_command_line_overrides_them(tmp_pa
                                              'atol = 0.5\nrtol = 0.25\ntrials = 2\ndevice = "cpu"\n')
     sub = tmp_path / "work"
     sub.mkdir()  # found from a sub-directory too
-    res = kw("eval", ADD_ONE, CAND / "py_correct.py", "--rtol", "0.125", "--json", cwd=sub, cache_dir=cache_dir)
+    res = kw("eval", ADD_ONE, CANDIDATES / "py_correct.py", "--rtol", "0.125", "--json", cwd=sub, cache_dir=cache_dir)
     assert res.returncode == 0, res.stderr
     record = json.loads(res.stdout)
     assert (record["atol"], record["rtol"], len(record["trials"])) == (0.5, 0.125, 2)
@@ -161,7 +171,7 @@ def test_an_endpoint_never_reached_stops_the_run_with_exit_1(tmp_path, cache_dir
 
 @needs_openai
 def test_a_run_that_finished_exits_0_and_numbers_rounds_from_0_everywhere(tmp_path, cache_dir):
-    script = {"coder": [Reply(answer(CAND / "py_correct.py")), Reply(answer(CAND / "py_wrong.py"))],
+    script = {"coder": [Reply(answer(CANDIDATES / "py_correct.py")), Reply(answer(CANDIDATES / "py_wrong.py"))],
               "judge": [Reply(PERF)]}
     with ChatServer(script) as server:
         res = kw("optimize", ADD_ONE, "--coder", "coder", "--judge", "judge", "--base-url", server.base_url,
@@ -188,7 +198,7 @@ def test_a_run_that_finished_exits_0_and_numbers_rounds_from_0_everywhere(tmp_pa
 
 @needs_openai
 def test_optimize_json_and_quiet(tmp_path, cache_dir):
-    script = {"coder": [Reply(answer(CAND / "py_correct.py"))] * 2}
+    script = {"coder": [Reply(answer(CANDIDATES / "py_correct.py"))] * 2}
     with ChatServer(script) as server:
         res = kw("optimize", ADD_ONE, "--coder", "coder", "--base-url", server.base_url, "--rounds", "1",
                  "--device", "cpu", "--trials", "2", "--no-profile", "--json", "--quiet", "--out", tmp_path / "a",
@@ -206,7 +216,7 @@ def test_optimize_json_and_quiet(tmp_path, cache_dir):
 
 @needs_openai
 def test_optimize_verbose_shows_stages_with_elapsed_time(tmp_path, cache_dir):
-    script = {"coder": [Reply(answer(CAND / "py_correct.py"))] * 2, "judge": [Reply(PERF)]}
+    script = {"coder": [Reply(answer(CANDIDATES / "py_correct.py"))] * 2, "judge": [Reply(PERF)]}
     with ChatServer(script) as server:
         res = kw("optimize", ADD_ONE, "--coder", "coder", "--judge", "judge", "--base-url", server.base_url,
                  "--rounds", "2", "--device", "cpu", "--trials", "2", "--no-profile", "--verbose", "--out", tmp_path / "run",
@@ -219,7 +229,7 @@ def test_optimize_verbose_shows_stages_with_elapsed_time(tmp_path, cache_dir):
 
 @needs_openai
 def test_ctrl_c_ends_the_run_with_130_and_a_stopped_summary(tmp_path, cache_dir):
-    script = {"coder": [Reply(answer(CAND / "py_correct.py"), delay_s=60)]}
+    script = {"coder": [Reply(answer(CANDIDATES / "py_correct.py"), delay_s=60)]}
     with ChatServer(script) as server:
         proc = subprocess.Popen([sys.executable, "-m", "kernelwright.cli.main", "optimize", str(ADD_ONE),
                                  "--coder", "coder", "--base-url", server.base_url, "--device", "cpu",

@@ -10,7 +10,7 @@ from kernelwright.core.record import Status
 from kernelwright.engine import evaluate
 from kernelwright.engine.child import degenerate
 
-from conftest import FIXTURES
+from conftest import ADD_ONE, CANDIDATES, FIXTURES
 
 DG = FIXTURES / "degenerate"
 
@@ -85,7 +85,7 @@ def test_constant_candidate_passes_with_the_flag_and_its_sentence(cpu_config, pr
 
 
 def test_an_honest_problem_is_not_flagged(cpu_config):
-    r = evaluate(FIXTURES / "problems" / "add_one.py", FIXTURES / "candidates" / "py_correct.py", cpu_config)
+    r = evaluate(ADD_ONE, CANDIDATES / "py_correct.py", cpu_config)
     assert r.status is Status.PASSED, r.error_log
     assert "degenerate_reference" not in r.metadata["guards"]["flags"]
     assert "degenerate_reference" in r.metadata["guards"]["checked"]

@@ -10,11 +10,10 @@ from kernelwright.core.record import EvalResult, Status
 from kernelwright.engine import evaluate
 from kernelwright.engine.child import faults
 
-from conftest import FIXTURES
+from conftest import ADD_ONE, CANDIDATES, FIXTURES
 
 EF = FIXTURES / "engine_faults"
-ADD_ONE = FIXTURES / "problems" / "add_one.py"
-PY_CORRECT = FIXTURES / "candidates" / "py_correct.py"
+PY_CORRECT = CANDIDATES / "py_correct.py"
 
 
 # ---- the classification (no child process) ---------------------------------------------------------

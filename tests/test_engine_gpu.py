@@ -7,12 +7,10 @@ import pytest
 from kernelwright.engine import evaluate
 from kernelwright.core.record import Status
 
-from conftest import EXAMPLES, FIXTURES
+from conftest import ADD_ONE, CANDIDATES, EXAMPLES
 
 pytestmark = pytest.mark.gpu
 
-ADD_ONE = FIXTURES / "problems" / "add_one.py"
-CAND = FIXTURES / "candidates"
 CUDA_EXAMPLE = EXAMPLES / "cuda_swish"
 
 
@@ -31,18 +29,18 @@ def test_bundled_cuda_candidate_passes_and_is_timed_with_events(cuda_config):
 
 def test_a_cuda_source_that_needs_the_full_headers_is_built_as_written(cuda_config, tmp_path):
     cuda_config.cache_dir = str(tmp_path / "cache")  # its own cache: the first build must try lean
-    r = evaluate(ADD_ONE, CAND / "cuda_needs_full_headers.py", cuda_config)
+    r = evaluate(ADD_ONE, CANDIDATES / "cuda_needs_full_headers.py", cuda_config)
     assert r.status is Status.PASSED, r.error_log
     b = r.metadata["builds"][0]
     assert b["lean_headers"]["used"] is False and "lean build failed" in b["lean_headers"]["reason"], b
-    again = evaluate(ADD_ONE, CAND / "cuda_needs_full_headers.py", cuda_config)
+    again = evaluate(ADD_ONE, CANDIDATES / "cuda_needs_full_headers.py", cuda_config)
     b = again.metadata["builds"][0]
     assert again.status is Status.PASSED and b["cached"] is True
     assert "earlier lean build" in b["lean_headers"]["reason"]  # not tried twice
 
 
 def bad_access(mode: int) -> str:
-    text = (CAND / "cuda_bad_access.py").read_text()
+    text = (CANDIDATES / "cuda_bad_access.py").read_text()
     assert "MODE = 0" in text
     return text.replace("MODE = 0", f"MODE = {mode}")
 
@@ -52,14 +50,14 @@ def test_illegal_memory_access_is_a_verdict_and_the_next_evaluation_works(cuda_c
     r = evaluate(ADD_ONE, None, cuda_config, candidate_text=bad_access(mode))
     assert r.status in (Status.RUNTIME_ERROR, Status.CRASHED), r.error_log
     assert "illegal" in r.error_log.lower() or "memory" in r.error_log.lower() or r.status is Status.CRASHED
-    after = evaluate(ADD_ONE, CAND / "py_correct.py", cuda_config)
+    after = evaluate(ADD_ONE, CANDIDATES / "py_correct.py", cuda_config)
     assert after.status is Status.PASSED, after.error_log
 
 
 def test_same_extension_name_different_cuda_code_gets_its_own_build(cuda_config):
-    one = evaluate(ADD_ONE, CAND / "cuda_same_name_1.py", cuda_config)
-    two = evaluate(ADD_ONE, CAND / "cuda_same_name_2.py", cuda_config)
-    again = evaluate(ADD_ONE, CAND / "cuda_same_name_1.py", cuda_config)
+    one = evaluate(ADD_ONE, CANDIDATES / "cuda_same_name_1.py", cuda_config)
+    two = evaluate(ADD_ONE, CANDIDATES / "cuda_same_name_2.py", cuda_config)
+    again = evaluate(ADD_ONE, CANDIDATES / "cuda_same_name_1.py", cuda_config)
     assert one.status is Status.PASSED, one.error_log
     assert two.status is Status.INCORRECT, two.error_log
     assert again.status is Status.PASSED and again.metadata["builds"][0]["cached"] is True
@@ -71,4 +69,4 @@ def test_kernel_that_never_returns_is_killed_at_the_limit(cuda_config):
     r = evaluate(ADD_ONE, None, cuda_config, candidate_text=bad_access(2))
     assert r.status is Status.TIMEOUT, r.error_log
     assert r.stage_times.total_s < 10 + 120
-    assert evaluate(ADD_ONE, CAND / "py_correct.py", cuda_config).status is Status.PASSED
+    assert evaluate(ADD_ONE, CANDIDATES / "py_correct.py", cuda_config).status is Status.PASSED

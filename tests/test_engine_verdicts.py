@@ -10,14 +10,11 @@ import pytest
 from kernelwright.engine import EngineError, evaluate
 from kernelwright.core.record import EvalResult, Stage, Status
 
-from conftest import EXAMPLES, FIXTURES
-
-ADD_ONE = FIXTURES / "problems" / "add_one.py"
-CAND = FIXTURES / "candidates"
+from conftest import ADD_ONE, CANDIDATES, EXAMPLES
 
 
 def ev(cfg, candidate, problem=ADD_ONE):
-    return evaluate(problem, CAND / candidate if isinstance(candidate, str) else candidate, cfg)
+    return evaluate(problem, CANDIDATES / candidate if isinstance(candidate, str) else candidate, cfg)
 
 
 def test_correct_python_candidate_passes_with_timing(cpu_config):
@@ -119,19 +116,28 @@ def test_result_round_trips_through_json(cpu_config):
     json.dumps(kb)
 
 
+def test_a_record_with_the_retired_done_stage_still_loads():
+    """Stage "done" is gone from the enum; a stored record that names it loads with no stage."""
+    r = EvalResult.from_dict({"status": "runtime_error", "error_stage": "done"})
+    assert r.status is Status.RUNTIME_ERROR and r.error_stage is None
+    assert EvalResult.from_dict({"status": "crashed", "error_stage": "build"}).error_stage is Stage.BUILD
+    with pytest.raises(ValueError):
+        EvalResult.from_dict({"status": "crashed", "error_stage": "nowhere"})
+
+
 def test_problem_errors_raise_engine_error_not_verdicts(cpu_config, tmp_path):
     with pytest.raises(EngineError, match="not found"):
-        evaluate(tmp_path / "missing.py", CAND / "py_correct.py", cpu_config)
+        evaluate(tmp_path / "missing.py", CANDIDATES / "py_correct.py", cpu_config)
     bad = tmp_path / "bad_problem.py"
     bad.write_text("import torch\n")
     with pytest.raises(EngineError, match="defines no Model"):
-        evaluate(bad, CAND / "py_correct.py", cpu_config)
+        evaluate(bad, CANDIDATES / "py_correct.py", cpu_config)
 
 
 def test_reference_that_raises_is_blamed_on_the_problem(cpu_config, tmp_path):
     prob = tmp_path / "broken.py"
     prob.write_text(ADD_ONE.read_text().replace("return torch.relu(x) + 1.0", "raise RuntimeError('broken reference')"))
-    r = evaluate(prob, CAND / "py_correct.py", cpu_config)
+    r = evaluate(prob, CANDIDATES / "py_correct.py", cpu_config)
     assert r.error_stage is Stage.REFERENCE and "broken reference" in r.error_log
 
 
@@ -152,7 +158,7 @@ def test_bundled_cpp_candidate_passes_and_is_timed(cpu_config):
 @pytest.mark.slow
 def test_unchanged_extension_is_not_rebuilt(cpu_config):
     first = evaluate(CPU_EXAMPLE / "problem.py", CPU_EXAMPLE / "candidate.py", cpu_config)
-    second = evaluate(CPU_EXAMPLE / "problem.py", CAND / "cpp_wrong.py", cpu_config)
+    second = evaluate(CPU_EXAMPLE / "problem.py", CANDIDATES / "cpp_wrong.py", cpu_config)
     assert first.status is Status.PASSED
     assert second.metadata["builds"][0]["cached"] is True
     assert second.metadata["builds"][0]["key"] == first.metadata["builds"][0]["key"]

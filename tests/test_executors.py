@@ -10,7 +10,6 @@ import signal
 import threading
 import time
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
@@ -23,10 +22,8 @@ from kernelwright.executors.base import EvalTask, SerialExecutor, WorkerLost
 from kernelwright.executors.local import LocalExecutor
 from kernelwright.executors.placement import TimingGate, parse_gpus, plan_cores
 
-from conftest import FIXTURES
+from conftest import ADD_ONE, CANDIDATES, EXAMPLES
 
-ADD_ONE = FIXTURES / "problems" / "add_one.py"
-CAND = FIXTURES / "candidates"
 
 # Passes only in a child pinned to one of the fake GPUs: the pinning is checked by the verdict.
 PINNED = '''import os
@@ -57,7 +54,7 @@ class ModelNew(nn.Module):
         return x.clamp_min(0.0) + 1.0
 '''
 
-SUITE = {name: (CAND / f"{name}.py").read_text() for name in ("py_correct", "py_wrong", "py_segfault", "py_raises")}
+SUITE = {name: (CANDIDATES / f"{name}.py").read_text() for name in ("py_correct", "py_wrong", "py_segfault", "py_raises")}
 SUITE["pinned"] = PINNED
 
 
@@ -279,7 +276,7 @@ def test_cli_executor_ray_without_ray_exits_2_with_the_install_line(monkeypatch,
     from kernelwright.cli.main import app
 
     monkeypatch.setitem(sys.modules, "ray", None)
-    replay = Path(__file__).resolve().parent.parent / "examples" / "cuda_swish" / "replay"
+    replay = EXAMPLES / "cuda_swish" / "replay"
     out = tmp_path / "run"
     result = CliRunner().invoke(app, ["optimize", str(ADD_ONE), "--coder", f"replay:{replay}", "--device", "cpu",
                                       "--executor", "ray", "--out", str(out)])

@@ -11,18 +11,16 @@ import pytest
 from typer.testing import CliRunner
 
 from kernelwright.cli.main import app
-from kernelwright.core.config import EvalConfig, LoopConfig, ModelConfig, RetryPolicy
+from kernelwright.core.config import LoopConfig, ModelConfig, RetryPolicy
 from kernelwright.loop.forge import Forge, engine_evaluator
 from kernelwright.models import resolve_model
 from kernelwright.store.rundir import RunDir, read_summary
 
 from chat_server import ChatServer, Reply, Status
-from conftest import EXAMPLES, FIXTURES
+from conftest import ADD_ONE, CANDIDATES, EXAMPLES, FIXTURES
 
 CPU_PROBLEM = EXAMPLES / "cpu_swish" / "problem.py"
 LOOP = FIXTURES / "loop"
-ADD_ONE = FIXTURES / "problems" / "add_one.py"
-CAND = FIXTURES / "candidates"
 CUDA_PROBLEM = EXAMPLES / "cuda_swish" / "problem.py"
 CUDA_REPLAY = EXAMPLES / "cuda_swish" / "replay"
 
@@ -168,7 +166,7 @@ def test_replay_of_the_recorded_run_reproduces_its_verdicts(recorded_run, tmp_pa
 @pytest.mark.slow
 @needs_openai
 def test_the_run_survives_rate_limits_server_errors_bad_answers_and_timeouts(cpu_config, tmp_path):
-    py = lambda name: answer(CAND / name)  # noqa: E731
+    py = lambda name: answer(CANDIDATES / name)  # noqa: E731
     script = {
         "coder": [Status(429, "rate limited"), Reply("I would fuse relu and the add, but here is just the idea."),
                   Reply(py("py_correct.py"), delay_s=3.0), Reply(py("py_correct.py")),
@@ -212,7 +210,7 @@ def test_the_run_survives_rate_limits_server_errors_bad_answers_and_timeouts(cpu
         assert ev["metadata"]["prestarted"]["startup_s"] > 0, ev["metadata"]
     # the regression (incorrect) never replaced the best
     assert state.best.index == 1 and summary["best"]["round"] == 1
-    assert (tmp_path / "run" / "best.py").read_text() == (CAND / "py_correct.py").read_text()
+    assert (tmp_path / "run" / "best.py").read_text() == (CANDIDATES / "py_correct.py").read_text()
 
 
 @pytest.mark.gpu

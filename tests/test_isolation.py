@@ -20,9 +20,8 @@ import kernelwright
 from kernelwright.core.record import Stage, Status
 from kernelwright.engine import evaluate, isolation
 
-from conftest import EXAMPLES, FIXTURES
+from conftest import ADD_ONE, EXAMPLES, FIXTURES
 
-ADD_ONE = FIXTURES / "problems" / "add_one.py"
 ATTACKS = FIXTURES / "attacks"
 EVALUATOR = Path(__file__).resolve().parent / "evaluator.py"
 PACKAGE_ROOT = str(Path(kernelwright.__file__).resolve().parent.parent)

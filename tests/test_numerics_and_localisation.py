@@ -9,9 +9,8 @@ from kernelwright.engine import evaluate
 from kernelwright.engine.child import localize, numerics
 from kernelwright.core.record import Status
 
-from conftest import FIXTURES
+from conftest import ADD_ONE, FIXTURES
 
-ADD_ONE = FIXTURES / "problems" / "add_one.py"
 MAMBA_SMALL = FIXTURES / "problems" / "mamba2_ssd_small.py"
 MAMBA = FIXTURES / "problems" / "mamba2_ssd.py"
 M2 = FIXTURES / "mamba2"

@@ -3,7 +3,7 @@ arithmetic, the torch.profiler fallback on a C++ candidate, and prebuilding into
 
 from __future__ import annotations
 
-from dataclasses import asdict, replace
+from dataclasses import replace
 
 import pytest
 
@@ -16,7 +16,7 @@ from kernelwright.engine.prebuild import BuildPool
 from kernelwright.loop.judge_evidence import render_for_judge
 from kernelwright.core.record import Status
 
-from conftest import EXAMPLES, FIXTURES
+from conftest import ADD_ONE, CANDIDATES, EXAMPLES, FIXTURES
 
 NCU_FIX = FIXTURES / "ncu"
 CPU_EXAMPLE = EXAMPLES / "cpu_swish"
@@ -151,7 +151,7 @@ def _profiled(cfg, **kw):
 
 
 def test_python_candidate_profile_on_cpu_is_pytorch_ops(cpu_config):
-    r = evaluate(FIXTURES / "problems" / "add_one.py", FIXTURES / "candidates" / "py_correct.py",
+    r = evaluate(ADD_ONE, CANDIDATES / "py_correct.py",
                  _profiled(cpu_config, ncu_path="/nonexistent/ncu"))
     assert r.status is Status.PASSED, r.error_log
     p = r.metadata["profile"]
@@ -194,7 +194,7 @@ def test_cpp_candidate_profile_names_its_op_and_gets_a_roofline(cpu_config):
 
 
 def test_roofline_without_profile_is_the_default(cpu_config):
-    r = evaluate(FIXTURES / "problems" / "add_one.py", FIXTURES / "candidates" / "py_correct.py", cpu_config)
+    r = evaluate(ADD_ONE, CANDIDATES / "py_correct.py", cpu_config)
     assert r.status is Status.PASSED
     assert "profile" not in r.metadata  # the kernel profile is opt-in
     assert r.metadata["roofline"]["bound"] == "memory"
@@ -207,8 +207,8 @@ def test_roofline_without_profile_is_the_default(cpu_config):
 @pytest.mark.slow
 def test_prebuild_then_evaluate_hits_the_cache(cpu_config, tmp_path):
     cfg = replace(cpu_config, cache_dir=str(tmp_path / "fresh-cache"))
-    text = (FIXTURES / "candidates" / "cpp_same_name_1.py").read_text()
-    problem = FIXTURES / "problems" / "add_one.py"
+    text = (CANDIDATES / "cpp_same_name_1.py").read_text()
+    problem = ADD_ONE
     with BuildPool(max_workers=1, config=cfg, arch_list=None) as pool:
         pre = pool.submit(problem, text).result(timeout=600)
     assert pre.ok, pre.error
@@ -222,5 +222,5 @@ def test_prebuild_then_evaluate_hits_the_cache(cpu_config, tmp_path):
 
 def test_prebuild_of_a_broken_candidate_is_reported_not_raised(cpu_config):
     with BuildPool(max_workers=1, config=cpu_config, arch_list=None) as pool:
-        res = pool.submit(FIXTURES / "problems" / "add_one.py", "def nope(:\n").result(timeout=120)
+        res = pool.submit(ADD_ONE, "def nope(:\n").result(timeout=120)
     assert not res.ok and res.error

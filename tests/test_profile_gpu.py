@@ -15,12 +15,12 @@ from kernelwright.engine.prebuild import BuildPool
 from kernelwright.loop.judge_evidence import render_for_judge
 from kernelwright.core.record import Status
 
-from conftest import EXAMPLES, FIXTURES
+from conftest import CANDIDATES, EXAMPLES
 
 pytestmark = pytest.mark.gpu
 
 CUDA_EXAMPLE = EXAMPLES / "cuda_swish"
-MIXED = FIXTURES / "candidates" / "cuda_swish_plus_torch.py"
+MIXED = CANDIDATES / "cuda_swish_plus_torch.py"
 
 
 def _profiled(cfg, **kw):

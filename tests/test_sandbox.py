@@ -14,9 +14,7 @@ import pytest
 from kernelwright.engine import EngineError, evaluate, sandbox
 from kernelwright.core.record import Stage, Status
 
-from conftest import FIXTURES
-
-ADD_ONE = FIXTURES / "problems" / "add_one.py"
+from conftest import ADD_ONE, CANDIDATES, FIXTURES
 
 
 def _bwrap_reason() -> str:
@@ -51,7 +49,7 @@ def _eval(cfg, attempt: str, mode: str):
 
 @needs_bwrap
 def test_auto_picks_bwrap_and_records_it(cpu_config):
-    r = evaluate(ADD_ONE, FIXTURES / "candidates" / "py_correct.py", cpu_config)
+    r = evaluate(ADD_ONE, CANDIDATES / "py_correct.py", cpu_config)
     assert r.status is Status.PASSED, r.error_log
     assert r.sandbox == "bwrap"
 
@@ -111,7 +109,7 @@ def test_network_is_unreachable_in_the_sandbox(cpu_config):
 @needs_bwrap
 def test_timeout_still_kills_the_sandboxed_child(cpu_config):
     cpu_config.sandbox = "bwrap"
-    r = evaluate(ADD_ONE, FIXTURES / "candidates" / "py_infinite_loop.py", cpu_config)
+    r = evaluate(ADD_ONE, CANDIDATES / "py_infinite_loop.py", cpu_config)
     assert r.status is Status.TIMEOUT and r.sandbox == "bwrap"
 
 
@@ -119,7 +117,7 @@ def test_bwrap_mode_without_bwrap_is_an_engine_error(cpu_config, monkeypatch):
     monkeypatch.setattr(sandbox.shutil, "which", lambda name: None)
     cpu_config.sandbox = "bwrap"
     with pytest.raises(EngineError, match="bubblewrap"):
-        evaluate(ADD_ONE, FIXTURES / "candidates" / "py_correct.py", cpu_config)
+        evaluate(ADD_ONE, CANDIDATES / "py_correct.py", cpu_config)
     assert sandbox.resolve("auto") == "none"
 
 

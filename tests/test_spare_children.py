@@ -9,10 +9,8 @@ from dataclasses import replace
 from kernelwright.engine import WarmEvaluator, evaluate, prestart
 from kernelwright.core.record import Stage, Status
 
-from conftest import FIXTURES
-
-ADD_ONE = FIXTURES / "problems" / "add_one.py"
-CAND = FIXTURES / "candidates"
+from conftest import ADD_ONE
+from conftest import CANDIDATES as CAND
 
 
 def test_a_prestarted_child_evaluates_like_a_fresh_one(cpu_config):

@@ -23,7 +23,7 @@ from kernelwright.models.base import Completion, Usage
 from kernelwright.store import open_store
 from kernelwright.store.db import SCHEMA_VERSION, Store, StoreError
 from kernelwright.store.indexer import index_run
-from kernelwright.store.rundir import RunDir, load_rounds, read_summary
+from kernelwright.store.rundir import RunDir, RunDirError, load_rounds, read_summary
 
 from conftest import FIXTURES, ROOT
 
@@ -92,6 +92,15 @@ def test_sigkill_never_leaves_the_store_unreadable_nor_loses_a_commit(tmp_path):
         assert {f"h{i}" for i in acked} <= hashes  # no acknowledged commit lost
         assert {h[1:] for h in hashes} == {s[1:] for s in suites}  # no transaction half-applied
         start = max(int(h[1:]) for h in hashes) + 1
+
+
+# ---- the run directory ---------------------------------------------------------------------------
+
+def test_a_used_run_directory_is_refused(tmp_path):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "x").write_text("")
+    with pytest.raises(RunDirError, match="pass a new --out"):
+        RunDir(tmp_path / "run", PROBLEM, {})
 
 
 # ---- resume: a run read back from its files ----------------------------------------------------

@@ -11,11 +11,9 @@ import pytest
 from kernelwright.core.record import Status
 from kernelwright.engine import evaluate, sandbox, static_builds, trusted_builds
 
-from conftest import EXAMPLES, FIXTURES
+from conftest import ADD_ONE, CANDIDATES, EXAMPLES, FIXTURES
 
-ADD_ONE = FIXTURES / "problems" / "add_one.py"
 SWISH = EXAMPLES / "cpu_swish"
-CANDIDATES = FIXTURES / "candidates"
 
 
 # ---- reading the calls without running the candidate ------------------------------------------

@@ -16,9 +16,8 @@ from kernelwright.core.config import StageTimeouts
 from kernelwright.core.record import Status
 from kernelwright.engine import evaluate
 
-from conftest import FIXTURES
+from conftest import ADD_ONE, FIXTURES
 
-ADD_ONE = FIXTURES / "problems" / "add_one.py"
 ATTACKS = FIXTURES.parent / "attacks"
 CANARY = "sk-canary-7f3a9c1e5b2d4680"
 

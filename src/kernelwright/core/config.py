@@ -214,7 +214,7 @@ class ProfileConfig:
     enabled: bool = False
     tool: ProfileTool = "auto"  # auto: ncu when it works on this machine, else torch.profiler
     ncu_path: str = ""  # empty: `ncu` on PATH, then $CUDA_HOME/bin and /usr/local/cuda/bin
-    metric_set: str = "judge"  # the fixed set in engine/ncu.py (METRIC_SETS)
+    metric_set: str = "judge"  # the fixed set in engine/nsight.py (METRIC_SETS)
     max_kernels: int = 8  # ncu profiles at most this many kernel launches (--launch-count)
     forward_runs: int = 2  # forwards run under ncu (the first one warms up lazy initialisation)
     roofline: bool = True

@@ -26,10 +26,6 @@ class SourceFile:
     def sha256(self) -> str:
         return hashlib.sha256(self.text.encode()).hexdigest()
 
-    @property
-    def short_hash(self) -> str:
-        return self.sha256[:12]
-
 
 def _top_level_names(tree: ast.Module) -> dict[str, ast.AST]:
     names: dict[str, ast.AST] = {}
@@ -87,9 +83,3 @@ def check_candidate_text(text: str, path: Path | str = "<candidate>") -> None:
     names = _top_level_names(tree)
     if "ModelNew" not in names:
         raise FormatError(f"candidate {path} defines no class ModelNew; define class ModelNew(nn.Module)")
-
-
-def load_candidate(path: str | Path) -> SourceFile:
-    src = _read(path, "candidate")
-    check_candidate_text(src.text, src.path)
-    return src

@@ -44,7 +44,6 @@ class Stage(str, Enum):
     CORRECTNESS = "correctness"
     TIMING = "timing"
     PROFILE = "profile"
-    DONE = "done"
 
     def __str__(self) -> str:  # pragma: no cover - trivial
         return self.value
@@ -153,7 +152,9 @@ class EvalResult:
         data = dict(data)
         data["status"] = Status(data["status"])
         if data.get("error_stage") is not None:
-            data["error_stage"] = Stage(data["error_stage"])
+            # "done" was a member once, never a stage the engine reported: a record that holds it
+            # (a forged runner message could put it there) loads with no stage
+            data["error_stage"] = None if data["error_stage"] == "done" else Stage(data["error_stage"])
         data["compile_issues"] = [CompileIssue(**c) for c in data.get("compile_issues", [])]
         data["trials"] = [TrialRecord(**t) for t in data.get("trials", [])]
         for key in ("candidate_timing", "reference_timing", "compile_reference_timing"):

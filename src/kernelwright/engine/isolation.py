@@ -119,7 +119,7 @@ class Isolation:
             "notes": list(self.notes),
         }
 
-    def memory_note(self, error_log: str, exit_code: int | None) -> str:
+    def memory_note(self, error_log: str) -> str:
         """A sentence naming the memory limit when a failure looks like the child ran into it, else ''."""
         if not self.memory_limit_mb:
             return ""
@@ -137,7 +137,7 @@ def annotate(result: Any, iso: "Isolation | None") -> None:
     if iso is None:
         return
     result.metadata["isolation"] = iso.describe()
-    note = iso.memory_note(result.error_log or "", result.exit_code)
+    note = iso.memory_note(result.error_log or "")
     if note and result.status.value != "passed":
         result.error_log = note + ("\n\n" + result.error_log if result.error_log else "")
 

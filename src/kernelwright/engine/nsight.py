@@ -24,7 +24,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -75,7 +74,7 @@ class NcuKernel:
     """One profiled kernel launch, in the units a person reads (us, bytes, GB/s, %)."""
 
     name: str
-    origin: str  # candidate | pytorch | unknown (engine/child/kernel_names.py)
+    origin: str  # candidate | pytorch | unknown (core/kernel_names.py)
     duration_us: float | None = None
     sm_throughput_pct: float | None = None
     memory_throughput_pct: float | None = None

@@ -18,7 +18,7 @@ what was measured, and whether it held (`Expectation`).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
@@ -32,7 +32,7 @@ from kernelwright.models.extract import (
     extract_code,
     parse_judge,
 )
-from kernelwright.models.base import AnswersExhausted, ChatModel, Completion, ModelError, Usage
+from kernelwright.models.base import AnswersExhausted, ChatModel, ModelError
 from kernelwright.loop.judge_evidence import render_for_judge
 from kernelwright.core.record import EvalResult, Status
 from kernelwright.core import run_files
@@ -227,7 +227,7 @@ class Forge:
             return
         report_dir = self.recorder.round_dir(rnd)
         rnd.result = self.evaluate(self.problem, rnd.code, lambda stage: self._progress(rnd.index, stage),
-                                   report_dir / "profile" if report_dir is not None else None)
+                                   report_dir / run_files.PROFILE_DIR if report_dir is not None else None)
         rnd.evaluated = True
         self._settle(rnd)
 
@@ -334,7 +334,7 @@ class Forge:
         def evaluate(cand: Candidate) -> None:
             report = None
             if round_dir is not None:
-                report = round_dir / run_files.CANDIDATES_DIR / run_files.candidate_dir_name(cand.index, cand.code) / "profile"
+                report = round_dir / run_files.CANDIDATES_DIR / run_files.candidate_dir_name(cand.index, cand.code) / run_files.PROFILE_DIR
             cand.result = self.evaluate(self.problem, cand.code,
                                         lambda stage: self._progress(rnd.index, f"candidate {cand.index}: {stage}"), report)
             cand.evaluated = True

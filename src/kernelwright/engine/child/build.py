@@ -185,8 +185,8 @@ def install_build_cache(cache_root: str | os.PathLike, candidate_file: str | Non
     else:
         _tolerate_read_only_torch(cpp_ext)
 
-    def _run(kind: str, name: str, build_dir: Path, call, key: str, sources_for_map: list[str],
-             extra: dict[str, Any] | None = None, tentative: bool = False):
+    def _run(kind: str, name: str, build_dir: Path, call, key: str, extra: dict[str, Any] | None = None,
+             tentative: bool = False):
         """`call(directory)` builds and loads; `build_dir` is the call's directory in the shared cache."""
         entry: dict[str, Any] = {"kind": kind, "name": name, "key": key, "dir": str(build_dir), **(extra or {})}
         BUILD_LOG.append(entry)
@@ -219,12 +219,12 @@ def install_build_cache(cache_root: str | os.PathLike, candidate_file: str | Non
             _clear_unrecorded(build_dir, name)
         entry["cached"] = any(build_dir.glob(f"{name}*.so")) or any(build_dir.glob(f"{name}*.pyd"))
         try:
-            return _build_and_load(entry, name, build_dir, call, sources_for_map, tentative, t0)
+            return _build_and_load(entry, name, build_dir, call, tentative, t0)
         finally:
             if lock is not None:
                 lock.close()
 
-    def _build_and_load(entry, name, build_dir, call, sources_for_map, tentative, t0):
+    def _build_and_load(entry, name, build_dir, call, tentative, t0):
         try:
             module = call(build_dir)
         except RuntimeError as exc:
@@ -235,7 +235,7 @@ def install_build_cache(cache_root: str | os.PathLike, candidate_file: str | Non
             if "Error building extension" not in text:
                 entry["ok"] = False
                 raise
-            issues = parse_compiler_output(text, build_dir, candidate_file, sources_for_map)
+            issues = parse_compiler_output(text, candidate_file)
             entry.update(ok=False, output=text, issues=[asdict(i) for i in issues])
             raise CandidateBuildError(name, text, issues) from None
         entry["ok"] = True
@@ -262,7 +262,6 @@ def install_build_cache(cache_root: str | os.PathLike, candidate_file: str | Non
             "kwargs": {k: v for k, v in kwargs.items() if k not in ("verbose", "build_directory")},
         }
         key = build_key("inline", name, payload, with_cuda)
-        texts = _as_list(cpp_sources) + _as_list(cuda_sources)
         extra: dict[str, Any] = {"pch": pch}
         lean = _lean_plan(cuda_sources, kwargs, args, original_inline) if lean_headers else None
         if lean is not None:
@@ -284,11 +283,11 @@ def install_build_cache(cache_root: str | os.PathLike, candidate_file: str | Non
                         "inline", name, lean_dir,
                         lambda d: original_inline(name, lean_cpp, lean.cuda_sources, *args,
                                                   **dict(lean_kwargs, build_directory=str(d))),
-                        lean_key, texts, dict(extra, lean_headers={"used": True, "op_headers": lean.op_headers}),
+                        lean_key, dict(extra, lean_headers={"used": True, "op_headers": lean.op_headers}),
                         tentative=True,
                     )
                 except _LeanBuildFailed as failure:
-                    first = next((i.message for i in parse_compiler_output(failure.output, None, None)), "")
+                    first = next((i.message for i in parse_compiler_output(failure.output, None)), "")
                     if private_root is None:  # an evaluation never writes the shared cache
                         failed_marker.write_text(failure.output[-20000:])
                     extra["lean_headers"] = {"used": False, "tried_s": round(failure.seconds, 2),
@@ -299,7 +298,7 @@ def install_build_cache(cache_root: str | os.PathLike, candidate_file: str | Non
         return _run(
             "inline", name, build_dir,
             lambda d: original_inline(name, cpp_sources, cuda_sources, *args, **dict(kwargs, build_directory=str(d))),
-            key, texts, extra,
+            key, extra,
         )
 
     @functools.wraps(original_load)
@@ -319,7 +318,7 @@ def install_build_cache(cache_root: str | os.PathLike, candidate_file: str | Non
         if private_root is None:
             build_dir.mkdir(parents=True, exist_ok=True)
         return _run("load", name, build_dir,
-                    lambda d: original_load(name, sources, *args, **dict(kwargs, build_directory=str(d))), key, contents)
+                    lambda d: original_load(name, sources, *args, **dict(kwargs, build_directory=str(d))), key)
 
     cpp_ext.load_inline = load_inline
     cpp_ext.load = load
@@ -546,13 +545,11 @@ _PTXAS_RE = re.compile(r"^(?P<msg>ptxas (?:fatal|error)\s*:.*)$")
 _LINK_RE = re.compile(r"^(?P<msg>.*(?:undefined reference to|undefined symbol).*)$")
 
 
-def parse_compiler_output(
-    text: str, build_dir: Path | None, candidate_file: str | None, sources: list[str] | None = None
-) -> list[CompileIssue]:
+def parse_compiler_output(text: str, candidate_file: str | None) -> list[CompileIssue]:
     """The first errors of a build log, each located in the generated file and in the candidate."""
     issues: list[CompileIssue] = []
     seen: set[tuple] = set()
-    locator = _CandidateLocator(candidate_file, sources or [])
+    locator = _CandidateLocator(candidate_file)
     for raw in text.splitlines():
         line = raw.strip()
         m = _NVCC_RE.match(line) or _GCC_RE.match(line)
@@ -607,7 +604,7 @@ class _CandidateLocator:
     file, and where, then offset by the constant's own line in the candidate.
     """
 
-    def __init__(self, candidate_file: str | None, sources: list[str]):
+    def __init__(self, candidate_file: str | None):
         self.constants: list[tuple[int, str]] = []  # (line in candidate where the text starts, text)
         if not candidate_file:
             return

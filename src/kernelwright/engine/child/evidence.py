@@ -255,29 +255,3 @@ def collect(cfg, device: torch.device, ref_model, cand_model, inputs, candidate_
         except Exception as exc:
             out["profile_error"] = f"torch.profiler failed: {type(exc).__name__}: {str(exc)[:300]}"
     return out
-
-
-def run_forwards(ev, n: int) -> None:
-    """The child's `profile_only` job (run under ncu): construct ModelNew, run `n` forwards.
-
-    Nothing else launches kernels in this mode (no reference, no comparison, no timing, no L2
-    flush), so what ncu sees is the candidate's forward.
-    """
-    from kernelwright.core.record import Status
-
-    try:
-        torch.manual_seed(ev.cfg.seed)
-        init_inputs = ev.problem.get_init_inputs()
-        torch.manual_seed(ev.cfg.seed)
-        model = ev.candidate.ModelNew(*init_inputs).to(ev.device).eval()
-        inputs = ev._inputs(ev.cfg.seed)
-        with torch.no_grad():
-            for _ in range(n):
-                model(*inputs)
-        if ev.device.type == "cuda":  # [verdicts] a plain synchronise: no probe kernel under ncu
-            torch.cuda.synchronize(ev.device)
-    except Exception as exc:
-        ev._runtime_error(exc, "ModelNew failed while being profiled")
-        return
-    ev.rec["status"] = Status.PASSED.value
-    ev.rec["metadata"]["forward_runs"] = n

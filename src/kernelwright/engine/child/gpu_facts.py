@@ -7,6 +7,7 @@ per device and cached as JSON under the cache directory, so later evaluations re
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import subprocess
@@ -128,7 +129,7 @@ def measure_peaks(device: torch.device) -> dict[str, Any]:
     nbytes = (512 if device.type == "cuda" else 64) * 2**20
     src = torch.empty(nbytes // 4, dtype=torch.float32, device=device).fill_(1.0)
     dst = torch.empty_like(src)
-    t = _best_time(lambda: dst.copy_(src), device, 10 if device.type == "cuda" else 5)
+    t = _best_time(functools.partial(dst.copy_, src), device, 10 if device.type == "cuda" else 5)
     res["copy_bandwidth_bytes_per_s"] = 2 * nbytes / t
     del src, dst
     n = 8192 if device.type == "cuda" else 1024

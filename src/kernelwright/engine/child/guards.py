@@ -1,4 +1,4 @@
-"""Reward-hacking guards: the mechanisms (each check returns facts; `checks.py` turns them into flags).
+"""Reward-hacking guards: the mechanisms (each check returns facts; the judge, `judge.py`, turns them into flags).
 
 - `FunctionSnapshot`: identities of the timing clocks, the verifier's own functions and torch's
   public functions, taken before the candidate is imported; a later difference is a patch
@@ -8,8 +8,6 @@
 - `CallTracer`: during one guarded call, which Python code ran (code of the problem file:
   `calls_reference`), and whether a kernel of the candidate's own ran: a function of an extension
   it built, a Triton kernel it defined, a custom torch op, or (CUDA) a kernel named in its source.
-- `TimedOutputCheck`: every timed call's output compared with the verified one, accumulated on
-  the device without synchronising, outside the timed region.
 - `measure_escape_round` / `judge_escape`: per-call host time with a device-wide synchronise and
   CUDA-event time of the same call, candidate and reference interleaved, in several windows
   (work on side streams or deferred past the end event escapes the events; a busy GPU delays
@@ -80,7 +78,7 @@ class FunctionSnapshot:
         out = []
         for (space_name, attr), (space, value) in self.items.items():
             now = vars(space).get(attr, _MISSING)
-            if now is not value and not _torch_own_wrapper(now, value):
+            if now is not value and not _torch_own_wrapper(now):
                 out.append(f"{space_name}.{attr}")
         return out
 
@@ -97,7 +95,7 @@ _MISSING = object()
 _TORCH_DIR = os.path.dirname(os.path.realpath(torch.__file__)) + os.sep
 
 
-def _torch_own_wrapper(now: Any, before: Any) -> bool:
+def _torch_own_wrapper(now: Any) -> bool:
     """torch replaces some of its own functions lazily (torch._dynamo wraps torch.manual_seed and
     nn.Module.__init__ on first use): a replacement whose code lives in torch's package is not a patch."""
     code = getattr(now, "__code__", None) or getattr(getattr(now, "__func__", None), "__code__", None)
@@ -323,38 +321,6 @@ def python_threads() -> set[threading.Thread]:
     """Live threads, less those a library (torch, triton, tqdm) started for its own work."""
     return {t for t in threading.enumerate()
             if t.is_alive() and not _library_thread(t) and not _torch_compile_pool_worker(t)}
-
-
-class TimedOutputCheck:
-    """Compares each timed candidate output with the verified one; counts mismatches on the device."""
-
-    def __init__(self, expected: Any, atol: float, rtol: float, slack: float):
-        self.expected = [(n, t) for n, t in tensors(expected) if t.is_floating_point() or t.is_complex()]
-        self.atol, self.rtol, self.slack = atol, rtol, slack
-        self.calls = 0
-        self.bad: torch.Tensor | None = None
-        self.structure_errors = 0
-
-    def __call__(self, name: str, out: Any) -> None:
-        if name != "candidate":
-            return
-        self.calls += 1
-        got = [(n, t) for n, t in tensors(out) if t.is_floating_point() or t.is_complex()]
-        if len(got) != len(self.expected):
-            self.structure_errors += 1
-            return
-        for (_, e), (_, g) in zip(self.expected, got):
-            if g.shape != e.shape:
-                self.structure_errors += 1
-                continue
-            fin = torch.isfinite(e)
-            diff = (g.detach() - e).abs()
-            allow = self.atol + self.rtol * e.abs() + self.slack
-            n_bad = (~(diff <= allow) & fin).sum()
-            self.bad = n_bad if self.bad is None else self.bad + n_bad
-
-    def mismatches(self) -> int:
-        return self.structure_errors + (int(self.bad.item()) if self.bad is not None else 0)
 
 
 @dataclass

@@ -19,7 +19,6 @@ _T0 = time.perf_counter()
 
 import faulthandler  # noqa: E402
 import json
-import math
 import os
 import sys
 import traceback
@@ -92,7 +91,6 @@ class Judge:
         self.oracle = None
         self.oracle_error = ""
         self.ref_cache: dict[int, Any] = {}  # seed -> (reference output, oracle output)
-        self.ref_err_scale = 0.0
         from kernelwright.engine.child.degenerate import DegenerateDetector
 
         self.degenerate = DegenerateDetector()  # does the reference depend on its input?
@@ -247,7 +245,7 @@ class Judge:
                 self.flag("unwritten_output", f"{name} holds NaN where memory was filled with NaN before ModelNew ran")
             if rep is not None:
                 for leaf in rep.failing():
-                    if leaf.name == name and numerics.lower_precision_suspected(c, t, leaf.candidate):
+                    if leaf.name == name and numerics.lower_precision_suspected(t, leaf.candidate):
                         self.flag("lower_precision_suspected",
                                   f"{name}'s normwise error {leaf.candidate.norm_rel:.2e} is at the level of bf16/fp16 rounding")
                         lines.append("the error is at the level of bf16/fp16 rounding: lower precision than the problem's dtype?")
@@ -361,10 +359,6 @@ class Judge:
             s["ill_conditioned"] = s["ill_conditioned"] or evidence.get("ill_conditioned", False)
         else:
             s["calibrated_passed"] = None
-        if t == 0 and passed:
-            refs = [leaf["reference"]["max_abs"] for leaf in evidence.get("leaves", [])
-                    if math.isfinite(leaf["reference"]["max_abs"])]
-            self.ref_err_scale = max(refs) if refs else 0.0
         self.degenerate.add(inputs, ref_out)
         self.add_trial(trial)
         if not passed and self.first_failure is None:

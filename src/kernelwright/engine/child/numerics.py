@@ -108,10 +108,6 @@ class LeafNumerics:
     excess_allowed: float = 0.0  # factor * the reference's share out of tolerance + the floor
     within_distribution: bool = True  # excess_share <= excess_allowed
 
-    @property
-    def ref_within_tol(self) -> bool:
-        return self.reference.frac_out_of_tol == 0.0
-
 
 @dataclass
 class NumericsReport:
@@ -239,7 +235,7 @@ def _leaf_message(l: LeafNumerics, atol: float, rtol: float, factor: float) -> s
     return "\n".join(lines)
 
 
-def lower_precision_suspected(cand: torch.Tensor, oracle: torch.Tensor, dev: Deviation) -> bool:
+def lower_precision_suspected(oracle: torch.Tensor, dev: Deviation) -> bool:
     """A hint: the candidate's normwise error is at the level of rounding the oracle to bf16 or fp16."""
     if dev.nonfinite or not math.isfinite(dev.norm_rel) or dev.norm_rel == 0:
         return False

@@ -315,7 +315,6 @@ class Runner:
 
         self.patches("at import or construction")
         self.stage("correctness")
-        self.pending_ablation: str | None = None
         for t in range(self.cfg.trials):
             cmd = self.poll_command(block=False)
             if cmd and cmd.startswith("ablate"):

@@ -69,22 +69,6 @@ def _stats(samples: list[float], warmup: int, clock: str, flush: bool) -> Timing
     )
 
 
-def time_side_by_side(
-    fns: dict[str, Callable[[], object]], device: torch.device, cfg: TimingConfig,
-    check: Callable[[str, object], None] | None = None,
-    between_rounds: Callable[[], None] | None = None,
-) -> dict[str, TimingStats]:
-    """Time each callable under the protocol above, interleaved; returns stats per name.
-
-    `check(name, output)`, when given, sees every timed call's output, outside the timed region
-    (after the end event is enqueued, or after the clock is read); it must not synchronise.
-    `between_rounds()`, when given, runs between two timed rounds (one call of each callable),
-    outside the timed region: the runner changes the inputs' contents there.
-    """
-    samples, warmup, clock, flushed = measure(fns, device, cfg, check, between_rounds=between_rounds)
-    return {n: _stats(samples[n], warmup, clock, flushed) for n in samples}
-
-
 def measure(
     fns: dict[str, Callable[[], object]], device: torch.device, cfg: TimingConfig,
     check: Callable[[str, object], None] | None = None, rep_scale: float = 1.0,
@@ -157,8 +141,15 @@ def time_with_stability(
     check: Callable[[str, object], None] | None = None,
     between_rounds: Callable[[], None] | None = None,
 ):
-    """`time_side_by_side` under a fixed CPU thread count, with load and sample checks and
-    repeats (engine/child/stability.py). Returns (stats per name, TimingReport)."""
+    """Time each callable under the protocol above, interleaved, under a fixed CPU thread count,
+    with load and sample checks and repeats (engine/child/stability.py). Returns (stats per name,
+    TimingReport).
+
+    `check(name, output)`, when given, sees every timed call's output, outside the timed region
+    (after the end event is enqueued, or after the clock is read); it must not synchronise.
+    `between_rounds()`, when given, runs between two timed rounds (one call of each callable),
+    outside the timed region: the runner changes the inputs' contents there.
+    """
     from kernelwright.engine.child import stability
 
     on_gpu = device.type == "cuda"

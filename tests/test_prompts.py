@@ -1,0 +1,58 @@
+"""The Coder's and the Judge's prompts: every template renders for every backend, the repair prompt
+keeps the seed's layout, and a variable left out is an error rather than a blank."""
+
+from __future__ import annotations
+
+import jinja2
+import pytest
+
+from kernelwright.core.record import EvalResult, Status
+from kernelwright.models import prompts
+from kernelwright.models.extract import FailureCritique, PerformanceCritique
+
+
+@pytest.mark.parametrize("backend", ["cuda", "triton", "cpp"])
+def test_every_prompt_renders_for_every_backend(backend):
+    passed = EvalResult(status=Status.PASSED, correct=True, speedup=1.5, candidate_ms=1.0, reference_ms=1.5,
+                        device="dev")
+    failed = EvalResult(status=Status.COMPILE_ERROR, error_log="boom")
+    crit = FailureCritique("a", "b", "c")
+    perf = PerformanceCritique("x", "y", 2.0, "2x, one pass fewer")
+    texts = [
+        prompts.render("coder_first", backend=backend, device="the CPU", problem_code="P"),
+        prompts.render("coder_repair", backend=backend, error_log="E", old_code="O", critique=crit, verdict="incorrect"),
+        prompts.render("coder_repair", backend=backend, error_log="E", old_code="O", critique=None, verdict="format_error"),
+        prompts.render("coder_optimise", backend=backend, device="d", result=passed, old_code="O", critique=perf,
+                       last_attempt=None, problem_code="P"),
+        prompts.render("judge_failure", backend=backend, problem_code="P", code="C", result=failed, history=[], profile=""),
+        prompts.render("judge_performance", backend=backend, problem_code="P", code="C", result=passed,
+                       history=[{"round": 0, "verdict": "passed", "speedup": 1.5, "became_best": True,
+                                 "expectation": None}], profile="dram 80%", target_round=0,
+                       last_expectation="in round 0 you expected 2.00x"),
+    ]
+    assert all("OUTPUT RULES" in t for t in texts[:4])
+    word = {"cuda": "`source`", "triton": "@triton.jit", "cpp": "CPU only"}[backend]
+    assert all(word in t for t in texts[:4])
+    assert '"critical_issue"' in texts[4] and '"expected_speedup"' in texts[5] and "dram 80%" in texts[5]
+    assert "minimal_fix_hint: Answer with exactly one" in texts[2]
+    assert "expected_speedup: 2.00x over this code (2x, one pass fewer)" in texts[3]
+    assert "YOUR LAST EXPECTATION\nin round 0 you expected 2.00x." in texts[5]
+
+
+def test_repair_prompt_has_the_seed_layout():
+    text = prompts.render("coder_repair", backend="cuda", error_log="nvcc: error X", old_code="OLD",
+                          critique=FailureCritique("ISSUE", "WHY", "HINT"), verdict="compile_error")
+    assert text.startswith("You are a senior CUDA-extension developer. Your job is to FIX the compilation or "
+                           "runtime errors in the Python script shown below.")
+    marks = ["OUTPUT RULES", "1. Imports: `torch`, `torch.nn`, `load_inline`", "2. `source`", "3. `cpp_src`",
+             "4. ONE `load_inline` call", "5. `class ModelNew(nn.Module)`",
+             "__main__", "ERROR LOG", "nvcc: error X", "OLD CODE (read-only)", "OLD", "Main Critical Problem",
+             "critical_issue: ISSUE", "why_it_matters: WHY", "minimal_fix_hint: HINT"]
+    positions = [text.index(m) for m in marks]
+    assert positions == sorted(positions)
+    assert text.rstrip().endswith("```python\n\n```")
+
+
+def test_a_missing_prompt_variable_is_an_error_not_a_blank():
+    with pytest.raises(jinja2.UndefinedError):
+        prompts.render("coder_first", backend="cuda", device="d")
