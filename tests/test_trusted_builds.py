@@ -162,7 +162,7 @@ def test_a_cuda_extension_is_built_by_the_trusted_builder_and_loaded_verified(cu
     r = evaluate(example / "problem.py", example / "candidate.py", cuda_config)
     assert r.status is Status.PASSED, r.error_log
     (b,) = r.metadata["builds"]
-    assert b["cache"] == "verified" and b["lean_headers"]["used"] is True  # the builder built it lean
+    assert b["cache"] == "verified" and b["lean_headers"]["used"] is True, (b, r.metadata["trusted_build"])  # built lean
     assert r.metadata["trusted_build"]["builds"][0]["cached"] is False
     again = evaluate(example / "problem.py", example / "candidate.py", cuda_config)
     assert again.status is Status.PASSED and again.metadata["builds"][0]["cache"] == "verified"

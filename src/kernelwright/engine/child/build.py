@@ -178,6 +178,10 @@ def install_build_cache(cache_root: str | os.PathLike, candidate_file: str | Non
     root = Path(cache_root)
     if private_root is None:
         root.mkdir(parents=True, exist_ok=True)
+    # torch decodes a failed build's output strictly: one byte that is not UTF-8 in the compiler's
+    # output (seen on an H100 host) turned a compile error into a UnicodeDecodeError from torch
+    if not getattr(cpp_ext, "IS_WINDOWS", False):
+        cpp_ext.SUBPROCESS_DECODE_ARGS = ("utf-8", "replace")
     original_inline = cpp_ext.load_inline
     original_load = cpp_ext.load
     if use_pch and hasattr(cpp_ext, "remove_extension_h_precompiler_headers"):
