@@ -192,7 +192,17 @@ class Judge:
         # an output file is never much larger than what the reference returns and takes: a bound
         # keeps a candidate from making the judge read gigabytes it wrote on purpose
         limit = 4 * getattr(self, "largest_bytes", 0) + (64 << 20)
-        return read_tree(os.path.join(self.out_dir, name), self.device, max_bytes=limit)
+        path = os.path.join(self.out_dir, name)
+        spill = self.job.get("spill_dir")
+        if spill and not os.path.lexists(path):  # the runner spilled it to the disk (memory full)
+            path = os.path.join(spill, name)
+        try:
+            return read_tree(path, self.device, max_bytes=limit)
+        finally:
+            try:  # read once: its memory (the output directory may be a tmpfs) is freed now
+                os.unlink(path)
+            except OSError:
+                pass
 
     def compare(self, cand: Any, ref_out: Any, oracle_out: Any, localize: bool) -> tuple[bool, str, dict]:
         """(passed, message, numerics evidence) under the configured verdict mode."""

@@ -19,6 +19,7 @@ import time
 _T0 = time.perf_counter()
 
 import faulthandler  # noqa: E402
+import errno
 import json
 import os
 import select
@@ -107,13 +108,21 @@ class Runner:
 
         self._n_files += 1
         name = f"out_{self._n_files:03d}_{label}.kwt"
-        path = os.path.join(self.out_dir, name)
+        dirs = [self.out_dir] + ([self.job["spill_dir"]] if self.job.get("spill_dir") else [])
         try:
-            try:
-                os.unlink(path)  # whatever stands there was not written by the engine
-            except FileNotFoundError:
-                pass
-            write_tree(path, obj)
+            for i, d in enumerate(dirs):  # memory-backed first; the disk when it is full
+                path = os.path.join(d, name)
+                try:
+                    os.unlink(path)  # whatever stands there was not written by the engine
+                except FileNotFoundError:
+                    pass
+                try:
+                    write_tree(path, obj)
+                    break
+                except OSError as exc:
+                    if exc.errno not in (errno.ENOSPC, errno.EDQUOT) or i == len(dirs) - 1:
+                        raise
+                    os.unlink(path)
         except OSError as exc:  # only this process writes here: the candidate got in the way
             self.fail("runtime_error", f"The candidate's process could not write its output ({exc.strerror}): "
                       "something in it replaced or blocked the engine's output files", "correctness")

@@ -74,16 +74,38 @@ def write_tree(path: str, obj: Any) -> int:
     """Write `obj` to `path` (created, never followed); returns the bytes written."""
     blobs: list[torch.Tensor] = []
     tree = _encode(obj, blobs)
-    cpu = [b.contiguous().cpu() if b.device.type != "cpu" or not b.is_contiguous() else b for b in blobs]
-    sizes = [b.numel() * b.element_size() for b in cpu]
+    sizes = [b.numel() * b.element_size() for b in blobs]
     header = json.dumps({"tree": tree, "sizes": sizes}).encode() + b"\n"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "wb") as f:
         f.write(header)
-        for b, n in zip(cpu, sizes):
+        for b, n in zip(blobs, sizes):
             if n:
-                f.write(ctypes.string_at(b.data_ptr(), n))
+                _write_blob(f, b, n)
     return len(header) + sum(sizes)
+
+
+_STAGING: list[torch.Tensor] = []  # one pinned host buffer per process, grown as needed, reused
+
+
+def _staging(n: int) -> torch.Tensor:
+    """A pinned host buffer of at least `n` bytes (device <-> host copies at full speed, no new pinning each time)."""
+    if not _STAGING or _STAGING[0].numel() < n:
+        _STAGING.clear()
+        _STAGING.append(torch.empty(max(n, 1 << 20), dtype=torch.uint8, pin_memory=True))
+    return _STAGING[0][:n]
+
+
+def _bytes_view(t: torch.Tensor, n: int) -> memoryview:
+    """The `n` bytes of a contiguous host tensor, without a copy."""
+    return memoryview((ctypes.c_char * n).from_address(t.data_ptr())).cast("B")
+
+
+def _write_blob(f, b: torch.Tensor, n: int) -> None:
+    flat = b.contiguous().reshape(-1).view(torch.uint8)  # kept alive until written
+    if flat.device.type != "cpu":
+        flat = _staging(n).copy_(flat)  # synchronous: written before the buffer's next use
+    f.write(_bytes_view(flat, n))
 
 
 def read_tree(path: str, device: torch.device | str = "cpu", max_bytes: int = 1 << 34) -> Any:
@@ -114,15 +136,15 @@ def read_tree(path: str, device: torch.device | str = "cpu", max_bytes: int = 1 
         if len(header) + sum(sizes) != st.st_size:
             raise WireError("output file length does not match its header")
         blobs = []
-        for n in sizes:
-            data = bytearray(f.read(n))
-            if len(data) != n:
+        for n in sizes:  # read straight into a tensor's memory: one copy from the file
+            data = torch.empty(n, dtype=torch.uint8)
+            if n and f.readinto(_bytes_view(data, n)) != n:
                 raise WireError("output file is truncated")
             blobs.append(data)
     return _decode(tree, blobs, torch.device(device), 0)
 
 
-def _decode(node: Any, blobs: list[bytearray], device: torch.device, depth: int) -> Any:
+def _decode(node: Any, blobs: list[torch.Tensor], device: torch.device, depth: int) -> Any:
     if depth > MAX_DEPTH or not isinstance(node, dict) or len(node) < 1:
         raise WireError("output file structure is not valid")
     if "tensor" in node or "subclass" in node:
@@ -139,8 +161,13 @@ def _decode(node: Any, blobs: list[bytearray], device: torch.device, depth: int)
         itemsize = torch.empty((), dtype=dtype).element_size()
         if len(data) != numel * itemsize:
             raise WireError("output file tensor size does not match its shape")
-        t = torch.frombuffer(data, dtype=dtype) if numel else torch.empty(0, dtype=dtype)
-        t = t.reshape(shape).to(device)
+        if not numel:
+            t = torch.empty(shape, dtype=dtype)
+        elif dtype is torch.bool:  # any byte the file holds, read as a boolean (never a 2 that is 'true')
+            t = data.ne(0).reshape(shape)
+        else:
+            t = data.view(dtype).reshape(shape)
+        t = t.to(device)
         if "subclass" in node:
             return Opaque(f"torch.Tensor subclass {str(node.get('class'))[:80]}")
         return t
