@@ -240,7 +240,10 @@ def main() -> None:
     print(f"1-GPU pass on {gpus[0]}…", file=sys.stderr)
     one = run_pass(config, gpus[:1], tasks, args.cores_per_gpu)
     print(f"{len(gpus)}-GPU pass on {','.join(gpus)}…", file=sys.stderr)
+    print(f"  1 GPU: {one['evals_per_min']:.2f} evaluations/min", file=sys.stderr)
     many = run_pass(config, gpus, tasks, args.cores_per_gpu)
+    print(f"  {len(gpus)} GPUs: {many['evals_per_min']:.2f} evaluations/min "
+          f"({many['evals_per_min'] / one['evals_per_min']:.2f}x)", file=sys.stderr)
     res = {"device": args.device, "device_name": device_name(args.device), "host": socket.gethostname(),
            "date": date.today().isoformat(), "tasks": len(tasks), "problems": len(problems),
            "candidates": len(candidates), "repeat": args.repeat, "warm_builds_s": warm_s, "one": one, "many": many,
