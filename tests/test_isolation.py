@@ -1,5 +1,5 @@
 """Without bubblewrap too, a candidate cannot read the evaluator's secrets, kill it, outlive its
-evaluation or take the machine's memory (engine/isolation.py; attacks in tests/fixtures/attacks/)."""
+evaluation or take the machine's memory (engine/isolation.py; attacks in tests/fixtures/host_attacks/)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from kernelwright.engine import evaluate, isolation
 
 from conftest import ADD_ONE, EXAMPLES, FIXTURES
 
-ATTACKS = FIXTURES / "attacks"
+ATTACKS = FIXTURES / "host_attacks"
 EVALUATOR = Path(__file__).resolve().parent / "evaluator.py"
 PACKAGE_ROOT = str(Path(kernelwright.__file__).resolve().parent.parent)
 

@@ -122,7 +122,7 @@ def test_bwrap_mode_without_bwrap_is_an_engine_error(cpu_config, monkeypatch):
 
 
 def _attack(name: str, **fill: object) -> str:
-    text = (FIXTURES / "attacks" / f"{name}.py").read_text()
+    text = (FIXTURES / "host_attacks" / f"{name}.py").read_text()
     for key, value in fill.items():
         text = text.replace(f"__{key.upper()}__", str(value))
     return text

@@ -122,7 +122,7 @@ def test_a_poisoned_cache_entry_is_never_loaded(cpu_config, own_cache, mode):
     artefact = next(entry.glob("kw_example_swish_cpu*.so"))
     good = artefact.read_bytes()
 
-    attacker = (FIXTURES / "attacks" / "poison_build_cache.py").read_text().replace("__CACHE__", str(own_cache))
+    attacker = (FIXTURES / "host_attacks" / "poison_build_cache.py").read_text().replace("__CACHE__", str(own_cache))
     attack = evaluate(ADD_ONE, None, cpu_config, candidate_text=attacker)
     assert attack.status is Status.PASSED, attack.error_log
     if mode == "bwrap":  # the shared builds are mounted read-only for the candidate

@@ -1,6 +1,6 @@
 """The verdict is made where the candidate cannot reach (issue 12).
 
-Each attack in tests/attacks/ runs with a canary secret in the caller's environment; the verdict
+Each attack in tests/verdict_attacks/ runs with a canary secret in the caller's environment; the verdict
 must be the right one, the canary must appear nowhere in the record, and the evaluation must not
 outlive its schedule. These run on the CPU; the CUDA variants are in test_cheats.py (gpu).
 """
@@ -18,7 +18,7 @@ from kernelwright.engine import evaluate
 
 from conftest import ADD_ONE, FIXTURES
 
-ATTACKS = FIXTURES.parent / "attacks"
+ATTACKS = FIXTURES.parent / "verdict_attacks"
 CANARY = "sk-canary-7f3a9c1e5b2d4680"
 
 

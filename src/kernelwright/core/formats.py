@@ -8,7 +8,6 @@ Both are only parsed in the caller's process; they run in the evaluation child.
 from __future__ import annotations
 
 import ast
-import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,10 +20,6 @@ class FormatError(ValueError):
 class SourceFile:
     path: Path
     text: str
-
-    @property
-    def sha256(self) -> str:
-        return hashlib.sha256(self.text.encode()).hexdigest()
 
 
 def _top_level_names(tree: ast.Module) -> dict[str, ast.AST]:

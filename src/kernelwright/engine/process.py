@@ -47,7 +47,7 @@ class Child:
     workdir: Path
     started: float  # time.monotonic() at spawn, or when a spare got its job (`go`): the budgets' origin
     reader: LineReader = field(default_factory=LineReader)
-    pending: list[dict[str, Any]] = field(default_factory=list)  # messages read before `watch`
+    pending: list[dict[str, Any]] = field(default_factory=list)  # messages read while waiting for `ready`
     stdin_open: bool = True
     isolation: Any = None  # engine.isolation.Isolation: cleaned up (cgroup, marker sweep) when the child ends
 
@@ -115,7 +115,7 @@ class Child:
                 self.isolation.cleanup()
             except Exception:
                 pass
-            self.isolation_done, self.isolation = self.isolation, None
+            self.isolation = None
         self.close_stdin()
         for attr in ("read_fd", "log_fd"):
             fd = getattr(self, attr)
