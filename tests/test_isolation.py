@@ -9,7 +9,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -58,14 +57,16 @@ def test_the_evaluators_environment_cannot_be_read(cpu_config, tmp_path):
     cpu_config.sandbox, cpu_config.time_candidate, cpu_config.keep_workdir = "none", False, True
     cand = tmp_path / "read_parent_environ.py"
     cand.write_text(_attack("read_parent_environ"))
-    workdirs_before = set(glob.glob(os.path.join(tempfile.gettempdir(), "kw-eval-*")))
-    out, rec = _evaluate_in_a_process(cpu_config, cand, {"OPENAI_API_KEY": canary})
-    new_workdirs = set(glob.glob(os.path.join(tempfile.gettempdir(), "kw-eval-*"))) - workdirs_before
+    tmp = tmp_path / "evaluator-tmp"  # its own TMPDIR: the directories it keeps are this test's alone
+    tmp.mkdir()
+    out, rec = _evaluate_in_a_process(cpu_config, cand, {"OPENAI_API_KEY": canary, "TMPDIR": str(tmp)})
+    new_workdirs = set(glob.glob(os.path.join(str(tmp), "kw-eval-*")))
     try:
         assert rec is not None, out.stderr[-2000:]
         text = json.dumps(rec)
         for form in (canary, canary.encode().hex()):
             assert form not in text
+        assert new_workdirs, "the evaluator kept no working directory: nothing was checked"
         for d in new_workdirs:
             for f in Path(d).rglob("*"):
                 if f.is_file():
