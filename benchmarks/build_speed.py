@@ -103,7 +103,7 @@ def one_eval(problem: Path, candidate: Path, cfg: EvalConfig, warm: bool = False
     spare = None
     if warm:
         spare = prestart(cfg)
-        if not (spare.runner.wait_ready(300) and spare.judge.wait_ready(300)):
+        if not spare.wait_ready(300):
             raise RuntimeError("the spare child did not start up")
     t0 = time.perf_counter()
     r = evaluate(problem, candidate, cfg, spare=spare)

@@ -78,7 +78,7 @@ def prestarted_evals(problem: Path, candidate: Path, device: str, cache: Path, r
     runs = []
     for _ in range(repeats):
         spare = prestart(cfg)
-        if not (spare.runner.wait_ready(300) and spare.judge.wait_ready(300)):
+        if not spare.wait_ready(300):
             raise SystemExit("the spare did not start up")
         t0 = time.perf_counter()
         r = evaluate(problem, candidate, cfg, spare=spare)

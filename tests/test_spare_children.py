@@ -15,7 +15,7 @@ from conftest import CANDIDATES as CAND
 
 def test_a_prestarted_child_evaluates_like_a_fresh_one(cpu_config):
     spare = prestart(cpu_config)
-    assert spare.runner.wait_ready(120) and spare.judge.wait_ready(120), "the spare never started up"
+    assert spare.wait_ready(120), "the spare never started up"
     r = evaluate(ADD_ONE, CAND / "py_correct.py", cpu_config, spare=spare)
     assert r.status is Status.PASSED, r.error_log
     assert len(r.trials) == cpu_config.trials and r.speedup is not None
@@ -34,7 +34,7 @@ def test_a_spare_that_waited_longer_than_its_startup_budget_still_evaluates(cpu_
 
     cfg = replace(cpu_config, timeouts=replace(cpu_config.timeouts, startup=3))
     spare = prestart(cfg)
-    assert spare.runner.wait_ready(120) and spare.judge.wait_ready(120), "the spare never started up"
+    assert spare.wait_ready(120), "the spare never started up"
     time.sleep(max(0.0, spare.runner.started + 4 - time.monotonic()))  # past its start-up budget
     r = evaluate(ADD_ONE, CAND / "py_correct.py", cfg, spare=spare)
     assert r.status is Status.PASSED, (r.status, r.error_log)

@@ -125,6 +125,11 @@ class Spare:
     def alive(self) -> bool:
         return self.runner.alive() and self.judge.alive()
 
+    def wait_ready(self, timeout: float) -> bool:
+        """Block until both have started up (True), or one died or `timeout` passed (False)."""
+        end = time.monotonic() + timeout
+        return self.runner.wait_ready(timeout) and self.judge.wait_ready(max(0.0, end - time.monotonic()))
+
     def discard(self, remove_workdir: bool = True) -> None:
         self.runner.stop()
         self.judge.stop()

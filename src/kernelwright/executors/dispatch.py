@@ -30,8 +30,9 @@ class Job:
 
 
 class SlotQueue:
-    """The queue and its dispatch; the executor sets `_cv`, `_queue`, `_slots`, `_closing` and
-    `_inflight` in its constructor and defines `_run(slot, job)`."""
+    """The queue and its dispatch; the executor sets `_cv`, `_queue`, `_slots` (each with a
+    `thread`), `_closing` and `_inflight` in its constructor and defines `_run(slot, job)` and
+    `close()` (which starts with `_drain()`)."""
 
     _cv: threading.Condition
     _queue: list[Job]
@@ -58,6 +59,24 @@ class SlotQueue:
                 if self._closing and not self._queue and self._inflight == 0:
                     return None
                 self._cv.wait()
+
+    def _drain(self) -> None:
+        """Let the slots finish every queued task, then wait for their threads to end."""
+        with self._cv:
+            self._closing = True
+            self._cv.notify_all()
+        for slot in self._slots:
+            if slot.thread is not None:
+                slot.thread.join()
+
+    def close(self) -> None:  # pragma: no cover - each executor's own
+        raise NotImplementedError
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def _serve(self, slot: Any) -> None:
         while True:

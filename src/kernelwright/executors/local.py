@@ -196,12 +196,7 @@ class LocalExecutor(SlotQueue):
         """Wait for everything submitted, then stop the workers and the build pool."""
         if self._closed:
             return
-        with self._cv:
-            self._closing = True
-            self._cv.notify_all()
-        for slot in self._slots:
-            if slot.thread is not None:
-                slot.thread.join()
+        self._drain()
         for slot in self._slots:
             if slot.worker is not None:
                 slot.worker.stop()
@@ -209,12 +204,6 @@ class LocalExecutor(SlotQueue):
         if self._builds is not None:
             self._builds.shutdown(wait=True)
         self._closed = True
-
-    def __enter__(self) -> "LocalExecutor":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
     # -- for tests and benchmarks --
     def running(self) -> dict[str, tuple[int, int, str]]:

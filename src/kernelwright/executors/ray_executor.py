@@ -240,12 +240,7 @@ class RayExecutor(SlotQueue):
     def close(self) -> None:
         if self._closed:
             return
-        with self._cv:
-            self._closing = True
-            self._cv.notify_all()
-        for slot in self._slots:
-            if slot.thread is not None:
-                slot.thread.join()
+        self._drain()
         if self._builds is not None:
             self._builds.shutdown(wait=True)
         for slot in self._slots:
@@ -258,12 +253,6 @@ class RayExecutor(SlotQueue):
         if self._owns_ray:
             self.ray.shutdown()
         self._closed = True
-
-    def __enter__(self) -> "RayExecutor":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
     # -- for tests and benchmarks --
     def running(self) -> dict[str, int]:

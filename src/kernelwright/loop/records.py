@@ -99,17 +99,11 @@ class ModelCall:
         return {"error": self.error, "attempts": self.error_attempts}
 
 
-@dataclass
-class Candidate:
-    """One of the K Coder answers of a round (`LoopConfig.candidates` > 1): the round's own
-    coder/code/result fields hold the one the Judge reviews (`Round.chosen`)."""
+class _Outcome:
+    """The verdict and speed-up of a Coder answer, read from its `coder` call and its `result`."""
 
-    index: int
-    coder: ModelCall | None = None
-    code: str | None = None
-    result: EvalResult | None = None
-    evaluated: bool = False
-    coder_name: str = ""  # which Coder answered (a model spec; its temperature when varied)
+    coder: "ModelCall | None"
+    result: "EvalResult | None"
 
     @property
     def verdict(self) -> str:
@@ -123,7 +117,20 @@ class Candidate:
 
 
 @dataclass
-class Round:
+class Candidate(_Outcome):
+    """One of the K Coder answers of a round (`LoopConfig.candidates` > 1): the round's own
+    coder/code/result fields hold the one the Judge reviews (`Round.chosen`)."""
+
+    index: int
+    coder: ModelCall | None = None
+    code: str | None = None
+    result: EvalResult | None = None
+    evaluated: bool = False
+    coder_name: str = ""  # which Coder answered (a model spec; its temperature when varied)
+
+
+@dataclass
+class Round(_Outcome):
     index: int
     kind: str  # first | repair | optimise
     coder: ModelCall | None = None
@@ -140,16 +147,6 @@ class Round:
     candidates: list[Candidate] = field(default_factory=list)  # all K answers (empty when K = 1)
     chosen: int | None = None  # which of them the round's fields hold
     chosen_why: str = ""
-
-    @property
-    def verdict(self) -> str:
-        if self.result is not None:
-            return self.result.status.value
-        return "model_error" if self.coder and self.coder.error else "not_run"
-
-    @property
-    def speedup(self) -> float | None:
-        return self.result.speedup if self.result is not None and self.result.status is Status.PASSED else None
 
 
 @dataclass
