@@ -62,7 +62,8 @@ def startup_pieces(device: str) -> dict:
     return {"bare python": bare, **json.loads(line[0][7:]), "whole script": total}
 
 
-def prestarted_evals(problem: Path, candidate: Path, device: str, cache: Path, repeats: int) -> dict:
+def prestarted_evals(problem: Path, candidate: Path, device: str, cache: Path, repeats: int,
+                     handoff: bool = True) -> dict:
     """Evaluations in prestarted spares after one that fills the build cache: the engine's phases
     (parent: trusted build or its memory, hand-over, the runner's stages, the judge's verdict after
     the runner ended, stopping) and the runner's stage times, per evaluation."""
@@ -71,7 +72,9 @@ def prestarted_evals(problem: Path, candidate: Path, device: str, cache: Path, r
     from kernelwright.core.config import EvalConfig
     from kernelwright.engine import evaluate, prestart
 
-    cfg = EvalConfig(device=device, cache_dir=str(cache))
+    from build_speed import kernel_work_s
+
+    cfg = EvalConfig(device=device, cache_dir=str(cache), device_handoff=handoff)
     first = evaluate(problem, candidate, cfg)  # fills the build cache (its own children)
     if not first.correct:
         raise SystemExit(f"the example did not pass: {first.summary_line()}")
@@ -83,7 +86,8 @@ def prestarted_evals(problem: Path, candidate: Path, device: str, cache: Path, r
         t0 = time.perf_counter()
         r = evaluate(problem, candidate, cfg, spare=spare)
         wall = time.perf_counter() - t0
-        runs.append({"wall_s": wall, "status": r.status.value, "engine_phases_s": r.metadata.get("engine_phases_s"),
+        runs.append({"wall_s": wall, "overhead_s": wall - kernel_work_s(r), "status": r.status.value,
+                     "device_handoff_off": r.metadata.get("device_handoff_off"), "engine_phases_s": r.metadata.get("engine_phases_s"),
                      "stage_times": {k: v for k, v in vars(r.stage_times).items() if v is not None},
                      "trusted_build": r.metadata.get("trusted_build", {}).get("wall_s"),
                      "remembered": r.metadata.get("trusted_build", {}).get("remembered", False),
@@ -99,18 +103,24 @@ def main() -> int:
     ap.add_argument("--cache", type=Path, default=None)
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--handoff", action="store_true", help="CUDA outputs on the device (EvalConfig.device_handoff), not through files")
+    ap.add_argument("--skip-pieces", action="store_true", help="skip the fresh interpreter's start-up pieces")
     args = ap.parse_args()
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
-    pieces = startup_pieces(args.device)
-    print("start-up pieces (fresh interpreter):")
+    pieces = {} if args.skip_pieces else startup_pieces(args.device)
+    if pieces:
+        print("start-up pieces (fresh interpreter):")
     for k, v in pieces.items():
         print(f"  {v:7.3f} s  {k}")
     cache = args.cache or Path(tempfile.mkdtemp(prefix="kw-overhead-cache-"))
-    ev = prestarted_evals(args.problem, args.candidate, args.device, cache, args.repeats)
+    ev = prestarted_evals(args.problem, args.candidate, args.device, cache, args.repeats, handoff=args.handoff)
+    print(f"outputs: {'device hand-off where the driver allows' if args.handoff else 'through files'}")
     print("\nfirst evaluation (fresh children, empty cache), engine phases:", json.dumps(ev["first_eval_phases_s"]))
     for i, run in enumerate(ev["prestarted"]):
-        print(f"prestarted #{i + 1}: wall {run['wall_s']:.3f} s, {run['status']}, phases {json.dumps(run['engine_phases_s'])}")
+        print(f"prestarted #{i + 1}: wall {run['wall_s']:.3f} s, overhead {run['overhead_s']:.3f} s, {run['status']}, "
+              f"phases {json.dumps(run['engine_phases_s'])}"
+              + (f", hand-off off: {run['device_handoff_off']}" if run["device_handoff_off"] else ""))
         print(f"    runner stages {json.dumps(run['stage_times'])}")
         print(f"    runner phases {json.dumps(run['runner_phases_s'])}")
         print(f"    judge busy    {json.dumps(run['judge_busy_s'])}")

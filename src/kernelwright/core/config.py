@@ -76,6 +76,11 @@ class EvalConfig:
     # on the GPU, not drawn on the CPU and copied: seconds per evaluation for large inputs);
     # a get_inputs that fails that way runs on the CPU, as KernelBench does.
     inputs_on_device: bool = True
+    # CUDA outputs pass from the runner to the judge on the device (engine/child/device_handoff.py:
+    # an exported allocation's descriptor on a socket), not through files in host memory; off, or
+    # where the driver cannot export, they go into the output files. Off by default until it has
+    # been run on a GPU (it was written in a session without one; docs/SANDBOX.md).
+    device_handoff: bool = False
     # Names of extra environment variables to pass to the child (on top of the safe allow-list).
     pass_env: tuple[str, ...] = ()
     # The GPU(s) the evaluation child may see (CUDA_VISIBLE_DEVICES), set by an executor that pins

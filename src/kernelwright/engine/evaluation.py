@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import tempfile
 import time
 from dataclasses import dataclass
@@ -105,6 +106,7 @@ def _spawn_key(config: EvalConfig, sandbox_kind: str) -> str:
                        config.build.max_jobs, sandbox_kind, config.timeouts.startup,
                        config.visible_devices,
                        config.memory_limit_mb,  # limits are set at the spawn
+                       config.device_handoff,  # its socket too
                        config.build.trusted_cache])  # the build cache's mount  # executor hook (issue 19): a spare is pinned to its GPU
 
 
@@ -158,9 +160,28 @@ def _start_spare(config: EvalConfig, sandbox_kind: str, workdir: Path) -> Spare:
     judge_dir = Path(tempfile.mkdtemp(prefix="kw-judge-"))
     out_dir = _out_dir(workdir)
     job = {"problem_path": "", "candidate_path": "", "config": config.to_dict()}
-    runner, env = _spawn_runner(config, sandbox_kind, workdir, job, spare=True, out_dir=out_dir)
-    judge = _spawn_judge(config, judge_dir, env, spare=True)
+    runner, judge, env = _spawn_pair(config, sandbox_kind, workdir, job, judge_dir, out_dir, spare=True)
     return Spare(runner, judge, _spawn_key(config, sandbox_kind), workdir, judge_dir, env, out_dir)
+
+
+def _spawn_pair(config: EvalConfig, sandbox_kind: str, workdir: Path, job: dict, judge_dir: Path, out_dir: Path,
+                spare: bool = False) -> tuple[process.Child, process.Child, dict[str, str]]:
+    """Runner and judge, with a socket between them for device outputs where the device is a GPU
+    (`device_handoff`: the runner's CUDA outputs reach the judge without a trip through host memory)."""
+    ends: tuple[int | None, int | None] = (None, None)
+    if config.device != "cpu" and config.device_handoff:
+        a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        ends = (a.detach(), b.detach())
+    try:
+        runner, env = _spawn_runner(config, sandbox_kind, workdir, job, spare=spare, out_dir=out_dir,
+                                    handoff_fd=ends[0])
+    except BaseException:
+        for fd in ends:
+            if fd is not None:
+                os.close(fd)
+        raise
+    judge = _spawn_judge(config, judge_dir, env, spare=spare, handoff_fd=ends[1])
+    return runner, judge, env
 
 
 SHM = Path("/dev/shm")
@@ -253,7 +274,7 @@ def _sandbox_kind(config: EvalConfig) -> str:
 
 
 def _spawn_runner(config: EvalConfig, sandbox_kind: str, workdir: Path, job: dict, spare: bool = False,
-                  out_dir: Path | None = None):
+                  out_dir: Path | None = None, handoff_fd: int | None = None):
     """Start the runner in `workdir` (its TMPDIR inside it; its outputs in `out_dir`, by default
     inside it too): (child, environment)."""
     cache_dir = Path(config.cache_dir)
@@ -268,14 +289,16 @@ def _spawn_runner(config: EvalConfig, sandbox_kind: str, workdir: Path, job: dic
     extra = [out_dir] if out_dir is not None and out_dir != workdir / "out" else []
     argv = sandbox.wrap(process.child_argv("runner"), sandbox_kind, workdir, [cache_dir, *extra], read_only)
     iso = isolation.prepare(config.device, sandbox_kind, config.memory_limit_mb)
-    return process.spawn(argv, job, workdir, env, name="runner", spare=spare, isolation=iso), env
+    return process.spawn(argv, job, workdir, env, name="runner", spare=spare, isolation=iso,
+                         handoff_fd=handoff_fd), env
 
 
-def _spawn_judge(config: EvalConfig, judge_dir: Path, env: dict[str, str], spare: bool = False) -> process.Child:
+def _spawn_judge(config: EvalConfig, judge_dir: Path, env: dict[str, str], spare: bool = False,
+                 handoff_fd: int | None = None) -> process.Child:
     """Start the judge: it runs no candidate code, gets its job on stdin, and keeps its files in a
     directory of its own (none of them in the runner's reach under bubblewrap)."""
     return process.spawn(process.child_argv("judge") + [config.device], None, judge_dir,
-                         dict(env, TMPDIR=str(judge_dir)), name="judge", spare=spare)
+                         dict(env, TMPDIR=str(judge_dir)), name="judge", spare=spare, handoff_fd=handoff_fd)
 
 
 def _run(problem_path: Path, cand_path: Path, config: EvalConfig, workdir: Path, sandbox_kind: str,
@@ -319,9 +342,8 @@ def _run(problem_path: Path, cand_path: Path, config: EvalConfig, workdir: Path,
             spare.runner.stop()
             spare.judge.stop()
     if runner is None:
-        runner, env = _spawn_runner(config, sandbox_kind, workdir, job, out_dir=out_dir)
         judge_dir = judge_dir or Path(tempfile.mkdtemp(prefix="kw-judge-"))
-        judge = _spawn_judge(config, judge_dir, env)
+        runner, judge, env = _spawn_pair(config, sandbox_kind, workdir, job, judge_dir, out_dir)
     phases["start" if runner is not spare.runner else "hand_over"] = time.monotonic() - t_phase
     t_phase = time.monotonic()
     iso = runner.isolation

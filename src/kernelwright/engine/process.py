@@ -151,21 +151,27 @@ def _create_log(path: Path) -> int:
         return os.open(path, flags, 0o600)
 
 
+SPAWN_FIELDS = ("fd", "handoff_fd")  # a job file's descriptors: fixed at the spawn, kept by `go`
+
+
 def spawn(argv: list[str], job: dict[str, Any] | None, workdir: Path, env: dict[str, str], *,
-          name: str = "runner", spare: bool = False, isolation: Any = None) -> Child:
+          name: str = "runner", spare: bool = False, isolation: Any = None, handoff_fd: int | None = None) -> Child:
     """Start a child on `job` (written to workdir/NAME_job.json). A `spare` starts up and waits
     for a line on its stdin; its job file is re-read then, so the job can be written later.
     With `job` None no file is written: the child gets its report descriptor as its last argument
-    and its job on stdin (the judge, whose job must not lie where the runner could change it)."""
+    and its job on stdin (the judge, whose job must not lie where the runner could change it).
+    `handoff_fd`: its end of the socket on which device outputs pass from runner to judge
+    (inherited; closed here after the spawn)."""
     read_fd, write_fd = os.pipe()
     os.set_inheritable(read_fd, False)
     log_fd = _create_log(workdir / f"{name}.log")
     argv = argv + (["--spare"] if spare else [])
+    extra = {"handoff_fd": handoff_fd} if handoff_fd is not None else {}
     if job is None:
-        argv = argv + [str(write_fd)]
+        argv = argv + [f"--handoff={handoff_fd}"] * bool(extra) + [str(write_fd)]
     else:
         job_path = workdir / f"{name}_job.json"
-        job_path.write_text(json.dumps(dict(job, fd=write_fd)))
+        job_path.write_text(json.dumps(dict(job, fd=write_fd, **extra)))
         argv = argv + [str(job_path)]
     if isolation is not None:  # PID namespace prefix, the evaluation's marker variable
         argv, env = isolation.command(argv), isolation.environment(env)
@@ -176,11 +182,13 @@ def spawn(argv: list[str], job: dict[str, Any] | None, workdir: Path, env: dict[
         stdin=subprocess.PIPE,
         stdout=log_fd,
         stderr=log_fd,
-        pass_fds=(write_fd,),
+        pass_fds=(write_fd,) + ((handoff_fd,) if handoff_fd is not None else ()),
         start_new_session=True,  # own session and group: killpg reaches the compiler and its children
         preexec_fn=isolation.preexec if isolation is not None else None,  # rlimits, pdeathsig, cgroup
     )
     os.close(write_fd)
+    if handoff_fd is not None:
+        os.close(handoff_fd)
     return Child(proc, read_fd, log_fd, workdir, time.monotonic(), isolation=isolation)
 
 
@@ -191,7 +199,8 @@ def go(child: Child, job: dict[str, Any], name: str = "runner") -> bool:
     job_path = child.workdir / f"{name}_job.json"
     try:
         current = json.loads(job_path.read_text())
-        job_path.write_text(json.dumps(dict(job, fd=current["fd"])))
+        current["fd"]  # a job file without its report descriptor is not a spare's
+        job_path.write_text(json.dumps(dict(job, **{k: current[k] for k in SPAWN_FIELDS if k in current})))
     except (OSError, ValueError, KeyError):
         return False
     child.started = time.monotonic()  # its budgets run from its job, not from its spawn

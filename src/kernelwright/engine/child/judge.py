@@ -70,10 +70,16 @@ def _plain_data(v: Any, depth: int = 0) -> Any:
 
 
 class Judge:
-    def __init__(self, job: dict[str, Any], chan: Channel):
+    def __init__(self, job: dict[str, Any], chan: Channel, handoff_fd: int | None = None):
         self.chan = chan
         self.take(job)
         self.started = False
+        self.handoff = None  # the socket on which the runner's device outputs arrive
+        self.handoff_s = 0.0
+        if handoff_fd is not None:
+            import socket
+
+            self.handoff = socket.socket(fileno=handoff_fd)
 
     def take(self, job: dict[str, Any]) -> None:
         self.job = job
@@ -118,6 +124,13 @@ class Judge:
             for dtype in (torch.float32, torch.float64):
                 x = torch.ones(8, 8, device=self.device, dtype=dtype)
                 (x @ x).sum().item()
+            if self.handoff is not None:  # the driver's calls for the runner's device outputs, loaded now
+                from kernelwright.engine.child import device_handoff
+
+                try:
+                    device_handoff.probe(self.device)
+                except Exception:
+                    pass
         self.started = True
 
     def load_problem(self) -> bool:
@@ -197,12 +210,30 @@ class Judge:
         if spill and not os.path.lexists(path):  # the runner spilled it to the disk (memory full)
             path = os.path.join(spill, name)
         try:
-            return read_tree(path, self.device, max_bytes=limit)
+            return read_tree(path, self.device, max_bytes=limit, fetch=self.fetcher(name))
         finally:
             try:  # read once: its memory (the output directory may be a tmpfs) is freed now
                 os.unlink(path)
             except OSError:
                 pass
+
+    def fetcher(self, name: str):
+        """Leaf i's bytes of output `name`, sent by the runner on the device (`device_handoff`)."""
+        if self.handoff is None or self.device.type != "cuda":
+            return None
+        from kernelwright.engine.child import device_handoff
+        from kernelwright.engine.child.wire import WireError
+
+        def fetch(i: int, nbytes: int):
+            t0 = time.monotonic()
+            try:
+                return device_handoff.receive(self.handoff, f"{name}#{i}#{nbytes}", nbytes, self.device)
+            except (device_handoff.HandoffError, device_handoff.Unavailable) as exc:
+                raise WireError(str(exc)) from None
+            finally:
+                self.handoff_s += time.monotonic() - t0
+
+        return fetch
 
     def compare(self, cand: Any, ref_out: Any, oracle_out: Any, localize: bool) -> tuple[bool, str, dict]:
         """(passed, message, numerics evidence) under the configured verdict mode."""
@@ -518,7 +549,7 @@ class Judge:
                 except TypeError:
                     pass
         if isinstance(msg.get("meta"), dict):
-            for k in ("compile_reference_error",):
+            for k in ("compile_reference_error", "device_handoff_off"):
                 if k in msg["meta"]:
                     self.rec.metadata[k] = _text(msg["meta"][k], 400)
         if "candidate" not in parsed or "reference" not in parsed:
@@ -667,6 +698,8 @@ class Judge:
         rec.metadata["numerics"] = dict(self.numerics, oracle_error=self.oracle_error or None)
         rec.metadata["judged_by"] = "judge process (no candidate code)"
         rec.metadata["judge_busy_s"] = {k: round(v, 4) for k, v in self.busy_s.items() if v >= 0.001}
+        if self.handoff is not None:
+            rec.metadata["judge_busy_s"]["device_handoff"] = round(self.handoff_s, 4)
         return rec
 
     def degenerate_check(self) -> None:
@@ -692,10 +725,11 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     faulthandler.enable()
     spare = "--spare" in argv
-    device, fd = [a for a in argv if a != "--spare"][-2:]
+    handoff = [int(a.split("=", 1)[1]) for a in argv if a.startswith("--handoff=")]
+    device, fd = [a for a in argv if a != "--spare" and not a.startswith("--handoff=")][-2:]
     fd = int(fd)
     chan = Channel(fd)
-    judge = Judge({"config": {"device": device}}, chan)
+    judge = Judge({"config": {"device": device}}, chan, handoff[0] if handoff else None)
     try:
         judge.startup()
     except Exception:

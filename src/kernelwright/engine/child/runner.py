@@ -64,6 +64,7 @@ class Runner:
         self.meta: dict[str, Any] = {}
         self.out_dir = job.get("out_dir") or os.getcwd()
         self._n_files = 0
+        self._handoff_off = ""  # why device outputs go into the files instead ('' while they need not)
         self.started = False
         self.phases: dict[str, float] = {}  # seconds per phase of the runner's own work (sent with the timing)
 
@@ -117,7 +118,7 @@ class Runner:
                 except FileNotFoundError:
                     pass
                 try:
-                    write_tree(path, obj)
+                    write_tree(path, obj, ship=self.shipper(name))
                     break
                 except OSError as exc:
                     if exc.errno not in (errno.ENOSPC, errno.EDQUOT) or i == len(dirs) - 1:
@@ -128,6 +129,38 @@ class Runner:
                       "something in it replaced or blocked the engine's output files", "correctness")
             raise Stop() from exc
         return name
+
+    def shipper(self, name: str):
+        """How the bytes of this output's CUDA tensors reach the judge: on the device, beside the
+        file (`device_handoff`), when the parent gave a socket for it and this machine can export;
+        None (in the file) otherwise or after the first failure."""
+        fd = self.job.get("handoff_fd")
+        if not isinstance(fd, int) or getattr(self, "device", None) is None or self.device.type != "cuda" \
+                or self._handoff_off:
+            return None
+        import socket
+
+        from kernelwright.engine.child import device_handoff
+
+        if getattr(self, "_handoff_sock", None) is None:
+            try:
+                self._handoff_sock = socket.socket(fileno=fd)
+            except OSError as exc:
+                self._handoff_off = f"socket: {exc}"
+                return None
+
+        def ship(i: int, t) -> bool:
+            if self._handoff_off or t.device.type != "cuda":
+                return False
+            try:
+                device_handoff.send(self._handoff_sock, f"{name}#{i}#{t.numel() * t.element_size()}", t)
+                return True
+            except Exception as exc:  # written into the file instead; the record says why
+                self._handoff_off = f"{type(exc).__name__}: {str(exc)[:200]}"
+                self.meta["device_handoff_off"] = self._handoff_off
+                return False
+
+        return ship
 
     def poll_command(self, block: bool) -> str | None:
         """A line from the parent on stdin: `time`, `ablate T`, `stop`; None when none is waiting."""
@@ -177,6 +210,13 @@ class Runner:
         if self.device.type == "cuda":
             torch.empty(1, device=self.device)
             torch.cuda.synchronize(self.device)
+            if isinstance(self.job.get("handoff_fd"), int):  # the driver's calls for device outputs, loaded now
+                from kernelwright.engine.child import device_handoff
+
+                why = device_handoff.probe(self.device)
+                if why:
+                    self._handoff_off = why
+                    self.meta["device_handoff_off"] = why
         try:  # the guards' call tracer opens a profiler session: its first one costs seconds (kineto)
             from torch.autograd.profiler import profile
 

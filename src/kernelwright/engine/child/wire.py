@@ -8,6 +8,10 @@ are tuples, lists and dicts; numbers, strings, booleans and None as themselves. 
 candidate returned is written as `{"other": "<type name>"}` and read back as an `Opaque` value,
 which equals nothing. The reader opens the file with O_NOFOLLOW, caps its size, and trusts
 nothing in it.
+
+The bytes of a CUDA tensor may travel beside the file instead of in it (`ship`/`fetch`: the
+device hand-off of `device_handoff.py`, no trip through host memory); the header then lists that
+leaf under `handoff`, and its length counts against the same cap.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import ctypes
 import json
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -70,19 +74,22 @@ def _encode(obj: Any, blobs: list[torch.Tensor], depth: int = 0) -> Any:
     return {"other": type(obj).__name__}
 
 
-def write_tree(path: str, obj: Any) -> int:
-    """Write `obj` to `path` (created, never followed); returns the bytes written."""
+def write_tree(path: str, obj: Any, ship: Callable[[int, torch.Tensor], bool] | None = None) -> int:
+    """Write `obj` to `path` (created, never followed); returns the bytes written to the file.
+    `ship(i, tensor)`: send leaf i's bytes beside the file (True) or not (False: written here)."""
     blobs: list[torch.Tensor] = []
     tree = _encode(obj, blobs)
     sizes = [b.numel() * b.element_size() for b in blobs]
-    header = json.dumps({"tree": tree, "sizes": sizes}).encode() + b"\n"
+    handoff = [i for i, b in enumerate(blobs) if ship is not None and sizes[i] and ship(i, b)]
+    header = json.dumps({"tree": tree, "sizes": sizes, "handoff": handoff}).encode() + b"\n"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    shipped = set(handoff)
     with os.fdopen(fd, "wb") as f:
         f.write(header)
-        for b, n in zip(blobs, sizes):
-            if n:
+        for i, (b, n) in enumerate(zip(blobs, sizes)):
+            if n and i not in shipped:
                 _write_blob(f, b, n)
-    return len(header) + sum(sizes)
+    return len(header) + sum(n for i, n in enumerate(sizes) if i not in shipped)
 
 
 _STAGING: list[torch.Tensor] = []  # one pinned host buffer per process, grown as needed, reused
@@ -108,8 +115,11 @@ def _write_blob(f, b: torch.Tensor, n: int) -> None:
     f.write(_bytes_view(flat, n))
 
 
-def read_tree(path: str, device: torch.device | str = "cpu", max_bytes: int = 1 << 34) -> Any:
-    """Read an output file written by `write_tree` (by a process we do not trust)."""
+def read_tree(path: str, device: torch.device | str = "cpu", max_bytes: int = 1 << 34,
+              fetch: Callable[[int, int], torch.Tensor] | None = None) -> Any:
+    """Read an output file written by `write_tree` (by a process we do not trust). `fetch(i, n)`:
+    leaf i's `n` bytes sent beside the file (a uint8 tensor), for the leaves the header lists
+    under `handoff`."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
     except OSError as exc:
@@ -127,16 +137,26 @@ def read_tree(path: str, device: torch.device | str = "cpu", max_bytes: int = 1 
             raise WireError("output file header is missing or too long")
         try:
             meta = json.loads(header)
-            tree, sizes = meta["tree"], meta["sizes"]
+            tree, sizes, handoff = meta["tree"], meta["sizes"], meta.get("handoff", [])
         except (ValueError, KeyError, TypeError):
             raise WireError("output file header is not valid") from None
         if not isinstance(sizes, list) or len(sizes) > MAX_LEAVES or not all(
                 isinstance(n, int) and n >= 0 for n in sizes):
             raise WireError("output file sizes are not valid")
-        if len(header) + sum(sizes) != st.st_size:
+        if not isinstance(handoff, list) or not all(isinstance(i, int) and 0 <= i < len(sizes) for i in handoff):
+            raise WireError("output file hand-off list is not valid")
+        beside = set(handoff)
+        if sum(sizes) > max_bytes:
+            raise WireError(f"output {os.path.basename(path)} announces {sum(sizes)} bytes, over the {max_bytes} limit")
+        if len(header) + sum(n for i, n in enumerate(sizes) if i not in beside) != st.st_size:
             raise WireError("output file length does not match its header")
+        if beside and fetch is None:
+            raise WireError("output file names device outputs sent beside it, and none were expected")
         blobs = []
-        for n in sizes:  # read straight into a tensor's memory: one copy from the file
+        for i, n in enumerate(sizes):  # read straight into a tensor's memory: one copy from the file
+            if i in beside:
+                blobs.append(fetch(i, n))
+                continue
             data = torch.empty(n, dtype=torch.uint8)
             if n and f.readinto(_bytes_view(data, n)) != n:
                 raise WireError("output file is truncated")
