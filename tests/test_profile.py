@@ -224,3 +224,70 @@ def test_prebuild_of_a_broken_candidate_is_reported_not_raised(cpu_config):
     with BuildPool(max_workers=1, config=cpu_config, arch_list=None) as pool:
         res = pool.submit(ADD_ONE, "def nope(:\n").result(timeout=120)
     assert not res.ok and res.error
+
+
+# ---- one ncu profile at a time on a machine ------------------------------------------------------
+
+_HOLD = """
+import sys, time
+from kernelwright.engine import nsight
+with nsight.profiling_lock(30, sys.argv[1]):
+    print("held", flush=True)
+    time.sleep(float(sys.argv[2]))
+"""
+
+
+def _holder(path, seconds):
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", _HOLD, str(path), str(seconds)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def test_a_second_profile_waits_for_the_first_and_says_how_long(tmp_path):
+    lock = tmp_path / "ncu.lock"
+    other = _holder(lock, 1.5)  # another evaluation's profile, in another process
+    try:
+        with ncu.profiling_lock(30, str(lock)) as waited:
+            pass
+        assert 1.0 < waited < 10  # it came only once the other one (holding it 1.5 s) let go
+    finally:
+        other.wait(timeout=30)
+
+
+def test_a_lock_held_too_long_ends_the_profile_with_the_reason(tmp_path):
+    lock = tmp_path / "ncu.lock"
+    other = _holder(lock, 5)
+    try:
+        with pytest.raises(ncu.NcuUnavailable, match="held the profiling lock"):
+            with ncu.profiling_lock(0.5, str(lock)):
+                pass
+    finally:
+        other.kill()
+        other.wait(timeout=30)
+
+
+def test_ncu_runs_only_while_the_machine_lock_is_held(tmp_path, monkeypatch):
+    import fcntl
+    import os
+
+    lock = tmp_path / "ncu.lock"
+    monkeypatch.setattr(ncu, "LOCK_PATH", str(lock))
+    seen = []
+
+    def fake_profile(*args, **kwargs):
+        fd = os.open(lock, os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            seen.append("free")  # nobody held it: ncu would have run unserialised
+        except BlockingIOError:
+            seen.append("held")
+        finally:
+            os.close(fd)
+        return ncu.NcuProfile("ncu", [], "judge", [], [], None, None, "", [], "", 0.1)
+
+    monkeypatch.setattr(ncu, "_profile", fake_profile)
+    prof = ncu.profile("ncu", [], {}, tmp_path, {}, 60, "judge", 4, set(), [], tmp_path)
+    assert seen == ["held"] and prof.lock_wait_s >= 0

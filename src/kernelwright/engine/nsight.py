@@ -12,11 +12,21 @@ this ncu/GPU does not know are dropped (found by `--query-metrics`, or named by 
 find metric" error, then retried). When ncu is missing, lacks permission to the counters
 (ERR_NVGPUCTRPERM), cannot load its libraries, or profiles nothing, the record says why and the
 torch.profiler record of the evaluation child stays the profile.
+
+One profile at a time per machine (`profiling_lock`): two ncu instances profiling the same GPU at
+once disturb each other (its counters and kernel replay are the device's). ncu keeps a lock file
+of its own in the temporary directory (`/tmp/nsight-compute-lock`); every evaluation runs ncu
+with a TMPDIR private to it, so where ncu follows TMPDIR that lock serialises nothing (not
+confirmed on the device). The parent takes a lock of its own before it starts ncu, whatever ncu
+does; the wait is recorded (`lock_wait_s`) and not charged to the profile's time limit.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import errno
+import fcntl
 import io
 import json
 import os
@@ -114,6 +124,7 @@ class NcuProfile:
     command: list[str]
     ncu_version: str
     wall_s: float
+    lock_wait_s: float = 0.0  # waiting for another profile on this machine to finish (not in wall_s)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -331,6 +342,37 @@ def _run(cmd: list[str], env: dict[str, str], cwd: Path, timeout: float, log: Pa
     return rc, log.read_text(errors="replace"), timed_out
 
 
+LOCK_PATH = "/tmp/kernelwright-ncu.lock"
+
+
+@contextlib.contextmanager
+def profiling_lock(max_wait_s: float, path: str | None = None):
+    """Hold the machine's profiling lock (an flock on a fixed file shared by every kernelwright
+    process); yields the seconds waited. Raises NcuUnavailable after `max_wait_s`. Where the file
+    cannot be opened (another user's, say) the profile runs without it."""
+    t0 = time.monotonic()
+    try:
+        fd = os.open(path or LOCK_PATH, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o666)
+    except OSError:
+        yield 0.0
+        return
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as exc:
+                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    raise
+            if time.monotonic() - t0 > max_wait_s:
+                raise NcuUnavailable(f"another ncu profile on this machine held the profiling lock for over "
+                                     f"{max_wait_s:g} s")
+            time.sleep(0.1)
+        yield time.monotonic() - t0
+    finally:
+        os.close(fd)  # releases the lock
+
+
 def _version(ncu: str, env: dict[str, str]) -> str:
     try:
         out = subprocess.run([ncu, "--version"], capture_output=True, text=True, timeout=30, env=env)
@@ -380,7 +422,18 @@ def profile(
     report_dir: Path,
     wrap=lambda argv: argv,
 ) -> NcuProfile:
-    """Profile the candidate's forward under ncu; raises NcuUnavailable with the reason."""
+    """Profile the candidate's forward under ncu, one profile at a time on this machine; raises
+    NcuUnavailable with the reason."""
+    with profiling_lock(max(600.0, 4 * timeout)) as waited:
+        prof = _profile(ncu, child_argv, job, workdir, env, timeout, metric_set, max_kernels, candidate_kernels,
+                        binaries, report_dir, wrap)
+    prof.lock_wait_s = round(waited, 3)
+    return prof
+
+
+def _profile(ncu: str, child_argv: list[str], job: dict[str, Any], workdir: Path, env: dict[str, str], timeout: float,
+             metric_set: str, max_kernels: int, candidate_kernels: set[str], binaries: list[bytes], report_dir: Path,
+             wrap) -> NcuProfile:
     t0 = time.monotonic()
     deadline = t0 + timeout
     if metric_set not in METRIC_SETS:
