@@ -11,7 +11,6 @@ import json
 import os
 import shutil
 import socket
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +19,7 @@ from typing import Callable
 import kernelwright
 from kernelwright.core import formats
 from kernelwright.core.config import EvalConfig
-from kernelwright.engine import environment, isolation, nsight, process, sandbox, trusted_builds
+from kernelwright.engine import environment, isolation, leftovers, nsight, process, sandbox, trusted_builds
 from kernelwright.core.record import EvalResult, Stage, Status
 
 
@@ -56,6 +55,7 @@ def evaluate(
     does not fit or has died) and must not be used again. See `WarmEvaluator`.
     """
     config = config or EvalConfig()
+    leftovers.sweep_once()  # directories of evaluators that were killed outright
     try:
         _validate(config)
         try:
@@ -72,7 +72,7 @@ def evaluate(
         spare.discard()
         spare = None
 
-    workdir = spare.workdir if spare else Path(tempfile.mkdtemp(prefix="kw-eval-"))
+    workdir = spare.workdir if spare else leftovers.make_dir("kw-eval-")
     try:
         if candidate_text is None:
             if candidate is None:
@@ -146,8 +146,9 @@ def prestart(config: EvalConfig | None = None) -> Spare:
     does other work."""
     config = config or EvalConfig()
     _validate(config)
+    leftovers.sweep_once()
     sandbox_kind = _sandbox_kind(config)
-    spare = _start_spare(config, sandbox_kind, Path(tempfile.mkdtemp(prefix="kw-eval-")))
+    spare = _start_spare(config, sandbox_kind, leftovers.make_dir("kw-eval-"))
     try:  # after the spawn: the children start up while this process imports torch to look for the GPU
         check_device(config.device)
     except EngineError:
@@ -157,7 +158,7 @@ def prestart(config: EvalConfig | None = None) -> Spare:
 
 
 def _start_spare(config: EvalConfig, sandbox_kind: str, workdir: Path) -> Spare:
-    judge_dir = Path(tempfile.mkdtemp(prefix="kw-judge-"))
+    judge_dir = leftovers.make_dir("kw-judge-")
     out_dir = _out_dir(workdir)
     job = {"problem_path": "", "candidate_path": "", "config": config.to_dict()}
     runner, judge, env = _spawn_pair(config, sandbox_kind, workdir, job, judge_dir, out_dir, spare=True)
@@ -195,7 +196,7 @@ def _out_dir(workdir: Path) -> Path:
     try:
         st = os.statvfs(SHM)
         if st.f_bavail * st.f_frsize >= SHM_MIN_FREE and os.access(SHM, os.W_OK):
-            return Path(tempfile.mkdtemp(prefix="kw-out-", dir=SHM))
+            return leftovers.make_dir("kw-out-", SHM)
     except OSError:
         pass
     return workdir / "out"
@@ -342,7 +343,7 @@ def _run(problem_path: Path, cand_path: Path, config: EvalConfig, workdir: Path,
             spare.runner.stop()
             spare.judge.stop()
     if runner is None:
-        judge_dir = judge_dir or Path(tempfile.mkdtemp(prefix="kw-judge-"))
+        judge_dir = judge_dir or leftovers.make_dir("kw-judge-")
         runner, judge, env = _spawn_pair(config, sandbox_kind, workdir, job, judge_dir, out_dir)
     phases["start" if runner is not spare.runner else "hand_over"] = time.monotonic() - t_phase
     t_phase = time.monotonic()

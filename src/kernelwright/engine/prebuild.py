@@ -20,7 +20,6 @@ from __future__ import annotations
 import shutil
 import os
 import subprocess
-import tempfile
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -29,7 +28,7 @@ from typing import Any, Callable
 
 from kernelwright.core import formats
 from kernelwright.core.config import EvalConfig
-from kernelwright.engine import process, sandbox
+from kernelwright.engine import leftovers, process, sandbox
 
 
 @dataclass
@@ -82,7 +81,7 @@ def prebuild(problem: str | Path, candidate_text: str, config: EvalConfig, arch_
         return PrebuildResult(ok=False, error=str(exc).splitlines()[0], wall_s=time.monotonic() - t0)
     cache_dir = Path(config.cache_dir)
     cache_dir.mkdir(parents=True, exist_ok=True)
-    workdir = Path(tempfile.mkdtemp(prefix="kw-prebuild-"))
+    workdir = leftovers.make_dir("kw-prebuild-")
     try:
         (workdir / "tmp").mkdir()
         cand = workdir / "candidate.py"
