@@ -181,7 +181,13 @@ def _spawn_pair(config: EvalConfig, sandbox_kind: str, workdir: Path, job: dict,
             if fd is not None:
                 os.close(fd)
         raise
-    judge = _spawn_judge(config, judge_dir, env, spare=spare, handoff_fd=ends[1])
+    try:
+        judge = _spawn_judge(config, judge_dir, env, spare=spare, handoff_fd=ends[1])
+    except BaseException:
+        if ends[1] is not None:
+            os.close(ends[1])
+        runner.stop()
+        raise
     return runner, judge, env
 
 
