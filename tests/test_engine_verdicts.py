@@ -188,3 +188,36 @@ def test_same_extension_name_different_code_gets_its_own_build(cpu_config):
     d1, d2 = one.metadata["builds"][0]["dir"], two.metadata["builds"][0]["dir"]
     assert d1 != d2 and os.path.basename(d1).startswith("kw_same_name-")
     assert again.metadata["builds"][0]["cached"] is True
+
+
+# ---- sampled timed outputs: bit-identical ones need no second full comparison -------------------
+
+_NOISY = """
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    # right to within float32 rounding, but never the same bits twice (as an atomics-based
+    # reduction is): every sampled timed output must be compared in full
+    def forward(self, x):
+        noise = torch.rand_like(x) * 1e-7 * (1.0 + x.abs())
+        return x.clamp_min(0.0) + 1.0 + noise
+"""
+
+
+def test_timed_samples_identical_to_a_verified_output_skip_the_full_comparison(cpu_config):
+    r = evaluate(ADD_ONE, CANDIDATES / "py_correct.py", cpu_config)
+    assert r.status is Status.PASSED, r.error_log
+    facts = r.metadata["guards"]["facts"]
+    assert facts["timed_samples_identical"] >= 1  # at least the set-A samples equal trial 0 bit for bit
+    assert "timed_output_mismatch" in r.metadata["guards"]["checked"]
+
+
+def test_a_correct_but_never_identical_candidate_has_every_sample_compared_and_passes(cpu_config, tmp_path):
+    cand = tmp_path / "noisy.py"
+    cand.write_text(_NOISY)
+    r = evaluate(ADD_ONE, cand, cpu_config)
+    assert r.status is Status.PASSED, r.error_log
+    facts = r.metadata["guards"]["facts"]
+    assert "timed_samples_identical" not in facts and facts["timed_calls_checked"] >= 1
