@@ -178,6 +178,8 @@ def probe(device: torch.device) -> str:
         return ""
     except Unavailable as exc:
         return str(exc)
+    except Exception as exc:  # anything else (torch refusing the mapped memory, say): files, and why
+        return f"{type(exc).__name__}: {str(exc)[:200]}"
 
 
 def _export(flat: torch.Tensor) -> int:
