@@ -22,7 +22,7 @@ from pathlib import Path
 
 PREFIXES = ("kw-eval-", "kw-judge-", "kw-out-", "kw-prebuild-")
 MIN_AGE_S = 2 * 3600.0
-_NAME = re.compile(r"^(kw-(?:eval|judge|out|prebuild))-(\d+)-[A-Za-z0-9_]+$")
+_NAME = re.compile("^(" + "|".join(re.escape(p[:-1]) for p in PREFIXES) + r")-(\d+)-[A-Za-z0-9_]+$")
 _SWEPT: list[bool] = []
 
 

@@ -168,7 +168,7 @@ def spawn(argv: list[str], job: dict[str, Any] | None, workdir: Path, env: dict[
     argv = argv + (["--spare"] if spare else [])
     extra = {"handoff_fd": handoff_fd} if handoff_fd is not None else {}
     if job is None:
-        argv = argv + [f"--handoff={handoff_fd}"] * bool(extra) + [str(write_fd)]
+        argv = argv + ([f"--handoff={handoff_fd}"] if handoff_fd is not None else []) + [str(write_fd)]
     else:
         job_path = workdir / f"{name}_job.json"
         job_path.write_text(json.dumps(dict(job, fd=write_fd, **extra)))

@@ -65,6 +65,7 @@ class Runner:
         self.out_dir = job.get("out_dir") or os.getcwd()
         self._n_files = 0
         self._handoff_off = ""  # why device outputs go into the files instead ('' while they need not)
+        self._handoff_sock = None  # the runner's end of the device hand-off socket, opened at first use
         self.started = False
         self.phases: dict[str, float] = {}  # seconds per phase of the runner's own work (sent with the timing)
 
@@ -142,7 +143,7 @@ class Runner:
 
         from kernelwright.engine.child import device_handoff
 
-        if getattr(self, "_handoff_sock", None) is None:
+        if self._handoff_sock is None:
             try:
                 self._handoff_sock = socket.socket(fileno=fd)
             except OSError as exc:
