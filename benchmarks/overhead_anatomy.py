@@ -98,14 +98,17 @@ def prestarted_evals(problem: Path, candidate: Path, device: str, cache: Path, r
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
-    ap.add_argument("--problem", type=Path, default=ROOT / "examples" / "cuda_swish" / "problem.py")
-    ap.add_argument("--candidate", type=Path, default=ROOT / "examples" / "cuda_swish" / "candidate.py")
+    ap.add_argument("--problem", type=Path, default=None, help="default: the device's swish example")
+    ap.add_argument("--candidate", type=Path, default=None, help="default: the device's swish example")
     ap.add_argument("--cache", type=Path, default=None)
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--handoff", action="store_true", help="CUDA outputs on the device (EvalConfig.device_handoff), not through files")
     ap.add_argument("--skip-pieces", action="store_true", help="skip the fresh interpreter's start-up pieces")
     args = ap.parse_args()
+    example = ROOT / "examples" / ("cuda_swish" if args.device == "cuda" else "cpu_swish")
+    args.problem = args.problem or example / "problem.py"
+    args.candidate = args.candidate or example / "candidate.py"
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
     pieces = {} if args.skip_pieces else startup_pieces(args.device)

@@ -16,7 +16,7 @@ import pytest
 from kernelwright.core.record import Status
 from kernelwright.engine import EngineError
 from kernelwright.engine.environment import child_environment
-from kernelwright.engine.evaluation import child_env
+from kernelwright.engine.environment import child_env
 from kernelwright.executors import orphans
 from kernelwright.executors.base import EvalTask, SerialExecutor, WorkerLost
 from kernelwright.executors.local import LocalExecutor

@@ -1,10 +1,15 @@
-"""What the evaluation child may see of the caller's environment: an allow-list, minus secrets."""
+"""What the evaluation child may see of the caller's environment: an allow-list, minus secrets
+(`child_environment`), and the environment an evaluation or prebuild child gets (`child_env`)."""
 
 from __future__ import annotations
 
 import os
 import re
 from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import kernelwright
+from kernelwright.core.config import EvalConfig
 
 # Names passed through as they are (exact names, or prefixes ending in "_").
 _ALLOWED_EXACT = {
@@ -71,3 +76,31 @@ def redact(obj, values: list[str]):
     if isinstance(obj, tuple):
         return tuple(redact(v, values) for v in obj)
     return obj
+
+
+def _package_root() -> str:
+    return str(Path(kernelwright.__file__).resolve().parent.parent)
+
+
+def child_env(config: EvalConfig, tmp: Path) -> dict[str, str]:
+    """The scrubbed environment of an evaluation (or prebuild) child; `tmp` is its TMPDIR."""
+    cache_dir = Path(config.cache_dir)
+    env = child_environment(
+        extra_names=config.pass_env,
+        overrides={
+            "PYTHONPATH": _package_root(),
+            "TMPDIR": str(tmp),
+            "TRITON_CACHE_DIR": str(cache_dir / "triton"),
+            "CUDA_CACHE_PATH": str(cache_dir / "nv"),  # the CUDA JIT cache: $HOME is read-only in the sandbox
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONFAULTHANDLER": "1",
+        },
+    )
+    # ninja's parallelism: every core unless the config or the caller's MAX_JOBS says otherwise
+    if config.build.max_jobs > 0:
+        env["MAX_JOBS"] = str(config.build.max_jobs)
+    env.setdefault("MAX_JOBS", str(os.cpu_count() or 1))
+    # executor hook (issue 19): a worker pinned to one GPU pins its children to it
+    if config.visible_devices is not None:
+        env["CUDA_VISIBLE_DEVICES"] = config.visible_devices
+    return env

@@ -16,19 +16,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-import kernelwright
 from kernelwright.core import formats
 from kernelwright.core.config import EvalConfig
-from kernelwright.engine import environment, isolation, leftovers, nsight, process, sandbox, trusted_builds
+from kernelwright.engine import build_arch, environment, isolation, leftovers, nsight, process, sandbox, trusted_builds
 from kernelwright.core.record import EvalResult, Stage, Status
 
 
 class EngineError(RuntimeError):
     """The evaluation could not run at all (not a verdict on the candidate). One line, names the fix."""
 
-
-def _package_root() -> str:
-    return str(Path(kernelwright.__file__).resolve().parent.parent)
 
 
 def check_device(device: str) -> None:
@@ -288,7 +284,7 @@ def _spawn_runner(config: EvalConfig, sandbox_kind: str, workdir: Path, job: dic
     cache_dir.mkdir(parents=True, exist_ok=True)
     for sub in ("tmp", "out"):
         (workdir / sub).mkdir(exist_ok=True)
-    env = child_env(config, workdir / "tmp")
+    env = environment.child_env(config, workdir / "tmp")
     read_only = []
     if config.build.trusted_cache:  # the runner reads the shared builds, never writes them
         read_only = [trusted_builds.cache_root(config)]
@@ -332,7 +328,7 @@ def _run(problem_path: Path, cand_path: Path, config: EvalConfig, workdir: Path,
         tdir = workdir / "trusted-build"
         try:
             trusted = trusted_builds.build(cand_path.read_text(), config, sandbox_kind, tdir,
-                                           child_env(config, tdir / "tmp"), trusted_builds.arch_list_for_config(config))
+                                           environment.child_env(config, tdir / "tmp"), build_arch.arch_list_for_config(config))
         except BaseException:
             spare.discard(remove_workdir=False)
             raise
@@ -385,28 +381,6 @@ def _run(problem_path: Path, cand_path: Path, config: EvalConfig, workdir: Path,
     return _redacted(result)
 
 
-def child_env(config: EvalConfig, tmp: Path) -> dict[str, str]:
-    """The scrubbed environment of an evaluation (or prebuild) child; `tmp` is its TMPDIR."""
-    cache_dir = Path(config.cache_dir)
-    env = environment.child_environment(
-        extra_names=config.pass_env,
-        overrides={
-            "PYTHONPATH": _package_root(),
-            "TMPDIR": str(tmp),
-            "TRITON_CACHE_DIR": str(cache_dir / "triton"),
-            "CUDA_CACHE_PATH": str(cache_dir / "nv"),  # the CUDA JIT cache: $HOME is read-only in the sandbox
-            "PYTHONDONTWRITEBYTECODE": "1",
-            "PYTHONFAULTHANDLER": "1",
-        },
-    )
-    # ninja's parallelism: every core unless the config or the caller's MAX_JOBS says otherwise
-    if config.build.max_jobs > 0:
-        env["MAX_JOBS"] = str(config.build.max_jobs)
-    env.setdefault("MAX_JOBS", str(os.cpu_count() or 1))
-    # executor hook (issue 19): a worker pinned to one GPU pins its children to it
-    if config.visible_devices is not None:
-        env["CUDA_VISIBLE_DEVICES"] = config.visible_devices
-    return env
 
 
 def _record(outcome, config: EvalConfig, sandbox_kind: str) -> EvalResult:

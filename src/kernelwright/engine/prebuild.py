@@ -17,9 +17,8 @@ built again, and judged, by its evaluation.
 
 from __future__ import annotations
 
-import shutil
 import os
-import subprocess
+import shutil
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -28,7 +27,9 @@ from typing import Any, Callable
 
 from kernelwright.core import formats
 from kernelwright.core.config import EvalConfig
-from kernelwright.engine import leftovers, process, sandbox
+from kernelwright.engine import leftovers, process, sandbox, trusted_builds
+from kernelwright.engine.build_arch import detect_arch_list
+from kernelwright.engine.environment import child_env
 
 
 @dataclass
@@ -40,39 +41,8 @@ class PrebuildResult:
     error: str = ""  # first line of what went wrong, when not ok
 
 
-def detect_arch_list() -> str | None:
-    """TORCH_CUDA_ARCH_LIST for the first visible GPU, without creating a CUDA context here.
-
-    The caller's own TORCH_CUDA_ARCH_LIST wins, as it does in the evaluation child: the two must
-    agree, or a prebuild lands under another cache key than the evaluation looks for.
-    """
-    from kernelwright.core.arch import arch_list_for
-
-    if os.environ.get("TORCH_CUDA_ARCH_LIST"):
-        return os.environ["TORCH_CUDA_ARCH_LIST"]
-
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=20)
-        first = out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else ""
-        major, minor = (int(x) for x in first.strip().split("."))
-        return arch_list_for(major, minor)
-    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
-        pass
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            return arch_list_for(*torch.cuda.get_device_capability(0))
-    except Exception:
-        pass
-    return None
-
-
 def prebuild(problem: str | Path, candidate_text: str, config: EvalConfig, arch_list: str | None) -> PrebuildResult:
     """Build a candidate's extensions into the cache in a CPU-only child; never raises for the candidate."""
-    from kernelwright.engine.evaluation import child_env
-
     t0 = time.monotonic()
     try:
         prob = formats.load_problem(problem)
@@ -94,8 +64,6 @@ def prebuild(problem: str | Path, candidate_text: str, config: EvalConfig, arch_
             env["TORCH_CUDA_ARCH_LIST"] = arch_list
         kind = sandbox.resolve(config.sandbox)
         if config.build.trusted_cache:
-            from kernelwright.engine import trusted_builds
-
             trusted = trusted_builds.build(candidate_text, config, kind, workdir / "trusted-build", env, arch_list)
             failed = [b for b in trusted.builds if not b.get("ok")]
             err = trusted.error or (failed[0].get("error", "the build failed") if failed else "") or (

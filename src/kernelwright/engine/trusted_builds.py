@@ -18,7 +18,6 @@ can write the cache, so the manifest can be trusted.
 from __future__ import annotations
 
 import json
-import os
 import sys
 import threading
 import time
@@ -137,21 +136,3 @@ def job_fields(trusted: TrustedBuilds | None, workdir: Path) -> dict[str, Any]:
         return {}
     return {"verified_builds": dict(trusted.verified), "failed_builds": dict(trusted.failed),
             "private_builds": str(workdir / "private-builds")}
-
-
-def arch_list_for_config(config: EvalConfig) -> str | None:
-    """TORCH_CUDA_ARCH_LIST the evaluation child will build with (None: the caller's, or a CPU build)."""
-    if config.device == "cpu" or os.environ.get("TORCH_CUDA_ARCH_LIST"):
-        return os.environ.get("TORCH_CUDA_ARCH_LIST")
-    return _arch_cached()
-
-
-_ARCH: list[str | None] = []
-
-
-def _arch_cached() -> str | None:
-    if not _ARCH:
-        from kernelwright.engine.prebuild import detect_arch_list
-
-        _ARCH.append(detect_arch_list())
-    return _ARCH[0]

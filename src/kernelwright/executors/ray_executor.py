@@ -200,7 +200,7 @@ class RayExecutor(SlotQueue):
         self._reap = ray.remote(num_cpus=0)(ray_reap)
         self._arch = None
         if build and self.config.device != "cpu":
-            from kernelwright.engine.prebuild import detect_arch_list
+            from kernelwright.engine.build_arch import detect_arch_list
 
             self._arch = detect_arch_list()
         self._builds = cf.ThreadPoolExecutor(max_workers=max(1, n), thread_name_prefix="kw-ray-build") if build else None
