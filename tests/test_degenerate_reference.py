@@ -64,6 +64,28 @@ def test_a_non_constant_but_input_independent_output_is_degenerate():
     assert f.degenerate and "is the same tensor" in f.reason
 
 
+def test_outputs_with_nan_and_integer_inputs_are_fingerprinted_alike_across_trials():
+    """Non-finite outputs and integer inputs take the detector's general path; finite floats the fast one."""
+    out = torch.tensor([float("nan"), 1.0, float("inf"), -2.0])
+    trials = [([torch.randint(0, 100, (16,))], out.clone()) for _ in range(3)]
+    f = degenerate.detect(trials)
+    assert f.degenerate and "is the same tensor" in f.reason
+    a = degenerate.fingerprint(out)
+    assert a.nans == 1 and (a.lo, a.hi) == (-2.0, 1.0)
+    moved = out.clone()
+    moved[1] = 1.5  # one finite element differs: not the same tensor
+    assert not degenerate.detect([([torch.randn(3)], out.clone()), ([torch.randn(3)], moved)]).degenerate
+
+
+def test_a_finite_fingerprint_sees_a_change_outside_its_sample():
+    x = torch.randn(64 * degenerate.SAMPLE)  # strided sample: most elements are not in it
+    y = x.clone()
+    y[1] += 1.0  # element 1 is not sampled (stride 64)
+    fx, fy = degenerate.fingerprint(x), degenerate.fingerprint(y)
+    assert fx.sample == fy.sample and fx.nans == fy.nans == 0
+    assert fx != fy  # the float64 sums see it
+
+
 # ---- through the engine: KernelBench-like degenerate problems ----------------------------------
 
 @pytest.mark.parametrize("problem,candidate,value", [

@@ -18,6 +18,40 @@ M2 = FIXTURES / "mamba2"
 
 # ---- the rule itself (no child process) ---------------------------------------------------------
 
+NAN, INF = float("nan"), float("inf")
+
+
+@pytest.mark.parametrize("cand,ref,passes", [
+    ([1.0, NAN, 3.0], [1.0, NAN, 3.0], True),  # NaN where the reference has NaN
+    ([1.0, INF, -INF], [1.0, INF, -INF], True),  # the same infinities
+    ([1.0, NAN, 3.0], [1.0, 2.0, 3.0], False),  # NaN where the reference is finite
+    ([1.0, 2.0, 3.0], [1.0, NAN, 3.0], False),  # finite where the reference is NaN
+    ([1.0, -INF, 3.0], [1.0, INF, 3.0], False),  # the wrong infinity
+    ([1.0, INF, 3.0], [1.0, 2.0, 3.0], False),
+    ([1.0, 2.0, 3.0], [1.0, 2.0, 3.0 + 1e-9], True),  # all finite: the fast path
+    ([1.0, 2.0, 3.5], [1.0, 2.0, 3.0], False),
+])
+def test_strict_comparison_places_non_finite_values(cand, ref, passes):
+    from kernelwright.engine.child.compare import compare_tensors
+
+    rep = compare_tensors("out", torch.tensor(cand), torch.tensor(ref), 1e-5, 1e-5)
+    assert rep.passed is passes
+    if not passes and any(v != v or abs(v) == INF for v in cand) and all(v == v and abs(v) != INF for v in ref):
+        assert "NaN" in rep.message and "where the reference is finite" in rep.message
+
+
+def test_deviation_counts_non_finite_values_where_the_oracle_is_finite():
+    o = torch.tensor([1.0, 2.0, NAN, 4.0], dtype=torch.float64)
+    same = numerics.deviation(torch.tensor([1.0, 2.0, NAN, 4.0]), o, 1e-5, 1e-5)
+    assert same.nonfinite == 0 and same.frac_out_of_tol == 0.0 and same.max_abs == 0.0
+    bad = numerics.deviation(torch.tensor([1.0, INF, NAN, 4.0]), o, 1e-5, 1e-5)
+    assert bad.nonfinite == 1 and bad.frac_out_of_tol == 0.25 and bad.max_abs == float("inf")
+    finite = numerics.deviation(torch.tensor([1.0, 2.0, 3.0, 4.5]), torch.tensor([1.0, 2.0, 3.0, 4.0],
+                                                                                 dtype=torch.float64), 1e-5, 1e-5)
+    assert finite.nonfinite == 0 and finite.max_abs == 0.5 and finite.frac_out_of_tol == 0.25
+    assert finite.norm_rel == pytest.approx(0.5 / (1 + 4 + 9 + 16) ** 0.5)
+
+
 def test_calibrated_rule_passes_within_a_factor_of_the_references_error():
     o = torch.randn(1000, dtype=torch.float64) * 1e6
     ref = o + torch.randn_like(o) * 1e3  # an inaccurate reference: fails atol/rtol against the oracle

@@ -54,11 +54,20 @@ def fingerprint(t: torch.Tensor) -> Fingerprint:
     x = t.detach()
     flat = torch.view_as_real(x.reshape(-1)).reshape(-1) if x.is_complex() else x.reshape(-1)
     n = flat.numel()
+    step = max(1, n // SAMPLE)
+    if n and flat.is_floating_point() and bool(torch.isfinite(flat).all()):
+        # every element finite (the common case): float64 reductions, no float64 copy of the tensor
+        lo, hi = torch.aminmax(flat)
+        return Fingerprint(
+            shape=tuple(x.shape), dtype=str(x.dtype), total=float(flat.sum(dtype=torch.float64).item()),
+            abs_total=float(torch.linalg.vector_norm(flat, 1, dtype=torch.float64).item()),
+            lo=float(lo.item()), hi=float(hi.item()), nans=0,
+            sample=tuple(flat[::step][:SAMPLE].to(torch.float64).cpu().tolist()),
+        )
     d = flat.to(torch.float64)
     nan = torch.isnan(d)
     fin = d[torch.isfinite(d)]
     clean = torch.nan_to_num(d, nan=0.0)
-    step = max(1, n // SAMPLE)
     return Fingerprint(
         shape=tuple(x.shape), dtype=str(x.dtype),
         total=float(clean.sum().item()) if n else 0.0, abs_total=float(clean.abs().sum().item()) if n else 0.0,
