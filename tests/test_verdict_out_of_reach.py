@@ -140,3 +140,12 @@ def test_output_files_grown_to_gigabytes_are_not_read(cpu_config, canary_env):
     # (a file read before it grew was the engine's own, and judged as it was)
     assert r.status is Status.PASSED or "over the" in r.error_log, r.error_log
     assert_no_canary(r)
+
+
+def test_inputs_made_easier_in_the_candidates_process_are_flagged_and_judged_on_the_judges_own(cpu_config):
+    r = run(cpu_config, "easier_inputs.py")
+    assert r.status is Status.INCORRECT and not r.correct and r.speedup is None
+    flags = r.flags()
+    assert "torch.randn" in flags["patched_functions"]  # found and put back before any input was drawn
+    assert "not the problem's inputs" in flags["inputs_differ"]  # the replaced get_inputs: seen by fingerprint
+

@@ -104,7 +104,11 @@ def fingerprint(inputs: Any) -> list[Any]:
 
     out = []
     for _, x in flatten(inputs):
-        if isinstance(x, torch.Tensor):
+        if isinstance(x, torch.Tensor) and x.is_floating_point():  # float64 sums, no float64 copy
+            x = x.detach()
+            out.append([list(x.shape), str(x.dtype), float(x.sum(dtype=torch.float64)),
+                        float(torch.linalg.vector_norm(x, dtype=torch.float64)) ** 2])
+        elif isinstance(x, torch.Tensor):
             d = x.detach().to(torch.float64) if not x.is_complex() else x.detach().abs().to(torch.float64)
             out.append([list(x.shape), str(x.dtype), float(d.sum()), float((d * d).sum())])
         elif isinstance(x, (int, float, bool, str)) or x is None:
