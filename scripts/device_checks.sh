@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The GPU checks still owed, in the order a device session should run them, each one call of the
+# device tool (at most 10 minutes). Logs go under $OUT (the device tool brings them back).
+#
+#   bash scripts/device_checks.sh handoff   # ~6 min: device hand-off tests, overhead with and without it
+#   bash scripts/device_checks.sh suite     # ~8 min: the whole gpu suite, 8 workers (run it three times)
+#   bash scripts/device_checks.sh mamba     # ~4 min: Mamba-2 gpu tests and the side-by-side benchmark
+#
+# Carry .deb (bubblewrap for the sandbox tests) with every call, and .scratch/mamba/whl for `mamba`.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/kw-device-out}
+mkdir -p "$OUT"
+export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1 KW_TEST_CACHE=${KW_TEST_CACHE:-/tmp/kwc}
+. scripts/install_bwrap_deb.sh >"$OUT/bwrap.log" 2>&1 || echo "bubblewrap not installed: bwrap tests will skip"
+nvidia-smi --query-gpu=name,driver_version,memory.used,utilization.gpu --format=csv >"$OUT/gpu.txt" 2>&1
+date -u +%FT%TZ >"$OUT/date.txt"
+
+step() {  # step NAME SECONDS COMMAND...: runs it with a limit, log in $OUT/NAME.log, one status line
+    local name=$1 limit=$2
+    shift 2
+    local t0=$SECONDS
+    timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
+    local rc=$?
+    echo "$name: exit $rc in $((SECONDS - t0)) s ($(tail -n 1 "$OUT/$name.log" | cut -c1-160))"
+}
+
+case "${1:-}" in
+handoff)
+    step handoff_tests 180 python3 -m pytest -m gpu tests/test_device_handoff_gpu.py -v -p no:cacheprovider
+    step overhead_handoff 150 python3 benchmarks/overhead_anatomy.py --device cuda --repeats 3 --skip-pieces --handoff
+    step overhead_files 150 python3 benchmarks/overhead_anatomy.py --device cuda --repeats 3 --skip-pieces
+    ;;
+suite)
+    step gpu_suite "${KW_SUITE_LIMIT:-560}" python3 -m pytest -m gpu -n 8 -p no:cacheprovider --durations=25
+    grep -E "timer_escape|FAILED|ERROR" "$OUT/gpu_suite.log" | head -40 >"$OUT/gpu_suite_failures.txt"
+    ;;
+mamba)  # mamba_ssm's pure-Python wheel (see benchmarks/mamba2_ssd.py), carried in .scratch/mamba/whl
+    if ls .scratch/mamba/whl/*.whl >/dev/null 2>&1; then
+        python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .scratch/mamba/whl/*.whl \
+            && export PYTHONPATH=/tmp/site:$PYTHONPATH
+    fi
+    step mamba_tests 300 python3 -m pytest -m gpu tests/test_mamba2_gpu.py -n 4 -p no:cacheprovider
+    step mamba_bench 240 python3 benchmarks/mamba2_ssd.py
+    ;;
+*)
+    echo "usage: bash scripts/device_checks.sh handoff|suite|mamba" >&2
+    exit 2
+    ;;
+esac
