@@ -1,6 +1,7 @@
 """The Mamba-2 SSD tensor-core kernels, run on the CPU under emulation (tools/cuda_emu), against
-float64: the kernel known correct on an H100 passes, deliberately broken copies of it fail, and the
-emulated tensor-core numerics are TF32 (without the 3xTF32 lo terms the error is ~1e-3).
+float64: the kernel known correct on an H100 (path 2) and the 16-warp variant (path 4, not yet run on
+a GPU) pass, deliberately broken copies of the first fail, and the emulated tensor-core numerics are
+TF32 (without the 3xTF32 lo terms the error is ~1e-3).
 
 The kernel source is compiled with g++ into a library cached by content hash (a few seconds cold).
 """
@@ -44,22 +45,25 @@ CASES = [
     Case(l=100, d=64, n=64, p=32, nseg=2, seed=3),
     Case(l=80, d=128, nseg=2, dtype="bf16", init=True, seed=2),
     Case(l=100, d=32, n=64, p=32, nseg=3, dtype="bf16", a_kind="pos", seed=4),
+    Case(l=100, d=128, n=64, nseg=3, dtype="bf16", init=True, seed=7),
     Case(l=640, h=1, nseg=2, init=True, a_kind="fast", seed=5),
 ]
 STATE_CASE = Case(l=100, nseg=3, init=True, seed=6)
 BASE = Case(l=100, nseg=3, init=True, seed=1)  # the broken copies' case
-PATHS = (2,)  # 2: ssd_tc_kernel (8 warps a block for P = 64)
+PATHS = (2, 4)  # 2: ssd_tc_kernel (8 warps a block for P = 64); 4: ssd_tc16_kernel (16 warps, P = 64 only)
 
 
 @pytest.fixture(scope="module")
 def lib():
     """Every instantiation the tests below use, in one build per path."""
     combos = [c.combo(True) for c in CASES] + [STATE_CASE.combo(False)]
-    return {path: emu.build([dataclasses.replace(c, path=path) for c in combos]) for path in PATHS}
+    return {path: emu.build([dataclasses.replace(c, path=path) for c in combos if path != 4 or c.p == 64])
+            for path in PATHS}
 
 
 def _cases(path):
-    return [pytest.param(dataclasses.replace(c, path=path), id=c.label().replace(" ", "-")) for c in CASES]
+    cases = [dataclasses.replace(c, path=path) for c in CASES if path != 4 or c.p == 64]
+    return [pytest.param(c, id=c.label().replace(" ", "-")) for c in cases]
 
 
 @pytest.mark.parametrize("case", [c for p in PATHS for c in _cases(p)])
@@ -94,11 +98,14 @@ def test_plain_tf32_is_visibly_less_accurate(lib, mode):
 
 @pytest.mark.parametrize("name", [n for n in emu.BROKEN if "deadlock" not in n])
 def test_broken_copy_is_rejected(name):
-    res = emu.run_case(emu.build([BASE.combo(True)], mutations=emu.BROKEN[name]), BASE)
-    assert not emu.ok(BASE, res), res
+    path, mutations = emu.BROKEN[name]
+    case = dataclasses.replace(BASE, path=path)
+    res = emu.run_case(emu.build([case.combo(True)], mutations=mutations), case)
+    assert not emu.ok(case, res), res
 
 
 def test_waiting_on_a_flag_nobody_sets_is_reported_as_deadlock():
-    broken = emu.build([BASE.combo(True)], mutations=emu.BROKEN["waits on the wrong flag (deadlock)"])
+    path, mutations = emu.BROKEN["waits on the wrong flag (deadlock)"]
+    broken = emu.build([BASE.combo(True)], mutations=mutations)
     with pytest.raises(RuntimeError, match="deadlock"):
         emu.run_case(broken, BASE)

@@ -6,13 +6,14 @@ cuda_emu.h defines them; `extern __shared__` becomes the block's emulated dynami
 compiled into a shared library with a small launcher per requested instantiation, and run on
 random inputs at small shapes. The library is cached by the hash of everything it is built from.
 
-    python3 tools/cuda_emu/run_ssd.py                  # the quick validation set (path 2)
+    python3 tools/cuda_emu/run_ssd.py                  # the quick validation set, paths 2 and 4
     python3 tools/cuda_emu/run_ssd.py --sweep          # N 64/128, P 32/64, nseg 1/2/3, ...
     python3 tools/cuda_emu/run_ssd.py --paths 2 --checks   # plus: broken copies, plain TF32
     python3 tools/cuda_emu/run_ssd.py --candidate other.py
 
 Paths as in the candidate's ssd_fused_cfg: 2 = ssd_tc_kernel with __launch_bounds__(.., 2),
-3 = the same kernel with (.., 1) (identical code here: launch bounds do not change semantics).
+3 = the same kernel with (.., 1) (identical code here: launch bounds do not change semantics),
+4 = ssd_tc16_kernel (16 warps a block; P = 64 only).
 """
 
 from __future__ import annotations
@@ -48,7 +49,9 @@ EMULATED = ("split_tf32", "mma_tf32", "cp_async16", "cp_async_commit", "cp_async
 KERNELS = {
     2: ("tc::ssd_tc_kernel<{N}, {P}, {Y}, 2, {T}>", "tc::TcLayout<{N}, {P}, {T}>"),
     3: ("tc::ssd_tc_kernel<{N}, {P}, {Y}, 1, {T}>", "tc::TcLayout<{N}, {P}, {T}>"),
+    4: ("tc::ssd_tc16_kernel<{N}, {P}, {Y}, {T}>", "tc::Tc16Layout<{N}, {P}, {T}>"),
 }
+KERNEL_NAMES = ("ssd_tc_kernel", "ssd_tc16_kernel")
 CTYPES = {"fp32": "float", "bf16": "__nv_bfloat16"}
 TF32_MODES = {"faithful": 0, "no_lo": 1, "no_split": 2}
 
@@ -68,29 +71,38 @@ def device_part(src: str) -> str:
     return src[start:end]
 
 
-def _strip_function(src: str, name: str) -> str:
-    """Removes the one definition `__device__ ... name(...) { ... }` (with a template line before it)."""
-    m = re.search(r"(?:template\s*<[^<>]*>\s*)?__device__[^;{}()]*?\b" + name + r"\s*\(", src)
+def _definition(src: str, name: str, kind: str = "__device__") -> tuple[int, int]:
+    """Span of the one definition `kind ... name(...) { ... }` (with a template line before it)."""
+    head = r"(?:template\s*<[^;{}]*?>\s*)?" + kind + r"[^;{}]*?\b" + name + r"\s*\("
+    m = re.search(head, src)
     if not m:
-        raise ValueError(f"the kernel source defines no device function {name}() (cuda_emu.h emulates it)")
+        raise ValueError(f"the kernel source defines no {kind} function {name}()")
     depth, i = 0, src.index("{", m.end())
     while True:
         depth += {"{": 1, "}": -1}.get(src[i], 0)
         i += 1
         if depth == 0:
             break
-    if re.search(r"__device__[^;{}()]*?\b" + name + r"\s*\(", src[i:]):
+    if re.search(head, src[i:]):
         raise ValueError(f"{name}() is defined twice")
-    return src[: m.start()] + src[i:]
+    return m.start(), i
 
 
-def prepare(src: str, mutations: tuple[tuple[str, str], ...] = ()) -> str:
-    """Host-C++ form of the kernel source. `mutations`: (old, new) replacements, each of a string
-    found exactly once (to build deliberately broken copies)."""
-    for old, new in mutations:
-        if src.count(old) != 1:
-            raise ValueError(f"mutation target found {src.count(old)} times: {old!r}")
-        src = src.replace(old, new)
+def _strip_function(src: str, name: str) -> str:
+    a, b = _definition(src, name)
+    return src[:a] + src[b:]
+
+
+def prepare(src: str, mutations: tuple[tuple[str, str, str], ...] = ()) -> str:
+    """Host-C++ form of the kernel source. `mutations`: (function, old, new) replacements inside
+    that function's definition (a kernel or a device helper), each of a string found there exactly
+    once (to build deliberately broken copies)."""
+    for fn, old, new in mutations:
+        a, b = _definition(src, fn, "__global__" if fn in KERNEL_NAMES else "__device__")
+        body = src[a:b]
+        if body.count(old) != 1:
+            raise ValueError(f"mutation target found {body.count(old)} times in {fn}(): {old!r}")
+        src = src[:a] + body.replace(old, new) + src[b:]
     for name in EMULATED:
         src = _strip_function(src, name)
     src = re.sub(r"extern\s+__shared__\s+(?:__align__\(\d+\)\s+)?unsigned char (\w+)\[\];",
@@ -315,7 +327,7 @@ def quick_cases(path: int) -> list[Case]:
 def sweep_cases(paths) -> list[Case]:
     cases = []
     for path in paths:
-        ps = (32, 64)
+        ps = (64,) if path == 4 else (32, 64)
         for n in (64, 128):
             for p in ps:
                 for dtype in ("fp32", "bf16"):
@@ -328,25 +340,32 @@ def sweep_cases(paths) -> list[Case]:
     return cases
 
 
-# Deliberately broken copies of the path-2 kernel: each must be rejected (error far above 1e-5,
-# or an emulator error such as a deadlock).
+# Deliberately broken copies: (path, mutations); each must be rejected (error far above 1e-5, or an
+# emulator error such as a deadlock).
 BROKEN = {
-    "causal mask s0 <= l -> s0 < l": [("v0 = (s0 <= l) ?", "v0 = (s0 < l) ?")],
-    "A fragment order of the state (hs[j][2] <-> hs[j][1])": [
-        ("split_a<false>(hs[j][0], hs[j][2], hs[j][1], hs[j][3])",
-         "split_a<false>(hs[j][0], hs[j][1], hs[j][2], hs[j][3])")],
-    "C fragment row (8 * lt + g -> 8 * lt + t)": [
-        ("E::two(&sC[(8 * lt + g) * NS + nbk + 2 * t])", "E::two(&sC[(8 * lt + t) * NS + nbk + 2 * t])")],
-    "no barrier before the C B^T partials are read": [
-        ("  __syncthreads();  // ---- barrier 2", "  // ---- barrier 2 removed")],
-    "waits on the wrong flag (deadlock)": [("const int* f = sync + slot;", "const int* f = sync + slot + 1;")],
+    "causal mask s0 <= l -> s0 < l": (2, [("ssd_tc_kernel", "v0 = (s0 <= l) ?", "v0 = (s0 < l) ?")]),
+    "A fragment order of the state (hs[j][2] <-> hs[j][1])": (2, [
+        ("ssd_tc_kernel", "split_a<false>(hs[j][0], hs[j][2], hs[j][1], hs[j][3])",
+         "split_a<false>(hs[j][0], hs[j][1], hs[j][2], hs[j][3])")]),
+    "C fragment row (8 * lt + g -> 8 * lt + t)": (2, [
+        ("ssd_tc_kernel", "E::two(&sC[(8 * lt + g) * NS + nbk + 2 * t])",
+         "E::two(&sC[(8 * lt + t) * NS + nbk + 2 * t])")]),
+    "no barrier before the C B^T partials are read": (2, [
+        ("ssd_tc_kernel", "  __syncthreads();  // ---- barrier 2", "  // ---- barrier 2 removed")]),
+    "waits on the wrong flag (deadlock)": (2, [
+        ("ssd_tc_kernel", "const int* f = sync + slot;", "const int* f = sync + slot + 1;")]),
+    # the 16-warp kernel: a quarter's X G^T pairs dropped (a bug it had while being written)
+    "path 4: quarter 2 computes no X G^T pairs": (4, [
+        ("xg_pair", "case 2: return ks == 0 && lt < 2;", "case 2: return false;")]),
+    "path 4: Y partials of l-tile 3 not stored": (4, [
+        ("ssd_tc16_kernel", "for (int lt = 0; lt < 4; ++lt)\n          sYp[", "for (int lt = 0; lt < 3; ++lt)\n          sYp[")]),
 }
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--candidate", type=Path, default=CANDIDATE)
-    ap.add_argument("--paths", default="2")
+    ap.add_argument("--paths", default="2,4")
     ap.add_argument("--sweep", action="store_true", help="the larger case set (both modes: Y and state)")
     ap.add_argument("--checks", action="store_true",
                     help="also: path-2 broken copies, plain TF32 (no lo terms), reversed block order")
@@ -371,10 +390,11 @@ def main(argv=None) -> int:
             print(f"plain TF32 ({mode}): y {res['y']:.2e} (expected ~1e-3)")
         res = run_case(build([base.combo(True)], a.candidate), base, block_order=1)
         print(f"blocks in reverse order: y {res['y']:.2e}")
-        for name, muts in BROKEN.items():
+        for name, (path, muts) in BROKEN.items():
+            case = dataclasses.replace(base, path=path)
             try:
-                res = run_case(build([base.combo(True)], a.candidate, muts), base)
-                verdict = "rejected" if not ok(base, res) else "NOT CAUGHT"
+                res = run_case(build([case.combo(True)], a.candidate, muts), case)
+                verdict = "rejected" if not ok(case, res) else "NOT CAUGHT"
                 failed += verdict != "rejected"
                 print(f"broken: {name}: y {res['y']:.2e} {verdict}", flush=True)
             except RuntimeError as e:
