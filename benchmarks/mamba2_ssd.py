@@ -15,7 +15,11 @@ our A stays float32 too. Each method's error is measured against the float64 ora
 (rounded) inputs.
 
     python3 benchmarks/mamba2_ssd.py [--shapes kb,l2048,...] [--dtypes fp32,bf16] [--no-mamba]
-                                     [--sweep] [--out table.md]
+                                     [--sweep] [--paths 2,4] [--out table.md]
+
+--paths times our tensor-core kernels forced one by one (auto segment count), side by side, e.g.
+path 2 (8 warps a block) against path 4 (16 warps a block, opt-in):
+    python3 benchmarks/mamba2_ssd.py --shapes l2048 --dtypes fp32,bf16 --no-mamba --paths 2,4
 
 mamba_ssm is optional (`pip install -e .[mamba]`, or its pure-Python wheel on PYTHONPATH: its
 Triton kernels need no CUDA extension). Its package __init__ imports CUDA extensions
@@ -157,7 +161,7 @@ def floor_us(shape, dtype, bw):
     return nbytes / bw * 1e6
 
 
-def run_shape(name, shape, dtype_name, prob, cand, mamba, bench, bw, sweep, log):
+def run_shape(name, shape, dtype_name, prob, cand, mamba, bench, bw, sweep, paths, log):
     ext = cand.ssd_ext
     b, l, h, p, n, chunk = shape
     dtype = DTYPES[dtype_name]
@@ -181,6 +185,10 @@ def run_shape(name, shape, dtype_name, prob, cand, mamba, bench, bw, sweep, log)
     model.A, model.B, model.C = (torch.nn.Parameter(t, requires_grad=False) for t in (A, Bd, Cd))
     with torch.no_grad():
         ours("auto", lambda: model(Xd))
+    for path in paths if n in (64, 128) else ():
+        if path == 4 and p % 64:
+            continue
+        ours(f"path{path}", lambda path=path: ext.ssd_fused_cfg(Xd, A, Bd, Cd, None, False, 0, path, 0))
     if sweep and n in (64, 128):
         for path, nseg in [(2, 1), (3, 1), (2, 2), (2, 4), (2, 8), (2, 16)]:
             if path == 3 and n != 128:
@@ -243,6 +251,7 @@ def main(argv=None) -> int:
     ap.add_argument("--dtypes", default="fp32,bf16")
     ap.add_argument("--no-mamba", action="store_true", help="skip mamba_ssm")
     ap.add_argument("--sweep", action="store_true", help="also time our kernel's forced variants (path, segments)")
+    ap.add_argument("--paths", default="", help="also time these tensor-core paths forced, e.g. 2,4")
     ap.add_argument("--out", default=None, help="write the markdown table here")
     a = ap.parse_args(argv)
     if not torch.cuda.is_available():
@@ -265,7 +274,7 @@ def main(argv=None) -> int:
     for name in a.shapes.split(","):
         for dt in a.dtypes.split(","):
             rows.append(run_shape(name, {**SHAPES, **SLOW}[name], dt, prob, cand, mamba, bench, bw, a.sweep,
-                                  lambda m: print(m, flush=True)))
+                                  [int(x) for x in a.paths.split(",") if x], lambda m: print(m, flush=True)))
             table = markdown(rows, device, bw, mamba_version)
             for path in filter(None, [a.out, out_path]):
                 Path(path).write_text(table)  # as it stands: a cut-off run keeps its rows

@@ -87,8 +87,9 @@ def test_default_shape_positive_A_matches_float64(mods, seed):
 
 
 # path 0: picked by shape (d_state 64/128 -> tensor cores); 1: FP32 CUDA-core kernel forced;
-# 2: 3xTF32 tensor-core kernel forced (only d_state 64/128).
-@pytest.mark.parametrize("path", [0, 1, 2])
+# 2: 3xTF32 tensor-core kernel forced (only d_state 64/128); 4: its 16-warp variant (also only
+# 64 head-dim columns a block: run with p_tile 64 where d_head allows).
+@pytest.mark.parametrize("path", [0, 1, 2, 4])
 @pytest.mark.parametrize(
     "b, l, h, p, n, block, a_sign, p_tile, init",
     [
@@ -105,8 +106,12 @@ def test_default_shape_positive_A_matches_float64(mods, seed):
 def test_shapes_and_signs_match_float64(mods, b, l, h, p, n, block, a_sign, p_tile, init, path):
     import torch
 
-    if path == 2 and n not in (64, 128):
+    if path in (2, 4) and n not in (64, 128):
         pytest.skip("the tensor-core kernel takes d_state 64 or 128")
+    if path == 4:
+        if p % 64:
+            pytest.skip("path 4 takes 64 head-dim columns a block")
+        p_tile = 64
     ey, es = _run_case(torch, mods, b, l, h, p, n, block, a_sign, seed=7, p_tile=p_tile, with_initial=init, path=path)
     assert ey <= TOL and es <= TOL, (ey, es)
 
@@ -159,6 +164,11 @@ def _run_cfg(torch, mods, b, l, h, p, n, block, a_sign, seed, nseg, path=0, p_ti
         (1, 80, 2, 96, 64, 16, +1, 2, 32, True),     # ragged: the last segment is shorter than the rest
         (3, 256, 2, 64, 128, 64, +1, 3, 64, True),   # 1 block an SM variant
         (2, 384, 3, 128, 64, 128, -1, 2, 0, False),  # two head-dim tiles
+        # the 16-warp variant (path 4) on the same shapes where d_head is a multiple of 64
+        (2, 512, 4, 64, 128, 64, -1, 4, 64, False),
+        (1, 80, 2, 64, 64, 16, +1, 4, 64, True),     # ragged
+        (3, 256, 2, 64, 128, 64, +1, 4, 64, True),
+        (2, 384, 3, 128, 64, 128, -1, 4, 0, False),
     ],
 )
 def test_segments_match_float64(mods, nseg, b, l, h, p, n, block, a_sign, path, p_tile, init):
@@ -169,29 +179,31 @@ def test_segments_match_float64(mods, nseg, b, l, h, p, n, block, a_sign, path, 
     assert ey <= TOL and es <= TOL, (ey, es)
 
 
+@pytest.mark.parametrize("path", [0, 4])
 @pytest.mark.parametrize("a_kind", ["fast", "spiky"])
 @pytest.mark.parametrize("nseg", [2, 5])
-def test_segments_skip_only_steps_that_vanish_in_float32(mods, a_kind, nseg):
+def test_segments_skip_only_steps_that_vanish_in_float32(mods, a_kind, nseg, path):
     """The local pass starts after the steps whose weight to the segment end underflows float32;
     with fast or spiky decay that skips whole chunks, and the result must not change."""
     import torch
 
     (ey, es), _ = _run_cfg(torch, mods, 2, 640, 2, 64, 128, 64, -1, seed=21, nseg=nseg, a_kind=a_kind,
-                           with_initial=True)
+                           with_initial=True, path=path)
     assert ey <= TOL and es <= TOL, (ey, es)
 
 
-def test_segments_long_sequence_few_heads(mods):
+@pytest.mark.parametrize("path", [0, 4])
+def test_segments_long_sequence_few_heads(mods, path):
     """The shape class the segments exist for: one (batch, head) pair, a long sequence, auto count."""
     import torch
 
-    (ey, es), _ = _run_cfg(torch, mods, 1, 4096, 1, 64, 128, 256, -1, seed=5, nseg=0)
+    (ey, es), _ = _run_cfg(torch, mods, 1, 4096, 1, 64, 128, 256, -1, seed=5, nseg=0, path=path)
     assert ey <= TOL and es <= TOL, (ey, es)
 
 
 # bfloat16 inputs and outputs: fp32 arithmetic inside, so the error is the output's own rounding:
 # at most 5% over the float64 result rounded to bf16 (plus a hair), on every path.
-@pytest.mark.parametrize("path, nseg", [(0, 0), (2, 1), (2, 3), (3, 2), (1, 0)])
+@pytest.mark.parametrize("path, nseg", [(0, 0), (2, 1), (2, 3), (3, 2), (1, 0), (4, 1), (4, 3)])
 @pytest.mark.parametrize(
     "b, l, h, p, n, block, a_sign, init",
     [
@@ -203,8 +215,10 @@ def test_segments_long_sequence_few_heads(mods):
 def test_bf16_matches_float64_to_output_rounding(mods, path, nseg, b, l, h, p, n, block, a_sign, init):
     import torch
 
-    if n not in (64, 128) and path in (2, 3):
+    if n not in (64, 128) and path in (2, 3, 4):
         pytest.skip("the tensor-core kernel takes d_state 64 or 128")
+    if path == 4 and p % 64:
+        pytest.skip("path 4 takes 64 head-dim columns a block")
     if path == 3 and (n != 128):
         pytest.skip("1 block an SM: d_state 128")
     (ey, es), (by, bs) = _run_cfg(torch, mods, b, l, h, p, n, block, a_sign, seed=3, nseg=nseg, path=path,
@@ -237,6 +251,7 @@ def test_bad_arguments_raise_and_the_process_survives():
             lambda: ext.ssd_fused_path(X, A, B[..., :32], C[..., :32], None, False, 0, 2), # TC with n=32
             lambda: ext.ssd_fused_path(X, A, B, C, None, False, 48, 0),                    # p_tile 48
             lambda: ext.ssd_fused_path(X, A, B, C, None, False, 0, 7),                     # path 7
+            lambda: ext.ssd_fused_path(X, A, B, C, None, False, 32, 4),                    # path 4, p_tile 32
             lambda: ext.ssd_fused_cfg(X, A, B, C, None, False, 0, 0, -1),                  # nseg -1
             lambda: ext.ssd_fused(X, A, B, C, torch.randn(3, device=d), False, 0),         # bad initial state
             lambda: ext.ssd_fused(X, A, B, C.view(2, 64, 2, 2, 64), None, False, 0),       # C rank 5
@@ -261,7 +276,7 @@ def test_bad_arguments_raise_and_the_process_survives():
     r = subprocess.run([sys.executable, "-X", "faulthandler", "-u", "-c", code], capture_output=True, text=True,
                        timeout=900)
     assert r.returncode == 0, (r.returncode, r.stdout[-2000:], r.stderr[-4000:])
-    assert "raised 15 of 15" in r.stdout, r.stdout
+    assert "raised 16 of 16" in r.stdout, r.stdout
 
 
 def test_candidate_modules_compute_the_reference_function(mods):

@@ -17,6 +17,8 @@ Two kernels in one source, picked by shape (`ssd_fused_cfg` / `ssd_fused_path` f
     (no deadlock). With enough (batch, head) pairs to fill the SMs it uses one segment (no
     extra pass). bfloat16 inputs/outputs: same kernel, bf16 loads and stores, fp32 arithmetic;
     raw bf16 inputs are exact in TF32, so their split's lo part (and its mma) is skipped.
+    Path 4 (opt-in, `ssd_fused_cfg`): the same algorithm in 16-warp blocks (ssd_tc16_kernel), for
+    more warps an SM; checked in CPU emulation (tools/cuda_emu), not yet timed on a GPU.
   * other d_state (the KernelBench default has 16): FP32 FFMA on the CUDA cores, one block per
     (batch, head, head-dim tile) walking the sequence (bf16 inputs are widened to fp32 first).
 
@@ -44,6 +46,7 @@ cuda_source = r"""
 #include <cuda_bf16.h>
 #include <atomic>
 #include <cstdint>
+#include <type_traits>
 
 // ======================================================================================
 // Tensor-core path (d_state 64 or 128), split into segments along the sequence.
@@ -182,6 +185,83 @@ __device__ __forceinline__ float exp_from_double(double x) {
   const float hi = (float)x;
   const float lo = (float)(x - (double)hi);
   return expf(hi) * (1.f + lo);
+}
+
+// Warp 0, lane l holding A of step l of a chunk (0 past the walk's end): the float64 prefix sums of
+// A (sCum), exp(cum_l) (sE), exp(total - cum_l) (sW), exp(total) (sDec[0]); returns the total.
+// Exponents always as differences of float64 sums.
+__device__ __forceinline__ double chunk_tables(float pa, int lane, double* sCum, float* sE, float* sW, float* sDec) {
+  double cum = (double)pa;
+#pragma unroll
+  for (int off = 1; off < 32; off <<= 1) {
+    const double u = __shfl_up_sync(0xffffffffu, cum, off);
+    if (lane >= off) cum += u;
+  }
+  const double total = __shfl_sync(0xffffffffu, cum, 31);
+  sCum[lane] = cum;
+  sE[lane] = exp_from_double(cum);
+  sW[lane] = exp_from_double(total - cum);
+  if (lane == 0) sDec[0] = exp_from_double(total);
+  return total;
+}
+
+// Warp 0, for the local pass over [tb, te) (A of this (batch, head) at Abh, stride H): the sum of A
+// over the segment (float64, into tot) and the chunk boundary c0 where the walk starts. Steps whose
+// weight in the local state, exp(sum of A from the step to the segment end), is below exp(-110)
+// (< 1e-47: zero in float32, whose smallest denormal is 1.4e-45) contribute exactly nothing in
+// float32 arithmetic: the walk starts after them.
+__device__ __forceinline__ int local_walk_start(const float* Abh, int H, int tb, int te, int lane, double& tot_out) {
+  double tot = 0.0;
+#pragma unroll 8
+  for (int x = tb + lane; x < te; x += 32) tot += (double)__ldg(Abh + (long)x * H);
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) tot += __shfl_xor_sync(0xffffffffu, tot, off);
+  int c0 = tb;
+  if (tot < -kUnderflow) {
+    // lane i takes chunk i of each round of 32 chunks: its sum and the min of its running sums;
+    // across lanes a scan gives P (prefix sums of A) and a min-scan the running min of P.
+    // A chunk can be skipped while min P(x) over x <= its end stays > total + 110.
+    const int nch = (te - tb + Q - 1) / Q;
+    double carry = 0.0, mcarry = 1e300;
+    for (int r0 = 0; r0 < nch; r0 += 32) {
+      const int ci = r0 + lane, cs = tb + ci * Q;
+      double run = 0.0, lmin = 1e300;
+      if (ci < nch) {
+#pragma unroll
+        for (int u0 = 0; u0 < Q; u0 += 8) {
+          float av[8];
+#pragma unroll
+          for (int u = 0; u < 8; ++u) av[u] = (cs + u0 + u < te) ? __ldg(Abh + (long)(cs + u0 + u) * H) : 0.f;
+#pragma unroll
+          for (int u = 0; u < 8; ++u) {
+            run += (double)av[u];
+            if (cs + u0 + u < te) lmin = fmin(lmin, run);
+          }
+        }
+      }
+      double inc = run;
+#pragma unroll
+      for (int off = 1; off < 32; off <<= 1) {
+        const double u = __shfl_up_sync(0xffffffffu, inc, off);
+        if (lane >= off) inc += u;
+      }
+      double cm = (ci < nch) ? carry + (inc - run) + lmin : 1e300;
+#pragma unroll
+      for (int off = 1; off < 32; off <<= 1) {
+        const double u = __shfl_up_sync(0xffffffffu, cm, off);
+        if (lane >= off) cm = fmin(cm, u);
+      }
+      cm = fmin(cm, mcarry);
+      const unsigned okm = __ballot_sync(0xffffffffu, ci < nch && cm > tot + kUnderflow);
+      const int cnt = __popc(okm);  // the ok chunks lead (the running min only falls)
+      c0 = min(te, tb + (r0 + cnt) * Q);
+      if (cnt < 32) break;
+      carry += __shfl_sync(0xffffffffu, inc, 31);
+      mcarry = __shfl_sync(0xffffffffu, cm, 31);
+    }
+  }
+  tot_out = tot;
+  return c0;
 }
 
 template <int N, int P, typename T>
@@ -335,19 +415,7 @@ ssd_tc_kernel(const T* __restrict__ X, const float* __restrict__ A, const T* __r
       if (ch + 1 < nchunks) load_xb(t0 + Q, t_end, buf ^ 1);
       cp_async_commit();
       if (warp == 0) {
-        // prefix sum of A over the chunk in float64; exponents always as differences
-        double cum = (double)pa;
-#pragma unroll
-        for (int off = 1; off < 32; off <<= 1) {
-          const double u = __shfl_up_sync(0xffffffffu, cum, off);
-          if (lane >= off) cum += u;
-        }
-        const double total = __shfl_sync(0xffffffffu, cum, 31);
-        segtot += total;
-        sCum[lane] = cum;
-        sE[lane] = exp_from_double(cum);
-        sW[lane] = exp_from_double(total - cum);
-        if (lane == 0) sDec[0] = exp_from_double(total);
+        segtot += chunk_tables(pa, lane, sCum, sE, sW, sDec);
         pa = (t0 + Q + lane < t_end) ? __ldg(Abh + (long)(t0 + Q + lane) * H) : 0.f;
       }
 
@@ -533,55 +601,8 @@ ssd_tc_kernel(const T* __restrict__ X, const float* __restrict__ A, const T* __r
     // exactly nothing in float32 arithmetic: the walk starts after them. Warp 0 finds that point
     // c0 (a chunk boundary) and the segment's total of A (float64) from A alone.
     if (warp == 0) {
-      double tot = 0.0;
-#pragma unroll 8
-      for (int x = tb + lane; x < te; x += 32) tot += (double)__ldg(Abh + (long)x * H);
-#pragma unroll
-      for (int off = 16; off > 0; off >>= 1) tot += __shfl_xor_sync(0xffffffffu, tot, off);
-      int c0 = tb;
-      if (tot < -kUnderflow) {
-        // lane i takes chunk i of each round of 32 chunks: its sum and the min of its running sums;
-        // across lanes a scan gives P (prefix sums of A) and a min-scan the running min of P.
-        // A chunk can be skipped while min P(x) over x <= its end stays > total + 110.
-        const int nch = (te - tb + Q - 1) / Q;
-        double carry = 0.0, mcarry = 1e300;
-        for (int r0 = 0; r0 < nch; r0 += 32) {
-          const int ci = r0 + lane, cs = tb + ci * Q;
-          double run = 0.0, lmin = 1e300;
-          if (ci < nch) {
-#pragma unroll
-            for (int u0 = 0; u0 < Q; u0 += 8) {
-              float av[8];
-#pragma unroll
-              for (int u = 0; u < 8; ++u) av[u] = (cs + u0 + u < te) ? __ldg(Abh + (long)(cs + u0 + u) * H) : 0.f;
-#pragma unroll
-              for (int u = 0; u < 8; ++u) {
-                run += (double)av[u];
-                if (cs + u0 + u < te) lmin = fmin(lmin, run);
-              }
-            }
-          }
-          double inc = run;
-#pragma unroll
-          for (int off = 1; off < 32; off <<= 1) {
-            const double u = __shfl_up_sync(0xffffffffu, inc, off);
-            if (lane >= off) inc += u;
-          }
-          double cm = (ci < nch) ? carry + (inc - run) + lmin : 1e300;
-#pragma unroll
-          for (int off = 1; off < 32; off <<= 1) {
-            const double u = __shfl_up_sync(0xffffffffu, cm, off);
-            if (lane >= off) cm = fmin(cm, u);
-          }
-          cm = fmin(cm, mcarry);
-          const unsigned okm = __ballot_sync(0xffffffffu, ci < nch && cm > tot + kUnderflow);
-          const int cnt = __popc(okm);  // the ok chunks lead (the running min only falls)
-          c0 = min(te, tb + (r0 + cnt) * Q);
-          if (cnt < 32) break;
-          carry += __shfl_sync(0xffffffffu, inc, 31);
-          mcarry = __shfl_sync(0xffffffffu, cm, 31);
-        }
-      }
+      double tot;
+      const int c0 = local_walk_start(Abh, H, tb, te, lane, tot);
       if (lane == 0) { sSeg[0] = tot; s_c0 = c0; }
     }
     __syncthreads();
@@ -628,6 +649,399 @@ ssd_tc_kernel(const T* __restrict__ X, const float* __restrict__ A, const T* __r
   if (S_out && last) {
 #pragma unroll
     for (int j = 0; j < KH; ++j) {
+      const int n = nb0 + 8 * j + 2 * t;
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int p = pr + 8 * r;
+        *reinterpret_cast<float2*>(&S_out[(((long)b * H + h) * D + p0 + p) * N + n]) =
+            make_float2(hs[j][2 * r], hs[j][2 * r + 1]);
+      }
+    }
+  }
+}
+
+
+// ======================================================================================
+// 16-warp variant (path 4, opt-in; P = 64 columns a block): more warps an SM, same arithmetic.
+//
+// Why: at l2048 (b·h = 256 blocks, one segment) ssd_tc_kernel is latency-bound (Nsight Compute:
+// 14.6 of 16 warps an SM resident, 2-4 eligible a scheduler, DRAM 40%, SM 56%): each warp runs long
+// chains of dependent 3xTF32 mma.sync with too few other warps to hide them. Here a block of 16 warps
+// (512 threads) splits the state four ways along n instead of two, so a thread holds half the state
+// (N/4 columns: 16 floats at N = 128 instead of 32). __launch_bounds__(512, 2) caps a thread at 64
+// registers: 2 blocks x 512 threads = 32 warps an SM (8 a scheduler), twice today's. Shared memory
+// stays under 113 kB a block (fp32, N = 128: 106.0 KiB), so 2 blocks still fit an SM (228 KiB).
+//
+// Work split, warp (mt, nq) = (warp % 4, warp / 4): p rows 16 mt .. 16 mt + 15, state columns
+// n in [nq N/4, (nq+1) N/4) (hs: N/32 accumulator tiles). Per 32-step chunk:
+//   phase B (after barrier 1):
+//     G = C B^T over all of n, one causal 16x8 tile each on the last 6 warps (quarters 2 and 3),
+//     with two accumulators (even/odd k-steps) so its 3xTF32 chain is half as deep; raw G to smem;
+//     Y^T = H^T C^T over the warp's n-quarter (every warp: 4 l-tiles x N/32 k-steps).
+//   phase C (after barrier 2):
+//     Y^T = e_l Y^T + X^T G^T, G masked (s <= l) and decayed (exp(cum_l - cum_s)) as it is read;
+//     the 10 causal (l-tile, s-block) pairs of each p-tile split 3/3/2/2 over the n-quarters (the
+//     G warps' quarters take 2); the four Y^T partials of the warp to smem; the next chunk's C;
+//     H^T = dec H^T + (w_s X)^T B on the warp's quarter.
+//   After the next barrier 1, warp (mt, nq) adds the four quarters' partials of l-tile nq, stores Y.
+// mma count a block is the same as ssd_tc_kernel's (the products are only regrouped), so the gain
+// has to come from latency hiding: twice the warps to interleave, and G's chain half as deep.
+// Barriers: still two a chunk (G must be complete before X G^T; C's refill waits for its last
+// reader). Registers (nvcc 13.0, sm_90a): 64, fp32 Y at N = 128 spills 68 bytes (stored once a
+// walk, ~20 loop-invariant reloads a chunk, L1 hits); state-only and N = 64 fp32 instances do not.
+// Predicted at l2048 fp32: ~450 us (range 420-520) against 611 us: issue-bound near ~280 us at
+// full issue; today's 56% SM throughput rising to ~75-80% with 8 warps a scheduler.
+// Segments (local pass, chain, output pass), bf16 and the state-only mode as in ssd_tc_kernel.
+// ======================================================================================
+
+template <int N, int P, typename T>
+struct Tc16Layout {
+  static constexpr int MT = P / 16;                 // p-row tiles (warps a quarter)
+  static constexpr int WARPS = 4 * MT;              // x 4 n-quarters
+  static constexpr int THREADS = 32 * WARPS;
+  static constexpr int EPV = 16 / (int)sizeof(T);  // elements per 16-byte copy
+  static constexpr int XS = P + 8;   // row strides (elements) as in TcLayout: conflict-free fragments
+  static constexpr int NS = N + 8;
+  static constexpr int GS = Q + 4;   // G rows (floats)
+  static constexpr int NW = N / 4;   // state columns per warp
+  static constexpr int KW = NW / 8;  // accumulator tiles per warp (k-steps of H^T C^T)
+  static constexpr int GW = 6;       // warps computing a C B^T tile (the 6 causal 16x8 tiles)
+  // byte offsets
+  static constexpr int oX = 0;                                   // 2 buffers of [Q][XS] T
+  static constexpr int oB = oX + 2 * Q * XS * (int)sizeof(T);    // 2 buffers of [Q][NS] T
+  static constexpr int oC = oB + 2 * Q * NS * (int)sizeof(T);    // 1 buffer (refilled after its last reader)
+  static constexpr int oG = oC + Q * NS * (int)sizeof(T);        // C B^T, [Q][GS] f32
+  static constexpr int oY = oG + Q * GS * 4;                     // Y^T partials [MT][4 l-tiles][4 quarters][32 lanes] float4
+  static constexpr int oE = oY + MT * 4 * 4 * 32 * 16;           // exp(cum_l)
+  static constexpr int oW = oE + Q * 4;                          // exp(total - cum_s)
+  static constexpr int oD = oW + Q * 4;                          // exp(total), segment total (double)
+  static constexpr int oCum = oD + 16;                           // cum (double)
+  static constexpr size_t BYTES = oCum + 2 * Q * 4;
+  static_assert(N == 64 || N == 128, "tensor-core path: d_state 64 or 128");
+  static_assert(P == 64, "16-warp variant: 64 head-dim columns a block");
+  static_assert(GW <= WARPS, "a warp for each C B^T tile");
+  static_assert(oC % 16 == 0 && oG % 16 == 0 && oY % 16 == 0 && oD % 8 == 0 && oCum % 8 == 0, "alignment");
+};
+
+// cp.async of rows t0 .. t0 + Q - 1 (W elements each, global row stride gstride) into shared rows of
+// SS elements; rows from te_ on are zero-filled. Trip counts known at compile time (NT threads);
+// offsets inside the chunk in int (fewer registers; the host checks that Q rows fit).
+template <int W, int SS, int NT, int EPV, typename T>
+__device__ __forceinline__ void load_rows(T* dst, const T* src, long gstride, int t0, int te_, int tid) {
+  constexpr int PER_ROW = W / EPV, TOTAL = Q * PER_ROW;
+  const T* row0 = src + (long)t0 * gstride;  // the chunk's first row (always inside the sequence)
+#pragma unroll
+  for (int k = 0; k < (TOTAL + NT - 1) / NT; ++k) {
+    const int i = tid + k * NT;
+    if (TOTAL % NT == 0 || i < TOTAL) {
+      const int s = i / PER_ROW, c = i % PER_ROW;
+      const bool ok = t0 + s < te_;  // (a row past the end is zero-filled: its source is not read)
+      cp_async16(dst + s * SS + EPV * c, row0 + (ok ? s * (int)gstride : 0) + EPV * c, ok);
+    }
+  }
+}
+
+// Which causal (l-tile lt, s-block ks) pairs of X^T G^T n-quarter nq computes (3/3/2/2 of the 10).
+__device__ __forceinline__ bool xg_pair(int nq, int ks, int lt) {
+  if (lt < ks) return false;
+  switch (nq) {
+    case 0: return ks == 1;                 // (1,1) (2,1) (3,1)
+    case 1: return ks >= 2;                 // (2,2) (3,2) (3,3)
+    case 2: return ks == 0 && lt < 2;       // (0,0) (1,0)
+    default: return ks == 0 && lt >= 2;     // (2,0) (3,0)
+  }
+}
+
+// Arguments and buffers as ssd_tc_kernel's (ws holds the same N * P floats a slot).
+template <int N, int P, bool WANT_Y, typename T>
+__global__ void __launch_bounds__(Tc16Layout<N, P, T>::THREADS, 2)
+ssd_tc16_kernel(const T* __restrict__ X, const float* __restrict__ A, const T* __restrict__ Bm,
+                const T* __restrict__ Cm, const float* __restrict__ S0, T* __restrict__ Y,
+                float* __restrict__ S_out, int nb, int L, int H, int D, int seg_len, int nseg,
+                float* __restrict__ ws, int* __restrict__ sync) {
+  using Lo = Tc16Layout<N, P, T>;
+  using E = Elem<T>;
+  constexpr bool EX = E::EXACT;
+  constexpr int XS = Lo::XS, NS = Lo::NS, GS = Lo::GS, KW = Lo::KW, NT = Lo::THREADS, MT = Lo::MT;
+  constexpr int EPV = Lo::EPV;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  __shared__ int s_ticket, s_c0;
+  T* sC = reinterpret_cast<T*>(smem_raw + Lo::oC);
+  float* sG = reinterpret_cast<float*>(smem_raw + Lo::oG);
+  float4* sYp = reinterpret_cast<float4*>(smem_raw + Lo::oY);
+  float* sE = reinterpret_cast<float*>(smem_raw + Lo::oE);
+  float* sW = reinterpret_cast<float*>(smem_raw + Lo::oW);
+  float* sDec = reinterpret_cast<float*>(smem_raw + Lo::oD);
+  double* sSeg = reinterpret_cast<double*>(smem_raw + Lo::oD + 8);
+  double* sCum = reinterpret_cast<double*>(smem_raw + Lo::oCum);
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, t = lane & 3;  // mma fragment coordinates
+  const int mt = warp % MT, nq = warp / MT;
+  const int pr = 16 * mt + g;             // this thread's p rows: pr, pr + 8
+  const int nb0 = nq * Lo::NW;            // first state column of this warp
+  const int gtile = warp - (Lo::WARPS - Lo::GW);  // >= 0: the C B^T tile this warp computes
+
+  // ---- which block: (segment, batch, head, tile); segment-major tickets when chained -------
+  const bool chained = nseg > 1;
+  int lin = blockIdx.x;
+  if (chained) {
+    if (tid == 0) s_ticket = atomicAdd(sync, 1);
+    __syncthreads();
+    lin = s_ticket;
+  }
+  const int ptiles = D / P;
+  const int per_seg = nb * H * ptiles;
+  const int seg = lin / per_seg;
+  int rest = lin - seg * per_seg;
+  const int pt = rest % ptiles;
+  rest /= ptiles;
+  const int h = rest % H, b = rest / H;
+  const int slot = ((b * H + h) * ptiles + pt) * nseg + seg;
+  const bool last = seg == nseg - 1;
+  const int tb = seg * seg_len, te = min(L, tb + seg_len);
+
+  const int p0 = pt * P;
+  const long strideX = (long)H * D, strideB = (long)H * N;
+  const long bh = (long)b * L * H + h;
+  const T* Xbh = X + bh * D + p0;
+  const T* Bbh = Bm + bh * N;
+  const T* Cbh = Cm + bh * N;
+  const float* Abh = A + bh;
+
+  // ---- state H^T tile in accumulator layout: hs[j] covers n = nb0 + 8j + {2t, 2t+1}, p = pr, pr+8
+  float hs[KW][4];
+
+  // X, B, C of the chunk at t0 into shared memory (cp.async; steps from te_ on zero-filled)
+  auto load_xb = [&](int t0, int te_, int buf) {
+    load_rows<P, XS, NT, EPV>(reinterpret_cast<T*>(smem_raw + Lo::oX) + buf * Q * XS, Xbh, strideX, t0, te_, tid);
+    load_rows<N, NS, NT, EPV>(reinterpret_cast<T*>(smem_raw + Lo::oB) + buf * Q * NS, Bbh, strideB, t0, te_, tid);
+  };
+  auto load_c = [&](int t0, int te_) { load_rows<N, NS, NT, EPV>(sC, Cbh, strideB, t0, te_, tid); };
+
+  // Y^T partials in smem, sYp[((mt * 4 + lt) * 4 + nq) * 32 + lane]: l-tile lt of p-tile mt from quarter nq
+  auto flush_y = [&](int t0, int te_) {  // l-tile nq of p-tile mt: sum the quarters, store Y
+    const float4* src = sYp + (mt * 4 + nq) * 4 * 32 + lane;
+    float v[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      const float4 o = src[w * 32];
+      v[0] += o.x; v[1] += o.y; v[2] += o.z; v[3] += o.w;
+    }
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int l = t0 + 8 * nq + 2 * t + (r & 1), p = pr + 8 * (r >> 1);
+      if (l < te_) E::put(&Y[bh * D + (long)l * strideX + p0 + p], v[r]);
+    }
+  };
+
+  // Walk steps [t_begin, t_end) from the state in hs; do_y: output pass, else state only. Ends with a barrier.
+  auto walk = [&](const int t_begin, const int t_end, const bool do_y) {
+    float pa = 0.f;  // warp 0: A of the next chunk, one step per lane
+    if (warp == 0) pa = (t_begin + lane < t_end) ? __ldg(Abh + (long)(t_begin + lane) * H) : 0.f;
+    load_xb(t_begin, t_end, 0);
+    if (WANT_Y && do_y) load_c(t_begin, t_end);
+    cp_async_commit();
+    const int nchunks = (t_end - t_begin + Q - 1) / Q;
+    for (int ch = 0; ch < nchunks; ++ch) {
+      const int t0 = t_begin + ch * Q, buf = ch & 1;
+      const T* sX = reinterpret_cast<const T*>(smem_raw + Lo::oX) + buf * Q * XS;
+      const T* sB = reinterpret_cast<const T*>(smem_raw + Lo::oB) + buf * Q * NS;
+      cp_async_wait_all();
+      __syncthreads();  // ---- barrier 1: this chunk's X, B, C are in smem; last chunk fully read
+      if (WANT_Y && do_y) {
+        if (ch > 0) flush_y(t0 - Q, t_end);
+      }
+      if (ch + 1 < nchunks) load_xb(t0 + Q, t_end, buf ^ 1);
+      cp_async_commit();
+      if (warp == 0) {
+        chunk_tables(pa, lane, sCum, sE, sW, sDec);
+        pa = (t0 + Q + lane < t_end) ? __ldg(Abh + (long)(t0 + Q + lane) * H) : 0.f;
+      }
+
+      // ---- phase B: one C B^T tile on the G warps; Y^T = H^T C^T over this warp's n-quarter -----
+      float ya[4][4];  // Y^T partial: ya[lt] covers l = 8lt + {2t, 2t+1}, p = pr, pr+8
+      if (WANT_Y && do_y) {
+        if (gtile >= 0) {
+          // tiles 0, 1: l 0..15 x s 0..7, 8..15; tiles 2..5: l 16..31 x s 0..7 .. 24..31 (same
+          // permuted k on both operands: one 8-byte load each)
+          const int mi = gtile < 2 ? 0 : 1, sj = gtile < 2 ? gtile : gtile - 2;
+          const T* c0 = &sC[(16 * mi + g) * NS + 2 * t];
+          const T* b0 = &sB[(8 * sj + g) * NS + 2 * t];
+          float ga[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+          auto step = [&](float (&acc)[4], int k) {
+            const float2 r0 = E::two(c0 + k), r8 = E::two(c0 + 8 * NS + k), bv = E::two(b0 + k);  // C rows g, g + 8
+            mma3<EX, EX>(acc, split_a<EX>(r0.x, r8.x, r0.y, r8.y), split_b<EX>(bv.x, bv.y));
+          };
+#pragma unroll 1  // (rolled, as the state update's ks loop: fewer addresses live at 64 registers)
+          for (int k = 0; k < N; k += 16) {
+            step(ga[0], k);
+            step(ga[1], k + 8);
+          }
+          const int l = 16 * mi + g, s = 8 * sj + 2 * t;
+          *reinterpret_cast<float2*>(&sG[l * GS + s]) = make_float2(ga[0][0] + ga[1][0], ga[0][1] + ga[1][1]);
+          *reinterpret_cast<float2*>(&sG[(l + 8) * GS + s]) = make_float2(ga[0][2] + ga[1][2], ga[0][3] + ga[1][3]);
+        }
+#pragma unroll
+        for (int lt = 0; lt < 4; ++lt)
+#pragma unroll
+          for (int r = 0; r < 4; ++r) ya[lt][r] = 0.f;
+#pragma unroll
+        for (int j = 0; j < KW; ++j) {
+          const int nbk = nb0 + 8 * j;  // k block: n = nbk + 2t (slot t), nbk + 2t + 1 (slot t + 4)
+          // A operand H^T straight from the state accumulators (permuted k, see ssd_tc_kernel)
+          const SplitA ha = split_a<false>(hs[j][0], hs[j][2], hs[j][1], hs[j][3]);
+#pragma unroll
+          for (int lt = 0; lt < 4; ++lt) {
+            const float2 v = E::two(&sC[(8 * lt + g) * NS + nbk + 2 * t]);
+            mma3<false, EX>(ya[lt], ha, split_b<EX>(v.x, v.y));
+          }
+        }
+      }
+      __syncthreads();  // ---- barrier 2: G, cum/exp tables written; C no longer read
+
+      // ---- phase C ------------------------------------------------------------------------
+      if (WANT_Y && do_y) {
+        // Y^T *= e_l (the C H term's decay from the chunk start), then += X^T G^T on this quarter's pairs
+#pragma unroll
+        for (int lt = 0; lt < 4; ++lt) {
+          const float e0 = sE[8 * lt + 2 * t], e1 = sE[8 * lt + 2 * t + 1];
+          ya[lt][0] *= e0; ya[lt][1] *= e1; ya[lt][2] *= e0; ya[lt][3] *= e1;
+        }
+#pragma unroll
+        for (int ks = 0; ks < 4; ++ks) {
+          if (!(xg_pair(nq, ks, 0) || xg_pair(nq, ks, 1) || xg_pair(nq, ks, 2) || xg_pair(nq, ks, 3))) continue;
+          const int s0 = 8 * ks + t, s1 = s0 + 4;
+          // X^T fragment (A operand, k = s): rows pr, pr+8; k-slots s0, s1
+          const SplitA xs = split_a<EX>(E::one(&sX[s0 * XS + pr]), E::one(&sX[s0 * XS + pr + 8]),
+                                        E::one(&sX[s1 * XS + pr]), E::one(&sX[s1 * XS + pr + 8]));
+          const double cs0 = sCum[s0], cs1 = sCum[s1];
+#pragma unroll
+          for (int lt = ks; lt < 4; ++lt) {
+            if (!xg_pair(nq, ks, lt)) continue;
+            const int l = 8 * lt + g;
+            const double cl = sCum[l];
+            const float v0 = (s0 <= l) ? sG[l * GS + s0] * expf((float)(cl - cs0)) : 0.f;
+            const float v1 = (s1 <= l) ? sG[l * GS + s1] * expf((float)(cl - cs1)) : 0.f;
+            mma3<EX, false>(ya[lt], xs, split_b<false>(v0, v1));
+          }
+        }
+        // the partials to smem for the l-tiles' owners (summed after the next barrier 1)
+#pragma unroll
+        for (int lt = 0; lt < 4; ++lt)
+          sYp[((mt * 4 + lt) * 4 + nq) * 32 + lane] = make_float4(ya[lt][0], ya[lt][1], ya[lt][2], ya[lt][3]);
+        // the next chunk's C (issued here, not at barrier 2, where Y^T held 16 more registers)
+        if (ch + 1 < nchunks) load_c(t0 + Q, t_end);
+      }
+      cp_async_commit();
+      // state: H^T = dec * H^T + (w_s X)^T B
+      {
+        const float dec = sDec[0];
+#pragma unroll
+        for (int j = 0; j < KW; ++j)
+#pragma unroll
+          for (int r = 0; r < 4; ++r) hs[j][r] *= dec;
+#pragma unroll 1  // (rolled: hs[j] indices stay compile-time; unrolled it spilled at 64 registers)
+        for (int ks = 0; ks < 4; ++ks) {
+          const int s0 = 8 * ks + t, s1 = s0 + 4;
+          const float w0 = sW[s0], w1 = sW[s1];
+          const SplitA xw = split_a<false>(E::one(&sX[s0 * XS + pr]) * w0, E::one(&sX[s0 * XS + pr + 8]) * w0,
+                                           E::one(&sX[s1 * XS + pr]) * w1, E::one(&sX[s1 * XS + pr + 8]) * w1);
+#pragma unroll
+          for (int j = 0; j < KW; ++j) {
+            const int n = nb0 + 8 * j + g;
+            mma3<false, EX>(hs[j], xw, split_b<EX>(E::one(&sB[s0 * NS + n]), E::one(&sB[s1 * NS + n])));
+          }
+        }
+      }
+    }
+    __syncthreads();
+    if (WANT_Y && do_y) flush_y(t_begin + (nchunks - 1) * Q, t_end);
+  };
+
+  // ---- the state entering the segment: S0 for the first, else the predecessor's H_out ------
+  auto load_s0 = [&](float (&hv)[KW][4]) {
+#pragma unroll
+    for (int j = 0; j < KW; ++j) {
+      const int n = nb0 + 8 * j + 2 * t;
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int p = pr + 8 * (r >> 1), nn = n + (r & 1);
+        hv[j][r] = S0 ? S0[(((long)b * H + h) * D + p0 + p) * N + nn] : 0.f;
+      }
+    }
+  };
+
+  // H_out = exp(g) * H_in + S_loc (S_loc in hs): published for the successor; in state mode the last
+  // segment's H_out is the final state, left in hv for the output.
+  auto chain_out = [&](float (&hv)[KW][4]) {
+    __syncthreads();  // sSeg visible
+    const float dec = exp_from_double(sSeg[0]);
+#pragma unroll
+    for (int j = 0; j < KW; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) hs[j][r] = fmaf(dec, hv[j][r], hs[j][r]);
+    if (!last) {
+      float4* dst = reinterpret_cast<float4*>(ws + (long)slot * (N * P));
+#pragma unroll
+      for (int j = 0; j < KW; ++j) __stcg(dst + j * NT + tid, make_float4(hs[j][0], hs[j][1], hs[j][2], hs[j][3]));
+      __threadfence();
+      __syncthreads();
+      if (tid == 0) st_release(sync + 1 + slot, 1);
+    } else {
+#pragma unroll
+      for (int j = 0; j < KW; ++j)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) hv[j][r] = hs[j][r];
+    }
+  };
+
+  if (tb >= te) return;  // (cannot happen with the host's segment count; kept as a guard)
+  const bool local = chained && (!WANT_Y || !last);  // the last segment's own part matters only for the state
+  // 1. local pass (chained): this segment's contribution from a zero state, and its sum of A
+  if (local) {
+#pragma unroll
+    for (int j = 0; j < KW; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) hs[j][r] = 0.f;
+    if (warp == 0) {
+      double tot;
+      const int c0 = local_walk_start(Abh, H, tb, te, lane, tot);
+      if (lane == 0) { sSeg[0] = tot; s_c0 = c0; }
+    }
+    __syncthreads();
+    const int c0 = s_c0;
+    if (c0 < te) walk(c0, te, false);
+  }
+  // 2. the state entering the segment: S0 for the first, else the predecessor's H_out (acquire);
+  //    then H_out = exp(g) H_in + S_loc is published (release) for the successor
+  float hin[KW][4];
+  if (chained && seg > 0) {
+    if (tid == 0) {
+      const int* f = sync + slot;  // flag of slot - 1
+      while (ld_acquire(f) == 0) __nanosleep(100);
+      __threadfence();
+    }
+    __syncthreads();
+    const float4* src = reinterpret_cast<const float4*>(ws + (long)(slot - 1) * (N * P));
+#pragma unroll
+    for (int j = 0; j < KW; ++j) {
+      const float4 v = __ldcg(src + j * NT + tid);
+      hin[j][0] = v.x; hin[j][1] = v.y; hin[j][2] = v.z; hin[j][3] = v.w;
+    }
+  } else {
+    load_s0(hin);
+  }
+  if (local) chain_out(hin);
+#pragma unroll
+  for (int j = 0; j < KW; ++j)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) hs[j][r] = hin[j][r];
+  // 3. output pass from H_in (or, unchained, the plain walk)
+  if (WANT_Y || !chained) walk(tb, te, WANT_Y);
+  if (S_out && last) {
+#pragma unroll
+    for (int j = 0; j < KW; ++j) {
       const int n = nb0 + 8 * j + 2 * t;
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
@@ -994,12 +1408,16 @@ void dispatch(int N, int p_tile, const torch::Tensor& X, const torch::Tensor& A,
 }
 
 
-template <int N, int P, bool WANT_Y, int MINB, typename T>
+// W16: the 16-warp variant ssd_tc16_kernel (MINB unused: 2 blocks an SM).
+template <int N, int P, bool WANT_Y, int MINB, typename T, bool W16 = false>
 void launch_tc(const torch::Tensor& X, const torch::Tensor& A, const torch::Tensor& B, const torch::Tensor& C,
                const float* s0, T* y, float* s_out, int nseg, int seg_len) {
-  using Lo = tc::TcLayout<N, P, T>;
+  using Lo = std::conditional_t<W16, tc::Tc16Layout<N, P, T>, tc::TcLayout<N, P, T>>;
   const int b = X.size(0), L = X.size(1), H = X.size(2), D = X.size(3);
-  auto kernel = tc::ssd_tc_kernel<N, P, WANT_Y, MINB, T>;
+  auto kernel = [] {
+    if constexpr (W16) return tc::ssd_tc16_kernel<N, P, WANT_Y, T>;
+    else return tc::ssd_tc_kernel<N, P, WANT_Y, MINB, T>;
+  }();
   {  // once per device (a driver call on every launch shows in a launch-bound call's latency)
     static std::atomic<uint64_t> done{0};
     int dev = 0;
@@ -1028,10 +1446,12 @@ void launch_tc(const torch::Tensor& X, const torch::Tensor& A, const torch::Tens
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-// variant: 2 = 2 blocks an SM (128 registers), 3 = 1 block an SM (no register cap)
+// variant: 2 = 2 blocks an SM (128 registers), 3 = 1 block an SM (no register cap), 4 = 16 warps a
+// block, 2 blocks an SM (p_tile 64, checked by the caller)
 template <int N, bool WANT_Y, typename T>
 void dispatch_tc_p(int p_tile, int variant, const torch::Tensor& X, const torch::Tensor& A, const torch::Tensor& B,
                    const torch::Tensor& C, const float* s0, T* y, float* s_out, int nseg, int seg_len) {
+  if (variant == 4) return launch_tc<N, 64, WANT_Y, 2, T, true>(X, A, B, C, s0, y, s_out, nseg, seg_len);
   if constexpr (N == 128 && WANT_Y) {
     if (p_tile == 64 && variant == 3) return launch_tc<N, 64, WANT_Y, 1, T>(X, A, B, C, s0, y, s_out, nseg, seg_len);
   }
@@ -1151,7 +1571,8 @@ std::string kind(const torch::Tensor& t) {
 // Returns Y (b, L, H, D) when return_state is false, else the final state (b, H, D, N), in X's dtype
 // (float32 or bfloat16; X, B, C must share it; A may be either and is used in float32).
 // path: 0 picks by shape (tensor cores for d_state 64/128, else FP32 on the CUDA cores), 1 forces the
-// FP32 CUDA-core kernel, 2 the tensor-core kernel at 2 blocks an SM, 3 at 1 block an SM.
+// FP32 CUDA-core kernel, 2 the tensor-core kernel at 2 blocks an SM, 3 at 1 block an SM, 4 the
+// tensor-core kernel with 16 warps a block (p_tile 64 only; opt-in until measured on a GPU).
 // p_tile: head-dim columns per block, 32 or 64; 0 picks. nseg: segments along the sequence for the
 // tensor-core kernel (0 picks: enough to fill the SMs; 1: one block walks the whole sequence).
 torch::Tensor ssd_fused_cfg(torch::Tensor X, torch::Tensor A, torch::Tensor B, torch::Tensor C,
@@ -1178,12 +1599,17 @@ torch::Tensor ssd_fused_cfg(torch::Tensor X, torch::Tensor A, torch::Tensor B, t
               "ssd_fused: d_state must be 16, 32, 64 or 128 (got " + num(N) + ")");
   TORCH_CHECK(b <= 65535 && H <= 65535, "ssd_fused: batch and heads must be at most 65535 (got " + num(b) + ", " + num(H) + ")");
   TORCH_CHECK(L < (int64_t(1) << 31) / 32 && b * L * H * std::max(D, N) < (int64_t(1) << 40), "ssd_fused: input too large");
-  TORCH_CHECK(path >= 0 && path <= 3,
-              "ssd_fused: path must be 0 (auto), 1 (FP32 cores), 2 or 3 (tensor cores); got " + num(path));
+  TORCH_CHECK(path >= 0 && path <= 4,
+              "ssd_fused: path must be 0 (auto), 1 (FP32 cores), 2, 3 or 4 (tensor cores); got " + num(path));
   TORCH_CHECK(path <= 1 || N == 64 || N == 128,
               "ssd_fused: the tensor-core path needs d_state 64 or 128 (got " + num(N) + ")");
   TORCH_CHECK(p_tile == 0 || ((p_tile == 32 || p_tile == 64) && D % p_tile == 0),
               "ssd_fused: p_tile must be 0, or 32 or 64 dividing d_head (got " + num(p_tile) + ")");
+  TORCH_CHECK(path != 4 || (D % 64 == 0 && (p_tile == 0 || p_tile == 64)),
+              "ssd_fused: path 4 takes 64 head-dim columns a block (d_head a multiple of 64, p_tile 0 or 64; got " +
+                  num(D) + ", " + num(p_tile) + ")");
+  TORCH_CHECK(path != 4 || 32 * H * std::max(D, N) < (int64_t(1) << 31),
+              "ssd_fused: path 4 needs 32 * heads * max(d_head, d_state) < 2^31 (got " + num(H) + " heads)");
   TORCH_CHECK(nseg >= 0, "ssd_fused: nseg must be >= 0 (got " + num(nseg) + ")");
   if (initial_state.has_value() && initial_state->defined()) {
     TORCH_CHECK(initial_state->device() == X.device(), "ssd_fused: initial_state must be on X's device");
