@@ -87,3 +87,28 @@ def test_without_a_gpu_driver_the_runner_is_told_why_and_writes_files():
     device_handoff._DRIVER.clear()
     why = device_handoff.probe(torch.device("cpu"))
     assert "libcuda" in why
+
+
+def test_a_lost_device_output_is_the_candidates_fault_unless_the_judges_own_import_failed(monkeypatch):
+    """The runner's side is untrusted: an output that cannot be received is the candidate's (its trial
+    unreadable), unless the judge's own export-and-import self-test failed at start-up: then the
+    machine cannot do it, and the judge stops with an engine error, never blaming the candidate."""
+    from kernelwright.engine.child.channel import Channel
+    from kernelwright.engine.child.judge import HandoffUnavailable, Judge
+    from kernelwright.engine.child.wire import WireError
+
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    judge = Judge({"config": {"device": "cpu"}}, Channel(os.open(os.devnull, os.O_WRONLY)), theirs.detach())
+    judge.device = torch.device("cuda")  # (receive is faked: nothing touches a GPU)
+
+    def lost(*_args, **_kw):
+        raise device_handoff.HandoffError("the runner announced an output on the device but sent none")
+
+    monkeypatch.setattr(device_handoff, "receive", lost)
+    fetch = judge.fetcher("trial0")
+    with pytest.raises(WireError, match="sent none"):
+        fetch(0, 16)
+    judge.handoff_self_test = "Unavailable: cuMemImportFromShareableHandle failed: CUDA_ERROR_NOT_SUPPORTED (801)"
+    with pytest.raises(HandoffUnavailable, match="judge cannot import device outputs on this machine"):
+        fetch(0, 16)
+    ours.close()

@@ -67,6 +67,10 @@ def test_a_device_output_crosses_to_another_process_exactly_and_forged_tags_are_
         device_handoff.receive(mine, "small#0#1024", 64 << 20, dev)
 
 
+def test_the_judges_self_test_imports_its_own_export_intact():
+    assert device_handoff.self_test(torch.device("cuda")) == ""
+
+
 def test_a_descriptor_that_is_not_device_memory_is_never_imported(tmp_path):
     dev = torch.device("cuda")
     mine, theirs = _pair()

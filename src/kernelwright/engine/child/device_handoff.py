@@ -182,6 +182,21 @@ def probe(device: torch.device) -> str:
         return f"{type(exc).__name__}: {str(exc)[:200]}"
 
 
+def self_test(device: torch.device) -> str:
+    """'' when this process can export a device allocation and import it back (the judge's side
+    of a hand-off: import, map, copy) with the bytes intact, else why not. Run before any job."""
+    try:
+        src = torch.arange(251, dtype=torch.uint8, device=device)
+        fd = _export(src)
+        try:
+            back = _import(fd, src.numel(), device)
+        finally:
+            os.close(fd)
+        return "" if torch.equal(back, src) else "the bytes imported back differ from those exported"
+    except Exception as exc:
+        return f"{type(exc).__name__}: {str(exc)[:200]}"
+
+
 def _export(flat: torch.Tensor) -> int:
     """A descriptor for a fresh device allocation holding a copy of `flat`'s bytes (uint8, 1-D)."""
     d = _driver()

@@ -30,6 +30,12 @@ from kernelwright.core.record import (
 )
 from kernelwright.engine.child.channel import Channel
 
+
+class HandoffUnavailable(RuntimeError):
+    """A device output could not be received and the judge's own import of device memory failed
+    its self-test at start-up: the machine's fault (an engine error), never the candidate's."""
+
+
 class ReferenceFailure(Exception):
     """The reference problem itself failed (its get_inputs or its forward): the problem's fault."""
 
@@ -76,6 +82,7 @@ class Judge:
         self.started = False
         self.handoff = None  # the socket on which the runner's device outputs arrive
         self.handoff_s = 0.0
+        self.handoff_self_test = ""  # why this process could not import its own export ('' when it could)
         if handoff_fd is not None:
             import socket
 
@@ -128,10 +135,7 @@ class Judge:
             if self.handoff is not None:  # the driver's calls for the runner's device outputs, loaded now
                 from kernelwright.engine.child import device_handoff
 
-                try:
-                    device_handoff.probe(self.device)
-                except Exception:
-                    pass
+                self.handoff_self_test = device_handoff.self_test(self.device)
         self.started = True
 
     def load_problem(self) -> bool:
@@ -230,6 +234,10 @@ class Judge:
             try:
                 return device_handoff.receive(self.handoff, f"{name}#{i}#{nbytes}", nbytes, self.device)
             except (device_handoff.HandoffError, device_handoff.Unavailable) as exc:
+                if self.handoff_self_test:  # the judge's own side is broken: not the candidate's fault
+                    raise HandoffUnavailable(
+                        f"the judge cannot import device outputs on this machine ({self.handoff_self_test}); "
+                        f"this output failed with: {exc}; run with device_handoff off") from None
                 raise WireError(str(exc)) from None
             finally:
                 self.handoff_s += time.monotonic() - t0
@@ -709,6 +717,8 @@ class Judge:
         rec.metadata["judge_busy_s"] = {k: round(v, 4) for k, v in self.busy_s.items() if v >= 0.001}
         if self.handoff is not None:
             rec.metadata["judge_busy_s"]["device_handoff"] = round(self.handoff_s, 4)
+            if self.handoff_self_test:
+                rec.metadata["device_handoff_judge_self_test"] = self.handoff_self_test
         return rec
 
     def degenerate_check(self) -> None:
