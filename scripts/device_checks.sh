@@ -4,7 +4,7 @@
 #
 #   bash scripts/device_checks.sh handoff   # ~6 min: device hand-off tests, overhead with and without it
 #   bash scripts/device_checks.sh suite     # ~8 min: the whole gpu suite, 8 workers (run it three times)
-#   bash scripts/device_checks.sh mamba     # ~4 min: Mamba-2 gpu tests and the side-by-side benchmark
+#   bash scripts/device_checks.sh mamba     # ~6 min: Mamba-2 gpu tests, path 2 vs 4 at l2048, the side-by-side benchmark
 #
 # Carry .deb (bubblewrap for the sandbox tests) with every call, and .scratch/mamba/whl for `mamba`.
 set -uo pipefail
@@ -41,6 +41,7 @@ mamba)  # mamba_ssm's pure-Python wheel (see benchmarks/mamba2_ssd.py), carried 
             && export PYTHONPATH=/tmp/site:$PYTHONPATH
     fi
     step mamba_tests 300 python3 -m pytest -m gpu tests/test_mamba2_gpu.py -n 4 -p no:cacheprovider
+    step mamba_paths 120 python3 benchmarks/mamba2_ssd.py --shapes l2048,l2048n64 --dtypes fp32,bf16 --no-mamba --paths 2,4
     step mamba_bench 240 python3 benchmarks/mamba2_ssd.py
     ;;
 *)
