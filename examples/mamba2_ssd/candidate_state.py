@@ -134,26 +134,44 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// The split of path 4, 3 instructions (VIADD, LOP3, FADD) where cvt.rna costs 5 on sm_90 (VIADD,
+// FSETP, SEL, LOP3; FADD): hi = x + half a TF32 ulp, left unmasked: the tensor core reads only the
+// top 19 bits of a .tf32 operand register (it reads lo that way in every path), i.e. x rounded to
+// nearest TF32, ties away from zero: the value cvt.rna gives for finite x, so lo = x - that value is
+// the same exact float32 and the products are bit for bit those of split_tf32. (Not for inf/NaN:
+// no finite result either way.) Truncation alone (hi = x, 2 instructions) measured 4x the error in
+// emulation (6-7e-7 against 1.5e-7): its errors all have the sign of x and add up.
+__device__ __forceinline__ void split_rn(float x, uint32_t& hi, uint32_t& lo) {
+  const uint32_t h = __float_as_uint(x) + 0x1000u;
+  hi = h;
+  lo = __float_as_uint(x - __uint_as_float(h & 0xffffe000u));
+}
+
 struct SplitA { uint32_t hi[4], lo[4]; };
 struct SplitB { uint32_t hi[2], lo[2]; };
 
 // EX: the value is exact in TF32 (a raw bf16 input): hi = the value, lo = 0 (never used).
-template <bool EX>
+// RN: split by split_rn (path 4), else by cvt.rna (split_tf32, paths 2 and 3); the same values.
+template <bool EX, bool RN = false>
 __device__ __forceinline__ SplitA split_a(float a0, float a1, float a2, float a3) {
   SplitA s;
   const float v[4] = {a0, a1, a2, a3};
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     if constexpr (EX) { s.hi[i] = __float_as_uint(v[i]); s.lo[i] = 0u; }
+    else if constexpr (RN) split_rn(v[i], s.hi[i], s.lo[i]);
     else split_tf32(v[i], s.hi[i], s.lo[i]);
   }
   return s;
 }
-template <bool EX>
+template <bool EX, bool RN = false>
 __device__ __forceinline__ SplitB split_b(float b0, float b1) {
   SplitB s;
   if constexpr (EX) {
     s.hi[0] = __float_as_uint(b0); s.hi[1] = __float_as_uint(b1); s.lo[0] = s.lo[1] = 0u;
+  } else if constexpr (RN) {
+    split_rn(b0, s.hi[0], s.lo[0]);
+    split_rn(b1, s.hi[1], s.lo[1]);
   } else {
     split_tf32(b0, s.hi[0], s.lo[0]);
     split_tf32(b1, s.hi[1], s.lo[1]);
@@ -173,6 +191,12 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool va
   const int n = valid ? 16 : 0;  // 0 source bytes: the 16 bytes are zero-filled
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(n));
 }
+// 4 bytes (.ca: the only mode for a 4-byte copy), src size 0: zero-filled
+__device__ __forceinline__ void cp_async4(void* smem, const void* gmem, bool valid) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  const int n = valid ? 4 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(s), "l"(gmem), "r"(n));
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
@@ -183,6 +207,13 @@ __device__ __forceinline__ int ld_acquire(const int* p) {
 }
 __device__ __forceinline__ void st_release(int* p, int v) {
   asm volatile("st.release.gpu.global.b32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+// threadIdx.x read afresh (S2R) at each call: values derived from it are recomputed where they are
+// used instead of being hoisted out of a loop and kept live (path 4, at 64 registers a thread).
+__device__ __forceinline__ int tid_x() {
+  int v;
+  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(v));
+  return v;
 }
 
 __device__ __forceinline__ float exp_from_double(double x) {
@@ -716,23 +747,29 @@ struct Tc16Layout {
   static constexpr int oC = oB + 2 * Q * NS * (int)sizeof(T);    // 1 buffer (refilled after its last reader)
   static constexpr int oG = oC + Q * NS * (int)sizeof(T);        // C B^T, [Q][GS] f32
   static constexpr int oY = oG + Q * GS * 4;                     // Y^T partials [MT][4 l-tiles][4 quarters][32 lanes] float4
-  static constexpr int oE = oY + MT * 4 * 4 * 32 * 16;           // exp(cum_l)
-  static constexpr int oW = oE + Q * 4;                          // exp(total - cum_s)
-  static constexpr int oD = oW + Q * 4;                          // exp(total), segment total (double)
-  static constexpr int oCum = oD + 16;                           // cum (double)
-  static constexpr size_t BYTES = oCum + 2 * Q * 4;
+  // the chunk tables, 2 buffers (chunk ch's in buffer ch & 1, written by warp 0 during chunk ch - 1)
+  static constexpr int oE = oY + MT * 4 * 4 * 32 * 16;           // exp(cum_l), 2 x [Q]
+  static constexpr int oW = oE + 2 * Q * 4;                      // exp(total - cum_s), 2 x [Q]
+  static constexpr int oD = oW + 2 * Q * 4;                      // exp(total) x 2, segment total (double)
+  static constexpr int oCum = oD + 16;                           // cum (double), 2 x [Q]
+  static constexpr int oA = oCum + 2 * Q * 8;                    // A of a chunk (cp.async), 2 x [Q] f32
+  static constexpr size_t BYTES = oA + 2 * Q * 4;
   static_assert(N == 64 || N == 128, "tensor-core path: d_state 64 or 128");
   static_assert(P == 64, "16-warp variant: 64 head-dim columns a block");
   static_assert(GW <= WARPS, "a warp for each C B^T tile");
-  static_assert(oC % 16 == 0 && oG % 16 == 0 && oY % 16 == 0 && oD % 8 == 0 && oCum % 8 == 0, "alignment");
+  static_assert(oC % 16 == 0 && oG % 16 == 0 && oY % 16 == 0 && oD % 8 == 0 && oCum % 8 == 0 && oA % 4 == 0,
+                "alignment");
 };
 
 // cp.async of rows t0 .. t0 + Q - 1 (W elements each, global row stride gstride) into shared rows of
 // SS elements; rows from te_ on are zero-filled. Trip counts known at compile time (NT threads);
-// offsets inside the chunk in int (fewer registers; the host checks that Q rows fit).
+// offsets inside the chunk in int (fewer registers; the host checks that Q rows fit). The thread's
+// offsets are recomputed from tid_x() at each call (a few integer instructions a chunk): hoisted
+// out of the chunk loop they were live across it and spilled.
 template <int W, int SS, int NT, int EPV, typename T>
-__device__ __forceinline__ void load_rows(T* dst, const T* src, long gstride, int t0, int te_, int tid) {
+__device__ __forceinline__ void load_rows(T* dst, const T* src, long gstride, int t0, int te_) {
   constexpr int PER_ROW = W / EPV, TOTAL = Q * PER_ROW;
+  const int tid = tid_x();
   const T* row0 = src + (long)t0 * gstride;  // the chunk's first row (always inside the sequence)
 #pragma unroll
   for (int k = 0; k < (TOTAL + NT - 1) / NT; ++k) {
@@ -756,6 +793,32 @@ __device__ __forceinline__ bool xg_pair(int nq, int ks, int lt) {
   }
 }
 
+// The thread's coordinates in the block, from tid_x(). Each phase of the chunk loop (and each piece
+// of code around the walks) declares them afresh: the compiler can neither hoist tid_x() nor keep
+// these values live across the loop, where at 64 registers they were spilled (a few integer
+// instructions a phase instead).
+#define TC16_IDS                                                                                 \
+  const int tid = tid_x(), lane = tid & 31, warp = tid >> 5;                                    \
+  const int g = lane >> 2, t = lane & 3;         /* mma fragment coordinates */                  \
+  const int mt = warp % Lo::MT, nq = warp / Lo::MT;                                              \
+  const int pr = 16 * mt + g;                    /* this thread's p rows: pr, pr + 8 */         \
+  const int nb0 = nq * Lo::NW;                   /* first state column of this warp */           \
+  const int gtile = warp - (Lo::WARPS - Lo::GW); /* >= 0: the C B^T tile this warp computes */   \
+  (void)tid; (void)lane; (void)warp; (void)g; (void)t; (void)mt; (void)nq; (void)pr; (void)nb0; (void)gtile
+
+// Which block: (segment, batch, head, head-dim tile) from its linear index (blockIdx.x, or the ticket
+// in s_ticket when chained), and what follows from it. Declared afresh after each walk, for the same
+// reason as TC16_IDS: kept live across the walks these values were spilled.
+#define TC16_BLOCK                                                                               \
+  const int lin = nseg > 1 ? *reinterpret_cast<volatile int*>(&s_ticket) : (int)blockIdx.x;   \
+  const int ptiles = D / P, per_seg = nb * H * ptiles;                                          \
+  const int seg = lin / per_seg, rest = lin - seg * per_seg;                                    \
+  const int pt = rest % ptiles, h = rest / ptiles % H, b = rest / ptiles / H;                   \
+  const int slot = ((b * H + h) * ptiles + pt) * nseg + seg;                                    \
+  const bool last = seg == nseg - 1;                                                            \
+  const int tb = seg * seg_len, te = min(L, tb + seg_len), p0 = pt * P;                         \
+  (void)slot; (void)last; (void)tb; (void)te; (void)p0
+
 // Arguments and buffers as ssd_tc_kernel's (ws holds the same N * P floats a slot).
 template <int N, int P, bool WANT_Y, typename T>
 __global__ void __launch_bounds__(Tc16Layout<N, P, T>::THREADS, 2)
@@ -778,34 +841,18 @@ ssd_tc16_kernel(const T* __restrict__ X, const float* __restrict__ A, const T* _
   float* sDec = reinterpret_cast<float*>(smem_raw + Lo::oD);
   double* sSeg = reinterpret_cast<double*>(smem_raw + Lo::oD + 8);
   double* sCum = reinterpret_cast<double*>(smem_raw + Lo::oCum);
+  float* sA = reinterpret_cast<float*>(smem_raw + Lo::oA);
 
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int g = lane >> 2, t = lane & 3;  // mma fragment coordinates
-  const int mt = warp % MT, nq = warp / MT;
-  const int pr = 16 * mt + g;             // this thread's p rows: pr, pr + 8
-  const int nb0 = nq * Lo::NW;            // first state column of this warp
-  const int gtile = warp - (Lo::WARPS - Lo::GW);  // >= 0: the C B^T tile this warp computes
+  TC16_IDS;
 
   // ---- which block: (segment, batch, head, tile); segment-major tickets when chained -------
   const bool chained = nseg > 1;
-  int lin = blockIdx.x;
   if (chained) {
     if (tid == 0) s_ticket = atomicAdd(sync, 1);
     __syncthreads();
-    lin = s_ticket;
   }
-  const int ptiles = D / P;
-  const int per_seg = nb * H * ptiles;
-  const int seg = lin / per_seg;
-  int rest = lin - seg * per_seg;
-  const int pt = rest % ptiles;
-  rest /= ptiles;
-  const int h = rest % H, b = rest / H;
-  const int slot = ((b * H + h) * ptiles + pt) * nseg + seg;
-  const bool last = seg == nseg - 1;
-  const int tb = seg * seg_len, te = min(L, tb + seg_len);
+  TC16_BLOCK;
 
-  const int p0 = pt * P;
   const long strideX = (long)H * D, strideB = (long)H * N;
   const long bh = (long)b * L * H + h;
   const T* Xbh = X + bh * D + p0;
@@ -818,13 +865,19 @@ ssd_tc16_kernel(const T* __restrict__ X, const float* __restrict__ A, const T* _
 
   // X, B, C of the chunk at t0 into shared memory (cp.async; steps from te_ on zero-filled)
   auto load_xb = [&](int t0, int te_, int buf) {
-    load_rows<P, XS, NT, EPV>(reinterpret_cast<T*>(smem_raw + Lo::oX) + buf * Q * XS, Xbh, strideX, t0, te_, tid);
-    load_rows<N, NS, NT, EPV>(reinterpret_cast<T*>(smem_raw + Lo::oB) + buf * Q * NS, Bbh, strideB, t0, te_, tid);
+    load_rows<P, XS, NT, EPV>(reinterpret_cast<T*>(smem_raw + Lo::oX) + buf * Q * XS, Xbh, strideX, t0, te_);
+    load_rows<N, NS, NT, EPV>(reinterpret_cast<T*>(smem_raw + Lo::oB) + buf * Q * NS, Bbh, strideB, t0, te_);
   };
-  auto load_c = [&](int t0, int te_) { load_rows<N, NS, NT, EPV>(sC, Cbh, strideB, t0, te_, tid); };
+  // warp 0: A of the chunk at t0 into sA buffer abuf, one step a lane (cp.async, zero from te_ on)
+  auto load_a = [&](int t0, int te_, int abuf) {
+    const int lane = tid_x() & 31, s = t0 + lane;
+    cp_async4(sA + abuf * Q + lane, Abh + (s < te_ ? (long)s * H : 0), s < te_);
+  };
+  auto load_c = [&](int t0, int te_) { load_rows<N, NS, NT, EPV>(sC, Cbh, strideB, t0, te_); };
 
   // Y^T partials in smem, sYp[((mt * 4 + lt) * 4 + nq) * 32 + lane]: l-tile lt of p-tile mt from quarter nq
   auto flush_y = [&](int t0, int te_) {  // l-tile nq of p-tile mt: sum the quarters, store Y
+    TC16_IDS;
     const float4* src = sYp + (mt * 4 + nq) * 4 * 32 + lane;
     float v[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
@@ -841,31 +894,43 @@ ssd_tc16_kernel(const T* __restrict__ X, const float* __restrict__ A, const T* _
 
   // Walk steps [t_begin, t_end) from the state in hs; do_y: output pass, else state only. Ends with a barrier.
   auto walk = [&](const int t_begin, const int t_end, const bool do_y) {
-    float pa = 0.f;  // warp 0: A of the next chunk, one step per lane
-    if (warp == 0) pa = (t_begin + lane < t_end) ? __ldg(Abh + (long)(t_begin + lane) * H) : 0.f;
+    TC16_IDS;
+    if (warp == 0) {  // the first chunk's tables (buffer 0; the last reader of either buffer is done)
+      const float pa = (t_begin + lane < t_end) ? __ldg(Abh + (long)(t_begin + lane) * H) : 0.f;
+      chunk_tables(pa, lane, sCum, sE, sW, sDec);
+      load_a(t_begin + Q, t_end, 1);  // the second chunk's A: read after the first barrier 1
+    }
     load_xb(t_begin, t_end, 0);
     if (WANT_Y && do_y) load_c(t_begin, t_end);
     cp_async_commit();
-    const int nchunks = (t_end - t_begin + Q - 1) / Q;
-    for (int ch = 0; ch < nchunks; ++ch) {
-      const int t0 = t_begin + ch * Q, buf = ch & 1;
+    // the loop runs on t0 (the chunk's first step) and buf = chunk index & 1: fewer live values
+    int buf = 0;
+    for (int t0 = t_begin; t0 < t_end; t0 += Q, buf ^= 1) {
+      const bool more = t0 + Q < t_end;  // a next chunk
       const T* sX = reinterpret_cast<const T*>(smem_raw + Lo::oX) + buf * Q * XS;
       const T* sB = reinterpret_cast<const T*>(smem_raw + Lo::oB) + buf * Q * NS;
+      // this chunk's tables: buffer buf; the next chunk's are written into buf ^ 1 below
+      const double* cCum = sCum + buf * Q;
+      const float* cE = sE + buf * Q;
+      const float* cW = sW + buf * Q;
+      TC16_IDS;
       cp_async_wait_all();
-      __syncthreads();  // ---- barrier 1: this chunk's X, B, C are in smem; last chunk fully read
+      __syncthreads();  // ---- barrier 1: this chunk's X, B, C and tables are in smem; last chunk fully read
       if (WANT_Y && do_y) {
-        if (ch > 0) flush_y(t0 - Q, t_end);
+        if (t0 > t_begin) flush_y(t0 - Q, t_end);
       }
-      if (ch + 1 < nchunks) load_xb(t0 + Q, t_end, buf ^ 1);
+      if (more) load_xb(t0 + Q, t_end, buf ^ 1);
+      if (warp == 0 && more) {  // one chunk ahead: read after the next barrier 1
+        chunk_tables(sA[(buf ^ 1) * Q + lane], lane, sCum + (buf ^ 1) * Q, sE + (buf ^ 1) * Q, sW + (buf ^ 1) * Q,
+                     sDec + (buf ^ 1));
+        load_a(t0 + 2 * Q, t_end, buf);  // (its A buffer was last read at the previous chunk)
+      }
       cp_async_commit();
-      if (warp == 0) {
-        chunk_tables(pa, lane, sCum, sE, sW, sDec);
-        pa = (t0 + Q + lane < t_end) ? __ldg(Abh + (long)(t0 + Q + lane) * H) : 0.f;
-      }
 
       // ---- phase B: one C B^T tile on the G warps; Y^T = H^T C^T over this warp's n-quarter -----
       float ya[4][4];  // Y^T partial: ya[lt] covers l = 8lt + {2t, 2t+1}, p = pr, pr+8
       if (WANT_Y && do_y) {
+        TC16_IDS;
         if (gtile >= 0) {
           // tiles 0, 1: l 0..15 x s 0..7, 8..15; tiles 2..5: l 16..31 x s 0..7 .. 24..31 (same
           // permuted k on both operands: one 8-byte load each)
@@ -875,16 +940,25 @@ ssd_tc16_kernel(const T* __restrict__ X, const float* __restrict__ A, const T* _
           float ga[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
           auto step = [&](float (&acc)[4], int k) {
             const float2 r0 = E::two(c0 + k), r8 = E::two(c0 + 8 * NS + k), bv = E::two(b0 + k);  // C rows g, g + 8
-            mma3<EX, EX>(acc, split_a<EX>(r0.x, r8.x, r0.y, r8.y), split_b<EX>(bv.x, bv.y));
+            mma3<EX, EX>(acc, split_a<EX, true>(r0.x, r8.x, r0.y, r8.y), split_b<EX, true>(bv.x, bv.y));
           };
 #pragma unroll 1  // (rolled, as the state update's ks loop: fewer addresses live at 64 registers)
           for (int k = 0; k < N; k += 16) {
             step(ga[0], k);
             step(ga[1], k + 8);
           }
+          // G masked (s <= l) and decayed (exp(cum_l - cum_s)) here, once an element (the tables are a
+          // chunk ahead): X G^T reads it as it is
           const int l = 16 * mi + g, s = 8 * sj + 2 * t;
-          *reinterpret_cast<float2*>(&sG[l * GS + s]) = make_float2(ga[0][0] + ga[1][0], ga[0][1] + ga[1][1]);
-          *reinterpret_cast<float2*>(&sG[(l + 8) * GS + s]) = make_float2(ga[0][2] + ga[1][2], ga[0][3] + ga[1][3]);
+          const double cs0 = cCum[s], cs1 = cCum[s + 1];
+#pragma unroll
+          for (int hr = 0; hr < 2; ++hr) {
+            const int lr = l + 8 * hr;
+            const double cl = cCum[lr];
+            const float v0 = (s <= lr) ? (ga[0][2 * hr] + ga[1][2 * hr]) * expf((float)(cl - cs0)) : 0.f;
+            const float v1 = (s + 1 <= lr) ? (ga[0][2 * hr + 1] + ga[1][2 * hr + 1]) * expf((float)(cl - cs1)) : 0.f;
+            *reinterpret_cast<float2*>(&sG[lr * GS + s]) = make_float2(v0, v1);
+          }
         }
 #pragma unroll
         for (int lt = 0; lt < 4; ++lt)
@@ -894,22 +968,23 @@ ssd_tc16_kernel(const T* __restrict__ X, const float* __restrict__ A, const T* _
         for (int j = 0; j < KW; ++j) {
           const int nbk = nb0 + 8 * j;  // k block: n = nbk + 2t (slot t), nbk + 2t + 1 (slot t + 4)
           // A operand H^T straight from the state accumulators (permuted k, see ssd_tc_kernel)
-          const SplitA ha = split_a<false>(hs[j][0], hs[j][2], hs[j][1], hs[j][3]);
+          const SplitA ha = split_a<false, true>(hs[j][0], hs[j][2], hs[j][1], hs[j][3]);
 #pragma unroll
           for (int lt = 0; lt < 4; ++lt) {
             const float2 v = E::two(&sC[(8 * lt + g) * NS + nbk + 2 * t]);
-            mma3<false, EX>(ya[lt], ha, split_b<EX>(v.x, v.y));
+            mma3<false, EX>(ya[lt], ha, split_b<EX, true>(v.x, v.y));
           }
         }
       }
-      __syncthreads();  // ---- barrier 2: G, cum/exp tables written; C no longer read
+      __syncthreads();  // ---- barrier 2: G written; C no longer read
 
       // ---- phase C ------------------------------------------------------------------------
       if (WANT_Y && do_y) {
+        TC16_IDS;
         // Y^T *= e_l (the C H term's decay from the chunk start), then += X^T G^T on this quarter's pairs
 #pragma unroll
         for (int lt = 0; lt < 4; ++lt) {
-          const float e0 = sE[8 * lt + 2 * t], e1 = sE[8 * lt + 2 * t + 1];
+          const float e0 = cE[8 * lt + 2 * t], e1 = cE[8 * lt + 2 * t + 1];
           ya[lt][0] *= e0; ya[lt][1] *= e1; ya[lt][2] *= e0; ya[lt][3] *= e1;
         }
 #pragma unroll
@@ -917,17 +992,13 @@ ssd_tc16_kernel(const T* __restrict__ X, const float* __restrict__ A, const T* _
           if (!(xg_pair(nq, ks, 0) || xg_pair(nq, ks, 1) || xg_pair(nq, ks, 2) || xg_pair(nq, ks, 3))) continue;
           const int s0 = 8 * ks + t, s1 = s0 + 4;
           // X^T fragment (A operand, k = s): rows pr, pr+8; k-slots s0, s1
-          const SplitA xs = split_a<EX>(E::one(&sX[s0 * XS + pr]), E::one(&sX[s0 * XS + pr + 8]),
+          const SplitA xs = split_a<EX, true>(E::one(&sX[s0 * XS + pr]), E::one(&sX[s0 * XS + pr + 8]),
                                         E::one(&sX[s1 * XS + pr]), E::one(&sX[s1 * XS + pr + 8]));
-          const double cs0 = sCum[s0], cs1 = sCum[s1];
 #pragma unroll
           for (int lt = ks; lt < 4; ++lt) {
             if (!xg_pair(nq, ks, lt)) continue;
-            const int l = 8 * lt + g;
-            const double cl = sCum[l];
-            const float v0 = (s0 <= l) ? sG[l * GS + s0] * expf((float)(cl - cs0)) : 0.f;
-            const float v1 = (s1 <= l) ? sG[l * GS + s1] * expf((float)(cl - cs1)) : 0.f;
-            mma3<EX, false>(ya[lt], xs, split_b<false>(v0, v1));
+            const int l = 8 * lt + g;  // G is masked and decayed already
+            mma3<EX, false>(ya[lt], xs, split_b<false, true>(sG[l * GS + s0], sG[l * GS + s1]));
           }
         }
         // the partials to smem for the l-tiles' owners (summed after the next barrier 1)
@@ -935,12 +1006,13 @@ ssd_tc16_kernel(const T* __restrict__ X, const float* __restrict__ A, const T* _
         for (int lt = 0; lt < 4; ++lt)
           sYp[((mt * 4 + lt) * 4 + nq) * 32 + lane] = make_float4(ya[lt][0], ya[lt][1], ya[lt][2], ya[lt][3]);
         // the next chunk's C (issued here, not at barrier 2, where Y^T held 16 more registers)
-        if (ch + 1 < nchunks) load_c(t0 + Q, t_end);
+        if (more) load_c(t0 + Q, t_end);
       }
       cp_async_commit();
       // state: H^T = dec * H^T + (w_s X)^T B
       {
-        const float dec = sDec[0];
+        TC16_IDS;
+        const float dec = sDec[buf];
 #pragma unroll
         for (int j = 0; j < KW; ++j)
 #pragma unroll
@@ -948,23 +1020,25 @@ ssd_tc16_kernel(const T* __restrict__ X, const float* __restrict__ A, const T* _
 #pragma unroll 1  // (rolled: hs[j] indices stay compile-time; unrolled it spilled at 64 registers)
         for (int ks = 0; ks < 4; ++ks) {
           const int s0 = 8 * ks + t, s1 = s0 + 4;
-          const float w0 = sW[s0], w1 = sW[s1];
-          const SplitA xw = split_a<false>(E::one(&sX[s0 * XS + pr]) * w0, E::one(&sX[s0 * XS + pr + 8]) * w0,
+          const float w0 = cW[s0], w1 = cW[s1];
+          const SplitA xw = split_a<false, true>(E::one(&sX[s0 * XS + pr]) * w0, E::one(&sX[s0 * XS + pr + 8]) * w0,
                                            E::one(&sX[s1 * XS + pr]) * w1, E::one(&sX[s1 * XS + pr + 8]) * w1);
 #pragma unroll
           for (int j = 0; j < KW; ++j) {
             const int n = nb0 + 8 * j + g;
-            mma3<false, EX>(hs[j], xw, split_b<EX>(E::one(&sB[s0 * NS + n]), E::one(&sB[s1 * NS + n])));
+            mma3<false, EX>(hs[j], xw, split_b<EX, true>(E::one(&sB[s0 * NS + n]), E::one(&sB[s1 * NS + n])));
           }
         }
       }
     }
     __syncthreads();
-    if (WANT_Y && do_y) flush_y(t_begin + (nchunks - 1) * Q, t_end);
+    if (WANT_Y && do_y) flush_y(t_begin + (t_end - t_begin - 1) / Q * Q, t_end);
   };
 
   // ---- the state entering the segment: S0 for the first, else the predecessor's H_out ------
   auto load_s0 = [&](float (&hv)[KW][4]) {
+    TC16_IDS;
+    TC16_BLOCK;
 #pragma unroll
     for (int j = 0; j < KW; ++j) {
       const int n = nb0 + 8 * j + 2 * t;
@@ -979,6 +1053,8 @@ ssd_tc16_kernel(const T* __restrict__ X, const float* __restrict__ A, const T* _
   // H_out = exp(g) * H_in + S_loc (S_loc in hs): published for the successor; in state mode the last
   // segment's H_out is the final state, left in hv for the output.
   auto chain_out = [&](float (&hv)[KW][4]) {
+    TC16_IDS;
+    TC16_BLOCK;
     __syncthreads();  // sSeg visible
     const float dec = exp_from_double(sSeg[0]);
 #pragma unroll
@@ -1008,6 +1084,7 @@ ssd_tc16_kernel(const T* __restrict__ X, const float* __restrict__ A, const T* _
     for (int j = 0; j < KW; ++j)
 #pragma unroll
       for (int r = 0; r < 4; ++r) hs[j][r] = 0.f;
+    TC16_IDS;
     if (warp == 0) {
       double tot;
       const int c0 = local_walk_start(Abh, H, tb, te, lane, tot);
@@ -1019,8 +1096,11 @@ ssd_tc16_kernel(const T* __restrict__ X, const float* __restrict__ A, const T* _
   }
   // 2. the state entering the segment: S0 for the first, else the predecessor's H_out (acquire);
   //    then H_out = exp(g) H_in + S_loc is published (release) for the successor
+  {
+  TC16_BLOCK;
   float hin[KW][4];
   if (chained && seg > 0) {
+    TC16_IDS;
     if (tid == 0) {
       const int* f = sync + slot;  // flag of slot - 1
       while (ld_acquire(f) == 0) __nanosleep(100);
@@ -1036,14 +1116,18 @@ ssd_tc16_kernel(const T* __restrict__ X, const float* __restrict__ A, const T* _
   } else {
     load_s0(hin);
   }
-  if (local) chain_out(hin);
+  if (chained && (!WANT_Y || !last)) chain_out(hin);  // (the local pass ran)
 #pragma unroll
   for (int j = 0; j < KW; ++j)
 #pragma unroll
     for (int r = 0; r < 4; ++r) hs[j][r] = hin[j][r];
   // 3. output pass from H_in (or, unchained, the plain walk)
   if (WANT_Y || !chained) walk(tb, te, WANT_Y);
-  if (S_out && last) {
+  }
+  if (S_out) {
+  TC16_BLOCK;
+  if (last) {
+    TC16_IDS;
 #pragma unroll
     for (int j = 0; j < KW; ++j) {
       const int n = nb0 + 8 * j + 2 * t;
@@ -1055,7 +1139,10 @@ ssd_tc16_kernel(const T* __restrict__ X, const float* __restrict__ A, const T* _
       }
     }
   }
+  }
 }
+#undef TC16_IDS
+#undef TC16_BLOCK
 
 }  // namespace tc
 

@@ -108,7 +108,7 @@ emu_switch:
 .size emu_switch, .-emu_switch
 )");
 
-struct Copy { void* dst; const void* src; };  // a pending 16-byte cp.async (src null: zero-fill)
+struct Copy { void* dst; const void* src; size_t n = 16; };  // a pending cp.async of n bytes (src null: zero-fill)
 
 struct Fiber {
   void* sp = nullptr;
@@ -444,13 +444,19 @@ inline void cp_async16(void* smem, const void* gmem, bool valid) {
   std::memset(smem, 0xff, 16);
   emu::g_cur->pending.push_back({smem, valid ? gmem : nullptr});
 }
+// cp.async.ca.shared.global 4 bytes (src size 0: zero-fill); lands at this thread's wait
+inline void cp_async4(void* smem, const void* gmem, bool valid) {
+  std::memset(smem, 0xff, 4);
+  emu::g_cur->pending.push_back({smem, valid ? gmem : nullptr, 4});
+}
 inline void cp_async_commit() {}
 inline void cp_async_wait_all() {
   for (const auto& c : emu::g_cur->pending) {
-    if (c.src) std::memcpy(c.dst, c.src, 16);
-    else std::memset(c.dst, 0, 16);
+    if (c.src) std::memcpy(c.dst, c.src, c.n);
+    else std::memset(c.dst, 0, c.n);
   }
   emu::g_cur->pending.clear();
 }
 inline int ld_acquire(const int* p) { return *static_cast<const volatile int*>(p); }
 inline void st_release(int* p, int v) { *static_cast<volatile int*>(p) = v; }
+inline int tid_x() { return int(threadIdx.x); }  // mov.u32 %tid.x (asm volatile: not hoisted)

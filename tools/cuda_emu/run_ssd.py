@@ -43,7 +43,7 @@ CXXFLAGS = ["-O2", "-std=c++20", "-shared", "-fPIC", "-fno-strict-aliasing", "-w
 
 # inline-PTX helpers of the candidate, replaced by cuda_emu.h's emulations (must all be present)
 EMULATED = ("split_tf32", "mma_tf32", "cp_async16", "cp_async_commit", "cp_async_wait_all", "ld_acquire",
-            "st_release")
+            "st_release", "tid_x", "cp_async4")
 
 # path -> (kernel template, its layout struct: THREADS, BYTES)
 KERNELS = {
