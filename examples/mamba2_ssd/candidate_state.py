@@ -767,7 +767,7 @@ struct Tc16Layout {
 // offsets are recomputed from tid_x() at each call (a few integer instructions a chunk): hoisted
 // out of the chunk loop they were live across it and spilled.
 template <int W, int SS, int NT, int EPV, typename T>
-__device__ __forceinline__ void load_rows(T* dst, const T* src, long gstride, int t0, int te_) {
+__device__ __forceinline__ void load_rows(T* dst, const T* src, int gstride, int t0, int te_) {
   constexpr int PER_ROW = W / EPV, TOTAL = Q * PER_ROW;
   const int tid = tid_x();
   const T* row0 = src + (long)t0 * gstride;  // the chunk's first row (always inside the sequence)
@@ -777,7 +777,7 @@ __device__ __forceinline__ void load_rows(T* dst, const T* src, long gstride, in
     if (TOTAL % NT == 0 || i < TOTAL) {
       const int s = i / PER_ROW, c = i % PER_ROW;
       const bool ok = t0 + s < te_;  // (a row past the end is zero-filled: its source is not read)
-      cp_async16(dst + s * SS + EPV * c, row0 + (ok ? s * (int)gstride : 0) + EPV * c, ok);
+      cp_async16(dst + s * SS + EPV * c, row0 + (ok ? s * gstride : 0) + EPV * c, ok);
     }
   }
 }
@@ -865,15 +865,15 @@ ssd_tc16_kernel(const T* __restrict__ X, const float* __restrict__ A, const T* _
 
   // X, B, C of the chunk at t0 into shared memory (cp.async; steps from te_ on zero-filled)
   auto load_xb = [&](int t0, int te_, int buf) {
-    load_rows<P, XS, NT, EPV>(reinterpret_cast<T*>(smem_raw + Lo::oX) + buf * Q * XS, Xbh, strideX, t0, te_);
-    load_rows<N, NS, NT, EPV>(reinterpret_cast<T*>(smem_raw + Lo::oB) + buf * Q * NS, Bbh, strideB, t0, te_);
+    load_rows<P, XS, NT, EPV>(reinterpret_cast<T*>(smem_raw + Lo::oX) + buf * Q * XS, Xbh, H * D, t0, te_);
+    load_rows<N, NS, NT, EPV>(reinterpret_cast<T*>(smem_raw + Lo::oB) + buf * Q * NS, Bbh, H * N, t0, te_);
   };
   // warp 0: A of the chunk at t0 into sA buffer abuf, one step a lane (cp.async, zero from te_ on)
   auto load_a = [&](int t0, int te_, int abuf) {
     const int lane = tid_x() & 31, s = t0 + lane;
     cp_async4(sA + abuf * Q + lane, Abh + (s < te_ ? (long)s * H : 0), s < te_);
   };
-  auto load_c = [&](int t0, int te_) { load_rows<N, NS, NT, EPV>(sC, Cbh, strideB, t0, te_); };
+  auto load_c = [&](int t0, int te_) { load_rows<N, NS, NT, EPV>(sC, Cbh, H * N, t0, te_); };
 
   // Y^T partials in smem, sYp[((mt * 4 + lt) * 4 + nq) * 32 + lane]: l-tile lt of p-tile mt from quarter nq
   auto flush_y = [&](int t0, int te_) {  // l-tile nq of p-tile mt: sum the quarters, store Y
