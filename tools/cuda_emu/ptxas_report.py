@@ -137,21 +137,41 @@ def sass_of(cubin: Path, fn: str):
     return ins, labels
 
 
+def _successors(ins, labels, divergent=True):
+    """Successor indices of each instruction; divergent=False: a BRA.DIV (taken only when the warp
+    has diverged) only falls through."""
+    idx = {a: i for i, (a, _, _) in enumerate(ins)}
+    succ = collections.defaultdict(list)
+    for i, (a, op, text) in enumerate(ins):
+        cond = text.startswith("@") or op.startswith("BRA.DIV")
+        if not ((op.startswith("BRA") or op in ("EXIT", "RET")) and not cond) and i + 1 < len(ins):
+            succ[i].append(i + 1)
+        m = re.search(r"\((\.L_x_\d+)\)", text) if op.startswith("BRA") else None
+        if m and m.group(1) in labels and (divergent or not op.startswith("BRA.DIV")):
+            succ[i].append(idx[labels[m.group(1)]])
+    return succ
+
+
+def divergent_only(ins, labels):
+    """Instructions reached only through a taken BRA.DIV: the compiler's copies of warp collectives
+    (shuffles) for a diverged warp, never run where the warp is converged (as in these kernels)."""
+    succ = _successors(ins, labels, divergent=False)
+    seen, stack = {0}, [0]
+    while stack:
+        for j in succ[stack.pop()]:
+            if j not in seen:
+                seen.add(j)
+                stack.append(j)
+    return set(range(len(ins))) - seen
+
+
 def loops(ins, labels):
     """Natural loops: {header index: sorted instruction indices of the body}. An instruction's
     successors are the next one (unless it is an unconditional BRA or EXIT) and its branch target;
     a branch to an instruction that dominates it is a back edge, its loop every instruction that
     reaches the branch without passing through the header (out-of-line blocks that branch back
     included)."""
-    idx = {a: i for i, (a, _, _) in enumerate(ins)}
-    succ = collections.defaultdict(list)
-    for i, (a, op, text) in enumerate(ins):
-        cond = text.startswith("@") or op.startswith("BRA.DIV")  # BRA.DIV: only if the warp diverged
-        if not ((op.startswith("BRA") or op in ("EXIT", "RET")) and not cond) and i + 1 < len(ins):
-            succ[i].append(i + 1)
-        m = re.search(r"\((\.L_x_\d+)\)", text) if op.startswith("BRA") else None
-        if m and m.group(1) in labels:
-            succ[i].append(idx[labels[m.group(1)]])
+    succ = _successors(ins, labels)
     # basic blocks (leaders: entry, branch targets, instructions after a branch)
     leaders = {0} | {j for i in list(succ) for j in succ[i] if j != i + 1} | {
         i + 1 for i in range(len(ins) - 1) if succ[i] != [i + 1]}
@@ -211,13 +231,14 @@ def chunk_loop_report(ins, labels, trips):
     h = min((x for x in lp if hm[x] == top), key=lambda x: len(lp[x]))
     body = set(lp[h])
     inner = sorted(x for x in lp if x != h and x in body and set(lp[x]) < body)
-    static = count(ins, body)
+    cold = divergent_only(ins, labels)
+    static = count(ins, body - cold)
     weighted = collections.Counter(static)
     for k, x in enumerate(inner):
         tr = trips[k] if k < len(trips) else 1
-        for key, v in count(ins, lp[x]).items():
+        for key, v in count(ins, set(lp[x]) - cold).items():
             weighted[key] += (tr - 1) * v
-    return h, body, [(x, len(lp[x]), hm[x]) for x in inner], static, weighted
+    return h, body, [(x, len(lp[x]), hm[x]) for x in inner], static, weighted, len(body & cold)
 
 
 def main(argv=None) -> int:
@@ -242,10 +263,11 @@ def main(argv=None) -> int:
             ins, labels = sass_of(cubin, fn)
             if a.keep:
                 (work / "kernel.sass").write_text("\n".join(f"/*{x:04x}*/ {t}" for x, _, t in ins))
-            h, body, inner, static, weighted = chunk_loop_report(ins, labels, [int(x) for x in a.trips.split(",") if x])
+            h, body, inner, static, weighted, ncold = chunk_loop_report(ins, labels, [int(x) for x in a.trips.split(",") if x])
             print(f"\n{a.sass}: {len(ins)} instructions; chunk loop: header 0x{ins[h][0]:04x}, {len(body)} instructions "
                   f"(0x{ins[min(body)][0]:04x}..0x{ins[max(body)][0]:04x}); inner loops (header, size, HMMA): "
-                  f"{[(hex(ins[x][0]), n, m) for x, n, m in inner]}")
+                  f"{[(hex(ins[x][0]), n, m) for x, n, m in inner]}; counted without the {ncold} instructions "
+                  "only a diverged warp runs (BRA.DIV copies of warp shuffles)")
             print(f"{'class':44s} static  weighted")
             keys = [k for k, _, _ in CLASSES] + ["integer / address / control"]
             for k in keys:

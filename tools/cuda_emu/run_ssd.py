@@ -357,6 +357,10 @@ BROKEN = {
     # the 16-warp kernel: a quarter's X G^T pairs dropped (a bug it had while being written)
     "path 4: quarter 2 computes no X G^T pairs": (4, [
         ("xg_pair", "case 2: return ks == 0 && lt < 2;", "case 2: return false;")]),
+    # path 4's G, masked and decayed by the warps that compute it, with the tables a chunk ahead
+    "path 4: G mask s <= l -> s < l": (4, [("ssd_tc16_kernel", "const float v0 = (s <= lr) ?", "const float v0 = (s < lr) ?")]),
+    "path 4: the chunk's cum table read from the other buffer": (4, [
+        ("ssd_tc16_kernel", "const double* cCum = sCum + buf * Q;", "const double* cCum = sCum + (buf ^ 1) * Q;")]),
     "path 4: Y partials of l-tile 3 not stored": (4, [
         ("ssd_tc16_kernel", "for (int lt = 0; lt < 4; ++lt)\n          sYp[", "for (int lt = 0; lt < 3; ++lt)\n          sYp[")]),
 }
