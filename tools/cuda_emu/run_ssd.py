@@ -41,9 +41,11 @@ PROBLEM = ROOT / "examples" / "mamba2_ssd" / "problem_y.py"
 HEADER = HERE / "cuda_emu.h"
 CXXFLAGS = ["-O2", "-std=c++20", "-shared", "-fPIC", "-fno-strict-aliasing", "-w"]
 
-# inline-PTX helpers of the candidate, replaced by cuda_emu.h's emulations (must all be present)
+# inline-PTX helpers of the candidate, replaced by cuda_emu.h's emulations (must all be present);
+# EMULATED_OPTIONAL: the same, in candidates that have them (path 4's, since 2026-11-23)
 EMULATED = ("split_tf32", "mma_tf32", "cp_async16", "cp_async_commit", "cp_async_wait_all", "ld_acquire",
-            "st_release", "tid_x", "cp_async4")
+            "st_release")
+EMULATED_OPTIONAL = ("tid_x", "cp_async4")
 
 # path -> (kernel template, its layout struct: THREADS, BYTES)
 KERNELS = {
@@ -103,7 +105,7 @@ def prepare(src: str, mutations: tuple[tuple[str, str, str], ...] = ()) -> str:
         if body.count(old) != 1:
             raise ValueError(f"mutation target found {body.count(old)} times in {fn}(): {old!r}")
         src = src[:a] + body.replace(old, new) + src[b:]
-    for name in EMULATED:
+    for name in EMULATED + tuple(n for n in EMULATED_OPTIONAL if re.search(r"\b" + n + r"\s*\(", src)):
         src = _strip_function(src, name)
     src = re.sub(r"extern\s+__shared__\s+(?:__align__\(\d+\)\s+)?unsigned char (\w+)\[\];",
                  r"unsigned char* \1 = ::emu::dyn_smem();", src)
