@@ -707,21 +707,25 @@ ssd_tc_kernel(const T* __restrict__ X, const float* __restrict__ A, const T* __r
 // n in [nq N/4, (nq+1) N/4) (hs: N/32 accumulator tiles). Per 32-step chunk:
 //   phase B (after barrier 1):
 //     G = C B^T over all of n, one causal 16x8 tile each on the last 6 warps (quarters 2 and 3),
-//     with two accumulators (even/odd k-steps) so its 3xTF32 chain is half as deep; raw G to smem;
+//     with two accumulators (even/odd k-steps) so its 3xTF32 chain is half as deep; G masked
+//     (s <= l) and decayed (exp(cum_l - cum_s)) there, once an element, to smem (the chunk tables
+//     are computed one chunk ahead by warp 0, double-buffered, with A of the chunk after next
+//     brought in by cp.async);
 //     Y^T = H^T C^T over the warp's n-quarter (every warp: 4 l-tiles x N/32 k-steps).
 //   phase C (after barrier 2):
-//     Y^T = e_l Y^T + X^T G^T, G masked (s <= l) and decayed (exp(cum_l - cum_s)) as it is read;
-//     the 10 causal (l-tile, s-block) pairs of each p-tile split 3/3/2/2 over the n-quarters (the
-//     G warps' quarters take 2); the four Y^T partials of the warp to smem; the next chunk's C;
-//     H^T = dec H^T + (w_s X)^T B on the warp's quarter.
+//     Y^T = e_l Y^T + X^T G^T; the 10 causal (l-tile, s-block) pairs of each p-tile split 3/3/2/2
+//     over the n-quarters (the G warps' quarters take 2); the four Y^T partials of the warp to
+//     smem; the next chunk's C; H^T = dec H^T + (w_s X)^T B on the warp's quarter.
 //   After the next barrier 1, warp (mt, nq) adds the four quarters' partials of l-tile nq, stores Y.
 // mma count a block is the same as ssd_tc_kernel's (the products are only regrouped), so the gain
 // has to come from latency hiding: twice the warps to interleave, and G's chain half as deep.
 // Barriers: still two a chunk (G must be complete before X G^T; C's refill waits for its last
-// reader). Registers (nvcc 13.0, sm_90a): 64, fp32 Y at N = 128 spills 68 bytes (stored once a
-// walk, ~20 loop-invariant reloads a chunk, L1 hits); state-only and N = 64 fp32 instances do not.
-// Predicted at l2048 fp32: ~450 us (range 420-520) against 611 us: issue-bound near ~280 us at
-// full issue; today's 56% SM throughput rising to ~75-80% with 8 warps a scheduler.
+// reader). The TF32 split is split_rn (3 instructions, cvt.rna's values). Registers (nvcc 13.0,
+// sm_90a): 64, no instance spills: thread and block coordinates are re-derived where used
+// (TC16_IDS, TC16_BLOCK) instead of kept live across the chunk loop.
+// Predicted at l2048 fp32: ~380 us (range 340-460) against 611 us: ~18,000 warp instructions a
+// block a chunk, 291-329 us at full issue, 80-85% issue efficiency with 8 warps a scheduler
+// (docs/PERFORMANCE.md, "Path 4 reworked").
 // Segments (local pass, chain, output pass), bf16 and the state-only mode as in ssd_tc_kernel.
 // ======================================================================================
 
