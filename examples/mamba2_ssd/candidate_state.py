@@ -781,7 +781,8 @@ __device__ __forceinline__ void load_rows(T* dst, const T* src, int gstride, int
     if (TOTAL % NT == 0 || i < TOTAL) {
       const int s = i / PER_ROW, c = i % PER_ROW;
       const bool ok = t0 + s < te_;  // (a row past the end is zero-filled: its source is not read)
-      cp_async16(dst + s * SS + EPV * c, row0 + (ok ? s * gstride : 0) + EPV * c, ok);
+      const int goff = (ok ? s * gstride : 0) + EPV * c;  // one int offset: one 64-bit add
+      cp_async16(dst + (s * SS + EPV * c), row0 + goff, ok);
     }
   }
 }
@@ -883,9 +884,10 @@ ssd_tc16_kernel(const T* __restrict__ X, const float* __restrict__ A, const T* _
   auto flush_y = [&](int t0, int te_) {  // l-tile nq of p-tile mt: sum the quarters, store Y
     TC16_IDS;
     const float4* src = sYp + (mt * 4 + nq) * 4 * 32 + lane;
-    float v[4] = {0.f, 0.f, 0.f, 0.f};
+    const float4 o0 = src[0];
+    float v[4] = {o0.x, o0.y, o0.z, o0.w};
 #pragma unroll
-    for (int w = 0; w < 4; ++w) {
+    for (int w = 1; w < 4; ++w) {
       const float4 o = src[w * 32];
       v[0] += o.x; v[1] += o.y; v[2] += o.z; v[3] += o.w;
     }
