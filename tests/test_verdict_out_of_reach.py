@@ -137,8 +137,11 @@ def test_output_files_grown_to_gigabytes_are_not_read(cpu_config, canary_env):
     r = run(cpu_config, "grow_output_files.py")
     assert time.monotonic() - t0 < 60  # no 2 GiB read
     # the thread races the judge: a file it grew before the judge read it is refused by size
-    # (a file read before it grew was the engine's own, and judged as it was)
-    assert r.status is Status.PASSED or "over the" in r.error_log, r.error_log
+    # (a file read before it grew was the engine's own, and judged as it was); a thread still
+    # growing files when the evaluation's guards look is itself failed (`background_threads`)
+    assert r.status in (Status.PASSED, Status.INCORRECT), r.error_log
+    assert (r.status is Status.PASSED or "over the" in r.error_log
+            or r.metadata["guards"]["failed"] == ["background_threads"]), r.error_log
     assert_no_canary(r)
 
 
