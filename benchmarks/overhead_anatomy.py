@@ -103,7 +103,9 @@ def main() -> int:
     ap.add_argument("--cache", type=Path, default=None)
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--handoff", action="store_true", help="CUDA outputs on the device (EvalConfig.device_handoff), not through files")
+    ap.add_argument("--files", action="store_true",
+                    help="CUDA outputs through files in host memory (EvalConfig.device_handoff off), not the default device hand-off")
+    ap.add_argument("--handoff", action="store_true", help=argparse.SUPPRESS)  # the default now; kept so older commands run
     ap.add_argument("--skip-pieces", action="store_true", help="skip the fresh interpreter's start-up pieces")
     args = ap.parse_args()
     example = ROOT / "examples" / ("cuda_swish" if args.device == "cuda" else "cpu_swish")
@@ -117,8 +119,8 @@ def main() -> int:
     for k, v in pieces.items():
         print(f"  {v:7.3f} s  {k}")
     cache = args.cache or Path(tempfile.mkdtemp(prefix="kw-overhead-cache-"))
-    ev = prestarted_evals(args.problem, args.candidate, args.device, cache, args.repeats, handoff=args.handoff)
-    print(f"outputs: {'device hand-off where the driver allows' if args.handoff else 'through files'}")
+    ev = prestarted_evals(args.problem, args.candidate, args.device, cache, args.repeats, handoff=not args.files)
+    print(f"outputs: {'device hand-off where the driver allows' if not args.files else 'through files'}")
     print("\nfirst evaluation (fresh children, empty cache), engine phases:", json.dumps(ev["first_eval_phases_s"]))
     for i, run in enumerate(ev["prestarted"]):
         print(f"prestarted #{i + 1}: wall {run['wall_s']:.3f} s, overhead {run['overhead_s']:.3f} s, {run['status']}, "

@@ -5,9 +5,11 @@
 #   bash scripts/device_checks.sh handoff   # ~6 min: device hand-off tests, overhead with and without it
 #   bash scripts/device_checks.sh suite     # ~8 min: the whole gpu suite, 8 workers (run it three times)
 #   bash scripts/device_checks.sh mamba     # ~6 min: Mamba-2 gpu tests, path 2 vs 4 at l2048, the side-by-side benchmark
+#   bash scripts/device_checks.sh profile   # ~4 min: Nsight Compute of paths 2 and 4 at l2048 (fp32, bf16): what limits them
 #
 # Carry .deb (bubblewrap for the sandbox tests) with every call, and .scratch/mamba/whl for `mamba`.
 set -uo pipefail
+MODE=${1:-}  # read before sourcing anything: a sourced script can reset the positional parameters
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/kw-device-out}
 mkdir -p "$OUT"
@@ -25,11 +27,11 @@ step() {  # step NAME SECONDS COMMAND...: runs it with a limit, log in $OUT/NAME
     echo "$name: exit $rc in $((SECONDS - t0)) s ($(tail -n 1 "$OUT/$name.log" | cut -c1-160))"
 }
 
-case "${1:-}" in
+case "$MODE" in
 handoff)
     step handoff_tests 180 python3 -m pytest -m gpu tests/test_device_handoff_gpu.py -v -p no:cacheprovider
-    step overhead_handoff 150 python3 benchmarks/overhead_anatomy.py --device cuda --repeats 3 --skip-pieces --handoff
-    step overhead_files 150 python3 benchmarks/overhead_anatomy.py --device cuda --repeats 3 --skip-pieces
+    step overhead_handoff 150 python3 benchmarks/overhead_anatomy.py --device cuda --repeats 3 --skip-pieces
+    step overhead_files 150 python3 benchmarks/overhead_anatomy.py --device cuda --repeats 3 --skip-pieces --files
     ;;
 suite)
     step gpu_suite "${KW_SUITE_LIMIT:-560}" python3 -m pytest -m gpu -n 8 -p no:cacheprovider --durations=25
@@ -44,8 +46,20 @@ mamba)  # mamba_ssm's pure-Python wheel (see benchmarks/mamba2_ssd.py), carried 
     step mamba_paths 120 python3 benchmarks/mamba2_ssd.py --shapes l2048,l2048n64 --dtypes fp32,bf16 --no-mamba --paths 2,4
     step mamba_bench 240 python3 benchmarks/mamba2_ssd.py
     ;;
+profile)  # what limits the tensor-core paths at l2048 (docs/PERFORMANCE.md, "Path 4 measured")
+    sections=(--section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats
+              --section SchedulerStats --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats)
+    metrics=sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_tensor_op_hmma.sum,smsp__inst_executed.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed
+    for dt in fp32 bf16; do
+        for path in 2 4; do
+            step "ncu_${dt}_path${path}" 110 ncu --kernel-name regex:ssd_tc --launch-skip 1 --launch-count 1 \
+                "${sections[@]}" --metrics "$metrics" --print-units base \
+                python3 benchmarks/mamba2_ncu_target.py --shape l2048 --dtype "$dt" --path "$path"
+        done
+    done
+    ;;
 *)
-    echo "usage: bash scripts/device_checks.sh handoff|suite|mamba" >&2
+    echo "usage: bash scripts/device_checks.sh handoff|suite|mamba|profile" >&2
     exit 2
     ;;
 esac

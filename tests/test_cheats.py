@@ -148,7 +148,11 @@ def test_honest_cpp_examples_are_flagged_by_nothing(cpu_config):
 
 GPU_CAUGHT_BY_FLAG = CPU_CAUGHT_BY_FLAG + [
     ("cache_by_pointer.py", "stale_output_on_refill"),
-    ("side_stream.py", "timer_escape"),
+    # Work on a side stream the timed stream does not wait for leaves two footprints: host time
+    # far past the events (timer_escape), and a sampled timed output read on the timed stream before
+    # the side stream wrote it (timed_output_mismatch). Whichever guard sees it first names it: on
+    # the H100 (2026-11-23, gpu suite with 8 workers) two runs of three named the first, one the second.
+    ("side_stream.py", ("timer_escape", "timed_output_mismatch")),
 ]
 
 
@@ -157,7 +161,8 @@ GPU_CAUGHT_BY_FLAG = CPU_CAUGHT_BY_FLAG + [
 def test_cheat_is_caught_on_cuda(cuda_config, name, flag):
     r = run(cuda_config, name)
     assert r.status is Status.INCORRECT, (r.status, r.error_log)
-    assert flag in failed(r), r.metadata.get("guards")
+    accepted = (flag,) if isinstance(flag, str) else flag
+    assert set(accepted) & set(failed(r)), r.metadata.get("guards")
     assert r.speedup is None
 
 

@@ -92,10 +92,14 @@ def test_an_announced_output_that_never_arrives_is_an_error_not_a_hang(monkeypat
 
 def test_the_hand_off_works_from_a_fresh_pid_namespace():
     unshare = shutil.which("unshare")
-    if unshare is None or subprocess.run([unshare, "--pid", "--fork", "true"], capture_output=True).returncode:
-        pytest.skip("no PID namespace can be made here")
+    # A PID namespace with its own /proc, as bubblewrap makes one: without --mount-proc the
+    # namespace sees the host's /proc, and the CUDA driver fails to start there at all (error 304,
+    # seen on the H100), which says nothing about the hand-off.
+    flags = ["--pid", "--fork", "--mount-proc"]
+    if unshare is None or subprocess.run([unshare, *flags, "true"], capture_output=True).returncode:
+        pytest.skip("no PID namespace with its own /proc can be made here")
     mine, theirs = _pair()
-    proc = _sender(theirs, [unshare, "--pid", "--fork", "--kill-child"])
+    proc = _sender(theirs, [unshare, *flags, "--kill-child"])
     try:
         got = device_handoff.receive(mine, "out_001#0#4194304", 4 << 20, torch.device("cuda"))
         assert float(got.view(torch.float32)[-1]) == ((1 << 20) - 1) * 0.5

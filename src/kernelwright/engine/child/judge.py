@@ -237,7 +237,7 @@ class Judge:
                 if self.handoff_self_test:  # the judge's own side is broken: not the candidate's fault
                     raise HandoffUnavailable(
                         f"the judge cannot import device outputs on this machine ({self.handoff_self_test}); "
-                        f"this output failed with: {exc}; run with device_handoff off") from None
+                        f"this output failed with: {exc}; set `device_handoff = false` under [eval] in kernelwright.toml") from None
                 raise WireError(str(exc)) from None
             finally:
                 self.handoff_s += time.monotonic() - t0
