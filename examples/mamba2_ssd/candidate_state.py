@@ -222,6 +222,34 @@ __device__ __forceinline__ float exp_from_double(double x) {
   return expf(hi) * (1.f + lo);
 }
 
+// The end of a chained segment's state (paths 2 and 4): H_out = dec * H_in + S_loc, S_loc in hs and
+// H_in in hv, each thread holding K float4 of the state in mma-fragment order. Not the last
+// segment: H_out is stored for the successor (slot `slot` of ws, NP floats each, in the same fragment order, so the
+// successor's threads read back what they own), fenced, and its flag released after a barrier.
+// The last segment (state mode): H_out is left in hv, the final state.
+template <int K, int NT, int NP>
+__device__ __forceinline__ void chain_publish(float (&hs)[K][4], float (&hv)[K][4], float dec, bool last,
+                                              float* ws, int* sync, int slot, int tid) {
+#pragma unroll
+  for (int j = 0; j < K; ++j)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) hs[j][r] = fmaf(dec, hv[j][r], hs[j][r]);
+  if (!last) {
+    float4* dst = reinterpret_cast<float4*>(ws + (long)slot * NP);
+#pragma unroll
+    for (int j = 0; j < K; ++j) __stcg(dst + j * NT + tid, make_float4(hs[j][0], hs[j][1], hs[j][2], hs[j][3]));
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) st_release(sync + 1 + slot, 1);
+  } else {
+#pragma unroll
+    for (int j = 0; j < K; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) hv[j][r] = hs[j][r];
+  }
+}
+
+
 // Warp 0, lane l holding A of step l of a chunk (0 past the walk's end): the float64 prefix sums of
 // A (sCum), exp(cum_l) (sE), exp(total - cum_l) (sW), exp(total) (sDec[0]); returns the total.
 // Exponents always as differences of float64 sums.
@@ -603,24 +631,7 @@ ssd_tc_kernel(const T* __restrict__ X, const float* __restrict__ A, const T* __r
   // segment's H_out is the final state, left in hv for the output.
   auto chain_out = [&](float (&hv)[KH][4]) {
     __syncthreads();  // sSeg visible
-    const float dec = exp_from_double(sSeg[0]);
-#pragma unroll
-    for (int j = 0; j < KH; ++j)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) hs[j][r] = fmaf(dec, hv[j][r], hs[j][r]);
-    if (!last) {
-      float4* dst = reinterpret_cast<float4*>(ws + (long)slot * (N * P));
-#pragma unroll
-      for (int j = 0; j < KH; ++j) __stcg(dst + j * NT + tid, make_float4(hs[j][0], hs[j][1], hs[j][2], hs[j][3]));
-      __threadfence();
-      __syncthreads();
-      if (tid == 0) st_release(sync + 1 + slot, 1);
-    } else {
-#pragma unroll
-      for (int j = 0; j < KH; ++j)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) hv[j][r] = hs[j][r];
-    }
+    chain_publish<KH, NT, N * P>(hs, hv, exp_from_double(sSeg[0]), last, ws, sync, slot, tid);
   };
 
   if (tb >= te) return;  // (cannot happen with the host's segment count; kept as a guard)
@@ -1062,24 +1073,7 @@ ssd_tc16_kernel(const T* __restrict__ X, const float* __restrict__ A, const T* _
     TC16_IDS;
     TC16_BLOCK;
     __syncthreads();  // sSeg visible
-    const float dec = exp_from_double(sSeg[0]);
-#pragma unroll
-    for (int j = 0; j < KW; ++j)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) hs[j][r] = fmaf(dec, hv[j][r], hs[j][r]);
-    if (!last) {
-      float4* dst = reinterpret_cast<float4*>(ws + (long)slot * (N * P));
-#pragma unroll
-      for (int j = 0; j < KW; ++j) __stcg(dst + j * NT + tid, make_float4(hs[j][0], hs[j][1], hs[j][2], hs[j][3]));
-      __threadfence();
-      __syncthreads();
-      if (tid == 0) st_release(sync + 1 + slot, 1);
-    } else {
-#pragma unroll
-      for (int j = 0; j < KW; ++j)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) hv[j][r] = hs[j][r];
-    }
+    chain_publish<KW, NT, N * P>(hs, hv, exp_from_double(sSeg[0]), last, ws, sync, slot, tid);
   };
 
   if (tb >= te) return;  // (cannot happen with the host's segment count; kept as a guard)
