@@ -105,7 +105,6 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--files", action="store_true",
                     help="CUDA outputs through files in host memory (EvalConfig.device_handoff off), not the default device hand-off")
-    ap.add_argument("--handoff", action="store_true", help=argparse.SUPPRESS)  # the default now; kept so older commands run
     ap.add_argument("--skip-pieces", action="store_true", help="skip the fresh interpreter's start-up pieces")
     args = ap.parse_args()
     example = ROOT / "examples" / ("cuda_swish" if args.device == "cuda" else "cpu_swish")
