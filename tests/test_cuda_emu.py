@@ -50,7 +50,8 @@ CASES = [
 ]
 STATE_CASE = Case(l=100, nseg=3, init=True, seed=6)
 BASE = Case(l=100, nseg=3, init=True, seed=1)  # the broken copies' case
-PATHS = (2, 4)  # 2: ssd_tc_kernel (8 warps a block for P = 64); 4: ssd_tc16_kernel (16 warps, P = 64 only)
+PATHS = (2, 4, 5)  # 2: ssd_tc_kernel (8 warps a block for P = 64); 4: ssd_tc16_kernel (16 warps, P = 64 only);
+# 5: ssd_tc_kernel with the state products in 3xBF16 (error ~5e-6 where the state dominates, see below)
 
 
 @pytest.fixture(scope="module")
@@ -71,14 +72,20 @@ def test_kernel_matches_float64(lib, case):
     res = emu.run_case(lib[case.path], case)
     assert emu.ok(case, res), res
     if case.dtype == "fp32":
-        assert res["y"] < 1e-6, res
+        assert res["y"] < FP32_BOUND[case.path], res
+
+
+# fp32 error bounds by path: 3xTF32 keeps ~2e-7 here; path 5's state products in 3xBF16 keep 16 of
+# 24 bits (~5e-6 where the state dominates the output: growing A, or the final state itself), still
+# 200x under plain TF32's ~1e-3
+FP32_BOUND = {2: 1e-6, 4: 1e-6, 5: 1e-5}
 
 
 @pytest.mark.parametrize("path", PATHS)
 def test_final_state_mode_matches_float64(lib, path):
     case = dataclasses.replace(STATE_CASE, path=path)
     res = emu.run_case(lib[path], case, want="state")
-    assert res["state"] < 1e-6, res
+    assert res["state"] < FP32_BOUND[path], res
 
 
 def test_result_does_not_depend_on_block_order(lib):

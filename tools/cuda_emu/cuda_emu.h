@@ -16,7 +16,7 @@
 //   * shared memory starts as NaN bytes (0xFF) in every block; cp.async fills its destination with
 //     NaN bytes when issued and copies at the issuing thread's cp.async.wait, so a read before the
 //     wait (or a refill of a buffer another thread still reads) shows as NaN in the output.
-// Tensor-core numerics (mma.sync m16n8k8 .tf32, PTX ISA fragment layouts): each operand is read
+// Tensor-core numerics (mma.sync m16n8k8 .tf32 and m16n8k16 .bf16, PTX ISA fragment layouts): each operand is read
 // as its top 19 bits (sign, exponent, 10 mantissa bits: the low 13 bits are ignored, i.e.
 // truncated), products are exact, the sum of the 8 products and the accumulator is rounded once
 // to float32 (the hardware's internal accumulation order and width are not specified; this is
@@ -371,6 +371,55 @@ inline void mma_m16n8k8_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
   });
 }
 
+// mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32, D = A B + C. Each register holds two bf16, the
+// lower k index in the low half. Fragments (PTX ISA, "Matrix Fragments for mma.m16n8k16", .bf16):
+//   A (16x16, row): reg 0 (g, 2t | 2t+1), reg 1 (g+8, 2t | 2t+1), reg 2 (g, 2t+8 | 2t+9), reg 3 (g+8, 2t+8 | 2t+9)
+//   B (16x8, col):  reg 0 (k 2t | 2t+1, n g), reg 1 (k 2t+8 | 2t+9, n g)
+//   C, D (16x8):    as m16n8k8
+// Products of bf16 are exact in float; the 16 products and the accumulator are summed in double and
+// rounded once to float32 (as the tf32 model above).
+inline float bf16_lo(uint32_t r) { return u2f(r << 16); }
+inline float bf16_hi(uint32_t r) { return u2f(r & 0xffff0000u); }
+inline void mma_m16n8k16_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  MmaIn in;
+  std::memcpy(in.a, a, sizeof in.a);
+  in.b[0] = b0;
+  in.b[1] = b1;
+  std::memcpy(in.c, d, sizeof in.c);
+  collective(kMma, &in, sizeof in, d, sizeof d, [](auto& ins, auto& outs) {
+    float A[16][16], B[16][8], C[16][8];
+    for (int l = 0; l < 32; ++l) {
+      MmaIn m;
+      std::memcpy(&m, ins[l], sizeof m);
+      const int g = l >> 2, t = l & 3;
+      for (int i = 0; i < 4; ++i) {
+        const int row = g + 8 * (i & 1), col = 2 * t + 8 * (i >> 1);
+        A[row][col] = bf16_lo(m.a[i]);
+        A[row][col + 1] = bf16_hi(m.a[i]);
+      }
+      for (int i = 0; i < 2; ++i) {
+        B[2 * t + 8 * i][g] = bf16_lo(m.b[i]);
+        B[2 * t + 8 * i + 1][g] = bf16_hi(m.b[i]);
+      }
+      C[g][2 * t] = m.c[0];
+      C[g][2 * t + 1] = m.c[1];
+      C[g + 8][2 * t] = m.c[2];
+      C[g + 8][2 * t + 1] = m.c[3];
+    }
+    for (int l = 0; l < 32; ++l) {
+      const int g = l >> 2, t = l & 3;
+      float r[4];
+      for (int i = 0; i < 4; ++i) {
+        const int row = g + 8 * (i >> 1), col = 2 * t + (i & 1);
+        double s = C[row][col];
+        for (int k = 0; k < 16; ++k) s += double(A[row][k] * B[k][col]);  // bf16 products are exact in float
+        r[i] = float(s);
+      }
+      std::memcpy(outs[l], r, sizeof r);
+    }
+  });
+}
+
 }  // namespace emu
 
 // ---- CUDA built-ins -----------------------------------------------------------------------------------
@@ -428,6 +477,7 @@ inline __nv_bfloat16 __float2bfloat16_rn(float f) {  // round to nearest even
   return {uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16)};
 }
 inline float2 __bfloat1622float2(__nv_bfloat162 v) { return {__bfloat162float(v.x), __bfloat162float(v.y)}; }
+inline __nv_bfloat162 __floats2bfloat162_rn(float a, float b) { return {__float2bfloat16_rn(a), __float2bfloat16_rn(b)}; }
 
 // ---- the kernels' inline-PTX helpers (their definitions are stripped from the kernel source) -----------
 // cvt.rna.tf32.f32 and the split a = hi + lo (lo exact in float32; the tensor core truncates it)
@@ -438,6 +488,9 @@ inline void split_tf32(float x, uint32_t& hi, uint32_t& lo) {
 }
 inline void mma_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   emu::mma_m16n8k8_tf32(d, a, b0, b1);
+}
+inline void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  emu::mma_m16n8k16_bf16(d, a, b0, b1);
 }
 // cp.async.cg.shared.global 16 bytes (src size 0: zero-fill); lands at this thread's wait
 inline void cp_async16(void* smem, const void* gmem, bool valid) {

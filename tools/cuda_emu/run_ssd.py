@@ -45,13 +45,14 @@ CXXFLAGS = ["-O2", "-std=c++20", "-shared", "-fPIC", "-fno-strict-aliasing", "-w
 # EMULATED_OPTIONAL: the same, in candidates that have them (path 4's, since 2026-11-23)
 EMULATED = ("split_tf32", "mma_tf32", "cp_async16", "cp_async_commit", "cp_async_wait_all", "ld_acquire",
             "st_release")
-EMULATED_OPTIONAL = ("tid_x", "cp_async4")
+EMULATED_OPTIONAL = ("tid_x", "cp_async4", "mma_bf16")
 
 # path -> (kernel template, its layout struct: THREADS, BYTES)
 KERNELS = {
     2: ("tc::ssd_tc_kernel<{N}, {P}, {Y}, 2, {T}>", "tc::TcLayout<{N}, {P}, {T}>"),
     3: ("tc::ssd_tc_kernel<{N}, {P}, {Y}, 1, {T}>", "tc::TcLayout<{N}, {P}, {T}>"),
     4: ("tc::ssd_tc16_kernel<{N}, {P}, {Y}, {T}>", "tc::Tc16Layout<{N}, {P}, {T}>"),
+    5: ("tc::ssd_tc_kernel<{N}, {P}, {Y}, 2, {T}, true>", "tc::TcLayout<{N}, {P}, {T}>"),
 }
 KERNEL_NAMES = ("ssd_tc_kernel", "ssd_tc16_kernel")
 CTYPES = {"fp32": "float", "bf16": "__nv_bfloat16"}
@@ -363,6 +364,13 @@ BROKEN = {
     "path 4: G mask s <= l -> s < l": (4, [("ssd_tc16_kernel", "const float v0 = (s <= lr) ?", "const float v0 = (s < lr) ?")]),
     "path 4: the chunk's cum table read from the other buffer": (4, [
         ("ssd_tc16_kernel", "const double* cCum = sCum + buf * Q;", "const double* cCum = sCum + (buf ^ 1) * Q;")]),
+    # path 5's 3xBF16 fragments: the state as A operand of C H in natural k order, and the state
+    # update's permuted k (its A and B operands must agree)
+    "path 5: state A fragment k order (hs[2jj][1] <-> hs[2jj][2])": (5, [
+        ("ssd_tc_kernel", "split_bf_a<false>(hs[2 * jj][0], hs[2 * jj][1], hs[2 * jj][2],",
+         "split_bf_a<false>(hs[2 * jj][0], hs[2 * jj][2], hs[2 * jj][1],")]),
+    "path 5: state update B rows s1 <-> s2": (5, [
+        ("ssd_tc_kernel", "E::one(&sB[s1 * NS + n]),\n", "E::one(&sB[s2 * NS + n]),\n")]),
     "path 4: Y partials of l-tile 3 not stored": (4, [
         ("ssd_tc16_kernel", "for (int lt = 0; lt < 4; ++lt)\n          sYp[", "for (int lt = 0; lt < 3; ++lt)\n          sYp[")]),
 }
