@@ -6,6 +6,7 @@
 #   bash scripts/device_checks.sh suite     # ~8 min: the whole gpu suite, 8 workers (run it three times)
 #   bash scripts/device_checks.sh mamba     # ~6 min: Mamba-2 gpu tests, path 2 vs 4 at l2048, the side-by-side benchmark
 #   bash scripts/device_checks.sh profile   # ~4 min: Nsight Compute of paths 2 and 4 at l2048 (fp32, bf16): what limits them
+#   bash scripts/device_checks.sh path5     # ~8 min: Mamba-2 gpu tests (path 5 included), paths 2 and 5 at every shape, ncu of both at l2048 fp32
 #
 # Carry .deb (bubblewrap for the sandbox tests) with every call, and .scratch/mamba/whl for `mamba`.
 set -uo pipefail
@@ -43,8 +44,18 @@ mamba)  # mamba_ssm's pure-Python wheel (see benchmarks/mamba2_ssd.py), carried 
             && export PYTHONPATH=/tmp/site:$PYTHONPATH
     fi
     step mamba_tests 300 python3 -m pytest -m gpu tests/test_mamba2_gpu.py -n 4 -p no:cacheprovider
-    step mamba_paths 120 python3 benchmarks/mamba2_ssd.py --shapes l2048,l2048n64 --dtypes fp32,bf16 --no-mamba --paths 2,4
+    step mamba_paths 120 python3 benchmarks/mamba2_ssd.py --shapes l2048,l2048n64 --dtypes fp32,bf16 --no-mamba --paths "${KW_PATHS:-2,5}"
     step mamba_bench 240 python3 benchmarks/mamba2_ssd.py
+    ;;
+path5)  # the state products in 3xBF16 (path 5) against path 2: correct, then timed, then profiled
+    step mamba_tests 300 python3 -m pytest -m gpu tests/test_mamba2_gpu.py -n 4 -p no:cacheprovider
+    step mamba_paths 150 python3 benchmarks/mamba2_ssd.py --no-mamba --paths 2,5
+    metrics=sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_tensor_op_hmma.sum,smsp__inst_executed.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__throughput.avg.pct_of_peak_sustained_elapsed
+    for path in 2 5; do
+        step "ncu_fp32_path${path}" 90 ncu --kernel-name regex:ssd_tc --launch-skip 1 --launch-count 1 \
+            --section SpeedOfLight --section WarpStateStats --section SchedulerStats --metrics "$metrics" --print-units base \
+            python3 benchmarks/mamba2_ncu_target.py --shape l2048 --dtype fp32 --path "$path"
+    done
     ;;
 profile)  # what limits the tensor-core paths at l2048 (docs/PERFORMANCE.md, "Path 4 measured")
     sections=(--section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats
@@ -59,7 +70,7 @@ profile)  # what limits the tensor-core paths at l2048 (docs/PERFORMANCE.md, "Pa
     done
     ;;
 *)
-    echo "usage: bash scripts/device_checks.sh handoff|suite|mamba|profile" >&2
+    echo "usage: bash scripts/device_checks.sh handoff|suite|mamba|path5|profile" >&2
     exit 2
     ;;
 esac
