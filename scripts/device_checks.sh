@@ -49,9 +49,9 @@ mamba)  # mamba_ssm's pure-Python wheel (see benchmarks/mamba2_ssd.py), carried 
     ;;
 path5)  # the state products in 3xBF16 (path 5) against path 2: correct, then timed, then profiled
     step mamba_tests 300 python3 -m pytest -m gpu tests/test_mamba2_gpu.py -n 4 -p no:cacheprovider
-    step mamba_paths 150 python3 benchmarks/mamba2_ssd.py --no-mamba --paths 2,5
+    step mamba_paths 150 python3 benchmarks/mamba2_ssd.py --no-mamba --paths "${KW_PATHS:-2,5,6}"
     metrics=sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_tensor_op_hmma.sum,smsp__inst_executed.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__throughput.avg.pct_of_peak_sustained_elapsed
-    for path in 2 5; do
+    for path in ${KW_NCU_PATHS:-2 5 6}; do
         step "ncu_fp32_path${path}" 90 ncu --kernel-name regex:ssd_tc --launch-skip 1 --launch-count 1 \
             --section SpeedOfLight --section WarpStateStats --section SchedulerStats --metrics "$metrics" --print-units base \
             python3 benchmarks/mamba2_ncu_target.py --shape l2048 --dtype fp32 --path "$path"

@@ -89,8 +89,8 @@ def test_default_shape_positive_A_matches_float64(mods, seed):
 # path 0: picked by shape (d_state 64/128 -> tensor cores); 1: FP32 CUDA-core kernel forced;
 # 2: 3xTF32 tensor-core kernel forced (only d_state 64/128); 4: its 16-warp variant (also only
 # 64 head-dim columns a block: run with p_tile 64 where d_head allows); 5: path 2 with the state
-# products in 3xBF16.
-@pytest.mark.parametrize("path", [0, 1, 2, 4, 5])
+# products in 3xBF16; 6: C B^T too.
+@pytest.mark.parametrize("path", [0, 1, 2, 4, 5, 6])
 @pytest.mark.parametrize(
     "b, l, h, p, n, block, a_sign, p_tile, init",
     [
@@ -107,7 +107,7 @@ def test_default_shape_positive_A_matches_float64(mods, seed):
 def test_shapes_and_signs_match_float64(mods, b, l, h, p, n, block, a_sign, p_tile, init, path):
     import torch
 
-    if path in (2, 4, 5) and n not in (64, 128):
+    if path in (2, 4, 5, 6) and n not in (64, 128):
         pytest.skip("the tensor-core kernel takes d_state 64 or 128")
     if path == 4:
         if p % 64:
@@ -174,6 +174,8 @@ def _run_cfg(torch, mods, b, l, h, p, n, block, a_sign, seed, nseg, path=0, p_ti
         (2, 512, 4, 64, 128, 64, -1, 5, 64, False),
         (1, 80, 2, 96, 64, 16, +1, 5, 32, True),
         (2, 384, 3, 128, 64, 128, -1, 5, 0, False),
+        (2, 512, 4, 64, 128, 64, -1, 6, 64, False),
+        (1, 80, 2, 96, 64, 16, +1, 6, 32, True),
     ],
 )
 def test_segments_match_float64(mods, nseg, b, l, h, p, n, block, a_sign, path, p_tile, init):
@@ -184,7 +186,7 @@ def test_segments_match_float64(mods, nseg, b, l, h, p, n, block, a_sign, path, 
     assert ey <= TOL and es <= TOL, (ey, es)
 
 
-@pytest.mark.parametrize("path", [0, 4, 5])
+@pytest.mark.parametrize("path", [0, 4, 5, 6])
 @pytest.mark.parametrize("a_kind", ["fast", "spiky"])
 @pytest.mark.parametrize("nseg", [2, 5])
 def test_segments_skip_only_steps_that_vanish_in_float32(mods, a_kind, nseg, path):
@@ -197,7 +199,7 @@ def test_segments_skip_only_steps_that_vanish_in_float32(mods, a_kind, nseg, pat
     assert ey <= TOL and es <= TOL, (ey, es)
 
 
-@pytest.mark.parametrize("path", [0, 4, 5])
+@pytest.mark.parametrize("path", [0, 4, 5, 6])
 def test_segments_long_sequence_few_heads(mods, path):
     """The shape class the segments exist for: one (batch, head) pair, a long sequence, auto count."""
     import torch
@@ -208,7 +210,7 @@ def test_segments_long_sequence_few_heads(mods, path):
 
 # bfloat16 inputs and outputs: fp32 arithmetic inside, so the error is the output's own rounding:
 # at most 5% over the float64 result rounded to bf16 (plus a hair), on every path.
-@pytest.mark.parametrize("path, nseg", [(0, 0), (2, 1), (2, 3), (3, 2), (1, 0), (4, 1), (4, 3), (5, 1), (5, 3)])
+@pytest.mark.parametrize("path, nseg", [(0, 0), (2, 1), (2, 3), (3, 2), (1, 0), (4, 1), (4, 3), (5, 1), (5, 3), (6, 2)])
 @pytest.mark.parametrize(
     "b, l, h, p, n, block, a_sign, init",
     [
@@ -220,7 +222,7 @@ def test_segments_long_sequence_few_heads(mods, path):
 def test_bf16_matches_float64_to_output_rounding(mods, path, nseg, b, l, h, p, n, block, a_sign, init):
     import torch
 
-    if n not in (64, 128) and path in (2, 3, 4, 5):
+    if n not in (64, 128) and path in (2, 3, 4, 5, 6):
         pytest.skip("the tensor-core kernel takes d_state 64 or 128")
     if path == 4 and p % 64:
         pytest.skip("path 4 takes 64 head-dim columns a block")

@@ -420,8 +420,9 @@ struct TcLayout {
 // X, Y: (b, L, H, D) T; A: (b, L, H) f32; B, C: (b, L, H, N) T; S0, S_out: (b, H, D, N) f32 or null.
 // nseg segments of seg_len steps (a multiple of Q); ws: nslots * N * P floats (published states),
 // sync: [ticket, flag per slot], zeroed before the launch (only used when nseg > 1).
-// BFS (path 5): C H and the state update in 3xBF16 (m16n8k16), C B^T and G X in 3xTF32 as before.
-template <int N, int P, bool WANT_Y, int MINB, typename T, bool BFS = false>
+// BFS 1 (path 5): C H and the state update in 3xBF16 (m16n8k16), C B^T and G X in 3xTF32 as before;
+// BFS 2 (path 6): C B^T in 3xBF16 too, its A operand (C) the bf16 split already made for C H.
+template <int N, int P, bool WANT_Y, int MINB, typename T, int BFS = 0>
 __global__ void __launch_bounds__(TcLayout<N, P, T>::THREADS, MINB)
 ssd_tc_kernel(const T* __restrict__ X, const float* __restrict__ A, const T* __restrict__ Bm,
               const T* __restrict__ Cm, const float* __restrict__ S0, T* __restrict__ Y,
@@ -560,19 +561,41 @@ ssd_tc_kernel(const T* __restrict__ X, const float* __restrict__ A, const T* __r
         if constexpr (BFS) {
           // per 16 state columns (k16 block jj): C H^T in 3xBF16, the A operand H^T straight from the
           // accumulator tiles 2jj and 2jj+1 in natural k order (an m16n8 accumulator pair is an
-          // m16k16 A fragment); C B^T in 3xTF32 on each 8-column half that lies in the warp's quarter
+          // m16k16 A fragment); C B^T on the k16 blocks that lie in the warp's quarter: BFS 1 in 3xTF32
+          // on each 8-column half, BFS 2 in 3xBF16 with C's split shared with C H
 #pragma unroll
           for (int jj = 0; jj < KH / 2; ++jj) {
             const int nbk = nb0 + 16 * jj;
             const BfA ha = split_bf_a<false>(hs[2 * jj][0], hs[2 * jj][1], hs[2 * jj][2], hs[2 * jj][3],
                                              hs[2 * jj + 1][0], hs[2 * jj + 1][1], hs[2 * jj + 1][2], hs[2 * jj + 1][3]);
+            BfB cb[4];
 #pragma unroll
             for (int lt = 0; lt < 4; ++lt) {  // B operand C^T: C[8lt + g][nbk + 2t, +1] and [nbk + 8 + 2t, +1]
               const T* crow = sC + (8 * lt + g) * NS + nbk + 2 * t;
               const float2 c0 = E::two(crow), c1 = E::two(crow + 8);
-              mma3_bf<false, EX>(ya[lt], ha, split_bf_b<EX>(c0.x, c0.y, c1.x, c1.y));
+              cb[lt] = split_bf_b<EX>(c0.x, c0.y, c1.x, c1.y);
+              mma3_bf<false, EX>(ya[lt], ha, cb[lt]);
             }
-            if ((2 * jj) / KQ == q - 2 * nh) {  // both 8-column halves lie in the warp's quarter
+            if ((2 * jj) / KQ == q - 2 * nh && BFS >= 2) {
+              // A operand C (rows l = 16mi + g, + 8; k = n): registers 0..3 are the B operands' of
+              // l-tiles 2mi (k 2t.., k 8+2t..) and 2mi+1; B operand B^T: B[8sj + g][nbk + 2t, +1], [+ 8 ..]
+#pragma unroll
+              for (int i = 0; i < TPW; ++i) {
+                const int tile = grp * TPW + i;
+                const int mi = tile < 2 ? 0 : 1, sj = tile < 2 ? tile : tile - 2;
+                BfA ca;
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                  ca.hi[0 + 2 * r] = mi ? cb[2].hi[r] : cb[0].hi[r];
+                  ca.lo[0 + 2 * r] = mi ? cb[2].lo[r] : cb[0].lo[r];
+                  ca.hi[1 + 2 * r] = mi ? cb[3].hi[r] : cb[1].hi[r];
+                  ca.lo[1 + 2 * r] = mi ? cb[3].lo[r] : cb[1].lo[r];
+                }
+                const T* brow = sB + (8 * sj + g) * NS + nbk + 2 * t;
+                const float2 b0 = E::two(brow), b1 = E::two(brow + 8);
+                mma3_bf<EX, EX>(ga[i], ca, split_bf_b<EX>(b0.x, b0.y, b1.x, b1.y));
+              }
+            } else if ((2 * jj) / KQ == q - 2 * nh) {  // BFS 1: both 8-column halves in 3xTF32
 #pragma unroll
               for (int hh = 0; hh < 2; ++hh) {
                 const int nb8 = nbk + 8 * hh;  // k block as below: n = nb8 + 2t (slot t), + 1 (slot t + 4)
@@ -1629,7 +1652,7 @@ void dispatch(int N, int p_tile, const torch::Tensor& X, const torch::Tensor& A,
 
 
 // W16: the 16-warp variant ssd_tc16_kernel (MINB unused: 2 blocks an SM).
-template <int N, int P, bool WANT_Y, int MINB, typename T, bool W16 = false, bool BFS = false>
+template <int N, int P, bool WANT_Y, int MINB, typename T, bool W16 = false, int BFS = 0>
 void launch_tc(const torch::Tensor& X, const torch::Tensor& A, const torch::Tensor& B, const torch::Tensor& C,
                const float* s0, T* y, float* s_out, int nseg, int seg_len) {
   using Lo = std::conditional_t<W16, tc::Tc16Layout<N, P, T>, tc::TcLayout<N, P, T>>;
@@ -1667,14 +1690,19 @@ void launch_tc(const torch::Tensor& X, const torch::Tensor& A, const torch::Tens
 }
 
 // variant: 2 = 2 blocks an SM (128 registers), 3 = 1 block an SM (no register cap), 4 = 16 warps a
-// block, 2 blocks an SM (p_tile 64, checked by the caller), 5 = as 2 with the state products in 3xBF16
+// block, 2 blocks an SM (p_tile 64, checked by the caller), 5 = as 2 with the state products in 3xBF16,
+// 6 = as 5 with C B^T in 3xBF16 too
 template <int N, bool WANT_Y, typename T>
 void dispatch_tc_p(int p_tile, int variant, const torch::Tensor& X, const torch::Tensor& A, const torch::Tensor& B,
                    const torch::Tensor& C, const float* s0, T* y, float* s_out, int nseg, int seg_len) {
   if (variant == 4) return launch_tc<N, 64, WANT_Y, 2, T, true>(X, A, B, C, s0, y, s_out, nseg, seg_len);
   if (variant == 5) {
-    if (p_tile == 64) return launch_tc<N, 64, WANT_Y, 2, T, false, true>(X, A, B, C, s0, y, s_out, nseg, seg_len);
-    return launch_tc<N, 32, WANT_Y, 2, T, false, true>(X, A, B, C, s0, y, s_out, nseg, seg_len);
+    if (p_tile == 64) return launch_tc<N, 64, WANT_Y, 2, T, false, 1>(X, A, B, C, s0, y, s_out, nseg, seg_len);
+    return launch_tc<N, 32, WANT_Y, 2, T, false, 1>(X, A, B, C, s0, y, s_out, nseg, seg_len);
+  }
+  if (variant == 6) {
+    if (p_tile == 64) return launch_tc<N, 64, WANT_Y, 2, T, false, 2>(X, A, B, C, s0, y, s_out, nseg, seg_len);
+    return launch_tc<N, 32, WANT_Y, 2, T, false, 2>(X, A, B, C, s0, y, s_out, nseg, seg_len);
   }
   if constexpr (N == 128 && WANT_Y) {
     if (p_tile == 64 && variant == 3) return launch_tc<N, 64, WANT_Y, 1, T>(X, A, B, C, s0, y, s_out, nseg, seg_len);
@@ -1823,8 +1851,8 @@ torch::Tensor ssd_fused_cfg(torch::Tensor X, torch::Tensor A, torch::Tensor B, t
               "ssd_fused: d_state must be 16, 32, 64 or 128 (got " + num(N) + ")");
   TORCH_CHECK(b <= 65535 && H <= 65535, "ssd_fused: batch and heads must be at most 65535 (got " + num(b) + ", " + num(H) + ")");
   TORCH_CHECK(L < (int64_t(1) << 31) / 32 && b * L * H * std::max(D, N) < (int64_t(1) << 40), "ssd_fused: input too large");
-  TORCH_CHECK(path >= 0 && path <= 5,
-              "ssd_fused: path must be 0 (auto), 1 (FP32 cores), 2, 3, 4 or 5 (tensor cores); got " + num(path));
+  TORCH_CHECK(path >= 0 && path <= 6,
+              "ssd_fused: path must be 0 (auto), 1 (FP32 cores), 2 to 6 (tensor cores); got " + num(path));
   TORCH_CHECK(path <= 1 || N == 64 || N == 128,
               "ssd_fused: the tensor-core path needs d_state 64 or 128 (got " + num(N) + ")");
   TORCH_CHECK(p_tile == 0 || ((p_tile == 32 || p_tile == 64) && D % p_tile == 0),

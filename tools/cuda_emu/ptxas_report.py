@@ -41,7 +41,7 @@ def instances(paths):
     out = []
     for path in paths:
         for n in (64, 128):
-            for p in ((32, 64) if path in (2, 5) else (64,)):
+            for p in ((32, 64) if path in (2, 5, 6) else (64,)):
                 for y in (True, False):
                     if path == 3 and not (n == 128 and y and p == 64):
                         continue
@@ -52,13 +52,14 @@ def instances(paths):
                         if path == 4:
                             name = f"tc::ssd_tc16_kernel<{n}, {p}, {yy}, {ct}>"
                             mangle = rf"ssd_tc16_kernelILi{n}ELi{p}ELb{int(y)}E"
-                        else:  # path 5: path 2's kernel with its last template argument (BFS) true
+                        else:  # paths 5, 6: path 2's kernel with its last template argument (BFS) 1, 2
                             minb = 1 if path == 3 else 2
-                            name = f"tc::ssd_tc_kernel<{n}, {p}, {yy}, {minb}, {ct}, {'true' if path == 5 else 'false'}>"
+                            bfs = max(0, path - 4)
+                            name = f"tc::ssd_tc_kernel<{n}, {p}, {yy}, {minb}, {ct}, {bfs}>"
                             mangle = rf"ssd_tc_kernelILi{n}ELi{p}ELb{int(y)}ELi{minb}E"
                         mangle += "13__nv_bfloat16" if dt == "bf16" else "f"
                         if path != 4:
-                            mangle += f"Lb{int(path == 5)}E"
+                            mangle += f"Li{bfs}E"
                         label = f"{path}:{n}:{p}:{'Y' if y else 'S'}:{dt}"
                         out.append((label, f"template __global__ void {name}{args};", mangle))
     return out
@@ -246,7 +247,7 @@ def chunk_loop_report(ins, labels, trips):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--candidate", type=Path, default=CANDIDATE)
-    ap.add_argument("--paths", default="2,3,4,5")
+    ap.add_argument("--paths", default="2,3,4,5,6")
     ap.add_argument("--sass", default=None, help="path:N:P:Y|S:fp32|bf16, e.g. 4:128:64:Y:fp32")
     ap.add_argument("--trips", default="", help="trip counts of the chunk loop's inner loops, in address order")
     ap.add_argument("--keep", type=Path, default=None, help="a folder for dev.cu, dev.cubin, the SASS")
