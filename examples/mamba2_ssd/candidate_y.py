@@ -1,9 +1,11 @@
 """Mamba-2 SSD in fused CUDA kernels, returning Y.
 
 Two kernels in one source, picked by shape (`ssd_fused_cfg` / `ssd_fused_path` force one):
-  * d_state 64 or 128: every matrix product on the tensor cores in split-precision 3xTF32
-    (a = a_hi + a_lo; a*b ~= a_lo*b_hi + a_hi*b_lo + a_hi*b_hi, fp32 accumulate), which keeps
-    ~fp32 accuracy (plain TF32 gives ~1e-3 normwise); the state lives in mma accumulators.
+  * d_state 64 or 128: every matrix product on the tensor cores in split precision
+    (a = a_hi + a_lo; a*b ~= a_lo*b_hi + a_hi*b_lo + a_hi*b_hi, fp32 accumulate): 3xTF32 keeps
+    ~fp32 accuracy (plain TF32 gives ~1e-3 normwise); the state lives in mma accumulators. The
+    auto choice: path 5 for fp32 Y (the state products in 3xBF16, below), path 6 for bf16, path 2
+    (all 3xTF32) for the fp32 final state.
     The sequence is cut into segments so that the grid fills the GPU at any length:
       1. local pass, all segments in parallel: each segment's own end state from a zero state
          (starting after the steps whose weight to the segment end, exp(sum of A), is below
@@ -55,8 +57,8 @@ cuda_source = r"""
 // ======================================================================================
 // Tensor-core path (d_state 64 or 128), split into segments along the sequence.
 //
-// Arithmetic: every matrix product on the tensor cores (mma.sync m16n8k8 TF32) in split
-// precision, "3xTF32":
+// Arithmetic (paths 2-4; paths 5 and 6 move some products to 3xBF16, see "path 5" below): every
+// matrix product on the tensor cores (mma.sync m16n8k8 TF32) in split precision, "3xTF32":
 //     a = a_hi + a_lo, a_hi = tf32(a), a_lo = a - a_hi (exact in fp32)
 //     a*b ~= a_lo*b_hi + a_hi*b_lo + a_hi*b_hi      (fp32 accumulate; a_lo*b_lo dropped)
 // which keeps ~fp32 accuracy (TF32 alone gives ~1e-3 normwise). With bf16 inputs every raw
