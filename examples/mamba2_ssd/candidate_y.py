@@ -24,7 +24,9 @@ Two kernels in one source, picked by shape (`ssd_fused_cfg` / `ssd_fused_path` f
     Path 5: path 2 with the two state products (C H and the state update, 2/3 of the tensor work)
     in split-precision 3xBF16 (mma m16n8k16: half the instructions of 3xTF32 for them); error
     ~1e-6 normwise on Mamba-like inputs, up to ~5e-6 where the state dominates (growing A, the
-    final state), against ~2e-7 for path 2.
+    final state), against ~2e-7 for path 2. Path 6: C B^T in 3xBF16 too (its C split shared with
+    C H); fastest, but 3e-5 in fp32 on spiky A, so it is the auto path only for bf16, where the
+    output's own rounding (~1e-3) dominates.
   * other d_state (the KernelBench default has 16): FP32 FFMA on the CUDA cores, one block per
     (batch, head, head-dim tile) walking the sequence (bf16 inputs are widened to fp32 first).
 
