@@ -230,6 +230,21 @@ __device__ __forceinline__ void mma3_bf(float (&d)[4], const BfA& a, const BfB& 
   if constexpr (!BEX) mma_bf16(d, a.hi, b.lo[0], b.lo[1]);
   mma_bf16(d, a.hi, b.hi[0], b.hi[1]);
 }
+// The A operand of C B^T (C rows l = 16mi + g and + 8) from C's fragments as read for l-tiles 0..3
+// (B operands of C H): registers r of l-tile 2mi, then of 2mi + 1. TF32 (SplitA from SplitB) and
+// bf16 (BfA from BfB) alike. Selects, not a run-time index into f (that would go to local memory).
+template <class FA, class FB>
+__device__ __forceinline__ FA c_rows_as_a(int mi, const FB (&f)[4]) {
+  FA a;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    a.hi[0 + 2 * r] = mi ? f[2].hi[r] : f[0].hi[r];
+    a.lo[0 + 2 * r] = mi ? f[2].lo[r] : f[0].lo[r];
+    a.hi[1 + 2 * r] = mi ? f[3].hi[r] : f[1].hi[r];
+    a.lo[1 + 2 * r] = mi ? f[3].lo[r] : f[1].lo[r];
+  }
+  return a;
+}
 // A fragment from 4 pairs (registers 0..3 as above)
 template <bool EX>
 __device__ __forceinline__ BfA split_bf_a(float a0, float a1, float a2, float a3, float a4, float a5, float a6,
@@ -597,14 +612,7 @@ ssd_tc_kernel(const T* __restrict__ X, const float* __restrict__ A, const T* __r
               for (int i = 0; i < TPW; ++i) {
                 int mi, sj;
                 gp_tile(i, grp, mi, sj);
-                BfA ca;
-#pragma unroll
-                for (int r = 0; r < 2; ++r) {
-                  ca.hi[0 + 2 * r] = mi ? cb[2].hi[r] : cb[0].hi[r];
-                  ca.lo[0 + 2 * r] = mi ? cb[2].lo[r] : cb[0].lo[r];
-                  ca.hi[1 + 2 * r] = mi ? cb[3].hi[r] : cb[1].hi[r];
-                  ca.lo[1 + 2 * r] = mi ? cb[3].lo[r] : cb[1].lo[r];
-                }
+                const BfA ca = c_rows_as_a<BfA>(mi, cb);
                 const T* brow = sB + (8 * sj + g) * NS + nbk + 2 * t;
                 const float2 b0 = E::two(brow), b1 = E::two(brow + 8);
                 mma3_bf<EX, EX>(ga[i], ca, split_bf_b<EX>(b0.x, b0.y, b1.x, b1.y));
@@ -623,14 +631,7 @@ ssd_tc_kernel(const T* __restrict__ X, const float* __restrict__ A, const T* __r
                 for (int i = 0; i < TPW; ++i) {
                   int mi, sj;
                   gp_tile(i, grp, mi, sj);
-                  SplitA ca;
-#pragma unroll
-                  for (int r = 0; r < 2; ++r) {
-                    ca.hi[0 + 2 * r] = mi ? cf[2].hi[r] : cf[0].hi[r];
-                    ca.lo[0 + 2 * r] = mi ? cf[2].lo[r] : cf[0].lo[r];
-                    ca.hi[1 + 2 * r] = mi ? cf[3].hi[r] : cf[1].hi[r];
-                    ca.lo[1 + 2 * r] = mi ? cf[3].lo[r] : cf[1].lo[r];
-                  }
+                  const SplitA ca = c_rows_as_a<SplitA>(mi, cf);
                   const float2 v = E::two(&sB[(8 * sj + g) * NS + nb8 + 2 * t]);
                   mma3<EX, EX>(ga[i], ca, split_b<EX, true>(v.x, v.y));
                 }
@@ -656,14 +657,7 @@ ssd_tc_kernel(const T* __restrict__ X, const float* __restrict__ A, const T* __r
             for (int i = 0; i < TPW; ++i) {
               const int tile = grp * TPW + i;
               const int mi = tile < 2 ? 0 : 1, sj = tile < 2 ? tile : tile - 2;
-              SplitA ca;  // (selects, not a run-time index into cf: that would go to local memory)
-#pragma unroll
-              for (int r = 0; r < 2; ++r) {
-                ca.hi[0 + 2 * r] = mi ? cf[2].hi[r] : cf[0].hi[r];
-                ca.lo[0 + 2 * r] = mi ? cf[2].lo[r] : cf[0].lo[r];
-                ca.hi[1 + 2 * r] = mi ? cf[3].hi[r] : cf[1].hi[r];
-                ca.lo[1 + 2 * r] = mi ? cf[3].lo[r] : cf[1].lo[r];
-              }
+              const SplitA ca = c_rows_as_a<SplitA>(mi, cf);
               const float2 v = E::two(&sB[(8 * sj + g) * NS + nbk + 2 * t]);
               mma3<EX, EX>(ga[i], ca, split_b<EX>(v.x, v.y));
             }

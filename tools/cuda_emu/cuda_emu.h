@@ -334,6 +334,28 @@ inline T shfl(int kind, T v, int arg) {
 //   B (8x8, col):  b0 (k=t, n=g), b1 (k=t+4, n=g)
 //   C, D (16x8):   c0 (g, 2t), c1 (g, 2t+1), c2 (g+8, 2t), c3 (g+8, 2t+1)
 struct MmaIn { uint32_t a[4], b[2]; float c[4]; };
+// lane (g, t)'s accumulator fragment into the 16x8 tile C (m16n8 C/D layout, both mma shapes)
+inline void mma_accumulator_in(const MmaIn& m, int g, int t, float (&C)[16][8]) {
+  C[g][2 * t] = m.c[0];
+  C[g][2 * t + 1] = m.c[1];
+  C[g + 8][2 * t] = m.c[2];
+  C[g + 8][2 * t + 1] = m.c[3];
+}
+// D = A B + C for every lane: the K exact products and the accumulator summed in double, rounded once
+template <int K, class Outs>
+inline void mma_result(const float (&A)[16][K], const float (&B)[K][8], const float (&C)[16][8], Outs& outs) {
+  for (int l = 0; l < 32; ++l) {
+    const int g = l >> 2, t = l & 3;
+    float r[4];
+    for (int i = 0; i < 4; ++i) {
+      const int row = g + 8 * (i >> 1), col = 2 * t + (i & 1);
+      double s = C[row][col];
+      for (int k = 0; k < K; ++k) s += double(A[row][k] * B[k][col]);
+      r[i] = float(s);
+    }
+    std::memcpy(outs[l], r, sizeof r);
+  }
+}
 inline void mma_m16n8k8_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   MmaIn in;
   std::memcpy(in.a, a, sizeof in.a);
@@ -352,22 +374,9 @@ inline void mma_m16n8k8_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
       A[g + 8][t + 4] = tf32_operand(m.a[3]);
       B[t][g] = tf32_operand(m.b[0]);
       B[t + 4][g] = tf32_operand(m.b[1]);
-      C[g][2 * t] = m.c[0];
-      C[g][2 * t + 1] = m.c[1];
-      C[g + 8][2 * t] = m.c[2];
-      C[g + 8][2 * t + 1] = m.c[3];
+      mma_accumulator_in(m, g, t, C);
     }
-    for (int l = 0; l < 32; ++l) {
-      const int g = l >> 2, t = l & 3;
-      float r[4];
-      for (int i = 0; i < 4; ++i) {
-        const int row = g + 8 * (i >> 1), col = 2 * t + (i & 1);
-        double s = C[row][col];
-        for (int k = 0; k < 8; ++k) s += double(A[row][k] * B[k][col]);  // tf32 products are exact in float
-        r[i] = float(s);
-      }
-      std::memcpy(outs[l], r, sizeof r);
-    }
+    mma_result<8>(A, B, C, outs);  // tf32 products are exact in float
   });
 }
 
@@ -401,22 +410,9 @@ inline void mma_m16n8k16_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0
         B[2 * t + 8 * i][g] = bf16_lo(m.b[i]);
         B[2 * t + 8 * i + 1][g] = bf16_hi(m.b[i]);
       }
-      C[g][2 * t] = m.c[0];
-      C[g][2 * t + 1] = m.c[1];
-      C[g + 8][2 * t] = m.c[2];
-      C[g + 8][2 * t + 1] = m.c[3];
+      mma_accumulator_in(m, g, t, C);
     }
-    for (int l = 0; l < 32; ++l) {
-      const int g = l >> 2, t = l & 3;
-      float r[4];
-      for (int i = 0; i < 4; ++i) {
-        const int row = g + 8 * (i >> 1), col = 2 * t + (i & 1);
-        double s = C[row][col];
-        for (int k = 0; k < 16; ++k) s += double(A[row][k] * B[k][col]);  // bf16 products are exact in float
-        r[i] = float(s);
-      }
-      std::memcpy(outs[l], r, sizeof r);
-    }
+    mma_result<16>(A, B, C, outs);  // bf16 products are exact in float
   });
 }
 
