@@ -334,6 +334,15 @@ inline T shfl(int kind, T v, int arg) {
 //   B (8x8, col):  b0 (k=t, n=g), b1 (k=t+4, n=g)
 //   C, D (16x8):   c0 (g, 2t), c1 (g, 2t+1), c2 (g+8, 2t), c3 (g+8, 2t+1)
 struct MmaIn { uint32_t a[4], b[2]; float c[4]; };
+// one lane's operands as deposited for the warp
+inline MmaIn mma_in(const uint32_t (&a)[4], uint32_t b0, uint32_t b1, const float (&d)[4]) {
+  MmaIn in;
+  std::memcpy(in.a, a, sizeof in.a);
+  in.b[0] = b0;
+  in.b[1] = b1;
+  std::memcpy(in.c, d, sizeof in.c);
+  return in;
+}
 // lane (g, t)'s accumulator fragment into the 16x8 tile C (m16n8 C/D layout, both mma shapes)
 inline void mma_accumulator_in(const MmaIn& m, int g, int t, float (&C)[16][8]) {
   C[g][2 * t] = m.c[0];
@@ -357,11 +366,7 @@ inline void mma_result(const float (&A)[16][K], const float (&B)[K][8], const fl
   }
 }
 inline void mma_m16n8k8_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  MmaIn in;
-  std::memcpy(in.a, a, sizeof in.a);
-  in.b[0] = b0;
-  in.b[1] = b1;
-  std::memcpy(in.c, d, sizeof in.c);
+  const MmaIn in = mma_in(a, b0, b1, d);
   collective(kMma, &in, sizeof in, d, sizeof d, [](auto& ins, auto& outs) {
     float A[16][8], B[8][8], C[16][8];
     for (int l = 0; l < 32; ++l) {
@@ -390,11 +395,7 @@ inline void mma_m16n8k8_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
 inline float bf16_lo(uint32_t r) { return u2f(r << 16); }
 inline float bf16_hi(uint32_t r) { return u2f(r & 0xffff0000u); }
 inline void mma_m16n8k16_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  MmaIn in;
-  std::memcpy(in.a, a, sizeof in.a);
-  in.b[0] = b0;
-  in.b[1] = b1;
-  std::memcpy(in.c, d, sizeof in.c);
+  const MmaIn in = mma_in(a, b0, b1, d);
   collective(kMma, &in, sizeof in, d, sizeof d, [](auto& ins, auto& outs) {
     float A[16][16], B[16][8], C[16][8];
     for (int l = 0; l < 32; ++l) {
