@@ -25,7 +25,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shape", default="l2048", choices=sorted({**bench.SHAPES, **bench.SLOW}))
     ap.add_argument("--dtype", default="fp32", choices=sorted(bench.DTYPES))
-    ap.add_argument("--path", type=int, default=2, help="tensor-core path to force (2, 3 or 4)")
+    ap.add_argument("--path", type=int, default=2, help="tensor-core path to force (2 to 6)")
     a = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("needs a CUDA GPU; run it on the device machine", file=sys.stderr)

@@ -4,7 +4,7 @@
 #
 #   bash scripts/device_checks.sh handoff   # ~6 min: device hand-off tests, overhead with and without it
 #   bash scripts/device_checks.sh suite     # ~8 min: the whole gpu suite, 8 workers (run it three times)
-#   bash scripts/device_checks.sh mamba     # ~6 min: Mamba-2 gpu tests, path 2 vs 4 at l2048, the side-by-side benchmark
+#   bash scripts/device_checks.sh mamba     # ~8 min: Mamba-2 gpu tests, paths $KW_PATHS (2,5) at l2048, the side-by-side benchmark
 #   bash scripts/device_checks.sh profile   # ~4 min: Nsight Compute of paths 2 and 4 at l2048 (fp32, bf16): what limits them
 #   bash scripts/device_checks.sh path5     # ~8 min: Mamba-2 gpu tests (path 5 included), paths 2 and 5 at every shape, ncu of both at l2048 fp32
 #
