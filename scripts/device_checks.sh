@@ -28,6 +28,19 @@ step() {  # step NAME SECONDS COMMAND...: runs it with a limit, log in $OUT/NAME
     echo "$name: exit $rc in $((SECONDS - t0)) s ($(tail -n 1 "$OUT/$name.log" | cut -c1-160))"
 }
 
+# ncu_ssd NAME LIMIT DTYPE PATH EXTRA_METRICS SECTION...: one forced tensor-core path at l2048 under Nsight
+# Compute (benchmarks/mamba2_ncu_target.py: the second call, after its error is checked)
+NCU_METRICS=sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_tensor_op_hmma.sum,smsp__inst_executed.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed
+ncu_ssd() {
+    local name=$1 limit=$2 dt=$3 path=$4 extra=$5
+    shift 5
+    local sec=()
+    for s in "$@"; do sec+=(--section "$s"); done
+    step "$name" "$limit" ncu --kernel-name regex:ssd_tc --launch-skip 1 --launch-count 1 "${sec[@]}" \
+        --metrics "$NCU_METRICS$extra" --print-units base \
+        python3 benchmarks/mamba2_ncu_target.py --shape l2048 --dtype "$dt" --path "$path"
+}
+
 case "$MODE" in
 handoff)
     step handoff_tests 180 python3 -m pytest -m gpu tests/test_device_handoff_gpu.py -v -p no:cacheprovider
@@ -50,22 +63,17 @@ mamba)  # mamba_ssm's pure-Python wheel (see benchmarks/mamba2_ssd.py), carried 
 path5)  # the state products in 3xBF16 (path 5) against path 2: correct, then timed, then profiled
     step mamba_tests 300 python3 -m pytest -m gpu tests/test_mamba2_gpu.py -n 4 -p no:cacheprovider
     step mamba_paths 150 python3 benchmarks/mamba2_ssd.py --no-mamba --paths "${KW_PATHS:-2,5,6}"
-    metrics=sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_tensor_op_hmma.sum,smsp__inst_executed.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__throughput.avg.pct_of_peak_sustained_elapsed
     for path in ${KW_NCU_PATHS:-2 5 6}; do
-        step "ncu_fp32_path${path}" 90 ncu --kernel-name regex:ssd_tc --launch-skip 1 --launch-count 1 \
-            --section SpeedOfLight --section WarpStateStats --section SchedulerStats --metrics "$metrics" --print-units base \
-            python3 benchmarks/mamba2_ncu_target.py --shape l2048 --dtype fp32 --path "$path"
+        ncu_ssd "ncu_fp32_path${path}" 90 fp32 "$path" ,sm__throughput.avg.pct_of_peak_sustained_elapsed \
+            SpeedOfLight WarpStateStats SchedulerStats
     done
     ;;
 profile)  # what limits the tensor-core paths at l2048 (docs/PERFORMANCE.md, "Path 4 measured")
-    sections=(--section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats
-              --section SchedulerStats --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats)
-    metrics=sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_tensor_op_hmma.sum,smsp__inst_executed.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed
     for dt in fp32 bf16; do
         for path in 2 4; do
-            step "ncu_${dt}_path${path}" 110 ncu --kernel-name regex:ssd_tc --launch-skip 1 --launch-count 1 \
-                "${sections[@]}" --metrics "$metrics" --print-units base \
-                python3 benchmarks/mamba2_ncu_target.py --shape l2048 --dtype "$dt" --path "$path"
+            ncu_ssd "ncu_${dt}_path${path}" 110 "$dt" "$path" \
+                ,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum \
+                SpeedOfLight ComputeWorkloadAnalysis WarpStateStats SchedulerStats MemoryWorkloadAnalysis Occupancy LaunchStats
         done
     done
     ;;

@@ -605,35 +605,37 @@ ssd_tc_kernel(const T* __restrict__ X, const float* __restrict__ A, const T* __r
               cb[lt] = split_bf_b<EX>(c0.x, c0.y, c1.x, c1.y);
               mma3_bf<false, EX>(ya[lt], ha, cb[lt]);
             }
-            if ((2 * jj) / KQ == q - 2 * nh && BFS >= 2) {
-              // A operand C (rows l = 16mi + g, + 8; k = n): registers 0..3 are the B operands' of
-              // l-tiles 2mi (k 2t.., k 8+2t..) and 2mi+1; B operand B^T: B[8sj + g][nbk + 2t, +1], [+ 8 ..]
-#pragma unroll
-              for (int i = 0; i < TPW; ++i) {
-                int mi, sj;
-                gp_tile(i, grp, mi, sj);
-                const BfA ca = c_rows_as_a<BfA>(mi, cb);
-                const T* brow = sB + (8 * sj + g) * NS + nbk + 2 * t;
-                const float2 b0 = E::two(brow), b1 = E::two(brow + 8);
-                mma3_bf<EX, EX>(ga[i], ca, split_bf_b<EX>(b0.x, b0.y, b1.x, b1.y));
-              }
-            } else if ((2 * jj) / KQ == q - 2 * nh) {  // BFS 1: both 8-column halves in 3xTF32
-#pragma unroll
-              for (int hh = 0; hh < 2; ++hh) {
-                const int nb8 = nbk + 8 * hh;  // k block as below: n = nb8 + 2t (slot t), + 1 (slot t + 4)
-                SplitB cf[4];  // (read again from smem: holding all of them across C H costs spills)
-#pragma unroll
-                for (int lt = 0; lt < 4; ++lt) {
-                  const float2 v = E::two(&sC[(8 * lt + g) * NS + nb8 + 2 * t]);
-                  cf[lt] = split_b<EX, true>(v.x, v.y);
-                }
+            if ((2 * jj) / KQ == q - 2 * nh) {  // this k16 block lies in the warp's quarter: C B^T too
+              if constexpr (BFS >= 2) {
+                // A operand C (rows l = 16mi + g, + 8; k = n): registers 0..3 are the B operands' of
+                // l-tiles 2mi (k 2t.., k 8+2t..) and 2mi+1; B operand B^T: B[8sj + g][nbk + 2t, +1], [+ 8 ..]
 #pragma unroll
                 for (int i = 0; i < TPW; ++i) {
                   int mi, sj;
                   gp_tile(i, grp, mi, sj);
-                  const SplitA ca = c_rows_as_a<SplitA>(mi, cf);
-                  const float2 v = E::two(&sB[(8 * sj + g) * NS + nb8 + 2 * t]);
-                  mma3<EX, EX>(ga[i], ca, split_b<EX, true>(v.x, v.y));
+                  const BfA ca = c_rows_as_a<BfA>(mi, cb);
+                  const T* brow = sB + (8 * sj + g) * NS + nbk + 2 * t;
+                  const float2 b0 = E::two(brow), b1 = E::two(brow + 8);
+                  mma3_bf<EX, EX>(ga[i], ca, split_bf_b<EX>(b0.x, b0.y, b1.x, b1.y));
+                }
+              } else {  // BFS 1: both 8-column halves in 3xTF32
+#pragma unroll
+                for (int hh = 0; hh < 2; ++hh) {
+                  const int nb8 = nbk + 8 * hh;  // k block as below: n = nb8 + 2t (slot t), + 1 (slot t + 4)
+                  SplitB cf[4];  // (read again from smem: holding all of them across C H costs spills)
+#pragma unroll
+                  for (int lt = 0; lt < 4; ++lt) {
+                    const float2 v = E::two(&sC[(8 * lt + g) * NS + nb8 + 2 * t]);
+                    cf[lt] = split_b<EX, true>(v.x, v.y);
+                  }
+#pragma unroll
+                  for (int i = 0; i < TPW; ++i) {
+                    int mi, sj;
+                    gp_tile(i, grp, mi, sj);
+                    const SplitA ca = c_rows_as_a<SplitA>(mi, cf);
+                    const float2 v = E::two(&sB[(8 * sj + g) * NS + nb8 + 2 * t]);
+                    mma3<EX, EX>(ga[i], ca, split_b<EX, true>(v.x, v.y));
+                  }
                 }
               }
             }
@@ -655,8 +657,8 @@ ssd_tc_kernel(const T* __restrict__ X, const float* __restrict__ A, const T* __r
           if (j / KQ == q - 2 * nh) {  // this k block lies in the warp's quarter: C B^T too
 #pragma unroll
             for (int i = 0; i < TPW; ++i) {
-              const int tile = grp * TPW + i;
-              const int mi = tile < 2 ? 0 : 1, sj = tile < 2 ? tile : tile - 2;
+              int mi, sj;
+              gp_tile(i, grp, mi, sj);
               const SplitA ca = c_rows_as_a<SplitA>(mi, cf);
               const float2 v = E::two(&sB[(8 * sj + g) * NS + nbk + 2 * t]);
               mma3<EX, EX>(ga[i], ca, split_b<EX>(v.x, v.y));
