@@ -405,6 +405,44 @@ __device__ __forceinline__ int local_walk_start(const float* Abh, int H, int tb,
   return c0;
 }
 
+// cp.async of rows t0 .. t0 + Q - 1 (W elements each, global row stride gstride) into shared rows of
+// SS elements; rows from te_ on are zero-filled. Trip counts known at compile time (NT threads);
+// offsets inside the chunk in int (fewer registers; the host checks that Q rows fit). The thread's
+// offsets are recomputed from tid_x() at each call (a few integer instructions a chunk): hoisted
+// out of the chunk loop they were live across it and spilled. When the threads tile the rows
+// exactly (every launched shape), a thread copies one 16-byte column c of rows s0, s0 + RS, ...:
+// its two pointers are formed once and stepped, ~5 instructions a copy (the general loop below
+// took ~24: a signed division and a 64-bit product a copy).
+template <int W, int SS, int NT, int EPV, typename T>
+__device__ __forceinline__ void load_rows(T* dst, const T* src, int gstride, int t0, int te_) {
+  constexpr int PER_ROW = W / EPV, TOTAL = Q * PER_ROW;
+  const int tid = tid_x();
+  const T* row0 = src + (long)t0 * gstride;  // the chunk's first row (always inside the sequence)
+  if constexpr (NT % PER_ROW == 0 && TOTAL % NT == 0) {
+    constexpr int RS = NT / PER_ROW;  // rows between a thread's copies
+    const int s0 = (int)((unsigned)tid / PER_ROW), c = (int)((unsigned)tid % PER_ROW);
+    const T* gp = row0 + (s0 * gstride + EPV * c);
+    T* dp = dst + (s0 * SS + EPV * c);
+    const int left = te_ - t0 - s0;  // copy k is inside the sequence iff k * RS < left
+#pragma unroll
+    for (int k = 0; k < TOTAL / NT; ++k) {
+      const bool ok = k * RS < left;  // (a row past the end is zero-filled: its source is not read)
+      cp_async16(dp + k * RS * SS, ok ? gp + k * RS * gstride : row0, ok);
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < (TOTAL + NT - 1) / NT; ++k) {
+      const int i = tid + k * NT;
+      if (TOTAL % NT == 0 || i < TOTAL) {
+        const int s = i / PER_ROW, c = i % PER_ROW;
+        const bool ok = t0 + s < te_;
+        const int goff = (ok ? s * gstride : 0) + EPV * c;  // one int offset: one 64-bit add
+        cp_async16(dst + (s * SS + EPV * c), row0 + goff, ok);
+      }
+    }
+  }
+}
+
 template <int N, int P, typename T>
 struct TcLayout {
   static constexpr int WARPS = 2 * (P / 16);
@@ -502,7 +540,7 @@ ssd_tc_kernel(const T* __restrict__ X, const float* __restrict__ A, const T* __r
   const int tb = seg * seg_len, te = min(L, tb + seg_len);
 
   const int p0 = pt * P;
-  const long strideX = (long)H * D, strideB = (long)H * N;
+  const long strideX = (long)H * D;
   const long bh = (long)b * L * H + h;
   const T* Xbh = X + bh * D + p0;
   const T* Bbh = Bm + bh * N;
@@ -513,26 +551,10 @@ ssd_tc_kernel(const T* __restrict__ X, const float* __restrict__ A, const T* __r
   float hs[KH][4];
 
   auto load_xb = [&](int t0, int te_, int buf) {  // X and B of the chunk at t0 -> buffer buf (cp.async)
-    T* dX = reinterpret_cast<T*>(smem_raw + Lo::oX) + buf * Q * XS;
-    T* dB = reinterpret_cast<T*>(smem_raw + Lo::oB) + buf * Q * NS;
-    for (int i = tid; i < Q * P / EPV; i += NT) {
-      const int s = i / (P / EPV), c = i % (P / EPV);
-      const bool ok = t0 + s < te_;
-      cp_async16(dX + s * XS + EPV * c, Xbh + (long)(ok ? t0 + s : 0) * strideX + EPV * c, ok);
-    }
-    for (int i = tid; i < Q * N / EPV; i += NT) {
-      const int s = i / (N / EPV), c = i % (N / EPV);
-      const bool ok = t0 + s < te_;
-      cp_async16(dB + s * NS + EPV * c, Bbh + (long)(ok ? t0 + s : 0) * strideB + EPV * c, ok);
-    }
+    load_rows<P, XS, NT, EPV>(reinterpret_cast<T*>(smem_raw + Lo::oX) + buf * Q * XS, Xbh, H * D, t0, te_);
+    load_rows<N, NS, NT, EPV>(reinterpret_cast<T*>(smem_raw + Lo::oB) + buf * Q * NS, Bbh, H * N, t0, te_);
   };
-  auto load_c = [&](int t0, int te_) {
-    for (int i = tid; i < Q * N / EPV; i += NT) {
-      const int s = i / (N / EPV), c = i % (N / EPV);
-      const bool ok = t0 + s < te_;
-      cp_async16(sC + s * NS + EPV * c, Cbh + (long)(ok ? t0 + s : 0) * strideB + EPV * c, ok);
-    }
-  };
+  auto load_c = [&](int t0, int te_) { load_rows<N, NS, NT, EPV>(sC, Cbh, H * N, t0, te_); };
 
   // Y^T partial (this warp's p rows x all 32 l): ya[lt] covers l = 8lt + {2t, 2t+1}
   float ya[4][4];
@@ -937,28 +959,6 @@ struct Tc16Layout {
   static_assert(oC % 16 == 0 && oG % 16 == 0 && oY % 16 == 0 && oD % 8 == 0 && oCum % 8 == 0 && oA % 4 == 0,
                 "alignment");
 };
-
-// cp.async of rows t0 .. t0 + Q - 1 (W elements each, global row stride gstride) into shared rows of
-// SS elements; rows from te_ on are zero-filled. Trip counts known at compile time (NT threads);
-// offsets inside the chunk in int (fewer registers; the host checks that Q rows fit). The thread's
-// offsets are recomputed from tid_x() at each call (a few integer instructions a chunk): hoisted
-// out of the chunk loop they were live across it and spilled.
-template <int W, int SS, int NT, int EPV, typename T>
-__device__ __forceinline__ void load_rows(T* dst, const T* src, int gstride, int t0, int te_) {
-  constexpr int PER_ROW = W / EPV, TOTAL = Q * PER_ROW;
-  const int tid = tid_x();
-  const T* row0 = src + (long)t0 * gstride;  // the chunk's first row (always inside the sequence)
-#pragma unroll
-  for (int k = 0; k < (TOTAL + NT - 1) / NT; ++k) {
-    const int i = tid + k * NT;
-    if (TOTAL % NT == 0 || i < TOTAL) {
-      const int s = i / PER_ROW, c = i % PER_ROW;
-      const bool ok = t0 + s < te_;  // (a row past the end is zero-filled: its source is not read)
-      const int goff = (ok ? s * gstride : 0) + EPV * c;  // one int offset: one 64-bit add
-      cp_async16(dst + (s * SS + EPV * c), row0 + goff, ok);
-    }
-  }
-}
 
 // Which causal (l-tile lt, s-block ks) pairs of X^T G^T n-quarter nq computes (3/3/2/2 of the 10).
 __device__ __forceinline__ bool xg_pair(int nq, int ks, int lt) {
