@@ -7,6 +7,7 @@
 #   bash scripts/device_checks.sh mamba     # ~8 min: Mamba-2 gpu tests, paths $KW_PATHS (2,5) at l2048, the side-by-side benchmark
 #   bash scripts/device_checks.sh profile   # ~4 min: Nsight Compute of paths 2 and 4 at l2048 (fp32, bf16): what limits them
 #   bash scripts/device_checks.sh path5     # ~8 min: Mamba-2 gpu tests (path 5 included), paths 2 and 5 at every shape, ncu of both at l2048 fp32
+#   bash scripts/device_checks.sh quick     # ~4 min: no tests; paths $KW_PATHS (2,5,6) timed at l2048 (n 128, 64), ncu counts of $KW_NCU_PATHS (5)
 #
 # Carry .deb (bubblewrap for the sandbox tests) with every call, and .scratch/mamba/whl for `mamba`.
 set -uo pipefail
@@ -68,6 +69,12 @@ path5)  # the state products in 3xBF16 (path 5) against path 2: correct, then ti
             SpeedOfLight WarpStateStats SchedulerStats
     done
     ;;
+quick)  # a kernel change timed before its tests are run (the benchmark checks each path's error against float64)
+    step mamba_paths 300 python3 benchmarks/mamba2_ssd.py --shapes l2048,l2048n64 --dtypes fp32,bf16 --no-mamba --paths "${KW_PATHS:-2,5,6}"
+    for path in ${KW_NCU_PATHS:-5}; do
+        ncu_ssd "ncu_fp32_path${path}" 90 fp32 "$path" "" SpeedOfLight SchedulerStats
+    done
+    ;;
 profile)  # what limits the tensor-core paths at l2048 (docs/PERFORMANCE.md, "Path 4 measured")
     for dt in fp32 bf16; do
         for path in 2 4; do
@@ -78,7 +85,7 @@ profile)  # what limits the tensor-core paths at l2048 (docs/PERFORMANCE.md, "Pa
     done
     ;;
 *)
-    echo "usage: bash scripts/device_checks.sh handoff|suite|mamba|path5|profile" >&2
+    echo "usage: bash scripts/device_checks.sh handoff|suite|mamba|path5|quick|profile" >&2
     exit 2
     ;;
 esac

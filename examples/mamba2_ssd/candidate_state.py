@@ -705,6 +705,33 @@ ssd_tc_kernel(const T* __restrict__ X, const float* __restrict__ A, const T* __r
       __syncthreads();  // ---- barrier 2: Gp, cum/exp tables written; C no longer read
       if (WANT_Y && do_y) {
         if (ch + 1 < nchunks) load_c(t0 + Q, t_end);
+        // G = (sum of the quarter partials) * exp(cum_l - cum_s), 0 where s > l, split for the mma:
+        // once per block, a thread 4 elements (l, 4c .. 4c + 3) at a time, in place (hi over quarter 0,
+        // lo over quarter 1 at the same (l, s); nothing else reads those elements). The warps of the
+        // same head-dim rows used to form each element of G again (4x the work).
+#pragma unroll
+        for (int i = tid; i < Q * Q / 4; i += NT) {
+          const int l = i >> 3, c4 = 4 * (i & 7);
+          float4 v = *reinterpret_cast<const float4*>(&sGp[l * GS + c4]);
+#pragma unroll
+          for (int qq = 1; qq < 4; ++qq) {
+            const float4 o = *reinterpret_cast<const float4*>(&sGp[qq * Q * GS + l * GS + c4]);
+            v.x += o.x; v.y += o.y; v.z += o.z; v.w += o.w;
+          }
+          const double cl = sCum[l];
+          float gv[4] = {v.x, v.y, v.z, v.w};
+          uint32_t hi[4], lo[4];
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            gv[e] = (c4 + e <= l) ? gv[e] * expf((float)(cl - sCum[c4 + e])) : 0.f;
+            const SplitB sp = split_b<false, (BFS > 0)>(gv[e], 0.f);  // (RN: paths 5/6)
+            hi[e] = sp.hi[0];
+            lo[e] = sp.lo[0];
+          }
+          *reinterpret_cast<uint4*>(&sGp[l * GS + c4]) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+          *reinterpret_cast<uint4*>(&sGp[Q * GS + l * GS + c4]) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+        }
+        __syncthreads();  // ---- barrier 2b: G written
       }
       cp_async_commit();
 
@@ -733,20 +760,15 @@ ssd_tc_kernel(const T* __restrict__ X, const float* __restrict__ A, const T* __r
           if ((ks == 0 || ks == 3) != (nh == 0)) continue;
           const SplitA xs = split_a<EX, (BFS > 0)>(xa[ks][0], xa[ks][1], xa[ks][2], xa[ks][3]);  // (RN: paths 5/6)
           const int s0 = 8 * ks + t, s1 = s0 + 4;
-          const double cs0 = sCum[s0], cs1 = sCum[s1];
+          const uint32_t* gh = reinterpret_cast<const uint32_t*>(sGp);  // G split at barrier 2b
+          const uint32_t* gl = gh + Q * GS;
 #pragma unroll
           for (int lt = ks; lt < 4; ++lt) {
             const int l = 8 * lt + g;
-            const double cl = sCum[l];
-            float v0 = 0.f, v1 = 0.f;
-#pragma unroll
-            for (int qq = 0; qq < 4; ++qq) {
-              v0 += sGp[qq * Q * GS + l * GS + s0];
-              v1 += sGp[qq * Q * GS + l * GS + s1];
-            }
-            v0 = (s0 <= l) ? v0 * expf((float)(cl - cs0)) : 0.f;
-            v1 = (s1 <= l) ? v1 * expf((float)(cl - cs1)) : 0.f;
-            mma3<EX, false>(ya[lt], xs, split_b<false, (BFS > 0)>(v0, v1));
+            SplitB gb;  // B operand G^T: k = s, column l
+            gb.hi[0] = gh[l * GS + s0]; gb.hi[1] = gh[l * GS + s1];
+            gb.lo[0] = gl[l * GS + s0]; gb.lo[1] = gl[l * GS + s1];
+            mma3<EX, false>(ya[lt], xs, gb);
           }
         }
         if (nh == 1) {

@@ -59,6 +59,7 @@ struct alignas(16) uint4 { unsigned x, y, z, w; };
 struct uint3 { unsigned x, y, z; };
 inline float2 make_float2(float x, float y) { return {x, y}; }
 inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
+inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return {x, y, z, w}; }
 
 namespace emu {
 
