@@ -563,17 +563,24 @@ ssd_tc_kernel(const T* __restrict__ X, const float* __restrict__ A, const T* __r
   // Y^T partial (this warp's p rows x all 32 l): ya[lt] covers l = 8lt + {2t, 2t+1}
   float ya[4][4];
   // nh=0 warps add the nh=1 partial (left in smem, same fragment order) and store Y rows.
+  // (One row pointer stepped by the stride: a 64-bit product a store cost ~10 instructions a row.)
   auto flush_y = [&](int t0, int te_) {
     const float4* src = reinterpret_cast<const float4*>(sYp) + mt * 4 * 32;
+    const int rem = te_ - t0 - 2 * t;  // row 8lt + 2t + e of the chunk is inside iff 8lt + e < rem
+    T* y0 = Y + (bh * D + (long)(t0 + 2 * t) * strideX + p0 + pr);
 #pragma unroll
     for (int lt = 0; lt < 4; ++lt) {
       const float4 o = src[lt * 32 + lane];
-      const float v[4] = {ya[lt][0] + o.x, ya[lt][1] + o.y, ya[lt][2] + o.z, ya[lt][3] + o.w};
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int l = t0 + 8 * lt + 2 * t + (r & 1), p = pr + 8 * (r >> 1);
-        if (l < te_) E::put(&Y[bh * D + (long)l * strideX + p0 + p], v[r]);
+      T* y1 = y0 + strideX;
+      if (8 * lt < rem) {
+        E::put(y0, ya[lt][0] + o.x);
+        E::put(y0 + 8, ya[lt][2] + o.z);
       }
+      if (8 * lt + 1 < rem) {
+        E::put(y1, ya[lt][1] + o.y);
+        E::put(y1 + 8, ya[lt][3] + o.w);
+      }
+      y0 += 8 * strideX;
     }
   };
 
