@@ -448,8 +448,10 @@ __device__ __forceinline__ void load_rows(T* dst, const T* src, int gstride, int
 }
 
 // BSPLIT (paths 5 and 6 with fp32 inputs): the state update's B operand is split into its two bf16
-// pieces once per block and chunk (sBT below) instead of by each of the four warps that read it; B then
-// needs one raw buffer (read only before barrier 2, refilled after it, as C).
+// pieces once per block and chunk (sBT below) instead of by each of the four warps that read it. B keeps
+// its two raw buffers (114.2 kB a block at N 128, P 64 fp32: 2 blocks an SM still fit): with one, refilled
+// after barrier 2 as C is, the same instruction count cut by 12% ran no faster on the H100 (401.8 us
+// against 399.4 us): all blocks then fetch B and C in the same short window before barrier 1.
 template <int N, int P, typename T, bool BSPLIT = false>
 struct TcLayout {
   static constexpr int WARPS = 2 * (P / 16);
@@ -463,8 +465,8 @@ struct TcLayout {
   static constexpr int KQ = N / 32;  // k-steps over a quarter of n
   // byte offsets
   static constexpr int oX = 0;                                   // 2 buffers of [Q][XS] T
-  static constexpr int oB = oX + 2 * Q * XS * (int)sizeof(T);    // 2 buffers of [Q][NS] T (BSPLIT: 1)
-  static constexpr int oC = oB + (BSPLIT ? 1 : 2) * Q * NS * (int)sizeof(T);  // 1 buffer (refilled after its last reader)
+  static constexpr int oB = oX + 2 * Q * XS * (int)sizeof(T);    // 2 buffers of [Q][NS] T
+  static constexpr int oC = oB + 2 * Q * NS * (int)sizeof(T);    // 1 buffer (refilled after its last reader)
   static constexpr int oG = oC + Q * NS * (int)sizeof(T);        // 4 quarter partials of C B^T, [Q][GS] f32
   static constexpr int oY = oG + 4 * Q * GS * 4;                 // nh=1 partial Y^T, fragment order
   static constexpr int oBT = oY + (P / 16) * 32 * 16 * 4;        // BSPLIT: bf16 hi, lo pieces of B, [N][16] words each
@@ -568,12 +570,9 @@ ssd_tc_kernel(const T* __restrict__ X, const float* __restrict__ A, const T* __r
   // ---- state H^T tile in accumulator layout: hs[j] covers n = nb0 + 8j + {2t, 2t+1}, p = pr, pr+8
   float hs[KH][4];
 
-  auto load_x = [&](int t0, int te_, int buf) {  // X of the chunk at t0 -> buffer buf (cp.async)
+  auto load_xb = [&](int t0, int te_, int buf) {  // X and B of the chunk at t0 -> buffer buf (cp.async)
     load_rows<P, XS, NT, EPV>(reinterpret_cast<T*>(smem_raw + Lo::oX) + buf * Q * XS, Xbh, H * D, t0, te_);
-  };
-  auto load_b = [&](int t0, int te_, int buf) {  // B -> buffer buf (BSPLIT: the one buffer)
-    load_rows<N, NS, NT, EPV>(reinterpret_cast<T*>(smem_raw + Lo::oB) + (BSPLIT ? 0 : buf) * Q * NS, Bbh, H * N,
-                              t0, te_);
+    load_rows<N, NS, NT, EPV>(reinterpret_cast<T*>(smem_raw + Lo::oB) + buf * Q * NS, Bbh, H * N, t0, te_);
   };
   auto load_c = [&](int t0, int te_) { load_rows<N, NS, NT, EPV>(sC, Cbh, H * N, t0, te_); };
 
@@ -606,25 +605,21 @@ ssd_tc_kernel(const T* __restrict__ X, const float* __restrict__ A, const T* __r
   auto walk = [&](const int t_begin, const int t_end, const bool do_y, double& segtot) {
     float pa = 0.f;  // warp 0: A of the next chunk, one step per lane
     if (warp == 0) pa = (t_begin + lane < t_end) ? __ldg(Abh + (long)(t_begin + lane) * H) : 0.f;
-    load_x(t_begin, t_end, 0);
-    load_b(t_begin, t_end, 0);
+    load_xb(t_begin, t_end, 0);
     if (WANT_Y && do_y) load_c(t_begin, t_end);
     cp_async_commit();
     const int nchunks = (t_end - t_begin + Q - 1) / Q;
     for (int ch = 0; ch < nchunks; ++ch) {
       const int t0 = t_begin + ch * Q, buf = ch & 1;
       const T* sX = reinterpret_cast<const T*>(smem_raw + Lo::oX) + buf * Q * XS;
-      const T* sB = reinterpret_cast<const T*>(smem_raw + Lo::oB) + (BSPLIT ? 0 : buf) * Q * NS;
+      const T* sB = reinterpret_cast<const T*>(smem_raw + Lo::oB) + buf * Q * NS;
       uint32_t* sBT = reinterpret_cast<uint32_t*>(smem_raw + Lo::oBT);
       cp_async_wait_all();
       __syncthreads();  // ---- barrier 1: this chunk's X, B, C are in smem; last chunk fully read
       if (WANT_Y && do_y) {
         if (ch > 0 && nh == 0) flush_y(t0 - Q, t_end);
       }
-      if (ch + 1 < nchunks) {
-        load_x(t0 + Q, t_end, buf ^ 1);
-        if (!BSPLIT) load_b(t0 + Q, t_end, buf ^ 1);
-      }
+      if (ch + 1 < nchunks) load_xb(t0 + Q, t_end, buf ^ 1);
       cp_async_commit();
       if constexpr (BSPLIT) {
         // B's bf16 pieces for the state update (read after barrier 2): thread (n, words wb .. wb + WPT - 1);
@@ -749,7 +744,6 @@ ssd_tc_kernel(const T* __restrict__ X, const float* __restrict__ A, const T* __r
         }
       }
       __syncthreads();  // ---- barrier 2: Gp, cum/exp tables written; C no longer read
-      if (BSPLIT && ch + 1 < nchunks) load_b(t0 + Q, t_end, 0);  // (B read for the last time above)
       if (WANT_Y && do_y) {
         if (ch + 1 < nchunks) load_c(t0 + Q, t_end);
         // G = (sum of the quarter partials) * exp(cum_l - cum_s), 0 where s > l, split for the mma:
