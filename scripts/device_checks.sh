@@ -72,7 +72,7 @@ path5)  # the state products in 3xBF16 (path 5) against path 2: correct, then ti
 quick)  # a kernel change timed before its tests are run (the benchmark checks each path's error against float64)
     step mamba_paths 300 python3 benchmarks/mamba2_ssd.py --shapes l2048,l2048n64 --dtypes fp32,bf16 --no-mamba --paths "${KW_PATHS:-2,5,6}"
     for path in ${KW_NCU_PATHS:-5}; do
-        ncu_ssd "ncu_fp32_path${path}" 90 fp32 "$path" "" SpeedOfLight SchedulerStats
+        ncu_ssd "ncu_fp32_path${path}" 90 fp32 "$path" "" SpeedOfLight SchedulerStats WarpStateStats
     done
     ;;
 profile)  # what limits the tensor-core paths at l2048 (docs/PERFORMANCE.md, "Path 4 measured")

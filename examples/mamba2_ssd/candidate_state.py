@@ -470,11 +470,12 @@ struct TcLayout {
   static constexpr int oG = oC + Q * NS * (int)sizeof(T);        // 4 quarter partials of C B^T, [Q][GS] f32
   static constexpr int oY = oG + 4 * Q * GS * 4;                 // nh=1 partial Y^T, fragment order
   static constexpr int oBT = oY + (P / 16) * 32 * 16 * 4;        // BSPLIT: bf16 hi, lo pieces of B, [N][16] words each
+  // the chunk tables, two buffers each (chunk ch's in buffer ch & 1, written a chunk ahead)
   static constexpr int oE = oBT + (BSPLIT ? 2 * N * 16 * 4 : 0); // exp(cum_l)
-  static constexpr int oW = oE + Q * 4;                          // exp(total - cum_s)
-  static constexpr int oD = oW + Q * 4;                          // exp(total), segment total (double)
+  static constexpr int oW = oE + 2 * Q * 4;                      // exp(total - cum_s)
+  static constexpr int oD = oW + 2 * Q * 4;                      // exp(total) x 2, segment total (double)
   static constexpr int oCum = oD + 16;                           // cum (double)
-  static constexpr size_t BYTES = oCum + 2 * Q * 4;
+  static constexpr size_t BYTES = oCum + 2 * Q * 8;
   static_assert(N == 64 || N == 128, "tensor-core path: d_state 64 or 128");
   static_assert(P == 32 || P == 64, "tensor-core path: 32 or 64 head-dim columns a block");
   static_assert(oC % 16 == 0 && oG % 16 == 0 && oY % 16 == 0 && oBT % 16 == 0 && oD % 8 == 0 && oCum % 8 == 0,
@@ -601,10 +602,18 @@ ssd_tc_kernel(const T* __restrict__ X, const float* __restrict__ A, const T* __r
   };
 
   // Walk steps [t_begin, t_end) from the state in hs; do_y: output pass, else state only.
-  // Warp 0 returns the sum of A over the walk (float64) in segtot. Ends with a barrier.
+  // Warp TW returns the sum of A over the walk (float64) in segtot. Ends with a barrier.
+  // The chunk tables (cum, exp) are made by warp TW (an nh = 1 warp: the nh = 0 warps store Y in phase
+  // B) a chunk ahead, in phase C, into the other of two buffers: made in phase B by warp 0, their
+  // float64 scan's latency held that warp, and with it barrier 2, back every chunk.
+  constexpr int TW = Lo::WARPS - 1;
   auto walk = [&](const int t_begin, const int t_end, const bool do_y, double& segtot) {
-    float pa = 0.f;  // warp 0: A of the next chunk, one step per lane
-    if (warp == 0) pa = (t_begin + lane < t_end) ? __ldg(Abh + (long)(t_begin + lane) * H) : 0.f;
+    float pa = 0.f;  // warp TW: A of the next chunk to tabulate, one step per lane
+    if (warp == TW) {  // chunk 0's tables into buffer 0 (published by barrier 1)
+      pa = (t_begin + lane < t_end) ? __ldg(Abh + (long)(t_begin + lane) * H) : 0.f;
+      segtot += chunk_tables(pa, lane, sCum, sE, sW, sDec);
+      pa = (t_begin + Q + lane < t_end) ? __ldg(Abh + (long)(t_begin + Q + lane) * H) : 0.f;
+    }
     load_xb(t_begin, t_end, 0);
     if (WANT_Y && do_y) load_c(t_begin, t_end);
     cp_async_commit();
@@ -614,8 +623,11 @@ ssd_tc_kernel(const T* __restrict__ X, const float* __restrict__ A, const T* __r
       const T* sX = reinterpret_cast<const T*>(smem_raw + Lo::oX) + buf * Q * XS;
       const T* sB = reinterpret_cast<const T*>(smem_raw + Lo::oB) + buf * Q * NS;
       uint32_t* sBT = reinterpret_cast<uint32_t*>(smem_raw + Lo::oBT);
+      const double* cCum = sCum + buf * Q;  // this chunk's tables
+      const float* cE = sE + buf * Q;
+      const float* cW = sW + buf * Q;
       cp_async_wait_all();
-      __syncthreads();  // ---- barrier 1: this chunk's X, B, C are in smem; last chunk fully read
+      __syncthreads();  // ---- barrier 1: this chunk's X, B, C and tables are in smem; last chunk fully read
       if (WANT_Y && do_y) {
         if (ch > 0 && nh == 0) flush_y(t0 - Q, t_end);
       }
@@ -637,10 +649,6 @@ ssd_tc_kernel(const T* __restrict__ X, const float* __restrict__ A, const T* __r
           *reinterpret_cast<uint4*>(&sBT[at]) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
           *reinterpret_cast<uint4*>(&sBT[N * 16 + at]) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
         }
-      }
-      if (warp == 0) {
-        segtot += chunk_tables(pa, lane, sCum, sE, sW, sDec);
-        pa = (t0 + Q + lane < t_end) ? __ldg(Abh + (long)(t0 + Q + lane) * H) : 0.f;
       }
 
       // ---- phase B: Y^T = H^T C^T over this warp's n-half; Gp_q = C B^T over quarter q ------
@@ -743,7 +751,7 @@ ssd_tc_kernel(const T* __restrict__ X, const float* __restrict__ A, const T* __r
           *reinterpret_cast<float2*>(&gq[(l + 8) * GS + s]) = make_float2(ga[i][2], ga[i][3]);
         }
       }
-      __syncthreads();  // ---- barrier 2: Gp, cum/exp tables written; C no longer read
+      __syncthreads();  // ---- barrier 2: Gp written; C no longer read
       if (WANT_Y && do_y) {
         if (ch + 1 < nchunks) load_c(t0 + Q, t_end);
         // G = (sum of the quarter partials) * exp(cum_l - cum_s), 0 where s > l, split for the mma:
@@ -759,12 +767,12 @@ ssd_tc_kernel(const T* __restrict__ X, const float* __restrict__ A, const T* __r
             const float4 o = *reinterpret_cast<const float4*>(&sGp[qq * Q * GS + l * GS + c4]);
             v.x += o.x; v.y += o.y; v.z += o.z; v.w += o.w;
           }
-          const double cl = sCum[l];
+          const double cl = cCum[l];
           float gv[4] = {v.x, v.y, v.z, v.w};
           uint32_t hi[4], lo[4];
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            gv[e] = (c4 + e <= l) ? gv[e] * expf((float)(cl - sCum[c4 + e])) : 0.f;
+            gv[e] = (c4 + e <= l) ? gv[e] * expf((float)(cl - cCum[c4 + e])) : 0.f;
             const SplitB sp = split_b<false, (BFS > 0)>(gv[e], 0.f);  // (RN: paths 5/6)
             hi[e] = sp.hi[0];
             lo[e] = sp.lo[0];
@@ -777,6 +785,11 @@ ssd_tc_kernel(const T* __restrict__ X, const float* __restrict__ A, const T* __r
       cp_async_commit();
 
       // ---- phase C ------------------------------------------------------------------------
+      if (warp == TW && ch + 1 < nchunks) {  // the next chunk's tables (buffer buf ^ 1: last read in chunk ch - 1)
+        const int nb_ = buf ^ 1;
+        segtot += chunk_tables(pa, lane, sCum + nb_ * Q, sE + nb_ * Q, sW + nb_ * Q, sDec + nb_);
+        pa = (t0 + 2 * Q + lane < t_end) ? __ldg(Abh + (long)(t0 + 2 * Q + lane) * H) : 0.f;
+      }
       // X^T fragments (A operand, k = s): rows pr, pr+8; k-slots s = 8ks + t, 8ks + t + 4
       float xa[4][4];
 #pragma unroll
@@ -791,7 +804,7 @@ ssd_tc_kernel(const T* __restrict__ X, const float* __restrict__ A, const T* __r
         // Y^T *= e_l (the C H term's decay from the chunk start), then += X^T G^T
 #pragma unroll
         for (int lt = 0; lt < 4; ++lt) {
-          const float e0 = sE[8 * lt + 2 * t], e1 = sE[8 * lt + 2 * t + 1];
+          const float e0 = cE[8 * lt + 2 * t], e1 = cE[8 * lt + 2 * t + 1];
           ya[lt][0] *= e0; ya[lt][1] *= e1; ya[lt][2] *= e0; ya[lt][3] *= e1;
         }
         // causal (lt, ks) pairs ks <= lt, split between the two n-halves: 5 each
@@ -820,7 +833,7 @@ ssd_tc_kernel(const T* __restrict__ X, const float* __restrict__ A, const T* __r
       }
       // state: H^T = dec * H^T + (w_s X)^T B
       {
-        const float dec = sDec[0];
+        const float dec = sDec[buf];
 #pragma unroll
         for (int j = 0; j < KH; ++j)
 #pragma unroll
@@ -831,7 +844,7 @@ ssd_tc_kernel(const T* __restrict__ X, const float* __restrict__ A, const T* __r
 #pragma unroll
           for (int kk = 0; kk < 2; ++kk) {
             const int s0 = 16 * kk + t, s1 = s0 + 4, s2 = s0 + 8, s3 = s0 + 12;
-            const float w0 = sW[s0], w1 = sW[s1], w2 = sW[s2], w3 = sW[s3];
+            const float w0 = cW[s0], w1 = cW[s1], w2 = cW[s2], w3 = cW[s3];
             const float (&xl)[4] = xa[2 * kk];
             const float (&xh)[4] = xa[2 * kk + 1];
             const BfA xw = split_bf_a<false>(xl[0] * w0, xl[2] * w1, xl[1] * w0, xl[3] * w1,
@@ -861,7 +874,7 @@ ssd_tc_kernel(const T* __restrict__ X, const float* __restrict__ A, const T* __r
 #pragma unroll
         for (int ks = 0; ks < 4; ++ks) {
           const int s0 = 8 * ks + t, s1 = s0 + 4;
-          const float w0 = sW[s0], w1 = sW[s1];
+          const float w0 = cW[s0], w1 = cW[s1];
           const SplitA xw = split_a<false>(xa[ks][0] * w0, xa[ks][1] * w0, xa[ks][2] * w1, xa[ks][3] * w1);
 #pragma unroll
           for (int j = 0; j < KH; ++j) {
