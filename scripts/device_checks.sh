@@ -5,6 +5,7 @@
 #   bash scripts/device_checks.sh handoff   # ~6 min: device hand-off tests, overhead with and without it
 #   bash scripts/device_checks.sh suite     # ~8 min: the whole gpu suite, 8 workers (run it three times)
 #   bash scripts/device_checks.sh mamba     # ~8 min: Mamba-2 gpu tests, paths $KW_PATHS (2,5) at l2048, the side-by-side benchmark
+#                                           #   (mamba-tests: the first two only; mamba-bench: the benchmark only)
 #   bash scripts/device_checks.sh profile   # ~4 min: Nsight Compute of paths 2 and 4 at l2048 (fp32, bf16): what limits them
 #   bash scripts/device_checks.sh path5     # ~8 min: Mamba-2 gpu tests (path 5 included), paths 2 and 5 at every shape, ncu of both at l2048 fp32
 #   bash scripts/device_checks.sh quick     # ~4 min: no tests; paths $KW_PATHS (2,5,6) timed at l2048 (n 128, 64), ncu counts of $KW_NCU_PATHS (5)
@@ -52,14 +53,16 @@ suite)
     step gpu_suite "${KW_SUITE_LIMIT:-560}" python3 -m pytest -m gpu -n 8 -p no:cacheprovider --durations=25
     grep -E "timer_escape|FAILED|ERROR" "$OUT/gpu_suite.log" | head -40 >"$OUT/gpu_suite_failures.txt"
     ;;
-mamba)  # mamba_ssm's pure-Python wheel (see benchmarks/mamba2_ssd.py), carried in .scratch/mamba/whl
+mamba|mamba-tests|mamba-bench)  # mamba_ssm's pure-Python wheel (see benchmarks/mamba2_ssd.py), carried in .scratch/mamba/whl
     if ls .scratch/mamba/whl/*.whl >/dev/null 2>&1; then
         python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .scratch/mamba/whl/*.whl \
             && export PYTHONPATH=/tmp/site:$PYTHONPATH
     fi
-    step mamba_tests 300 python3 -m pytest -m gpu tests/test_mamba2_gpu.py -n 4 -p no:cacheprovider
-    step mamba_paths 120 python3 benchmarks/mamba2_ssd.py --shapes l2048,l2048n64 --dtypes fp32,bf16 --no-mamba --paths "${KW_PATHS:-2,5}"
-    step mamba_bench 240 python3 benchmarks/mamba2_ssd.py
+    if [ "$MODE" != mamba-bench ]; then
+        step mamba_tests 300 python3 -m pytest -m gpu tests/test_mamba2_gpu.py -n 4 -p no:cacheprovider
+        step mamba_paths 120 python3 benchmarks/mamba2_ssd.py --shapes l2048,l2048n64 --dtypes fp32,bf16 --no-mamba --paths "${KW_PATHS:-2,5}"
+    fi
+    [ "$MODE" != mamba-tests ] && step mamba_bench 240 python3 benchmarks/mamba2_ssd.py
     ;;
 path5)  # the state products in 3xBF16 (path 5) against path 2: correct, then timed, then profiled
     step mamba_tests 300 python3 -m pytest -m gpu tests/test_mamba2_gpu.py -n 4 -p no:cacheprovider
@@ -85,7 +88,7 @@ profile)  # what limits the tensor-core paths at l2048 (docs/PERFORMANCE.md, "Pa
     done
     ;;
 *)
-    echo "usage: bash scripts/device_checks.sh handoff|suite|mamba|path5|quick|profile" >&2
+    echo "usage: bash scripts/device_checks.sh handoff|suite|mamba|mamba-tests|mamba-bench|path5|quick|profile" >&2
     exit 2
     ;;
 esac

@@ -447,12 +447,7 @@ __device__ __forceinline__ void load_rows(T* dst, const T* src, int gstride, int
   }
 }
 
-// BSPLIT (paths 5 and 6 with fp32 inputs): the state update's B operand is split into its two bf16
-// pieces once per block and chunk (sBT below) instead of by each of the four warps that read it. B keeps
-// its two raw buffers (114.2 kB a block at N 128, P 64 fp32: 2 blocks an SM still fit): with one, refilled
-// after barrier 2 as C is, the same instruction count cut by 12% ran no faster on the H100 (401.8 us
-// against 399.4 us): all blocks then fetch B and C in the same short window before barrier 1.
-template <int N, int P, typename T, bool BSPLIT = false>
+template <int N, int P, typename T>
 struct TcLayout {
   static constexpr int WARPS = 2 * (P / 16);
   static constexpr int THREADS = 32 * WARPS;
@@ -469,26 +464,15 @@ struct TcLayout {
   static constexpr int oC = oB + 2 * Q * NS * (int)sizeof(T);    // 1 buffer (refilled after its last reader)
   static constexpr int oG = oC + Q * NS * (int)sizeof(T);        // 4 quarter partials of C B^T, [Q][GS] f32
   static constexpr int oY = oG + 4 * Q * GS * 4;                 // nh=1 partial Y^T, fragment order
-  static constexpr int oBT = oY + (P / 16) * 32 * 16 * 4;        // BSPLIT: bf16 hi, lo pieces of B, [N][16] words each
-  // the chunk tables, two buffers each (chunk ch's in buffer ch & 1, written a chunk ahead)
-  static constexpr int oE = oBT + (BSPLIT ? 2 * N * 16 * 4 : 0); // exp(cum_l)
-  static constexpr int oW = oE + 2 * Q * 4;                      // exp(total - cum_s)
-  static constexpr int oD = oW + 2 * Q * 4;                      // exp(total) x 2, segment total (double)
+  static constexpr int oE = oY + (P / 16) * 32 * 16 * 4;         // exp(cum_l)
+  static constexpr int oW = oE + Q * 4;                          // exp(total - cum_s)
+  static constexpr int oD = oW + Q * 4;                          // exp(total), segment total (double)
   static constexpr int oCum = oD + 16;                           // cum (double)
-  static constexpr size_t BYTES = oCum + 2 * Q * 8;
+  static constexpr size_t BYTES = oCum + 2 * Q * 4;
   static_assert(N == 64 || N == 128, "tensor-core path: d_state 64 or 128");
   static_assert(P == 32 || P == 64, "tensor-core path: 32 or 64 head-dim columns a block");
-  static_assert(oC % 16 == 0 && oG % 16 == 0 && oY % 16 == 0 && oBT % 16 == 0 && oD % 8 == 0 && oCum % 8 == 0,
-                "alignment");
+  static_assert(oC % 16 == 0 && oG % 16 == 0 && oY % 16 == 0 && oD % 8 == 0 && oCum % 8 == 0, "alignment");
 };
-template <int N, int P, typename T, int BFS>
-using TcLayoutFor = TcLayout<N, P, T, (BFS > 0) && !Elem<T>::EXACT>;
-
-// sBT: word w (0..15) of row n holds the bf16 pair (B[s][n], B[s + 4][n]), s = 2 (w & ~3) + (w & 3): the
-// state update's B fragment registers for column n (k16 block kk: words 8kk + t and 8kk + 4 + t), one
-// 4-byte load each. Stored at word (w + 4 ((n >> 1) & 3)) & 15 of the row: the 8 columns and 4 t of a
-// fragment load, and the 8 rows of a quarter-warp's 16-byte stores, fall in distinct banks.
-__device__ __forceinline__ int bt_word(int n, int w) { return n * 16 + ((w + 4 * ((n >> 1) & 3)) & 15); }
 
 // X, Y: (b, L, H, D) T; A: (b, L, H) f32; B, C: (b, L, H, N) T; S0, S_out: (b, H, D, N) f32 or null.
 // nseg segments of seg_len steps (a multiple of Q); ws: nslots * N * P floats (published states),
@@ -496,15 +480,14 @@ __device__ __forceinline__ int bt_word(int n, int w) { return n * 16 + ((w + 4 *
 // BFS 1 (path 5): C H and the state update in 3xBF16 (m16n8k16), C B^T and G X in 3xTF32 as before;
 // BFS 2 (path 6): C B^T in 3xBF16 too, its A operand (C) the bf16 split already made for C H.
 template <int N, int P, bool WANT_Y, int MINB, typename T, int BFS = 0>
-__global__ void __launch_bounds__(TcLayoutFor<N, P, T, BFS>::THREADS, MINB)
+__global__ void __launch_bounds__(TcLayout<N, P, T>::THREADS, MINB)
 ssd_tc_kernel(const T* __restrict__ X, const float* __restrict__ A, const T* __restrict__ Bm,
               const T* __restrict__ Cm, const float* __restrict__ S0, T* __restrict__ Y,
               float* __restrict__ S_out, int nb, int L, int H, int D, int seg_len, int nseg,
               float* __restrict__ ws, int* __restrict__ sync) {
-  using Lo = TcLayoutFor<N, P, T, BFS>;
+  using Lo = TcLayout<N, P, T>;
   using E = Elem<T>;
   constexpr bool EX = E::EXACT;
-  constexpr bool BSPLIT = (BFS > 0) && !EX;  // the state update's B pre-split (sBT)
   constexpr int XS = Lo::XS, NS = Lo::NS, GS = Lo::GS, KH = Lo::KH, KQ = Lo::KQ, NT = Lo::THREADS;
   constexpr int EPV = Lo::EPV;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -602,18 +585,10 @@ ssd_tc_kernel(const T* __restrict__ X, const float* __restrict__ A, const T* __r
   };
 
   // Walk steps [t_begin, t_end) from the state in hs; do_y: output pass, else state only.
-  // Warp TW returns the sum of A over the walk (float64) in segtot. Ends with a barrier.
-  // The chunk tables (cum, exp) are made by warp TW (an nh = 1 warp: the nh = 0 warps store Y in phase
-  // B) a chunk ahead, in phase C, into the other of two buffers: made in phase B by warp 0, their
-  // float64 scan's latency held that warp, and with it barrier 2, back every chunk.
-  constexpr int TW = Lo::WARPS - 1;
+  // Warp 0 returns the sum of A over the walk (float64) in segtot. Ends with a barrier.
   auto walk = [&](const int t_begin, const int t_end, const bool do_y, double& segtot) {
-    float pa = 0.f;  // warp TW: A of the next chunk to tabulate, one step per lane
-    if (warp == TW) {  // chunk 0's tables into buffer 0 (published by barrier 1)
-      pa = (t_begin + lane < t_end) ? __ldg(Abh + (long)(t_begin + lane) * H) : 0.f;
-      segtot += chunk_tables(pa, lane, sCum, sE, sW, sDec);
-      pa = (t_begin + Q + lane < t_end) ? __ldg(Abh + (long)(t_begin + Q + lane) * H) : 0.f;
-    }
+    float pa = 0.f;  // warp 0: A of the next chunk, one step per lane
+    if (warp == 0) pa = (t_begin + lane < t_end) ? __ldg(Abh + (long)(t_begin + lane) * H) : 0.f;
     load_xb(t_begin, t_end, 0);
     if (WANT_Y && do_y) load_c(t_begin, t_end);
     cp_async_commit();
@@ -622,33 +597,16 @@ ssd_tc_kernel(const T* __restrict__ X, const float* __restrict__ A, const T* __r
       const int t0 = t_begin + ch * Q, buf = ch & 1;
       const T* sX = reinterpret_cast<const T*>(smem_raw + Lo::oX) + buf * Q * XS;
       const T* sB = reinterpret_cast<const T*>(smem_raw + Lo::oB) + buf * Q * NS;
-      uint32_t* sBT = reinterpret_cast<uint32_t*>(smem_raw + Lo::oBT);
-      const double* cCum = sCum + buf * Q;  // this chunk's tables
-      const float* cE = sE + buf * Q;
-      const float* cW = sW + buf * Q;
       cp_async_wait_all();
-      __syncthreads();  // ---- barrier 1: this chunk's X, B, C and tables are in smem; last chunk fully read
+      __syncthreads();  // ---- barrier 1: this chunk's X, B, C are in smem; last chunk fully read
       if (WANT_Y && do_y) {
         if (ch > 0 && nh == 0) flush_y(t0 - Q, t_end);
       }
       if (ch + 1 < nchunks) load_xb(t0 + Q, t_end, buf ^ 1);
       cp_async_commit();
-      if constexpr (BSPLIT) {
-        // B's bf16 pieces for the state update (read after barrier 2): thread (n, words wb .. wb + WPT - 1);
-        // the raw loads run along n (conflict-free), the stores are 16 bytes
-        constexpr int WPT = N * 16 / NT;  // a multiple of 4: word w = wb + w4 + e has s = 2 (wb + w4) + e
-        const int n = tid % N, wb = tid / N * WPT;
-        const T* src = sB + 2 * wb * NS + n;
-#pragma unroll
-        for (int w4 = 0; w4 < WPT; w4 += 4) {
-          uint32_t hi[4], lo[4];
-#pragma unroll
-          for (int e = 0; e < 4; ++e)
-            split_bf2<false>(src[(2 * w4 + e) * NS], src[(2 * w4 + e + 4) * NS], hi[e], lo[e]);
-          const int at = bt_word(n, wb + w4);
-          *reinterpret_cast<uint4*>(&sBT[at]) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
-          *reinterpret_cast<uint4*>(&sBT[N * 16 + at]) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
-        }
+      if (warp == 0) {
+        segtot += chunk_tables(pa, lane, sCum, sE, sW, sDec);
+        pa = (t0 + Q + lane < t_end) ? __ldg(Abh + (long)(t0 + Q + lane) * H) : 0.f;
       }
 
       // ---- phase B: Y^T = H^T C^T over this warp's n-half; Gp_q = C B^T over quarter q ------
@@ -751,7 +709,7 @@ ssd_tc_kernel(const T* __restrict__ X, const float* __restrict__ A, const T* __r
           *reinterpret_cast<float2*>(&gq[(l + 8) * GS + s]) = make_float2(ga[i][2], ga[i][3]);
         }
       }
-      __syncthreads();  // ---- barrier 2: Gp written; C no longer read
+      __syncthreads();  // ---- barrier 2: Gp, cum/exp tables written; C no longer read
       if (WANT_Y && do_y) {
         if (ch + 1 < nchunks) load_c(t0 + Q, t_end);
         // G = (sum of the quarter partials) * exp(cum_l - cum_s), 0 where s > l, split for the mma:
@@ -767,12 +725,12 @@ ssd_tc_kernel(const T* __restrict__ X, const float* __restrict__ A, const T* __r
             const float4 o = *reinterpret_cast<const float4*>(&sGp[qq * Q * GS + l * GS + c4]);
             v.x += o.x; v.y += o.y; v.z += o.z; v.w += o.w;
           }
-          const double cl = cCum[l];
+          const double cl = sCum[l];
           float gv[4] = {v.x, v.y, v.z, v.w};
           uint32_t hi[4], lo[4];
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            gv[e] = (c4 + e <= l) ? gv[e] * expf((float)(cl - cCum[c4 + e])) : 0.f;
+            gv[e] = (c4 + e <= l) ? gv[e] * expf((float)(cl - sCum[c4 + e])) : 0.f;
             const SplitB sp = split_b<false, (BFS > 0)>(gv[e], 0.f);  // (RN: paths 5/6)
             hi[e] = sp.hi[0];
             lo[e] = sp.lo[0];
@@ -785,11 +743,6 @@ ssd_tc_kernel(const T* __restrict__ X, const float* __restrict__ A, const T* __r
       cp_async_commit();
 
       // ---- phase C ------------------------------------------------------------------------
-      if (warp == TW && ch + 1 < nchunks) {  // the next chunk's tables (buffer buf ^ 1: last read in chunk ch - 1)
-        const int nb_ = buf ^ 1;
-        segtot += chunk_tables(pa, lane, sCum + nb_ * Q, sE + nb_ * Q, sW + nb_ * Q, sDec + nb_);
-        pa = (t0 + 2 * Q + lane < t_end) ? __ldg(Abh + (long)(t0 + 2 * Q + lane) * H) : 0.f;
-      }
       // X^T fragments (A operand, k = s): rows pr, pr+8; k-slots s = 8ks + t, 8ks + t + 4
       float xa[4][4];
 #pragma unroll
@@ -804,7 +757,7 @@ ssd_tc_kernel(const T* __restrict__ X, const float* __restrict__ A, const T* __r
         // Y^T *= e_l (the C H term's decay from the chunk start), then += X^T G^T
 #pragma unroll
         for (int lt = 0; lt < 4; ++lt) {
-          const float e0 = cE[8 * lt + 2 * t], e1 = cE[8 * lt + 2 * t + 1];
+          const float e0 = sE[8 * lt + 2 * t], e1 = sE[8 * lt + 2 * t + 1];
           ya[lt][0] *= e0; ya[lt][1] *= e1; ya[lt][2] *= e0; ya[lt][3] *= e1;
         }
         // causal (lt, ks) pairs ks <= lt, split between the two n-halves: 5 each
@@ -833,7 +786,7 @@ ssd_tc_kernel(const T* __restrict__ X, const float* __restrict__ A, const T* __r
       }
       // state: H^T = dec * H^T + (w_s X)^T B
       {
-        const float dec = sDec[buf];
+        const float dec = sDec[0];
 #pragma unroll
         for (int j = 0; j < KH; ++j)
 #pragma unroll
@@ -844,37 +797,23 @@ ssd_tc_kernel(const T* __restrict__ X, const float* __restrict__ A, const T* __r
 #pragma unroll
           for (int kk = 0; kk < 2; ++kk) {
             const int s0 = 16 * kk + t, s1 = s0 + 4, s2 = s0 + 8, s3 = s0 + 12;
-            const float w0 = cW[s0], w1 = cW[s1], w2 = cW[s2], w3 = cW[s3];
+            const float w0 = sW[s0], w1 = sW[s1], w2 = sW[s2], w3 = sW[s3];
             const float (&xl)[4] = xa[2 * kk];
             const float (&xh)[4] = xa[2 * kk + 1];
             const BfA xw = split_bf_a<false>(xl[0] * w0, xl[2] * w1, xl[1] * w0, xl[3] * w1,
                                              xh[0] * w2, xh[2] * w3, xh[1] * w2, xh[3] * w3);
-            // BSPLIT: column n = nb0 + 8j + g has (n >> 1) & 3 = (g >> 1) & 3 (nb0 + 8j: a multiple of 8), so
-            // bt_word(n, w) = (nb0 + g) 16 + 128 j + ((w + rot) & 15): offsets fixed for the thread
-            const int rot = 4 * ((g >> 1) & 3), bt0 = (nb0 + g) * 16;
-            const int wlo = bt0 + ((8 * kk + t + rot) & 15), whi = bt0 + ((8 * kk + 4 + t + rot) & 15);
-            (void)wlo; (void)whi;
 #pragma unroll
             for (int j = 0; j < KH; ++j) {
               const int n = nb0 + 8 * j + g;
-              if constexpr (BSPLIT) {  // the pieces of (B[s0], B[s1]) and (B[s2], B[s3]), column n
-                BfB bb;
-                bb.hi[0] = sBT[wlo + 128 * j];  // = sBT[bt_word(n, 8 kk + t)]
-                bb.hi[1] = sBT[whi + 128 * j];  // = sBT[bt_word(n, 8 kk + 4 + t)]
-                bb.lo[0] = sBT[N * 16 + wlo + 128 * j];
-                bb.lo[1] = sBT[N * 16 + whi + 128 * j];
-                mma3_bf<false, false>(hs[j], xw, bb);
-              } else {
-                mma3_bf<false, EX>(hs[j], xw, split_bf_b<EX>(E::one(&sB[s0 * NS + n]), E::one(&sB[s1 * NS + n]),
-                                                             E::one(&sB[s2 * NS + n]), E::one(&sB[s3 * NS + n])));
-              }
+              mma3_bf<false, EX>(hs[j], xw, split_bf_b<EX>(E::one(&sB[s0 * NS + n]), E::one(&sB[s1 * NS + n]),
+                                                           E::one(&sB[s2 * NS + n]), E::one(&sB[s3 * NS + n])));
             }
           }
         } else {
 #pragma unroll
         for (int ks = 0; ks < 4; ++ks) {
           const int s0 = 8 * ks + t, s1 = s0 + 4;
-          const float w0 = cW[s0], w1 = cW[s1];
+          const float w0 = sW[s0], w1 = sW[s1];
           const SplitA xw = split_a<false>(xa[ks][0] * w0, xa[ks][1] * w0, xa[ks][2] * w1, xa[ks][3] * w1);
 #pragma unroll
           for (int j = 0; j < KH; ++j) {
@@ -1759,7 +1698,7 @@ void dispatch(int N, int p_tile, const torch::Tensor& X, const torch::Tensor& A,
 template <int N, int P, bool WANT_Y, int MINB, typename T, bool W16 = false, int BFS = 0>
 void launch_tc(const torch::Tensor& X, const torch::Tensor& A, const torch::Tensor& B, const torch::Tensor& C,
                const float* s0, T* y, float* s_out, int nseg, int seg_len) {
-  using Lo = std::conditional_t<W16, tc::Tc16Layout<N, P, T>, tc::TcLayoutFor<N, P, T, BFS>>;
+  using Lo = std::conditional_t<W16, tc::Tc16Layout<N, P, T>, tc::TcLayout<N, P, T>>;
   const int b = X.size(0), L = X.size(1), H = X.size(2), D = X.size(3);
   auto kernel = [] {
     if constexpr (W16) return tc::ssd_tc16_kernel<N, P, WANT_Y, T>;

@@ -52,8 +52,8 @@ KERNELS = {
     2: ("tc::ssd_tc_kernel<{N}, {P}, {Y}, 2, {T}>", "tc::TcLayout<{N}, {P}, {T}>"),
     3: ("tc::ssd_tc_kernel<{N}, {P}, {Y}, 1, {T}>", "tc::TcLayout<{N}, {P}, {T}>"),
     4: ("tc::ssd_tc16_kernel<{N}, {P}, {Y}, {T}>", "tc::Tc16Layout<{N}, {P}, {T}>"),
-    5: ("tc::ssd_tc_kernel<{N}, {P}, {Y}, 2, {T}, 1>", "tc::TcLayoutFor<{N}, {P}, {T}, 1>"),
-    6: ("tc::ssd_tc_kernel<{N}, {P}, {Y}, 2, {T}, 2>", "tc::TcLayoutFor<{N}, {P}, {T}, 2>"),
+    5: ("tc::ssd_tc_kernel<{N}, {P}, {Y}, 2, {T}, 1>", "tc::TcLayout<{N}, {P}, {T}>"),
+    6: ("tc::ssd_tc_kernel<{N}, {P}, {Y}, 2, {T}, 2>", "tc::TcLayout<{N}, {P}, {T}>"),
 }
 KERNEL_NAMES = ("ssd_tc_kernel", "ssd_tc16_kernel")
 CTYPES = {"fp32": "float", "bf16": "__nv_bfloat16"}
