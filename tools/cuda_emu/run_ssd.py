@@ -347,7 +347,8 @@ def sweep_cases(paths) -> list[Case]:
 # Deliberately broken copies: (path, mutations); each must be rejected (error far above 1e-5, or an
 # emulator error such as a deadlock).
 BROKEN = {
-    "causal mask s0 <= l -> s0 < l": (2, [("ssd_tc_kernel", "v0 = (s0 <= l) ?", "v0 = (s0 < l) ?")]),
+    "causal mask s <= l -> s < l (G, formed once per block)": (2, [
+        ("ssd_tc_kernel", "gv[e] = (c4 + e <= l) ?", "gv[e] = (c4 + e < l) ?")]),
     "A fragment order of the state (hs[j][2] <-> hs[j][1])": (2, [
         ("ssd_tc_kernel", "split_a<false>(hs[j][0], hs[j][2], hs[j][1], hs[j][3])",
          "split_a<false>(hs[j][0], hs[j][1], hs[j][2], hs[j][3])")]),
@@ -355,7 +356,9 @@ BROKEN = {
         ("ssd_tc_kernel", "E::two(&sC[(8 * lt + g) * NS + nbk + 2 * t])",
          "E::two(&sC[(8 * lt + t) * NS + nbk + 2 * t])")]),
     "no barrier before the C B^T partials are read": (2, [
-        ("ssd_tc_kernel", "  __syncthreads();  // ---- barrier 2", "  // ---- barrier 2 removed")]),
+        ("ssd_tc_kernel", "  __syncthreads();  // ---- barrier 2:", "  // ---- barrier 2 removed:")]),
+    "no barrier between forming G and reading it": (5, [
+        ("ssd_tc_kernel", "        __syncthreads();  // ---- barrier 2b", "        // ---- barrier 2b removed")]),
     "waits on the wrong flag (deadlock)": (2, [
         ("ssd_tc_kernel", "const int* f = sync + slot;", "const int* f = sync + slot + 1;")]),
     # the 16-warp kernel: a quarter's X G^T pairs dropped (a bug it had while being written)
