@@ -76,10 +76,11 @@ quick)  # a kernel change timed before its tests are run (the benchmark checks e
     step mamba_paths 300 python3 benchmarks/mamba2_ssd.py --shapes l2048,l2048n64 --dtypes fp32,bf16 --no-mamba --paths "${KW_PATHS:-2,5,6}"
     for path in ${KW_NCU_PATHS:-5}; do
         ncu_ssd "ncu_fp32_path${path}" 90 fp32 "$path" "" SpeedOfLight SchedulerStats WarpStateStats
-        # the stall reasons (what warps wait on at ~1 eligible warp a scheduler), which the section summary
-        # above does not print: a separate step, as these metric names have not been run here yet
-        ncu_ssd "ncu_stalls_path${path}" 90 fp32 "$path" \
-            ",regex:smsp__average_warps_issue_stalled_.*_per_issue_active\\.ratio" WarpStateStats
+        # the stall reasons (what warps wait on at ~1 eligible warp a scheduler): WarpStateStats alone
+        # printed none, with "The optional metric smsp__pcsamp_sample_count could not be found.
+        # Collecting it ... could enable the rule": PC sampling (SourceCounters) and that metric. A separate
+        # step, not yet run on a device
+        ncu_ssd "ncu_stalls_path${path}" 120 fp32 "$path" ,smsp__pcsamp_sample_count WarpStateStats SourceCounters
     done
     ;;
 profile)  # what limits the tensor-core paths at l2048 (docs/PERFORMANCE.md, "Path 4 measured")
