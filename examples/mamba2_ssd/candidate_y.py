@@ -732,9 +732,8 @@ ssd_tc_kernel(const T* __restrict__ X, const float* __restrict__ A, const T* __r
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             gv[e] = (c4 + e <= l) ? gv[e] * expf((float)(cl - sCum[c4 + e])) : 0.f;
-            const SplitB sp = split_b<false, (BFS > 0)>(gv[e], 0.f);  // (RN: paths 5/6)
-            hi[e] = sp.hi[0];
-            lo[e] = sp.lo[0];
+            if constexpr (BFS > 0) split_rn(gv[e], hi[e], lo[e]);  // paths 5/6, as their other TF32 splits
+            else split_tf32(gv[e], hi[e], lo[e]);
           }
           *reinterpret_cast<uint4*>(&sGp[l * GS + c4]) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
           *reinterpret_cast<uint4*>(&sGp[Q * GS + l * GS + c4]) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
