@@ -5,7 +5,8 @@
 #   bash scripts/device_checks.sh handoff   # ~6 min: device hand-off tests, overhead with and without it
 #   bash scripts/device_checks.sh suite     # ~8 min: the whole gpu suite, 8 workers (run it three times)
 #   bash scripts/device_checks.sh mamba     # ~8 min: Mamba-2 gpu tests, paths $KW_PATHS (2,5) at l2048, the side-by-side benchmark
-#                                           #   (mamba-tests: the first two only; mamba-bench: the benchmark only)
+#                                           #   (mamba-tests: the first two only; mamba-bench: the benchmark only;
+#                                           #    mamba-final: the benchmark, then the tests in $KW_TESTS_LIMIT s)
 #   bash scripts/device_checks.sh profile   # ~4 min: Nsight Compute of paths 2 and 4 at l2048 (fp32, bf16): what limits them
 #   bash scripts/device_checks.sh path5     # ~8 min: Mamba-2 gpu tests (path 5 included), paths 2 and 5 at every shape, ncu of both at l2048 fp32
 #   bash scripts/device_checks.sh quick     # ~4 min: no tests; paths $KW_PATHS (2,5,6) timed at l2048 (n 128, 64), ncu counts of $KW_NCU_PATHS (5)
@@ -53,16 +54,19 @@ suite)
     step gpu_suite "${KW_SUITE_LIMIT:-560}" python3 -m pytest -m gpu -n 8 -p no:cacheprovider --durations=25
     grep -E "timer_escape|FAILED|ERROR" "$OUT/gpu_suite.log" | head -40 >"$OUT/gpu_suite_failures.txt"
     ;;
-mamba|mamba-tests|mamba-bench)  # mamba_ssm's pure-Python wheel (see benchmarks/mamba2_ssd.py), carried in .scratch/mamba/whl
+mamba|mamba-tests|mamba-bench|mamba-final)  # mamba_ssm's pure-Python wheel (see benchmarks/mamba2_ssd.py), carried in .scratch/mamba/whl
     if ls .scratch/mamba/whl/*.whl >/dev/null 2>&1; then
         python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .scratch/mamba/whl/*.whl \
             && export PYTHONPATH=/tmp/site:$PYTHONPATH
     fi
-    if [ "$MODE" != mamba-bench ]; then
+    if [ "$MODE" = mamba-final ]; then  # a bit-identical kernel change: its timing first, the tests with what is left
+        step mamba_bench 300 python3 benchmarks/mamba2_ssd.py
+        step mamba_tests "${KW_TESTS_LIMIT:-230}" python3 -m pytest -m gpu tests/test_mamba2_gpu.py -n 4 -p no:cacheprovider
+    elif [ "$MODE" != mamba-bench ]; then
         step mamba_tests 300 python3 -m pytest -m gpu tests/test_mamba2_gpu.py -n 4 -p no:cacheprovider
         step mamba_paths 120 python3 benchmarks/mamba2_ssd.py --shapes l2048,l2048n64 --dtypes fp32,bf16 --no-mamba --paths "${KW_PATHS:-2,5}"
     fi
-    [ "$MODE" != mamba-tests ] && step mamba_bench 240 python3 benchmarks/mamba2_ssd.py
+    [ "$MODE" != mamba-tests ] && [ "$MODE" != mamba-final ] && step mamba_bench 240 python3 benchmarks/mamba2_ssd.py
     ;;
 path5)  # the state products in 3xBF16 (path 5) against path 2: correct, then timed, then profiled
     step mamba_tests 300 python3 -m pytest -m gpu tests/test_mamba2_gpu.py -n 4 -p no:cacheprovider
@@ -73,14 +77,27 @@ path5)  # the state products in 3xBF16 (path 5) against path 2: correct, then ti
     done
     ;;
 quick)  # a kernel change timed before its tests are run (the benchmark checks each path's error against float64)
-    step mamba_paths 300 python3 benchmarks/mamba2_ssd.py --shapes l2048,l2048n64 --dtypes fp32,bf16 --no-mamba --paths "${KW_PATHS:-2,5,6}"
+    # KW_SKIP_TIMING=1: profile only (the extension is built first, outside ncu's step limits)
+    [ "${KW_SKIP_TIMING:-0}" = 1 ] && step build 300 python3 benchmarks/mamba2_ncu_target.py --shape l2048 --dtype fp32 --path 5
+    [ "${KW_SKIP_TIMING:-0}" = 1 ] || step mamba_paths 300 python3 benchmarks/mamba2_ssd.py --shapes l2048,l2048n64 --dtypes fp32,bf16 --no-mamba --paths "${KW_PATHS:-2,5,6}"
     for path in ${KW_NCU_PATHS:-5}; do
-        ncu_ssd "ncu_fp32_path${path}" 90 fp32 "$path" "" SpeedOfLight SchedulerStats WarpStateStats
+        ncu_ssd "ncu_fp32_path${path}" 90 fp32 "$path" ",regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \
+            SpeedOfLight SchedulerStats WarpStateStats
         # the stall reasons (what warps wait on at ~1 eligible warp a scheduler): WarpStateStats alone
         # printed none, with "The optional metric smsp__pcsamp_sample_count could not be found.
         # Collecting it ... could enable the rule": PC sampling (SourceCounters) and that metric. A separate
         # step, not yet run on a device
-        ncu_ssd "ncu_stalls_path${path}" 120 fp32 "$path" ,smsp__pcsamp_sample_count WarpStateStats SourceCounters
+        # (the report stays on the device: at most 8 files come back from $OUT)
+        step "ncu_stalls_path${path}" 150 ncu --kernel-name regex:ssd_tc --launch-skip 1 --launch-count 1 \
+            --section WarpStateStats --section SourceCounters --metrics smsp__pcsamp_sample_count \
+            --import-source no -f -o "/tmp/stalls_path${path}" \
+            python3 benchmarks/mamba2_ncu_target.py --shape l2048 --dtype fp32 --path "$path"
+        # the whole report as text, and every SASS instruction with its stall samples (per reason),
+        # summarised (scripts/ncu_source_summary.py) and gzipped
+        step "ncu_stalls_details${path}" 60 ncu --import "/tmp/stalls_path${path}.ncu-rep" --page details --print-units base
+        step "ncu_stalls_source${path}" 60 sh -c "ncu --import /tmp/stalls_path${path}.ncu-rep --page source --csv \
+            --print-source sass > /tmp/stalls_sass${path}.csv && python3 scripts/ncu_source_summary.py /tmp/stalls_sass${path}.csv"
+        gzip -c "/tmp/stalls_sass${path}.csv" >"$OUT/stalls_sass${path}.csv.gz"
     done
     ;;
 profile)  # what limits the tensor-core paths at l2048 (docs/PERFORMANCE.md, "Path 4 measured")
@@ -97,3 +114,13 @@ profile)  # what limits the tensor-core paths at l2048 (docs/PERFORMANCE.md, "Pa
     exit 2
     ;;
 esac
+
+# at most 8 files come back from $OUT: the logs and small text files go into one, all.log
+for f in "$OUT"/*.log "$OUT"/*.txt; do
+    [ -f "$f" ] || continue
+    printf '\n===== %s =====\n' "$(basename "$f")" >>"$OUT/all.log.tmp"
+    cat "$f" >>"$OUT/all.log.tmp"
+    rm -f "$f"
+done
+[ -f "$OUT/all.log.tmp" ] && mv "$OUT/all.log.tmp" "$OUT/all.log"
+exit 0
