@@ -91,6 +91,8 @@ cuda_source = r"""
 //   phase B (after barrier 1):
 //     Y^T  = H^T C^T            partial over the warp's n-half           (C H, 4 l-tiles)
 //     Gp_q = C B^T              over one quarter q of n, written to smem (6 causal tiles)
+//     (beside it: n-half 0 stores the last chunk's Y rows; warp P/16, of n-half 1, makes the chunk's
+//     cum/exp tables, so no warp carries both)
 //   between barrier 2 and barrier 2b, once per block (each thread 4 elements, in place):
 //     G    = (sum_q Gp_q) * exp(cum_l - cum_s), s <= l, TF32-split for the mma
 //   phase C (after barrier 2b):
@@ -100,7 +102,9 @@ cuda_source = r"""
 //   the next barrier 1.
 // Instruction count matters here (at ~0.5 instructions issued a scheduler a cycle): chunk copies step
 // per-thread pointers (load_rows), G is formed once per block rather than by each of the four warps
-// that read it, bf16 halves are unpacked by a shift and a mask, Y rows by a stepped pointer.
+// that read it, bf16 halves are unpacked by a shift and a mask, Y rows by a stepped pointer. Below
+// ~200 M instructions at l2048 the loop waits on latency instead (Nsight Compute's stall samples): so
+// G's four decays are formed without a branch (their chains overlap) and the tables are off warp 0.
 // The trick that keeps H in registers: an mma accumulator tile (thread holds columns 2t,
 // 2t+1) is used directly as the A operand of the next product if the k index is permuted
 // (k-slot t <-> column 2t, k-slot t+4 <-> column 2t+1); the B operand (C) is then read with

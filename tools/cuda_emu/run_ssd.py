@@ -355,6 +355,8 @@ BROKEN = {
     "C fragment row (8 * lt + g -> 8 * lt + t)": (2, [
         ("ssd_tc_kernel", "E::two(&sC[(8 * lt + g) * NS + nbk + 2 * t])",
          "E::two(&sC[(8 * lt + t) * NS + nbk + 2 * t])")]),
+    "the chunk tables' A loaded by warp 0, the tables made by warp TW": (5, [
+        ("ssd_tc_kernel", "if (warp == TW) pa =", "if (warp == 0) pa =")]),
     "no barrier before the C B^T partials are read": (2, [
         ("ssd_tc_kernel", "  __syncthreads();  // ---- barrier 2:", "  // ---- barrier 2 removed:")]),
     "no barrier between forming G and reading it": (5, [
