@@ -19,6 +19,9 @@ OUT=${OUT:-/tmp/kw-device-out}
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1 KW_TEST_CACHE=${KW_TEST_CACHE:-/tmp/kwc}
 . scripts/install_bwrap_deb.sh >"$OUT/bwrap.log" 2>&1 || echo "bubblewrap not installed: bwrap tests will skip"
+# torch's build-in-progress files left by a build this script's time limits stopped in an earlier call
+# on a warm machine: torch waits for them for ever (one such wait cost a whole call, 2026-11-23)
+find "${TORCH_EXTENSIONS_DIR:-$HOME/.cache/torch_extensions}" -name lock -type f -delete 2>/dev/null
 nvidia-smi --query-gpu=name,driver_version,memory.used,utilization.gpu --format=csv >"$OUT/gpu.txt" 2>&1
 date -u +%FT%TZ >"$OUT/date.txt"
 

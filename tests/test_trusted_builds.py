@@ -3,6 +3,7 @@ engine/trusted_builds.py, engine/child/trusted_builder.py, the loading side in c
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -270,3 +271,89 @@ def test_the_trusted_builder_rebuilds_an_entry_without_a_hash_record(fake_build)
     cpp_ext.load_inline(name="e", cpp_sources="int f();")
     assert fake.dirs == [str(shared)] and not (shared / "planted.o").exists()
     assert build.BUILD_LOG[0]["cached"] is False and (shared / build.MANIFEST).exists()
+
+
+class BatonBuild(FakeBuild):
+    """A build that honours torch's FileBaton the way `torch.utils.cpp_extension` does: a `lock` file
+    in the build directory means another build of it is in progress (torch would wait while it
+    exists, for ever if its owner died)."""
+
+    def __call__(self, name, cpp_sources, cuda_sources=None, functions=None, build_directory=None, **kwargs):
+        from torch.utils.file_baton import FileBaton
+
+        baton = FileBaton(os.path.join(build_directory, "lock"))
+        if not baton.try_acquire():
+            raise AssertionError(f"torch would wait for ever on {build_directory}/lock")
+        try:
+            return super().__call__(name, cpp_sources, cuda_sources, functions, build_directory, **kwargs)
+        finally:
+            baton.release()
+
+
+@pytest.mark.parametrize("mode", ["trusted builder", "evaluation, private", "evaluation, no trusted cache"])
+def test_a_build_killed_mid_way_does_not_block_the_next_build_of_the_same_sources(monkeypatch, tmp_path, mode):
+    """A killed build leaves torch's `lock` in its directory; the next build of the same sources
+    must go ahead (torch alone would wait for it for ever: every later evaluation a time-out)."""
+    import torch.utils.cpp_extension as cpp_ext
+    from torch.utils.file_baton import FileBaton
+
+    from kernelwright.engine.child import build
+
+    kwargs = {"trusted builder": {"publish": True}, "evaluation, private": {"private_root": tmp_path / "private"},
+              "evaluation, no trusted cache": {}}[mode]
+    monkeypatch.setattr(build, "BUILD_LOG", [])
+    monkeypatch.setattr(build, "BUILT_MODULES", [])
+    probe = FakeBuild()  # where this call builds (the directory is keyed by content)
+    monkeypatch.setattr(cpp_ext, "load_inline", probe)
+    build.install_build_cache(tmp_path / "builds", None, **kwargs)
+    cpp_ext.load_inline(name="e", cpp_sources="int f();", functions=["f"])
+    build_dir = Path(probe.dirs[0])
+    for f in build_dir.iterdir():
+        f.unlink()  # as if the first build had been killed before it wrote anything ...
+    assert FileBaton(str(build_dir / "lock")).try_acquire()  # ... holding torch's baton
+
+    baton = BatonBuild()
+    monkeypatch.setattr(cpp_ext, "load_inline", baton)
+    monkeypatch.setattr(build, "BUILD_LOG", [])
+    build.install_build_cache(tmp_path / "builds", None, **kwargs)
+    cpp_ext.load_inline(name="e", cpp_sources="int f();", functions=["f"])
+    assert baton.dirs == [str(build_dir)] and build.BUILD_LOG[0]["ok"]
+    assert not (build_dir / "lock").exists()
+
+
+def test_a_build_in_progress_is_waited_for_not_broken_into(monkeypatch, tmp_path):
+    """The baton is removed only by a builder holding the directory's flock: while another process
+    builds (and holds it), a second build of the same directory waits for it."""
+    import fcntl
+    import threading
+
+    import torch.utils.cpp_extension as cpp_ext
+
+    from kernelwright.engine.child import build
+
+    monkeypatch.setattr(build, "BUILD_LOG", [])
+    monkeypatch.setattr(build, "BUILT_MODULES", [])
+    probe = FakeBuild()
+    monkeypatch.setattr(cpp_ext, "load_inline", probe)
+    build.install_build_cache(tmp_path / "builds", None)
+    cpp_ext.load_inline(name="e", cpp_sources="int g();", functions=["g"])
+    build_dir = Path(probe.dirs[0])
+    (build_dir / "e.so").unlink()
+    holder = open(build_dir.parent / f".{build_dir.name}.lock", "w")  # a live builder elsewhere
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    (build_dir / "lock").write_text("")  # its baton
+    done = threading.Event()
+
+    def second():
+        cpp_ext.load_inline(name="e", cpp_sources="int g();", functions=["g"])
+        done.set()
+
+    baton = BatonBuild()
+    monkeypatch.setattr(cpp_ext, "load_inline", baton)
+    build.install_build_cache(tmp_path / "builds", None)
+    t = threading.Thread(target=second, daemon=True)
+    t.start()
+    assert not done.wait(0.5) and (build_dir / "lock").exists()  # waits; the live baton stays
+    (build_dir / "lock").unlink()  # the live builder finishes ...
+    holder.close()  # ... and lets go
+    assert done.wait(10) and baton.dirs == [str(build_dir)]

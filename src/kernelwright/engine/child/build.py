@@ -214,12 +214,9 @@ def install_build_cache(cache_root: str | os.PathLike, candidate_file: str | Non
             build_dir = Path(private_root) / build_dir.name
             build_dir.mkdir(parents=True, exist_ok=True)
             entry["dir"] = str(build_dir)
-        lock = None
-        if publish:  # one trusted builder at a time per entry: clear, build and record as one step
-            import fcntl
-
-            lock = open(root / f".{build_dir.name}.lock", "w")
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        # one builder at a time per directory (trusted: clear, build and record as one step)
+        lock = _hold_build_dir(build_dir)
+        if publish:
             _clear_unrecorded(build_dir, name)
         entry["cached"] = any(build_dir.glob(f"{name}*.so")) or any(build_dir.glob(f"{name}*.pyd"))
         try:
@@ -361,6 +358,35 @@ def _record_artefact(build_dir: Path, name: str) -> str:
     tmp.write_text(json.dumps({"artefact": _artefact(build_dir, name).name, "sha256": digest}))
     os.replace(tmp, manifest)
     return digest
+
+
+TORCH_BATON = "lock"  # torch.utils.cpp_extension's FileBaton file inside a build directory
+
+
+def _hold_build_dir(build_dir: Path):
+    """Take the flock beside `build_dir` (released by the kernel however its holder ends) and remove
+    a stale torch baton inside it; returns the open lock file (close it to release), or None where
+    flock is unavailable.
+
+    torch marks a build in progress with a file `lock` in the build directory and makes every other
+    build of that directory wait while the file exists, with no limit and no check that its owner
+    lives. A build killed on its time limit, by a signal or by the out-of-memory killer leaves the file
+    behind, and every later build of the same sources then waits for ever: each evaluation of that
+    candidate would end as a time-out (seen on the H100 after a build step was stopped at its limit).
+    Every kernelwright build of a directory holds this flock first, so a baton found while holding it
+    belongs to a builder that is gone."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: torch's baton alone
+        return None
+    build_dir.mkdir(parents=True, exist_ok=True)
+    lock = open(build_dir.parent / f".{build_dir.name}.lock", "w")
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    try:
+        (build_dir / TORCH_BATON).unlink()
+    except FileNotFoundError:
+        pass
+    return lock
 
 
 def _clear_unrecorded(build_dir: Path, name: str) -> None:
