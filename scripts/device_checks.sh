@@ -4,8 +4,8 @@
 #
 #   bash scripts/device_checks.sh handoff   # ~6 min: device hand-off tests, overhead with and without it
 #   bash scripts/device_checks.sh suite     # ~8 min: the whole gpu suite, 8 workers (run it three times)
-#   bash scripts/device_checks.sh mamba     # ~8 min: Mamba-2 gpu tests, paths $KW_PATHS (2,5) at l2048, the side-by-side benchmark
-#                                           #   (mamba-tests: the first two only; mamba-bench: the benchmark only;
+#   bash scripts/device_checks.sh mamba     # >10 min now: Mamba-2 gpu tests, paths $KW_PATHS (2,5) at l2048, the side-by-side benchmark
+#                                           #   (mamba-tests: the first two only, ~5 min; mamba-bench: the benchmark only, ~9 min;
 #                                           #    mamba-final: the benchmark, then the tests in $KW_TESTS_LIMIT s)
 #   bash scripts/device_checks.sh profile   # ~4 min: Nsight Compute of paths 2 and 4 at l2048 (fp32, bf16): what limits them
 #   bash scripts/device_checks.sh path5     # ~8 min: Mamba-2 gpu tests (path 5 included), paths 2 and 5 at every shape, ncu of both at l2048 fp32
@@ -62,14 +62,23 @@ mamba|mamba-tests|mamba-bench|mamba-final)  # mamba_ssm's pure-Python wheel (see
         python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .scratch/mamba/whl/*.whl \
             && export PYTHONPATH=/tmp/site:$PYTHONPATH
     fi
-    if [ "$MODE" = mamba-final ]; then  # a bit-identical kernel change: its timing first, the tests with what is left
-        step mamba_bench 300 python3 benchmarks/mamba2_ssd.py
-        step mamba_tests "${KW_TESTS_LIMIT:-230}" python3 -m pytest -m gpu tests/test_mamba2_gpu.py -n 4 -p no:cacheprovider
-    elif [ "$MODE" != mamba-bench ]; then
+    # the extension is built in a step of its own (100-140 s), so no benchmark step spends its limit on it
+    step build 300 python3 benchmarks/mamba2_ncu_target.py --shape l2048 --dtype fp32 --path 5
+    bench() {  # the side-by-side table in two runs (mamba_ssm compiles its Triton kernels per shape and
+        # dtype: the whole table took ~320 s on 2026-11-23): a run stopped at its limit loses only its half
+        step mamba_bench_short 240 env OUT= python3 benchmarks/mamba2_ssd.py --shapes kb,l2048,l2048n64 --out "$OUT/mamba2_ssd_short.md"
+        step mamba_bench_long 240 env OUT= python3 benchmarks/mamba2_ssd.py --shapes l4096,l8192,l16384 --out "$OUT/mamba2_ssd_long.md"
+    }
+    case "$MODE" in
+    mamba-final)  # a bit-identical kernel change: its timing first, the tests with what is left
+        bench
+        step mamba_tests "${KW_TESTS_LIMIT:-230}" python3 -m pytest -m gpu tests/test_mamba2_gpu.py -n 4 -p no:cacheprovider ;;
+    mamba-bench) bench ;;
+    *)
         step mamba_tests 300 python3 -m pytest -m gpu tests/test_mamba2_gpu.py -n 4 -p no:cacheprovider
         step mamba_paths 120 python3 benchmarks/mamba2_ssd.py --shapes l2048,l2048n64 --dtypes fp32,bf16 --no-mamba --paths "${KW_PATHS:-2,5}"
-    fi
-    [ "$MODE" != mamba-tests ] && [ "$MODE" != mamba-final ] && step mamba_bench 240 python3 benchmarks/mamba2_ssd.py
+        [ "$MODE" = mamba ] && bench ;;
+    esac
     ;;
 path5)  # the state products in 3xBF16 (path 5) against path 2: correct, then timed, then profiled
     step mamba_tests 300 python3 -m pytest -m gpu tests/test_mamba2_gpu.py -n 4 -p no:cacheprovider
