@@ -214,8 +214,9 @@ def install_build_cache(cache_root: str | os.PathLike, candidate_file: str | Non
             build_dir = Path(private_root) / build_dir.name
             build_dir.mkdir(parents=True, exist_ok=True)
             entry["dir"] = str(build_dir)
-        # one builder at a time per directory (trusted: clear, build and record as one step)
-        lock = _hold_build_dir(build_dir)
+        # one builder at a time per directory (trusted: clear, build and record as one step); a call
+        # that failed in the trusted builder builds nothing (its output is replayed), so takes no lock
+        lock = None if entry.get("cache") == "failed in the trusted build" else _hold_build_dir(build_dir)
         if publish:
             _clear_unrecorded(build_dir, name)
         entry["cached"] = any(build_dir.glob(f"{name}*.so")) or any(build_dir.glob(f"{name}*.pyd"))
@@ -379,8 +380,11 @@ def _hold_build_dir(build_dir: Path):
         import fcntl
     except ImportError:  # not POSIX: torch's baton alone
         return None
-    build_dir.mkdir(parents=True, exist_ok=True)
-    lock = open(build_dir.parent / f".{build_dir.name}.lock", "w")
+    try:
+        build_dir.mkdir(parents=True, exist_ok=True)
+        lock = open(build_dir.parent / f".{build_dir.name}.lock", "w")
+    except OSError:  # a directory this process cannot write (a read-only cache): torch's error follows
+        return None
     fcntl.flock(lock, fcntl.LOCK_EX)
     try:
         (build_dir / TORCH_BATON).unlink()
