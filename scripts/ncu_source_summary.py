@@ -40,8 +40,9 @@ def main(argv=None) -> int:
     print("\ntotals:")
     for j in numeric:
         print(f"  {head[j]}: {tot[j]:.6g}")
-    stall = next((j for j in numeric if "Sampling (All" in head[j]), None) or next(
-        (j for j in numeric if "Sampl" in head[j]), numeric[0] if numeric else None)
+    # the column to rank by: all stall samples, else any sampling column, else the first numeric one
+    ranked = sorted(numeric, key=lambda j: ("Sampling (All" not in head[j], "Sampl" not in head[j]))
+    stall = ranked[0] if ranked else None
     if stall is None:
         return 0
     by_op = defaultdict(lambda: defaultdict(float))
