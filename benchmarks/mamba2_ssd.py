@@ -17,6 +17,12 @@ our A stays float32 too. Each method's error is measured against the float64 ora
     python3 benchmarks/mamba2_ssd.py [--shapes kb,l2048,...] [--dtypes fp32,bf16] [--no-mamba]
                                      [--sweep] [--paths 2,4] [--out table.md]
 
+--verdict also judges each output (ours and mamba_ssm's) with the engine's calibrated verdict
+(kernelwright.engine.child.numerics.judge, defaults atol = rtol = 1e-3, factor 8), the reference
+being the problem's float32 math on that method's own inputs, rounded once to the output dtype
+(examples/mamba2_ssd/problem_y_bf16.py's definition), the oracle its float64 evaluation:
+    python3 benchmarks/mamba2_ssd.py --shapes kb,l2048,l4096 --dtypes bf16 --verdict
+
 --paths times our tensor-core kernels forced one by one (auto segment count), side by side, e.g.
 path 2 (8 warps a block) against path 4 (16 warps a block, opt-in):
     python3 benchmarks/mamba2_ssd.py --shapes l2048 --dtypes fp32,bf16 --no-mamba --paths 2,4
@@ -144,6 +150,27 @@ def oracle(prob, X, A, B, C, chunk):
     return Y
 
 
+def judged(prob, out, X, A, B, C, chunk, ref64):
+    """The engine's calibrated verdict on `out`: (passed, the output's LeafNumerics)."""
+    try:
+        from kernelwright.engine.child import numerics
+    except ImportError:  # run from a checkout without the package installed
+        sys.path.insert(0, str(ROOT / "src"))
+        from kernelwright.engine.child import numerics
+    with torch.no_grad():
+        ref, _ = prob.ssd_chunked(X.float(), A.float(), B.float(), C.float(), chunk)
+    rep = numerics.judge(out, ref.to(out.dtype), ref64, 1e-3, 1e-3, 8.0)
+    return rep.passed, rep.leaves[0]
+
+
+def verdict_text(passed, leaf):
+    c, r = leaf.candidate, leaf.reference
+    ratio = lambda a, b: f"{a / b:.2f}x" if b > 0 else "n/a"  # noqa: E731
+    return (f"{'passed' if passed else 'FAILED'}: normwise {c.norm_rel:.2e} ({ratio(c.norm_rel, r.norm_rel)} the "
+            f"reference's), max abs {ratio(c.max_abs, r.max_abs)}, {100 * leaf.excess_share:.3f}% of elements in "
+            f"excess ({100 * leaf.excess_allowed:.3g}% allowed), rtol {leaf.rtol:.3g}")
+
+
 def make_inputs(shape, seed=0, slow=False):
     b, l, h, p, n, _ = shape
     g = torch.Generator(device="cuda").manual_seed(seed)
@@ -161,19 +188,24 @@ def floor_us(shape, dtype, bw):
     return nbytes / bw * 1e6
 
 
-def run_shape(name, shape, dtype_name, prob, cand, mamba, bench, bw, sweep, paths, log):
+def run_shape(name, shape, dtype_name, prob, cand, mamba, bench, bw, sweep, paths, log, verdict=False):
     ext = cand.ssd_ext
     b, l, h, p, n, chunk = shape
     dtype = DTYPES[dtype_name]
     X, A, B, C = make_inputs(shape, slow=name.endswith("slow"))
     Xd, Bd, Cd = X.to(dtype), B.to(dtype), C.to(dtype)
     ref_ours = oracle(prob, Xd, A, Bd, Cd, chunk)
-    row = dict(name=name, shape=shape, dtype=dtype_name, floor=floor_us(shape, dtype, bw), ours={}, mamba=None)
+    row = dict(name=name, shape=shape, dtype=dtype_name, floor=floor_us(shape, dtype, bw), ours={}, mamba=None,
+               verdict={})
 
     def ours(label, fn):
         out = fn()
         torch.cuda.synchronize()
         err = normwise(out, ref_ours)
+        if verdict and label == "auto":
+            row["verdict"]["ours"] = judged(prob, out, Xd, A, Bd, Cd, chunk, ref_ours)
+            log(f"  {name:9s} {dtype_name} ours verdict {verdict_text(*row['verdict']['ours'])}")
+        del out
         ms = bench.time(fn)
         row["ours"][label] = (ms, err)
         log(f"  {name:9s} {dtype_name} ours {label:28s} {ms * 1e3:9.1f} us  err {err:.2e}")
@@ -206,6 +238,10 @@ def run_shape(name, shape, dtype_name, prob, cand, mamba, bench, bw, sweep, path
             out = fn()
             torch.cuda.synchronize()
             err = normwise(out, ref_m)
+            if verdict:
+                row["verdict"]["mamba_ssm"] = judged(prob, out, x.float() * dt.unsqueeze(-1), A, Bm, Cm, chunk, ref_m)
+                log(f"  {name:9s} {dtype_name} mamba_ssm verdict {verdict_text(*row['verdict']['mamba_ssm'])}")
+            del out
             ms = bench.time(fn)
             row["mamba"] = (ms, err)
             log(f"  {name:9s} {dtype_name} mamba_ssm {'':23s} {ms * 1e3:9.1f} us  err {err:.2e}")
@@ -242,6 +278,13 @@ def markdown(rows, device, bw, mamba_version) -> str:
         lines += ["", "| shape | dtype | our variant | time | err |", "|---|---|---|---|---|"]
         for r, k, (ms, err) in extra:
             lines.append(f"| {', '.join(map(str, r['shape']))}{' (slow A)' if r['name'].endswith('slow') else ''} | {r['dtype']} | {k} | {fmt_us(ms)} | {err:.1e} |")
+    judged_rows = [(r, who, v) for r in rows for who, v in r["verdict"].items()]
+    if judged_rows:
+        lines += ["", "The engine's calibrated verdict on each output (reference: float32 math on the method's own "
+                  "inputs rounded to the output dtype; oracle: float64):", "",
+                  "| shape | dtype | method | verdict |", "|---|---|---|---|"]
+        for r, who, v in judged_rows:
+            lines.append(f"| {', '.join(map(str, r['shape']))} | {r['dtype']} | {who} | {verdict_text(*v)} |")
     return "\n".join(lines) + "\n"
 
 
@@ -252,6 +295,7 @@ def main(argv=None) -> int:
     ap.add_argument("--no-mamba", action="store_true", help="skip mamba_ssm")
     ap.add_argument("--sweep", action="store_true", help="also time our kernel's forced variants (path, segments)")
     ap.add_argument("--paths", default="", help="also time these tensor-core paths forced, e.g. 2,4")
+    ap.add_argument("--verdict", action="store_true", help="also judge each output with the engine's calibrated verdict")
     ap.add_argument("--out", default=None, help="write the markdown table here")
     a = ap.parse_args(argv)
     if not torch.cuda.is_available():
@@ -274,7 +318,8 @@ def main(argv=None) -> int:
     for name in a.shapes.split(","):
         for dt in a.dtypes.split(","):
             rows.append(run_shape(name, {**SHAPES, **SLOW}[name], dt, prob, cand, mamba, bench, bw, a.sweep,
-                                  [int(x) for x in a.paths.split(",") if x], lambda m: print(m, flush=True)))
+                                  [int(x) for x in a.paths.split(",") if x], lambda m: print(m, flush=True),
+                                  verdict=a.verdict))
             table = markdown(rows, device, bw, mamba_version)
             for path in filter(None, [a.out, out_path]):
                 Path(path).write_text(table)  # as it stands: a cut-off run keeps its rows

@@ -321,6 +321,26 @@ def test_engine_calibrated_verdict_passes(cuda_config, kind):
     assert r.candidate_ms is not None and r.candidate_ms > 0
 
 
+BF16_SHAPES = {
+    "kernelbench": {},  # d_state 16: the CUDA-core kernel, inputs widened to float32
+    "tensor_cores_n64": dict(batch_size=2, seq_length=512, n_heads=4, d_head=64, d_state=64),  # path 6
+}
+
+
+@pytest.mark.parametrize("shape", list(BF16_SHAPES), ids=list(BF16_SHAPES))
+def test_engine_calibrated_verdict_passes_bf16(cuda_config, tmp_path, shape):
+    """The bf16 path (bf16 X, B, C and Y; float32 A) through the engine: problem_y_bf16.py, whose reference
+    computes in float32 and rounds Y once, judged by the calibrated verdict against the float64 oracle
+    with the tolerance at one bf16 ulp (docs/VERDICTS.md, "Low-precision outputs")."""
+    cuda_config.verdict = "calibrated"
+    prob = problem_at_shape("y_bf16", tmp_path, **BF16_SHAPES[shape]) if BF16_SHAPES[shape] else MAMBA2 / "problem_y_bf16.py"
+    r = evaluate(prob, MAMBA2 / "candidate_y.py", cuda_config)
+    assert r.status is Status.PASSED, r.error_log
+    leaves = [leaf for t in r.trials for leaf in t.extra.get("numerics", {}).get("leaves", [])]
+    assert leaves and all(leaf["rtol"] == 2.0 ** -7 for leaf in leaves)
+    assert r.candidate_ms is not None and r.candidate_ms > 0
+
+
 def test_engine_strict_passes_for_the_final_state(cuda_config, tmp_path):
     """Through the engine's strict allclose on a short sequence, where it is meaningful for the state.
 

@@ -1963,14 +1963,16 @@ ssd_ext = load_inline(
 
 
 class ModelNew(nn.Module):
-    def __init__(self, batch_size, seq_length, n_heads, d_head, d_state, block_len=64):
+    def __init__(self, batch_size, seq_length, n_heads, d_head, d_state, block_len=64, io_dtype="float32"):
         super().__init__()
         assert seq_length % block_len == 0, "seq_length must be a multiple of block_len"
         self.block_len = block_len
-        # same parameters, drawn in the same order as the reference
+        # same parameters, drawn in the same order as the reference; io_dtype "bfloat16"
+        # (problem_y_bf16.py): B and C rounded to bf16, A kept in float32, bf16 X in and Y out
+        io = getattr(torch, io_dtype)
         self.A = nn.Parameter(torch.randn(batch_size, seq_length, n_heads))
-        self.B = nn.Parameter(torch.randn(batch_size, seq_length, n_heads, d_state))
-        self.C = nn.Parameter(torch.randn(batch_size, seq_length, n_heads, d_state))
+        self.B = nn.Parameter(torch.randn(batch_size, seq_length, n_heads, d_state).to(io))
+        self.C = nn.Parameter(torch.randn(batch_size, seq_length, n_heads, d_state).to(io))
 
     def forward(self, X, initial_states=None):
         return ssd_ext.ssd_fused(X, self.A, self.B, self.C, initial_states, True, 0)

@@ -116,7 +116,7 @@ class Judge:
         self.numerics = {
             "verdict": self.cfg.verdict, "oracle": self.cfg.numerics.oracle,
             "oracle_dtype": self.cfg.numerics.oracle_dtype, "factor": self.cfg.numerics.factor,
-            "excess_floor": self.cfg.numerics.excess_floor,
+            "excess_floor": self.cfg.numerics.excess_floor, "excess_floor_low": self.cfg.numerics.excess_floor_low,
             "ill_conditioned": False, "strict_passed": True, "calibrated_passed": True,
         }
 
@@ -256,7 +256,8 @@ class Judge:
         rep = None
         if oracle_out is not None:
             rep = numerics.judge(cand, ref_out, oracle_out, self.cfg.atol, self.cfg.rtol, self.cfg.numerics.factor,
-                                 excess_floor=self.cfg.numerics.excess_floor)  # element-by-element test
+                                 excess_floor=self.cfg.numerics.excess_floor,  # element-by-element test
+                                 excess_floor_low=self.cfg.numerics.excess_floor_low)
         evidence: dict[str, Any] = {"strict_passed": strict.passed}
         if rep is not None and rep.ok:
             evidence.update(rep.to_dict())
@@ -288,14 +289,17 @@ class Judge:
             if not (t.is_floating_point() or t.is_complex()):
                 continue
             try:
-                lines = localize.localize(c, t, self.cfg.atol, self.cfg.rtol, name, nan_filled=nan_fill)
+                # calibrated: the tolerance its verdict applied (rtol raised to the output dtype's ulp)
+                rtol = self.cfg.rtol if rep is None else numerics.resolution_rtol(c.dtype, self.cfg.rtol)
+                lines = localize.localize(c, t, self.cfg.atol, rtol, name, nan_filled=nan_fill)
             except Exception as exc:
                 lines = [f"(localisation failed: {type(exc).__name__}: {str(exc)[:200]})"]
             if lines and nan_fill and any("never written" in ln for ln in lines):
                 self.flag("unwritten_output", f"{name} holds NaN where memory was filled with NaN before ModelNew ran")
             if rep is not None:
-                for leaf in rep.failing():
-                    if leaf.name == name and numerics.lower_precision_suspected(t, leaf.candidate):
+                for leaf in rep.failing():  # (a bf16/fp16 output is that precision by the problem's own choice)
+                    if (leaf.name == name and not numerics.low_precision(c.dtype)
+                            and numerics.lower_precision_suspected(t, leaf.candidate)):
                         self.flag("lower_precision_suspected",
                                   f"{name}'s normwise error {leaf.candidate.norm_rel:.2e} is at the level of bf16/fp16 rounding")
                         lines.append("the error is at the level of bf16/fp16 rounding: lower precision than the problem's dtype?")

@@ -11,8 +11,16 @@ when its error is no worse than `factor` times the reference's own error, in max
 and element by element: the share of elements whose error exceeds `factor` x max(the
 reference's error at that element, the tolerance) may not exceed `factor` x the reference's
 share out of tolerance plus a small floor (`excess_share`; a bug that moves most elements far
-past the reference's rounding while a few huge elements dominate the max and the norm). A problem whose reference itself fails the tolerance against the
-oracle is flagged ill-conditioned: a fixed tolerance against that reference cannot judge it.
+past the reference's rounding while a few huge elements dominate the max and the norm). A problem
+whose reference itself fails the tolerance against the oracle is flagged ill-conditioned: a fixed
+tolerance against that reference cannot judge it.
+
+Low-precision outputs (bf16, fp16): the relative tolerance is never finer than one unit in the last
+place of the output's dtype (`resolution_rtol`): at rtol 1e-3 even the exact answer rounded to bf16
+is out of tolerance at ~58% of the elements, which made every bf16 problem "ill-conditioned" and
+the element-by-element allowance (8x that share) larger than 100%, so it could reject nothing. The
+element test's floor is larger there (`excess_floor_low`): a bf16 kernel may keep its intermediates
+in bf16, and where cancellation amplifies that rounding a few elements land past 8 ulps.
 """
 
 from __future__ import annotations
@@ -39,6 +47,21 @@ def _upcast(obj: Any, dtype: torch.dtype):
     if isinstance(obj, dict):
         return {k: _upcast(v, dtype) for k, v in obj.items()}
     return obj
+
+
+def resolution_rtol(dtype: torch.dtype, rtol: float) -> float:
+    """The relative tolerance an output of `dtype` can be held to: `rtol`, but never finer than one
+    unit in the last place of `dtype` (finfo.eps; 2^-7 for bf16): below it, even the exact answer
+    correctly rounded to `dtype` fails. float32 and wider: `rtol` unchanged (their eps is far below)."""
+    if not (dtype.is_floating_point or dtype.is_complex):
+        return rtol
+    real = {torch.complex64: torch.float32, torch.complex128: torch.float64}.get(dtype, dtype)
+    return max(rtol, float(torch.finfo(real).eps))
+
+
+def low_precision(dtype: torch.dtype) -> bool:
+    """Floating point coarser than float32 (bf16, fp16, the float8 kinds)."""
+    return dtype.is_floating_point and torch.finfo(dtype).eps > torch.finfo(torch.float32).eps
 
 
 def oracle_dtype(name: str) -> torch.dtype:
@@ -113,6 +136,7 @@ class LeafNumerics:
     excess_share: float = 0.0  # share of elements with |c-o| > factor * max(|r-o|, atol + rtol|o|)
     excess_allowed: float = 0.0  # factor * the reference's share out of tolerance + the floor
     within_distribution: bool = True  # excess_share <= excess_allowed
+    rtol: float = 0.0  # the relative tolerance applied to this output (resolution_rtol of its dtype)
 
 
 @dataclass
@@ -133,7 +157,7 @@ class NumericsReport:
                 {"name": l.name, "reference": asdict(l.reference), "candidate": asdict(l.candidate),
                  "within_tol": l.within_tol, "within_factor": l.within_factor, "passed": l.passed,
                  "excess_share": l.excess_share, "excess_allowed": l.excess_allowed,
-                 "within_distribution": l.within_distribution}
+                 "within_distribution": l.within_distribution, "rtol": l.rtol}
                 for l in self.leaves
             ],
         }
@@ -183,8 +207,11 @@ def distribution_allowed(ref: Deviation, factor: float, floor: float) -> float:
 
 
 def judge(cand: Any, ref: Any, oracle: Any, atol: float, rtol: float, factor: float,
-          excess_floor: float = 1e-4) -> NumericsReport:
-    """The calibrated verdict on one trial's outputs. `ok` False: compare structurally instead."""
+          excess_floor: float = 1e-4, excess_floor_low: float = 1e-2) -> NumericsReport:
+    """The calibrated verdict on one trial's outputs. `ok` False: compare structurally instead.
+
+    Per output, rtol is raised to its dtype's resolution (`resolution_rtol`) and the element test's
+    floor is `excess_floor_low` for low-precision outputs, `excess_floor` otherwise."""
     c_leaves, r_leaves, o_leaves = flatten(cand), flatten(ref), flatten(oracle)
     if not (len(c_leaves) == len(r_leaves) == len(o_leaves)):
         return NumericsReport(ok=False)
@@ -201,16 +228,18 @@ def judge(cand: Any, ref: Any, oracle: Any, atol: float, rtol: float, factor: fl
             return NumericsReport(ok=False)
         if not (r.is_floating_point() or r.is_complex()):
             continue  # integer/bool outputs: exact, the strict comparison decides them
-        rd = deviation(r, o, atol, rtol)
-        cd = deviation(c, o, atol, rtol)
+        rt = resolution_rtol(r.dtype, rtol)
+        rd = deviation(r, o, atol, rt)
+        cd = deviation(c, o, atol, rt)
         within_tol, within_factor = _leaf_passes(rd, cd, factor)
-        share, allowed = 0.0, distribution_allowed(rd, factor, excess_floor)
+        floor = excess_floor_low if low_precision(r.dtype) else excess_floor
+        share, allowed = 0.0, distribution_allowed(rd, factor, floor)
         if not within_tol:  # the element-by-element test only matters for the factor branch
-            share = excess_share(c, r, o, atol, rtol, factor)
+            share = excess_share(c, r, o, atol, rt, factor)
         within_dist = share <= allowed
         report.leaves.append(LeafNumerics(name, rd, cd, within_tol, within_factor,
                                           within_tol or (within_factor and within_dist),
-                                          share, allowed, within_dist))
+                                          share, allowed, within_dist, rt))
         if rd.frac_out_of_tol > 0:
             report.ill_conditioned = True
     report.passed = all(l.passed for l in report.leaves)
@@ -222,6 +251,9 @@ def judge(cand: Any, ref: Any, oracle: Any, atol: float, rtol: float, factor: fl
 def _leaf_message(l: LeafNumerics, atol: float, rtol: float, factor: float) -> str:
     c, r = l.candidate, l.reference
     head = f"Outputs are not close (atol={atol}, rtol={rtol}). max_abs_err={c.max_abs:.3e}, mean_abs_err={c.mean_abs:.3e}"
+    if l.rtol > rtol:
+        head += (f" (rtol {l.rtol:.3g} for {l.name}: one unit in the last place of its dtype, the finest "
+                 f"tolerance its values can meet)")
     if c.nonfinite:
         head = f"Output {l.name} has {c.nonfinite} NaN/Inf values where the oracle is finite. " + head
     lines = [
