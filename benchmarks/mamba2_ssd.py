@@ -52,6 +52,9 @@ import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "mamba2_ssd"
+sys.path.insert(0, str(ROOT / "src"))
+
+from kernelwright.engine.child import numerics  # noqa: E402  (the engine's calibrated verdict, for --verdict)
 
 # name: (b, l, h, p, n, chunk)
 SHAPES = {
@@ -152,11 +155,6 @@ def oracle(prob, X, A, B, C, chunk):
 
 def judged(prob, out, X, A, B, C, chunk, ref64):
     """The engine's calibrated verdict on `out`: (passed, the output's LeafNumerics)."""
-    try:
-        from kernelwright.engine.child import numerics
-    except ImportError:  # run from a checkout without the package installed
-        sys.path.insert(0, str(ROOT / "src"))
-        from kernelwright.engine.child import numerics
     with torch.no_grad():
         ref, _ = prob.ssd_chunked(X.float(), A.float(), B.float(), C.float(), chunk)
     rep = numerics.judge(out, ref.to(out.dtype), ref64, 1e-3, 1e-3, 8.0)

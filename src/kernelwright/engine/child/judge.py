@@ -297,9 +297,8 @@ class Judge:
             if lines and nan_fill and any("never written" in ln for ln in lines):
                 self.flag("unwritten_output", f"{name} holds NaN where memory was filled with NaN before ModelNew ran")
             if rep is not None:
-                for leaf in rep.failing():  # (a bf16/fp16 output is that precision by the problem's own choice)
-                    if (leaf.name == name and not numerics.low_precision(c.dtype)
-                            and numerics.lower_precision_suspected(t, leaf.candidate)):
+                for leaf in rep.failing():
+                    if leaf.name == name and numerics.lower_precision_suspected(t, leaf.candidate, c.dtype):
                         self.flag("lower_precision_suspected",
                                   f"{name}'s normwise error {leaf.candidate.norm_rel:.2e} is at the level of bf16/fp16 rounding")
                         lines.append("the error is at the level of bf16/fp16 rounding: lower precision than the problem's dtype?")

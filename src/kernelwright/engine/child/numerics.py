@@ -273,9 +273,10 @@ def _leaf_message(l: LeafNumerics, atol: float, rtol: float, factor: float) -> s
     return "\n".join(lines)
 
 
-def lower_precision_suspected(oracle: torch.Tensor, dev: Deviation) -> bool:
-    """A hint: the candidate's normwise error is at the level of rounding the oracle to bf16 or fp16."""
-    if dev.nonfinite or not math.isfinite(dev.norm_rel) or dev.norm_rel == 0:
+def lower_precision_suspected(oracle: torch.Tensor, dev: Deviation, out_dtype: torch.dtype) -> bool:
+    """A hint: the candidate's normwise error is at the level of rounding the oracle to bf16 or fp16.
+    Never for an output that is bf16/fp16 itself: that precision is the problem's own choice."""
+    if low_precision(out_dtype) or dev.nonfinite or not math.isfinite(dev.norm_rel) or dev.norm_rel == 0:
         return False
     o = oracle.detach().to(torch.float64)
     o_norm = float(torch.linalg.vector_norm(o).item())
