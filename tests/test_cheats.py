@@ -39,7 +39,6 @@ CPU_CAUGHT_BY_FLAG = [
     ("mutate_inputs.py", "mutates_inputs"),
     ("alias_input.py", "output_aliases_input"),
     ("persistent_buffer.py", "output_changed_later"),
-    ("calls_reference.py", "calls_reference"),
     ("executor_thread.py", "background_threads"),
     ("deferred_thread_lingering.py", "background_threads"),
 ]
@@ -52,6 +51,14 @@ def test_cheat_is_caught_by_its_guard(cpu_config, name, flag):
     assert len(r.trials) == cpu_config.trials and all(t.passed for t in r.trials), r.error_log
     assert flag in flags(r) and flag in failed(r), r.metadata.get("guards")
     assert r.error_log.startswith("Reward-hacking guard failed:") and flag in r.error_log.splitlines()[0], r.error_log
+
+
+def test_the_reference_is_out_of_the_candidates_reach(cpu_config):
+    """calls_reference.py imports the problem file to call its Model: the runner never holds the
+    problem (the judge hands it inputs as data), so there is nothing to import."""
+    r = run(cpu_config, "calls_reference.py")
+    assert r.status is Status.RUNTIME_ERROR and r.speedup is None, (r.status, r.error_log)
+    assert "No module named 'problem'" in r.error_log, r.error_log
 
 
 def test_pointer_cache_is_caught_by_the_refill_alone(cpu_config):

@@ -56,6 +56,13 @@ class TimingConfig:
     max_drift: float = 0.2  # median of the stage's second half vs its first half
     max_band: float = 2.0  # p90 / p10
     load_slack_cores: float = 0.5  # other processes may keep this much of our threads' cores busy
+    # The judge's clock (engine/child/windows.py): windows of back-to-back calls on fresh inputs.
+    windows: int = 5  # timed windows of each side (after one warm-up window)
+    window_ms: float = 20.0  # the reference work one window aims at (sets = window_ms / reference time)
+    max_window_calls: int = 256  # input sets per window at most
+    window_budget_mb: int = 0  # memory for a window's sets, outputs and snapshot (0: a share of what is free)
+    window_deadline_s: float = 10.0  # a window ends within max(this, 100 x its reference time), or times out
+    physics_margin: float = 0.7  # a time under this share of the roofline floor is faster than the hardware
 
 
 @dataclass
@@ -190,9 +197,11 @@ GUARD_FLAGS = (
     "lower_precision_suspected",  # error level of bf16/fp16 arithmetic (a hint, the numerics decide)
     "degenerate_reference",  # the reference's output does not depend on its input: the speed-up means nothing
     "timing_unstable",  # the timing conditions changed during the stage: the speed-up is not to be trusted
+    "faster_than_hardware",  # the judge's time beats the roofline floor: a forged timer or skipped work
 )
 # Flags that report a fact about the problem or the machine, never the candidate's fault.
-REPORT_ONLY_FLAGS = ("no_custom_kernel", "lower_precision_suspected", "degenerate_reference", "timing_unstable")
+REPORT_ONLY_FLAGS = ("no_custom_kernel", "lower_precision_suspected", "degenerate_reference", "timing_unstable",
+                     "faster_than_hardware")
 
 
 @dataclass

@@ -185,7 +185,9 @@ class EvalResult:
     @property
     def speedup_trusted(self) -> bool:
         """A speed-up to aggregate: measured, on a problem that is not degenerate, timed in stable conditions."""
-        return self.speedup is not None and not self.degenerate_reference and "timing_unstable" not in self.flags()
+        flags = self.flags()
+        return (self.speedup is not None and not self.degenerate_reference and "timing_unstable" not in flags
+                and "faster_than_hardware" not in flags)
 
     def to_kernelbench(self) -> dict[str, Any]:
         """The record in KernelBench's `KernelExecResult` shape, for tools that read that format."""

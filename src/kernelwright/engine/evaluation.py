@@ -165,10 +165,10 @@ def _spawn_pair(config: EvalConfig, sandbox_kind: str, workdir: Path, job: dict,
                 spare: bool = False) -> tuple[process.Child, process.Child, dict[str, str]]:
     """Runner and judge, with a socket between them for device outputs where the device is a GPU
     (`device_handoff`: the runner's CUDA outputs reach the judge without a trip through host memory)."""
-    ends: tuple[int | None, int | None] = (None, None)
-    if config.device != "cpu" and config.device_handoff:
-        a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        ends = (a.detach(), b.detach())
+    # the pair's socket: the judge's timing windows (their regions' descriptors) and, on a GPU,
+    # the runner's device outputs
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    ends: tuple[int | None, int | None] = (a.detach(), b.detach())
     try:
         runner, env = _spawn_runner(config, sandbox_kind, workdir, job, spare=spare, out_dir=out_dir,
                                     handoff_fd=ends[0])
@@ -309,9 +309,7 @@ def _run(problem_path: Path, cand_path: Path, config: EvalConfig, workdir: Path,
     from kernelwright.engine.coordinator import coordinate
 
     cache_dir = Path(config.cache_dir)
-    # The problem is copied in too: the runner reads only its own directory and the cache.
-    prob_copy = workdir / "problem.py"
-    shutil.copyfile(problem_path, prob_copy)
+    # The runner never sees the problem: the judge holds it and hands the runner its inputs as data.
     (workdir / "out").mkdir(exist_ok=True)
     phases: dict[str, float] = {}  # the engine's own time, by phase (metadata["engine_phases_s"])
     t_phase = time.monotonic()
@@ -320,7 +318,7 @@ def _run(problem_path: Path, cand_path: Path, config: EvalConfig, workdir: Path,
         spare = _start_spare(config, sandbox_kind, workdir)
     out_dir = spare.out_dir
     files = {"out_dir": str(out_dir), "spill_dir": str(workdir / "out")}
-    job = {"problem_path": str(prob_copy), "candidate_path": str(cand_path), "config": config.to_dict(), **files}
+    job = {"problem_path": "", "candidate_path": str(cand_path), "config": config.to_dict(), **files}
     judge_job = {"problem_source": Path(problem_path).read_text(), "problem_name": str(problem_path),
                  "config": config.to_dict(), **files}
     trusted = None

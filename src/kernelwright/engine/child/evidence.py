@@ -197,13 +197,16 @@ def torch_profile(cand_model: torch.nn.Module, inputs: Any, device: torch.device
 
 
 def cached_reference_work(ref_model, inputs, problem_path: str | None, cache_dir: str,
-                          device: torch.device) -> dict[str, Any]:
+                          device: torch.device, problem_text: str | None = None) -> dict[str, Any]:
     """`reference_work`, cached per problem text, device type and torch version.
 
     FlopCounterMode's first use costs seconds (lazy imports); a run evaluates one problem many times.
     """
     key = None
-    if problem_path:
+    if problem_text is not None:
+        blob = problem_text.encode() + f"|{device.type}|{torch.__version__}".encode()
+        key = hashlib.sha256(blob).hexdigest()[:20]
+    elif problem_path:
         try:
             blob = Path(problem_path).read_bytes() + f"|{device.type}|{torch.__version__}".encode()
             key = hashlib.sha256(blob).hexdigest()[:20]

@@ -94,6 +94,13 @@ class Judge:
         self.out_dir = job.get("out_dir") or os.getcwd()
         self.rec = EvalResult(status=Status.RUNTIME_ERROR, atol=self.cfg.atol, rtol=self.cfg.rtol, seed=self.cfg.seed)
         self.rec.metadata = {}
+        # Every input the candidate is judged on derives from this secret, drawn fresh for each
+        # evaluation and never sent anywhere: the runner gets the inputs themselves, as data.
+        # (`seed` stays the public seed of the models' weights, which both sides must share.)
+        self.secret = int.from_bytes(os.urandom(6), "little")
+        self.input_files: dict[int, str] = {}  # seed -> the wire file the runner reads its inputs from
+        self.expected: set[str] = set()  # labels of outputs the runner still owes
+        self.checks_done = False
         self.stage_started: dict[str, float] = {}
         self.current_stage = "startup"
         self.verdict_set = False
@@ -139,6 +146,8 @@ class Judge:
         self.started = True
 
     def load_problem(self) -> bool:
+        import torch
+
         from kernelwright.engine.child.problem_io import ProblemIO, load_source
 
         try:
@@ -146,6 +155,8 @@ class Judge:
                                        "kw_problem")
             self.io = ProblemIO(self.problem, self.device, self.cfg.inputs_on_device, self.rec.metadata)
             self.ref_model = self.io.construct(self.problem.Model, self.cfg.seed)
+            torch.manual_seed(self.cfg.seed)
+            self.init_inputs = self.problem.get_init_inputs()
         except Exception as exc:
             self.set_verdict(Status.RUNTIME_ERROR, "The reference problem failed to load or construct:\n"
                              + _short_tb(exc), Stage.REFERENCE)
@@ -192,7 +203,7 @@ class Judge:
                 sync(self.device)
             except Exception as exc:
                 self.oracle_error = f"{type(exc).__name__}: {str(exc)[:300]}"
-        self.ref_cache = {seed: (ref_out, oracle_out, inputs)} if len(self.ref_cache) > 4 else {
+        self.ref_cache = {seed: (ref_out, oracle_out, inputs)} if len(self.ref_cache) > 8 else {
             **self.ref_cache, seed: (ref_out, oracle_out, inputs)}
         from kernelwright.engine.child.compare import flatten
 
@@ -224,7 +235,7 @@ class Judge:
 
     def fetcher(self, name: str):
         """Leaf i's bytes of output `name`, sent by the runner on the device (`device_handoff`)."""
-        if self.handoff is None or self.device.type != "cuda":
+        if self.handoff is None or self.device.type != "cuda" or not self.cfg.device_handoff:
             return None
         from kernelwright.engine.child import device_handoff
         from kernelwright.engine.child.wire import WireError
@@ -347,7 +358,42 @@ class Judge:
         self.rec.metadata["builds"] = _plain_data(msg.get("builds") or [])
 
     def r_compiled(self, msg) -> None:
+        """The candidate imported: send every check at once (the runner answers in order)."""
+        from kernelwright.engine.child import protocol
+        from kernelwright.engine.child.problem_io import guard_seeds, trial_seed
+
         self.rec.compiled = True
+        init = self.write_inputs("in_init.kwt", self.init_inputs)
+        cmds: list[Any] = [protocol.Construct(init=init, seed=self.cfg.seed)]
+        for t in range(self.cfg.trials):
+            seed = trial_seed(self.secret, t)
+            cmds.append(protocol.Call(label=f"trial{t}", inputs=self.inputs_file(seed)))
+            self.expected.add(f"trial{t}")
+        if self.cfg.guards.enabled:
+            seeds = guard_seeds(self.secret)
+            refill = self.inputs_file(seeds["refill"]) if self.cfg.guards.refill_inputs else ""
+            cmds.append(protocol.Guards(inputs=self.inputs_file(seeds["call"]), refill=refill))
+            self.expected.add("guards")
+        for c in cmds:
+            self.ask(protocol.to_line(c))
+
+    def write_inputs(self, name: str, obj: Any) -> str:
+        from kernelwright.engine.child.wire import write_tree
+
+        path = os.path.join(self.out_dir, name)
+        try:
+            os.unlink(path)  # whatever stands there was not written by this judge
+        except FileNotFoundError:
+            pass
+        write_tree(path, obj)
+        return name
+
+    def inputs_file(self, seed: int) -> str:
+        """The wire file holding the judge's inputs for `seed` (written once)."""
+        if seed not in self.input_files:
+            _, _, inputs = self.reference(seed)
+            self.input_files[seed] = self.write_inputs(f"in_{len(self.input_files):03d}.kwt", inputs)
+        return self.input_files[seed]
 
     def r_failure(self, msg) -> None:
         status = _FAILURE_STATUSES.get(msg.get("status"), Status.RUNTIME_ERROR)
@@ -368,32 +414,37 @@ class Judge:
             self.rec.compile_issues = issues
         self.set_verdict(status, _text(msg.get("log")), stage)
 
-    def r_trial_error(self, msg) -> None:
-        t, seed = msg.get("trial"), msg.get("seed")
-        if isinstance(t, int) and isinstance(seed, int):
-            self.rec.trials.append(TrialRecord(trial=t, seed=seed, passed=False, message=_text(msg.get("message"), 500)))
+    def r_call_error(self, msg) -> None:
+        label = msg.get("label")
+        if isinstance(label, str) and label.startswith("trial") and label[5:].isdigit():
+            from kernelwright.engine.child.problem_io import trial_seed
 
-    def r_trial(self, msg) -> None:
-        from kernelwright.engine.child.problem_io import same_fingerprint, trial_seed
+            t = int(label[5:])
+            self.rec.trials.append(TrialRecord(trial=t, seed=trial_seed(self.secret, t), passed=False,
+                                               message=_text(msg.get("message"), 500)))
+        self.expected.clear()
+
+    def r_output(self, msg) -> None:
+        label = msg.get("label")
+        if not (isinstance(label, str) and label in self.expected and label.startswith("trial")):
+            return
+        self.expected.discard(label)
+        self.trial(int(label[5:]), msg.get("file"))
+        self.after_report()
+
+    def trial(self, t: int, file: Any) -> None:
+        from kernelwright.engine.child.problem_io import trial_seed
         from kernelwright.engine.child.wire import WireError
 
-        t = msg.get("trial")
-        if not isinstance(t, int) or not 0 <= t < self.cfg.trials or any(tr.trial == t for tr in self.rec.trials):
-            return
-        seed = trial_seed(self.cfg.seed, t)  # the judge's seed, whatever the runner says
+        seed = trial_seed(self.secret, t)
         ref_out, oracle_out, inputs = self.reference(seed)
         trial = TrialRecord(trial=t, seed=seed, passed=False)
         try:
-            cand = self.read(msg.get("file"))
+            cand = self.read(file)
         except WireError as exc:
             trial.message = f"The candidate's output for trial {t} could not be read: {exc}"
             self.add_trial(trial)
             return
-        from kernelwright.engine.child.problem_io import fingerprint
-
-        if not same_fingerprint(msg.get("fingerprint"), fingerprint(inputs)):
-            self.flag("inputs_differ", f"the inputs ModelNew saw on trial {t} are not the problem's inputs for seed "
-                      f"{seed} (torch's random state or get_inputs was tampered with)")
         first = self.first_failure is None
         passed, message, evidence = self.compare(cand, ref_out, oracle_out, localize=first)
         strict, rep = evidence.pop("_report")
@@ -414,13 +465,56 @@ class Judge:
             s["calibrated_passed"] = None
         self.degenerate.add(inputs, ref_out)
         self.add_trial(trial)
-        if passed and t == 0:  # the timed calls' first input set: their samples may equal it bit for bit
-            self.verified[seed] = cand
-        if not passed and self.first_failure is None:
-            self.first_failure = (t, seed, message)
-            if self.cfg.numerics.localize and not self.ablation_asked:
-                self.ablation_asked = True
-                self.ask(f"ablate {t}")
+
+    def after_report(self) -> None:
+        """Once every check's output is in: the verdict so far, then timing or the end."""
+        if self.expected or self.checks_done:
+            return
+        self.checks_done = True
+        if self.verdict_set or self.first_failure is not None:
+            if self.cfg.numerics.localize and self.first_failure and not self.ablation_asked:
+                self.ask_ablation()
+            else:
+                self.ask("stop")
+            return
+        if len([tr for tr in self.rec.trials if tr.passed]) < self.cfg.trials:
+            self.set_verdict(Status.RUNTIME_ERROR, "The runner reported fewer trials than were asked for "
+                             f"({len(self.rec.trials)}/{self.cfg.trials})", Stage.CORRECTNESS)
+            self.ask("stop")
+            return
+        if not self.guard_verdict(Stage.CORRECTNESS):
+            self.ask("stop")
+            return
+        self.rec.status = Status.PASSED
+        self.rec.correct = True
+        if self.cfg.time_candidate:
+            self.timing_asked = True
+            self.time_windows()
+        if self.rec.status is Status.PASSED and (self.cfg.profile.enabled or self.cfg.profile.roofline):
+            self.evidence()
+            if self.cfg.profile.enabled:
+                from kernelwright.engine.child import protocol
+                from kernelwright.engine.child.problem_io import trial_seed
+
+                self.expected.add("evidence")
+                self.ask(protocol.to_line(protocol.Profile(inputs=self.inputs_file(trial_seed(self.secret, 0)))))
+                return
+        self.ask("stop")
+
+    def ask_ablation(self) -> None:
+        """Which parameter, zeroed in both models, makes the first failure go away (evidence for
+        the Judge model): the runner zeroes it in ModelNew, the judge in its own reference."""
+        from kernelwright.engine.child import protocol
+
+        self.ablation_asked = True
+        t, seed, _ = self.first_failure
+        names = [n for n, p in self.ref_model.named_parameters() if p.is_floating_point()][:8]
+        if not names:
+            self.ask("stop")
+            return
+        self.ablation_seed = seed
+        self.expected.add("ablation")
+        self.ask(protocol.to_line(protocol.Ablate(inputs=self.inputs_file(seed), params=names)))
 
     def add_trial(self, trial: TrialRecord) -> None:
         self.rec.trials.append(trial)
@@ -428,7 +522,40 @@ class Judge:
             self.first_failure = (trial.trial, trial.seed, trial.message)
 
     def r_ablation(self, msg) -> None:
-        self.ablation_lines = [_text(x, 300) for x in (msg.get("lines") or [])[:8] if isinstance(x, str)]
+        import torch
+
+        from kernelwright.engine.child.compare import compare_outputs, flatten
+        from kernelwright.engine.child.trees import clone
+        from kernelwright.engine.child.wire import WireError
+
+        if "ablation" not in self.expected:
+            return
+        self.expected.discard("ablation")
+        files = msg.get("files") if isinstance(msg.get("files"), dict) else {}
+        params = dict(self.ref_model.named_parameters())
+        _, _, inputs = self.reference(self.ablation_seed)
+        for name, file in list(files.items())[:8]:
+            p = params.get(name)
+            if p is None:
+                continue
+            saved = p.detach().clone()
+            try:
+                cand = self.read(file)
+                with torch.no_grad():
+                    p.zero_()
+                    ref_out = self.ref_model(*clone(inputs))
+                rep = compare_outputs(cand, ref_out, self.cfg.atol, self.cfg.rtol)
+                nonzero = any(isinstance(x, torch.Tensor) and x.numel() and bool(x.ne(0).any())
+                              for _, x in flatten(ref_out))
+                if rep.passed and nonzero:
+                    self.ablation_lines.append(f"the mismatch disappears when parameter '{_text(name, 100)}' is set "
+                                               f"to 0 in both models (outputs still non-zero): look at how "
+                                               f"'{_text(name, 100)}' is used")
+            except (WireError, RuntimeError, ValueError):
+                pass
+            finally:
+                with torch.no_grad():
+                    p.copy_(saved)
         self.ask("stop")  # the verdict is known: nothing the runner does now can change it
 
     def r_patched(self, msg) -> None:
@@ -444,12 +571,26 @@ class Judge:
         from kernelwright.engine.child.problem_io import guard_seeds
         from kernelwright.engine.child.wire import WireError
 
+        if "guards" not in self.expected:
+            return
+        self.expected.discard("guards")
+        try:
+            self.guards_report(msg)
+        finally:
+            self.after_report()
+
+    def guards_report(self, msg) -> None:
+        from kernelwright.engine.child import guards
+        from kernelwright.engine.child.compare import flatten
+        from kernelwright.engine.child.problem_io import guard_seeds
+        from kernelwright.engine.child.wire import WireError
+
         self.checked += ["patched_functions", "calls_reference", "mutates_inputs", "output_aliases_input",
                          "output_changed_later", "background_threads"]
         facts = msg.get("facts") if isinstance(msg.get("facts"), dict) else {}
         files = msg.get("files") if isinstance(msg.get("files"), dict) else {}
         self.facts["call"] = _plain_data({k: v for k, v in facts.items() if k != "aliases"})
-        seeds = guard_seeds(self.cfg.seed)
+        seeds = guard_seeds(self.secret)
         if facts.get("problem_code"):
             self.flag("calls_reference", "code of the problem file ran inside ModelNew: "
                       + ", ".join(_text(x, 100) for x in facts["problem_code"][:5]))
@@ -458,8 +599,9 @@ class Judge:
             if not facts.get("custom_kernel") and not facts.get("profiler_error"):
                 self.flag("no_custom_kernel", "ModelNew launched only PyTorch's built-in operations and kernels "
                           "(no extension function, Triton kernel or custom op of its own ran)")
+        ref_alias = self.reference_aliases(seeds["call"])
         for pair in (facts.get("aliases") or [])[:5]:
-            if isinstance(pair, list) and len(pair) == 2:
+            if isinstance(pair, list) and len(pair) == 2 and pair[0] not in ref_alias:
                 self.flag("output_aliases_input", f"output {_text(pair[0], 80)} shares memory with input "
                           f"{_text(pair[1], 80).replace('out', 'inputs', 1)}")
         if facts.get("threads"):
@@ -509,29 +651,18 @@ class Judge:
             self.ref_model(*inputs)
         return inputs
 
-    def r_await(self, msg) -> None:
-        if self.verdict_set or self.first_failure is not None:
-            if self.cfg.numerics.localize and self.first_failure and not self.ablation_asked:
-                self.ablation_asked = True
-                self.ask(f"ablate {self.first_failure[0]}")
-            else:
-                self.ask("stop")
-            return
-        if len([tr for tr in self.rec.trials if tr.passed]) < self.cfg.trials:
-            self.set_verdict(Status.RUNTIME_ERROR, "The runner reported fewer trials than were asked for "
-                             f"({len(self.rec.trials)}/{self.cfg.trials})", Stage.CORRECTNESS)
-            self.ask("stop")
-            return
-        if not self.guard_verdict(Stage.CORRECTNESS):
-            self.ask("stop")
-            return
-        self.rec.status = Status.PASSED
-        self.rec.correct = True
-        if self.cfg.time_candidate or self.cfg.profile.enabled or self.cfg.profile.roofline:
-            self.timing_asked = True
-            self.ask("time")
-        else:
-            self.ask("stop")
+    def reference_aliases(self, seed: int) -> set[str]:
+        """Names of the reference's outputs that share memory with its inputs (allowed to the candidate too)."""
+        import torch
+
+        from kernelwright.engine.child import guards
+        from kernelwright.engine.child.trees import clone
+
+        inputs = clone(self.reference(seed)[2])
+        with torch.no_grad():
+            out = self.ref_model(*inputs)
+        keys = {guards.storage_key(x) for _, x in guards.tensors(inputs)}
+        return {n for n, o in guards.tensors(out) if guards.storage_key(o) in keys}
 
     def guard_verdict(self, stage: Stage) -> bool:
         bad = [f for f in self.flags if f in self.cfg.guards.fail_on]
@@ -545,117 +676,65 @@ class Judge:
             setattr(self.rec, key, None)
         return False
 
-    def r_timing(self, msg) -> None:
-        from kernelwright.engine.child.problem_io import guard_seeds, trial_seed
-        from kernelwright.engine.child.wire import WireError
+    # ---- timing: the judge's clock (windows.py) -------------------------------------------------------
+    def time_windows(self) -> None:
+        from kernelwright.engine.child import timing_review
 
-        if not self.timing_asked:
-            return
-        stats = msg.get("stats") if isinstance(msg.get("stats"), dict) else {}
-        parsed: dict[str, TimingStats] = {}
-        for name in ("candidate", "reference", "compile_reference"):
-            raw = stats.get(name)
-            if isinstance(raw, dict):
-                try:
-                    ts = TimingStats(**{k: raw[k] for k in TimingStats.__dataclass_fields__ if k in raw})
-                    if all(_num(getattr(ts, k)) is not None and getattr(ts, k) > 0 for k in ("median_ms", "p10_ms", "p90_ms")):
-                        parsed[name] = ts
-                except TypeError:
-                    pass
-        if isinstance(msg.get("meta"), dict):
-            for k in ("compile_reference_error", "device_handoff_off"):
-                if k in msg["meta"]:
-                    self.rec.metadata[k] = _text(msg["meta"][k], 400)
-        if "candidate" not in parsed or "reference" not in parsed:
-            self.set_verdict(Status.RUNTIME_ERROR, "The runner's timing report is missing or malformed", Stage.TIMING)
-            return
-        c, r = parsed["candidate"], parsed["reference"]
-        self.rec.candidate_timing, self.rec.reference_timing = c, r
-        self.rec.candidate_ms, self.rec.reference_ms = c.median_ms, r.median_ms
-        self.rec.speedup = r.median_ms / c.median_ms
-        if "compile_reference" in parsed:
-            cr = parsed["compile_reference"]
-            self.rec.compile_reference_timing, self.rec.compile_reference_ms = cr, cr.median_ms
-            self.rec.speedup_vs_compile = cr.median_ms / c.median_ms
-        # The parent's own clock bounds what the runner may claim: the timed calls cannot have
-        # taken longer than the stage itself.
-        wall_s = _num(msg.get("parent_stage_s"))
-        claimed_s = sum(ts.median_ms * ts.iterations for ts in parsed.values()) / 1e3 * 0.5
-        if wall_s is not None and claimed_s > wall_s + 0.05:
-            self.flag("timing_report_inconsistent", f"the runner reports timed calls worth at least {claimed_s:.3g} s "
-                      f"in a timing stage that lasted {wall_s:.3g} s on the parent's clock")
-        seeds = guard_seeds(self.cfg.seed)
-        set_seed = {"A": trial_seed(self.cfg.seed, 0), "B": seeds["timing_b"]}
-        samples = msg.get("samples") if isinstance(msg.get("samples"), list) else []
-        if self.cfg.guards.enabled and self.cfg.guards.check_timed_outputs:
-            self.checked.append("timed_output_mismatch")
-            if not samples:
-                self.flag("timed_output_mismatch", "the runner returned no sampled output of the timed calls")
-            bad = 0
-            for item in samples[:8]:
-                if not (isinstance(item, list) and len(item) == 2 and item[0] in set_seed):
-                    bad += 1
-                    continue
-                try:
-                    out = self.read(item[1])
-                except WireError:
-                    bad += 1
-                    continue
-                seed = set_seed[item[0]]
-                if seed in self.verified and _identical(out, self.verified[seed]):
-                    self.facts["timed_samples_identical"] = self.facts.get("timed_samples_identical", 0) + 1
-                    continue  # bit for bit an output already judged correct for these inputs
-                ref_out, oracle_out, _ = self.reference(seed)
-                ok, _, _ = self.compare(out, ref_out, oracle_out, localize=False)
-                bad += 0 if ok else 1
-                if ok:
-                    self.verified[seed] = out
-            self.facts["timed_calls_checked"] = len(samples)
-            if bad:
-                self.flag("timed_output_mismatch", f"{bad} of {len(samples)} sampled timed calls of ModelNew gave a "
-                          "wrong output for the inputs they were given (the inputs' contents change between timed "
-                          "calls without a new tensor, version or address: a replayed or cached output is wrong)")
-        meta = msg.get("meta") if isinstance(msg.get("meta"), dict) else {}
-        if isinstance(meta.get("phases_s"), dict):  # the runner's own account of its time: evidence only
-            self.rec.metadata["runner_phases_s"] = {_text(k, 40): _num(v) for k, v in list(meta["phases_s"].items())[:20]}
-        if isinstance(meta.get("timing"), dict):
-            self.rec.metadata["timing"] = _plain_data(meta["timing"])
-            unstable = meta["timing"].get("unstable")
-            if unstable and isinstance(unstable, list):
-                self.flag("timing_unstable", "; ".join(_text(u, 200) for u in unstable[:5]))
-        timer = msg.get("timer")
-        if self.device.type == "cuda" and isinstance(timer, dict) and isinstance(timer.get("rounds"), list):
-            from kernelwright.engine.child import guards
-
-            self.checked.append("timer_escape")
-            rounds = []
-            for raw in timer["rounds"][:10]:
-                try:
-                    rounds.append(guards.EscapeRound(**{k: [float(x) for x in raw[k][:1000]] for k in
-                                                       guards.EscapeRound.__dataclass_fields__}))
-                except (TypeError, KeyError, ValueError):
-                    pass
-            if rounds:
-                verdict = guards.judge_escape(rounds, self.cfg.guards.escape_ratio,
-                                              confirm=self.cfg.guards.escape_rounds)
-                self.facts["timer"] = {"event_median_ms": c.median_ms, "rounds": verdict.rounds}
-                if verdict.escaped:
-                    self.flag("timer_escape", verdict.detail)
-
-    def r_after_timing(self, msg) -> None:
-        from kernelwright.engine.child.problem_io import guard_seeds
-        from kernelwright.engine.child.wire import WireError
-
+        t0 = time.perf_counter()
         try:
-            ref_out, oracle_out, _ = self.reference(guard_seeds(self.cfg.seed)["after_timing"])
-            ok, message, _ = self.compare(self.read(msg.get("file")), ref_out, oracle_out, localize=False)
-        except WireError as exc:
-            ok, message = False, str(exc)
-        if not ok:
-            self.flag("stale_output_on_refill", "inputs refilled in place with new values (same tensors, same "
-                      "addresses) after timing gave a wrong output: " + _first_line(message))
+            timing_review.run(self)
+        finally:
+            self.busy_s["timing_windows"] = self.busy_s.get("timing_windows", 0.0) + time.perf_counter() - t0
+
+    def evidence(self) -> None:
+        """Device facts, the reference's work and the roofline of the judge's own candidate time."""
+        from kernelwright.core import roofline
+        from kernelwright.engine.child import evidence, gpu_facts
+        from kernelwright.engine.child.problem_io import trial_seed
+
+        meta = self.rec.metadata
+        try:
+            facts = self.device_facts()
+            meta["gpu_facts"] = facts
+        except Exception as exc:
+            meta["gpu_facts_error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+            facts = None
+        if not self.cfg.profile.roofline:
+            return
+        try:
+            _, _, inputs = self.reference(trial_seed(self.secret, 0))
+            work = self.reference_work(inputs)
+            meta["reference_work"] = work
+            if facts is not None and self.rec.candidate_ms:
+                peak_flops, peak_bw, source = roofline.choose_peaks(facts, work["precision"])
+                if peak_bw:
+                    r = roofline.compute(work["flops"], work["min_bytes"], self.rec.candidate_ms, peak_bw, peak_flops,
+                                         source, work["precision"])
+                    meta["roofline"] = r.to_dict()
+                    meta["roofline_line"] = roofline.line(r)
+        except Exception as exc:
+            meta["roofline_error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+        del evidence, gpu_facts
+
+    def device_facts(self) -> dict[str, Any]:
+        from kernelwright.engine.child import gpu_facts
+
+        if getattr(self, "_facts", None) is None:
+            self._facts = gpu_facts.collect(self.device, self.cfg.cache_dir, measure=self.cfg.profile.measure_peaks)
+        return self._facts
+
+    def reference_work(self, inputs: Any) -> dict[str, Any]:
+        from kernelwright.engine.child import evidence
+
+        if getattr(self, "_work", None) is None:
+            self._work = evidence.cached_reference_work(self.ref_model, inputs, None, self.cfg.cache_dir, self.device,
+                                                        problem_text=self.job.get("problem_source", ""))
+        return self._work
 
     def r_evidence(self, msg) -> None:
+        if "evidence" in self.expected:
+            self.expected.discard("evidence")
+            self.ask("stop")
         meta = msg.get("metadata")
         if isinstance(meta, dict):
             for k, v in meta.items():
@@ -788,6 +867,8 @@ def main(argv: list[str] | None = None) -> int:
         judge.take(json.loads(line))
         loaded = judge.load_problem()
         chan.send("loaded", ok=loaded)
+        if not loaded:
+            judge.ask("stop")
         ended: dict[str, Any] = {}
         for line in sys.stdin:
             cmd = json.loads(line)

@@ -133,28 +133,21 @@ class Runner:
 
     def shipper(self, name: str):
         """How the bytes of this output's CUDA tensors reach the judge: on the device, beside the
-        file (`device_handoff`), when the parent gave a socket for it and this machine can export;
+        file (`device_handoff`), when the configuration allows it and this machine can export;
         None (in the file) otherwise or after the first failure."""
-        fd = self.job.get("handoff_fd")
-        if not isinstance(fd, int) or getattr(self, "device", None) is None or self.device.type != "cuda" \
+        if not self.cfg.device_handoff or getattr(self, "device", None) is None or self.device.type != "cuda" \
                 or self._handoff_off:
             return None
-        import socket
-
+        sock = self.pair_socket()
+        if sock is None:
+            return None
         from kernelwright.engine.child import device_handoff
-
-        if self._handoff_sock is None:
-            try:
-                self._handoff_sock = socket.socket(fileno=fd)
-            except OSError as exc:
-                self._handoff_off = f"socket: {exc}"
-                return None
 
         def ship(i: int, t) -> bool:
             if self._handoff_off or t.device.type != "cuda":
                 return False
             try:
-                device_handoff.send(self._handoff_sock, f"{name}#{i}#{t.numel() * t.element_size()}", t)
+                device_handoff.send(sock, f"{name}#{i}#{t.numel() * t.element_size()}", t)
                 return True
             except Exception as exc:  # written into the file instead; the record says why
                 self._handoff_off = f"{type(exc).__name__}: {str(exc)[:200]}"
@@ -241,11 +234,7 @@ class Runner:
             if mode == "profile_only":
                 self.profile_forwards()
                 return
-            if not self.init():
-                return
-            if not self.correctness():
-                return
-            self.await_timing()
+            self.serve()
         except Stop:
             return
         except Exception as exc:  # the candidate's error, a CUDA error it left, or the engine's own
@@ -255,7 +244,6 @@ class Runner:
 
     def build(self) -> bool:
         from kernelwright.engine.child import build, guards
-        from kernelwright.engine.child.problem_io import ProblemIO, load_module
 
         self.stage("build")
         build.install_build_cache(os.path.join(self.cfg.cache_dir, "builds"), self.job["candidate_path"],
@@ -263,17 +251,11 @@ class Runner:
                                   # load only verified artefacts of the shared cache, build the rest privately
                                   verified=self.job.get("verified_builds"), private_root=self.job.get("private_builds"),
                                   failed=self.job.get("failed_builds"))
-        try:
-            self.problem = load_module(self.job["problem_path"], "kw_problem")
-        except Exception as exc:
-            self.fail("runtime_error", "The reference problem failed to import:\n" + short_tb(exc), "reference")
-            return False
-        self.io = ProblemIO(self.problem, self.device, self.cfg.inputs_on_device, self.meta)
         self.snapshot = guards.FunctionSnapshot() if self.cfg.guards.enabled else None
         self.threads_at_start = guards.python_threads()
         ok = True
         try:
-            self.candidate = load_module(self.job["candidate_path"], "kw_candidate")
+            self.candidate = _load_module(self.job["candidate_path"], "kw_candidate")
         except build.CandidateBuildError as exc:
             self.compile_error(exc)
             ok = False
@@ -319,21 +301,100 @@ class Runner:
         self.chan.send("failure", status="compile_error", stage="build", compile_issues=issues[:50], caught=caught,
                        log=summary + "\n\nCompiler output (end):\n" + _tail(exc.output, 60))
 
-    def init(self) -> bool:
+    # ---- the judge's commands -----------------------------------------------------------------------
+    def serve(self) -> None:
+        """Answer the judge's commands until it says stop: stdin (through the parent) for the
+        checks, the pair's socket for timing windows."""
+        from kernelwright.engine.child import protocol
+
+        handlers = {protocol.Construct: self.construct, protocol.Call: self.call_cmd,
+                    protocol.Guards: self.guarded_calls, protocol.Ablate: self.ablate, protocol.Profile: self.evidence}
+        self.chan.send("await")
+        while True:
+            cmd, window = self.next_command()
+            if window is not None:
+                self.window(*window)
+                continue
+            if cmd is None:
+                continue
+            if isinstance(cmd, protocol.Stop):
+                raise Stop()
+            handlers[type(cmd)](cmd)
+
+    def next_command(self):
+        """(command, None) from stdin, or (None, (header, fds)) for a window on the socket."""
+        from kernelwright.engine.child import protocol, shared_region
+
+        buf = getattr(self, "_stdin_buf", b"")
+        while b"\n" not in buf:
+            sock = self.pair_socket()
+            fds = [0] + ([sock.fileno()] if sock is not None else [])
+            ready, _, _ = select.select(fds, [], [], None)
+            if sock is not None and sock.fileno() in ready:
+                data, got = shared_region.recv(sock)
+                if not data:  # the judge closed its end: nothing more will come that way
+                    self._sock_closed = True
+                    for fd in got:
+                        os.close(fd)
+                    continue
+                try:
+                    header = json.loads(data.decode(errors="replace"))
+                except ValueError:
+                    header = None
+                if isinstance(header, dict) and "window" in header and len(got) == 2:
+                    self._stdin_buf = buf
+                    return None, (header, got)
+                for fd in got:
+                    os.close(fd)
+                continue
+            if 0 in ready:
+                chunk = os.read(0, 1 << 16)
+                if not chunk:
+                    raise Stop()
+                buf += chunk
+        line, self._stdin_buf = buf.split(b"\n", 1)
+        return protocol.parse_command(line.decode(errors="replace")), None
+
+    def pair_socket(self):
+        fd = self.job.get("handoff_fd")
+        if not isinstance(fd, int) or getattr(self, "_sock_closed", False):
+            return None
+        if self._handoff_sock is None:
+            import socket
+
+            try:
+                self._handoff_sock = socket.socket(fileno=fd)
+            except OSError:
+                self._sock_closed = True
+                return None
+        return self._handoff_sock
+
+    def read_inputs(self, name: str) -> Any:
+        from kernelwright.engine.child import protocol
+        from kernelwright.engine.child.wire import read_tree
+
+        safe = protocol.safe_name(name)
+        if safe is None:
+            raise Stop()
+        return read_tree(os.path.join(self.out_dir, safe), self.device)
+
+    def construct(self, cmd) -> None:
+        import torch
+
         self.stage("init")
-        seed = self.cfg.seed
         try:
-            self.ref_model = self.io.construct(self.problem.Model, seed)
-        except Exception as exc:
-            self.fail("runtime_error", "The reference Model failed to construct:\n" + short_tb(exc), "reference")
-            return False
-        try:
-            self.cand_model = self.io.construct(self.candidate.ModelNew, seed)
+            init = self.read_inputs(cmd.init)
+            init = list(init) if isinstance(init, (list, tuple)) else [init]
+            torch.manual_seed(cmd.seed)
+            self.cand_model = self.candidate.ModelNew(*init).to(self.device).eval()
             self.sync()
+        except Stop:
+            raise
         except Exception as exc:
             self.runtime_error(exc, "ModelNew failed to construct", "init")
-            return False
-        return True
+            raise Stop() from None
+        self.patches("at import or construction")
+        self.chan.send("constructed")
 
     def sync(self) -> None:
         from kernelwright.engine.child import faults
@@ -341,7 +402,7 @@ class Runner:
         faults.sync_and_check(self.device)  # a pending CUDA error surfaces here, as the candidate's
 
     def patches(self, when: str) -> None:
-        """Report (and undo) any patch of timing, verifier or torch functions."""
+        """Report (and undo) any patch of timing, verifier or torch functions (evidence only)."""
         if self.snapshot is None:
             return
         changed = self.snapshot.changed()
@@ -360,52 +421,33 @@ class Runner:
         self.sync()
         return out
 
-    def correctness(self) -> bool:
-        from kernelwright.engine.child.problem_io import fingerprint, trial_seed
-
-        self.patches("at import or construction")
-        self.stage("correctness")
-        for t in range(self.cfg.trials):
-            cmd = self.poll_command(block=False)
-            if cmd and cmd.startswith("ablate"):
-                self.ablate(cmd)
-            seed = trial_seed(self.cfg.seed, t)
-            t0 = time.perf_counter()
-            inputs = self.io.inputs(seed)
-            fp = fingerprint(inputs)
-            t0 = self.phase("trial_inputs", t0)
-            try:
-                out = self.call(inputs)
-            except Exception as exc:
-                self.runtime_error(exc, f"ModelNew.forward raised on trial {t} (seed {seed})", "correctness")
-                self.chan.send("trial_error", trial=t, seed=seed, message=str(exc)[:500])
-                return False
-            t0 = self.phase("trial_calls", t0)
-            self.chan.send("trial", trial=t, seed=seed, file=self.write(f"trial{t}", out), fingerprint=fp)
-            self.phase("trial_writes", t0)
-            del out
+    def call_cmd(self, cmd) -> None:
+        if not getattr(self, "_in_correctness", False):
+            self._in_correctness = True
+            self.stage("correctness")
+        t0 = time.perf_counter()
+        inputs = self.read_inputs(cmd.inputs)
+        t0 = self.phase("inputs_read", t0)
+        try:
+            out = self.call(inputs, cmd.nan_fill)
+        except Exception as exc:
+            self.runtime_error(exc, f"ModelNew.forward raised on {cmd.label}", "correctness")
+            self.chan.send("call_error", label=cmd.label, message=str(exc)[:500])
+            raise Stop() from None
+        t0 = self.phase("calls", t0)
+        self.chan.send("output", label=cmd.label, file=self.write(cmd.label, out))
+        self.phase("output_writes", t0)
         self.patches("while ModelNew ran")
-        if self.cfg.guards.enabled:
-            t0 = time.perf_counter()
-            self.guarded_calls()
-            self.phase("guarded_calls", t0)
-        return True
 
-    def guarded_calls(self) -> None:
+    def guarded_calls(self, cmd) -> None:
         """The calls the judge's guards read: outputs of one traced call, the inputs after it, the
         output after the same tensors were refilled with new values, and the first output again."""
         import torch
 
         from kernelwright.engine.child import build, guards
-        from kernelwright.engine.child.problem_io import guard_seeds
-        from kernelwright.engine.child.trees import clone
 
-        seeds = guard_seeds(self.cfg.seed)
-        inputs = self.io.inputs(seeds["call"])
-        ref_inputs = clone(inputs)
-        with torch.no_grad():
-            ref_out = self.ref_model(*ref_inputs)
-        self.sync()
+        t_start = time.perf_counter()
+        inputs = self.read_inputs(cmd.inputs)
         candidate_text = ""
         try:
             with open(self.job["candidate_path"]) as f:
@@ -414,7 +456,7 @@ class Runner:
             pass
         ext_names = {b.get("name") for b in build.BUILD_LOG if b.get("name")}
         ext_dirs = [b.get("dir") for b in build.BUILD_LOG if b.get("dir")]
-        tracer = guards.CallTracer(self.job["problem_path"], self.job["candidate_path"], ext_names, ext_dirs,
+        tracer = guards.CallTracer(self.job.get("problem_path") or "", self.job["candidate_path"], ext_names, ext_dirs,
                                    candidate_text, self.cfg.guards.profile_kernels, self.device)
         nan = self.cfg.guards.nan_fill
         with torch.no_grad(), guards.nan_fill(nan):
@@ -425,12 +467,10 @@ class Runner:
         facts["custom_kernel"] = tracer.facts.custom_kernel
         files = {"out_a": self.write("guard_a", out_a), "inputs_after": self.write("guard_inputs", inputs)}
         in_keys = {guards.storage_key(x): n for n, x in guards.tensors(inputs)}
-        ref_in_keys = {guards.storage_key(x) for _, x in guards.tensors(ref_inputs)}
-        ref_alias = {n for n, o in guards.tensors(ref_out) if guards.storage_key(o) in ref_in_keys}
         facts["aliases"] = [[n, in_keys[guards.storage_key(o)]] for n, o in guards.tensors(out_a)
-                            if guards.storage_key(o) in in_keys and n not in ref_alias]
-        if self.cfg.guards.refill_inputs:
-            guards.refill_in_place(inputs, self.io.inputs(seeds["refill"]))
+                            if guards.storage_key(o) in in_keys]
+        if cmd.refill:
+            guards.refill_in_place(inputs, self.read_inputs(cmd.refill))
             with torch.no_grad(), guards.nan_fill(nan):
                 out_b = self.cand_model(*inputs)
             self.sync()
@@ -439,197 +479,80 @@ class Runner:
             del out_b
         new_threads = [t for t in guards.python_threads() - self.threads_at_start if t.is_alive()]
         facts["threads"] = [t.name for t in new_threads[:5]]
+        self.phase("guarded_calls", t_start)
         self.chan.send("guards", files=files, facts=facts)
 
-    def ablate(self, cmd: str) -> None:
-        """Which parameter, zeroed in both models, makes the mismatch on trial T go away (evidence
-        for the Judge, computed here because it needs both models; never a verdict)."""
+    def ablate(self, cmd) -> None:
+        """Each named parameter zeroed in ModelNew in turn, the output on `inputs` written (the
+        judge compares it with its own reference with the same parameter zeroed)."""
         import torch
 
-        from kernelwright.engine.child.compare import compare_outputs, flatten
-        from kernelwright.engine.child.problem_io import trial_seed
-        from kernelwright.engine.child.trees import clone
-
-        try:
-            t = int(cmd.split()[1])
-        except (IndexError, ValueError):
-            return
-        inputs = self.io.inputs(trial_seed(self.cfg.seed, t))
-        cand_params = dict(self.cand_model.named_parameters())
-        shared = [(n, p, cand_params[n]) for n, p in self.ref_model.named_parameters()
-                  if n in cand_params and cand_params[n].shape == p.shape and p.is_floating_point()]
-        lines: list[str] = []
+        inputs = self.read_inputs(cmd.inputs)
+        params = dict(self.cand_model.named_parameters())
+        files: dict[str, str] = {}
         t0 = time.perf_counter()
-        for name, p_ref, p_cand in shared[:8]:
-            if time.perf_counter() - t0 > 3.0:
-                break
-            saved_ref, saved_cand = p_ref.detach().clone(), p_cand.detach().clone()
+        for name in cmd.params[:8]:
+            p = params.get(name)
+            if p is None or not p.is_floating_point() or time.perf_counter() - t0 > 3.0:
+                continue
+            saved = p.detach().clone()
             try:
                 with torch.no_grad():
-                    p_ref.zero_()
-                    p_cand.zero_()
-                    ref_out = self.ref_model(*clone(inputs))
-                    cand_out = self.cand_model(*clone(inputs))
-                self.sync()
-                rep = compare_outputs(cand_out, ref_out, self.cfg.atol, self.cfg.rtol)
-                nonzero = any(isinstance(x, torch.Tensor) and x.numel() and bool(x.ne(0).any())
-                              for _, x in flatten(ref_out))
-                if rep.passed and nonzero:
-                    lines.append(f"the mismatch disappears when parameter '{name}' is set to 0 in both models "
-                                 f"(outputs still non-zero): look at how '{name}' is used")
+                    p.zero_()
+                out = self.call(inputs, nan_fill=False)
+                files[name] = self.write(f"ablate{len(files)}", out)
+            except Stop:
+                raise
             except Exception:
                 pass
             finally:
                 with torch.no_grad():
-                    p_ref.copy_(saved_ref)
-                    p_cand.copy_(saved_cand)
-        self.chan.send("ablation", trial=t, lines=lines)
+                    p.copy_(saved)
+        self.chan.send("ablation", files=files)
 
-    def await_timing(self) -> None:
-        """Wait for the parent: `time` (the judge accepted the outputs), `ablate T`, or `stop`."""
-        self.chan.send("await")
-        t0 = time.perf_counter()
-        while True:
-            cmd = self.poll_command(block=True)
-            if cmd and cmd.startswith("ablate"):
-                self.ablate(cmd)
-                self.chan.send("await")
-            elif cmd == "time":
-                break
-        self.phase("await_judge", t0)
-        if self.cfg.time_candidate:
-            self.timing()
-        if self.cfg.profile.enabled or self.cfg.profile.roofline:
-            self.evidence()
+    def window(self, header: dict[str, Any], fds: list[int]) -> None:
+        """A timing window the judge opened on the socket (its clock, its inputs; see windows.py)."""
+        from kernelwright.engine.child import windows
 
-    def timing(self) -> None:
-        import torch
-
-        from kernelwright.engine.child import guards
-        from kernelwright.engine.child.problem_io import guard_seeds, trial_seed
-        from kernelwright.engine.child.timing import time_with_stability
-
-        self.stage("timing")
-        t_setup = time.perf_counter()
-        self.patches("before timing")
-        seeds = guard_seeds(self.cfg.seed)
-        inputs = self.io.inputs(trial_seed(self.cfg.seed, 0))
-        sets = {"A": [x.detach().clone() for _, x in guards.tensors(inputs)],
-                "B": [x.detach().clone() for _, x in guards.tensors(self.io.inputs(seeds["timing_b"]))]}
-        state = {"set": "A", "round": 0}
-        live = [x for _, x in guards.tensors(inputs)]
-
-        def between_rounds() -> None:
-            # new contents in the same tensors, through `.data`: neither `_version` nor `data_ptr`
-            # tells the candidate that its inputs changed (a replay keyed on them is caught)
-            state["round"] += 1
-            state["set"] = "B" if state["set"] == "A" else "A"
-            with torch.no_grad():
-                for x, src in zip(live, sets[state["set"]]):
-                    if x.shape == src.shape:
-                        x.data.copy_(src)
-
-        import random
-
-        rng = random.Random(os.urandom(8))
-        keep = 8
-        samples: list[tuple[str, Any]] = []
-        seen = [0]
-
-        def check(name: str, out: Any) -> None:
-            # a uniform random sample of the timed calls (reservoir sampling): which calls are
-            # checked is decided by a random draw after each call, so no call is safe to fake
-            if name != "candidate":
-                return
-            seen[0] += 1
-            if len(samples) < keep:
-                samples.append((state["set"], _detached_clone(out)))
-            else:
-                j = rng.randrange(seen[0])
-                if j < keep:
-                    samples[j] = (state["set"], _detached_clone(out))
-
-        fns = {"candidate": lambda: self.cand_model(*inputs), "reference": lambda: self.ref_model(*inputs)}
-        if self.cfg.timing.compare_compile:
-            try:
-                compiled = torch.compile(self.ref_model)
-                with torch.no_grad():
-                    compiled(*inputs)
-                fns["compile_reference"] = lambda: compiled(*inputs)
-            except Exception as exc:
-                self.meta["compile_reference_error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
-        use_check = self.cfg.guards.enabled and self.cfg.guards.check_timed_outputs
-        t_stage = time.perf_counter()
-        self.phase("timing_setup", t_setup)
+        if not getattr(self, "_in_timing", False):
+            self._in_timing = True
+            self.stage("timing")
         try:
-            with torch.no_grad():
-                stats, report = time_with_stability(fns, self.device, self.cfg.timing,
-                                                    check=check if use_check else None, between_rounds=between_rounds)
+            windows.serve_window(self.pair_socket(), header, fds, self.cand_model, self.device,
+                                 max_bytes=1 << 40)
         except Exception as exc:
-            from kernelwright.engine.child.build import CandidateBuildError
-
-            if isinstance(exc, CandidateBuildError) or _is_triton_compile_error(exc):
-                self.runtime_error(exc, "ModelNew failed while being timed", "timing")
-            else:
-                self.blame(exc, "ModelNew failed while being timed", "timing")
-            return
-        self.meta["timing"] = report.to_dict()
-        stage_s = time.perf_counter() - t_stage
-        t0 = self.phase("timed_calls", t_stage)
-        self.candidate_ms = stats["candidate"].median_ms
-        # the live tensors back to set A: the escape measurement runs on known contents
-        with torch.no_grad():
-            for x, src in zip(live, sets["A"]):
-                if x.shape == src.shape:
-                    x.data.copy_(src)
-        timer = None
-        if self.device.type == "cuda" and self.cfg.guards.enabled:
-            # rounds of interleaved candidate/reference calls, each timed on the host and by events at
-            # once; the judge decides on them (confirmed in every round before it fails)
-            rounds = []
-            with torch.no_grad():
-                for _ in range(self.cfg.guards.escape_rounds):
-                    rounds.append(guards.measure_escape_round(fns["candidate"], fns["reference"], self.device))
-                    if not guards.round_escapes(rounds[-1].summary(), self.cfg.guards.escape_ratio, 0.05):
-                        break
-            timer = {"rounds": [asdict(r) for r in rounds]}
-        t0 = self.phase("escape_rounds", t0)
-        files = [[s, self.write(f"timed{i}", out)] for i, (s, out) in enumerate(samples)]
-        self.phase("sample_writes", t0)
-        self.meta["phases_s"] = dict(self.phases)
-        self.chan.send("timing", stats={k: asdict(v) for k, v in stats.items()}, samples=files, timer=timer,
-                       stage_s=stage_s, meta=self.meta)
+            self.blame(exc, "ModelNew failed in a timing window", "timing")
+            raise Stop() from None
         self.patches("during timing")
-        if self.cfg.guards.enabled and self.cfg.guards.refill_inputs:
-            guards.refill_in_place(inputs, self.io.inputs(seeds["after_timing"]))
-            try:
-                with torch.no_grad(), guards.nan_fill(self.cfg.guards.nan_fill):
-                    out = self.cand_model(*inputs)
-                self.sync()
-            except Exception as exc:
-                self.runtime_error(exc, "ModelNew failed after timing", "timing")
-                return
-            self.chan.send("after_timing", file=self.write("after_timing", out))
 
-    def evidence(self) -> None:
+    def evidence(self, cmd) -> None:
+        from kernelwright.core.kernel_names import candidate_texts
         from kernelwright.engine.child import build, evidence
-        from kernelwright.engine.child.problem_io import trial_seed
 
         self.stage("profile")
-        inputs = self.io.inputs(trial_seed(self.cfg.seed, 0))
-        meta = evidence.collect(self.cfg, self.device, self.ref_model, self.cand_model, inputs,
-                                getattr(self, "candidate_ms", None), self.job["candidate_path"], build.BUILD_LOG,
-                                build.BUILT_MODULES, self.candidate, self.job["problem_path"])
-        self.chan.send("evidence", metadata=meta)
+        inputs = self.read_inputs(cmd.inputs)
+        out: dict[str, Any] = {}
+        build_dirs = [b["dir"] for b in build.BUILD_LOG if b.get("dir")]
+        try:
+            out["profile"] = evidence.torch_profile(self.cand_model, inputs, self.device,
+                                                    candidate_texts(self.job["candidate_path"], build_dirs),
+                                                    build_dirs, build.BUILT_MODULES, self.candidate)
+        except Exception as exc:
+            out["profile_error"] = f"torch.profiler failed: {type(exc).__name__}: {str(exc)[:300]}"
+        self.chan.send("evidence", metadata=out)
 
     def profile_forwards(self) -> None:
         """`profile_only` (under ncu): construct ModelNew, run the forward; nothing else launches kernels."""
         import torch
 
+        from kernelwright.engine.child.wire import read_tree
+
         self.stage("profile")
         try:
-            model = self.io.construct(self.candidate.ModelNew, self.cfg.seed)
-            inputs = self.io.inputs(self.cfg.seed)
+            init = read_tree(self.job["init_path"], self.device)
+            inputs = read_tree(self.job["inputs_path"], self.device)
+            torch.manual_seed(self.cfg.seed)
+            model = self.candidate.ModelNew(*init).to(self.device).eval()
             with torch.no_grad():
                 for _ in range(self.cfg.profile.forward_runs):
                     model(*inputs)
@@ -638,6 +561,16 @@ class Runner:
             self.runtime_error(exc, "ModelNew failed while being profiled", "profile")
             return
         self.chan.send("profiled")
+
+
+def _load_module(path: str, name: str):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def _detached_clone(obj: Any) -> Any:

@@ -69,6 +69,11 @@ def _stats(samples: list[float], warmup: int, clock: str, flush: bool) -> Timing
     )
 
 
+def stats_of(samples: list[float], warmup: int, clock: str, flush: bool) -> TimingStats:
+    """Median, spread and quantiles of `samples` (ms) as the record keeps them."""
+    return _stats(samples, warmup, clock, flush)
+
+
 def measure(
     fns: dict[str, Callable[[], object]], device: torch.device, cfg: TimingConfig,
     check: Callable[[str, object], None] | None = None, rep_scale: float = 1.0,

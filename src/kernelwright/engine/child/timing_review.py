@@ -1,0 +1,185 @@
+"""The judge's timing stage: windows on its own clock, their checks, and the physics cross-check.
+
+`run(judge)` plans the windows from the reference's own time and the memory at hand, runs one
+warm-up pair and then `timing.windows` pairs (reference window, then candidate window, each on a
+fresh draw from the judge's secret stream), and writes the record's timing fields. Nothing the
+runner reports about time enters: the candidate's figure is the judge's wall clock around the
+window (`windows.py`), and every timed output is compared with the reference's output for the
+same inputs. A candidate time under the roofline floor (`faster_than_hardware`) marks the
+speed-up untrusted: an impossible time means a forged timer or skipped work.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from kernelwright.core.record import Stage, Status, TimingStats
+from kernelwright.engine.child import windows
+
+if TYPE_CHECKING:
+    from kernelwright.engine.child.judge import Judge
+
+TIMING_SEED_OFFSET = 10**9  # the timing draws' seeds are not the checks' seeds
+
+
+def _budget_bytes(judge: "Judge") -> int:
+    mb = judge.cfg.timing.window_budget_mb
+    if mb > 0:
+        return mb << 20
+    if judge.device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(judge.device)
+        return int(free * 0.3)
+    return 1 << 30
+
+
+def _nbytes(obj: Any) -> int:
+    from kernelwright.engine.child.compare import flatten
+
+    return sum(t.numel() * t.element_size() for _, t in flatten(obj) if isinstance(t, torch.Tensor))
+
+
+def _stats(samples: list[float], warmup: int) -> TimingStats:
+    from kernelwright.engine.child.timing import stats_of
+
+    return stats_of(samples, warmup, clock="judge_window", flush=False)
+
+
+def run(judge: "Judge") -> None:
+    from kernelwright.engine.child.compare import compare_outputs
+    from kernelwright.engine.child.problem_io import sync, trial_seed
+
+    cfg, device, rec = judge.cfg, judge.device, judge.rec
+    if judge.handoff is None:
+        judge.set_verdict(Status.ENGINE_ERROR, "The judge has no socket to the runner: timing windows cannot run "
+                          "(an engine bug, not the candidate's fault)", Stage.TIMING)
+        return
+    counter = [0]
+
+    def draw() -> list[Any]:
+        counter[0] += 1
+        inputs = judge.io.inputs(judge.secret + TIMING_SEED_OFFSET + counter[0])
+        return list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
+
+    worst = max((tr.max_abs_err or 0.0 for tr in rec.trials), default=0.0)
+    atol = max(cfg.atol, 4.0 * worst)
+
+    def check(cand: Any, ref: Any) -> bool:
+        try:
+            return compare_outputs(cand, ref, atol, cfg.rtol).passed
+        except Exception:
+            return False
+
+    def deadline(expected_s: float) -> float:
+        return max(cfg.timing.window_deadline_s, 100.0 * expected_s)
+
+    timer = windows.WindowTimer(judge.handoff, device, draw, judge.ref_model, check, deadline)
+    # the reference's time per call, from the trials' inputs, sets the window's size
+    _, _, inputs0 = judge.reference(trial_seed(judge.secret, 0))
+    from kernelwright.engine.child.trees import clone
+
+    with torch.no_grad():
+        judge.ref_model(*clone(inputs0))
+        sync(device)
+        t0 = time.perf_counter()
+        for _ in range(3):
+            judge.ref_model(*clone(inputs0))
+        sync(device)
+    est_ms = (time.perf_counter() - t0) * 1e3 / 3
+    ref0 = judge.reference(trial_seed(judge.secret, 0))[0]
+    plan = windows.plan(est_ms, _nbytes(inputs0), _nbytes(ref0), _budget_bytes(judge), cfg.timing.window_ms,
+                        cfg.timing.windows, cfg.timing.max_window_calls)
+    compiled = None
+    if cfg.timing.compare_compile:
+        try:
+            compiled = torch.compile(judge.ref_model)
+            with torch.no_grad():
+                compiled(*clone(inputs0))
+        except Exception as exc:
+            rec.metadata["compile_reference_error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+            compiled = None
+    ref_ms: list[float] = []
+    cand_ms: list[float] = []
+    comp_ms: list[float] = []
+    details: list[dict[str, Any]] = []
+    bad = checked = 0
+    try:
+        for r in range(plan.rounds + 1):
+            warm = r == 0
+            sets, layout = timer.pool(plan.warmup_calls if warm else plan.calls)
+            r_ms, ref_outs = timer.reference_window(sets)
+            res = timer.candidate_window(sets, layout, ref_outs, expected_ms=r_ms * (50.0 if warm else 1.0))
+            bad += res.bad_slots
+            checked += res.calls
+            if compiled is not None:
+                t_ms, _ = windows.WindowTimer(judge.handoff, device, draw, compiled, check, deadline).reference_window(sets)
+                if not warm:
+                    comp_ms.append(t_ms)
+            if warm:
+                continue
+            ref_ms.append(r_ms)
+            cand_ms.append(res.per_call_ms)
+            details.append({"calls": res.calls, "reference_ms": round(r_ms, 6), "candidate_ms": round(res.per_call_ms, 6),
+                            "wall_ms": round(res.wall_ms, 4), "copies_ms": round(res.copy_ms, 4),
+                            "bad_slots": res.bad_slots})
+            del sets, ref_outs
+    except windows.WindowTimeout as exc:
+        judge.set_verdict(Status.TIMEOUT, f"Timed out in stage 'timing': {exc} (a kernel or loop that never "
+                          "returns, or work that never finishes)", Stage.TIMING)
+        rec.status = Status.TIMEOUT
+        judge.ask("stop")
+        return
+    except windows.WindowError as exc:
+        judge.set_verdict(Status.RUNTIME_ERROR, str(exc), Stage.TIMING)
+        judge.ask("stop")
+        return
+    judge.checked.append("timed_output_mismatch")
+    judge.facts["timed_calls_checked"] = checked
+    if bad:
+        judge.flag("timed_output_mismatch", f"{bad} of {checked} timed calls of ModelNew gave a wrong output for the "
+                   "inputs they were given (every timed call gets inputs it has never seen: a replayed, cached or "
+                   "skipped output is wrong, and so is one still being computed when the window closed)")
+    c, ref = _stats(cand_ms, 1), _stats(ref_ms, 1)
+    if c.median_ms <= 0:
+        judge.set_verdict(Status.RUNTIME_ERROR, "The candidate's timing windows measured no time", Stage.TIMING)
+        return
+    rec.candidate_timing, rec.reference_timing = c, ref
+    rec.candidate_ms, rec.reference_ms = c.median_ms, ref.median_ms
+    rec.speedup = ref.median_ms / c.median_ms
+    if comp_ms:
+        cr = _stats(comp_ms, 1)
+        rec.compile_reference_timing, rec.compile_reference_ms = cr, cr.median_ms
+        rec.speedup_vs_compile = cr.median_ms / c.median_ms
+    band = [f"{name} p90/p10 {s.p90_ms / s.p10_ms:.2f}" for name, s in (("candidate", c), ("reference", ref))
+            if s.p10_ms > 0 and s.p90_ms / s.p10_ms > cfg.timing.max_band]
+    if band:
+        judge.flag("timing_unstable", "the windows' times spread beyond timing.max_band: " + "; ".join(band))
+    rec.metadata["timing"] = {"clock": "judge", "calls_per_window": plan.calls, "windows": details,
+                              "plan": plan.reasons, "estimate_ms": round(est_ms, 6)}
+    physics(judge, inputs0)
+
+
+def physics(judge: "Judge", inputs: Any) -> None:
+    """The candidate's time against the roofline floor of the device (peaks from its facts)."""
+    from kernelwright.core import roofline
+
+    judge.checked.append("faster_than_hardware")
+    try:
+        facts = judge.device_facts()
+        work = judge.reference_work(inputs)
+        peak_flops, peak_bw, source = roofline.choose_peaks(facts, work["precision"])
+        if not peak_bw or not judge.rec.candidate_ms:
+            judge.facts["physics"] = "no bandwidth peak known for this device: not checked"
+            return
+        r = roofline.compute(work["flops"], work["min_bytes"], judge.rec.candidate_ms, peak_bw, peak_flops, source,
+                             work["precision"])
+        judge.facts["physics"] = {"floor_ms": r.floor_ms, "fraction_of_floor": r.fraction_of_floor,
+                                  "peak_source": source}
+        if judge.rec.candidate_ms < judge.cfg.timing.physics_margin * r.floor_ms:
+            judge.flag("faster_than_hardware", f"the judge measured {judge.rec.candidate_ms:.4g} ms a call, under "
+                       f"{judge.cfg.timing.physics_margin:g} x the roofline floor of {r.floor_ms:.4g} ms "
+                       f"({r.bound}-bound, {source}): a forged timer or skipped work; the speed-up is not trusted")
+    except Exception as exc:
+        judge.facts["physics"] = f"not checked: {type(exc).__name__}: {str(exc)[:200]}"

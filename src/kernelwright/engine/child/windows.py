@@ -1,0 +1,390 @@
+"""Timing windows: the judge's clock around the candidate's calls, on inputs it has never seen.
+
+The judge times the candidate itself; nothing the runner says about time is used. A window:
+
+1. The judge draws P fresh input sets (from its secret seed), times the reference on them in its
+   own process (one call per set, back to back, synchronised at the end), and keeps the
+   reference's outputs as the truth for this window.
+2. It copies the same inputs into a fresh shared region (`shared_region.py`) and allocates a
+   second one for the outputs. The runner cannot reach either until it gets their descriptors.
+3. The clock starts; the judge sends the window (sizes, layout) and both descriptors on the
+   pair's socket. The runner maps them, calls ModelNew once per set, copies each output into its
+   slot, synchronises and answers `done` on the socket.
+4. On `done` the judge snapshots the whole output region into memory of its own and synchronises;
+   the clock stops there. Work the runner left running after `done` either delays the snapshot
+   (and is counted) or is missing from it (and fails the check). The copies a window needs beyond
+   the calls themselves (the runner's slot copies and the snapshot) are timed by the judge alone
+   on its own memory and subtracted; the socket round trip and the mapping are not (they count
+   against the candidate, a bias of well under a percent at the window sizes chosen).
+5. Every slot of the snapshot is compared with the reference's output for the same set.
+
+Windows alternate with reference windows on fresh draws, so both see the same machine, and no
+content repeats within or across windows: a cache keyed on an input's contents never hits.
+Imports only torch, the standard library and `core`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import select
+import socket
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from kernelwright.engine.child import shared_region
+
+ALIGN = 256  # every tensor of a set starts on this byte boundary (any dtype, any vector width)
+_DTYPES = {str(d).replace("torch.", ""): d for d in (
+    torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.complex64, torch.complex128,
+    torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool)}
+
+
+class WindowError(RuntimeError):
+    """The window could not run as planned (the problem's inputs or outputs do not fit it)."""
+
+
+def _align(n: int) -> int:
+    return -(-n // ALIGN) * ALIGN
+
+
+def _dtype_name(d: torch.dtype) -> str:
+    return str(d).replace("torch.", "")
+
+
+@dataclass
+class Layout:
+    """Where each leaf of one set lies in a region: `[kind, offset, dtype, shape]` for a tensor,
+    `["value", v]` for a plain argument. Sets follow each other every `stride` bytes."""
+
+    leaves: list[list[Any]]
+    stride: int
+
+    @staticmethod
+    def of_inputs(inputs: list[Any]) -> "Layout":
+        leaves: list[list[Any]] = []
+        off = 0
+        for x in inputs:
+            if isinstance(x, torch.Tensor):
+                if _dtype_name(x.dtype) not in _DTYPES:
+                    raise WindowError(f"an input of dtype {x.dtype} cannot be shared")
+                leaves.append(["tensor", off, _dtype_name(x.dtype), list(x.shape)])
+                off += _align(x.numel() * x.element_size())
+            elif x is None or isinstance(x, (bool, int, float, str)):
+                leaves.append(["value", x])
+            else:
+                raise WindowError(f"an input of type {type(x).__name__} cannot be shared (tensors and numbers only)")
+        return Layout(leaves, max(off, ALIGN))
+
+    @staticmethod
+    def of_outputs(out: Any) -> "Layout":
+        from kernelwright.engine.child.compare import flatten
+
+        leaves: list[list[Any]] = []
+        off = 0
+        for _, x in flatten(out):
+            if not isinstance(x, torch.Tensor) or _dtype_name(x.dtype) not in _DTYPES:
+                raise WindowError("the reference returns something other than tensors: no output slots")
+            leaves.append(["tensor", off, _dtype_name(x.dtype), list(x.shape)])
+            off += _align(x.numel() * x.element_size())
+        return Layout(leaves, max(off, ALIGN))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"leaves": self.leaves, "stride": self.stride}
+
+    @staticmethod
+    def from_json(raw: Any, max_bytes: int) -> "Layout":
+        """A layout from the other process, checked: known dtypes, offsets inside the stride."""
+        if not isinstance(raw, dict) or not isinstance(raw.get("leaves"), list) or not isinstance(raw.get("stride"), int):
+            raise WindowError("malformed layout")
+        stride = raw["stride"]
+        if not 0 < stride <= max_bytes:
+            raise WindowError("layout stride out of range")
+        leaves = []
+        for leaf in raw["leaves"][:256]:
+            if isinstance(leaf, list) and leaf and leaf[0] == "value" and len(leaf) == 2:
+                leaves.append(leaf)
+                continue
+            if not (isinstance(leaf, list) and len(leaf) == 4 and leaf[0] == "tensor" and leaf[2] in _DTYPES
+                    and isinstance(leaf[1], int) and isinstance(leaf[3], list)
+                    and all(isinstance(s, int) and s >= 0 for s in leaf[3])):
+                raise WindowError("malformed layout leaf")
+            n = math.prod(leaf[3]) * torch.empty(0, dtype=_DTYPES[leaf[2]]).element_size()
+            if leaf[1] < 0 or leaf[1] + n > stride:
+                raise WindowError("layout leaf outside its set")
+            leaves.append(leaf)
+        return Layout(leaves, stride)
+
+    def views(self, region: shared_region.Region, i: int) -> list[Any]:
+        base = i * self.stride
+        return [region.view(base + leaf[1], _DTYPES[leaf[2]], leaf[3]) if leaf[0] == "tensor" else leaf[1]
+                for leaf in self.leaves]
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+# ---- the runner's side ----------------------------------------------------------------------------
+
+def serve_window(sock: socket.socket, header: dict[str, Any], fds: list[int], model: Callable[..., Any],
+                 device: torch.device, max_bytes: int) -> None:
+    """Run one window the judge opened (the runner's side; it runs the candidate, so it decides
+    nothing): map the regions, call once per set, copy each output into its slot, answer `done`."""
+    from kernelwright.engine.child.compare import flatten
+
+    regions: list[shared_region.Region] = []
+    mismatched = 0
+    reply: dict[str, Any] = {"done": header.get("id"), "phase": "committed"}
+    failure: BaseException | None = None
+    try:
+        n = int(header["calls"])
+        lin = Layout.from_json(header["inputs"], max_bytes)
+        lout = Layout.from_json(header["outputs"], max_bytes)
+        rin = shared_region.attach(fds[0], n * lin.stride, device)
+        regions.append(rin)
+        rout = shared_region.attach(fds[1], n * lout.stride, device)
+        regions.append(rout)
+        outs = []
+        with torch.no_grad():
+            for i in range(n):
+                outs.append(model(*lin.views(rin, i)))
+        _sync(device)
+        shared_region.send(sock, json.dumps({"done": header.get("id"), "phase": "computed"}).encode(), [])
+        for i, out in enumerate(outs):  # the commit: every output into its slot, after the clock's `computed`
+            leaves = [x for _, x in flatten(out)]
+            slots = lout.views(rout, i)
+            if len(leaves) != len(slots) or not all(
+                    isinstance(x, torch.Tensor) and x.shape == s.shape and x.dtype == s.dtype
+                    for x, s in zip(leaves, slots)):
+                mismatched += 1  # left unwritten: the judge finds the slot wrong
+                continue
+            for x, s in zip(leaves, slots):
+                s.copy_(x)
+        del outs
+        _sync(device)
+        reply["mismatched"] = mismatched
+    except Exception as exc:
+        _sync_quietly(device)
+        reply["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+        failure = exc
+    finally:
+        for r in regions:
+            r.close()
+        for fd in fds[len(regions):]:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        shared_region.send(sock, json.dumps(reply).encode(), [])
+    if failure is not None:
+        raise failure
+
+
+def _sync_quietly(device: torch.device) -> None:
+    try:
+        _sync(device)
+    except Exception:
+        pass
+
+
+# ---- the judge's side -----------------------------------------------------------------------------
+
+@dataclass
+class WindowResult:
+    calls: int
+    wall_ms: float  # open to snapshot, on the judge's clock
+    copy_ms: float  # the judge's own measure of the copies the window adds (subtracted)
+    per_call_ms: float
+    bad_slots: int
+    after_ms: float = 0.0  # from `computed` to the snapshot (the commit, and anything left running)
+
+
+@dataclass
+class Plan:
+    calls: int  # sets per window
+    rounds: int
+    warmup_calls: int
+    reasons: list[str] = field(default_factory=list)
+
+
+def plan(est_ms: float, set_bytes: int, out_bytes: int, budget_bytes: int, window_ms: float, rounds: int,
+         max_calls: int) -> Plan:
+    """How many sets a window holds: enough for `window_ms` of reference work, no more than the
+    memory budget allows (the pool, the shared regions, the reference's outputs and the snapshot)."""
+    want = max(2, math.ceil(window_ms / max(est_ms, 1e-4)))
+    per_set = 3 * set_bytes + 4 * out_bytes
+    fit = max(1, budget_bytes // max(per_set, 1))
+    calls = int(min(want, fit, max_calls))
+    reasons = []
+    if calls < want:
+        reasons.append(f"{calls} sets per window (memory budget {budget_bytes >> 20} MiB; "
+                       f"{want} would make {window_ms:g} ms of reference work)")
+    return Plan(calls=max(calls, 1), rounds=rounds, warmup_calls=min(max(calls, 1), 3), reasons=reasons)
+
+
+class WindowTimer:
+    """The judge's side: draws, reference windows, candidate windows, snapshots, checks."""
+
+    def __init__(self, sock: socket.socket, device: torch.device, draw: Callable[[], list[Any]],
+                 reference: Callable[..., Any], check: Callable[[Any, Any], bool],
+                 deadline_s: Callable[[float], float]):
+        self.sock = sock
+        self.device = device
+        self.draw = draw  # fresh inputs from the judge's secret stream
+        self.reference = reference
+        self.check = check  # (candidate output, reference output) -> acceptable
+        self.deadline_s = deadline_s  # (expected window seconds) -> how long to wait for `done`
+        self.next_id = 0
+        self.copy_cache: dict[tuple[int, int], float] = {}
+
+    # -- the reference ------------------------------------------------------------------------------
+    def pool(self, calls: int) -> tuple[list[list[Any]], Layout]:
+        sets = [self.draw() for _ in range(calls)]
+        layout = Layout.of_inputs(sets[0])
+        for s in sets[1:]:
+            if Layout.of_inputs(s).leaves != layout.leaves:
+                raise WindowError("get_inputs() returns differently shaped inputs from one draw to the next")
+        return sets, layout
+
+    def reference_window(self, sets: list[list[Any]]) -> tuple[float, list[Any]]:
+        from kernelwright.engine.child.trees import clone
+
+        staged = [clone(s) for s in sets]  # the reference may change its inputs in place
+        _sync(self.device)
+        outs = []
+        with torch.no_grad():
+            t0 = time.perf_counter()
+            for s in staged:
+                outs.append(self.reference(*s))
+            _sync(self.device)
+            wall = time.perf_counter() - t0
+        return wall * 1e3 / len(sets), outs
+
+    # -- the copies a candidate window adds, on the judge's own memory --------------------------------
+    def copy_ms(self, calls: int, out_layout: Layout) -> float:
+        """The commit's own time, as the judge measures it on its own memory: every output copied
+        into its slot of a fresh region, then the snapshot of the region (best of three)."""
+        key = (calls, out_layout.stride)
+        if key in self.copy_cache:
+            return self.copy_cache[key]
+        outs = [torch.empty(out_layout.stride, dtype=torch.uint8, device=self.device) for _ in range(calls)]
+        for o in outs:
+            o.fill_(1)
+        best = float("inf")
+        for _ in range(3):
+            region = shared_region.create(calls * out_layout.stride, self.device)
+            try:
+                _sync(self.device)
+                t0 = time.perf_counter()
+                for i, o in enumerate(outs):
+                    base = i * out_layout.stride
+                    for leaf in out_layout.leaves:
+                        n = math.prod(leaf[3]) * torch.empty(0, dtype=_DTYPES[leaf[2]]).element_size()
+                        region.tensor[base + leaf[1]:base + leaf[1] + n].copy_(o[leaf[1]:leaf[1] + n])
+                _sync(self.device)
+                snap = region.tensor.clone()
+                _sync(self.device)
+                best = min(best, (time.perf_counter() - t0) * 1e3)
+                del snap
+            finally:
+                region.close()
+        self.copy_cache[key] = best
+        return best
+
+    # -- a candidate window -----------------------------------------------------------------------------
+    def candidate_window(self, sets: list[list[Any]], in_layout: Layout, ref_outs: list[Any],
+                         expected_ms: float) -> WindowResult:
+        calls = len(sets)
+        out_layout = Layout.of_outputs(ref_outs[0])
+        copy_ms = self.copy_ms(calls, out_layout)
+        rin = shared_region.create(calls * in_layout.stride, self.device)
+        rout = shared_region.create(calls * out_layout.stride, self.device)
+        try:
+            for i, s in enumerate(sets):
+                for dst, x in zip(in_layout.views(rin, i), s):
+                    if isinstance(x, torch.Tensor):
+                        dst.copy_(x)
+            rout.tensor.zero_()  # an unwritten slot is zeros, never last window's answer
+            _sync(self.device)
+            wid = self.next_id
+            self.next_id += 1
+            header = {"window": wid, "id": wid, "calls": calls, "inputs": in_layout.to_json(),
+                      "outputs": out_layout.to_json()}
+            t0 = time.perf_counter()
+            shared_region.send(self.sock, json.dumps(header).encode(), [rin.fd, rout.fd])
+            limit = self.deadline_s(expected_ms * calls / 1e3)
+            reply = self._await_done(wid, limit)
+            t_done = time.perf_counter()
+            if reply.get("phase") == "computed":
+                reply = self._await_done(wid, limit)
+            snap = rout.tensor.clone()
+            _sync(self.device)
+            t_end = time.perf_counter()
+        finally:
+            rin.close()
+            rout.close()
+        # the commit and the snapshot are not the candidate's work: their measured time comes off,
+        # but never more than the time after `computed` (work left running past it counts)
+        wall_ms = (t_end - t0) * 1e3
+        after_ms = (t_end - t_done) * 1e3
+        timed_ms = wall_ms - min(copy_ms, after_ms)
+        if reply.get("error"):
+            raise WindowError(f"ModelNew failed in a timing window: {str(reply['error'])[:300]}")
+        snap_region = shared_region.Region(snap, calls * out_layout.stride, -1)
+        bad = 0
+        for i in range(calls):
+            views = out_layout.views(snap_region, i)
+            cand = _rebuild(ref_outs[i], views)
+            if not self.check(cand, ref_outs[i]):
+                bad += 1
+        return WindowResult(calls=calls, wall_ms=wall_ms, copy_ms=copy_ms, per_call_ms=timed_ms / calls, bad_slots=bad,
+                            after_ms=after_ms)
+
+    def _await_done(self, wid: int, limit_s: float) -> dict[str, Any]:
+        end = time.monotonic() + limit_s
+        for _ in range(64):
+            left = end - time.monotonic()
+            if left <= 0 or not select.select([self.sock], [], [], left)[0]:
+                raise WindowTimeout(limit_s)
+            data, fds = shared_region.recv(self.sock)
+            for fd in fds:  # the runner sends no descriptors to the judge here
+                os.close(fd)
+            if not data:
+                raise WindowError("the runner closed the window socket")
+            try:
+                msg = json.loads(data.decode(errors="replace"))
+            except ValueError:
+                continue
+            if isinstance(msg, dict) and msg.get("done") == wid:
+                return msg
+        raise WindowError("the runner flooded the window socket")
+
+
+class WindowTimeout(WindowError):
+    def __init__(self, limit_s: float):
+        super().__init__(f"the runner did not finish a timing window within {limit_s:.3g} s")
+        self.limit_s = limit_s
+
+
+def _rebuild(like: Any, leaves: list[torch.Tensor]) -> Any:
+    """`leaves` in the structure of `like` (the reference's output: a tensor or nested containers)."""
+    it = iter(leaves)
+
+    def build(node: Any) -> Any:
+        if isinstance(node, torch.Tensor):
+            return next(it)
+        if isinstance(node, tuple):
+            return tuple(build(x) for x in node)
+        if isinstance(node, list):
+            return [build(x) for x in node]
+        if isinstance(node, dict):
+            return {k: build(v) for k, v in node.items()}
+        return node
+
+    return build(like)

@@ -1,0 +1,139 @@
+"""No forged speed-up survives: the judge holds the inputs, the reference and the clock.
+
+Each file in tests/clock_attacks/ is a candidate for tests/fixtures/problems/swish.py whose honest
+path is plain PyTorch (a speed-up of about 1x); its trick tries to make it look much faster from
+inside the candidate's process (README there). The five classes of the clock issue run under
+both isolation modes on the CPU; on a GPU (`gpu` tests) they run with CUDA tensors.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import time
+
+import pytest
+
+from kernelwright.core.config import StageTimeouts
+from kernelwright.core.record import Status
+from kernelwright.engine import evaluate
+
+from conftest import FIXTURES
+
+ATTACKS = FIXTURES.parent / "clock_attacks"
+SWISH = FIXTURES / "problems" / "swish.py"
+FORGED = 1.5  # an honest PyTorch candidate times at about 1x; a forged one at 8-265x before the fix
+HAS_BWRAP = shutil.which("bwrap") is not None
+
+
+def _config(base, sandbox: str = "none", device: str = "cpu"):
+    timing = dataclasses.replace(base.timing, windows=3, window_ms=10.0, window_deadline_s=3.0)
+    return dataclasses.replace(base, device=device, sandbox=sandbox, trials=2, timing=timing)
+
+
+def run(cfg, name: str):
+    return evaluate(SWISH, ATTACKS / name, cfg)
+
+
+def flags(r) -> dict:
+    return r.metadata.get("guards", {}).get("flags", {})
+
+
+def not_forged(r) -> bool:
+    return r.status is not Status.PASSED or (r.speedup is not None and r.speedup < FORGED)
+
+
+SANDBOXES = ["none", pytest.param("bwrap", marks=pytest.mark.skipif(not HAS_BWRAP, reason="bubblewrap not installed"))]
+
+
+@pytest.mark.parametrize("sandbox", SANDBOXES)
+def test_honest_control_passes_at_about_1x(cpu_config, sandbox):
+    r = run(_config(cpu_config, sandbox), "honest.py")
+    assert r.status is Status.PASSED, r.error_log
+    assert 0.4 < r.speedup < 2.5, r.speedup
+    assert r.metadata["timing"]["clock"] == "judge"
+    assert "timed_output_mismatch" not in flags(r) and "faster_than_hardware" not in flags(r), flags(r)
+
+
+@pytest.mark.parametrize("sandbox", SANDBOXES)
+@pytest.mark.parametrize("name", ["replay_by_content.py", "rewrite_report.py", "swap_clock.py", "slow_reference.py"])
+def test_timing_forgeries_get_no_speedup(cpu_config, sandbox, name):
+    """Replay keyed on content, a rewritten report channel, a swapped clock, a slowed reference:
+    every timed call has inputs never seen before, and the clock and the reference live in the judge."""
+    r = run(_config(cpu_config, sandbox), name)
+    assert not_forged(r), (r.status, r.speedup, r.error_log)
+    assert r.status is Status.PASSED, r.error_log  # correct (plain PyTorch underneath), just not faster
+
+
+@pytest.mark.parametrize("sandbox", SANDBOXES)
+def test_predicted_test_set_fails(cpu_config, sandbox):
+    """The seed in the candidate's process is only the weights' seed: the inputs it re-draws are
+    not the ones it is judged on, and its zeros on any other input fail."""
+    r = run(_config(cpu_config, sandbox), "predict_seeds.py")
+    assert r.status is Status.INCORRECT and r.speedup is None, (r.status, r.error_log)
+    assert not any(t.passed for t in r.trials)
+
+
+@pytest.mark.parametrize("name", ["poison_shared_inputs.py", "skip_work.py", "deferred_output.py"])
+def test_window_tricks_fail_on_their_outputs(cpu_config, name):
+    """Writing every input set of a window through the shared storage, skipping work in a burst,
+    filling the output after the call returned: every timed output is checked against the
+    reference's output for the judge's own copy of its inputs."""
+    r = run(_config(cpu_config), name)
+    assert r.status is Status.INCORRECT and r.speedup is None, (r.status, r.speedup, r.error_log)
+    assert all(t.passed for t in r.trials), r.error_log  # right while being checked, wrong while timed
+    assert "timed_output_mismatch" in flags(r), flags(r)
+
+
+def test_device_hog_while_idle_is_caught(cpu_config):
+    """Loading the machine while the judge times the reference: the thread that does it is seen."""
+    r = run(_config(cpu_config), "hold_device.py")
+    assert not_forged(r), (r.status, r.speedup, r.error_log)
+    assert "background_threads" in flags(r), flags(r)
+
+
+def test_window_that_never_closes_times_out(cpu_config):
+    cfg = _config(cpu_config)
+    cfg = dataclasses.replace(cfg, timeouts=StageTimeouts(startup=60, build=60, init=30, correctness=60,
+                                                           timing=120, profile=30))
+    t0 = time.monotonic()
+    r = run(cfg, "never_close.py")
+    assert r.status is Status.TIMEOUT, (r.status, r.error_log)
+    assert "timing window" in r.error_log, r.error_log
+    assert time.monotonic() - t0 < 60
+
+
+# ---- the same on a GPU ----------------------------------------------------------------------------
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["honest.py", "replay_by_content.py", "rewrite_report.py", "swap_clock.py",
+                                  "slow_reference.py"])
+def test_gpu_timing_forgeries_get_no_speedup(cpu_config, name):
+    r = run(_config(cpu_config, device="cuda"), name)
+    assert r.status is Status.PASSED, r.error_log
+    assert r.speedup < FORGED, (name, r.speedup)
+
+
+@pytest.mark.gpu
+def test_gpu_predicted_test_set_fails(cpu_config):
+    r = run(_config(cpu_config, device="cuda"), "predict_seeds.py")
+    assert r.status is Status.INCORRECT, (r.status, r.error_log)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["poison_shared_inputs.py", "skip_work.py", "deferred_output.py"])
+def test_gpu_window_tricks_fail(cpu_config, name):
+    r = run(_config(cpu_config, device="cuda"), name)
+    assert r.status is Status.INCORRECT, (name, r.status, r.speedup, r.error_log)
+
+
+@pytest.mark.gpu
+def test_gpu_device_hog_gets_no_speedup(cpu_config):
+    r = run(_config(cpu_config, device="cuda"), "hold_device.py")
+    assert not_forged(r), (r.status, r.speedup, r.error_log)
+
+
+@pytest.mark.gpu
+def test_gpu_window_that_never_closes_times_out(cpu_config):
+    r = run(_config(cpu_config, device="cuda"), "never_close.py")
+    assert r.status is Status.TIMEOUT, (r.status, r.error_log)
