@@ -62,7 +62,6 @@ def test_timing_forgeries_get_no_speedup(cpu_config, sandbox, name):
     every timed call has inputs never seen before, and the clock and the reference live in the judge."""
     r = run(_config(cpu_config, sandbox), name)
     assert not_forged(r), (r.status, r.speedup, r.error_log)
-    assert r.status is Status.PASSED, r.error_log  # correct (plain PyTorch underneath), just not faster
 
 
 @pytest.mark.parametrize("sandbox", SANDBOXES)
@@ -110,8 +109,9 @@ def test_window_that_never_closes_times_out(cpu_config):
                                   "slow_reference.py"])
 def test_gpu_timing_forgeries_get_no_speedup(cpu_config, name):
     r = run(_config(cpu_config, device="cuda"), name)
-    assert r.status is Status.PASSED, r.error_log
-    assert r.speedup < FORGED, (name, r.speedup)
+    assert not_forged(r), (name, r.status, r.speedup, r.error_log)
+    if name == "honest.py":
+        assert r.status is Status.PASSED, r.error_log
 
 
 @pytest.mark.gpu

@@ -25,7 +25,8 @@ def test_correct_python_candidate_passes_with_timing(cpu_config):
     assert len({t.seed for t in r.trials}) == cpu_config.trials  # a fresh seed per trial
     assert r.candidate_ms > 0 and r.reference_ms > 0
     assert r.speedup == pytest.approx(r.reference_ms / r.candidate_ms)
-    assert r.candidate_timing.clock == "perf_counter" and r.candidate_timing.iterations >= 10
+    assert r.candidate_timing.clock == "judge_window" and r.candidate_timing.iterations >= 2
+    assert r.metadata["timing"]["clock"] == "judge" and r.metadata["timing"]["calls_per_window"] >= 1
     assert r.device.startswith("cpu") and r.device_type == "cpu"
     assert r.stage_times.build_s is not None and r.stage_times.correctness_s is not None
 
@@ -206,18 +207,10 @@ class ModelNew(nn.Module):
 """
 
 
-def test_timed_samples_identical_to_a_verified_output_skip_the_full_comparison(cpu_config):
-    r = evaluate(ADD_ONE, CANDIDATES / "py_correct.py", cpu_config)
-    assert r.status is Status.PASSED, r.error_log
-    facts = r.metadata["guards"]["facts"]
-    assert facts["timed_samples_identical"] >= 1  # at least the set-A samples equal trial 0 bit for bit
-    assert "timed_output_mismatch" in r.metadata["guards"]["checked"]
-
-
 def test_a_correct_but_never_identical_candidate_has_every_sample_compared_and_passes(cpu_config, tmp_path):
     cand = tmp_path / "noisy.py"
     cand.write_text(_NOISY)
     r = evaluate(ADD_ONE, cand, cpu_config)
     assert r.status is Status.PASSED, r.error_log
     facts = r.metadata["guards"]["facts"]
-    assert "timed_samples_identical" not in facts and facts["timed_calls_checked"] >= 1
+    assert facts["timed_calls_checked"] >= 1

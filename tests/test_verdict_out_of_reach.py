@@ -93,11 +93,13 @@ def test_a_tuple_where_the_reference_returns_a_tensor_is_a_structure_mismatch(cp
     assert_no_canary(r)
 
 
-def test_replaying_outputs_keyed_on_version_is_caught_in_the_timed_calls(cpu_config, canary_env):
+def test_replaying_outputs_keyed_on_version_gains_nothing_in_the_timed_calls(cpu_config, canary_env):
+    """Every timed call gets a new tensor over inputs never seen before: the replay never hits, so
+    the candidate is timed doing its (slow) honest work, and every timed output is right."""
     r = run(cpu_config, "replay_by_version.py")
-    assert r.status is Status.INCORRECT, (r.status, r.error_log, r.speedup)
-    assert "timed_output_mismatch" in r.metadata["guards"]["failed"], r.metadata["guards"]
-    assert r.speedup is None
+    assert r.status is Status.PASSED, (r.status, r.error_log, r.speedup)
+    assert r.speedup < 1.5, r.speedup
+    assert "timed_output_mismatch" not in r.flags()
     assert_no_canary(r)
 
 
@@ -139,16 +141,18 @@ def test_output_files_grown_to_gigabytes_are_not_read(cpu_config, canary_env):
     # the thread races the judge: a file it grew before the judge read it is refused by size
     # (a file read before it grew was the engine's own, and judged as it was); a thread still
     # growing files when the evaluation's guards look is itself failed (`background_threads`)
-    assert r.status in (Status.PASSED, Status.INCORRECT), r.error_log
-    assert (r.status is Status.PASSED or "over the" in r.error_log
+    # (the judge's input files lie in the same directory: a grown one breaks only the candidate's own read)
+    assert r.status in (Status.PASSED, Status.INCORRECT, Status.RUNTIME_ERROR), r.error_log
+    assert (r.status is Status.PASSED or "over the" in r.error_log or "does not match its header" in r.error_log
             or r.metadata["guards"]["failed"] == ["background_threads"]), r.error_log
     assert_no_canary(r)
 
 
-def test_inputs_made_easier_in_the_candidates_process_are_flagged_and_judged_on_the_judges_own(cpu_config):
+def test_inputs_made_easier_in_the_candidates_process_change_nothing(cpu_config):
+    """The runner draws no inputs (the judge hands them over as data) and holds no problem module:
+    a patched torch.randn is reported and undone, and the kernel that skips relu fails on the judge's inputs."""
     r = run(cpu_config, "easier_inputs.py")
     assert r.status is Status.INCORRECT and not r.correct and r.speedup is None
-    flags = r.flags()
-    assert "torch.randn" in flags["patched_functions"]  # found and put back before any input was drawn
-    assert "not the problem's inputs" in flags["inputs_differ"]  # the replaced get_inputs: seen by fingerprint
+    assert "torch.randn" in r.flags()["patched_functions"]
+    assert not any(t.passed for t in r.trials)
 

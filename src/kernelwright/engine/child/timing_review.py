@@ -122,7 +122,10 @@ def run(judge: "Judge") -> None:
             ref_ms.append(r_ms)
             cand_ms.append(res.per_call_ms)
             details.append({"calls": res.calls, "reference_ms": round(r_ms, 6), "candidate_ms": round(res.per_call_ms, 6),
-                            "wall_ms": round(res.wall_ms, 4), "copies_ms": round(res.copy_ms, 4),
+                            "wall_ms": round(res.wall_ms, 4), "copies_ms": round(res.copy_ms, 4), "open_ms": round(res.open_ms, 4),
+                            "to_computed_ms": round(res.open_to_computed_ms, 4), "after_ms": round(res.after_ms, 4),
+                            "runner_says_ms": {str(k)[:20]: v for k, v in list(res.runner_ms.items())[:4]
+                                               if isinstance(v, (int, float))},
                             "bad_slots": res.bad_slots})
             del sets, ref_outs
     except windows.WindowTimeout as exc:

@@ -143,6 +143,7 @@ def serve_window(sock: socket.socket, header: dict[str, Any], fds: list[int], mo
     reply: dict[str, Any] = {"done": header.get("id"), "phase": "committed"}
     failure: BaseException | None = None
     try:
+        t_start = time.perf_counter()
         n = int(header["calls"])
         lin = Layout.from_json(header["inputs"], max_bytes)
         lout = Layout.from_json(header["outputs"], max_bytes)
@@ -150,11 +151,15 @@ def serve_window(sock: socket.socket, header: dict[str, Any], fds: list[int], mo
         regions.append(rin)
         rout = shared_region.attach(fds[1], n * lout.stride, device)
         regions.append(rout)
+        t_mapped = time.perf_counter()
         outs = []
         with torch.no_grad():
             for i in range(n):
                 outs.append(model(*lin.views(rin, i)))
         _sync(device)
+        t_computed = time.perf_counter()
+        # the runner's own account (evidence only: this process is the candidate's)
+        reply["runner_ms"] = {"map": round((t_mapped - t_start) * 1e3, 4), "calls": round((t_computed - t_mapped) * 1e3, 4)}
         shared_region.send(sock, json.dumps({"done": header.get("id"), "phase": "computed"}).encode(), [])
         for i, out in enumerate(outs):  # the commit: every output into its slot, after the clock's `computed`
             leaves = [x for _, x in flatten(out)]
@@ -168,6 +173,7 @@ def serve_window(sock: socket.socket, header: dict[str, Any], fds: list[int], mo
                 s.copy_(x)
         del outs
         _sync(device)
+        reply["runner_ms"]["commit"] = round((time.perf_counter() - t_computed) * 1e3, 4)
         reply["mismatched"] = mismatched
     except Exception as exc:
         _sync_quietly(device)
@@ -200,9 +206,12 @@ class WindowResult:
     calls: int
     wall_ms: float  # open to snapshot, on the judge's clock
     copy_ms: float  # the judge's own measure of the copies the window adds (subtracted)
+    open_ms: float = 0.0  # the judge's own measure of mapping the regions and a message round trip (subtracted)
     per_call_ms: float
     bad_slots: int
     after_ms: float = 0.0  # from `computed` to the snapshot (the commit, and anything left running)
+    open_to_computed_ms: float = 0.0
+    runner_ms: dict[str, Any] = field(default_factory=dict)  # the runner's own account: evidence, never used
 
 
 @dataclass
@@ -242,6 +251,7 @@ class WindowTimer:
         self.deadline_s = deadline_s  # (expected window seconds) -> how long to wait for `done`
         self.next_id = 0
         self.copy_cache: dict[tuple[int, int], float] = {}
+        self.open_cache: dict[tuple[int, int], float] = {}
 
     # -- the reference ------------------------------------------------------------------------------
     def pool(self, calls: int) -> tuple[list[list[Any]], Layout]:
@@ -290,11 +300,36 @@ class WindowTimer:
                 _sync(self.device)
                 snap = region.tensor.clone()
                 _sync(self.device)
+                region.close()  # the runner unmaps its regions before it answers `committed`
                 best = min(best, (time.perf_counter() - t0) * 1e3)
                 del snap
             finally:
                 region.close()
         self.copy_cache[key] = best
+        return best
+
+    def open_ms(self, in_bytes: int, out_bytes: int) -> float:
+        """What opening a window costs before the first call, measured by the judge alone: the
+        two regions imported and mapped from their descriptors (as the runner must), and a
+        message's round trip to another thread and back (best of three)."""
+        key = (in_bytes, out_bytes)
+        if key in self.open_cache:
+            return self.open_cache[key]
+        best = float("inf")
+        for _ in range(3):
+            made = [shared_region.create(n, self.device) for n in (in_bytes, out_bytes)]
+            try:
+                _sync(self.device)
+                t0 = time.perf_counter()
+                dup = [shared_region.attach(os.dup(r.fd), n, self.device) for r, n in zip(made, (in_bytes, out_bytes))]
+                ms = (time.perf_counter() - t0) * 1e3
+                for r in dup:
+                    r.close()
+            finally:
+                for r in made:
+                    r.close()
+            best = min(best, ms + _round_trip_ms())
+        self.open_cache[key] = best
         return best
 
     # -- a candidate window -----------------------------------------------------------------------------
@@ -303,6 +338,7 @@ class WindowTimer:
         calls = len(sets)
         out_layout = Layout.of_outputs(ref_outs[0])
         copy_ms = self.copy_ms(calls, out_layout)
+        open_ms = self.open_ms(calls * in_layout.stride, calls * out_layout.stride)
         rin = shared_region.create(calls * in_layout.stride, self.device)
         rout = shared_region.create(calls * out_layout.stride, self.device)
         try:
@@ -333,7 +369,10 @@ class WindowTimer:
         # but never more than the time after `computed` (work left running past it counts)
         wall_ms = (t_end - t0) * 1e3
         after_ms = (t_end - t_done) * 1e3
-        timed_ms = wall_ms - min(copy_ms, after_ms)
+        before_ms = (t_done - t0) * 1e3
+        # what the judge measured for the same mapping, hand-over and commit comes off each phase,
+        # never more than the phase lasted
+        timed_ms = wall_ms - min(copy_ms, after_ms) - min(open_ms, 0.5 * before_ms)
         if reply.get("error"):
             raise WindowError(f"ModelNew failed in a timing window: {str(reply['error'])[:300]}")
         snap_region = shared_region.Region(snap, calls * out_layout.stride, -1)
@@ -343,8 +382,9 @@ class WindowTimer:
             cand = _rebuild(ref_outs[i], views)
             if not self.check(cand, ref_outs[i]):
                 bad += 1
-        return WindowResult(calls=calls, wall_ms=wall_ms, copy_ms=copy_ms, per_call_ms=timed_ms / calls, bad_slots=bad,
-                            after_ms=after_ms)
+        return WindowResult(calls=calls, wall_ms=wall_ms, copy_ms=copy_ms, open_ms=open_ms, per_call_ms=timed_ms / calls, bad_slots=bad,
+                            after_ms=after_ms, open_to_computed_ms=(t_done - t0) * 1e3,
+                            runner_ms=reply.get("runner_ms") if isinstance(reply.get("runner_ms"), dict) else {})
 
     def _await_done(self, wid: int, limit_s: float) -> dict[str, Any]:
         end = time.monotonic() + limit_s
@@ -364,6 +404,29 @@ class WindowTimer:
             if isinstance(msg, dict) and msg.get("done") == wid:
                 return msg
         raise WindowError("the runner flooded the window socket")
+
+
+def _round_trip_ms() -> float:
+    """One message to another thread and its answer on a socket pair: the hand-over's own latency."""
+    import threading
+
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        def echo() -> None:
+            b.send(b.recv(16))
+
+        th = threading.Thread(target=echo, daemon=True)
+        th.start()
+        time.sleep(0.001)  # the thread waits in recv, as the runner waits for a window
+        t0 = time.perf_counter()
+        a.send(b"x")
+        a.recv(16)
+        ms = (time.perf_counter() - t0) * 1e3
+        th.join(1.0)
+        return ms
+    finally:
+        a.close()
+        b.close()
 
 
 class WindowTimeout(WindowError):
