@@ -206,9 +206,9 @@ class WindowResult:
     calls: int
     wall_ms: float  # open to snapshot, on the judge's clock
     copy_ms: float  # the judge's own measure of the copies the window adds (subtracted)
-    open_ms: float = 0.0  # the judge's own measure of mapping the regions and a message round trip (subtracted)
     per_call_ms: float
     bad_slots: int
+    open_ms: float = 0.0  # the judge's own measure of mapping the regions and a message round trip (subtracted)
     after_ms: float = 0.0  # from `computed` to the snapshot (the commit, and anything left running)
     open_to_computed_ms: float = 0.0
     runner_ms: dict[str, Any] = field(default_factory=dict)  # the runner's own account: evidence, never used
