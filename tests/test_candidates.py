@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from kernelwright.cli.main import app
 from kernelwright.core.record import EvalResult, Status
 from kernelwright.loop.forge import choose_candidate
-from kernelwright.loop.records import Candidate
+from kernelwright.loop.history import Candidate
 from kernelwright.store.rundir import read_summary
 
 from chat_server import ChatServer, Reply

@@ -12,7 +12,7 @@ from kernelwright.cli.console import NORMAL, QUIET, LoopProgress, device_problem
 from kernelwright.core import roofline
 from kernelwright.core.config import ModelConfig
 from kernelwright.core.record import EvalResult, Stage, Status
-from kernelwright.loop.records import Progress
+from kernelwright.loop.history import Progress
 from kernelwright.models import ModelSetupError, resolve_model
 
 

@@ -36,7 +36,7 @@ from kernelwright.models.base import AnswersExhausted, ChatModel, ModelError
 from kernelwright.loop.judge_evidence import render_for_judge
 from kernelwright.core.record import EvalResult, Status
 from kernelwright.core import run_files
-from kernelwright.loop.records import (Candidate, Expectation, ModelCall, NoRecorder, Progress, Recorder, Round,
+from kernelwright.loop.history import (Candidate, Expectation, ModelCall, NoRecorder, Progress, Recorder, Round,
                                        RunState)
 
 # ---- what the loop is given ---------------------------------------------------------------
