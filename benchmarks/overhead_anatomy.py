@@ -69,10 +69,10 @@ def prestarted_evals(problem: Path, candidate: Path, device: str, cache: Path, r
     the runner ended, stopping) and the runner's stage times, per evaluation."""
     import time
 
+    from build_speed import kernel_work_s
+
     from kernelwright.core.config import EvalConfig
     from kernelwright.engine import evaluate, prestart
-
-    from build_speed import kernel_work_s
 
     cfg = EvalConfig(device=device, cache_dir=str(cache), device_handoff=handoff)
     first = evaluate(problem, candidate, cfg)  # fills the build cache (its own children)

@@ -117,7 +117,7 @@ class ChatServer:
         """The user message of every request for `model` that was answered with a Reply."""
         return [e["messages"][-1]["content"] for e in self.log if e["model"] == model and e["served"] == "Reply"]
 
-    def __enter__(self) -> "ChatServer":
+    def __enter__(self) -> ChatServer:
         self.thread.start()
         return self
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import time
 
+from conftest import ADD_ONE, EXAMPLES, FIXTURES
+
 from kernelwright.core.record import Status
 from kernelwright.engine import evaluate
 from kernelwright.engine.child import build
-
-from conftest import ADD_ONE, EXAMPLES, FIXTURES
 
 BF = FIXTURES / "builds"
 SWISH = EXAMPLES / "cpu_swish" / "problem.py"

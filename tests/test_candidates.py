@@ -8,6 +8,8 @@ import importlib.util
 import json
 
 import pytest
+from chat_server import ChatServer, Reply
+from conftest import ADD_ONE, CANDIDATES
 from typer.testing import CliRunner
 
 from kernelwright.cli.main import app
@@ -15,9 +17,6 @@ from kernelwright.core.record import EvalResult, Status
 from kernelwright.loop.forge import choose_candidate
 from kernelwright.loop.history import Candidate
 from kernelwright.store.rundir import read_summary
-
-from chat_server import ChatServer, Reply
-from conftest import ADD_ONE, CANDIDATES
 
 needs_openai = pytest.mark.skipif(importlib.util.find_spec("openai") is None, reason="needs the openai client")
 

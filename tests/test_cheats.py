@@ -8,11 +8,10 @@ flag is reported without failing the verdict (GuardConfig.fail_on leaves it out 
 from __future__ import annotations
 
 import pytest
-
-from kernelwright.engine import evaluate
-from kernelwright.core.record import Status
-
 from conftest import ADD_ONE, CANDIDATES, EXAMPLES, FIXTURES
+
+from kernelwright.core.record import Status
+from kernelwright.engine import evaluate
 
 CHEATS = FIXTURES.parent / "cheats"
 

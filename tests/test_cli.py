@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from chat_server import ChatServer, Reply
 from conftest import ADD_ONE, CANDIDATES, EXAMPLES, FIXTURES, ROOT
 

@@ -15,7 +15,6 @@ import shutil
 import sys
 
 import pytest
-
 from conftest import ROOT
 
 pytestmark = [

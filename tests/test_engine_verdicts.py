@@ -6,11 +6,10 @@ import json
 import os
 
 import pytest
-
-from kernelwright.engine import EngineError, evaluate
-from kernelwright.core.record import EvalResult, Stage, Status
-
 from conftest import ADD_ONE, CANDIDATES, EXAMPLES
+
+from kernelwright.core.record import EvalResult, Stage, Status
+from kernelwright.engine import EngineError, evaluate
 
 
 def ev(cfg, candidate, problem=ADD_ONE):

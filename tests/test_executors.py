@@ -12,18 +12,15 @@ import time
 from dataclasses import replace
 
 import pytest
+from conftest import ADD_ONE, CANDIDATES, EXAMPLES
 
 from kernelwright.core.record import Status
 from kernelwright.engine import EngineError
-from kernelwright.engine.environment import child_environment
-from kernelwright.engine.environment import child_env
+from kernelwright.engine.environment import child_env, child_environment
 from kernelwright.executors import orphans
 from kernelwright.executors.base import EvalTask, SerialExecutor, WorkerLost
 from kernelwright.executors.local import LocalExecutor
 from kernelwright.executors.placement import TimingGate, parse_gpus, plan_cores
-
-from conftest import ADD_ONE, CANDIDATES, EXAMPLES
-
 
 # Passes only in a child pinned to one of the fake GPUs: the pinning is checked by the verdict.
 PINNED = '''import os

@@ -4,6 +4,7 @@ keep), the Judge's JSON, and its expected speedup as a factor."""
 from __future__ import annotations
 
 import pytest
+from conftest import EXAMPLES, block
 
 from kernelwright.models.extract import (
     FailureCritique,
@@ -14,8 +15,6 @@ from kernelwright.models.extract import (
     parse_judge,
     parse_speedup,
 )
-
-from conftest import EXAMPLES, block
 
 CUDA_CANDIDATE = (EXAMPLES / "cuda_swish" / "candidate.py").read_text()
 CPP_CANDIDATE = (EXAMPLES / "cpu_swish" / "candidate.py").read_text()

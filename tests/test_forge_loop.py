@@ -8,6 +8,8 @@ import json
 from pathlib import Path
 
 import pytest
+from chat_server import ChatServer, Reply, Status
+from conftest import ADD_ONE, CANDIDATES, EXAMPLES, FIXTURES
 from typer.testing import CliRunner
 
 from kernelwright.cli.main import app
@@ -15,9 +17,6 @@ from kernelwright.core.config import LoopConfig, ModelConfig, RetryPolicy
 from kernelwright.loop.forge import Forge, engine_evaluator
 from kernelwright.models import resolve_model
 from kernelwright.store.rundir import RunDir, read_summary
-
-from chat_server import ChatServer, Reply, Status
-from conftest import ADD_ONE, CANDIDATES, EXAMPLES, FIXTURES
 
 CPU_PROBLEM = EXAMPLES / "cpu_swish" / "problem.py"
 LOOP = FIXTURES / "loop"

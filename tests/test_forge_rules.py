@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import ADD_ONE, block
 
 from kernelwright.core.config import EvalConfig, LoopConfig, ProfileConfig
 from kernelwright.core.record import EvalResult, Status, TimingStats
@@ -16,8 +17,6 @@ from kernelwright.models import ModelError
 from kernelwright.models.base import Completion, Usage
 from kernelwright.models.replay import ReplayChat
 from kernelwright.store.rundir import RunDir, read_summary
-
-from conftest import ADD_ONE, block
 
 
 class Scripted:

@@ -14,12 +14,11 @@ import uuid
 from pathlib import Path
 
 import pytest
+from conftest import ADD_ONE, EXAMPLES, FIXTURES
 
 import kernelwright
 from kernelwright.core.record import Stage, Status
 from kernelwright.engine import evaluate, isolation
-
-from conftest import ADD_ONE, EXAMPLES, FIXTURES
 
 ATTACKS = FIXTURES / "host_attacks"
 EVALUATOR = Path(__file__).resolve().parent / "evaluator.py"

@@ -8,11 +8,10 @@ from pathlib import Path
 
 import pytest
 import torch.utils.cpp_extension as cpp_ext
+from conftest import EXAMPLES
 
 from kernelwright.engine.child import build
 from kernelwright.engine.child.lean_headers import MARK, lean_cuda_sources
-
-from conftest import EXAMPLES
 
 INCLUDE = Path(cpp_ext._TORCH_PATH) / "include"
 

@@ -5,12 +5,11 @@ from __future__ import annotations
 import ast
 
 import pytest
-
-from kernelwright.engine import evaluate
-from kernelwright.core.record import Status
-
 from conftest import FIXTURES
 from mamba2_shapes import MAMBA2, problem_at_shape
+
+from kernelwright.core.record import Status
+from kernelwright.engine import evaluate
 
 BUGGY = FIXTURES / "mamba2"
 SMALL = dict(batch_size=2, seq_length=64, n_heads=2, d_head=8, d_state=4, block_len=16)

@@ -14,11 +14,10 @@ import importlib.util
 import sys
 
 import pytest
-
-from kernelwright.engine import evaluate
-from kernelwright.core.record import Status
-
 from mamba2_shapes import MAMBA2, problem_at_shape
+
+from kernelwright.core.record import Status
+from kernelwright.engine import evaluate
 
 pytestmark = pytest.mark.gpu
 TOL = 1e-5  # normwise, against float64

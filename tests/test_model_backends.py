@@ -7,13 +7,13 @@ import importlib.util
 import json
 
 import pytest
+from chat_server import ChatServer, Reply
+from chat_server import Status as HttpStatus
 
 from kernelwright.core.config import ModelConfig, RetryPolicy
 from kernelwright.models import ModelError, ModelSetupError, resolve_model
 from kernelwright.models.base import Usage
 from kernelwright.models.pricing import PriceTable
-
-from chat_server import ChatServer, Reply, Status as HttpStatus
 
 needs_clients = pytest.mark.skipif(
     importlib.util.find_spec("openai") is None or importlib.util.find_spec("anthropic") is None,

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import ADD_ONE, FIXTURES
 
+from kernelwright.core.record import Status
 from kernelwright.engine import evaluate
 from kernelwright.engine.child import localize, numerics
-from kernelwright.core.record import Status
-
-from conftest import ADD_ONE, FIXTURES
 
 MAMBA_SMALL = FIXTURES / "problems" / "mamba2_ssd_small.py"
 MAMBA = FIXTURES / "problems" / "mamba2_ssd.py"

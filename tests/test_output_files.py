@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 
 import torch
+from conftest import ADD_ONE, CANDIDATES
 
 from kernelwright.core.config import EvalConfig
 from kernelwright.core.record import Status
@@ -13,8 +14,6 @@ from kernelwright.engine import evaluate, evaluation
 from kernelwright.engine.child import wire
 from kernelwright.engine.child.channel import Channel
 from kernelwright.engine.child.runner import Runner
-
-from conftest import ADD_ONE, CANDIDATES
 
 
 def _ours() -> set[str]:

@@ -6,17 +6,15 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from conftest import ADD_ONE, CANDIDATES, EXAMPLES, FIXTURES
 
-from kernelwright.core import roofline
+from kernelwright.core import kernel_names, roofline
 from kernelwright.core.config import ProfileConfig
+from kernelwright.core.record import Status
 from kernelwright.engine import evaluate
 from kernelwright.engine import nsight as ncu
-from kernelwright.core import kernel_names
 from kernelwright.engine.prebuild import BuildPool
 from kernelwright.loop.judge_evidence import render_for_judge
-from kernelwright.core.record import Status
-
-from conftest import ADD_ONE, CANDIDATES, EXAMPLES, FIXTURES
 
 NCU_FIX = FIXTURES / "ncu"
 CPU_EXAMPLE = EXAMPLES / "cpu_swish"

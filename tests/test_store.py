@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import FIXTURES, ROOT
 
 from kernelwright.core.config import LoopConfig
 from kernelwright.core.record import EvalResult, Status, TimingStats
@@ -24,8 +25,6 @@ from kernelwright.store import open_store
 from kernelwright.store.db import SCHEMA_VERSION, Store, StoreError
 from kernelwright.store.indexer import index_run
 from kernelwright.store.rundir import RunDir, RunDirError, load_rounds, read_summary
-
-from conftest import FIXTURES, ROOT
 
 PROBLEM = FIXTURES / "suite" / "level1" / "1_add_one.py"
 

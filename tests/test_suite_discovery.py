@@ -9,10 +9,9 @@ import shutil
 from pathlib import Path
 
 import pytest
+from conftest import FIXTURES
 
 from kernelwright.suites.discovery import SuiteError, discover, load_candidates, match
-
-from conftest import FIXTURES
 
 SUITE = FIXTURES / "suite"
 LEVEL1 = SUITE / "level1"

@@ -14,14 +14,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import FIXTURES
 from typer.testing import CliRunner
 
 from kernelwright.cli.main import app
 from kernelwright.core.record import EvalResult
 from kernelwright.store import open_store
 from kernelwright.suites.runner import died_before_the_candidate
-
-from conftest import FIXTURES
 
 SUITE = FIXTURES / "suite"
 EXPECTED = {"1_add_one": "passed", "2_swish": "passed", "3_scale_shift": "incorrect", "4_row_softmax": "crashed",

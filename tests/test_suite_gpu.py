@@ -8,11 +8,10 @@ import json
 import sys
 
 import pytest
+from conftest import ROOT
 from typer.testing import CliRunner
 
 from kernelwright.cli.main import app
-
-from conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import suite_throughput  # noqa: E402

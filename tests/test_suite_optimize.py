@@ -17,10 +17,9 @@ import time
 from pathlib import Path
 
 import pytest
-
+import suite_models
 from chat_server import ChatServer
 from conftest import FIXTURES, ROOT
-import suite_models
 
 LEVEL1 = FIXTURES / "suite" / "level1"
 needs_openai = pytest.mark.skipif(importlib.util.find_spec("openai") is None, reason="needs the openai client")

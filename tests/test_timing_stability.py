@@ -8,6 +8,7 @@ import os
 import random
 
 import pytest
+from conftest import EXAMPLES
 from rich.console import Console
 
 from kernelwright.cli.console import render_result
@@ -16,8 +17,6 @@ from kernelwright.core.record import Status
 from kernelwright.engine import evaluate
 from kernelwright.engine.child import stability
 from kernelwright.engine.child.stability import LoadFacts
-
-from conftest import EXAMPLES
 
 CFG = TimingConfig()
 

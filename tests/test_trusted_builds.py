@@ -8,11 +8,10 @@ import shutil
 from pathlib import Path
 
 import pytest
+from conftest import ADD_ONE, CANDIDATES, EXAMPLES, FIXTURES
 
 from kernelwright.core.record import Status
 from kernelwright.engine import evaluate, sandbox, static_builds, trusted_builds
-
-from conftest import ADD_ONE, CANDIDATES, EXAMPLES, FIXTURES
 
 SWISH = EXAMPLES / "cpu_swish"
 
