@@ -130,7 +130,7 @@ class Bench:
             fn()
             ends[i].record()
         torch.cuda.synchronize()
-        return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
+        return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends, strict=True))
 
 
 def copy_bandwidth(bench: Bench) -> float:
@@ -138,7 +138,6 @@ def copy_bandwidth(bench: Bench) -> float:
     src = torch.randn(256 * 1024 * 1024, device="cuda")
     dst = torch.empty_like(src)
     ms = bench.time(lambda: dst.copy_(src), max_reps=50)
-    del src, dst
     return 2 * 256 * 1024 * 1024 * 4 / (ms * 1e-3)
 
 
@@ -223,8 +222,11 @@ def run_shape(name, shape, dtype_name, prob, cand, mamba, bench, bw, sweep, path
         for path, nseg in [(2, 1), (3, 1), (2, 2), (2, 4), (2, 8), (2, 16)]:
             if path == 3 and n != 128:
                 continue
-            ours(f"path{path} nseg{nseg}", lambda path=path, nseg=nseg: ext.ssd_fused_cfg(Xd, A, Bd, Cd, None, False, 0, path, nseg))
-    del ref_ours
+            ours(
+                f"path{path} nseg{nseg}",
+                lambda path=path, nseg=nseg: ext.ssd_fused_cfg(Xd, A, Bd, Cd, None, False, 0, path, nseg),
+            )
+    ref_ours = None  # the float64 oracle's memory goes back before mamba_ssm's run
     if mamba is not None:
         dt = -A  # > 0
         x = (X / dt.unsqueeze(-1)).to(dtype)
@@ -232,7 +234,9 @@ def run_shape(name, shape, dtype_name, prob, cand, mamba, bench, bw, sweep, path
         Bm, Cm = Bd.contiguous(), Cd.contiguous()
         ref_m = oracle(prob, x.double() * dt.double().unsqueeze(-1), A, Bm, Cm, chunk)
         try:
-            fn = lambda: mamba(x, dt, A_h, Bm, Cm, chunk)
+            def fn():
+                return mamba(x, dt, A_h, Bm, Cm, chunk)
+
             out = fn()
             torch.cuda.synchronize()
             err = normwise(out, ref_m)
@@ -254,6 +258,10 @@ def fmt_us(ms):
     return f"{ms * 1e3:.1f} us"
 
 
+def shape_cell(row):
+    return ", ".join(map(str, row["shape"])) + (" (slow A)" if row["name"].endswith("slow") else "")
+
+
 def markdown(rows, device, bw, mamba_version) -> str:
     lines = [
         f"Device: {device}; torch {torch.__version__}; mamba_ssm {mamba_version}; measured copy bandwidth "
@@ -270,12 +278,12 @@ def markdown(rows, device, bw, mamba_version) -> str:
             m = f"{fmt_us(mms)} | {merr:.1e} | {mms / ms:.2f}x"
         else:
             m = "n/a | | "
-        lines.append(f"| {', '.join(map(str, r['shape']))}{' (slow A)' if r['name'].endswith('slow') else ''} | {r['dtype']} | {fmt_us(ms)} | {err:.1e} | {m} | {r['floor']:.1f} us |")
+        lines.append(f"| {shape_cell(r)} | {r['dtype']} | {fmt_us(ms)} | {err:.1e} | {m} | {r['floor']:.1f} us |")
     extra = [(r, k, v) for r in rows for k, v in r["ours"].items() if k != "auto"]
     if extra:
         lines += ["", "| shape | dtype | our variant | time | err |", "|---|---|---|---|---|"]
         for r, k, (ms, err) in extra:
-            lines.append(f"| {', '.join(map(str, r['shape']))}{' (slow A)' if r['name'].endswith('slow') else ''} | {r['dtype']} | {k} | {fmt_us(ms)} | {err:.1e} |")
+            lines.append(f"| {shape_cell(r)} | {r['dtype']} | {k} | {fmt_us(ms)} | {err:.1e} |")
     judged_rows = [(r, who, v) for r in rows for who, v in r["verdict"].items()]
     if judged_rows:
         lines += ["", "The engine's calibrated verdict on each output (reference: float32 math on the method's own "
@@ -293,7 +301,9 @@ def main(argv=None) -> int:
     ap.add_argument("--no-mamba", action="store_true", help="skip mamba_ssm")
     ap.add_argument("--sweep", action="store_true", help="also time our kernel's forced variants (path, segments)")
     ap.add_argument("--paths", default="", help="also time these tensor-core paths forced, e.g. 2,4")
-    ap.add_argument("--verdict", action="store_true", help="also judge each output with the engine's calibrated verdict")
+    ap.add_argument(
+        "--verdict", action="store_true", help="also judge each output with the engine's calibrated verdict"
+    )
     ap.add_argument("--out", default=None, help="write the markdown table here")
     a = ap.parse_args(argv)
     if not torch.cuda.is_available():

@@ -15,6 +15,7 @@ import shutil
 import sys
 
 import pytest
+
 from conftest import ROOT
 
 pytestmark = [

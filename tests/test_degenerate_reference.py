@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import ADD_ONE, CANDIDATES, FIXTURES
 
+from conftest import ADD_ONE, CANDIDATES, FIXTURES
 from kernelwright.core.config import GuardConfig
 from kernelwright.core.record import Status
 from kernelwright.engine import evaluate

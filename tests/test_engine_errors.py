@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import ADD_ONE, CANDIDATES, FIXTURES
 
+from conftest import ADD_ONE, CANDIDATES, FIXTURES
 from kernelwright.core.record import EvalResult, Status
 from kernelwright.engine import evaluate
 from kernelwright.engine.child import faults

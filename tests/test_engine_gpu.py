@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from conftest import ADD_ONE, CANDIDATES, EXAMPLES
 
+from conftest import ADD_ONE, CANDIDATES, EXAMPLES
 from kernelwright.core.record import Status
 from kernelwright.engine import evaluate
 

@@ -12,8 +12,8 @@ import time
 from dataclasses import replace
 
 import pytest
-from conftest import ADD_ONE, CANDIDATES, EXAMPLES
 
+from conftest import ADD_ONE, CANDIDATES, EXAMPLES
 from kernelwright.core.record import Status
 from kernelwright.engine import EngineError
 from kernelwright.engine.environment import child_env, child_environment
@@ -51,7 +51,9 @@ class ModelNew(nn.Module):
         return x.clamp_min(0.0) + 1.0
 '''
 
-SUITE = {name: (CANDIDATES / f"{name}.py").read_text() for name in ("py_correct", "py_wrong", "py_segfault", "py_raises")}
+SUITE = {
+    name: (CANDIDATES / f"{name}.py").read_text() for name in ("py_correct", "py_wrong", "py_segfault", "py_raises")
+}
 SUITE["pinned"] = PINNED
 
 
@@ -69,7 +71,7 @@ def run_all(executor, batch: list[EvalTask]) -> dict[str, object]:
             store.setdefault(key, []).append(fut.exception() or fut.result())
 
     futs = [executor.submit(t) for t in batch]
-    for t, f in zip(batch, futs):
+    for t, f in zip(batch, futs, strict=True):
         f.add_done_callback(lambda f, key=t.key: keep(key, f))
     for f in futs:
         f.exception(timeout=600)  # waits for it

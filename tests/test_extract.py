@@ -4,8 +4,8 @@ keep), the Judge's JSON, and its expected speedup as a factor."""
 from __future__ import annotations
 
 import pytest
-from conftest import EXAMPLES, block
 
+from conftest import EXAMPLES, block
 from kernelwright.models.extract import (
     FailureCritique,
     JudgeParseError,

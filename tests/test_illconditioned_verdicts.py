@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import FIXTURES
 
+from conftest import FIXTURES
 from kernelwright.core.record import Status
 from kernelwright.engine import evaluate
 from kernelwright.engine.child import numerics

@@ -14,14 +14,14 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import ADD_ONE, EXAMPLES, FIXTURES
 
 import kernelwright
+from conftest import ADD_ONE, EXAMPLES, FIXTURES
 from kernelwright.core.record import Stage, Status
 from kernelwright.engine import evaluate, isolation
 
 ATTACKS = FIXTURES / "host_attacks"
-EVALUATOR = Path(__file__).resolve().parent / "evaluator.py"
+EVALUATOR = Path(__file__).resolve().parent / "helpers" / "evaluator.py"
 PACKAGE_ROOT = str(Path(kernelwright.__file__).resolve().parent.parent)
 
 
@@ -33,7 +33,9 @@ def _attack(name: str, **fill: object) -> str:
     return text
 
 
-def _evaluate_in_a_process(cfg, candidate: Path, extra_env: dict[str, str]) -> tuple[subprocess.CompletedProcess, dict | None]:
+def _evaluate_in_a_process(
+    cfg, candidate: Path, extra_env: dict[str, str]
+) -> tuple[subprocess.CompletedProcess, dict | None]:
     """Evaluate in a separate evaluator process started with `extra_env` in its environment."""
     env = {**os.environ, **extra_env, "PYTHONPATH": PACKAGE_ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
     out = subprocess.run([sys.executable, str(EVALUATOR), str(ADD_ONE), str(candidate), json.dumps(cfg.to_dict())],

@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 from conftest import ADD_ONE, CANDIDATES
-
 from kernelwright.engine import leftovers
 
 _KILLED_MIDWAY = """

@@ -5,9 +5,9 @@ from __future__ import annotations
 import ast
 
 import pytest
-from conftest import FIXTURES
-from mamba2_shapes import MAMBA2, problem_at_shape
 
+from conftest import FIXTURES
+from helpers.mamba2_shapes import MAMBA2, problem_at_shape
 from kernelwright.core.record import Status
 from kernelwright.engine import evaluate
 

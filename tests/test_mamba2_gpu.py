@@ -14,8 +14,8 @@ import importlib.util
 import sys
 
 import pytest
-from mamba2_shapes import MAMBA2, problem_at_shape
 
+from helpers.mamba2_shapes import MAMBA2, problem_at_shape
 from kernelwright.core.record import Status
 from kernelwright.engine import evaluate
 
@@ -156,7 +156,10 @@ def _run_cfg(torch, mods, b, l, h, p, n, block, a_sign, seed, nseg, path=0, p_ti
     assert Y.dtype == dtype and S.dtype == dtype
     assert Y.shape == Y64.shape and S.shape == S64.shape
     assert torch.isfinite(Y).all() and torch.isfinite(S).all()
-    err = lambda out, ref: ((out.double() - ref).norm() / ref.norm()).item()
+
+    def err(out, ref):
+        return ((out.double() - ref).norm() / ref.norm()).item()
+
     best = (err(Y64.to(dtype), Y64), err(S64.to(dtype), S64))
     return (err(Y, Y64), err(S, S64)), best
 
@@ -332,7 +335,11 @@ def test_engine_calibrated_verdict_passes_bf16(cuda_config, tmp_path, shape):
     computes in float32 and rounds Y once, judged by the calibrated verdict against the float64 oracle
     with the tolerance at one bf16 ulp (docs/VERDICTS.md, "Low-precision outputs")."""
     cuda_config.verdict = "calibrated"
-    prob = problem_at_shape("y_bf16", tmp_path, **BF16_SHAPES[shape]) if BF16_SHAPES[shape] else MAMBA2 / "problem_y_bf16.py"
+    prob = (
+        problem_at_shape("y_bf16", tmp_path, **BF16_SHAPES[shape])
+        if BF16_SHAPES[shape]
+        else MAMBA2 / "problem_y_bf16.py"
+    )
     r = evaluate(prob, MAMBA2 / "candidate_y.py", cuda_config)
     assert r.status is Status.PASSED, r.error_log
     leaves = [leaf for t in r.trials for leaf in t.extra.get("numerics", {}).get("leaves", [])]
@@ -347,7 +354,9 @@ def test_engine_strict_passes_for_the_final_state(cuda_config, tmp_path):
     b4 l32 h8 p64 n16, seen on an H100 2026-11-22) where large terms cancel to a small value and the
     float32 reference's own rounding exceeds atol + rtol * |ref|; the kernel's error against float64
     is still ~2e-7 normwise (the tests above)."""
-    prob = problem_at_shape("state", tmp_path, batch_size=4, seq_length=32, n_heads=8, d_head=64, d_state=16, block_len=32)
+    prob = problem_at_shape(
+        "state", tmp_path, batch_size=4, seq_length=32, n_heads=8, d_head=64, d_state=16, block_len=32
+    )
     r = evaluate(prob, MAMBA2 / "candidate_state.py", cuda_config)
     assert r.status is Status.PASSED, r.error_log
     assert r.speedup is not None

@@ -8,8 +8,8 @@ import threading
 import time
 
 import pytest
-from chat_server import ChatServer, Reply, Status
 
+from helpers.chat_server import ChatServer, Reply, Status
 from kernelwright.core.config import ModelConfig, RetryPolicy
 from kernelwright.models import resolve_model
 from kernelwright.models.limits import EndpointLimiter, limiter_for

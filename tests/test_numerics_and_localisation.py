@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import ADD_ONE, FIXTURES
 
+from conftest import ADD_ONE, FIXTURES
 from kernelwright.core.record import Status
 from kernelwright.engine import evaluate
 from kernelwright.engine.child import localize, numerics
@@ -109,7 +109,9 @@ def test_mamba2_small_off_by_one_and_bf16_fail_calibrated(mamba_cfg):
 
 def _write(tmp_path, body: str):
     p = tmp_path / "cand.py"
-    p.write_text("import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n    def forward(self, x):\n" + body)
+    p.write_text(
+        "import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n    def forward(self, x):\n" + body
+    )
     return p
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import errno
 
 import torch
-from conftest import ADD_ONE, CANDIDATES
 
+from conftest import ADD_ONE, CANDIDATES
 from kernelwright.core.config import EvalConfig
 from kernelwright.core.record import Status
 from kernelwright.engine import evaluate, evaluation

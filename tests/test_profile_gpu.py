@@ -7,8 +7,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from conftest import CANDIDATES, EXAMPLES
 
+from conftest import CANDIDATES, EXAMPLES
 from kernelwright.core.config import ProfileConfig
 from kernelwright.core.record import Status
 from kernelwright.engine import evaluate

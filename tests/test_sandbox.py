@@ -10,8 +10,8 @@ import threading
 import uuid
 
 import pytest
-from conftest import ADD_ONE, CANDIDATES, FIXTURES
 
+from conftest import ADD_ONE, CANDIDATES, FIXTURES
 from kernelwright.core.record import Stage, Status
 from kernelwright.engine import EngineError, evaluate, sandbox
 

@@ -8,7 +8,6 @@ from dataclasses import replace
 
 from conftest import ADD_ONE
 from conftest import CANDIDATES as CAND
-
 from kernelwright.core.record import Stage, Status
 from kernelwright.engine import WarmEvaluator, evaluate, prestart
 

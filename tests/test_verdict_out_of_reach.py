@@ -11,8 +11,8 @@ import time
 from dataclasses import replace
 
 import pytest
-from conftest import ADD_ONE, FIXTURES
 
+from conftest import ADD_ONE, FIXTURES
 from kernelwright.core.config import StageTimeouts
 from kernelwright.core.record import Status
 from kernelwright.engine import evaluate
