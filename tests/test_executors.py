@@ -16,7 +16,7 @@ import pytest
 from conftest import ADD_ONE, CANDIDATES, EXAMPLES
 from kernelwright.core.record import Status
 from kernelwright.engine import EngineError
-from kernelwright.engine.environment import child_env, child_environment
+from kernelwright.engine.isolation.environment import child_env, child_environment
 from kernelwright.executors import orphans
 from kernelwright.executors.base import EvalTask, SerialExecutor, WorkerLost
 from kernelwright.executors.local import LocalExecutor

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from conftest import ADD_ONE, CANDIDATES
-from kernelwright.engine import leftovers
+from kernelwright.engine.isolation import leftovers
 
 _KILLED_MIDWAY = """
 import sys

@@ -11,7 +11,8 @@ import pytest
 
 from conftest import ADD_ONE, CANDIDATES, EXAMPLES, FIXTURES
 from kernelwright.core.record import Status
-from kernelwright.engine import evaluate, sandbox, static_builds, trusted_builds
+from kernelwright.engine import evaluate, static_builds, trusted_builds
+from kernelwright.engine.isolation import sandbox
 
 SWISH = EXAMPLES / "cpu_swish"
 
