@@ -45,6 +45,9 @@ differences (never exp(a) * exp(-b)), so neither large positive nor large negati
 or underflows where the true decay does not.
 """
 
+# Written by make_candidates.py from ssd_kernel.cu and ssd_bindings.cpp: edit those, then run
+# `python3 examples/mamba2_ssd/make_candidates.py`.
+
 import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
