@@ -7,7 +7,7 @@
 #   bash scripts/device_checks.sh mamba     # >10 min now: Mamba-2 gpu tests, paths $KW_PATHS (2,5) at l2048, the side-by-side benchmark
 #                                           #   (mamba-tests: the first two only, ~5 min; mamba-bench: the benchmark only, ~9 min;
 #                                           #    mamba-final: the benchmark, then the tests in $KW_TESTS_LIMIT s)
-#   bash scripts/device_checks.sh profile   # ~4 min: Nsight Compute of paths 2 and 4 at l2048 (fp32, bf16): what limits them
+#   bash scripts/device_checks.sh profile   # ~4 min: Nsight Compute of paths 2 and 5 at l2048 (fp32, bf16): what limits them
 #   bash scripts/device_checks.sh path5     # ~8 min: Mamba-2 gpu tests (path 5 included), paths 2 and 5 at every shape, ncu of both at l2048 fp32
 #   bash scripts/device_checks.sh quick     # ~4 min: no tests; paths $KW_PATHS (2,5,6) timed at l2048 (n 128, 64), ncu counts of $KW_NCU_PATHS (5)
 #
@@ -112,9 +112,9 @@ quick)  # a kernel change timed before its tests are run (the benchmark checks e
         gzip -c "/tmp/stalls_sass${path}.csv" >"$OUT/stalls_sass${path}.csv.gz"
     done
     ;;
-profile)  # what limits the tensor-core paths at l2048 (docs/PERFORMANCE.md, "Path 4 measured")
+profile)  # what limits the tensor-core paths at l2048 (docs/PERFORMANCE.md, "Where the time goes")
     for dt in fp32 bf16; do
-        for path in 2 4; do
+        for path in 2 5; do
             ncu_ssd "ncu_${dt}_path${path}" 110 "$dt" "$path" \
                 ,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum \
                 SpeedOfLight ComputeWorkloadAnalysis WarpStateStats SchedulerStats MemoryWorkloadAnalysis Occupancy LaunchStats

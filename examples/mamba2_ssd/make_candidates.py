@@ -48,8 +48,6 @@ Two kernels in one source, picked by shape (`ssd_fused_cfg` / `ssd_fused_path` f
     (no deadlock). With enough (batch, head) pairs to fill the SMs it uses one segment (no
     extra pass). bfloat16 inputs/outputs: same kernel, bf16 loads and stores, fp32 arithmetic;
     raw bf16 inputs are exact in TF32, so their split's lo part (and its mma) is skipped.
-    Path 4 (opt-in, `ssd_fused_cfg`): the same algorithm in 16-warp blocks (ssd_tc16_kernel), for
-    more warps an SM (timed on an H100: 5% faster in fp32, 6% slower in bf16 at l2048).
     Path 5: path 2 with the two state products (C H and the state update, 2/3 of the tensor work)
     in split-precision 3xBF16 (mma m16n8k16: half the instructions of 3xTF32 for them); error
     ~1e-6 normwise on Mamba-like inputs, up to ~5e-6 where the state dominates (growing A, the
@@ -87,8 +85,8 @@ CPP_NOTE = """
 # TORCH_CHECK whose message has several parts (e.g. "got ", D, ")") formats them through a
 # std::ostringstream inside this extension, and on the H100 device machine (torch 2.11, its
 # image's compilers) that took the process down with SIGSEGV instead of raising, whether compiled
-# by nvcc or by the host compiler; literal and single-std::string messages raise (issue 18,
-# measured 2026-11-23; tests/test_mamba2_gpu.py::test_bad_arguments_raise_and_the_process_survives).
+# by nvcc or by the host compiler; literal and single-std::string messages raise
+# (tests/test_mamba2_gpu.py::test_bad_arguments_raise_and_the_process_survives).
 """
 
 TAIL = """

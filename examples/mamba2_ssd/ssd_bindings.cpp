@@ -22,9 +22,9 @@ std::string kind(const torch::Tensor& t) {
 
 // Returns Y (b, L, H, D) when return_state is false, else the final state (b, H, D, N), in X's dtype
 // (float32 or bfloat16; X, B, C must share it; A may be either and is used in float32).
-// path: 0 picks by shape (tensor cores for d_state 64/128, else FP32 on the CUDA cores), 1 forces the
-// FP32 CUDA-core kernel, 2 the tensor-core kernel at 2 blocks an SM, 3 at 1 block an SM, 4 the
-// tensor-core kernel with 16 warps a block (p_tile 64 only; opt-in until measured on a GPU).
+// path: 0 picks by shape and dtype (tensor cores for d_state 64/128, else FP32 on the CUDA cores), 1 forces
+// the FP32 CUDA-core kernel, 2 the tensor-core kernel with every product in 3xTF32, 5 the same with the
+// state products in 3xBF16, 6 with C B^T in 3xBF16 too.
 // p_tile: head-dim columns per block, 32 or 64; 0 picks. nseg: segments along the sequence for the
 // tensor-core kernel (0 picks: enough to fill the SMs; 1: one block walks the whole sequence).
 torch::Tensor ssd_fused_cfg(torch::Tensor X, torch::Tensor A, torch::Tensor B, torch::Tensor C,
@@ -51,17 +51,12 @@ torch::Tensor ssd_fused_cfg(torch::Tensor X, torch::Tensor A, torch::Tensor B, t
               "ssd_fused: d_state must be 16, 32, 64 or 128 (got " + num(N) + ")");
   TORCH_CHECK(b <= 65535 && H <= 65535, "ssd_fused: batch and heads must be at most 65535 (got " + num(b) + ", " + num(H) + ")");
   TORCH_CHECK(L < (int64_t(1) << 31) / 32 && b * L * H * std::max(D, N) < (int64_t(1) << 40), "ssd_fused: input too large");
-  TORCH_CHECK(path >= 0 && path <= 6,
-              "ssd_fused: path must be 0 (auto), 1 (FP32 cores), 2 to 6 (tensor cores); got " + num(path));
+  TORCH_CHECK(path == 0 || path == 1 || path == 2 || path == 5 || path == 6,
+              "ssd_fused: path must be 0 (auto), 1 (FP32 cores), 2, 5 or 6 (tensor cores); got " + num(path));
   TORCH_CHECK(path <= 1 || N == 64 || N == 128,
               "ssd_fused: the tensor-core path needs d_state 64 or 128 (got " + num(N) + ")");
   TORCH_CHECK(p_tile == 0 || ((p_tile == 32 || p_tile == 64) && D % p_tile == 0),
               "ssd_fused: p_tile must be 0, or 32 or 64 dividing d_head (got " + num(p_tile) + ")");
-  TORCH_CHECK(path != 4 || (D % 64 == 0 && (p_tile == 0 || p_tile == 64)),
-              "ssd_fused: path 4 takes 64 head-dim columns a block (d_head a multiple of 64, p_tile 0 or 64; got " +
-                  num(D) + ", " + num(p_tile) + ")");
-  TORCH_CHECK(path != 4 || 32 * H * std::max(D, N) < (int64_t(1) << 31),
-              "ssd_fused: path 4 needs 32 * heads * max(d_head, d_state) < 2^31 (got " + num(H) + " heads)");
   TORCH_CHECK(nseg >= 0, "ssd_fused: nseg must be >= 0 (got " + num(nseg) + ")");
   if (initial_state.has_value() && initial_state->defined()) {
     TORCH_CHECK(initial_state->device() == X.device(), "ssd_fused: initial_state must be on X's device");
