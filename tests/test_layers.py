@@ -1,6 +1,7 @@
 """The package's layers, read from its imports: no module imports upward, and the isolated
 processes (runner and judge, `engine/child/`) import nothing of kernelwright but `core` and
-their own package. `core` imports nothing of kernelwright's above it, and no torch."""
+their own package. `core` imports nothing of kernelwright's above it, and no torch. Every package
+has a layer, and the README's layout table names every folder and every module in it."""
 
 from __future__ import annotations
 
