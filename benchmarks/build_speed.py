@@ -137,8 +137,12 @@ def main() -> int:
 
     dev = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     name = torch.cuda.get_device_name(0) if dev == "cuda" else "cpu"
-    res: dict = {"device": name, "cpu_count": os.cpu_count(), "torch": torch.__version__,
-                 "candidate": str(args.candidate.relative_to(ROOT) if args.candidate.is_relative_to(ROOT) else args.candidate)}
+    res: dict = {
+        "device": name,
+        "cpu_count": os.cpu_count(),
+        "torch": torch.__version__,
+        "candidate": str(args.candidate.relative_to(ROOT) if args.candidate.is_relative_to(ROOT) else args.candidate),
+    }
     print(f"device: {name} ({os.cpu_count()} CPU cores), torch {torch.__version__}", flush=True)
 
     if not args.skip_default:
@@ -163,7 +167,9 @@ def main() -> int:
                   f"stages {json.dumps({k: round(v, 2) for k, v in c['stages'].items()})}", flush=True)
         prof_cfg = replace(cfg, profile=replace(cfg.profile, roofline=False, measure_peaks=False))
         res["cached_no_roofline"] = one_eval(args.problem, args.candidate, prof_cfg)
-        print(f"cached evaluation without roofline: overhead {res['cached_no_roofline']['overhead_s']:.2f} s", flush=True)
+        print(
+            f"cached evaluation without roofline: overhead {res['cached_no_roofline']['overhead_s']:.2f} s", flush=True
+        )
     finally:
         shutil.rmtree(cache, ignore_errors=True)
 
@@ -194,7 +200,10 @@ def main() -> int:
             shutil.rmtree(cache, ignore_errors=True)
 
     cached = res["cached"]
-    med = lambda xs: sorted(xs)[len(xs) // 2]
+
+    def med(xs):
+        return sorted(xs)[len(xs) // 2]
+
     summary = {
         "cold_build_s": res["cold"]["build_stage_s"],
         "cached_build_s": med([c["build_stage_s"] for c in cached]),
@@ -207,7 +216,7 @@ def main() -> int:
           "| overhead / eval, prestarted child |")
     print("|---|---|---|---|---|---|")
     d = summary["default_build_s"]
-    print(f"| {name} | {'%.1f s' % d if d else 'n/a'} | {summary['cold_build_s']:.1f} s | "
+    print(f"| {name} | {f'{d:.1f} s' if d else 'n/a'} | {summary['cold_build_s']:.1f} s | "
           f"{summary['cached_build_s']:.2f} s | {summary['overhead_fresh_child_s']:.2f} s | "
           f"{summary['overhead_prestarted_child_s']:.2f} s |")
     if args.out:

@@ -23,7 +23,6 @@ import io
 import json
 import os
 import re
-import shlex
 import subprocess
 import sys
 import tempfile
@@ -137,9 +136,13 @@ def main() -> int:
         "cuda.cu as torch builds it": variant(c, "cuda.cu", "v_asis.cu", time_csv="t_asis.csv"),
         "cuda.cu, <torch/types.h> for <torch/extension.h>": variant(c, "cuda.cu", "light.cu", time_csv="t_light.csv"),
         "cuda.cu, host -O1": variant(c, "cuda.cu", "v_o1.cu", "-Xcompiler -O1", time_csv="t_o1.csv"),
-        "cuda.cu, <torch/types.h>, host -O1": variant(c, "cuda.cu", "light_o1.cu", "-Xcompiler -O1", time_csv="t_light_o1.csv"),
+        "cuda.cu, <torch/types.h>, host -O1": variant(
+            c, "cuda.cu", "light_o1.cu", "-Xcompiler -O1", time_csv="t_light_o1.csv"
+        ),
         "cuda.cu, lean headers (engine)": variant(c, "cuda.cu", "lean.cu", time_csv="t_lean.csv"),
-        "cuda.cu, lean headers, host -O1": variant(c, "cuda.cu", "lean_o1.cu", "-Xcompiler -O1", time_csv="t_lean_o1.csv"),
+        "cuda.cu, lean headers, host -O1": variant(
+            c, "cuda.cu", "lean_o1.cu", "-Xcompiler -O1", time_csv="t_lean_o1.csv"
+        ),
     }
     (bdir / "v_asis.cu").write_text(cu)
     (bdir / "v_o1.cu").write_text(cu)

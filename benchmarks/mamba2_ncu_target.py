@@ -1,7 +1,7 @@
 """One call of a forced Mamba-2 tensor-core path, for Nsight Compute to capture (no timing here).
 
     ncu --kernel-name regex:ssd_tc --launch-skip 1 --launch-count 1 --section SpeedOfLight ... \
-        python3 benchmarks/mamba2_ncu_target.py --shape l2048 --dtype fp32 --path 4
+        python3 -m benchmarks.mamba2_ncu_target --shape l2048 --dtype fp32 --path 5
 
 Runs the forced path twice (the first launch warms the module; ncu skips it) on the benchmark's
 own inputs (`benchmarks/mamba2_ssd.py`: same shapes, same A), and prints the normwise error of the
@@ -13,19 +13,17 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import mamba2_ssd as bench  # noqa: E402  (the benchmark's shapes, inputs, oracle and loader)
+from benchmarks import mamba2_ssd as bench  # the benchmark's shapes, inputs, oracle and loader
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shape", default="l2048", choices=sorted({**bench.SHAPES, **bench.SLOW}))
     ap.add_argument("--dtype", default="fp32", choices=sorted(bench.DTYPES))
-    ap.add_argument("--path", type=int, default=2, help="tensor-core path to force (2 to 6)")
+    ap.add_argument("--path", type=int, default=2, help="tensor-core path to force (2, 5 or 6)")
     a = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("needs a CUDA GPU; run it on the device machine", file=sys.stderr)

@@ -15,7 +15,7 @@ our A stays float32 too. Each method's error is measured against the float64 ora
 (rounded) inputs.
 
     python3 benchmarks/mamba2_ssd.py [--shapes kb,l2048,...] [--dtypes fp32,bf16] [--no-mamba]
-                                     [--sweep] [--paths 2,4] [--out table.md]
+                                     [--sweep] [--paths 2,5] [--out table.md]
 
 --verdict also judges each output (ours and mamba_ssm's) with the engine's calibrated verdict
 (kernelwright.engine.child.numerics.judge, defaults atol = rtol = 1e-3, factor 8), the reference
@@ -24,8 +24,8 @@ being the problem's float32 math on that method's own inputs, rounded once to th
     python3 benchmarks/mamba2_ssd.py --shapes kb,l2048,l4096 --dtypes bf16 --verdict
 
 --paths times our tensor-core kernels forced one by one (auto segment count), side by side, e.g.
-path 2 (8 warps a block) against path 4 (16 warps a block, opt-in):
-    python3 benchmarks/mamba2_ssd.py --shapes l2048 --dtypes fp32,bf16 --no-mamba --paths 2,4
+path 2 (every product in 3xTF32) against path 5 (the state products in 3xBF16):
+    python3 benchmarks/mamba2_ssd.py --shapes l2048 --dtypes fp32,bf16 --no-mamba --paths 2,5
 
 mamba_ssm is optional (`pip install -e .[mamba]`, or its pure-Python wheel on PYTHONPATH: its
 Triton kernels need no CUDA extension). Its package __init__ imports CUDA extensions
@@ -130,7 +130,7 @@ class Bench:
             fn()
             ends[i].record()
         torch.cuda.synchronize()
-        return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
+        return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends, strict=True))
 
 
 def copy_bandwidth(bench: Bench) -> float:
@@ -138,7 +138,6 @@ def copy_bandwidth(bench: Bench) -> float:
     src = torch.randn(256 * 1024 * 1024, device="cuda")
     dst = torch.empty_like(src)
     ms = bench.time(lambda: dst.copy_(src), max_reps=50)
-    del src, dst
     return 2 * 256 * 1024 * 1024 * 4 / (ms * 1e-3)
 
 
@@ -216,15 +215,14 @@ def run_shape(name, shape, dtype_name, prob, cand, mamba, bench, bw, sweep, path
     with torch.no_grad():
         ours("auto", lambda: model(Xd))
     for path in paths if n in (64, 128) else ():
-        if path == 4 and p % 64:
-            continue
         ours(f"path{path}", lambda path=path: ext.ssd_fused_cfg(Xd, A, Bd, Cd, None, False, 0, path, 0))
     if sweep and n in (64, 128):
-        for path, nseg in [(2, 1), (3, 1), (2, 2), (2, 4), (2, 8), (2, 16)]:
-            if path == 3 and n != 128:
-                continue
-            ours(f"path{path} nseg{nseg}", lambda path=path, nseg=nseg: ext.ssd_fused_cfg(Xd, A, Bd, Cd, None, False, 0, path, nseg))
-    del ref_ours
+        for path, nseg in [(2, 1), (2, 2), (2, 4), (2, 8), (2, 16)]:
+            ours(
+                f"path{path} nseg{nseg}",
+                lambda path=path, nseg=nseg: ext.ssd_fused_cfg(Xd, A, Bd, Cd, None, False, 0, path, nseg),
+            )
+    ref_ours = None  # the float64 oracle's memory goes back before mamba_ssm's run
     if mamba is not None:
         dt = -A  # > 0
         x = (X / dt.unsqueeze(-1)).to(dtype)
@@ -232,7 +230,9 @@ def run_shape(name, shape, dtype_name, prob, cand, mamba, bench, bw, sweep, path
         Bm, Cm = Bd.contiguous(), Cd.contiguous()
         ref_m = oracle(prob, x.double() * dt.double().unsqueeze(-1), A, Bm, Cm, chunk)
         try:
-            fn = lambda: mamba(x, dt, A_h, Bm, Cm, chunk)
+            def fn():
+                return mamba(x, dt, A_h, Bm, Cm, chunk)
+
             out = fn()
             torch.cuda.synchronize()
             err = normwise(out, ref_m)
@@ -254,6 +254,10 @@ def fmt_us(ms):
     return f"{ms * 1e3:.1f} us"
 
 
+def shape_cell(row):
+    return ", ".join(map(str, row["shape"])) + (" (slow A)" if row["name"].endswith("slow") else "")
+
+
 def markdown(rows, device, bw, mamba_version) -> str:
     lines = [
         f"Device: {device}; torch {torch.__version__}; mamba_ssm {mamba_version}; measured copy bandwidth "
@@ -270,12 +274,12 @@ def markdown(rows, device, bw, mamba_version) -> str:
             m = f"{fmt_us(mms)} | {merr:.1e} | {mms / ms:.2f}x"
         else:
             m = "n/a | | "
-        lines.append(f"| {', '.join(map(str, r['shape']))}{' (slow A)' if r['name'].endswith('slow') else ''} | {r['dtype']} | {fmt_us(ms)} | {err:.1e} | {m} | {r['floor']:.1f} us |")
+        lines.append(f"| {shape_cell(r)} | {r['dtype']} | {fmt_us(ms)} | {err:.1e} | {m} | {r['floor']:.1f} us |")
     extra = [(r, k, v) for r in rows for k, v in r["ours"].items() if k != "auto"]
     if extra:
         lines += ["", "| shape | dtype | our variant | time | err |", "|---|---|---|---|---|"]
         for r, k, (ms, err) in extra:
-            lines.append(f"| {', '.join(map(str, r['shape']))}{' (slow A)' if r['name'].endswith('slow') else ''} | {r['dtype']} | {k} | {fmt_us(ms)} | {err:.1e} |")
+            lines.append(f"| {shape_cell(r)} | {r['dtype']} | {k} | {fmt_us(ms)} | {err:.1e} |")
     judged_rows = [(r, who, v) for r in rows for who, v in r["verdict"].items()]
     if judged_rows:
         lines += ["", "The engine's calibrated verdict on each output (reference: float32 math on the method's own "
@@ -292,8 +296,10 @@ def main(argv=None) -> int:
     ap.add_argument("--dtypes", default="fp32,bf16")
     ap.add_argument("--no-mamba", action="store_true", help="skip mamba_ssm")
     ap.add_argument("--sweep", action="store_true", help="also time our kernel's forced variants (path, segments)")
-    ap.add_argument("--paths", default="", help="also time these tensor-core paths forced, e.g. 2,4")
-    ap.add_argument("--verdict", action="store_true", help="also judge each output with the engine's calibrated verdict")
+    ap.add_argument("--paths", default="", help="also time these tensor-core paths forced, e.g. 2,5")
+    ap.add_argument(
+        "--verdict", action="store_true", help="also judge each output with the engine's calibrated verdict"
+    )
     ap.add_argument("--out", default=None, help="write the markdown table here")
     a = ap.parse_args(argv)
     if not torch.cuda.is_available():

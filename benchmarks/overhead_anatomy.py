@@ -27,9 +27,12 @@ t0 = time.perf_counter(); r = {}
 import torch; r['import torch'] = time.perf_counter() - t0
 dev = DEVICE
 if dev == 'cuda':
-    t = time.perf_counter(); torch.cuda.is_available(); torch.cuda.get_device_capability(0); r['cuda available + capability'] = time.perf_counter() - t
-    t = time.perf_counter(); torch.empty(1, device='cuda'); torch.cuda.synchronize(); r['first CUDA tensor (context)'] = time.perf_counter() - t
-t = time.perf_counter(); import torch.utils.cpp_extension; r['import torch.utils.cpp_extension'] = time.perf_counter() - t
+    t = time.perf_counter(); torch.cuda.is_available(); torch.cuda.get_device_capability(0)
+    r['cuda available + capability'] = time.perf_counter() - t
+    t = time.perf_counter(); torch.empty(1, device='cuda'); torch.cuda.synchronize()
+    r['first CUDA tensor (context)'] = time.perf_counter() - t
+t = time.perf_counter(); import torch.utils.cpp_extension
+r['import torch.utils.cpp_extension'] = time.perf_counter() - t
 try:
     t = time.perf_counter(); import triton; r['import triton'] = time.perf_counter() - t
 except ImportError:
@@ -39,10 +42,12 @@ t = time.perf_counter()
 with torch.profiler.profile() as p:
     (x * 2).sum().item()
 r['first torch.profiler session'] = time.perf_counter() - t
-t = time.perf_counter(); torch.manual_seed(0); y = torch.randn(8192, 4096); r['randn 8192x4096 on the CPU'] = time.perf_counter() - t
+t = time.perf_counter(); torch.manual_seed(0); y = torch.randn(8192, 4096)
+r['randn 8192x4096 on the CPU'] = time.perf_counter() - t
 t = time.perf_counter(); y = y.to(dev); r['copy it to the device'] = time.perf_counter() - t
 if dev == 'cuda':
-    t = time.perf_counter(); torch.manual_seed(0); z = torch.randn(8192, 4096, device=dev); torch.cuda.synchronize(); r['randn 8192x4096 on the GPU'] = time.perf_counter() - t
+    t = time.perf_counter(); torch.manual_seed(0); z = torch.randn(8192, 4096, device=dev); torch.cuda.synchronize()
+    r['randn 8192x4096 on the GPU'] = time.perf_counter() - t
 print('RESULT', json.dumps(r))
 """
 
@@ -54,7 +59,9 @@ def startup_pieces(device: str) -> dict:
     out = subprocess.run([sys.executable, "-c", "pass"], capture_output=True)
     bare = time.perf_counter() - t0
     t0 = time.perf_counter()
-    out = subprocess.run([sys.executable, "-c", STARTUP.replace("DEVICE", repr(device))], capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-c", STARTUP.replace("DEVICE", repr(device))], capture_output=True, text=True
+    )
     total = time.perf_counter() - t0
     line = [l for l in out.stdout.splitlines() if l.startswith("RESULT")]
     if not line:
@@ -69,10 +76,10 @@ def prestarted_evals(problem: Path, candidate: Path, device: str, cache: Path, r
     the runner ended, stopping) and the runner's stage times, per evaluation."""
     import time
 
+    from build_speed import kernel_work_s
+
     from kernelwright.core.config import EvalConfig
     from kernelwright.engine import evaluate, prestart
-
-    from build_speed import kernel_work_s
 
     cfg = EvalConfig(device=device, cache_dir=str(cache), device_handoff=handoff)
     first = evaluate(problem, candidate, cfg)  # fills the build cache (its own children)
@@ -86,12 +93,20 @@ def prestarted_evals(problem: Path, candidate: Path, device: str, cache: Path, r
         t0 = time.perf_counter()
         r = evaluate(problem, candidate, cfg, spare=spare)
         wall = time.perf_counter() - t0
-        runs.append({"wall_s": wall, "overhead_s": wall - kernel_work_s(r), "status": r.status.value,
-                     "device_handoff_off": r.metadata.get("device_handoff_off"), "engine_phases_s": r.metadata.get("engine_phases_s"),
-                     "stage_times": {k: v for k, v in vars(r.stage_times).items() if v is not None},
-                     "trusted_build": r.metadata.get("trusted_build", {}).get("wall_s"),
-                     "remembered": r.metadata.get("trusted_build", {}).get("remembered", False),
-                     "runner_phases_s": r.metadata.get("runner_phases_s"), "judge_busy_s": r.metadata.get("judge_busy_s")})
+        runs.append(
+            {
+                "wall_s": wall,
+                "overhead_s": wall - kernel_work_s(r),
+                "status": r.status.value,
+                "device_handoff_off": r.metadata.get("device_handoff_off"),
+                "engine_phases_s": r.metadata.get("engine_phases_s"),
+                "stage_times": {k: v for k, v in vars(r.stage_times).items() if v is not None},
+                "trusted_build": r.metadata.get("trusted_build", {}).get("wall_s"),
+                "remembered": r.metadata.get("trusted_build", {}).get("remembered", False),
+                "runner_phases_s": r.metadata.get("runner_phases_s"),
+                "judge_busy_s": r.metadata.get("judge_busy_s"),
+            }
+        )
     return {"first_eval_phases_s": first.metadata.get("engine_phases_s"), "prestarted": runs}
 
 
@@ -103,8 +118,12 @@ def main() -> int:
     ap.add_argument("--cache", type=Path, default=None)
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--files", action="store_true",
-                    help="CUDA outputs through files in host memory (EvalConfig.device_handoff off), not the default device hand-off")
+    ap.add_argument(
+        "--files",
+        action="store_true",
+        help="CUDA outputs through files in host memory (EvalConfig.device_handoff off), "
+        "not the default device hand-off",
+    )
     ap.add_argument("--skip-pieces", action="store_true", help="skip the fresh interpreter's start-up pieces")
     args = ap.parse_args()
     example = ROOT / "examples" / ("cuda_swish" if args.device == "cuda" else "cpu_swish")

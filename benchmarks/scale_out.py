@@ -87,7 +87,7 @@ def warm_builds(config: EvalConfig, problem: Path, candidates: list[Path]) -> fl
     t0 = time.monotonic()
     with BuildPool(max_workers=min(4, len(candidates)), config=config) as pool:
         results = [f.result() for f in [pool.submit(problem, c.read_text()) for c in candidates]]
-    for c, r in zip(candidates, results):
+    for c, r in zip(candidates, results, strict=True):
         if not r.ok:
             print(f"  note: prebuild of {c} did not build: {r.error}", file=sys.stderr)
     return time.monotonic() - t0
@@ -101,7 +101,7 @@ def run_pass(config: EvalConfig, gpus: list[str], tasks: list[EvalTask], cores_p
             f.result()
         t0 = time.monotonic()
         futs = [ex.submit(t) for t in tasks]
-        results = {t.key: f.result() for t, f in zip(tasks, futs)}
+        results = {t.key: f.result() for t, f in zip(tasks, futs, strict=True)}
         wall = time.monotonic() - t0
         plan = ex.plan.describe()
     per_gpu: dict[str, int] = {}
@@ -178,8 +178,8 @@ def report(res: dict) -> str:
         "",
         "| pass | GPUs | wall (s) | evaluations/min | speedup | efficiency | per GPU |",
         "|---|---|---|---|---|---|---|",
-        f"| 1 GPU | {','.join(map(str, one['gpus']))} | {one['wall_s']:.1f} | {one['evals_per_min']:.1f} | 1.00x | 100% | "
-        f"{_per_gpu(one)} |",
+        f"| 1 GPU | {','.join(map(str, one['gpus']))} | {one['wall_s']:.1f} | {one['evals_per_min']:.1f} | "
+        f"1.00x | 100% | {_per_gpu(one)} |",
         f"| {n} GPUs | {','.join(map(str, many['gpus']))} | {many['wall_s']:.1f} | {many['evals_per_min']:.1f} | "
         f"{res['speedup']:.2f}x | {res['efficiency']:.0%} | {_per_gpu(many)} |",
         "",
@@ -189,12 +189,18 @@ def report(res: dict) -> str:
     ]
     if res.get("rounds"):
         k1, kk = res["rounds"]
-        lines += ["", f"| forge round ({n} GPUs, scripted models) | rounds | mean wall per round (s) | candidates/min |",
-                  "|---|---|---|---|"]
+        lines += [
+            "",
+            f"| forge round ({n} GPUs, scripted models) | rounds | mean wall per round (s) | candidates/min |",
+            "|---|---|---|---|",
+        ]
         for r in (k1, kk):
             lines.append(f"| K={r['k']} | {r['rounds']} | {r['mean_round_s']:.2f} | {r['candidates_per_min']:.1f} |")
-        lines += ["", f"K={kk['k']} costs {kk['mean_round_s'] / k1['mean_round_s']:.2f}x the wall time of K=1 per round "
-                      f"for {kk['k']}x the candidates."]
+        lines += [
+            "",
+            f"K={kk['k']} costs {kk['mean_round_s'] / k1['mean_round_s']:.2f}x the wall time of K=1 per round "
+            f"for {kk['k']}x the candidates.",
+        ]
     return "\n".join(lines) + "\n"
 
 

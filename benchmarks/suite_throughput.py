@@ -150,7 +150,9 @@ def run_separate(probs: Path, cands: Path, k: int, device: str, cache: Path, tri
     verdicts, walls, builds = {}, [], []
     for f in sorted(probs.glob("*.py"), key=lambda p: int(p.name.split("_")[0]))[:k]:
         t0 = time.perf_counter()
-        out = cli("eval", str(f), str(cands / f.name), "--device", device, "--trials", str(trials), "--json", cache=cache)
+        out = cli(
+            "eval", str(f), str(cands / f.name), "--device", device, "--trials", str(trials), "--json", cache=cache
+        )
         walls.append(time.perf_counter() - t0)
         if out.returncode != 0:
             raise SystemExit(f"kernelwright eval failed for {f.name}: {out.stderr[-1500:]}")
@@ -214,7 +216,9 @@ def main() -> None:
     ap.add_argument("--modes", default="separate,suite")
     ap.add_argument("--build-workers", type=int, default=4)
     ap.add_argument("--trials", type=int, default=5)
-    ap.add_argument("--rows", type=int, default=None, help="input rows (x is rows x 1024); default 4096 on cuda, 64 on cpu")
+    ap.add_argument(
+        "--rows", type=int, default=None, help="input rows (x is rows x 1024); default 4096 on cuda, 64 on cpu"
+    )
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     if args.device is None:
@@ -234,12 +238,15 @@ def main() -> None:
             (out_dir / "suite_throughput.md").write_text(table(res))
 
         if "separate" in modes:
-            res["separate"] = run_separate(probs, cands, args.separate_n or args.n, args.device, work / "cache-separate",
-                                           args.trials)
+            res["separate"] = run_separate(
+                probs, cands, args.separate_n or args.n, args.device, work / "cache-separate", args.trials
+            )
             save()
             print(f"separate: {res['separate']['per_candidate_s']:.2f} s per candidate", flush=True)
         if "suite" in modes:
-            res["suite"] = run_suite(probs, cands, args.device, work / "cache-suite", args.trials, args.build_workers, work)
+            res["suite"] = run_suite(
+                probs, cands, args.device, work / "cache-suite", args.trials, args.build_workers, work
+            )
         if res.get("separate") and res.get("suite"):
             res["speedup_per_candidate"] = res["separate"]["per_candidate_s"] / res["suite"]["per_candidate_s"]
             sep = res["separate"]["verdicts"]

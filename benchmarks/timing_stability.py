@@ -79,10 +79,13 @@ def main() -> int:
             if r.status.value != "passed":
                 flag = r.summary_line() + "\n" + r.error_log[-1500:]
             sp = f"{r.speedup:7.3f}x" if r.speedup is not None else "      -"
-            print(f"run {i}: {r.status.value} {sp}  cand {r.candidate_ms or 0:.3f} ms  ref {r.reference_ms or 0:.3f} ms "
-                  f"[{rt.p10_ms if rt else 0:.3f}, {rt.p90_ms if rt else 0:.3f}]  n={row['iterations']}  "
-                  f"threads {row['threads']}  attempts {row['attempts']}  busy {row['others_busy_cores'] or 0:.2f}  "
-                  f"{flag[:220]}", flush=True)
+            print(
+                f"run {i}: {r.status.value} {sp}  cand {r.candidate_ms or 0:.3f} ms  ref {r.reference_ms or 0:.3f} ms "
+                f"[{rt.p10_ms if rt else 0:.3f}, {rt.p90_ms if rt else 0:.3f}]  n={row['iterations']}  "
+                f"threads {row['threads']}  attempts {row['attempts']}  busy {row['others_busy_cores'] or 0:.2f}  "
+                f"{flag[:220]}",
+                flush=True,
+            )
     finally:
         stop.set()
         for p in burners:

@@ -7,7 +7,7 @@
 #   bash scripts/device_checks.sh mamba     # >10 min now: Mamba-2 gpu tests, paths $KW_PATHS (2,5) at l2048, the side-by-side benchmark
 #                                           #   (mamba-tests: the first two only, ~5 min; mamba-bench: the benchmark only, ~9 min;
 #                                           #    mamba-final: the benchmark, then the tests in $KW_TESTS_LIMIT s)
-#   bash scripts/device_checks.sh profile   # ~4 min: Nsight Compute of paths 2 and 4 at l2048 (fp32, bf16): what limits them
+#   bash scripts/device_checks.sh profile   # ~4 min: Nsight Compute of paths 2 and 5 at l2048 (fp32, bf16): what limits them
 #   bash scripts/device_checks.sh path5     # ~8 min: Mamba-2 gpu tests (path 5 included), paths 2 and 5 at every shape, ncu of both at l2048 fp32
 #   bash scripts/device_checks.sh quick     # ~4 min: no tests; paths $KW_PATHS (2,5,6) timed at l2048 (n 128, 64), ncu counts of $KW_NCU_PATHS (5)
 #
@@ -44,7 +44,7 @@ ncu_ssd() {
     for s in "$@"; do sec+=(--section "$s"); done
     step "$name" "$limit" ncu --kernel-name regex:ssd_tc --launch-skip 1 --launch-count 1 "${sec[@]}" \
         --metrics "$NCU_METRICS$extra" --print-units base \
-        python3 benchmarks/mamba2_ncu_target.py --shape l2048 --dtype "$dt" --path "$path"
+        python3 -m benchmarks.mamba2_ncu_target --shape l2048 --dtype "$dt" --path "$path"
 }
 
 case "$MODE" in
@@ -63,7 +63,7 @@ mamba|mamba-tests|mamba-bench|mamba-final)  # mamba_ssm's pure-Python wheel (see
             && export PYTHONPATH=/tmp/site:$PYTHONPATH
     fi
     # the extension is built in a step of its own (100-140 s), so no benchmark step spends its limit on it
-    step build 300 python3 benchmarks/mamba2_ncu_target.py --shape l2048 --dtype fp32 --path 5
+    step build 300 python3 -m benchmarks.mamba2_ncu_target --shape l2048 --dtype fp32 --path 5
     bench() {  # the side-by-side table in two runs (mamba_ssm compiles its Triton kernels per shape and
         # dtype: the whole table took ~320 s on 2026-11-23): a run stopped at its limit loses only its half
         step mamba_bench_short 240 env OUT= python3 benchmarks/mamba2_ssd.py --shapes kb,l2048,l2048n64 --out "$OUT/mamba2_ssd_short.md"
@@ -90,7 +90,7 @@ path5)  # the state products in 3xBF16 (path 5) against path 2: correct, then ti
     ;;
 quick)  # a kernel change timed before its tests are run (the benchmark checks each path's error against float64)
     # KW_SKIP_TIMING=1: profile only (the extension is built first, outside ncu's step limits)
-    [ "${KW_SKIP_TIMING:-0}" = 1 ] && step build 300 python3 benchmarks/mamba2_ncu_target.py --shape l2048 --dtype fp32 --path 5
+    [ "${KW_SKIP_TIMING:-0}" = 1 ] && step build 300 python3 -m benchmarks.mamba2_ncu_target --shape l2048 --dtype fp32 --path 5
     [ "${KW_SKIP_TIMING:-0}" = 1 ] || step mamba_paths 300 python3 benchmarks/mamba2_ssd.py --shapes l2048,l2048n64 --dtypes fp32,bf16 --no-mamba --paths "${KW_PATHS:-2,5,6}"
     for path in ${KW_NCU_PATHS:-5}; do
         ncu_ssd "ncu_fp32_path${path}" 90 fp32 "$path" ",regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \
@@ -103,7 +103,7 @@ quick)  # a kernel change timed before its tests are run (the benchmark checks e
         step "ncu_stalls_path${path}" 150 ncu --kernel-name regex:ssd_tc --launch-skip 1 --launch-count 1 \
             --section WarpStateStats --section SourceCounters --metrics smsp__pcsamp_sample_count \
             --import-source no -f -o "/tmp/stalls_path${path}" \
-            python3 benchmarks/mamba2_ncu_target.py --shape l2048 --dtype fp32 --path "$path"
+            python3 -m benchmarks.mamba2_ncu_target --shape l2048 --dtype fp32 --path "$path"
         # the whole report as text, and every SASS instruction with its stall samples (per reason),
         # summarised (scripts/ncu_source_summary.py) and gzipped
         step "ncu_stalls_details${path}" 60 ncu --import "/tmp/stalls_path${path}.ncu-rep" --page details --print-units base
@@ -112,9 +112,9 @@ quick)  # a kernel change timed before its tests are run (the benchmark checks e
         gzip -c "/tmp/stalls_sass${path}.csv" >"$OUT/stalls_sass${path}.csv.gz"
     done
     ;;
-profile)  # what limits the tensor-core paths at l2048 (docs/PERFORMANCE.md, "Path 4 measured")
+profile)  # what limits the tensor-core paths at l2048 (docs/PERFORMANCE.md, "Where the time goes")
     for dt in fp32 bf16; do
-        for path in 2 4; do
+        for path in 2 5; do
             ncu_ssd "ncu_${dt}_path${path}" 110 "$dt" "$path" \
                 ,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum \
                 SpeedOfLight ComputeWorkloadAnalysis WarpStateStats SchedulerStats MemoryWorkloadAnalysis Occupancy LaunchStats

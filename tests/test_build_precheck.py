@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import time
 
+from conftest import ADD_ONE, EXAMPLES, FIXTURES
 from kernelwright.core.record import Status
 from kernelwright.engine import evaluate
 from kernelwright.engine.child import build
-
-from conftest import ADD_ONE, EXAMPLES, FIXTURES
 
 BF = FIXTURES / "builds"
 SWISH = EXAMPLES / "cpu_swish" / "problem.py"
@@ -35,7 +34,9 @@ def test_only_the_undeclared_names_are_listed():
 
 
 def test_a_name_merely_contained_in_another_is_not_a_declaration():
-    assert build.undeclared_functions("torch::Tensor relu_kernel_launch(torch::Tensor x);", ["relu_kernel"]) == ["relu_kernel"]
+    assert build.undeclared_functions("torch::Tensor relu_kernel_launch(torch::Tensor x);", ["relu_kernel"]) == [
+        "relu_kernel"
+    ]
 
 
 # ---- through the engine: no compiler run, a clear message ----------------------------------------------

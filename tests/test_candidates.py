@@ -10,14 +10,13 @@ import json
 import pytest
 from typer.testing import CliRunner
 
+from conftest import ADD_ONE, CANDIDATES
+from helpers.chat_server import ChatServer, Reply
 from kernelwright.cli.main import app
 from kernelwright.core.record import EvalResult, Status
 from kernelwright.loop.forge import choose_candidate
-from kernelwright.loop.records import Candidate
+from kernelwright.loop.history import Candidate
 from kernelwright.store.rundir import read_summary
-
-from chat_server import ChatServer, Reply
-from conftest import ADD_ONE, CANDIDATES
 
 needs_openai = pytest.mark.skipif(importlib.util.find_spec("openai") is None, reason="needs the openai client")
 
@@ -26,7 +25,10 @@ def answer(name: str) -> str:
     return f"Here it is.\n\n```python\n{(CANDIDATES / f'{name}.py').read_text()}```\n"
 
 
-PERF = '```json\n{"bottleneck": "two passes over memory", "optimisation": "fuse relu and add", "expected_speedup": 1.5}\n```'
+PERF = (
+    '```json\n{"bottleneck": "two passes over memory", "optimisation": "fuse relu and add", "expected_speedup": 1.5}'
+    "\n```"
+)
 
 
 def _cand(i: int, status: Status | None, speedup: float | None = None) -> Candidate:
@@ -88,7 +90,11 @@ def test_three_candidates_per_round_on_two_fake_gpus(tmp_path, cache_dir, monkey
     assert (d0 / "candidate.py").read_text() == (CANDIDATES / "py_correct.py").read_text()
     assert "clamp_min" in (d0 / "judge_prompt.md").read_text()
     assert (d1 / "candidate.py").read_text() == (CANDIDATES / "py_wrong.py").read_text()
-    assert rec0["tokens"] == sum(c["call"]["prompt_tokens"] + c["call"]["completion_tokens"]
-                                 for c in rec0["candidates"]) + rec0["judge"]["prompt_tokens"] + rec0["judge"]["completion_tokens"]
+    assert (
+        rec0["tokens"]
+        == sum(c["call"]["prompt_tokens"] + c["call"]["completion_tokens"] for c in rec0["candidates"])
+        + rec0["judge"]["prompt_tokens"]
+        + rec0["judge"]["completion_tokens"]
+    )
     # round 1's Coder prompt is the optimisation prompt built on the best (round 0's correct candidate)
     assert r1["kind"] == "optimise"

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from kernelwright.engine import evaluate
-from kernelwright.core.record import Status
-
 from conftest import ADD_ONE, CANDIDATES, EXAMPLES, FIXTURES
+from kernelwright.core.record import Status
+from kernelwright.engine import evaluate
 
 CHEATS = FIXTURES.parent / "cheats"
 
@@ -140,7 +139,9 @@ def test_honest_python_candidate_raises_no_failing_flag(cpu_config):
 
 @pytest.mark.slow
 def test_honest_cpp_examples_are_flagged_by_nothing(cpu_config):
-    cpu_config.timeouts.correctness = 60  # the swish problem is 2M elements: oracle and guard calls take seconds on 2 cores
+    cpu_config.timeouts.correctness = (
+        60  # the swish problem is 2M elements: oracle and guard calls take seconds on 2 cores
+    )
     swish = EXAMPLES / "cpu_swish"
     r = evaluate(swish / "problem.py", swish / "candidate.py", cpu_config)
     assert r.status is Status.PASSED, r.error_log

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from chat_server import ChatServer, Reply
 from conftest import ADD_ONE, CANDIDATES, EXAMPLES, FIXTURES, ROOT
+from helpers.chat_server import ChatServer, Reply
 
 CPU_PROBLEM = EXAMPLES / "cpu_swish" / "problem.py"
 CPU_REPLAY = EXAMPLES / "cpu_swish" / "replay"
@@ -69,19 +69,35 @@ def test_help_names_arguments_plainly_and_offers_completion(tmp_path, cache_dir)
         assert flag in opt
 
 
-@pytest.mark.parametrize("args, line", [
-    (["eval", ADD_ONE, CANDIDATES], f"error: candidate {CANDIDATES} is a directory; pass the candidate's .py file"),
-    (["eval", ADD_ONE, "missing.py"], "error: candidate file not found: missing.py; check the path"),
-    (["eval", FIXTURES, CANDIDATES / "py_correct.py"], f"error: problem {FIXTURES} is a directory; pass the problem's .py file"),
-    (["eval", ADD_ONE, CANDIDATES / "py_correct.py", "--sandbox", "docker"], "error: --sandbox must be auto, bwrap or none (got 'docker')"),
-    (["eval", ADD_ONE, CANDIDATES / "py_correct.py", "--quiet", "--verbose"], "error: --quiet and --verbose exclude each other; pass one"),
-    (["optimize", ADD_ONE, "--coder", "foo:bar", "--device", "cpu"],
-     "error: --coder 'foo:bar': unknown provider 'foo'; known prefixes: openai:, anthropic:, replay: "
-     "(or pass --base-url for a model served under that name)"),
-    (["optimize", ADD_ONE, "--coder", "replay:", "--device", "cpu"],
-     "error: --coder 'replay:' names no run directory; pass a run directory: replay:RUN_DIR"),
-    (["optimize", ADD_ONE, "--device", "cpu"], "error: no Coder model given; pass --coder"),
-])
+@pytest.mark.parametrize(
+    "args, line",
+    [
+        (["eval", ADD_ONE, CANDIDATES], f"error: candidate {CANDIDATES} is a directory; pass the candidate's .py file"),
+        (["eval", ADD_ONE, "missing.py"], "error: candidate file not found: missing.py; check the path"),
+        (
+            ["eval", FIXTURES, CANDIDATES / "py_correct.py"],
+            f"error: problem {FIXTURES} is a directory; pass the problem's .py file",
+        ),
+        (
+            ["eval", ADD_ONE, CANDIDATES / "py_correct.py", "--sandbox", "docker"],
+            "error: --sandbox must be auto, bwrap or none (got 'docker')",
+        ),
+        (
+            ["eval", ADD_ONE, CANDIDATES / "py_correct.py", "--quiet", "--verbose"],
+            "error: --quiet and --verbose exclude each other; pass one",
+        ),
+        (
+            ["optimize", ADD_ONE, "--coder", "foo:bar", "--device", "cpu"],
+            "error: --coder 'foo:bar': unknown provider 'foo'; known prefixes: openai:, anthropic:, replay: "
+            "(or pass --base-url for a model served under that name)",
+        ),
+        (
+            ["optimize", ADD_ONE, "--coder", "replay:", "--device", "cpu"],
+            "error: --coder 'replay:' names no run directory; pass a run directory: replay:RUN_DIR",
+        ),
+        (["optimize", ADD_ONE, "--device", "cpu"], "error: no Coder model given; pass --coder"),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(tmp_path, cache_dir, args, line):
     res = kw(*args, cwd=tmp_path, cache_dir=cache_dir)
     assert res.returncode == 2, res.stderr
@@ -218,9 +234,28 @@ def test_optimize_json_and_quiet(tmp_path, cache_dir):
 def test_optimize_verbose_shows_stages_with_elapsed_time(tmp_path, cache_dir):
     script = {"coder": [Reply(answer(CANDIDATES / "py_correct.py"))] * 2, "judge": [Reply(PERF)]}
     with ChatServer(script) as server:
-        res = kw("optimize", ADD_ONE, "--coder", "coder", "--judge", "judge", "--base-url", server.base_url,
-                 "--rounds", "2", "--device", "cpu", "--trials", "2", "--no-profile", "--verbose", "--out", tmp_path / "run",
-                 cwd=tmp_path, cache_dir=cache_dir)
+        res = kw(
+            "optimize",
+            ADD_ONE,
+            "--coder",
+            "coder",
+            "--judge",
+            "judge",
+            "--base-url",
+            server.base_url,
+            "--rounds",
+            "2",
+            "--device",
+            "cpu",
+            "--trials",
+            "2",
+            "--no-profile",
+            "--verbose",
+            "--out",
+            tmp_path / "run",
+            cwd=tmp_path,
+            cache_dir=cache_dir,
+        )
     assert res.returncode == 0, res.stderr
     stages = re.findall(r"^  round 1 \(2 of 2\): ([\w ]+)… \(at \d+\.\ds\)$", res.stderr, re.M)
     assert stages[0] == "coder" and "format check" in stages and "correctness" in stages
@@ -255,8 +290,12 @@ def test_the_cpu_replay_example_runs_on_the_cpu(tmp_path, cache_dir):
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert [r["verdict"] for r in summary["rounds"]] == ["runtime_error", "passed", "passed"]
     assert [r["dir"] for r in summary["rounds"]] == sorted(p.name for p in CPU_REPLAY.iterdir() if p.is_dir())
-    assert re.search(r"^round 0 \(1 of 3\): runtime_error \(this candidate needs CUDA, which cpu .* does not have "
-                     r"\((CUDA_HOME environment variable is not set|x must be a CUDA float32 tensor)\)", res.stderr, re.M), res.stderr
+    assert re.search(
+        r"^round 0 \(1 of 3\): runtime_error \(this candidate needs CUDA, which cpu .* does not have "
+        r"\((CUDA_HOME environment variable is not set|x must be a CUDA float32 tensor)\)",
+        res.stderr,
+        re.M,
+    ), res.stderr
     # which passing round is kept depends on timing (and its spread on a busy machine), not on this test
     assert summary["best"]["round"] in (1, 2) and summary["rounds"][2]["best_decision"]
     # more rounds than recorded: the replay's end finishes the run, exit 0

@@ -12,7 +12,7 @@ from kernelwright.cli.console import NORMAL, QUIET, LoopProgress, device_problem
 from kernelwright.core import roofline
 from kernelwright.core.config import ModelConfig
 from kernelwright.core.record import EvalResult, Stage, Status
-from kernelwright.loop.records import Progress
+from kernelwright.loop.history import Progress
 from kernelwright.models import ModelSetupError, resolve_model
 
 
@@ -36,8 +36,13 @@ CUDA_HOME_LOG = ("The candidate raised while being imported:\nTraceback (most re
                                  "RuntimeError: Found no NVIDIA driver on your system.",
                                  "RuntimeError: x must be a CUDA float32 tensor"])
 def test_a_cuda_candidate_on_the_cpu_gets_one_line(log):
-    r = EvalResult(status=Status.RUNTIME_ERROR, error_log=log, error_stage=Stage.BUILD, device="cpu (x86_64, 2 threads)",
-                   device_type="cpu")
+    r = EvalResult(
+        status=Status.RUNTIME_ERROR,
+        error_log=log,
+        error_stage=Stage.BUILD,
+        device="cpu (x86_64, 2 threads)",
+        device_type="cpu",
+    )
     why = device_problem(r)
     assert why.startswith("this candidate needs CUDA, which cpu (x86_64, 2 threads) does not have (")
     assert "\n" not in why and result_line(r) == f"runtime_error [build]: {why}"

@@ -5,12 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
+from conftest import ADD_ONE, CANDIDATES, FIXTURES
 from kernelwright.core.config import GuardConfig
 from kernelwright.core.record import Status
 from kernelwright.engine import evaluate
 from kernelwright.engine.child import degenerate
-
-from conftest import ADD_ONE, CANDIDATES, FIXTURES
 
 DG = FIXTURES / "degenerate"
 

@@ -53,7 +53,9 @@ def test_a_message_with_many_descriptors_keeps_none_of_the_extras(tmp_path, monk
     f = tmp_path / "x"
     f.write_bytes(b"x")
     fds = [os.open(f, os.O_RDONLY) for _ in range(8)]
-    runner_end.sendmsg([b"t#0#1"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, b"".join(x.to_bytes(4, "little") for x in fds))])
+    runner_end.sendmsg(
+        [b"t#0#1"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, b"".join(x.to_bytes(4, "little") for x in fds))]
+    )
     for x in fds:
         os.close(x)
     monkeypatch.setattr(device_handoff, "_import", lambda fd, n, d: torch.zeros(n, dtype=torch.uint8))

@@ -13,11 +13,10 @@ import textwrap
 import pytest
 import torch
 
+from conftest import EXAMPLES
 from kernelwright.core.record import Status
 from kernelwright.engine import evaluate
 from kernelwright.engine.child import device_handoff
-
-from conftest import EXAMPLES
 
 pytestmark = pytest.mark.gpu
 

@@ -6,11 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from conftest import ADD_ONE, CANDIDATES, FIXTURES
 from kernelwright.core.record import EvalResult, Status
 from kernelwright.engine import evaluate
 from kernelwright.engine.child import faults
-
-from conftest import ADD_ONE, CANDIDATES, FIXTURES
 
 EF = FIXTURES / "engine_faults"
 PY_CORRECT = CANDIDATES / "py_correct.py"

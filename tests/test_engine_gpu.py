@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from kernelwright.engine import evaluate
-from kernelwright.core.record import Status
-
 from conftest import ADD_ONE, CANDIDATES, EXAMPLES
+from kernelwright.core.record import Status
+from kernelwright.engine import evaluate
 
 pytestmark = pytest.mark.gpu
 

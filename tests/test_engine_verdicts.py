@@ -7,10 +7,9 @@ import os
 
 import pytest
 
-from kernelwright.engine import EngineError, evaluate
-from kernelwright.core.record import EvalResult, Stage, Status
-
 from conftest import ADD_ONE, CANDIDATES, EXAMPLES
+from kernelwright.core.record import EvalResult, Stage, Status
+from kernelwright.engine import EngineError, evaluate
 
 
 def ev(cfg, candidate, problem=ADD_ONE):
@@ -34,7 +33,9 @@ def test_correct_python_candidate_passes_with_timing(cpu_config):
 def test_wrong_values_are_incorrect_with_seed_pipeline_message(cpu_config):
     r = ev(cpu_config, "py_wrong.py")
     assert r.status is Status.INCORRECT and not r.correct
-    assert r.error_log.startswith("Outputs are not close (atol=0.001, rtol=0.001). max_abs_err=5.000e-01, mean_abs_err=2.500e-01")
+    assert r.error_log.startswith(
+        "Outputs are not close (atol=0.001, rtol=0.001). max_abs_err=5.000e-01, mean_abs_err=2.500e-01"
+    )
     trial = r.trials[0]
     assert trial.frac_out_of_tol == pytest.approx(0.5)
     assert trial.worst_index is not None and trial.worst_index[1] >= 64

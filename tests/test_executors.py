@@ -13,17 +13,14 @@ from dataclasses import replace
 
 import pytest
 
+from conftest import ADD_ONE, CANDIDATES, EXAMPLES
 from kernelwright.core.record import Status
 from kernelwright.engine import EngineError
-from kernelwright.engine.environment import child_environment
-from kernelwright.engine.environment import child_env
+from kernelwright.engine.isolation.environment import child_env, child_environment
 from kernelwright.executors import orphans
 from kernelwright.executors.base import EvalTask, SerialExecutor, WorkerLost
 from kernelwright.executors.local import LocalExecutor
 from kernelwright.executors.placement import TimingGate, parse_gpus, plan_cores
-
-from conftest import ADD_ONE, CANDIDATES, EXAMPLES
-
 
 # Passes only in a child pinned to one of the fake GPUs: the pinning is checked by the verdict.
 PINNED = '''import os
@@ -54,7 +51,9 @@ class ModelNew(nn.Module):
         return x.clamp_min(0.0) + 1.0
 '''
 
-SUITE = {name: (CANDIDATES / f"{name}.py").read_text() for name in ("py_correct", "py_wrong", "py_segfault", "py_raises")}
+SUITE = {
+    name: (CANDIDATES / f"{name}.py").read_text() for name in ("py_correct", "py_wrong", "py_segfault", "py_raises")
+}
 SUITE["pinned"] = PINNED
 
 
@@ -72,7 +71,7 @@ def run_all(executor, batch: list[EvalTask]) -> dict[str, object]:
             store.setdefault(key, []).append(fut.exception() or fut.result())
 
     futs = [executor.submit(t) for t in batch]
-    for t, f in zip(batch, futs):
+    for t, f in zip(batch, futs, strict=True):
         f.add_done_callback(lambda f, key=t.key: keep(key, f))
     for f in futs:
         f.exception(timeout=600)  # waits for it

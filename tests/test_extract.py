@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from conftest import EXAMPLES, block
 from kernelwright.models.extract import (
     FailureCritique,
     JudgeParseError,
@@ -14,8 +15,6 @@ from kernelwright.models.extract import (
     parse_judge,
     parse_speedup,
 )
-
-from conftest import EXAMPLES, block
 
 CUDA_CANDIDATE = (EXAMPLES / "cuda_swish" / "candidate.py").read_text()
 CPP_CANDIDATE = (EXAMPLES / "cpu_swish" / "candidate.py").read_text()

@@ -10,14 +10,13 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from conftest import ADD_ONE, CANDIDATES, EXAMPLES, FIXTURES
+from helpers.chat_server import ChatServer, Reply, Status
 from kernelwright.cli.main import app
 from kernelwright.core.config import LoopConfig, ModelConfig, RetryPolicy
 from kernelwright.loop.forge import Forge, engine_evaluator
 from kernelwright.models import resolve_model
 from kernelwright.store.rundir import RunDir, read_summary
-
-from chat_server import ChatServer, Reply, Status
-from conftest import ADD_ONE, CANDIDATES, EXAMPLES, FIXTURES
 
 CPU_PROBLEM = EXAMPLES / "cpu_swish" / "problem.py"
 LOOP = FIXTURES / "loop"
@@ -129,7 +128,10 @@ def test_loop_repairs_then_speeds_up_and_keeps_the_fastest(recorded_run):
     again = (dirs[2] / "judge_prompt.md").read_text()
     assert (f"YOUR LAST EXPECTATION\nin round 1 you expected 4.00x over the round-1 candidate ({slow:.3f}x); "
             f"round 2 measured {ratio:.2f}x over it ({fast:.3f}x overall): {outcome}.") in again
-    assert "expected_speedup: 4.00x over this code (one call and no concatenation" in (dirs[2] / "coder_prompt.md").read_text()
+    assert (
+        "expected_speedup: 4.00x over this code (one call and no concatenation"
+        in (dirs[2] / "coder_prompt.md").read_text()
+    )
     # the repair prompt carries the engine's error, the old code and the Judge's three fields, in order
     repair = (dirs[1] / "coder_prompt.md").read_text()
     assert repair.startswith("You are a senior C++-extension developer (CPU kernels). Your job is to FIX")
@@ -168,11 +170,17 @@ def test_replay_of_the_recorded_run_reproduces_its_verdicts(recorded_run, tmp_pa
 def test_the_run_survives_rate_limits_server_errors_bad_answers_and_timeouts(cpu_config, tmp_path):
     py = lambda name: answer(CANDIDATES / name)  # noqa: E731
     script = {
-        "coder": [Status(429, "rate limited"), Reply("I would fuse relu and the add, but here is just the idea."),
-                  Reply(py("py_correct.py"), delay_s=3.0), Reply(py("py_correct.py")),
-                  Reply(py("py_wrong.py"))],
-        "judge": [Status(500, "upstream exploded"), Reply(judge_json(bottleneck="two elementwise passes",
-                                                                     optimisation="fuse them", expected_speedup="1.5x"))],
+        "coder": [
+            Status(429, "rate limited"),
+            Reply("I would fuse relu and the add, but here is just the idea."),
+            Reply(py("py_correct.py"), delay_s=3.0),
+            Reply(py("py_correct.py")),
+            Reply(py("py_wrong.py")),
+        ],
+        "judge": [
+            Status(500, "upstream exploded"),
+            Reply(judge_json(bottleneck="two elementwise passes", optimisation="fuse them", expected_speedup="1.5x")),
+        ],
     }
     policy = RetryPolicy(max_attempts=3, base_delay_s=0.01, request_timeout_s=1.0)
     mcfg = ModelConfig(retry=policy)

@@ -9,6 +9,7 @@ import json
 
 import pytest
 
+from conftest import ADD_ONE, block
 from kernelwright.core.config import EvalConfig, LoopConfig, ProfileConfig
 from kernelwright.core.record import EvalResult, Status, TimingStats
 from kernelwright.loop.forge import Forge, engine_evaluator, improvement
@@ -16,8 +17,6 @@ from kernelwright.models import ModelError
 from kernelwright.models.base import Completion, Usage
 from kernelwright.models.replay import ReplayChat
 from kernelwright.store.rundir import RunDir, read_summary
-
-from conftest import ADD_ONE, block
 
 
 class Scripted:
@@ -211,7 +210,9 @@ def test_the_judges_expected_speedup_is_checked_and_fed_back(tmp_path):
     assert ("in round 0 you expected 2.00x over the round-0 candidate (1.000x); round 1 measured 1.10x over it "
             "(1.100x overall): missed.") in judge.prompts[1]
     assert "YOUR LAST EXPECTATION" not in judge.prompts[2]  # the failure Judge of round 2
-    assert "in round 1 you expected 1.50x over the round-1 candidate (1.100x); round 3 measured 2.27x" in judge.prompts[3]
+    assert (
+        "in round 1 you expected 1.50x over the round-1 candidate (1.100x); round 3 measured 2.27x" in judge.prompts[3]
+    )
     assert "round 4 measured 0.96x over it (2.400x overall): regressed" in judge.prompts[4]
     assert "- round 1: passed (1.100x, new best); in round 0 you expected 2.00x" in judge.prompts[4]
     assert "expected_speedup: 1.50x over this code (1.5x; fewer passes)" in coder.prompts[2]
@@ -220,13 +221,23 @@ def test_the_judges_expected_speedup_is_checked_and_fed_back(tmp_path):
     rows = summary["rounds"]
     assert [r["expected_speedup"] for r in rows] == [None, 2.0, 1.5, 1.5, 1.1, None]
     assert [r["expectation_held"] for r in rows] == [None, False, None, True, False, None]
-    assert [r["expectation_outcome"] for r in rows] == [None, "missed", "not_measured", "exceeded", "regressed", "unrated"]
+    assert [r["expectation_outcome"] for r in rows] == [
+        None,
+        "missed",
+        "not_measured",
+        "exceeded",
+        "regressed",
+        "unrated",
+    ]
     assert rows[1]["speedup"] == 1.1 and rows[1]["measured_over_baseline"] == pytest.approx(1.1)
     record = json.loads((tmp_path / "run" / rows[3]["dir"] / "round.json").read_text())
     assert record["expectation"]["optimisation"] == "fuse the passes"
     assert record["expectation"]["expected_text"] == "1.5x; fewer passes"
     assert record["measured_over_baseline"] == pytest.approx(2.5 / 1.1) and record["expectation_held"] is True
-    assert json.loads((tmp_path / "run" / rows[0]["dir"] / "round.json").read_text())["critique"]["expected_speedup"] == 2.0
+    assert (
+        json.loads((tmp_path / "run" / rows[0]["dir"] / "round.json").read_text())["critique"]["expected_speedup"]
+        == 2.0
+    )
 
 
 def test_expectation_tolerance_decides_met():

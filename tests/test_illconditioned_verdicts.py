@@ -9,11 +9,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from conftest import FIXTURES
 from kernelwright.core.record import Status
 from kernelwright.engine import evaluate
 from kernelwright.engine.child import numerics
-
-from conftest import FIXTURES
 
 MAMBA_SMALL = FIXTURES / "problems" / "mamba2_ssd_small.py"
 MAMBA_KB = FIXTURES / "problems" / "mamba2_ssd.py"

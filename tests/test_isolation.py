@@ -1,5 +1,5 @@
 """Without bubblewrap too, a candidate cannot read the evaluator's secrets, kill it, outlive its
-evaluation or take the machine's memory (engine/isolation.py; attacks in tests/fixtures/host_attacks/)."""
+evaluation or take the machine's memory (engine/isolation/containment.py; attacks in tests/fixtures/host_attacks/)."""
 
 from __future__ import annotations
 
@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 
 import kernelwright
-from kernelwright.core.record import Stage, Status
-from kernelwright.engine import evaluate, isolation
-
 from conftest import ADD_ONE, EXAMPLES, FIXTURES
+from kernelwright.core.record import Stage, Status
+from kernelwright.engine import evaluate
+from kernelwright.engine.isolation import containment
 
 ATTACKS = FIXTURES / "host_attacks"
-EVALUATOR = Path(__file__).resolve().parent / "evaluator.py"
+EVALUATOR = Path(__file__).resolve().parent / "helpers" / "evaluator.py"
 PACKAGE_ROOT = str(Path(kernelwright.__file__).resolve().parent.parent)
 
 
@@ -34,7 +34,9 @@ def _attack(name: str, **fill: object) -> str:
     return text
 
 
-def _evaluate_in_a_process(cfg, candidate: Path, extra_env: dict[str, str]) -> tuple[subprocess.CompletedProcess, dict | None]:
+def _evaluate_in_a_process(
+    cfg, candidate: Path, extra_env: dict[str, str]
+) -> tuple[subprocess.CompletedProcess, dict | None]:
     """Evaluate in a separate evaluator process started with `extra_env` in its environment."""
     env = {**os.environ, **extra_env, "PYTHONPATH": PACKAGE_ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
     out = subprocess.run([sys.executable, str(EVALUATOR), str(ADD_ONE), str(candidate), json.dumps(cfg.to_dict())],
@@ -48,8 +50,8 @@ def _evaluate_in_a_process(cfg, candidate: Path, extra_env: dict[str, str]) -> t
 
 def _no_namespace_no_cgroup(monkeypatch):
     """Take away the PID namespace and the cgroup, as on a host that allows neither: the sweep is left."""
-    monkeypatch.setattr(isolation, "pid_namespace_prefix", lambda: ([], "disabled by the test"))
-    monkeypatch.setattr(isolation, "_cgroup_parents", lambda: ([], "disabled by the test"))
+    monkeypatch.setattr(containment, "pid_namespace_prefix", lambda: ([], "disabled by the test"))
+    monkeypatch.setattr(containment, "_cgroup_parents", lambda: ([], "disabled by the test"))
 
 
 def test_the_evaluators_environment_cannot_be_read(cpu_config, tmp_path):
@@ -128,11 +130,11 @@ def test_a_memory_hog_runs_into_the_limit(cpu_config):
 
 def test_a_memory_hog_is_stopped_by_the_cgroup_where_no_rlimit_applies(cpu_config, monkeypatch):
     """A CUDA evaluation has no RLIMIT_AS (the driver reserves huge address space): the cgroup limits it."""
-    parents, why = isolation._cgroup_parents()
+    parents, why = containment._cgroup_parents()
     if not any(kind in ("v2", "memory") for kind, _ in parents):
         pytest.skip(f"no writable memory cgroup here: {why or 'only pids'}")
-    prepare = isolation.prepare
-    monkeypatch.setattr(isolation, "prepare", lambda device, kind, limit: prepare("cuda", kind, limit))
+    prepare = containment.prepare
+    monkeypatch.setattr(containment, "prepare", lambda device, kind, limit: prepare("cuda", kind, limit))
     cpu_config.sandbox, cpu_config.time_candidate, cpu_config.memory_limit_mb = "none", False, 1536
     r = evaluate(ADD_ONE, None, cpu_config, candidate_text=_attack("memory_hog", gib=4))
     assert "RLIMIT_AS" not in r.metadata["isolation"]["rlimits"]
@@ -142,8 +144,8 @@ def test_a_memory_hog_is_stopped_by_the_cgroup_where_no_rlimit_applies(cpu_confi
 
 
 def test_a_cuda_evaluation_without_a_cgroup_says_it_has_no_memory_limit(monkeypatch):
-    monkeypatch.setattr(isolation, "_cgroup_parents", lambda: ([], "disabled by the test"))
-    iso = isolation.prepare("cuda", "none", 4096)
+    monkeypatch.setattr(containment, "_cgroup_parents", lambda: ([], "disabled by the test"))
+    iso = containment.prepare("cuda", "none", 4096)
     facts = iso.describe()
     assert facts["memory_limit_mb"] is None and "RLIMIT_AS" not in facts["rlimits"]
     assert any("no memory limit" in n for n in facts["notes"])
@@ -161,7 +163,7 @@ def test_a_killed_process_is_still_reported_with_its_signal(cpu_config):
 
 
 def _bwrap_ok() -> bool:
-    from kernelwright.engine import sandbox
+    from kernelwright.engine.isolation import sandbox
 
     try:
         return sandbox.resolve("bwrap") == "bwrap"

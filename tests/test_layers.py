@@ -1,6 +1,7 @@
 """The package's layers, read from its imports: no module imports upward, and the isolated
 processes (runner and judge, `engine/child/`) import nothing of kernelwright but `core` and
-their own package. `core` imports nothing of kernelwright's above it, and no torch."""
+their own package. `core` imports nothing of kernelwright's above it, and no torch. Every package
+has a layer, and the README's layout table names every folder and every module in it."""
 
 from __future__ import annotations
 
@@ -11,11 +12,12 @@ import pytest
 
 PKG = Path(__file__).resolve().parent.parent / "src" / "kernelwright"
 # lower number = lower layer; a module may import its own layer and the ones below
+# Every package under src/kernelwright/ is named here (a test checks it), so a new folder gets a layer on purpose.
 LAYERS = {
     "core": 0,
     "engine.child": 1,
-    "engine": 2,
-    "models": 3,
+    "engine": 2, "engine.isolation": 2,
+    "models": 3, "models.prompts": 3,
     "loop": 4,
     "store": 5, "suites": 5, "executors": 5,
     "report": 6, "cli": 6,
@@ -75,8 +77,40 @@ def test_core_is_standard_library_only():
                 f"{path.name} imports {imp}"
 
 
-def test_the_readme_layout_table_names_the_folders_that_exist():
+def folders() -> list[Path]:
+    """Every folder under src/kernelwright/ (caches aside), relative to it."""
+    return sorted(p.relative_to(PKG) for p in PKG.rglob("*") if p.is_dir() and p.name != "__pycache__")
+
+
+def test_every_package_has_a_layer():
+    packages = [f for f in folders() if (PKG / f / "__init__.py").is_file()]
+    assert packages, "no package found under src/kernelwright/"
+    for folder in packages:
+        name = ".".join(folder.parts)
+        assert name in LAYERS, f"src/kernelwright/{folder}/ has no entry in LAYERS: give it a layer"
+    for name in LAYERS:
+        assert (PKG / name.replace(".", "/") / "__init__.py").is_file(), f"LAYERS names {name}, which is not a package"
+
+
+def _layout_rows() -> dict[str, str]:
+    """The README's layout table: its rows by the folder that starts them ("| `engine/child/` | ...")."""
     readme = (PKG.parent.parent / "README.md").read_text()
-    for folder in ("core/", "engine/", "engine/child/", "models/", "loop/", "store/", "executors/", "cli/"):
-        assert folder in readme, f"README's layout does not mention {folder}"
-        assert (PKG / folder).is_dir()
+    start = readme.index("## Layout")
+    end = readme.find("\n## ", start + 1)
+    rows = {}
+    for line in readme[start:end if end != -1 else len(readme)].splitlines():
+        if line.startswith("| `") and "/` |" in line:
+            rows[line[3:line.index("/` |")] + "/"] = line
+    return rows
+
+
+def test_the_readme_layout_table_names_every_folder_and_its_modules():
+    rows = _layout_rows()
+    for folder in folders():
+        key = folder.as_posix() + "/"
+        assert key in rows, f"README's layout table has no row for src/kernelwright/{key}"
+        for path in sorted((PKG / folder).glob("*.py")):
+            if path.name != "__init__.py":
+                assert f"`{path.name}`" in rows[key], f"README's layout row for {key} does not name {path.name}"
+    for key in rows:
+        assert (PKG / key).is_dir(), f"README's layout table names {key}, which is not a folder of src/kernelwright/"

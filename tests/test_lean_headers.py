@@ -9,10 +9,9 @@ from pathlib import Path
 import pytest
 import torch.utils.cpp_extension as cpp_ext
 
+from conftest import EXAMPLES
 from kernelwright.engine.child import build
 from kernelwright.engine.child.lean_headers import MARK, lean_cuda_sources
-
-from conftest import EXAMPLES
 
 INCLUDE = Path(cpp_ext._TORCH_PATH) / "include"
 
@@ -43,7 +42,10 @@ def test_unqualified_calls_count_under_using_namespace_torch():
 
 
 def test_dispatch_macros_get_their_header():
-    src = '#include <torch/extension.h>\nvoid f(at::Tensor x) { AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "f", [&] {}); }\n'
+    src = (
+        "#include <torch/extension.h>\n"
+        'void f(at::Tensor x) { AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "f", [&] {}); }\n'
+    )
     assert "#include <ATen/Dispatch.h>" in lean_cuda_sources([src], INCLUDE).cuda_sources[0]
 
 

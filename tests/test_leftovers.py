@@ -10,9 +10,8 @@ import sys
 import time
 from pathlib import Path
 
-from kernelwright.engine import leftovers
-
 from conftest import ADD_ONE, CANDIDATES
+from kernelwright.engine.isolation import leftovers
 
 _KILLED_MIDWAY = """
 import sys
@@ -69,8 +68,8 @@ def test_a_recent_or_linked_leftover_is_kept(tmp_path):
 
 
 def test_an_evaluation_names_its_directories_for_its_process(cpu_config, tmp_path, monkeypatch):
-    from kernelwright.engine import evaluate
     from kernelwright.core.record import Status
+    from kernelwright.engine import evaluate
 
     made = []
     real = leftovers.make_dir

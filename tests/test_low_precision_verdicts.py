@@ -12,13 +12,12 @@ from __future__ import annotations
 import pytest
 import torch
 
+from conftest import FIXTURES
+from helpers.mamba2_shapes import problem_at_shape
 from kernelwright.core.config import EvalConfig
 from kernelwright.core.record import Status
 from kernelwright.engine import evaluate
 from kernelwright.engine.child import numerics
-
-from conftest import FIXTURES
-from mamba2_shapes import problem_at_shape
 
 BF16 = FIXTURES / "mamba2_bf16"
 

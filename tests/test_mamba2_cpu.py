@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 
 import pytest
 
-from kernelwright.engine import evaluate
-from kernelwright.core.record import Status
-
 from conftest import FIXTURES
-from mamba2_shapes import MAMBA2, problem_at_shape
+from helpers.mamba2_shapes import MAMBA2, problem_at_shape
+from kernelwright.core.record import Status
+from kernelwright.engine import evaluate
 
 BUGGY = FIXTURES / "mamba2"
 SMALL = dict(batch_size=2, seq_length=64, n_heads=2, d_head=8, d_state=4, block_len=16)
@@ -39,17 +40,36 @@ def test_buggy_candidate_is_incorrect(cpu_config, small_problems, kind, candidat
     assert all(not t.passed for t in r.trials)  # wrong on every input, not by chance
 
 
-def _cuda_source(path):
+def _source(path, name):
     tree = ast.parse(path.read_text())
     for node in tree.body:
-        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "cuda_source":
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == name:
             return node.value.value
-    raise AssertionError(f"{path.name} defines no cuda_source")
+    raise AssertionError(f"{path.name} defines no {name}")
 
 
-def test_fused_candidates_share_one_kernel_source():
-    """Both candidates build the same extension (one build serves both); they differ only in mode."""
-    assert _cuda_source(MAMBA2 / "candidate_y.py") == _cuda_source(MAMBA2 / "candidate_state.py")
+def test_the_fused_candidates_are_written_from_the_kernel_source():
+    """candidate_y.py and candidate_state.py are what make_candidates.py writes from ssd_kernel.cu and
+    ssd_bindings.cpp (edit those, then run it); both hold the same sources, so one build serves both."""
+    out = subprocess.run([sys.executable, str(MAMBA2 / "make_candidates.py"), "--check"], capture_output=True,
+                         text=True)
+    assert out.returncode == 0, out.stderr
+    for kind in ("y", "state"):
+        path = MAMBA2 / f"candidate_{kind}.py"
+        assert _source(path, "cuda_source") == "\n" + (MAMBA2 / "ssd_kernel.cu").read_text()
+        assert _source(path, "cpp_source") == "\n" + (MAMBA2 / "ssd_bindings.cpp").read_text()
+
+
+def test_a_stale_candidate_is_reported(tmp_path):
+    """The check fails, naming the file and the fix, when a candidate no longer matches its sources."""
+    for name in ("make_candidates.py", "ssd_kernel.cu", "ssd_bindings.cpp", "candidate_y.py", "candidate_state.py"):
+        (tmp_path / name).write_text((MAMBA2 / name).read_text())
+    (tmp_path / "ssd_kernel.cu").write_text((MAMBA2 / "ssd_kernel.cu").read_text() + "// an edit\n")
+    out = subprocess.run([sys.executable, str(tmp_path / "make_candidates.py"), "--check"], capture_output=True,
+                         text=True)
+    assert out.returncode == 1
+    assert out.stderr.strip() == ("not current: candidate_y.py, candidate_state.py; "
+                                  "run python3 examples/mamba2_ssd/make_candidates.py")
 
 
 @pytest.mark.parametrize(

@@ -8,12 +8,12 @@ import json
 
 import pytest
 
+from helpers.chat_server import ChatServer, Reply
+from helpers.chat_server import Status as HttpStatus
 from kernelwright.core.config import ModelConfig, RetryPolicy
 from kernelwright.models import ModelError, ModelSetupError, resolve_model
 from kernelwright.models.base import Usage
 from kernelwright.models.pricing import PriceTable
-
-from chat_server import ChatServer, Reply, Status as HttpStatus
 
 needs_clients = pytest.mark.skipif(
     importlib.util.find_spec("openai") is None or importlib.util.find_spec("anthropic") is None,
@@ -28,7 +28,9 @@ def test_price_table_matches_prefixes_and_takes_user_files(tmp_path):
     assert table.cost("my-local-model", Usage(10, 10)) is None
     (tmp_path / "p.toml").write_text('["my-local-model"]\ninput = 1.0\noutput = 2.0\n')
     (tmp_path / "p.json").write_text(json.dumps({"gpt-4o": {"input": 0, "output": 0}}))
-    assert PriceTable.load(tmp_path / "p.toml").cost("my-local-model", Usage(1_000_000, 1_000_000)) == pytest.approx(3.0)
+    assert PriceTable.load(tmp_path / "p.toml").cost("my-local-model", Usage(1_000_000, 1_000_000)) == pytest.approx(
+        3.0
+    )
     assert PriceTable.load(tmp_path / "p.json").cost("gpt-4o", Usage(5, 5)) == 0
     (tmp_path / "bad.json").write_text('{"m": 3}')
     with pytest.raises(ModelSetupError, match="fix the file"):

@@ -9,11 +9,10 @@ import time
 
 import pytest
 
+from helpers.chat_server import ChatServer, Reply, Status
 from kernelwright.core.config import ModelConfig, RetryPolicy
 from kernelwright.models import resolve_model
 from kernelwright.models.limits import EndpointLimiter, limiter_for
-
-from chat_server import ChatServer, Reply, Status
 
 needs_openai = pytest.mark.skipif(importlib.util.find_spec("openai") is None, reason="needs the openai client")
 FAST = RetryPolicy(max_attempts=3, base_delay_s=0.01, max_delay_s=5.0, request_timeout_s=10)

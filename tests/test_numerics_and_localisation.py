@@ -5,11 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from conftest import ADD_ONE, FIXTURES
+from kernelwright.core.record import Status
 from kernelwright.engine import evaluate
 from kernelwright.engine.child import localize, numerics
-from kernelwright.core.record import Status
-
-from conftest import ADD_ONE, FIXTURES
 
 MAMBA_SMALL = FIXTURES / "problems" / "mamba2_ssd_small.py"
 MAMBA = FIXTURES / "problems" / "mamba2_ssd.py"
@@ -110,7 +109,9 @@ def test_mamba2_small_off_by_one_and_bf16_fail_calibrated(mamba_cfg):
 
 def _write(tmp_path, body: str):
     p = tmp_path / "cand.py"
-    p.write_text("import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n    def forward(self, x):\n" + body)
+    p.write_text(
+        "import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n    def forward(self, x):\n" + body
+    )
     return p
 
 

@@ -7,14 +7,13 @@ import errno
 
 import torch
 
+from conftest import ADD_ONE, CANDIDATES
 from kernelwright.core.config import EvalConfig
 from kernelwright.core.record import Status
 from kernelwright.engine import evaluate, evaluation
 from kernelwright.engine.child import wire
 from kernelwright.engine.child.channel import Channel
 from kernelwright.engine.child.runner import Runner
-
-from conftest import ADD_ONE, CANDIDATES
 
 
 def _ours() -> set[str]:

@@ -7,16 +7,14 @@ from dataclasses import replace
 
 import pytest
 
-from kernelwright.core import roofline
+from conftest import ADD_ONE, CANDIDATES, EXAMPLES, FIXTURES
+from kernelwright.core import kernel_names, roofline
 from kernelwright.core.config import ProfileConfig
+from kernelwright.core.record import Status
 from kernelwright.engine import evaluate
 from kernelwright.engine import nsight as ncu
-from kernelwright.core import kernel_names
 from kernelwright.engine.prebuild import BuildPool
 from kernelwright.loop.judge_evidence import render_for_judge
-from kernelwright.core.record import Status
-
-from conftest import ADD_ONE, CANDIDATES, EXAMPLES, FIXTURES
 
 NCU_FIX = FIXTURES / "ncu"
 CPU_EXAMPLE = EXAMPLES / "cpu_swish"
@@ -91,13 +89,21 @@ def test_kernel_origins():
     known = _known() | kernel_names.candidate_kernel_names(
         ["@triton.jit\ndef fused_gelu(x_ptr, n, BLOCK: tl.constexpr):\n    pass\n"])
     assert known == {"swish_affine_kernel", "fused_gelu"}
-    c = lambda n: kernel_names.classify(n, known)
+
+    def c(n):
+        return kernel_names.classify(n, known)
+
     assert c(SWISH_KERNEL) == "candidate"
     assert c("fused_gelu") == "candidate"
     assert c("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, "
              "std::array<char*, 3ul> >(int, at::native::CUDAFunctor_add<float>, std::array<char*, 3ul>)") == "pytorch"
     assert c("nvjet_tst_128x64_64x8_1x2_h_bz_TNN") == "pytorch"
-    assert c("sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas") == "pytorch"
+    assert (
+        c(
+            "sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas"
+        )
+        == "pytorch"
+    )
     assert c("triton_poi_fused_mul_sigmoid_0") == "pytorch"  # torch.compile's, not the candidate's
     assert c("aten::mul") == "pytorch"
     assert c(kernel_names.cpu_op_label("ext", "fn")) == "candidate"

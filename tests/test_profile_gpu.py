@@ -8,14 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from conftest import CANDIDATES, EXAMPLES
 from kernelwright.core.config import ProfileConfig
+from kernelwright.core.record import Status
 from kernelwright.engine import evaluate
 from kernelwright.engine import nsight as ncu
 from kernelwright.engine.prebuild import BuildPool
 from kernelwright.loop.judge_evidence import render_for_judge
-from kernelwright.core.record import Status
-
-from conftest import CANDIDATES, EXAMPLES
 
 pytestmark = pytest.mark.gpu
 

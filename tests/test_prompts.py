@@ -20,15 +20,36 @@ def test_every_prompt_renders_for_every_backend(backend):
     perf = PerformanceCritique("x", "y", 2.0, "2x, one pass fewer")
     texts = [
         prompts.render("coder_first", backend=backend, device="the CPU", problem_code="P"),
-        prompts.render("coder_repair", backend=backend, error_log="E", old_code="O", critique=crit, verdict="incorrect"),
-        prompts.render("coder_repair", backend=backend, error_log="E", old_code="O", critique=None, verdict="format_error"),
-        prompts.render("coder_optimise", backend=backend, device="d", result=passed, old_code="O", critique=perf,
-                       last_attempt=None, problem_code="P"),
-        prompts.render("judge_failure", backend=backend, problem_code="P", code="C", result=failed, history=[], profile=""),
-        prompts.render("judge_performance", backend=backend, problem_code="P", code="C", result=passed,
-                       history=[{"round": 0, "verdict": "passed", "speedup": 1.5, "became_best": True,
-                                 "expectation": None}], profile="dram 80%", target_round=0,
-                       last_expectation="in round 0 you expected 2.00x"),
+        prompts.render(
+            "coder_repair", backend=backend, error_log="E", old_code="O", critique=crit, verdict="incorrect"
+        ),
+        prompts.render(
+            "coder_repair", backend=backend, error_log="E", old_code="O", critique=None, verdict="format_error"
+        ),
+        prompts.render(
+            "coder_optimise",
+            backend=backend,
+            device="d",
+            result=passed,
+            old_code="O",
+            critique=perf,
+            last_attempt=None,
+            problem_code="P",
+        ),
+        prompts.render(
+            "judge_failure", backend=backend, problem_code="P", code="C", result=failed, history=[], profile=""
+        ),
+        prompts.render(
+            "judge_performance",
+            backend=backend,
+            problem_code="P",
+            code="C",
+            result=passed,
+            history=[{"round": 0, "verdict": "passed", "speedup": 1.5, "became_best": True, "expectation": None}],
+            profile="dram 80%",
+            target_round=0,
+            last_expectation="in round 0 you expected 2.00x",
+        ),
     ]
     assert all("OUTPUT RULES" in t for t in texts[:4])
     word = {"cuda": "`source`", "triton": "@triton.jit", "cpp": "CPU only"}[backend]

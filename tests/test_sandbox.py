@@ -11,10 +11,10 @@ import uuid
 
 import pytest
 
-from kernelwright.engine import EngineError, evaluate, sandbox
-from kernelwright.core.record import Stage, Status
-
 from conftest import ADD_ONE, CANDIDATES, FIXTURES
+from kernelwright.core.record import Stage, Status
+from kernelwright.engine import EngineError, evaluate
+from kernelwright.engine.isolation import sandbox
 
 
 def _bwrap_reason() -> str:

@@ -6,11 +6,10 @@ import os
 import signal
 from dataclasses import replace
 
-from kernelwright.engine import WarmEvaluator, evaluate, prestart
-from kernelwright.core.record import Stage, Status
-
 from conftest import ADD_ONE
 from conftest import CANDIDATES as CAND
+from kernelwright.core.record import Stage, Status
+from kernelwright.engine import WarmEvaluator, evaluate, prestart
 
 
 def test_a_prestarted_child_evaluates_like_a_fresh_one(cpu_config):

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import FIXTURES, ROOT
 from kernelwright.core.config import LoopConfig
 from kernelwright.core.record import EvalResult, Status, TimingStats
 from kernelwright.loop.forge import Forge
@@ -24,8 +25,6 @@ from kernelwright.store import open_store
 from kernelwright.store.db import SCHEMA_VERSION, Store, StoreError
 from kernelwright.store.indexer import index_run
 from kernelwright.store.rundir import RunDir, RunDirError, load_rounds, read_summary
-
-from conftest import FIXTURES, ROOT
 
 PROBLEM = FIXTURES / "suite" / "level1" / "1_add_one.py"
 
@@ -66,7 +65,9 @@ i = int(sys.argv[2])
 while True:
     with db.transaction() as tx:   # several statements, one transaction
         tx.execute("INSERT INTO candidates (hash, code) VALUES (?, ?)", (f"h{i}", "x" * 5000))
-        tx.execute("INSERT INTO suites (id, kind, problems, out_dir, created) VALUES (?, 'eval', '[]', '/', 0)", (f"s{i}",))
+        tx.execute(
+            "INSERT INTO suites (id, kind, problems, out_dir, created) VALUES (?, 'eval', '[]', '/', 0)", (f"s{i}",)
+        )
     print(i, flush=True)            # acknowledged only after COMMIT returned
     i += 1
 """
@@ -212,7 +213,8 @@ def test_resume_continues_with_the_same_best_as_a_run_never_stopped(tmp_path):
     assert [r.verdict for r in load_rounds(tmp_path / "cut")] == [r["verdict"] for r in a["rounds"]]
     assert [r["expectation_outcome"] for r in a["rounds"]] == [r["expectation_outcome"] for r in b["rounds"]]
     for name in ("judge_prompt.md", "coder_prompt.md"):  # every model saw the same prompts
-        pairs = zip(sorted((tmp_path / "straight").glob(f"0*_*/{name}")), sorted((tmp_path / "cut").glob(f"0*_*/{name}")))
+        pairs = zip(sorted((tmp_path / "straight").glob(f"0*_*/{name}")),
+                    sorted((tmp_path / "cut").glob(f"0*_*/{name}")), strict=True)
         assert all(x.read_text() == y.read_text() for x, y in pairs), name
 
 
@@ -229,7 +231,8 @@ def test_a_run_stopped_at_its_round_limit_continues_like_a_longer_run(tmp_path):
     f.run()
     assert rounds_of(tmp_path / "short") == rounds_of(tmp_path / "straight")
     for name in ("judge_prompt.md", "coder_prompt.md"):
-        for a, b in zip(sorted((tmp_path / "straight").glob(f"0*_*/{name}")), sorted((tmp_path / "short").glob(f"0*_*/{name}"))):
+        for a, b in zip(sorted((tmp_path / "straight").glob(f"0*_*/{name}")),
+                        sorted((tmp_path / "short").glob(f"0*_*/{name}")), strict=True):
             assert a.read_text() == b.read_text(), (a, b)
 
 
@@ -307,12 +310,19 @@ def test_a_problem_with_a_degenerate_reference_is_counted_apart(tmp_path):
         return evaluate
 
     with Store.open(tmp_path / "kw.db") as db:
-        for name, evaluate in (("plain", fake_evaluate), ("deg_guards", flagged("guards")), ("deg_meta", flagged("meta"))):
+        for name, evaluate in (
+            ("plain", fake_evaluate),
+            ("deg_guards", flagged("guards")),
+            ("deg_meta", flagged("meta")),
+        ):
             rd = RunDir(tmp_path / name, PROBLEM, {})
             Forge(PROBLEM, Scripted("coder"), Scripted("judge"), evaluate, LoopConfig(rounds=2, backend="cpp"),
                   device="cpu", recorder=rd).run()
             with db.transaction() as tx:
-                tx.execute("INSERT OR IGNORE INTO suites (id, kind, problems, out_dir, created) VALUES ('s', 'optimize', '[]', '/', 0)")
+                tx.execute(
+                    "INSERT OR IGNORE INTO suites (id, kind, problems, out_dir, created) "
+                    "VALUES ('s', 'optimize', '[]', '/', 0)"
+                )
             index_run(db, tmp_path / name, suite_id="s", problem=name)
     with open_store(tmp_path / "kw.db") as api:
         rows = {r["problem"]: r for r in api.problems("s")}
@@ -340,7 +350,9 @@ def test_a_child_that_died_in_start_up_is_evaluated_once_more_a_candidate_crash_
             return fut
 
     task = EvalTask(key="k", problem=PROBLEM, candidate_text="code")
-    early = EvalResult(status=Status.CRASHED, error_stage=Stage.STARTUP, error_log="The evaluation process exited with code 1")
+    early = EvalResult(
+        status=Status.CRASHED, error_stage=Stage.STARTUP, error_log="The evaluation process exited with code 1"
+    )
     ex = Once()
     again = once_more_if_died_early(ex, task, early)
     assert ex.submitted == 1 and again.status is Status.PASSED

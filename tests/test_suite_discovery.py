@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from kernelwright.suites.discovery import SuiteError, discover, load_candidates, match
-
 from conftest import FIXTURES
+from kernelwright.suites.discovery import SuiteError, discover, load_candidates, match
 
 SUITE = FIXTURES / "suite"
 LEVEL1 = SUITE / "level1"
@@ -81,7 +80,10 @@ def test_candidates_by_file_name_with_one_problem_missing():
 def test_kernelbench_runs_layout_takes_the_lowest_sample():
     pairs, missing = match(discover([str(LEVEL1)]), load_candidates(SUITE / "runs_layout"))
     got = {p.name: Path(c.source).name for p, c in pairs}
-    assert got == {"1_add_one": "level_1_problem_1_sample_0_kernel.py", "2_swish": "level_1_problem_2_sample_0_kernel.py"}
+    assert got == {
+        "1_add_one": "level_1_problem_1_sample_0_kernel.py",
+        "2_swish": "level_1_problem_2_sample_0_kernel.py",
+    }
     assert len(missing) == 4
 
 

@@ -16,12 +16,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from conftest import FIXTURES
 from kernelwright.cli.main import app
 from kernelwright.core.record import EvalResult
 from kernelwright.store import open_store
 from kernelwright.suites.runner import died_before_the_candidate
-
-from conftest import FIXTURES
 
 SUITE = FIXTURES / "suite"
 EXPECTED = {"1_add_one": "passed", "2_swish": "passed", "3_scale_shift": "incorrect", "4_row_softmax": "crashed",
@@ -78,8 +77,18 @@ def test_suite_eval_matches_one_kernelwright_eval_each(suite_run, cache_dir, mon
                   "--device", "cpu", "--trials", "3", "--json")
         alone = json.loads(out)
         if died_before_the_candidate(EvalResult.from_dict(alone)):  # the machine's fault (as the suite does: once more)
-            alone = json.loads(cli("eval", str(SUITE / "level1" / f"{name}.py"), str(SUITE / "candidates" / f"{name}.py"),
-                                   "--device", "cpu", "--trials", "3", "--json"))
+            alone = json.loads(
+                cli(
+                    "eval",
+                    str(SUITE / "level1" / f"{name}.py"),
+                    str(SUITE / "candidates" / f"{name}.py"),
+                    "--device",
+                    "cpu",
+                    "--trials",
+                    "3",
+                    "--json",
+                )
+            )
         assert (alone["status"], alone["correct"], alone["compiled"]) == (record["status"], record["correct"],
                                                                            record["compiled"]), name
         assert (alone["max_abs_err"] is None) == (record["max_abs_err"] is None), name
@@ -143,7 +152,9 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (apt-get install -y chromium) to render the report")
+@pytest.mark.skipif(
+    CHROMIUM is None, reason="needs Debian's chromium (apt-get install -y chromium) to render the report"
+)
 def test_report_renders_in_headless_chromium_with_table_and_plots(reports):
     root, _ = reports
     page = (root / "report.html").resolve().as_uri()

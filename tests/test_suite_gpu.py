@@ -5,17 +5,12 @@ in the cache; the verdicts equal one `kernelwright eval` each."""
 from __future__ import annotations
 
 import json
-import sys
 
 import pytest
 from typer.testing import CliRunner
 
+from benchmarks import suite_throughput
 from kernelwright.cli.main import app
-
-from conftest import ROOT
-
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import suite_throughput  # noqa: E402
 
 
 @pytest.mark.gpu
@@ -26,7 +21,9 @@ def test_suite_eval_of_cuda_candidates_prebuilds_them(tmp_path, monkeypatch):
                                    "--name", "gpu", "--out", str(tmp_path / "out"), "--store", str(tmp_path / "kw.db"),
                                    "--build-workers", "2"])
     assert out.exit_code == 0, out.output
-    records = {p.parent.parent.name: json.loads(p.read_text()) for p in (tmp_path / "out").glob("level1/*/000_*/eval.json")}
+    records = {
+        p.parent.parent.name: json.loads(p.read_text()) for p in (tmp_path / "out").glob("level1/*/000_*/eval.json")
+    }
     assert len(records) == 4 and all(r["status"] == "passed" for r in records.values()), records
     # the BuildPool built each extension ahead: the evaluation only imports it from the cache
     for name, rec in records.items():

@@ -18,27 +18,59 @@ from pathlib import Path
 
 import pytest
 
-from chat_server import ChatServer
 from conftest import FIXTURES, ROOT
-import suite_models
+from helpers import suite_models
+from helpers.chat_server import ChatServer
 
 LEVEL1 = FIXTURES / "suite" / "level1"
 needs_openai = pytest.mark.skipif(importlib.util.find_spec("openai") is None, reason="needs the openai client")
 
 
 def command(server: ChatServer, root: Path, *only: str) -> list[str]:
-    args = [sys.executable, "-m", "kernelwright.cli.main", "suite", "optimize", str(LEVEL1), "--coder", suite_models.CODER,
-            "--judge", suite_models.JUDGE, "--base-url", server.base_url, "--rounds", "2", "--device", "cpu",
-            "--backend", "cpp", "--trials", "2", "--no-profile", "--retries", "1", "--name", "opt",
-            "--out", str(root / "out"), "--store", str(root / "kw.db")]
+    args = [
+        sys.executable,
+        "-m",
+        "kernelwright.cli.main",
+        "suite",
+        "optimize",
+        str(LEVEL1),
+        "--coder",
+        suite_models.CODER,
+        "--judge",
+        suite_models.JUDGE,
+        "--base-url",
+        server.base_url,
+        "--rounds",
+        "2",
+        "--device",
+        "cpu",
+        "--backend",
+        "cpp",
+        "--trials",
+        "2",
+        "--no-profile",
+        "--retries",
+        "1",
+        "--name",
+        "opt",
+        "--out",
+        str(root / "out"),
+        "--store",
+        str(root / "kw.db"),
+    ]
     for o in only:
         args += ["--only", o]
     return args
 
 
 def env(cache_dir: str) -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(ROOT / "src"), "KERNELWRIGHT_CACHE": cache_dir, "OPENAI_API_KEY": "test-key",
-            "COLUMNS": "200"}
+    return {
+        **os.environ,
+        "PYTHONPATH": str(ROOT / "src"),
+        "KERNELWRIGHT_CACHE": cache_dir,
+        "OPENAI_API_KEY": "test-key",
+        "COLUMNS": "200",
+    }
 
 
 def evaluations(db: Path) -> dict[tuple[str, int], str]:
@@ -156,9 +188,29 @@ def test_optimize_resume_continues_a_run_directory_and_the_store_follows(tmp_pat
     run, problem = tmp_path / "runs" / "add_one", str(LEVEL1 / "1_add_one.py")
 
     def optimize(server, rounds: str, *extra: str):
-        return CliRunner().invoke(app, ["optimize", problem, "--coder", suite_models.CODER, "--judge", suite_models.JUDGE,
-                                        "--base-url", server.base_url, "--rounds", rounds, "--device", "cpu",
-                                        "--backend", "cpp", "--trials", "2", "--no-profile", *extra])
+        return CliRunner().invoke(
+            app,
+            [
+                "optimize",
+                problem,
+                "--coder",
+                suite_models.CODER,
+                "--judge",
+                suite_models.JUDGE,
+                "--base-url",
+                server.base_url,
+                "--rounds",
+                rounds,
+                "--device",
+                "cpu",
+                "--backend",
+                "cpp",
+                "--trials",
+                "2",
+                "--no-profile",
+                *extra,
+            ],
+        )
 
     with ChatServer({}, respond=suite_models.respond) as server:
         first = optimize(server, "2", "--out", str(run))

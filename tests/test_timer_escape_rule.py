@@ -35,7 +35,7 @@ def test_an_honest_kernel_on_a_busy_machine_is_never_flagged():
     # the failure: host time 3x the event time because other processes shared the GPU
     rng = random.Random(0)
     flagged = 0
-    for trial in range(300):
+    for _trial in range(300):
         for load in (0.2, 0.5, 1.0):
             for cand_event in (0.02, 0.5):
                 rounds = [_round(rng, cand_event, 0.0, 2.0, load=load) for _ in range(3)]

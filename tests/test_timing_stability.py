@@ -10,14 +10,13 @@ import random
 import pytest
 from rich.console import Console
 
+from conftest import EXAMPLES
 from kernelwright.cli.console import render_result
 from kernelwright.core.config import TimingConfig
 from kernelwright.core.record import Status
 from kernelwright.engine import evaluate
 from kernelwright.engine.child import stability
 from kernelwright.engine.child.stability import LoadFacts
-
-from conftest import EXAMPLES
 
 CFG = TimingConfig()
 
@@ -49,7 +48,9 @@ def test_randomly_slowed_calls_widen_the_band_and_are_named():
 def test_load_on_the_timing_threads_cores_is_named_even_when_the_samples_look_tight():
     # a run slowed throughout: tight band, no drift, and still not what the next run measures
     samples = {"candidate": _steady(0.8), "reference": _steady(32.0, seed=1)}
-    reasons = stability.assess(samples, LoadFacts(cores=2, threads=2, others_busy_cores=1.9, loadavg_1m=5.0), CFG, False)
+    reasons = stability.assess(
+        samples, LoadFacts(cores=2, threads=2, others_busy_cores=1.9, loadavg_1m=5.0), CFG, False
+    )
     assert len(reasons) == 1 and "other processes kept 1.9 of 2 cores busy" in reasons[0]
     assert "timing.cpu_threads" in reasons[0]
 

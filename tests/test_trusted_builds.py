@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from kernelwright.core.record import Status
-from kernelwright.engine import evaluate, sandbox, static_builds, trusted_builds
-
 from conftest import ADD_ONE, CANDIDATES, EXAMPLES, FIXTURES
+from kernelwright.core.record import Status
+from kernelwright.engine import evaluate, static_builds, trusted_builds
+from kernelwright.engine.isolation import sandbox
 
 SWISH = EXAMPLES / "cpu_swish"
 
@@ -78,10 +78,21 @@ def test_flags_that_could_run_or_read_the_candidates_files_are_refused(key, flag
 
 
 def test_ordinary_flags_are_allowed():
-    kw = {"extra_cflags": ["-O3", "-ffast-math", "-march=native", "-std=c++17", "-DNDEBUG", "-fopenmp"],
-          "extra_cuda_cflags": ["-O3", "--use_fast_math", "-lineinfo", "-Xptxas=-v", "--expt-relaxed-constexpr",
-                                "-gencode=arch=compute_90a,code=sm_90a", "-Xcompiler", "-O3,-fPIC", "--maxrregcount=64"],
-          "extra_ldflags": ["-lcublas", "-lcuda", ""]}
+    kw = {
+        "extra_cflags": ["-O3", "-ffast-math", "-march=native", "-std=c++17", "-DNDEBUG", "-fopenmp"],
+        "extra_cuda_cflags": [
+            "-O3",
+            "--use_fast_math",
+            "-lineinfo",
+            "-Xptxas=-v",
+            "--expt-relaxed-constexpr",
+            "-gencode=arch=compute_90a,code=sm_90a",
+            "-Xcompiler",
+            "-O3,-fPIC",
+            "--maxrregcount=64",
+        ],
+        "extra_ldflags": ["-lcublas", "-lcuda", ""],
+    }
     assert static_builds.flag_problem(kw) == ""
 
 
@@ -163,7 +174,10 @@ def test_a_cuda_extension_is_built_by_the_trusted_builder_and_loaded_verified(cu
     r = evaluate(example / "problem.py", example / "candidate.py", cuda_config)
     assert r.status is Status.PASSED, r.error_log
     (b,) = r.metadata["builds"]
-    assert b["cache"] == "verified" and b["lean_headers"]["used"] is True, (b, r.metadata["trusted_build"])  # built lean
+    assert b["cache"] == "verified" and b["lean_headers"]["used"] is True, (
+        b,
+        r.metadata["trusted_build"],
+    )  # built lean
     assert r.metadata["trusted_build"]["builds"][0]["cached"] is False
     again = evaluate(example / "problem.py", example / "candidate.py", cuda_config)
     assert again.status is Status.PASSED and again.metadata["builds"][0]["cache"] == "verified"

@@ -12,11 +12,10 @@ from dataclasses import replace
 
 import pytest
 
+from conftest import ADD_ONE, FIXTURES
 from kernelwright.core.config import StageTimeouts
 from kernelwright.core.record import Status
 from kernelwright.engine import evaluate
-
-from conftest import ADD_ONE, FIXTURES
 
 ATTACKS = FIXTURES.parent / "verdict_attacks"
 CANARY = "sk-canary-7f3a9c1e5b2d4680"

@@ -19,8 +19,6 @@ Two kernels in one source, picked by shape (`ssd_fused_cfg` / `ssd_fused_path` f
     (no deadlock). With enough (batch, head) pairs to fill the SMs it uses one segment (no
     extra pass). bfloat16 inputs/outputs: same kernel, bf16 loads and stores, fp32 arithmetic;
     raw bf16 inputs are exact in TF32, so their split's lo part (and its mma) is skipped.
-    Path 4 (opt-in, `ssd_fused_cfg`): the same algorithm in 16-warp blocks (ssd_tc16_kernel), for
-    more warps an SM (timed on an H100: 5% faster in fp32, 6% slower in bf16 at l2048).
     Path 5: path 2 with the two state products (C H and the state update, 2/3 of the tensor work)
     in split-precision 3xBF16 (mma m16n8k16: half the instructions of 3xTF32 for them); error
     ~1e-6 normwise on Mamba-like inputs, up to ~5e-6 where the state dominates (growing A, the
@@ -41,6 +39,9 @@ differences (never exp(a) * exp(-b)), so neither large positive nor large negati
 or underflows where the true decay does not.
 """
 
+# Written by make_candidates.py from ssd_kernel.cu and ssd_bindings.cpp: edit those, then run
+# `python3 examples/mamba2_ssd/make_candidates.py`.
+
 import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
@@ -59,7 +60,7 @@ cuda_source = r"""
 // ======================================================================================
 // Tensor-core path (d_state 64 or 128), split into segments along the sequence.
 //
-// Arithmetic (paths 2-4; paths 5 and 6 move some products to 3xBF16, see "path 5" below): every
+// Arithmetic (path 2; paths 5 and 6 move some products to 3xBF16, see "path 5" below): every
 // matrix product on the tensor cores (mma.sync m16n8k8 TF32) in split precision, "3xTF32":
 //     a = a_hi + a_lo, a_hi = tf32(a), a_lo = a - a_hi (exact in fp32)
 //     a*b ~= a_lo*b_hi + a_hi*b_lo + a_hi*b_hi      (fp32 accumulate; a_lo*b_lo dropped)
@@ -147,7 +148,7 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// The split of path 4, 3 instructions (VIADD, LOP3, FADD) where cvt.rna costs 5 on sm_90 (VIADD,
+// The RN split, 3 instructions (VIADD, LOP3, FADD) where cvt.rna costs 5 on sm_90 (VIADD,
 // FSETP, SEL, LOP3; FADD): hi = x + half a TF32 ulp, left unmasked: the tensor core reads only the
 // top 19 bits of a .tf32 operand register (it reads lo that way in every path), i.e. x rounded to
 // nearest TF32, ties away from zero: the value cvt.rna gives for finite x, so lo = x - that value is
@@ -164,7 +165,7 @@ struct SplitA { uint32_t hi[4], lo[4]; };
 struct SplitB { uint32_t hi[2], lo[2]; };
 
 // EX: the value is exact in TF32 (a raw bf16 input): hi = the value, lo = 0 (never used).
-// RN: split by split_rn (path 4), else by cvt.rna (split_tf32, paths 2 and 3); the same values.
+// RN: split by split_rn, else by cvt.rna (split_tf32); the same values.
 template <bool EX, bool RN = false>
 __device__ __forceinline__ SplitA split_a(float a0, float a1, float a2, float a3) {
   SplitA s;
@@ -278,12 +279,6 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool va
   const int n = valid ? 16 : 0;  // 0 source bytes: the 16 bytes are zero-filled
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(n));
 }
-// 4 bytes (.ca: the only mode for a 4-byte copy), src size 0: zero-filled
-__device__ __forceinline__ void cp_async4(void* smem, const void* gmem, bool valid) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  const int n = valid ? 4 : 0;
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(s), "l"(gmem), "r"(n));
-}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
@@ -296,7 +291,7 @@ __device__ __forceinline__ void st_release(int* p, int v) {
   asm volatile("st.release.gpu.global.b32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 // threadIdx.x read afresh (S2R) at each call: values derived from it are recomputed where they are
-// used instead of being hoisted out of a loop and kept live (path 4, at 64 registers a thread).
+// used instead of being hoisted out of a loop and kept live (where registers are short, they spill).
 __device__ __forceinline__ int tid_x() {
   int v;
   asm volatile("mov.u32 %0, %%tid.x;" : "=r"(v));
@@ -309,7 +304,7 @@ __device__ __forceinline__ float exp_from_double(double x) {
   return expf(hi) * (1.f + lo);
 }
 
-// The end of a chained segment's state (paths 2 and 4): H_out = dec * H_in + S_loc, S_loc in hs and
+// The end of a chained segment's state (the tensor-core paths): H_out = dec * H_in + S_loc, S_loc in hs and
 // H_in in hv, each thread holding K float4 of the state in mma-fragment order. Not the last
 // segment: H_out is stored for the successor (slot `slot` of ws, NP floats each, in the same fragment order, so the
 // successor's threads read back what they own), fenced, and its flag released after a barrier.
@@ -593,7 +588,7 @@ ssd_tc_kernel(const T* __restrict__ X, const float* __restrict__ A, const T* __r
   // Warp TW returns the sum of A over the walk (float64) in segtot. Ends with a barrier.
   // The chunk tables are made by warp TW, the first warp of n-half 1: the n-half-0 warps store Y rows
   // in the same phase, and with the tables on warp 0 the other seven warps waited for it at barrier 2
-  // (~9% of all warp stall samples at l2048, Nsight Compute, H100, 2026-11-23).
+  // (~9% of all warp stall samples at l2048, Nsight Compute, H100).
   constexpr int TW = P / 16;
   auto walk = [&](const int t_begin, const int t_end, const bool do_y, double& segtot) {
     float pa = 0.f;  // warp TW: A of the next chunk, one step per lane
@@ -740,7 +735,7 @@ ssd_tc_kernel(const T* __restrict__ X, const float* __restrict__ A, const T* __r
           // the four decays first, each unconditionally (exp of a positive difference where s > l is
           // discarded by the select below), so their four load-subtract-exp chains overlap: with the
           // mask as a branch around each exp they ran one after another, the longest stretch of the
-          // chunk between two barriers (Nsight Compute's stall samples, 2026-11-23)
+          // chunk between two barriers (Nsight Compute's stall samples)
           float ex[4];
 #pragma unroll
           for (int e = 0; e < 4; ++e) ex[e] = (float)(cl - sCum[c4 + e]);
@@ -940,421 +935,6 @@ ssd_tc_kernel(const T* __restrict__ X, const float* __restrict__ A, const T* __r
   }
 }
 
-
-// ======================================================================================
-// 16-warp variant (path 4, opt-in; P = 64 columns a block): more warps an SM, same arithmetic.
-//
-// Why: at l2048 (b·h = 256 blocks, one segment) ssd_tc_kernel is latency-bound (Nsight Compute:
-// 14.6 of 16 warps an SM resident, 2-4 eligible a scheduler, DRAM 40%, SM 56%): each warp runs long
-// chains of dependent 3xTF32 mma.sync with too few other warps to hide them. Here a block of 16 warps
-// (512 threads) splits the state four ways along n instead of two, so a thread holds half the state
-// (N/4 columns: 16 floats at N = 128 instead of 32). __launch_bounds__(512, 2) caps a thread at 64
-// registers: 2 blocks x 512 threads = 32 warps an SM (8 a scheduler), twice today's. Shared memory
-// stays under 113 kB a block (fp32, N = 128: 106.0 KiB), so 2 blocks still fit an SM (228 KiB).
-//
-// Work split, warp (mt, nq) = (warp % 4, warp / 4): p rows 16 mt .. 16 mt + 15, state columns
-// n in [nq N/4, (nq+1) N/4) (hs: N/32 accumulator tiles). Per 32-step chunk:
-//   phase B (after barrier 1):
-//     G = C B^T over all of n, one causal 16x8 tile each on the last 6 warps (quarters 2 and 3),
-//     with two accumulators (even/odd k-steps) so its 3xTF32 chain is half as deep; G masked
-//     (s <= l) and decayed (exp(cum_l - cum_s)) there, once an element, to smem (the chunk tables
-//     are computed one chunk ahead by warp 0, double-buffered, with A of the chunk after next
-//     brought in by cp.async);
-//     Y^T = H^T C^T over the warp's n-quarter (every warp: 4 l-tiles x N/32 k-steps).
-//   phase C (after barrier 2):
-//     Y^T = e_l Y^T + X^T G^T; the 10 causal (l-tile, s-block) pairs of each p-tile split 3/3/2/2
-//     over the n-quarters (the G warps' quarters take 2); the four Y^T partials of the warp to
-//     smem; the next chunk's C; H^T = dec H^T + (w_s X)^T B on the warp's quarter.
-//   After the next barrier 1, warp (mt, nq) adds the four quarters' partials of l-tile nq, stores Y.
-// mma count a block is the same as ssd_tc_kernel's (the products are only regrouped), so the gain
-// has to come from latency hiding: twice the warps to interleave, and G's chain half as deep.
-// Barriers: still two a chunk (G must be complete before X G^T; C's refill waits for its last
-// reader). The TF32 split is split_rn (3 instructions, cvt.rna's values). Registers (nvcc 13.0,
-// sm_90a): 64, no instance spills: thread and block coordinates are re-derived where used
-// (TC16_IDS, TC16_BLOCK) instead of kept live across the chunk loop.
-// Predicted at l2048 fp32: ~380 us (range 340-460) against 611 us: ~18,000 warp instructions a
-// block a chunk, 291-329 us at full issue, 80-85% issue efficiency with 8 warps a scheduler
-// (docs/PERFORMANCE.md, "Path 4 reworked").
-// Segments (local pass, chain, output pass), bf16 and the state-only mode as in ssd_tc_kernel.
-// ======================================================================================
-
-template <int N, int P, typename T>
-struct Tc16Layout {
-  static constexpr int MT = P / 16;                 // p-row tiles (warps a quarter)
-  static constexpr int WARPS = 4 * MT;              // x 4 n-quarters
-  static constexpr int THREADS = 32 * WARPS;
-  static constexpr int EPV = 16 / (int)sizeof(T);  // elements per 16-byte copy
-  static constexpr int XS = P + 8;   // row strides (elements) as in TcLayout: conflict-free fragments
-  static constexpr int NS = N + 8;
-  static constexpr int GS = Q + 4;   // G rows (floats)
-  static constexpr int NW = N / 4;   // state columns per warp
-  static constexpr int KW = NW / 8;  // accumulator tiles per warp (k-steps of H^T C^T)
-  static constexpr int GW = 6;       // warps computing a C B^T tile (the 6 causal 16x8 tiles)
-  // byte offsets
-  static constexpr int oX = 0;                                   // 2 buffers of [Q][XS] T
-  static constexpr int oB = oX + 2 * Q * XS * (int)sizeof(T);    // 2 buffers of [Q][NS] T
-  static constexpr int oC = oB + 2 * Q * NS * (int)sizeof(T);    // 1 buffer (refilled after its last reader)
-  static constexpr int oG = oC + Q * NS * (int)sizeof(T);        // C B^T, [Q][GS] f32
-  static constexpr int oY = oG + Q * GS * 4;                     // Y^T partials [MT][4 l-tiles][4 quarters][32 lanes] float4
-  // the chunk tables, 2 buffers (chunk ch's in buffer ch & 1, written by warp 0 during chunk ch - 1)
-  static constexpr int oE = oY + MT * 4 * 4 * 32 * 16;           // exp(cum_l), 2 x [Q]
-  static constexpr int oW = oE + 2 * Q * 4;                      // exp(total - cum_s), 2 x [Q]
-  static constexpr int oD = oW + 2 * Q * 4;                      // exp(total) x 2, segment total (double)
-  static constexpr int oCum = oD + 16;                           // cum (double), 2 x [Q]
-  static constexpr int oA = oCum + 2 * Q * 8;                    // A of a chunk (cp.async), 2 x [Q] f32
-  static constexpr size_t BYTES = oA + 2 * Q * 4;
-  static_assert(N == 64 || N == 128, "tensor-core path: d_state 64 or 128");
-  static_assert(P == 64, "16-warp variant: 64 head-dim columns a block");
-  static_assert(GW <= WARPS, "a warp for each C B^T tile");
-  static_assert(oC % 16 == 0 && oG % 16 == 0 && oY % 16 == 0 && oD % 8 == 0 && oCum % 8 == 0 && oA % 4 == 0,
-                "alignment");
-};
-
-// Which causal (l-tile lt, s-block ks) pairs of X^T G^T n-quarter nq computes (3/3/2/2 of the 10).
-__device__ __forceinline__ bool xg_pair(int nq, int ks, int lt) {
-  if (lt < ks) return false;
-  switch (nq) {
-    case 0: return ks == 1;                 // (1,1) (2,1) (3,1)
-    case 1: return ks >= 2;                 // (2,2) (3,2) (3,3)
-    case 2: return ks == 0 && lt < 2;       // (0,0) (1,0)
-    default: return ks == 0 && lt >= 2;     // (2,0) (3,0)
-  }
-}
-
-// The thread's coordinates in the block, from tid_x(). Each phase of the chunk loop (and each piece
-// of code around the walks) declares them afresh: the compiler can neither hoist tid_x() nor keep
-// these values live across the loop, where at 64 registers they were spilled (a few integer
-// instructions a phase instead).
-#define TC16_IDS                                                                                 \
-  const int tid = tid_x(), lane = tid & 31, warp = tid >> 5;                                    \
-  const int g = lane >> 2, t = lane & 3;         /* mma fragment coordinates */                  \
-  const int mt = warp % Lo::MT, nq = warp / Lo::MT;                                              \
-  const int pr = 16 * mt + g;                    /* this thread's p rows: pr, pr + 8 */         \
-  const int nb0 = nq * Lo::NW;                   /* first state column of this warp */           \
-  const int gtile = warp - (Lo::WARPS - Lo::GW); /* >= 0: the C B^T tile this warp computes */   \
-  (void)tid; (void)lane; (void)warp; (void)g; (void)t; (void)mt; (void)nq; (void)pr; (void)nb0; (void)gtile
-
-// Which block: (segment, batch, head, head-dim tile) from its linear index (blockIdx.x, or the ticket
-// in s_ticket when chained), and what follows from it. Declared afresh after each walk, for the same
-// reason as TC16_IDS: kept live across the walks these values were spilled.
-#define TC16_BLOCK                                                                               \
-  const int lin = nseg > 1 ? *reinterpret_cast<volatile int*>(&s_ticket) : (int)blockIdx.x;   \
-  const int ptiles = D / P, per_seg = nb * H * ptiles;                                          \
-  const int seg = lin / per_seg, rest = lin - seg * per_seg;                                    \
-  const int pt = rest % ptiles, h = rest / ptiles % H, b = rest / ptiles / H;                   \
-  const int slot = ((b * H + h) * ptiles + pt) * nseg + seg;                                    \
-  const bool last = seg == nseg - 1;                                                            \
-  const int tb = seg * seg_len, te = min(L, tb + seg_len), p0 = pt * P;                         \
-  (void)slot; (void)last; (void)tb; (void)te; (void)p0
-
-// Arguments and buffers as ssd_tc_kernel's (ws holds the same N * P floats a slot).
-template <int N, int P, bool WANT_Y, typename T>
-__global__ void __launch_bounds__(Tc16Layout<N, P, T>::THREADS, 2)
-ssd_tc16_kernel(const T* __restrict__ X, const float* __restrict__ A, const T* __restrict__ Bm,
-                const T* __restrict__ Cm, const float* __restrict__ S0, T* __restrict__ Y,
-                float* __restrict__ S_out, int nb, int L, int H, int D, int seg_len, int nseg,
-                float* __restrict__ ws, int* __restrict__ sync) {
-  using Lo = Tc16Layout<N, P, T>;
-  using E = Elem<T>;
-  constexpr bool EX = E::EXACT;
-  constexpr int XS = Lo::XS, NS = Lo::NS, GS = Lo::GS, KW = Lo::KW, NT = Lo::THREADS, MT = Lo::MT;
-  constexpr int EPV = Lo::EPV;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  __shared__ int s_ticket, s_c0;
-  T* sC = reinterpret_cast<T*>(smem_raw + Lo::oC);
-  float* sG = reinterpret_cast<float*>(smem_raw + Lo::oG);
-  float4* sYp = reinterpret_cast<float4*>(smem_raw + Lo::oY);
-  float* sE = reinterpret_cast<float*>(smem_raw + Lo::oE);
-  float* sW = reinterpret_cast<float*>(smem_raw + Lo::oW);
-  float* sDec = reinterpret_cast<float*>(smem_raw + Lo::oD);
-  double* sSeg = reinterpret_cast<double*>(smem_raw + Lo::oD + 8);
-  double* sCum = reinterpret_cast<double*>(smem_raw + Lo::oCum);
-  float* sA = reinterpret_cast<float*>(smem_raw + Lo::oA);
-
-  TC16_IDS;
-
-  // ---- which block: (segment, batch, head, tile); segment-major tickets when chained -------
-  const bool chained = nseg > 1;
-  if (chained) {
-    if (tid == 0) s_ticket = atomicAdd(sync, 1);
-    __syncthreads();
-  }
-  TC16_BLOCK;
-
-  const long strideX = (long)H * D, strideB = (long)H * N;
-  const long bh = (long)b * L * H + h;
-  const T* Xbh = X + bh * D + p0;
-  const T* Bbh = Bm + bh * N;
-  const T* Cbh = Cm + bh * N;
-  const float* Abh = A + bh;
-
-  // ---- state H^T tile in accumulator layout: hs[j] covers n = nb0 + 8j + {2t, 2t+1}, p = pr, pr+8
-  float hs[KW][4];
-
-  // X, B, C of the chunk at t0 into shared memory (cp.async; steps from te_ on zero-filled)
-  auto load_xb = [&](int t0, int te_, int buf) {
-    load_rows<P, XS, NT, EPV>(reinterpret_cast<T*>(smem_raw + Lo::oX) + buf * Q * XS, Xbh, H * D, t0, te_);
-    load_rows<N, NS, NT, EPV>(reinterpret_cast<T*>(smem_raw + Lo::oB) + buf * Q * NS, Bbh, H * N, t0, te_);
-  };
-  // warp 0: A of the chunk at t0 into sA buffer abuf, one step a lane (cp.async, zero from te_ on)
-  auto load_a = [&](int t0, int te_, int abuf) {
-    const int lane = tid_x() & 31, s = t0 + lane;
-    cp_async4(sA + abuf * Q + lane, Abh + (s < te_ ? (long)s * H : 0), s < te_);
-  };
-  auto load_c = [&](int t0, int te_) { load_rows<N, NS, NT, EPV>(sC, Cbh, H * N, t0, te_); };
-
-  // Y^T partials in smem, sYp[((mt * 4 + lt) * 4 + nq) * 32 + lane]: l-tile lt of p-tile mt from quarter nq
-  auto flush_y = [&](int t0, int te_) {  // l-tile nq of p-tile mt: sum the quarters, store Y
-    TC16_IDS;
-    const float4* src = sYp + (mt * 4 + nq) * 4 * 32 + lane;
-    const float4 o0 = src[0];
-    float v[4] = {o0.x, o0.y, o0.z, o0.w};
-#pragma unroll
-    for (int w = 1; w < 4; ++w) {
-      const float4 o = src[w * 32];
-      v[0] += o.x; v[1] += o.y; v[2] += o.z; v[3] += o.w;
-    }
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const int l = t0 + 8 * nq + 2 * t + (r & 1), p = pr + 8 * (r >> 1);
-      if (l < te_) E::put(&Y[bh * D + (long)l * strideX + p0 + p], v[r]);
-    }
-  };
-
-  // Walk steps [t_begin, t_end) from the state in hs; do_y: output pass, else state only. Ends with a barrier.
-  auto walk = [&](const int t_begin, const int t_end, const bool do_y) {
-    TC16_IDS;
-    if (warp == 0) {  // the first chunk's tables (buffer 0; the last reader of either buffer is done)
-      const float pa = (t_begin + lane < t_end) ? __ldg(Abh + (long)(t_begin + lane) * H) : 0.f;
-      chunk_tables(pa, lane, sCum, sE, sW, sDec);
-      load_a(t_begin + Q, t_end, 1);  // the second chunk's A: read after the first barrier 1
-    }
-    load_xb(t_begin, t_end, 0);
-    if (WANT_Y && do_y) load_c(t_begin, t_end);
-    cp_async_commit();
-    // the loop runs on t0 (the chunk's first step) and buf = chunk index & 1: fewer live values
-    int buf = 0;
-    for (int t0 = t_begin; t0 < t_end; t0 += Q, buf ^= 1) {
-      const bool more = t0 + Q < t_end;  // a next chunk
-      const T* sX = reinterpret_cast<const T*>(smem_raw + Lo::oX) + buf * Q * XS;
-      const T* sB = reinterpret_cast<const T*>(smem_raw + Lo::oB) + buf * Q * NS;
-      // this chunk's tables: buffer buf; the next chunk's are written into buf ^ 1 below
-      const double* cCum = sCum + buf * Q;
-      const float* cE = sE + buf * Q;
-      const float* cW = sW + buf * Q;
-      TC16_IDS;
-      cp_async_wait_all();
-      __syncthreads();  // ---- barrier 1: this chunk's X, B, C and tables are in smem; last chunk fully read
-      if (WANT_Y && do_y) {
-        if (t0 > t_begin) flush_y(t0 - Q, t_end);
-      }
-      if (more) load_xb(t0 + Q, t_end, buf ^ 1);
-      if (warp == 0 && more) {  // one chunk ahead: read after the next barrier 1
-        chunk_tables(sA[(buf ^ 1) * Q + lane], lane, sCum + (buf ^ 1) * Q, sE + (buf ^ 1) * Q, sW + (buf ^ 1) * Q,
-                     sDec + (buf ^ 1));
-        load_a(t0 + 2 * Q, t_end, buf);  // (its A buffer was last read at the previous chunk)
-      }
-      cp_async_commit();
-
-      // ---- phase B: one C B^T tile on the G warps; Y^T = H^T C^T over this warp's n-quarter -----
-      float ya[4][4];  // Y^T partial: ya[lt] covers l = 8lt + {2t, 2t+1}, p = pr, pr+8
-      if (WANT_Y && do_y) {
-        TC16_IDS;
-        if (gtile >= 0) {
-          // tiles 0, 1: l 0..15 x s 0..7, 8..15; tiles 2..5: l 16..31 x s 0..7 .. 24..31 (same
-          // permuted k on both operands: one 8-byte load each)
-          const int mi = gtile < 2 ? 0 : 1, sj = gtile < 2 ? gtile : gtile - 2;
-          const T* c0 = &sC[(16 * mi + g) * NS + 2 * t];
-          const T* b0 = &sB[(8 * sj + g) * NS + 2 * t];
-          float ga[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-          auto step = [&](float (&acc)[4], int k) {
-            const float2 r0 = E::two(c0 + k), r8 = E::two(c0 + 8 * NS + k), bv = E::two(b0 + k);  // C rows g, g + 8
-            mma3<EX, EX>(acc, split_a<EX, true>(r0.x, r8.x, r0.y, r8.y), split_b<EX, true>(bv.x, bv.y));
-          };
-#pragma unroll 1  // (rolled, as the state update's ks loop: fewer addresses live at 64 registers)
-          for (int k = 0; k < N; k += 16) {
-            step(ga[0], k);
-            step(ga[1], k + 8);
-          }
-          // G masked (s <= l) and decayed (exp(cum_l - cum_s)) here, once an element (the tables are a
-          // chunk ahead): X G^T reads it as it is
-          const int l = 16 * mi + g, s = 8 * sj + 2 * t;
-          const double cs0 = cCum[s], cs1 = cCum[s + 1];
-#pragma unroll
-          for (int hr = 0; hr < 2; ++hr) {
-            const int lr = l + 8 * hr;
-            const double cl = cCum[lr];
-            const float v0 = (s <= lr) ? (ga[0][2 * hr] + ga[1][2 * hr]) * expf((float)(cl - cs0)) : 0.f;
-            const float v1 = (s + 1 <= lr) ? (ga[0][2 * hr + 1] + ga[1][2 * hr + 1]) * expf((float)(cl - cs1)) : 0.f;
-            *reinterpret_cast<float2*>(&sG[lr * GS + s]) = make_float2(v0, v1);
-          }
-        }
-#pragma unroll
-        for (int lt = 0; lt < 4; ++lt)
-#pragma unroll
-          for (int r = 0; r < 4; ++r) ya[lt][r] = 0.f;
-#pragma unroll
-        for (int j = 0; j < KW; ++j) {
-          const int nbk = nb0 + 8 * j;  // k block: n = nbk + 2t (slot t), nbk + 2t + 1 (slot t + 4)
-          // A operand H^T straight from the state accumulators (permuted k, see ssd_tc_kernel)
-          const SplitA ha = split_a<false, true>(hs[j][0], hs[j][2], hs[j][1], hs[j][3]);
-#pragma unroll
-          for (int lt = 0; lt < 4; ++lt) {
-            const float2 v = E::two(&sC[(8 * lt + g) * NS + nbk + 2 * t]);
-            mma3<false, EX>(ya[lt], ha, split_b<EX, true>(v.x, v.y));
-          }
-        }
-      }
-      __syncthreads();  // ---- barrier 2: G written; C no longer read
-
-      // ---- phase C ------------------------------------------------------------------------
-      if (WANT_Y && do_y) {
-        TC16_IDS;
-        // Y^T *= e_l (the C H term's decay from the chunk start), then += X^T G^T on this quarter's pairs
-#pragma unroll
-        for (int lt = 0; lt < 4; ++lt) {
-          const float e0 = cE[8 * lt + 2 * t], e1 = cE[8 * lt + 2 * t + 1];
-          ya[lt][0] *= e0; ya[lt][1] *= e1; ya[lt][2] *= e0; ya[lt][3] *= e1;
-        }
-#pragma unroll
-        for (int ks = 0; ks < 4; ++ks) {
-          if (!(xg_pair(nq, ks, 0) || xg_pair(nq, ks, 1) || xg_pair(nq, ks, 2) || xg_pair(nq, ks, 3))) continue;
-          const int s0 = 8 * ks + t, s1 = s0 + 4;
-          // X^T fragment (A operand, k = s): rows pr, pr+8; k-slots s0, s1
-          const SplitA xs = split_a<EX, true>(E::one(&sX[s0 * XS + pr]), E::one(&sX[s0 * XS + pr + 8]),
-                                        E::one(&sX[s1 * XS + pr]), E::one(&sX[s1 * XS + pr + 8]));
-#pragma unroll
-          for (int lt = ks; lt < 4; ++lt) {
-            if (!xg_pair(nq, ks, lt)) continue;
-            const int l = 8 * lt + g;  // G is masked and decayed already
-            mma3<EX, false>(ya[lt], xs, split_b<false, true>(sG[l * GS + s0], sG[l * GS + s1]));
-          }
-        }
-        // the partials to smem for the l-tiles' owners (summed after the next barrier 1)
-#pragma unroll
-        for (int lt = 0; lt < 4; ++lt)
-          sYp[((mt * 4 + lt) * 4 + nq) * 32 + lane] = make_float4(ya[lt][0], ya[lt][1], ya[lt][2], ya[lt][3]);
-        // the next chunk's C (issued here, not at barrier 2, where Y^T held 16 more registers)
-        if (more) load_c(t0 + Q, t_end);
-      }
-      cp_async_commit();
-      // state: H^T = dec * H^T + (w_s X)^T B
-      {
-        TC16_IDS;
-        const float dec = sDec[buf];
-#pragma unroll
-        for (int j = 0; j < KW; ++j)
-#pragma unroll
-          for (int r = 0; r < 4; ++r) hs[j][r] *= dec;
-#pragma unroll 1  // (rolled: hs[j] indices stay compile-time; unrolled it spilled at 64 registers)
-        for (int ks = 0; ks < 4; ++ks) {
-          const int s0 = 8 * ks + t, s1 = s0 + 4;
-          const float w0 = cW[s0], w1 = cW[s1];
-          const SplitA xw = split_a<false, true>(E::one(&sX[s0 * XS + pr]) * w0, E::one(&sX[s0 * XS + pr + 8]) * w0,
-                                           E::one(&sX[s1 * XS + pr]) * w1, E::one(&sX[s1 * XS + pr + 8]) * w1);
-#pragma unroll
-          for (int j = 0; j < KW; ++j) {
-            const int n = nb0 + 8 * j + g;
-            mma3<false, EX>(hs[j], xw, split_b<EX, true>(E::one(&sB[s0 * NS + n]), E::one(&sB[s1 * NS + n])));
-          }
-        }
-      }
-    }
-    __syncthreads();
-    if (WANT_Y && do_y) flush_y(t_begin + (t_end - t_begin - 1) / Q * Q, t_end);
-  };
-
-  // ---- the state entering the segment: S0 for the first, else the predecessor's H_out ------
-  auto load_s0 = [&](float (&hv)[KW][4]) {
-    TC16_IDS;
-    TC16_BLOCK;
-#pragma unroll
-    for (int j = 0; j < KW; ++j) {
-      const int n = nb0 + 8 * j + 2 * t;
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int p = pr + 8 * (r >> 1), nn = n + (r & 1);
-        hv[j][r] = S0 ? S0[(((long)b * H + h) * D + p0 + p) * N + nn] : 0.f;
-      }
-    }
-  };
-
-  // H_out = exp(g) * H_in + S_loc (S_loc in hs): published for the successor; in state mode the last
-  // segment's H_out is the final state, left in hv for the output.
-  auto chain_out = [&](float (&hv)[KW][4]) {
-    TC16_IDS;
-    TC16_BLOCK;
-    __syncthreads();  // sSeg visible
-    chain_publish<KW, NT, N * P>(hs, hv, exp_from_double(sSeg[0]), last, ws, sync, slot, tid);
-  };
-
-  if (tb >= te) return;  // (cannot happen with the host's segment count; kept as a guard)
-  const bool local = chained && (!WANT_Y || !last);  // the last segment's own part matters only for the state
-  // 1. local pass (chained): this segment's contribution from a zero state, and its sum of A
-  if (local) {
-#pragma unroll
-    for (int j = 0; j < KW; ++j)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) hs[j][r] = 0.f;
-    TC16_IDS;
-    if (warp == 0) {
-      double tot;
-      const int c0 = local_walk_start(Abh, H, tb, te, lane, tot);
-      if (lane == 0) { sSeg[0] = tot; s_c0 = c0; }
-    }
-    __syncthreads();
-    const int c0 = s_c0;
-    if (c0 < te) walk(c0, te, false);
-  }
-  // 2. the state entering the segment: S0 for the first, else the predecessor's H_out (acquire);
-  //    then H_out = exp(g) H_in + S_loc is published (release) for the successor
-  {
-  TC16_BLOCK;
-  float hin[KW][4];
-  if (chained && seg > 0) {
-    TC16_IDS;
-    if (tid == 0) {
-      const int* f = sync + slot;  // flag of slot - 1
-      while (ld_acquire(f) == 0) __nanosleep(100);
-      __threadfence();
-    }
-    __syncthreads();
-    const float4* src = reinterpret_cast<const float4*>(ws + (long)(slot - 1) * (N * P));
-#pragma unroll
-    for (int j = 0; j < KW; ++j) {
-      const float4 v = __ldcg(src + j * NT + tid);
-      hin[j][0] = v.x; hin[j][1] = v.y; hin[j][2] = v.z; hin[j][3] = v.w;
-    }
-  } else {
-    load_s0(hin);
-  }
-  if (chained && (!WANT_Y || !last)) chain_out(hin);  // (the local pass ran)
-#pragma unroll
-  for (int j = 0; j < KW; ++j)
-#pragma unroll
-    for (int r = 0; r < 4; ++r) hs[j][r] = hin[j][r];
-  // 3. output pass from H_in (or, unchained, the plain walk)
-  if (WANT_Y || !chained) walk(tb, te, WANT_Y);
-  }
-  if (S_out) {
-  TC16_BLOCK;
-  if (last) {
-    TC16_IDS;
-#pragma unroll
-    for (int j = 0; j < KW; ++j) {
-      const int n = nb0 + 8 * j + 2 * t;
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int p = pr + 8 * r;
-        *reinterpret_cast<float2*>(&S_out[(((long)b * H + h) * D + p0 + p) * N + n]) =
-            make_float2(hs[j][2 * r], hs[j][2 * r + 1]);
-      }
-    }
-  }
-  }
-}
-#undef TC16_IDS
-#undef TC16_BLOCK
 
 }  // namespace tc
 
@@ -1711,16 +1291,12 @@ void dispatch(int N, int p_tile, const torch::Tensor& X, const torch::Tensor& A,
 }
 
 
-// W16: the 16-warp variant ssd_tc16_kernel (MINB unused: 2 blocks an SM).
-template <int N, int P, bool WANT_Y, int MINB, typename T, bool W16 = false, int BFS = 0>
+template <int N, int P, bool WANT_Y, int MINB, typename T, int BFS = 0>
 void launch_tc(const torch::Tensor& X, const torch::Tensor& A, const torch::Tensor& B, const torch::Tensor& C,
                const float* s0, T* y, float* s_out, int nseg, int seg_len) {
-  using Lo = std::conditional_t<W16, tc::Tc16Layout<N, P, T>, tc::TcLayout<N, P, T>>;
+  using Lo = tc::TcLayout<N, P, T>;
   const int b = X.size(0), L = X.size(1), H = X.size(2), D = X.size(3);
-  auto kernel = [] {
-    if constexpr (W16) return tc::ssd_tc16_kernel<N, P, WANT_Y, T>;
-    else return tc::ssd_tc_kernel<N, P, WANT_Y, MINB, T, BFS>;
-  }();
+  auto kernel = tc::ssd_tc_kernel<N, P, WANT_Y, MINB, T, BFS>;
   {  // once per device (a driver call on every launch shows in a launch-bound call's latency)
     static std::atomic<uint64_t> done{0};
     int dev = 0;
@@ -1749,23 +1325,18 @@ void launch_tc(const torch::Tensor& X, const torch::Tensor& A, const torch::Tens
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-// variant: 2 = 2 blocks an SM (128 registers), 3 = 1 block an SM (no register cap), 4 = 16 warps a
-// block, 2 blocks an SM (p_tile 64, checked by the caller), 5 = as 2 with the state products in 3xBF16,
-// 6 = as 5 with C B^T in 3xBF16 too
+// variant: 2 = every product in 3xTF32, 5 = as 2 with the state products in 3xBF16, 6 = as 5 with
+// C B^T in 3xBF16 too; each at 2 blocks an SM (128 registers)
 template <int N, bool WANT_Y, typename T>
 void dispatch_tc_p(int p_tile, int variant, const torch::Tensor& X, const torch::Tensor& A, const torch::Tensor& B,
                    const torch::Tensor& C, const float* s0, T* y, float* s_out, int nseg, int seg_len) {
-  if (variant == 4) return launch_tc<N, 64, WANT_Y, 2, T, true>(X, A, B, C, s0, y, s_out, nseg, seg_len);
   if (variant == 5) {
-    if (p_tile == 64) return launch_tc<N, 64, WANT_Y, 2, T, false, 1>(X, A, B, C, s0, y, s_out, nseg, seg_len);
-    return launch_tc<N, 32, WANT_Y, 2, T, false, 1>(X, A, B, C, s0, y, s_out, nseg, seg_len);
+    if (p_tile == 64) return launch_tc<N, 64, WANT_Y, 2, T, 1>(X, A, B, C, s0, y, s_out, nseg, seg_len);
+    return launch_tc<N, 32, WANT_Y, 2, T, 1>(X, A, B, C, s0, y, s_out, nseg, seg_len);
   }
   if (variant == 6) {
-    if (p_tile == 64) return launch_tc<N, 64, WANT_Y, 2, T, false, 2>(X, A, B, C, s0, y, s_out, nseg, seg_len);
-    return launch_tc<N, 32, WANT_Y, 2, T, false, 2>(X, A, B, C, s0, y, s_out, nseg, seg_len);
-  }
-  if constexpr (N == 128 && WANT_Y) {
-    if (p_tile == 64 && variant == 3) return launch_tc<N, 64, WANT_Y, 1, T>(X, A, B, C, s0, y, s_out, nseg, seg_len);
+    if (p_tile == 64) return launch_tc<N, 64, WANT_Y, 2, T, 2>(X, A, B, C, s0, y, s_out, nseg, seg_len);
+    return launch_tc<N, 32, WANT_Y, 2, T, 2>(X, A, B, C, s0, y, s_out, nseg, seg_len);
   }
   if (p_tile == 64) launch_tc<N, 64, WANT_Y, 2, T>(X, A, B, C, s0, y, s_out, nseg, seg_len);
   else launch_tc<N, 32, WANT_Y, 2, T>(X, A, B, C, s0, y, s_out, nseg, seg_len);
@@ -1834,8 +1405,7 @@ torch::Tensor ssd_run(torch::Tensor X, torch::Tensor A, torch::Tensor B, torch::
   const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
   const long per_seg = b * H * (D / p_tile);
   if (nseg == 0) {
-    const long slots = (long)sms * ((path == 3 && N == 128 && !return_state && p_tile == 64) ? 1 : 2);
-    nseg = std::max<long>(1, slots / per_seg);
+    nseg = std::max<long>(1, (long)sms * 2 / per_seg);  // 2 blocks an SM
   }
   const long max_seg = (L + 31) / 32;
   nseg = std::min<long>(nseg, max_seg);
@@ -1859,8 +1429,8 @@ torch::Tensor ssd_run(torch::Tensor X, torch::Tensor A, torch::Tensor B, torch::
 # TORCH_CHECK whose message has several parts (e.g. "got ", D, ")") formats them through a
 # std::ostringstream inside this extension, and on the H100 device machine (torch 2.11, its
 # image's compilers) that took the process down with SIGSEGV instead of raising, whether compiled
-# by nvcc or by the host compiler; literal and single-std::string messages raise (issue 18,
-# measured 2026-11-23; tests/test_mamba2_gpu.py::test_bad_arguments_raise_and_the_process_survives).
+# by nvcc or by the host compiler; literal and single-std::string messages raise
+# (tests/test_mamba2_gpu.py::test_bad_arguments_raise_and_the_process_survives).
 cpp_source = r"""
 #include <torch/extension.h>
 #include <algorithm>
@@ -1886,9 +1456,9 @@ std::string kind(const torch::Tensor& t) {
 
 // Returns Y (b, L, H, D) when return_state is false, else the final state (b, H, D, N), in X's dtype
 // (float32 or bfloat16; X, B, C must share it; A may be either and is used in float32).
-// path: 0 picks by shape (tensor cores for d_state 64/128, else FP32 on the CUDA cores), 1 forces the
-// FP32 CUDA-core kernel, 2 the tensor-core kernel at 2 blocks an SM, 3 at 1 block an SM, 4 the
-// tensor-core kernel with 16 warps a block (p_tile 64 only; opt-in until measured on a GPU).
+// path: 0 picks by shape and dtype (tensor cores for d_state 64/128, else FP32 on the CUDA cores), 1 forces
+// the FP32 CUDA-core kernel, 2 the tensor-core kernel with every product in 3xTF32, 5 the same with the
+// state products in 3xBF16, 6 with C B^T in 3xBF16 too.
 // p_tile: head-dim columns per block, 32 or 64; 0 picks. nseg: segments along the sequence for the
 // tensor-core kernel (0 picks: enough to fill the SMs; 1: one block walks the whole sequence).
 torch::Tensor ssd_fused_cfg(torch::Tensor X, torch::Tensor A, torch::Tensor B, torch::Tensor C,
@@ -1915,17 +1485,12 @@ torch::Tensor ssd_fused_cfg(torch::Tensor X, torch::Tensor A, torch::Tensor B, t
               "ssd_fused: d_state must be 16, 32, 64 or 128 (got " + num(N) + ")");
   TORCH_CHECK(b <= 65535 && H <= 65535, "ssd_fused: batch and heads must be at most 65535 (got " + num(b) + ", " + num(H) + ")");
   TORCH_CHECK(L < (int64_t(1) << 31) / 32 && b * L * H * std::max(D, N) < (int64_t(1) << 40), "ssd_fused: input too large");
-  TORCH_CHECK(path >= 0 && path <= 6,
-              "ssd_fused: path must be 0 (auto), 1 (FP32 cores), 2 to 6 (tensor cores); got " + num(path));
+  TORCH_CHECK(path == 0 || path == 1 || path == 2 || path == 5 || path == 6,
+              "ssd_fused: path must be 0 (auto), 1 (FP32 cores), 2, 5 or 6 (tensor cores); got " + num(path));
   TORCH_CHECK(path <= 1 || N == 64 || N == 128,
               "ssd_fused: the tensor-core path needs d_state 64 or 128 (got " + num(N) + ")");
   TORCH_CHECK(p_tile == 0 || ((p_tile == 32 || p_tile == 64) && D % p_tile == 0),
               "ssd_fused: p_tile must be 0, or 32 or 64 dividing d_head (got " + num(p_tile) + ")");
-  TORCH_CHECK(path != 4 || (D % 64 == 0 && (p_tile == 0 || p_tile == 64)),
-              "ssd_fused: path 4 takes 64 head-dim columns a block (d_head a multiple of 64, p_tile 0 or 64; got " +
-                  num(D) + ", " + num(p_tile) + ")");
-  TORCH_CHECK(path != 4 || 32 * H * std::max(D, N) < (int64_t(1) << 31),
-              "ssd_fused: path 4 needs 32 * heads * max(d_head, d_state) < 2^31 (got " + num(H) + " heads)");
   TORCH_CHECK(nseg >= 0, "ssd_fused: nseg must be >= 0 (got " + num(nseg) + ")");
   if (initial_state.has_value() && initial_state->defined()) {
     TORCH_CHECK(initial_state->device() == X.device(), "ssd_fused: initial_state must be on X's device");

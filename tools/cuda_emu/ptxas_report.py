@@ -2,7 +2,7 @@
 
 The candidate's `namespace tc` (kernels and device helpers: nothing of torch) is compiled alone by
 nvcc for sm_90a with the flags torch's cpp_extension gives the real build (-O3, C++17,
---expt-relaxed-constexpr, the __CUDA_NO_*_CONVERSIONS__ defines), every path-2/3/4 instantiation
+--expt-relaxed-constexpr, the __CUDA_NO_*_CONVERSIONS__ defines), every path-2/5/6 instantiation
 that the candidate's dispatch can launch made explicit. No torch headers, so no stubs are needed
 and a build takes ~1 minute on 2 cores instead of ~100 s for the whole extension. ptxas's -v lines
 give the resource table; with --sass, nvdisasm's SASS of one instance is cut into loops (a loop =
@@ -11,7 +11,7 @@ HMMA) is counted by instruction class: statically (each instruction once) and we
 loop's body times its trip count, given with --trips in nesting order, outermost first).
 
     python3 tools/cuda_emu/ptxas_report.py                         # the table, every instance
-    python3 tools/cuda_emu/ptxas_report.py --paths 4 --sass 4:128:Y:fp32 --trips 8,4
+    python3 tools/cuda_emu/ptxas_report.py --paths 5 --sass 5:128:64:Y:fp32 --trips 8,4
     python3 tools/cuda_emu/ptxas_report.py --candidate other.py --keep /tmp/x   # keep .cu/.cubin/.sass
 """
 
@@ -40,26 +40,18 @@ def instances(paths):
     """(label, explicit-instantiation text, mangled-name regex) for each launchable instance."""
     out = []
     for path in paths:
+        bfs = {2: 0, 5: 1, 6: 2}[path]  # paths 5, 6: path 2's kernel with its last template argument (BFS) 1, 2
         for n in (64, 128):
-            for p in ((32, 64) if path in (2, 5, 6) else (64,)):
+            for p in (32, 64):
                 for y in (True, False):
-                    if path == 3 and not (n == 128 and y and p == 64):
-                        continue
                     for dt, ct in TYPES.items():
                         yy = "true" if y else "false"
                         args = (f"(const {ct}*, const float*, const {ct}*, const {ct}*, const float*, {ct}*, float*, "
                                 "int, int, int, int, int, int, float*, int*)")
-                        if path == 4:
-                            name = f"tc::ssd_tc16_kernel<{n}, {p}, {yy}, {ct}>"
-                            mangle = rf"ssd_tc16_kernelILi{n}ELi{p}ELb{int(y)}E"
-                        else:  # paths 5, 6: path 2's kernel with its last template argument (BFS) 1, 2
-                            minb = 1 if path == 3 else 2
-                            bfs = max(0, path - 4)
-                            name = f"tc::ssd_tc_kernel<{n}, {p}, {yy}, {minb}, {ct}, {bfs}>"
-                            mangle = rf"ssd_tc_kernelILi{n}ELi{p}ELb{int(y)}ELi{minb}E"
+                        name = f"tc::ssd_tc_kernel<{n}, {p}, {yy}, 2, {ct}, {bfs}>"
+                        mangle = rf"ssd_tc_kernelILi{n}ELi{p}ELb{int(y)}ELi2E"
                         mangle += "13__nv_bfloat16" if dt == "bf16" else "f"
-                        if path != 4:
-                            mangle += f"Li{bfs}E"
+                        mangle += f"Li{bfs}E"
                         label = f"{path}:{n}:{p}:{'Y' if y else 'S'}:{dt}"
                         out.append((label, f"template __global__ void {name}{args};", mangle))
     return out
@@ -247,8 +239,8 @@ def chunk_loop_report(ins, labels, trips):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--candidate", type=Path, default=CANDIDATE)
-    ap.add_argument("--paths", default="2,3,4,5,6")
-    ap.add_argument("--sass", default=None, help="path:N:P:Y|S:fp32|bf16, e.g. 4:128:64:Y:fp32")
+    ap.add_argument("--paths", default="2,5,6", help="tensor-core paths: 2, 5, 6")
+    ap.add_argument("--sass", default=None, help="path:N:P:Y|S:fp32|bf16, e.g. 5:128:64:Y:fp32")
     ap.add_argument("--trips", default="", help="trip counts of the chunk loop's inner loops, in address order")
     ap.add_argument("--keep", type=Path, default=None, help="a folder for dev.cu, dev.cubin, the SASS")
     a = ap.parse_args(argv)

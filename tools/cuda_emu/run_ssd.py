@@ -6,14 +6,13 @@ cuda_emu.h defines them; `extern __shared__` becomes the block's emulated dynami
 compiled into a shared library with a small launcher per requested instantiation, and run on
 random inputs at small shapes. The library is cached by the hash of everything it is built from.
 
-    python3 tools/cuda_emu/run_ssd.py                  # the quick validation set, paths 2 and 4
+    python3 tools/cuda_emu/run_ssd.py                  # the quick validation set, paths 2 and 5
     python3 tools/cuda_emu/run_ssd.py --sweep          # N 64/128, P 32/64, nseg 1/2/3, ...
     python3 tools/cuda_emu/run_ssd.py --paths 2 --checks   # plus: broken copies, plain TF32
     python3 tools/cuda_emu/run_ssd.py --candidate other.py
 
-Paths as in the candidate's ssd_fused_cfg: 2 = ssd_tc_kernel with __launch_bounds__(.., 2),
-3 = the same kernel with (.., 1) (identical code here: launch bounds do not change semantics),
-4 = ssd_tc16_kernel (16 warps a block; P = 64 only).
+Paths as in the candidate's ssd_fused_cfg: 2 = ssd_tc_kernel, every product in 3xTF32; 5 = the same
+kernel with the state products in 3xBF16; 6 = C B^T in 3xBF16 too.
 """
 
 from __future__ import annotations
@@ -42,7 +41,7 @@ HEADER = HERE / "cuda_emu.h"
 CXXFLAGS = ["-O2", "-std=c++20", "-shared", "-fPIC", "-fno-strict-aliasing", "-w"]
 
 # inline-PTX helpers of the candidate, replaced by cuda_emu.h's emulations (must all be present);
-# EMULATED_OPTIONAL: the same, in candidates that have them (path 4's, since 2026-11-23)
+# EMULATED_OPTIONAL: the same, where a candidate has them
 EMULATED = ("split_tf32", "mma_tf32", "cp_async16", "cp_async_commit", "cp_async_wait_all", "ld_acquire",
             "st_release")
 EMULATED_OPTIONAL = ("tid_x", "cp_async4", "mma_bf16")
@@ -50,12 +49,10 @@ EMULATED_OPTIONAL = ("tid_x", "cp_async4", "mma_bf16")
 # path -> (kernel template, its layout struct: THREADS, BYTES)
 KERNELS = {
     2: ("tc::ssd_tc_kernel<{N}, {P}, {Y}, 2, {T}>", "tc::TcLayout<{N}, {P}, {T}>"),
-    3: ("tc::ssd_tc_kernel<{N}, {P}, {Y}, 1, {T}>", "tc::TcLayout<{N}, {P}, {T}>"),
-    4: ("tc::ssd_tc16_kernel<{N}, {P}, {Y}, {T}>", "tc::Tc16Layout<{N}, {P}, {T}>"),
     5: ("tc::ssd_tc_kernel<{N}, {P}, {Y}, 2, {T}, 1>", "tc::TcLayout<{N}, {P}, {T}>"),
     6: ("tc::ssd_tc_kernel<{N}, {P}, {Y}, 2, {T}, 2>", "tc::TcLayout<{N}, {P}, {T}>"),
 }
-KERNEL_NAMES = ("ssd_tc_kernel", "ssd_tc16_kernel")
+KERNEL_NAMES = ("ssd_tc_kernel",)
 CTYPES = {"fp32": "float", "bf16": "__nv_bfloat16"}
 TF32_MODES = {"faithful": 0, "no_lo": 1, "no_split": 2}
 
@@ -331,9 +328,8 @@ def quick_cases(path: int) -> list[Case]:
 def sweep_cases(paths) -> list[Case]:
     cases = []
     for path in paths:
-        ps = (64,) if path == 4 else (32, 64)
         for n in (64, 128):
-            for p in ps:
+            for p in (32, 64):
                 for dtype in ("fp32", "bf16"):
                     for nseg in (1, 2, 3):
                         for init in (False, True):
@@ -363,13 +359,6 @@ BROKEN = {
         ("ssd_tc_kernel", "        __syncthreads();  // ---- barrier 2b", "        // ---- barrier 2b removed")]),
     "waits on the wrong flag (deadlock)": (2, [
         ("ssd_tc_kernel", "const int* f = sync + slot;", "const int* f = sync + slot + 1;")]),
-    # the 16-warp kernel: a quarter's X G^T pairs dropped (a bug it had while being written)
-    "path 4: quarter 2 computes no X G^T pairs": (4, [
-        ("xg_pair", "case 2: return ks == 0 && lt < 2;", "case 2: return false;")]),
-    # path 4's G, masked and decayed by the warps that compute it, with the tables a chunk ahead
-    "path 4: G mask s <= l -> s < l": (4, [("ssd_tc16_kernel", "const float v0 = (s <= lr) ?", "const float v0 = (s < lr) ?")]),
-    "path 4: the chunk's cum table read from the other buffer": (4, [
-        ("ssd_tc16_kernel", "const double* cCum = sCum + buf * Q;", "const double* cCum = sCum + (buf ^ 1) * Q;")]),
     # path 5's 3xBF16 fragments: the state as A operand of C H in natural k order, and the state
     # update's permuted k (its A and B operands must agree)
     "path 5: state A fragment k order (hs[2jj][1] <-> hs[2jj][2])": (5, [
@@ -377,15 +366,13 @@ BROKEN = {
          "split_bf_a<false>(hs[2 * jj][0], hs[2 * jj][2], hs[2 * jj][1],")]),
     "path 5: state update B rows s1 <-> s2": (5, [
         ("ssd_tc_kernel", "E::one(&sB[s1 * NS + n]),\n", "E::one(&sB[s2 * NS + n]),\n")]),
-    "path 4: Y partials of l-tile 3 not stored": (4, [
-        ("ssd_tc16_kernel", "for (int lt = 0; lt < 4; ++lt)\n          sYp[", "for (int lt = 0; lt < 3; ++lt)\n          sYp[")]),
 }
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--candidate", type=Path, default=CANDIDATE)
-    ap.add_argument("--paths", default="2,4")
+    ap.add_argument("--paths", default="2,5")
     ap.add_argument("--sweep", action="store_true", help="the larger case set (both modes: Y and state)")
     ap.add_argument("--checks", action="store_true",
                     help="also: path-2 broken copies, plain TF32 (no lo terms), reversed block order")

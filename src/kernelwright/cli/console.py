@@ -193,7 +193,7 @@ class LoopProgress:
         left = (time.monotonic() - self.started) / self.done * (self.rounds - self.done)
         return f"~{_clock(left)} left at most"
 
-    def update(self, p) -> None:  # p: kernelwright.loop.records.Progress
+    def update(self, p) -> None:  # p: kernelwright.loop.history.Progress
         best = f"  best {_x(p.best_speedup)}" if p.best_speedup is not None else ""
         now = time.monotonic()
         if p.stage == "done":

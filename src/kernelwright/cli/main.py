@@ -266,7 +266,7 @@ def run_optimize(problem: Path, settings: Settings, out: Path | None, *, verbosi
                  resume: Path | None = None, store: Path | None = None) -> ExitCode:
     """Set the run up from `settings` (one-line errors, exit 2), run it, say how it ended."""
     from kernelwright.engine import EngineError
-    from kernelwright.engine import sandbox as sandbox_mod
+    from kernelwright.engine.isolation import sandbox as sandbox_mod
     from kernelwright.loop.forge import Forge, engine_evaluator
     from kernelwright.executors.evaluator import ExecutorEvaluator
     from kernelwright.executors.placement import parse_gpus

@@ -200,7 +200,7 @@ def suite_optimize(
     """Run the forge loop (Coder, engine, Judge) on every problem of a suite."""
     from kernelwright.core.config import LoopConfig, ModelConfig, ProfileConfig, RetryPolicy
     from kernelwright.engine import EngineError
-    from kernelwright.engine import sandbox as sandbox_mod
+    from kernelwright.engine.isolation import sandbox as sandbox_mod
     from kernelwright.engine.evaluation import check_device
     from kernelwright.models import ModelSetupError, resolve_model
     from kernelwright.store.db import Store, StoreError

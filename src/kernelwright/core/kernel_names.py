@@ -43,7 +43,9 @@ _GLOBAL_RE = re.compile(
     r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(?:static\s+|inline\s+|__forceinline__\s+)*"
     r"void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\("
 )
-_TRITON_RE = re.compile(r"@triton\.(?:jit|autotune|heuristics)\b[^\n]*\n(?:\s*@[^\n]*\n|\s*[^\n]*\)\s*\n)*?\s*def\s+(\w+)")
+_TRITON_RE = re.compile(
+    r"@triton\.(?:jit|autotune|heuristics)\b[^\n]*\n(?:\s*@[^\n]*\n|\s*[^\n]*\)\s*\n)*?\s*def\s+(\w+)"
+)
 _CPU_OP_PREFIX = "kw::candidate:"  # the child's label around calls into the candidate's extensions
 
 

@@ -81,7 +81,8 @@ def line(r: Roofline) -> str:
     memory-bound and the line gives bytes only, never "0 FLOP"."""
     if not r.flops:
         return (
-            f"Roofline: memory-bound: {_si(r.min_bytes, 'B')} minimal traffic (no matmul/conv/attention FLOPs counted); "
+            f"Roofline: memory-bound: {_si(r.min_bytes, 'B')} minimal traffic "
+            "(no matmul/conv/attention FLOPs counted); "
             f"floor {r.floor_ms:.4g} ms; candidate {r.time_ms:.4g} ms = {_si(r.achieved_bytes_per_s, 'B/s')} "
             f"-> {100 * r.achieved_bytes_per_s / r.peak_bytes_per_s:.3g}% of peak bandwidth "
             f"[peak {_si(r.peak_bytes_per_s, 'B/s')}, {r.peak_source}]"

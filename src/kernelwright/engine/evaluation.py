@@ -18,7 +18,9 @@ from typing import Callable
 
 from kernelwright.core import formats
 from kernelwright.core.config import EvalConfig
-from kernelwright.engine import build_arch, environment, isolation, leftovers, nsight, process, sandbox, trusted_builds
+from kernelwright.engine import build_arch, nsight, process, trusted_builds
+from kernelwright.engine.isolation import containment as isolation
+from kernelwright.engine.isolation import environment, leftovers, sandbox
 from kernelwright.core.record import EvalResult, Stage, Status
 
 

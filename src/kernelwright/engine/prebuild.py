@@ -27,9 +27,10 @@ from typing import Any, Callable
 
 from kernelwright.core import formats
 from kernelwright.core.config import EvalConfig
-from kernelwright.engine import leftovers, process, sandbox, trusted_builds
+from kernelwright.engine import process, trusted_builds
 from kernelwright.engine.build_arch import detect_arch_list
-from kernelwright.engine.environment import child_env
+from kernelwright.engine.isolation import leftovers, sandbox
+from kernelwright.engine.isolation.environment import child_env
 
 
 @dataclass

@@ -49,7 +49,7 @@ class Child:
     reader: LineReader = field(default_factory=LineReader)
     pending: list[dict[str, Any]] = field(default_factory=list)  # messages read while waiting for `ready`
     stdin_open: bool = True
-    isolation: Any = None  # engine.isolation.Isolation: cleaned up (cgroup, marker sweep) when the child ends
+    isolation: Any = None  # engine.isolation.containment.Isolation: cleaned up (cgroup, marker sweep) when the child ends
 
     def alive(self) -> bool:
         return self.proc.poll() is None

@@ -26,7 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from kernelwright.core.config import EvalConfig
-from kernelwright.engine import isolation, process, sandbox, static_builds
+from kernelwright.engine import process, static_builds
+from kernelwright.engine.isolation import containment as isolation
+from kernelwright.engine.isolation import sandbox
 
 BUILDS_SUBDIR = "builds"
 _KNOWN: dict[tuple[str, str], str] = {}  # (cache root, entry directory) -> sha256 learned by this process

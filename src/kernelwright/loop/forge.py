@@ -18,12 +18,18 @@ what was measured, and whether it held (`Expectation`).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
-from kernelwright.models import prompts
+from kernelwright.core import run_files
 from kernelwright.core.config import EvalConfig, LoopConfig
+from kernelwright.core.record import EvalResult, Status
+from kernelwright.loop.history import Candidate, Expectation, ModelCall, NoRecorder, Progress, Recorder, Round, RunState
+from kernelwright.loop.judge_evidence import render_for_judge
+from kernelwright.models import prompts
+from kernelwright.models.base import AnswersExhausted, ChatModel, ModelError
 from kernelwright.models.extract import (
     FailureCritique,
     JudgeParseError,
@@ -32,12 +38,6 @@ from kernelwright.models.extract import (
     extract_code,
     parse_judge,
 )
-from kernelwright.models.base import AnswersExhausted, ChatModel, ModelError
-from kernelwright.loop.judge_evidence import render_for_judge
-from kernelwright.core.record import EvalResult, Status
-from kernelwright.core import run_files
-from kernelwright.loop.records import (Candidate, Expectation, ModelCall, NoRecorder, Progress, Recorder, Round,
-                                       RunState)
 
 # ---- what the loop is given ---------------------------------------------------------------
 
@@ -131,7 +131,7 @@ class Forge:
             for call in (r.coder, r.judge):
                 if call is not None and call.completion is not None:
                     st.count(call.completion)
-            if r.evaluated and self.pending is not None and r.result.status is Status.PASSED:
+            if r.evaluated and self.pending is not None and _result(r).status is Status.PASSED:
                 self.pending = None
             if r.became_best:
                 st.best = r
@@ -148,6 +148,7 @@ class Forge:
 
     def _judge_unjudged(self) -> None:
         rnd, self.unjudged = self.unjudged, None
+        assert rnd is not None, "called only while a round waits for its Judge"
         self.state.rounds.pop()  # the Judge sees the history as step() shows it: the round itself not yet in it
         try:
             self._progress(rnd.index, "judge")
@@ -196,15 +197,15 @@ class Forge:
             if rnd.coder is not None and rnd.coder.exhausted:  # a replay at its end: no round played
                 self.state.stop_reason, played = rnd.coder.error, False
                 return
-            if rnd.coder.error:
-                self.state.stop_reason = self.state.error = f"coder failed: {rnd.coder.error}"
+            if _coder(rnd).error:
+                self.state.stop_reason = self.state.error = f"coder failed: {_coder(rnd).error}"
                 return
             if self.config.candidates <= 1:
                 self._check_and_evaluate(rnd)
             if rnd.became_best:
                 self.state.best = rnd
             self.state.stop_reason = self._stop_reason(index + 1)
-            if self.state.stop_reason is None and rnd.result.status is not Status.FORMAT_ERROR:
+            if self.state.stop_reason is None and _result(rnd).status is not Status.FORMAT_ERROR:
                 self._progress(index, "judge")
                 self._ask_judge(rnd)
         finally:
@@ -216,7 +217,7 @@ class Forge:
 
     # -- pieces of a round --
     def _check_and_evaluate(self, rnd: Round) -> None:
-        text = rnd.coder.response or ""
+        text = _coder(rnd).response or ""
         self._progress(rnd.index, "format check")
         try:
             rnd.code = extract_code(text, self.config.backend)
@@ -235,16 +236,18 @@ class Forge:
         """The evaluated round against the Judge's pending expectation and the best so far."""
         if self.pending is not None:
             rnd.expectation = self.pending.resolve(rnd, self.config.expectation_tolerance)
-            if rnd.result.status is Status.PASSED:
+            if _result(rnd).status is Status.PASSED:
                 self.pending = None  # measured; a failed attempt leaves it to the repair
-        if rnd.result.status is Status.PASSED:
+        if _result(rnd).status is Status.PASSED:
             best = self.state.best
-            rnd.became_best, rnd.best_decision = improvement(rnd.result, best.result if best else None, self.config)
+            rnd.became_best, rnd.best_decision = improvement(_result(rnd), best.result if best else None, self.config)
 
     def _ask_judge(self, rnd: Round) -> None:
         history = [_history_entry(r) for r in self.state.rounds]
-        if rnd.result.status is Status.PASSED:
+        target = None
+        if _result(rnd).status is Status.PASSED:
             target = self.state.best  # the fastest correct candidate, which this round may be
+            assert target is not None, "a passed round has become the best or lost to one"
             kind: type = PerformanceCritique
             last = rnd.expectation if rnd.expectation and rnd.expectation.measured_over_baseline is not None else None
             prompt = prompts.render("judge_performance", backend=self.config.backend, problem_code=self.problem_code,
@@ -266,7 +269,7 @@ class Forge:
         except JudgeParseError as exc:
             rnd.judge_error = str(exc)
             return
-        if isinstance(rnd.critique, PerformanceCritique):
+        if isinstance(rnd.critique, PerformanceCritique) and target is not None:
             self.pending = Expectation(
                 judged_round=rnd.index, baseline_round=target.index, baseline_speedup=target.speedup,
                 expected_speedup=rnd.critique.expected_speedup, expected_text=rnd.critique.expected_text,
@@ -278,16 +281,17 @@ class Forge:
             return "first", prompts.render("coder_first", backend=backend, device=self.device_words,
                                            problem_code=self.problem_code)
         last = rounds[-1]
-        if last.result.status is Status.PASSED:
+        if _result(last).status is Status.PASSED:
             best = self.state.best
+            assert best is not None, "a passed round has become the best or lost to one"
             note = None
             if best is not last:
                 note = f"passed but was not kept: {last.best_decision}" if last.best_decision else None
             return "optimise", prompts.render("coder_optimise", backend=backend, device=self.device_words,
                                               result=best.result, old_code=best.code, critique=last.critique,
                                               last_attempt=note, problem_code=self.problem_code)
-        old = last.code if last.code is not None else (last.coder.response or "")
-        return "repair", prompts.render("coder_repair", backend=backend, error_log=last.result.error_log,
+        old = last.code if last.code is not None else (_coder(last).response or "")
+        return "repair", prompts.render("coder_repair", backend=backend, error_log=_result(last).error_log,
                                         old_code=old, critique=last.critique, verdict=last.verdict)
 
     def _call(self, model: ChatModel, role: str, prompt: str, count: bool = True) -> ModelCall:
@@ -312,16 +316,17 @@ class Forge:
         coders = [self.coders[i % len(self.coders)] for i in range(k)]
         with ThreadPoolExecutor(max_workers=k, thread_name_prefix="kw-coder") as pool:
             calls = list(pool.map(lambda m: self._call(m, "coder", prompt, count=False), coders))
-        cands = [Candidate(index=i, coder=c, coder_name=getattr(m, "name", "")) for i, (c, m) in enumerate(zip(calls, coders))]
+        cands = [Candidate(index=i, coder=c, coder_name=getattr(m, "name", ""))
+                 for i, (c, m) in enumerate(zip(calls, coders, strict=True))]
         for c in calls:
             if c.completion:
                 self.state.count(c.completion)
         round_dir = None
         for cand in cands:
-            if cand.coder.error:
+            if _coder(cand).error:
                 continue
             try:
-                cand.code = extract_code(cand.coder.response or "", self.config.backend)
+                cand.code = extract_code(_coder(cand).response or "", self.config.backend)
             except OutputRuleError as exc:
                 cand.code = exc.code
                 cand.result = EvalResult(status=Status.FORMAT_ERROR, error_log=f"Output rules broken: {exc}",
@@ -332,11 +337,15 @@ class Forge:
             round_dir = self.recorder.round_dir(rnd)
 
         def evaluate(cand: Candidate) -> None:
+            code = cand.code
+            assert code is not None, "only candidates with code are evaluated"
             report = None
             if round_dir is not None:
-                report = round_dir / run_files.CANDIDATES_DIR / run_files.candidate_dir_name(cand.index, cand.code) / run_files.PROFILE_DIR
-            cand.result = self.evaluate(self.problem, cand.code,
-                                        lambda stage: self._progress(rnd.index, f"candidate {cand.index}: {stage}"), report)
+                name = run_files.candidate_dir_name(cand.index, code)
+                report = round_dir / run_files.CANDIDATES_DIR / name / run_files.PROFILE_DIR
+            cand.result = self.evaluate(self.problem, code,
+                                        lambda stage: self._progress(rnd.index, f"candidate {cand.index}: {stage}"),
+                                        report)
             cand.evaluated = True
 
         if getattr(self.evaluate, "concurrent", False) and len(todo) > 1:
@@ -373,6 +382,18 @@ class Forge:
                                   result=rnd.result if rnd else None))
 
 
+def _result(rnd: Round | Candidate) -> EvalResult:
+    """The record of a round or candidate the loop has checked (format-checked or evaluated)."""
+    assert rnd.result is not None, f"round or candidate {rnd.index} has no result yet"
+    return rnd.result
+
+
+def _coder(rnd: Round | Candidate) -> ModelCall:
+    """The Coder call of a round or candidate that has asked the Coder."""
+    assert rnd.coder is not None, f"round or candidate {rnd.index} has not asked the Coder yet"
+    return rnd.coder
+
+
 # How far a failed candidate got: the further, the more its error says about the kernel itself
 # (an incorrect one built and ran; a compile error says nothing about the numbers).
 _PROGRESS = {Status.INCORRECT: 5, Status.RUNTIME_ERROR: 4, Status.TIMEOUT: 3, Status.CRASHED: 2,
@@ -385,12 +406,12 @@ def choose_candidate(cands: list[Candidate]) -> tuple[Candidate, str]:
     compile error > format error), else the first; ties go to the lower index."""
     passed = [c for c in cands if c.result is not None and c.result.status is Status.PASSED]
     if passed:
-        best = max(passed, key=lambda c: (c.result.speedup is not None, c.result.speedup or 0.0, -c.index))
+        best = max(passed, key=lambda c: (_result(c).speedup is not None, _result(c).speedup or 0.0, -c.index))
         return best, f"the fastest of {len(passed)} correct candidates"
     failed = [c for c in cands if c.result is not None]
     if failed:
-        best = max(failed, key=lambda c: (_PROGRESS.get(c.result.status, -1), -c.index))
-        return best, f"none correct; the {best.result.status.value} got furthest"
+        best = max(failed, key=lambda c: (_PROGRESS.get(_result(c).status, -1), -c.index))
+        return best, f"none correct; the {_result(best).status.value} got furthest"
     return cands[0], "no candidate was evaluated"
 
 
@@ -401,7 +422,9 @@ def _band(result: EvalResult, factor: float) -> tuple[float, float]:
     s, t = result.speedup, result.candidate_timing
     if s is None or t is None or not (t.median_ms > 0 and t.p10_ms > 0 and t.p90_ms > 0) or factor == 0:
         return s or 0.0, s or 0.0
-    return s / (1 + factor * max(t.p90_ms / t.median_ms - 1, 0.0)), s * (1 + factor * max(t.median_ms / t.p10_ms - 1, 0.0))
+    slow = s / (1 + factor * max(t.p90_ms / t.median_ms - 1, 0.0))
+    fast = s * (1 + factor * max(t.median_ms / t.p10_ms - 1, 0.0))
+    return slow, fast
 
 
 def improvement(new: EvalResult, best: EvalResult | None, config: LoopConfig) -> tuple[bool, str]:

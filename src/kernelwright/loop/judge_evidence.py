@@ -44,7 +44,8 @@ def gpu_line(f: dict[str, Any]) -> str:
         f"{f.get('sm_count', '?')} SMs",
         f"{_gib(f.get('memory_bytes'))} memory",
         f"L2 {f.get('l2_bytes', 0) / 2**20:.3g} MiB" if f.get("l2_bytes") else "L2 ?",
-        f"smem {_kib(f.get('shared_mem_per_sm_bytes'))}/SM, {_kib(f.get('shared_mem_per_block_optin_bytes') or f.get('shared_mem_per_block_bytes'))}/block max",
+        f"smem {_kib(f.get('shared_mem_per_sm_bytes'))}/SM, "
+        f"{_kib(f.get('shared_mem_per_block_optin_bytes') or f.get('shared_mem_per_block_bytes'))}/block max",
     ]
     if f.get("max_sm_clock_mhz"):
         parts.append(f"SM clock max {f['max_sm_clock_mhz']:.0f} MHz")
@@ -72,14 +73,19 @@ def _ncu_kernel(k: dict[str, Any]) -> str:
     lines = [
         f"- [{k['origin']}] {k['name'][:120]}: {k['duration_us']:.4g} us" if k.get("duration_us") is not None
         else f"- [{k['origin']}] {k['name'][:120]}",
-        f"  grid {k.get('grid_size') or '?'} block {k.get('block_size') or '?'}; SM {_pct(k.get('sm_throughput_pct'))}, "
+        f"  grid {k.get('grid_size') or '?'} block {k.get('block_size') or '?'}; "
+        f"SM {_pct(k.get('sm_throughput_pct'))}, "
         f"memory {_pct(k.get('memory_throughput_pct'))} of peak; DRAM {_pct(k.get('dram_throughput_pct'))}"
-        + (f" ({k['dram_bandwidth_gbps']:.4g} GB/s, read {_mb(k.get('dram_read_bytes'))}, write {_mb(k.get('dram_write_bytes'))})"
+        + (f" ({k['dram_bandwidth_gbps']:.4g} GB/s, read {_mb(k.get('dram_read_bytes'))}, "
+           f"write {_mb(k.get('dram_write_bytes'))})"
            if k.get("dram_bandwidth_gbps") is not None else ""),
-        f"  occupancy {_pct(k.get('achieved_occupancy_pct'))} achieved / {_pct(k.get('theoretical_occupancy_pct'))} theoretical"
+        f"  occupancy {_pct(k.get('achieved_occupancy_pct'))} achieved / "
+        f"{_pct(k.get('theoretical_occupancy_pct'))} theoretical"
         + (f" (limited by {limits})" if limits else "")
-        + f"; {_num(k.get('registers_per_thread'))} regs/thread, {_num(k.get('shared_mem_per_block_bytes'))} B smem/block",
-        f"  L1 hit {_pct(k.get('l1_hit_rate_pct'))}, L2 hit {_pct(k.get('l2_hit_rate_pct'))}; issue slots {_pct(k.get('issue_slots_busy_pct'))}; "
+        + f"; {_num(k.get('registers_per_thread'))} regs/thread, "
+        f"{_num(k.get('shared_mem_per_block_bytes'))} B smem/block",
+        f"  L1 hit {_pct(k.get('l1_hit_rate_pct'))}, L2 hit {_pct(k.get('l2_hit_rate_pct'))}; "
+        f"issue slots {_pct(k.get('issue_slots_busy_pct'))}; "
         f"tensor pipe {_pct(k.get('tensor_pipe_pct'))}; branch uniformity {_pct(k.get('branch_uniformity_pct'))}"
         + (f"; top stalls (warps/issue): {stalls}" if stalls else ""),
     ]
@@ -99,7 +105,8 @@ def profile_lines(p: dict[str, Any], torch_p: dict[str, Any] | None) -> list[str
     if p.get("source") == "ncu":
         ks = _dedupe(p.get("kernels", []))
         ks.sort(key=lambda k: (k["origin"] != "candidate", -(k.get("duration_us") or 0)))
-        out.append(f"Profile (Nsight Compute, {len(ks)} kernel(s) of the candidate's forward; raw report {p.get('report_path')}):")
+        out.append(f"Profile (Nsight Compute, {len(ks)} kernel(s) of the candidate's forward; "
+                   f"raw report {p.get('report_path')}):")
         out += [_ncu_kernel(k) for k in ks[:MAX_KERNELS]]
         if torch_p:
             out += _torch_lines(torch_p, header="Whole forward (torch.profiler):")
@@ -139,7 +146,8 @@ def render_for_judge(result: Any) -> str:
         lines.append(meta["roofline_line"])
         work = meta.get("reference_work") or {}
         if work.get("flops_by_op"):
-            lines.append("  reference FLOPs by op: " + ", ".join(f"{k} {v:.3g}" for k, v in work["flops_by_op"].items()))
+            by_op = work["flops_by_op"].items()
+            lines.append("  reference FLOPs by op: " + ", ".join(f"{k} {v:.3g}" for k, v in by_op))
     elif meta.get("roofline_error"):
         lines.append(f"Roofline unavailable: {meta['roofline_error']}")
     if meta.get("profile"):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kernelwright.loop.records import Round, RunState
+from kernelwright.loop.history import Round, RunState
 from kernelwright.store.db import Store
 from kernelwright.store.indexer import index_run
 from kernelwright.store.rundir import RunDir

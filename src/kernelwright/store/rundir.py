@@ -37,7 +37,7 @@ import kernelwright
 from kernelwright.core import run_files
 from kernelwright.core.run_files import BEST, RESPONSE_FILES, SUMMARY
 from kernelwright.core.record import EvalResult
-from kernelwright.loop.records import Expectation, ModelCall, Round, RunState
+from kernelwright.loop.history import Expectation, ModelCall, Round, RunState
 from kernelwright.models.base import Attempt, Completion, Usage
 from kernelwright.models.extract import FailureCritique, PerformanceCritique
 from kernelwright.models.replay import round_dirs

@@ -24,7 +24,7 @@ from kernelwright.core import run_files
 from kernelwright.core.config import EvalConfig, LoopConfig
 from kernelwright.core.record import EvalResult, Stage, Status
 from kernelwright.executors.base import EvalTask, Executor, SerialExecutor
-from kernelwright.loop.records import Round, RunState
+from kernelwright.loop.history import Round, RunState
 from kernelwright.store.db import Store, now
 from kernelwright.store.indexer import code_hash, finished_rounds, index_run
 from kernelwright.store.recorder import IndexingRecorder

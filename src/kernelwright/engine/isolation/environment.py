@@ -100,7 +100,7 @@ def child_env(config: EvalConfig, tmp: Path) -> dict[str, str]:
     if config.build.max_jobs > 0:
         env["MAX_JOBS"] = str(config.build.max_jobs)
     env.setdefault("MAX_JOBS", str(os.cpu_count() or 1))
-    # executor hook (issue 19): a worker pinned to one GPU pins its children to it
+    # a worker pinned to one GPU (an executor's) pins its children to it
     if config.visible_devices is not None:
         env["CUDA_VISIBLE_DEVICES"] = config.visible_devices
     return env

@@ -62,7 +62,9 @@ class ChatServer:
                                       "served": type(item).__name__ if item else None,
                                       "auth": self.headers.get("authorization")})
                 if item is None:
-                    return self._send(400, {"error": {"message": f"script for {model!r} is used up", "type": "invalid_request_error"}})
+                    return self._send(
+                        400, {"error": {"message": f"script for {model!r} is used up", "type": "invalid_request_error"}}
+                    )
                 if isinstance(item, Status):
                     headers = {"retry-after": item.retry_after} if item.retry_after else {}
                     return self._send(item.code, {"error": {"message": item.message, "type": "scripted"}}, headers)
@@ -117,7 +119,7 @@ class ChatServer:
         """The user message of every request for `model` that was answered with a Reply."""
         return [e["messages"][-1]["content"] for e in self.log if e["model"] == model and e["served"] == "Reply"]
 
-    def __enter__(self) -> "ChatServer":
+    def __enter__(self) -> ChatServer:
         self.thread.start()
         return self
 

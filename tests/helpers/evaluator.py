@@ -1,6 +1,6 @@
 """An evaluator in a process of its own, for tests whose candidate attacks the evaluator itself.
 
-    python tests/evaluator.py PROBLEM CANDIDATE CONFIG_JSON
+    python tests/helpers/evaluator.py PROBLEM CANDIDATE CONFIG_JSON
 
 prints the result as JSON on its last line of output. A test starts it with the environment it
 wants the evaluator to have (a canary secret) and survives when a candidate kills it.

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import json
 
-from chat_server import Reply, Status
 from conftest import FIXTURES
+from helpers.chat_server import Reply, Status
 
 ANSWERS = FIXTURES / "suite" / "answers"
 NAMES = ("add_one", "scale_shift")
@@ -32,8 +32,11 @@ def respond(model: str, messages: list[dict]):
     prompt = str(messages[-1]["content"]) if messages else ""
     if model == JUDGE:
         if "failed its evaluation" in prompt:
-            body = {"critical_issue": "The output differs from the reference.", "why_it_matters": "Every element counts.",
-                    "minimal_fix_hint": "Compute exactly what Model.forward computes."}
+            body = {
+                "critical_issue": "The output differs from the reference.",
+                "why_it_matters": "Every element counts.",
+                "minimal_fix_hint": "Compute exactly what Model.forward computes.",
+            }
         else:
             body = {"bottleneck": "two passes over memory", "optimisation": "fuse them into one",
                     "expected_speedup": "1.2x", "why": "one pass instead of two"}

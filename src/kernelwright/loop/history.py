@@ -15,6 +15,7 @@ from kernelwright.core.record import EvalResult, Status
 from kernelwright.models.base import Completion, Usage
 from kernelwright.models.extract import FailureCritique, PerformanceCritique
 
+
 @dataclass
 class Progress:
     """One live update: where the loop is, and the best verified speedup so far."""
@@ -49,7 +50,7 @@ class Expectation:
     outcome: str = "not_measured"
     held: bool | None = None  # True: met or exceeded; False: missed or regressed; None: not rated
 
-    def resolve(self, rnd: "Round", tolerance: float) -> "Expectation":
+    def resolve(self, rnd: Round, tolerance: float) -> Expectation:
         """This expectation as measured by `rnd` (a copy; a failed round leaves it not_measured)."""
         out = replace(self, measured_round=rnd.index, measured_speedup=rnd.speedup)
         if rnd.speedup is None or not self.baseline_speedup:
@@ -102,8 +103,8 @@ class ModelCall:
 class _Outcome:
     """The verdict and speed-up of a Coder answer, read from its `coder` call and its `result`."""
 
-    coder: "ModelCall | None"
-    result: "EvalResult | None"
+    coder: ModelCall | None
+    result: EvalResult | None
 
     @property
     def verdict(self) -> str:
