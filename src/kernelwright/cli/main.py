@@ -322,8 +322,10 @@ def run_optimize(problem: Path, settings: Settings, out: Path | None, *, verbosi
     if done:
         forge.restore(done, wall_s=float(read_summary(run_dir.path).get("wall_s") or 0.0))
         if verbosity > QUIET:
-            err.print(f"resuming after round {len(done) - 1} (best so far "
-                      f"{forge.state.best.speedup if forge.state.best else None})", highlight=False)
+            best = forge.state.best
+            so_far = f"{best.speedup:.3f}x" if best is not None and best.speedup is not None else (
+                "untimed" if best is not None else "none yet")
+            err.print(f"resuming after round {len(done) - 1} (best so far {so_far})", highlight=False)
     try:
         with LoopProgress(err, cfg.rounds, verbosity) as progress:
             forge.on_progress = progress.update

@@ -140,11 +140,29 @@ class Forge:
                     judged_round=r.index, baseline_round=st.best.index, baseline_speedup=st.best.speedup,
                     expected_speedup=r.critique.expected_speedup, expected_text=r.critique.expected_text,
                     optimisation=r.critique.optimisation)
+        self._skip_used_answers(rounds)
         st.stop_reason = self._stop_reason(len(rounds)) if rounds else None
         last = rounds[-1] if rounds else None
         if (st.stop_reason is None and last is not None and last.result is not None and last.judge is None
                 and last.judge_error is None and last.result.status is not Status.FORMAT_ERROR):
             self.unjudged = last  # it ended the run at its old limit: run() asks the Judge first, as step() would have
+
+    def _skip_used_answers(self, rounds: list[Round]) -> None:
+        """A model with a fixed list of answers (a replay, `skip(n)`) moves past those the restored
+        rounds already used, so the resumed run gets the answers an uninterrupted run would have."""
+        used = [0] * len(self.coders)
+        judged = 0
+        for r in rounds:
+            calls = [c.coder for c in r.candidates] if r.candidates else [r.coder]
+            for i, call in enumerate(calls):
+                if call is not None and call.completion is not None:
+                    used[i % len(self.coders)] += 1
+            if r.judge is not None and r.judge.completion is not None:
+                judged += 1
+        for model, n in [*zip(self.coders, used), (self.judge, judged)]:
+            skip = getattr(model, "skip", None)
+            if callable(skip) and n:
+                skip(n)
 
     def _judge_unjudged(self) -> None:
         rnd, self.unjudged = self.unjudged, None
