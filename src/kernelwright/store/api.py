@@ -50,7 +50,9 @@ def __getattr__(name: str) -> Any:
 
 
 def open_store(path: str | Path | None = None, readonly: bool = True) -> "RunStore":
-    """The run store at `path` (default: `default_store()`), for reading rows."""
+    """The run store at `path` (default: `default_store()`, made empty when there is none yet), for reading rows."""
+    if path is None and not default_store().is_file():
+        Store.open(default_store()).close()  # nothing run yet: an empty store, not an error
     return RunStore(Store.open(path or default_store(), readonly=readonly))
 
 
