@@ -95,6 +95,10 @@ def optimize(problem: str | Path, coder: str, judge: str | None = None, *, round
     if not settings.given("loop.backend"):
         cfg.backend = "cpp" if eval_cfg.device == "cpu" else "cuda"
     eval_cfg.profile.enabled = cfg.profile
+    if model_cfg.prompt_dir:
+        from kernelwright.models.prompts import check_prompt_dir
+
+        check_prompt_dir(model_cfg.prompt_dir)
     coders = resolve_coders(model_cfg.coder, model_cfg, cfg.candidates)
     judge_model = resolve_model(model_cfg.judge or model_cfg.coder, "judge", model_cfg)
     done: list = []

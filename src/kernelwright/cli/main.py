@@ -298,6 +298,10 @@ def run_optimize(problem: Path, settings: Settings, out: Path | None, *, verbosi
     evaluate = None
     try:
         sandbox_mod.resolve(eval_cfg.sandbox)  # bwrap asked for and missing: say so before any model call
+        if model_cfg.prompt_dir:  # a typo in a template's name: said now, not after the first round
+            from kernelwright.models.prompts import check_prompt_dir
+
+            check_prompt_dir(model_cfg.prompt_dir)
         coders = resolve_coders(model_cfg.coder, model_cfg, cfg.candidates)
         coder_model = coders[0]
         judge_model = resolve_model(model_cfg.judge or model_cfg.coder, "judge", model_cfg)

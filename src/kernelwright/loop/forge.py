@@ -265,14 +265,14 @@ class Forge:
             target = self.state.best  # the fastest correct candidate, which this round may be
             kind: type = PerformanceCritique
             last = rnd.expectation if rnd.expectation and rnd.expectation.measured_over_baseline is not None else None
-            prompt = prompts.render("judge_performance", backend=self.config.backend, problem_code=self.problem_code,
+            prompt = self._render("judge_performance", backend=self.config.backend, problem_code=self.problem_code,
                                     code=target.code, result=target.result,
                                     history=history + [_history_entry(rnd) | {"expectation": None}],  # told below
                                     profile=_profile_text(target.result), target_round=target.index,
                                     last_expectation=last.sentence() if last else None)
         else:
             kind = FailureCritique
-            prompt = prompts.render("judge_failure", backend=self.config.backend, problem_code=self.problem_code,
+            prompt = self._render("judge_failure", backend=self.config.backend, problem_code=self.problem_code,
                                     code=rnd.code, result=rnd.result, history=history,
                                     profile=_profile_text(rnd.result))
         rnd.judge = self._call(self.judge, "judge", prompt)
@@ -293,7 +293,7 @@ class Forge:
     def _coder_prompt(self) -> tuple[str, str]:
         backend, rounds = self.config.backend, self.state.rounds
         if not rounds:
-            return "first", prompts.render("coder_first", backend=backend, device=self.device_words,
+            return "first", self._render("coder_first", backend=backend, device=self.device_words,
                                            problem_code=self.problem_code)
         last = rounds[-1]
         if last.result.status is Status.PASSED:
@@ -301,12 +301,16 @@ class Forge:
             note = None
             if best is not last:
                 note = f"passed but was not kept: {last.best_decision}" if last.best_decision else None
-            return "optimise", prompts.render("coder_optimise", backend=backend, device=self.device_words,
+            return "optimise", self._render("coder_optimise", backend=backend, device=self.device_words,
                                               result=best.result, old_code=best.code, critique=last.critique,
                                               last_attempt=note, problem_code=self.problem_code)
         old = last.code if last.code is not None else (last.coder.response or "")
-        return "repair", prompts.render("coder_repair", backend=backend, error_log=last.result.error_log,
+        return "repair", self._render("coder_repair", backend=backend, error_log=last.result.error_log,
                                         old_code=old, critique=last.critique, verdict=last.verdict)
+
+    def _render(self, name: str, **variables: Any) -> str:
+        """A prompt, from the user's prompt folder (`model.prompt_dir`) where it holds that template."""
+        return prompts.render(name, self.config.model.prompt_dir, **variables)
 
     def _call(self, model: ChatModel, role: str, prompt: str, count: bool = True) -> ModelCall:
         call = ModelCall(role=role, prompt=prompt)
