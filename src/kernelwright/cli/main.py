@@ -85,6 +85,30 @@ def _verbosity(quiet: bool, verbose: bool) -> int:
     return QUIET if quiet else VERBOSE if verbose else NORMAL
 
 
+def _kernelbench_option():
+    return typer.Option(None, "--kernelbench", metavar="PATH_OR_DATASET",
+                        help="Take PROBLEM as a KernelBench id (level1/19) from a local checkout, a data file, "
+                             "or the Hugging Face dataset (ScalingIntelligence/KernelBench; needs datasets).")
+
+
+def _problem_file(problem: Path, kernelbench: str | None) -> Path:
+    """PROBLEM as a file: itself, or (with --kernelbench) the KernelBench problem it names."""
+    from kernelwright.cli.kernelbench import KernelBenchError, parse_id, resolve
+
+    if kernelbench:
+        from kernelwright.store.api import default_store
+
+        try:
+            problem = resolve(str(problem), kernelbench, default_store().parent / "kernelbench")
+        except KernelBenchError as exc:
+            fail(str(exc))
+    elif not problem.exists() and parse_id(str(problem)):
+        fail(f"problem file not found: {problem}; a KernelBench id needs --kernelbench PATH "
+             "(a checkout, or ScalingIntelligence/KernelBench)")
+    _source_file(problem, "problem")
+    return problem
+
+
 def _source_file(path: Path, what: str) -> None:
     """A problem or candidate path that is not a readable file: one line naming the fix."""
     if path.is_dir():
@@ -143,6 +167,7 @@ def eval_cmd(
                                  help="Profile a correct candidate's kernels (ncu where it works, else torch.profiler)."),
     profile_tool: str = typer.Option(None, "--profile-tool", metavar="auto|ncu|torch", help="Profiler (default auto)."),
     json_out: bool = typer.Option(False, "--json", metavar="", help="Print the result record as JSON on stdout, and nothing else."),
+    kernelbench: str = _kernelbench_option(),
     fail_on: str = typer.Option(None, "--fail-on", metavar="VERDICT,...",
                                 help="Exit 3 when the verdict is one of these (for CI), e.g. "
                                      "incorrect,compile_error,runtime_error,timeout,crashed; 'failed': any but passed."),
@@ -153,7 +178,7 @@ def eval_cmd(
     """Build, check and time CANDIDATE against PROBLEM in an isolated child process."""
     verbosity = _verbosity(quiet, verbose)
     failing = _verdicts(fail_on)
-    _source_file(problem, "problem")
+    problem = _problem_file(problem, kernelbench)
     _source_file(candidate, "candidate")
     settings = _settings(config, {"eval": {
         "device": device, "trials": trials, "atol": atol, "rtol": rtol, "seed": seed, "sandbox": sandbox,
@@ -247,13 +272,14 @@ def optimize_cmd(
                                  help="Where evaluations run: serial, local (a worker per GPU) or ray."),
     gpus: str = typer.Option(None, "--gpus", metavar="0,1,...", help="GPUs to use (default: every visible GPU)."),
     ray_address: str = typer.Option(None, "--ray-address", metavar="ADDR", help="Ray cluster to join (default: a local Ray)."),
+    kernelbench: str = _kernelbench_option(),
     config: Path = _config_option(),
     quiet: bool = _quiet_option(),
     verbose: bool = _verbose_option(),
 ) -> None:
     """Let a Coder and a Judge write, repair and speed up kernels for PROBLEM, round by round."""
     verbosity = _verbosity(quiet, verbose)
-    _source_file(problem, "problem")
+    problem = _problem_file(problem, kernelbench)
     settings = _settings(config, {
         "eval": {"device": device, "trials": trials, "atol": atol, "rtol": rtol, "verdict": verdict, "seed": seed,
                  "sandbox": sandbox, "profile": {"tool": profile_tool} if profile_tool else None},
