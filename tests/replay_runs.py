@@ -23,9 +23,9 @@ def _code(speed: str) -> str:
     return f"import torch\nimport torch.nn as nn\n\n# SPEED={speed}\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        return x\n"
 
 
-def recorded_answers(root: Path) -> Path:
+def recorded_answers(root: Path, speeds: list[str] = SPEEDS) -> Path:
     """A run directory as replay reads it: one folder per round with the Coder's and Judge's answers."""
-    for i, speed in enumerate(SPEEDS):
+    for i, speed in enumerate(speeds):
         folder = root / f"{i:03d}_{i:08x}"
         folder.mkdir(parents=True)
         (folder / "coder_response.md").write_text(f"Round {i}.\n```python\n{_code(speed)}```\n")
@@ -50,13 +50,15 @@ class FakeEngine:
         if self.calls == self.interrupt_at:
             raise KeyboardInterrupt
         m = re.search(r"SPEED=([\d.]+)", code)
+        meta = {"torch_version": "2.13.0+cpu", "cuda_version": "", "python": "3.11.7"}  # as the engine records them
         if not m:
-            return EvalResult(status=Status.INCORRECT, error_log="Outputs are not close")
+            return EvalResult(status=Status.INCORRECT, error_log="Outputs are not close (atol=0.001, rtol=0.001)",
+                              device="cpu (fake engine)", device_type="cpu", metadata=meta)
         s = float(m.group(1))
         t = TimingStats(median_ms=1 / s, mean_ms=1 / s, std_ms=0, min_ms=1 / s, max_ms=1 / s, p10_ms=1 / s,
                         p90_ms=1 / s, iterations=10, warmup=3, clock="perf_counter", l2_flush=False)
         return EvalResult(status=Status.PASSED, correct=True, speedup=s, candidate_ms=1 / s, reference_ms=1.0,
-                          candidate_timing=t)
+                          candidate_timing=t, device="cpu (fake engine)", device_type="cpu", metadata=meta)
 
 
 def optimize(monkeypatch, engine: FakeEngine, answers: Path, *args: str, problem: Path = ADD_ONE):

@@ -48,51 +48,98 @@ STORE_HELP = "Run store (default: $KERNELWRIGHT_STORE, else kernelwright.db in t
 
 
 def report_cmd(
-    target: str = typer.Argument(..., metavar="RUN_OR_SUITE", help="A suite's name, or a run directory."),
+    targets: list[str] = typer.Argument(..., metavar="RUN_OR_SUITE...",
+                                        help="A suite's name, or a run directory; two or more: side by side."),
     store: Path = typer.Option(None, metavar="FILE", help=STORE_HELP),
     html: Path = typer.Option(None, "--html", metavar="FILE", help="Write one self-contained HTML page here."),
     json_out: Path = typer.Option(None, "--json", metavar="FILE",
                                   help="Write the report's data as JSON here; - prints it on stdout, and nothing else there."),
     csv_out: Path = typer.Option(None, "--csv", metavar="FILE", help="Write one row per problem as CSV here; - prints it on stdout."),
 ) -> None:
-    """Metrics of a run or a suite (fast_p, correctness, speed-ups, verdicts), as a page or exports."""
+    """Metrics of a run or a suite (fast_p, correctness, speed-ups, verdicts), as a page or exports;
+    of several, side by side (a table per metric, and plots)."""
     from kernelwright.report import data as report_data
-    from kernelwright.store.api import RunStore, default_store
-    from kernelwright.store.db import Store, StoreError
-    from kernelwright.store.indexer import index_run
-    from kernelwright.suites.metrics import ProblemOutcome, summarize
+    from kernelwright.store.api import default_store
+    from kernelwright.store.db import StoreError
 
     store_path = store or default_store()
-    try:
-        as_dir = Path(target)
-        if as_dir.is_dir() and (as_dir / "run.json").is_file():  # a run directory: (re)index it first
-            with Store.open(store_path) as db:
-                target = index_run(db, as_dir)
-        db = RunStore(Store.open(store_path, readonly=True))
-        with db:
-            if db.suite(target) is None and db.run(target) is None:
-                raise StoreError(f"no suite or run named {target!r} in {store_path}; `kernelwright runs` lists them")
-            data = report_data.build(db, target)
-            outcomes = [ProblemOutcome(**r) for r in db.problems(target)]
-    except StoreError as exc:
-        _fail(str(exc))
-        return
     to_stdout = str(json_out) == "-" or str(csv_out) == "-"
     if to_stdout and str(json_out) == str(csv_out):
         _fail("--json - and --csv - both print on stdout; write one of them to a file")
-    if not to_stdout:
-        render_metrics(summarize(outcomes), out_console(), title=f"{data['kind']} {target}")
+    try:
+        datas = [_load(t, store_path) for t in targets]
+    except StoreError as exc:
+        _fail(str(exc))
+        return
+    if len(datas) == 1:
+        from kernelwright.suites.metrics import ProblemOutcome, summarize
+
+        data = datas[0]
+        fields = set(ProblemOutcome.__dataclass_fields__)
+        outcomes = [ProblemOutcome(**{k: v for k, v in p.items() if k in fields}) for p in data["problems"]]
+        if not to_stdout:
+            render_metrics(summarize(outcomes), out_console(), title=f"{data['kind']} {data['target']}")
+        from kernelwright.report.html import render
+
+        page = (lambda: render(data))
+        as_json, as_csv = (lambda: report_data.to_json(data)), (lambda: report_data.to_csv(data))
+    else:
+        from kernelwright.report import compare
+
+        comp = compare.build_comparison(datas)
+        if not to_stdout:
+            render_comparison(comp, out_console())
+        page = (lambda: compare.render_html(comp))
+        as_json, as_csv = (lambda: report_data.to_json(comp)), (lambda: compare.to_csv(comp))
     try:
         if html:
-            from kernelwright.report.html import render
-
-            _export(html, render(data))
+            _export(html, page())
         if json_out:
-            _export(json_out, report_data.to_json(data))
+            _export(json_out, as_json())
         if csv_out:
-            _export(csv_out, report_data.to_csv(data))
+            _export(csv_out, as_csv())
     except OSError as exc:
         _fail(f"cannot write the report ({exc.strerror}: {exc.filename}); pass a writable path")
+
+
+def _load(target: str, store_path: Path) -> dict:
+    """One suite's or run's report data; a run directory is (re)indexed first."""
+    from kernelwright.report import data as report_data
+    from kernelwright.store.api import RunStore
+    from kernelwright.store.db import Store, StoreError
+    from kernelwright.store.indexer import index_run
+
+    as_dir = Path(target)
+    if as_dir.is_dir() and (as_dir / "run.json").is_file():  # a run directory: (re)index it first
+        with Store.open(store_path) as db:
+            target = index_run(db, as_dir)
+    with RunStore(Store.open(store_path, readonly=True)) as db:
+        if db.suite(target) is None and db.run(target) is None:
+            raise StoreError(f"no suite or run named {target!r} in {store_path}; `kernelwright runs` lists them")
+        return report_data.build(db, target)
+
+
+def render_comparison(comp: dict, console: Console) -> None:
+    """Suites or runs side by side: a row per metric, a column per target (the best in bold)."""
+    from kernelwright.report.compare import fmt
+
+    t = Table(title="side by side (speed-ups over each problem's reference)", title_justify="left")
+    t.add_column("metric", style="dim")
+    for label in comp["labels"]:
+        t.add_column(label, justify="right")
+    for m in comp["metrics"]:
+        t.add_row(m["metric"], *[f"[bold]{fmt(v, m['format'])}[/]" if i == m["best"] else fmt(v, m["format"])
+                                 for i, v in enumerate(m["values"])])
+    console.print(t)
+    speed = next(x for x in comp["tables"] if x["field"] == "speedup")
+    p = Table(title="speed-up per problem", title_justify="left")
+    p.add_column("problem")
+    for label in comp["labels"]:
+        p.add_column(label, justify="right")
+    for r in speed["rows"]:
+        p.add_row(r["problem"], *[f"[bold]{fmt(v, 'x')}[/]" if i == r["best"] else fmt(v, "x")
+                                  for i, v in enumerate(r["values"])])
+    console.print(p)
 
 
 def _export(path: Path, text: str) -> None:

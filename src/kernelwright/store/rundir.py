@@ -40,6 +40,7 @@ from kernelwright.loop.records import Expectation, ModelCall, Round, RunState
 from kernelwright.models.base import Attempt, Completion, Usage
 from kernelwright.models.extract import FailureCritique, PerformanceCritique
 from kernelwright.models.replay import round_dirs
+from kernelwright.store.environment import host_environment
 from kernelwright.store.files import write_public
 
 
@@ -86,7 +87,8 @@ class RunDir:
         self.problem = Path(problem)
         shutil.copyfile(self.problem, self.path / run_files.PROBLEM)
         self.run_info = {"kernelwright": kernelwright.__version__, "problem": str(self.problem),
-                         "started": datetime.now().isoformat(timespec="seconds"), **run_info}
+                         "started": datetime.now().isoformat(timespec="seconds"),
+                         "environment": host_environment(), **run_info}
         _write(self.path / run_files.RUN_INFO, _json(self.run_info))
         self.dirs: dict[int, str] = {}
 
