@@ -76,7 +76,7 @@ def optimize(problem: str | Path, coder: str, judge: str | None = None, *, round
     problem = Path(problem)
     if not problem.is_file():
         raise FileNotFoundError(f"problem file not found: {problem}")
-    given = {"loop": {k: v for k, v in (("rounds", rounds), ("backend", backend)) if v is not None},
+    given: dict[str, dict[str, Any]] = {"loop": {k: v for k, v in (("rounds", rounds), ("backend", backend)) if v is not None},
              "eval": {"device": device} if device else {},
              "model": {"coder": coder} | ({"judge": judge} if judge else {})}
     if settings is None:
@@ -99,8 +99,8 @@ def optimize(problem: str | Path, coder: str, judge: str | None = None, *, round
         from kernelwright.models.prompts import check_prompt_dir
 
         check_prompt_dir(model_cfg.prompt_dir)
-    coders = resolve_coders(model_cfg.coder, model_cfg, cfg.candidates)
-    judge_model = resolve_model(model_cfg.judge or model_cfg.coder, "judge", model_cfg)
+    coders = resolve_coders(coder, model_cfg, cfg.candidates)
+    judge_model = resolve_model(model_cfg.judge or coder, "judge", model_cfg)
     done: list = []
     if resume is not None:
         run_dir, done = RunDir.reopen(resume)

@@ -24,7 +24,7 @@ def plain_help(params: list[Any]) -> list[Any]:
     for param in params:
         if isinstance(param, TyperArgument):
             name = param.metavar or (param.name or "").upper()
-            param._usage_display_name = lambda name=name: name  # type: ignore[method-assign]
+            param._usage_display_name = lambda name=name: name  # type: ignore[method-assign, misc]
             param.display_type_rich = lambda ctx: None  # type: ignore[method-assign]
         elif getattr(param, "is_flag", False) and param.metavar is None:
             param.metavar = ""

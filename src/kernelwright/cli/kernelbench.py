@@ -60,7 +60,7 @@ def _from_checkout(root: Path, level: int, pid: int, source: str) -> Path:
 
 def _dataset_rows(data_file: Path | None, source: str, level: int) -> list[dict[str, Any]]:
     try:
-        import datasets
+        import datasets  # type: ignore[import-untyped]
     except ImportError:
         raise KernelBenchError(f"--kernelbench {source}: reading a dataset needs the datasets package; "
                                "pip install datasets, or pass a local KernelBench checkout") from None

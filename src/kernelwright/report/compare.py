@@ -58,7 +58,7 @@ def build_comparison(datas: list[dict[str, Any]]) -> dict[str, Any]:
     """The comparison of several reports' data (`report.data.build`), as one dict (the JSON export)."""
     labels = _labels(datas)
     ms = [d["metrics"] for d in datas]
-    rows = [(lab, key, fmt, hi) for lab, key, fmt, hi in SUMMARY]
+    rows: list[tuple[str, Any, str, bool | None]] = [(lab, key, fmt, hi) for lab, key, fmt, hi in SUMMARY]
     rows += [(f"fast_{p}", ("fast_p", p), "pct", True) for p in ms[0]["fast_p"]]
     rows += TAIL
     metrics = []
