@@ -236,7 +236,7 @@ def optimize_cmd(
     backend: str = typer.Option(None, metavar="cuda|triton|cpp",
                                 help="Kernel language the Coder writes (default: cuda on a GPU, cpp on the CPU)."),
     device: str = typer.Option(None, metavar="cuda|cpu|auto", help="Device (default auto: cuda when a GPU is visible)."),
-    out: Path = typer.Option(None, metavar="DIR", help="Run directory to write (default: runs/PROBLEM-DATE-TIME); must be new or empty."),
+    out: Path = typer.Option(None, metavar="DIR", help="Run directory to write (default: runs/NAME-DATE-TIME); must be new or empty."),
     resume: Path = typer.Option(None, "--resume", metavar="RUN", help="Continue this run directory after its last finished round."),
     store: Path = typer.Option(None, "--store", metavar="FILE", help=STORE_HELP),
     name: str = typer.Option(None, "--name", metavar="NAME",
