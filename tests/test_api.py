@@ -57,3 +57,16 @@ def test_optimize_from_python_returns_the_summary_and_indexes_the_run(tmp_path, 
         (row,) = db.runs()
     assert row["run_dir"] == str((tmp_path / "run").resolve()) and row["best_round"] == 2
     assert default_store().is_file()
+
+
+def test_optimize_takes_a_settings_object_without_changing_it(tmp_path, monkeypatch):
+    from conftest import ADD_ONE
+    from kernelwright.core.config import Settings
+
+    answers = recorded_answers(tmp_path / "answers")
+    monkeypatch.setattr("kernelwright.loop.forge.engine_evaluator", lambda cfg, warm=True: FakeEngine())
+    settings = Settings()
+    settings.loop.rounds = 2
+    summary = kw.optimize(ADD_ONE, coder=f"replay:{answers}", device="cpu", settings=settings, out=tmp_path / "run")
+    assert summary["rounds_run"] == 2 and summary["backend"] == "cpp"  # the CPU's kernel language
+    assert settings.eval.device == "auto" and settings.loop.model.coder is None and not settings.explicit

@@ -82,7 +82,7 @@ def optimize(problem: str | Path, coder: str, judge: str | None = None, *, round
     if settings is None:
         settings = load_settings(None, {k: v for k, v in given.items() if v})
     else:
-        settings = dataclasses.replace(settings, eval=dataclasses.replace(settings.eval),
+        settings = dataclasses.replace(settings, eval=dataclasses.replace(settings.eval), explicit=set(settings.explicit),
                                        loop=dataclasses.replace(settings.loop, model=dataclasses.replace(settings.loop.model)))
         for section, values in given.items():
             target = settings.loop.model if section == "model" else getattr(settings, section)
