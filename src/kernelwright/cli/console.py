@@ -247,10 +247,7 @@ def _expectation(r: dict) -> str:
 
 def render_run(summary: dict, run_dir, console: Console) -> None:
     """The end of a run: every round's verdict, the best candidate, tokens and cost."""
-    table = Table(title=f"run {run_dir}", title_justify="left",
-                  caption="speed-up: the candidate against the reference (the original program); Judge: the "
-                          "speed-up the Judge expected over the round it reviewed, and the one measured over it",
-                  caption_justify="left")
+    table = Table(title=f"run {run_dir}", title_justify="left")
     for col in ("round", "kind", "verdict", "speed-up vs reference", "Judge: expected / got vs reviewed round",
                 "tokens", "folder"):
         table.add_column(col)
@@ -261,6 +258,9 @@ def render_run(summary: dict, run_dir, console: Console) -> None:
         table.add_row(str(r["round"]), r["kind"], f"[{style}]{r['verdict']}[/]", _x(r["speedup"]) + mark,
                       _expectation(r), str(r["tokens"]), r["dir"] or "-")
     console.print(table)
+    console.print("[dim]speed-up: the candidate against the reference (the original program); Judge: the speed-up "
+                  "the Judge expected over the round it reviewed, and the one measured over that round[/]",
+                  highlight=False, soft_wrap=True)
     best = summary.get("best")
     if best:
         times = (f" ({best['candidate_ms']:.4g} ms vs {best['reference_ms']:.4g} ms on {best['device']})"
