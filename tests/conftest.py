@@ -39,6 +39,12 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(autouse=True)
+def _private_store(tmp_path_factory, monkeypatch):
+    """Every test's default run store is its own file, never the user's real one in their home."""
+    monkeypatch.setenv("KERNELWRIGHT_STORE", str(tmp_path_factory.mktemp("store") / "kernelwright.db"))
+
+
 @pytest.fixture(scope="session")
 def cache_dir(tmp_path_factory) -> str:
     """One build cache for the whole session: a C++ extension is built once, then reused.

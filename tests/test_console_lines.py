@@ -76,7 +76,7 @@ def test_live_progress_numbers_rounds_from_0_and_estimates_the_time_left():
 
 
 def test_unknown_provider_prefixes_and_empty_replay():
-    with pytest.raises(ModelSetupError, match=r"unknown provider 'foo'; known prefixes: openai:, anthropic:, replay:"):
+    with pytest.raises(ModelSetupError, match=r"unknown provider 'foo'; known prefixes: openai:, anthropic:, litellm:, replay:"):
         resolve_model("foo:bar", "coder", ModelConfig())
     with pytest.raises(ModelSetupError, match=r"pass a run directory: replay:RUN_DIR"):
         resolve_model("replay:", "judge", ModelConfig())

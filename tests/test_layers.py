@@ -20,7 +20,7 @@ LAYERS = {
     "models": 3, "models.prompts": 3,
     "loop": 4,
     "store": 5, "suites": 5, "executors": 5,
-    "report": 6, "cli": 6,
+    "report": 6, "cli": 6, "api": 6,
 }
 
 

@@ -234,10 +234,12 @@ def test_optimize_resume_continues_a_run_directory_and_the_store_follows(tmp_pat
     assert after["rounds"][2]["kind"] == "optimise" and after["best"]["round"] in (1, 2)
     assert after["tokens"]["total"] > before["tokens"]["total"]
     assert wrong.exit_code == 2 and "optimised another problem" in wrong.output and "Traceback" not in wrong.output
-    with open_store(tmp_path / "runs" / "kernelwright.db") as db:
+    from kernelwright.store.api import default_store
+
+    with open_store(default_store()) as db:  # the user's store (conftest: a file of this test's own)
         (row,) = db.runs()
         assert (row["rounds_run"], row["state"], row["best_round"]) == (3, "finished", after["best"]["round"])
-    rep = CliRunner().invoke(app, ["report", str(run), "--store", str(tmp_path / "runs" / "kernelwright.db"),
+    rep = CliRunner().invoke(app, ["report", str(run), "--store", str(default_store()),
                                    "--json", str(tmp_path / "r.json")])
     assert rep.exit_code == 0, rep.output
     data = json.loads((tmp_path / "r.json").read_text())

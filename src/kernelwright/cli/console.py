@@ -21,6 +21,17 @@ from kernelwright.core.record import EvalResult, Status
 
 QUIET, NORMAL, VERBOSE = 0, 1, 2
 
+# Off a terminal (a pipe, a file, CI) nothing decides a width, and rich's default (80 columns) cuts
+# table cells and wraps paths one character a line: there, tables are sized to their content.
+_UNBOUNDED = 100_000
+
+
+def out_console(stderr: bool = False) -> Console:
+    """The console results are printed on: a terminal's own width; off a terminal, as wide as the
+    content (no cut columns, no wrapped cells; a line is as long as it needs to be)."""
+    console = Console(stderr=stderr)
+    return console if console.is_terminal else Console(stderr=stderr, width=_UNBOUNDED)
+
 _STYLE = {
     Status.PASSED: "bold green",
     Status.INCORRECT: "bold yellow",
@@ -118,18 +129,23 @@ def render_result(result: EvalResult, console: Console, evidence: bool = False, 
         table.add_row("reference", _timing_line(result.reference_ms, result.reference_timing))
         if result.compile_reference_ms is not None:
             table.add_row("torch.compile", f"{_ms(result.compile_reference_ms)} ({result.speedup_vs_compile:.3f}x)")
-    for flag in ("timing_unstable", "degenerate_reference"):  # [verdicts] figures not to be trusted
-        if flag in result.flags():
-            table.add_row(flag, f"[yellow]{result.flags()[flag]}[/]")
+    flags = [(f, result.flags()[f]) for f in ("timing_unstable", "degenerate_reference") if f in result.flags()]
+    for flag, _ in flags:  # [verdicts] figures not to be trusted; the advice is printed whole below the panel
+        table.add_row(flag, "[yellow]yes[/] (see below)")
     if result.max_abs_err is not None:
         table.add_row("max_abs_err", f"{result.max_abs_err:.3e}  mean {result.mean_abs_err:.3e}  "
                       f"({len(result.trials)} trials, atol={result.atol}, rtol={result.rtol})")
     st = result.stage_times
     stages = [(k, getattr(st, f"{k}_s")) for k in ("startup", "build", "init", "correctness", "timing", "profile")]
-    table.add_row("stages", "  ".join(f"{k} {v:.2f}s" for k, v in stages if v is not None)
-                  + (f"  total {st.total_s:.2f}s" if st.total_s is not None else ""))
-    table.add_row("sandbox", result.sandbox)
+    ran = "  ".join(f"{k} {v:.2f}s" for k, v in stages if v is not None) + (
+        f"  total {st.total_s:.2f}s" if st.total_s is not None else "")
+    if ran.strip():  # a format_error is caught before any stage: no empty row
+        table.add_row("stages", ran.strip())
+    if result.sandbox:
+        table.add_row("sandbox", result.sandbox)
     console.print(Panel(table, title=head, title_align="left", expand=False))
+    for flag, advice in flags:  # soft-wrapped by the terminal: never cut mid-word
+        console.print(f"[yellow]{flag}:[/] {escape(str(advice))}", highlight=False, soft_wrap=True)
     if evidence and result.status is Status.PASSED:
         from kernelwright.loop.judge_evidence import render_for_judge
 
@@ -226,13 +242,14 @@ def _expectation(r: dict) -> str:
     if not outcome:
         return "-"
     got = r.get("measured_over_baseline")
-    return f"{_x(r.get('expected_speedup'))}, got {_x(got)}: {outcome}" if got is not None else outcome
+    return f"{_x(r.get('expected_speedup'))} / {_x(got)}: {outcome}" if got is not None else outcome
 
 
 def render_run(summary: dict, run_dir, console: Console) -> None:
     """The end of a run: every round's verdict, the best candidate, tokens and cost."""
     table = Table(title=f"run {run_dir}", title_justify="left")
-    for col in ("round", "kind", "verdict", "speedup", "Judge expected", "tokens", "folder"):
+    for col in ("round", "kind", "verdict", "speed-up vs reference", "Judge: expected / got vs reviewed round",
+                "tokens", "folder"):
         table.add_column(col)
     best_round = summary["best"]["round"] if summary.get("best") else None
     for r in summary["rounds"]:
@@ -241,6 +258,9 @@ def render_run(summary: dict, run_dir, console: Console) -> None:
         table.add_row(str(r["round"]), r["kind"], f"[{style}]{r['verdict']}[/]", _x(r["speedup"]) + mark,
                       _expectation(r), str(r["tokens"]), r["dir"] or "-")
     console.print(table)
+    console.print("[dim]speed-up: the candidate against the reference (the original program); Judge: the speed-up "
+                  "the Judge expected over the round it reviewed, and the one measured over that round[/]",
+                  highlight=False, soft_wrap=True)
     best = summary.get("best")
     if best:
         times = (f" ({best['candidate_ms']:.4g} ms vs {best['reference_ms']:.4g} ms on {best['device']})"

@@ -8,6 +8,8 @@
        says `stopped` and why
     2  bad input, or the tool could not run: a missing or wrong file, an unknown option value,
        a bad settings file, no GPU for --device cuda (one line on stderr names the fix)
+  3  `eval --fail-on VERDICTS`: the candidate was evaluated and its verdict is one of VERDICTS
+       (for CI: `--fail-on incorrect,compile_error,runtime_error`)
   130  interrupted (Ctrl-C); what ran so far is kept
 """
 
@@ -20,4 +22,5 @@ class ExitCode(IntEnum):
     OK = 0
     STOPPED = 1
     BAD_INPUT = 2
+    VERDICT = 3
     INTERRUPTED = 130

@@ -15,35 +15,15 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import typer
-from typer.core import TyperArgument, TyperCommand, TyperGroup
 from rich.console import Console
 from rich.markup import escape
 
 import kernelwright
 from kernelwright.cli.exit_codes import ExitCode
+from kernelwright.cli.help import PlainCommand, PlainGroup
 from kernelwright.core.config import Settings
 
-def _plain_help(params: list[Any]) -> list[Any]:
-    """Help as people read it: `PROBLEM CANDIDATE` in the usage line (typer writes `{problem}`), no
-    type tag after an argument's name, and none (`<bool>`) after a flag."""
-    for param in params:
-        if isinstance(param, TyperArgument):
-            name = param.metavar or (param.name or "").upper()
-            param._usage_display_name = lambda name=name: name  # type: ignore[method-assign]
-            param.display_type_rich = lambda ctx: None  # type: ignore[method-assign]
-        elif getattr(param, "is_flag", False) and param.metavar is None:
-            param.metavar = ""
-    return params
-
-
-class _Command(TyperCommand):
-    def get_params(self, ctx: Any) -> list[Any]:
-        return _plain_help(super().get_params(ctx))
-
-
-class _Group(TyperGroup):
-    def get_params(self, ctx: Any) -> list[Any]:
-        return _plain_help(super().get_params(ctx))
+_Command, _Group = PlainCommand, PlainGroup  # help without type tags or markup loss (cli/help.py)
 
 
 app = typer.Typer(
@@ -78,10 +58,14 @@ def _root(
 
 # ---- shared pieces ------------------------------------------------------------------------------
 
+STORE_HELP = ("Run store that indexes every run (default: $KERNELWRIGHT_STORE, else kernelwright.db in the "
+              "user's data directory, ~/.local/share/kernelwright on Linux).")
+
+
 def _config_option():
     return typer.Option(None, "--config", metavar="FILE", dir_okay=False,
                         help="Settings file (default: the nearest kernelwright.toml, or pyproject.toml with "
-                             "[tool.kernelwright], from the current directory up).")
+                             "\\[tool.kernelwright], from the current directory up).")
 
 
 def _quiet_option():
@@ -99,6 +83,30 @@ def _verbosity(quiet: bool, verbose: bool) -> int:
     if quiet and verbose:
         fail("--quiet and --verbose exclude each other; pass one")
     return QUIET if quiet else VERBOSE if verbose else NORMAL
+
+
+def _kernelbench_option():
+    return typer.Option(None, "--kernelbench", metavar="PATH_OR_DATASET",
+                        help="Take PROBLEM as a KernelBench id (level1/19) from a local checkout, a data file, "
+                             "or the Hugging Face dataset (ScalingIntelligence/KernelBench; needs datasets).")
+
+
+def _problem_file(problem: Path, kernelbench: str | None) -> Path:
+    """PROBLEM as a file: itself, or (with --kernelbench) the KernelBench problem it names."""
+    from kernelwright.cli.kernelbench import KernelBenchError, parse_id, resolve
+
+    if kernelbench:
+        from kernelwright.store.api import default_store
+
+        try:
+            problem = resolve(str(problem), kernelbench, default_store().parent / "kernelbench")
+        except KernelBenchError as exc:
+            fail(str(exc))
+    elif not problem.exists() and parse_id(str(problem)):
+        fail(f"problem file not found: {problem}; a KernelBench id needs --kernelbench PATH "
+             "(a checkout, or ScalingIntelligence/KernelBench)")
+    _source_file(problem, "problem")
+    return problem
 
 
 def _source_file(path: Path, what: str) -> None:
@@ -159,13 +167,18 @@ def eval_cmd(
                                  help="Profile a correct candidate's kernels (ncu where it works, else torch.profiler)."),
     profile_tool: str = typer.Option(None, "--profile-tool", metavar="auto|ncu|torch", help="Profiler (default auto)."),
     json_out: bool = typer.Option(False, "--json", metavar="", help="Print the result record as JSON on stdout, and nothing else."),
+    kernelbench: str = _kernelbench_option(),
+    fail_on: str = typer.Option(None, "--fail-on", metavar="VERDICT,...",
+                                help="Exit 3 when the verdict is one of these (for CI), e.g. "
+                                     "incorrect,compile_error,runtime_error,timeout,crashed; 'failed': any but passed."),
     config: Path = _config_option(),
     quiet: bool = _quiet_option(),
     verbose: bool = _verbose_option(),
 ) -> None:
     """Build, check and time CANDIDATE against PROBLEM in an isolated child process."""
     verbosity = _verbosity(quiet, verbose)
-    _source_file(problem, "problem")
+    failing = _verdicts(fail_on)
+    problem = _problem_file(problem, kernelbench)
     _source_file(candidate, "candidate")
     settings = _settings(config, {"eval": {
         "device": device, "trials": trials, "atol": atol, "rtol": rtol, "seed": seed, "sandbox": sandbox,
@@ -173,7 +186,7 @@ def eval_cmd(
         "profile": {k: v for k, v in (("enabled", profile), ("tool", profile_tool)) if v is not None} or None}})
     cfg = settings.eval
     from kernelwright.engine import EngineError, evaluate, prestart
-    from kernelwright.cli.console import EvalProgress, render_result
+    from kernelwright.cli.console import EvalProgress, out_console, render_result
 
     try:
         # the child starts up (python, torch, CUDA) while this process checks the problem and the device
@@ -188,7 +201,25 @@ def eval_cmd(
     if json_out:
         sys.stdout.write(result.to_json() + "\n")
     else:
-        render_result(result, Console(), evidence=cfg.profile.enabled, verbosity=verbosity)
+        render_result(result, out_console(), evidence=cfg.profile.enabled, verbosity=verbosity)
+    if result.status.value in failing:
+        raise typer.Exit(int(ExitCode.VERDICT))
+
+
+def _verdicts(fail_on: str | None) -> set[str]:
+    """`--fail-on incorrect,compile_error`: the verdicts that make `eval` exit 3 ('failed': every one but passed)."""
+    from kernelwright.core.record import Status
+
+    if not fail_on:
+        return set()
+    known = [s.value for s in Status]
+    names = {n.strip() for n in fail_on.split(",") if n.strip()}
+    if "failed" in names:
+        names = (names - {"failed"}) | (set(known) - {"passed"})
+    unknown = sorted(names - set(known))
+    if unknown:
+        fail(f"--fail-on {fail_on}: unknown verdict {', '.join(unknown)}; pass some of {', '.join(known)} (or 'failed')")
+    return names
 
 
 # ---- optimize -----------------------------------------------------------------------------------
@@ -205,9 +236,12 @@ def optimize_cmd(
     backend: str = typer.Option(None, metavar="cuda|triton|cpp",
                                 help="Kernel language the Coder writes (default: cuda on a GPU, cpp on the CPU)."),
     device: str = typer.Option(None, metavar="cuda|cpu|auto", help="Device (default auto: cuda when a GPU is visible)."),
-    out: Path = typer.Option(None, metavar="DIR", help="Run directory to write (default: runs/PROBLEM-DATE-TIME); must be new or empty."),
+    out: Path = typer.Option(None, metavar="DIR", help="Run directory to write (default: runs/NAME-DATE-TIME); must be new or empty."),
     resume: Path = typer.Option(None, "--resume", metavar="RUN", help="Continue this run directory after its last finished round."),
-    store: Path = typer.Option(None, "--store", metavar="FILE", help="Run store that indexes the run (default: the run directory's parent/kernelwright.db)."),
+    store: Path = typer.Option(None, "--store", metavar="FILE", help=STORE_HELP),
+    name: str = typer.Option(None, "--name", metavar="NAME",
+                             help="The run's name in the store and its folder (default: the problem file's name, "
+                                  "or its folder's for a problem.py)."),
     base_url: str = typer.Option(None, "--base-url", metavar="URL", help="OpenAI-compatible endpoint (vLLM, SGLang, Ollama, a proxy)."),
     target_speedup: float = typer.Option(None, "--target-speedup", metavar="X", help="Stop once a verified candidate is this much faster."),
     max_tokens: int = typer.Option(None, "--max-tokens", metavar="N", help="Token budget for the whole run."),
@@ -238,13 +272,14 @@ def optimize_cmd(
                                  help="Where evaluations run: serial, local (a worker per GPU) or ray."),
     gpus: str = typer.Option(None, "--gpus", metavar="0,1,...", help="GPUs to use (default: every visible GPU)."),
     ray_address: str = typer.Option(None, "--ray-address", metavar="ADDR", help="Ray cluster to join (default: a local Ray)."),
+    kernelbench: str = _kernelbench_option(),
     config: Path = _config_option(),
     quiet: bool = _quiet_option(),
     verbose: bool = _verbose_option(),
 ) -> None:
     """Let a Coder and a Judge write, repair and speed up kernels for PROBLEM, round by round."""
     verbosity = _verbosity(quiet, verbose)
-    _source_file(problem, "problem")
+    problem = _problem_file(problem, kernelbench)
     settings = _settings(config, {
         "eval": {"device": device, "trials": trials, "atol": atol, "rtol": rtol, "verdict": verdict, "seed": seed,
                  "sandbox": sandbox, "profile": {"tool": profile_tool} if profile_tool else None},
@@ -257,13 +292,13 @@ def optimize_cmd(
                             if v is not None} or None},
     })
     code = run_optimize(problem, settings, out, verbosity=verbosity, json_out=json_out,
-                        executor=executor, gpus=gpus, ray_address=ray_address, resume=resume, store=store)
+                        executor=executor, gpus=gpus, ray_address=ray_address, resume=resume, store=store, name=name)
     raise typer.Exit(int(code))
 
 
 def run_optimize(problem: Path, settings: Settings, out: Path | None, *, verbosity: int, json_out: bool,
                  executor: str = "serial", gpus: str | None = None, ray_address: str | None = None,
-                 resume: Path | None = None, store: Path | None = None) -> ExitCode:
+                 resume: Path | None = None, store: Path | None = None, name: str | None = None) -> ExitCode:
     """Set the run up from `settings` (one-line errors, exit 2), run it, say how it ended."""
     from kernelwright.engine import EngineError
     from kernelwright.engine.isolation import sandbox as sandbox_mod
@@ -273,13 +308,15 @@ def run_optimize(problem: Path, settings: Settings, out: Path | None, *, verbosi
     from kernelwright.executors.resolve import make_executor
     from kernelwright.models import ModelSetupError, resolve_model
     from kernelwright.models.resolve import resolve_coders
-    from kernelwright.cli.console import QUIET, LoopProgress, render_run, run_line
-    from kernelwright.store.rundir import RunDir, RunDirError, default_run_dir, read_summary
+    from kernelwright.cli.console import QUIET, LoopProgress, out_console, render_run, run_line
+    from kernelwright.store.rundir import RunDir, RunDirError, default_run_dir, problem_name, read_summary
 
     cfg, eval_cfg, model_cfg = settings.loop, settings.eval, settings.loop.model
     if not model_cfg.coder:
         fail("no Coder model given; pass --coder (openai:MODEL, anthropic:MODEL, replay:RUN_DIR) "
              "or set coder under [model] in kernelwright.toml")
+    if name is not None and (not name.strip() or "/" in name or "\\" in name or name.startswith(".")):
+        fail(f"--name {name!r}: a run's name is one folder name; pass letters, digits, - or _")
     device = _resolve_device(settings)
     if not settings.given("loop.backend"):
         cfg.backend = "cpp" if device == "cpu" else "cuda"
@@ -287,6 +324,10 @@ def run_optimize(problem: Path, settings: Settings, out: Path | None, *, verbosi
     evaluate = None
     try:
         sandbox_mod.resolve(eval_cfg.sandbox)  # bwrap asked for and missing: say so before any model call
+        if model_cfg.prompt_dir:  # a typo in a template's name: said now, not after the first round
+            from kernelwright.models.prompts import check_prompt_dir
+
+            check_prompt_dir(model_cfg.prompt_dir)
         coders = resolve_coders(model_cfg.coder, model_cfg, cfg.candidates)
         coder_model = coders[0]
         judge_model = resolve_model(model_cfg.judge or model_cfg.coder, "judge", model_cfg)
@@ -299,8 +340,8 @@ def run_optimize(problem: Path, settings: Settings, out: Path | None, *, verbosi
             from kernelwright.cli.resume import reopen
 
             run_dir, done = reopen(resume, problem)
-        run_dir = run_dir or RunDir(out or default_run_dir(problem), problem, {
-            "coder": coder_model.name, "judge": judge_model.name, "backend": cfg.backend, "device": device,
+        run_dir = run_dir or RunDir(out or default_run_dir(problem, name=name), problem, {
+            "name": name or problem_name(problem), "coder": coder_model.name, "judge": judge_model.name, "backend": cfg.backend, "device": device,
             "round_limit": cfg.rounds, "target_speedup": cfg.target_speedup, "trials": eval_cfg.trials,
             "atol": eval_cfg.atol, "rtol": eval_cfg.rtol, "verdict": eval_cfg.verdict, "seed": eval_cfg.seed,
             "profile": eval_cfg.profile.tool if cfg.profile else "off", "sandbox": eval_cfg.sandbox,
@@ -322,8 +363,10 @@ def run_optimize(problem: Path, settings: Settings, out: Path | None, *, verbosi
     if done:
         forge.restore(done, wall_s=float(read_summary(run_dir.path).get("wall_s") or 0.0))
         if verbosity > QUIET:
-            err.print(f"resuming after round {len(done) - 1} (best so far "
-                      f"{forge.state.best.speedup if forge.state.best else None})", highlight=False)
+            best = forge.state.best
+            so_far = f"{best.speedup:.3f}x" if best is not None and best.speedup is not None else (
+                "untimed" if best is not None else "none yet")
+            err.print(f"resuming after round {len(done) - 1} (best so far {so_far})", highlight=False)
     try:
         with LoopProgress(err, cfg.rounds, verbosity) as progress:
             forge.on_progress = progress.update
@@ -338,9 +381,9 @@ def run_optimize(problem: Path, settings: Settings, out: Path | None, *, verbosi
     if json_out:
         sys.stdout.write(json.dumps(summary, indent=2) + "\n")
     elif verbosity == QUIET:
-        Console().print(run_line(summary, run_dir.path), highlight=False, soft_wrap=True, markup=False)
+        out_console().print(run_line(summary, run_dir.path), highlight=False, soft_wrap=True, markup=False)
     else:
-        render_run(summary, run_dir.path, Console())
+        render_run(summary, run_dir.path, out_console())
     return ExitCode.OK if summary["state"] == "finished" else ExitCode.STOPPED
 
 

@@ -22,13 +22,12 @@ def indexed(run_dir: RunDir, store: Path | None):
     cannot be opened is said once on stderr; the run goes on with its files alone."""
     from rich.console import Console
 
-    from kernelwright.store.api import DEFAULT_STORE
+    from kernelwright.store.api import default_store
     from kernelwright.store.db import Store, StoreError
     from kernelwright.store.recorder import IndexingRecorder
 
     try:
-        return IndexingRecorder(run_dir, Store.open(store or run_dir.path.resolve().parent / DEFAULT_STORE.name),
-                                kind="optimize")
+        return IndexingRecorder(run_dir, Store.open(store or default_store()), kind="optimize")
     except StoreError as exc:
         Console(stderr=True).print(f"[yellow]warning:[/] {exc}; the run is recorded in its folder only", highlight=False)
         return run_dir

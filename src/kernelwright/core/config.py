@@ -300,6 +300,9 @@ class ModelConfig:
     max_concurrent: int = 8  # calls in flight at once per endpoint (models.limits), all roles together
     # prices in the settings file itself: {model: {"input": USD/Mtok, "output": USD/Mtok}}, over the file's
     prices: dict[str, dict[str, float]] = field(default_factory=dict)
+    # a folder of .j2 files that replace the bundled prompt templates of the same name (coder_first.j2,
+    # judge_performance.j2, _backend.j2, ...); the others stay the bundled ones (models/prompts)
+    prompt_dir: str | None = None
 
 
 @dataclass

@@ -40,7 +40,7 @@ FILE_NAME = "kernelwright.toml"
 PYPROJECT = "pyproject.toml"
 # file section -> attribute path inside Settings
 SECTIONS: dict[str, tuple[str, ...]] = {"eval": ("eval",), "loop": ("loop",), "model": ("loop", "model")}
-PATH_KEYS = {("model", "price_file"), ("eval", "cache_dir")}
+PATH_KEYS = {("model", "price_file"), ("model", "prompt_dir"), ("eval", "cache_dir")}
 
 
 class SettingsError(ValueError):

@@ -140,11 +140,29 @@ class Forge:
                     judged_round=r.index, baseline_round=st.best.index, baseline_speedup=st.best.speedup,
                     expected_speedup=r.critique.expected_speedup, expected_text=r.critique.expected_text,
                     optimisation=r.critique.optimisation)
+        self._skip_used_answers(rounds)
         st.stop_reason = self._stop_reason(len(rounds)) if rounds else None
         last = rounds[-1] if rounds else None
         if (st.stop_reason is None and last is not None and last.result is not None and last.judge is None
                 and last.judge_error is None and last.result.status is not Status.FORMAT_ERROR):
             self.unjudged = last  # it ended the run at its old limit: run() asks the Judge first, as step() would have
+
+    def _skip_used_answers(self, rounds: list[Round]) -> None:
+        """A model with a fixed list of answers (a replay, `skip(n)`) moves past those the restored
+        rounds already used, so the resumed run gets the answers an uninterrupted run would have."""
+        used = [0] * len(self.coders)
+        judged = 0
+        for r in rounds:
+            calls = [c.coder for c in r.candidates] if r.candidates else [r.coder]
+            for i, call in enumerate(calls):
+                if call is not None and call.completion is not None:
+                    used[i % len(self.coders)] += 1
+            if r.judge is not None and r.judge.completion is not None:
+                judged += 1
+        for model, n in [*zip(self.coders, used), (self.judge, judged)]:
+            skip = getattr(model, "skip", None)
+            if callable(skip) and n:
+                skip(n)
 
     def _judge_unjudged(self) -> None:
         rnd, self.unjudged = self.unjudged, None
@@ -250,14 +268,14 @@ class Forge:
             assert target is not None, "a passed round has become the best or lost to one"
             kind: type = PerformanceCritique
             last = rnd.expectation if rnd.expectation and rnd.expectation.measured_over_baseline is not None else None
-            prompt = prompts.render("judge_performance", backend=self.config.backend, problem_code=self.problem_code,
+            prompt = self._render("judge_performance", backend=self.config.backend, problem_code=self.problem_code,
                                     code=target.code, result=target.result,
                                     history=history + [_history_entry(rnd) | {"expectation": None}],  # told below
                                     profile=_profile_text(target.result), target_round=target.index,
                                     last_expectation=last.sentence() if last else None)
         else:
             kind = FailureCritique
-            prompt = prompts.render("judge_failure", backend=self.config.backend, problem_code=self.problem_code,
+            prompt = self._render("judge_failure", backend=self.config.backend, problem_code=self.problem_code,
                                     code=rnd.code, result=rnd.result, history=history,
                                     profile=_profile_text(rnd.result))
         rnd.judge = self._call(self.judge, "judge", prompt)
@@ -278,7 +296,7 @@ class Forge:
     def _coder_prompt(self) -> tuple[str, str]:
         backend, rounds = self.config.backend, self.state.rounds
         if not rounds:
-            return "first", prompts.render("coder_first", backend=backend, device=self.device_words,
+            return "first", self._render("coder_first", backend=backend, device=self.device_words,
                                            problem_code=self.problem_code)
         last = rounds[-1]
         if _result(last).status is Status.PASSED:
@@ -287,12 +305,16 @@ class Forge:
             note = None
             if best is not last:
                 note = f"passed but was not kept: {last.best_decision}" if last.best_decision else None
-            return "optimise", prompts.render("coder_optimise", backend=backend, device=self.device_words,
+            return "optimise", self._render("coder_optimise", backend=backend, device=self.device_words,
                                               result=best.result, old_code=best.code, critique=last.critique,
                                               last_attempt=note, problem_code=self.problem_code)
         old = last.code if last.code is not None else (_coder(last).response or "")
-        return "repair", prompts.render("coder_repair", backend=backend, error_log=_result(last).error_log,
+        return "repair", self._render("coder_repair", backend=backend, error_log=_result(last).error_log,
                                         old_code=old, critique=last.critique, verdict=last.verdict)
+
+    def _render(self, name: str, **variables: Any) -> str:
+        """A prompt, from the user's prompt folder (`model.prompt_dir`) where it holds that template."""
+        return prompts.render(name, self.config.model.prompt_dir, **variables)
 
     def _call(self, model: ChatModel, role: str, prompt: str, count: bool = True) -> ModelCall:
         call = ModelCall(role=role, prompt=prompt)

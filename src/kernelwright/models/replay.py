@@ -36,6 +36,10 @@ class ReplayChat:
             raise ModelSetupError(f"{self.run_dir} holds no recorded {role} responses (NNN_<hash>/{name}); pass a run directory")
         self.played = 0
 
+    def skip(self, n: int) -> None:
+        """Move past `n` answers (those a resumed run's recorded rounds already used)."""
+        self.played += n
+
     def complete(self, messages: list[Message]) -> Completion:
         if self.played >= len(self.responses):
             raise AnswersExhausted(f"replay of {self.run_dir} has no more {self.role} responses ({self.played} played)")

@@ -3,6 +3,7 @@
     openai:gpt-5                 OpenAI (key from OPENAI_API_KEY, or the configured env var)
     anthropic:claude-sonnet-4-5  Anthropic (key from ANTHROPIC_API_KEY, or the configured env var)
     replay:RUN_DIR               the responses recorded in a run directory, in order
+    litellm:gemini/gemini-2.5-pro  any provider LiteLLM names (optional: pip install 'kernelwright[litellm]')
     qwen2.5-coder (bare name)    an OpenAI-compatible server at --base-url (OpenAI itself without one)
 
 Without --base-url, a spec with an unknown prefix (`foo:bar`) is an error naming the known ones;
@@ -15,7 +16,7 @@ from kernelwright.core.config import ModelConfig
 from kernelwright.models.base import ChatModel, ModelSetupError
 from kernelwright.models.pricing import PriceTable
 
-PROVIDERS = ("openai", "anthropic", "replay")
+PROVIDERS = ("openai", "anthropic", "litellm", "replay")
 
 
 def resolve_model(spec: str, role: str, config: ModelConfig, prices: PriceTable | None = None) -> ChatModel:
@@ -40,6 +41,10 @@ def resolve_model(spec: str, role: str, config: ModelConfig, prices: PriceTable 
 
         return ReplayChat(rest, role)
     prices = prices or PriceTable.load(config.price_file, config.prices)
+    if provider == "litellm":
+        from kernelwright.models.litellm_backend import LiteLLMChat
+
+        return LiteLLMChat(rest, config, prices, name=spec)
     if provider == "anthropic":
         from kernelwright.models.anthropic_backend import AnthropicChat
 

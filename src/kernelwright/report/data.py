@@ -14,8 +14,49 @@ from typing import Any
 from kernelwright.store.api import RunStore
 from kernelwright.suites.metrics import ProblemOutcome, fast_p_curve, summarize
 
-CSV_COLUMNS = ["level", "problem", "verdict", "correct", "speedup", "speedup_vs_compile", "best_round", "rounds",
-               "verdicts", "tokens", "cost_usd", "wall_s", "degenerate", "run_dir"]
+CSV_COLUMNS = ["level", "problem", "verdict", "correct", "speedup", "speedup_vs_compile", "candidate_ms", "reference_ms",
+               "reason", "best_round", "rounds", "verdicts", "tokens", "cost_usd", "wall_s", "degenerate", "run_dir"]
+ENV_KEYS = ("device", "driver", "torch", "cuda", "python", "kernelwright", "commit", "platform")
+
+
+def reason(record: dict[str, Any] | None) -> str | None:
+    """Why an evaluation failed, in one line: the first line of its error log that says something."""
+    if not record or record.get("status") == "passed":
+        return None
+    for line in (record.get("error_log") or "").splitlines():
+        line = " ".join(line.split())
+        if line and not line.startswith(("Traceback", "File ", "^")):
+            return (line[:157] + "...") if len(line) > 160 else line
+    stage = record.get("error_stage")
+    return f"{record.get('status')}" + (f" in stage {stage}" if stage else "")
+
+
+def environment(db: RunStore, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Where the numbers come from: the device, NVIDIA driver, torch, CUDA, Python, kernelwright's
+    version and commit, from the runs' run.json and their evaluation records (the first that says)."""
+    env: dict[str, Any] = {}
+    for run in runs:
+        info = run.get("info") or {}
+        for k, v in (info.get("environment") or {}).items():
+            env.setdefault(k, v)
+        if info.get("kernelwright"):
+            env.setdefault("kernelwright", info["kernelwright"])
+        for e in db.evaluations(run=run["id"]):
+            rec = e.get("record") or {}
+            meta = rec.get("metadata") or {}
+            for key, value in (("device", rec.get("device")), ("torch", meta.get("torch_version")),
+                               ("cuda", meta.get("cuda_version")), ("python", meta.get("python"))):
+                if value:
+                    env.setdefault(key, value)
+            if "device" in env and "torch" in env:
+                break
+    return {k: env.get(k) for k in ENV_KEYS}
+
+
+def per_level(outcomes: list[ProblemOutcome]) -> dict[str, dict[str, Any]]:
+    """The metrics of each level (KernelBench reports fast_p per level), when the problems have levels."""
+    levels = sorted({o.level for o in outcomes if o.level})
+    return {lv: summarize([o for o in outcomes if o.level == lv]).to_dict() for lv in levels}
 
 
 def fast_p_grid(outcomes: list[ProblemOutcome]) -> list[float]:
@@ -31,7 +72,8 @@ def build(db: RunStore, target: str) -> dict[str, Any]:
     outcomes = [ProblemOutcome(**r) for r in rows]
     counted = [o for o in outcomes if not o.degenerate]
     grid = fast_p_grid(counted)
-    problems = []
+    problems: list[dict[str, Any]] = []
+    runs: list[dict[str, Any]] = []
     for row in rows:
         rounds = []
         if row["run_id"] is not None:
@@ -49,20 +91,30 @@ def build(db: RunStore, target: str) -> dict[str, Any]:
                 prev_code = code if code is not None else prev_code
         best = next((r for r in rounds if r["round"] == row["best_round"]), None)
         run = db.run(row["run_id"]) if row["run_id"] else None
-        error = None
-        if not row["correct"] and row["run_id"] is not None:
-            evals = db.evaluations(run=row["run_id"])
-            if evals:
-                error = (evals[-1]["record"].get("error_log") or "").strip()[:4000]
+        if run is not None:
+            runs.append(run)
+        error = why = None
+        timed: dict[str, Any] = {}
+        evals = db.evaluations(run=row["run_id"]) if row["run_id"] is not None else []
+        if row["correct"]:
+            timed = next((e for e in evals if e["round_idx"] == row["best_round"]), {})
+        elif evals:
+            error = (evals[-1]["record"].get("error_log") or "").strip()[:4000]
+            why = reason(evals[-1]["record"])
+        elif row["verdict"] == "no_candidate":
+            why = "no candidate for this problem"
         problems.append({**row, "rounds": rounds, "best_code": best["code"] if best else None,
-                         "run_dir": run["run_dir"] if run else None, "error_log": error,
+                         "run_dir": run["run_dir"] if run else None, "error_log": error, "reason": why,
+                         "candidate_ms": timed.get("candidate_ms"), "reference_ms": timed.get("reference_ms"),
                          "key": f"{row['level']}/{row['problem']}" if row["level"] else row["problem"]})
     return {
         "target": target,
         "kind": f"{suite['kind']} suite" if suite else "run",
         "generated": datetime.now().isoformat(timespec="seconds"),
         "settings": (suite or {}).get("info") or (db.run(target) or {}).get("info") or {},
+        "environment": environment(db, runs),
         "metrics": summarize(outcomes).to_dict(),
+        "levels": per_level(counted),
         "fast_p_curve": {"p": grid, "fast_p": fast_p_curve(counted, grid)},
         "problems": problems,
     }

@@ -97,3 +97,50 @@ def rounds_chart(rounds: list[dict[str, Any]]) -> str:
     ax.set_xlabel("round")
     ax.set_ylabel("speedup")
     return _svg(fig)
+
+
+SERIES_COLORS = ["#1565c0", "#e65100", "#2e7d32", "#6a1b9a", "#00838f", "#ad1457", "#5d4037", "#455a64"]
+
+
+def fast_p_compare(ps: list[float], curves: dict[str, list[float]]) -> str:
+    """fast_p over p for several suites or runs, one line each."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(4.8, 2.8))
+    for i, (label, values) in enumerate(curves.items()):
+        ax.step(ps, values, where="post", color=SERIES_COLORS[i % len(SERIES_COLORS)], label=label, linewidth=1.6)
+    for p in (1.0, 1.5, 2.0):
+        ax.axvline(p, color="#bbb", linewidth=0.8)
+    ax.set_ylim(0, 1.02)
+    ax.set_xlabel("p (speedup threshold)")
+    ax.set_ylabel("fast_p")
+    ax.set_title("fast_p: correct and faster than p x")
+    ax.legend(fontsize=8, frameon=False)
+    return _svg(fig)
+
+
+def speedup_compare(problems: list[str], labels: list[str], series: list[list[float | None]]) -> str:
+    """Per-problem speed-up of each suite or run as grouped bars (log scale; a failed problem has no bar)."""
+    plt = _plt()
+    n, k = len(problems), max(len(labels), 1)
+    fig, ax = plt.subplots(figsize=(max(4.8, 0.5 * n * k / 2 + 2.0), 2.8))
+    width = 0.8 / k
+    for i, (label, values) in enumerate(zip(labels, series)):
+        xs = [j + (i - (k - 1) / 2) * width for j in range(n)]
+        ys = [v if v else float("nan") for v in values]
+        ax.bar(xs, ys, width=width, color=SERIES_COLORS[i % len(SERIES_COLORS)], label=label)
+    ax.axhline(1.0, color="#555", linestyle="--", linewidth=1)
+    ax.set_yscale("log")
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    shown = [v for values in series for v in values if v]
+    lo, hi = min(shown + [1.0]), max(shown + [1.0])
+    ax.set_ylim(lo / 1.3, hi * 1.3)
+    ax.set_yticks([t for t in (0.1, 0.25, 0.5, 1, 1.5, 2, 3, 5, 10, 20, 50, 100) if lo / 1.3 <= t <= hi * 1.3])
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}x"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+    ax.set_xticks(range(n))
+    ax.set_xticklabels(problems, rotation=30 if n > 3 else 0, ha="right" if n > 3 else "center", fontsize=8)
+    ax.set_ylabel("speedup over eager")
+    ax.set_title("speed-up per problem (no bar: no correct kernel)")
+    ax.legend(fontsize=8, frameon=False)
+    return _svg(fig)

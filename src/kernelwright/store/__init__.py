@@ -2,6 +2,14 @@
 the run store (`db.py`), one SQLite file that indexes them (`indexer.py`) for suites, resumes and
 reports. Notebooks: `from kernelwright.store import open_store` (`api.py`)."""
 
-from kernelwright.store.api import DEFAULT_STORE, RunStore, open_store
+from typing import Any
 
-__all__ = ["DEFAULT_STORE", "RunStore", "open_store"]
+from kernelwright.store.api import RunStore, default_store, open_store
+
+__all__ = ["DEFAULT_STORE", "RunStore", "default_store", "open_store"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "DEFAULT_STORE":  # the user's store, read when asked (KERNELWRIGHT_STORE may be set later)
+        return default_store()
+    raise AttributeError(name)

@@ -1,7 +1,7 @@
 """The run store for notebooks and reports: plain rows (dicts), ready for `pandas.DataFrame(...)`.
 
     from kernelwright.store import open_store
-    db = open_store("runs/kernelwright.db")
+    db = open_store()                # the user's store (see `default_store`), or open_store("path/to/kw.db")
     db.suites()                      # every suite: name, kind, problems, settings
     db.runs(suite="kb-l1")           # every run (one per problem of a suite), with its best result
     db.problems("kb-l1")             # one row per problem: best correct speedup, verdicts round by round
@@ -14,16 +14,46 @@
 from __future__ import annotations
 
 import json
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
 from kernelwright.store.db import Store, StoreError
 
-DEFAULT_STORE = Path("runs") / "kernelwright.db"
+STORE_ENV = "KERNELWRIGHT_STORE"
+STORE_FILE = "kernelwright.db"
 
 
-def open_store(path: str | Path = DEFAULT_STORE, readonly: bool = True) -> "RunStore":
-    return RunStore(Store.open(path, readonly=readonly))
+def data_dir() -> Path:
+    """The platform's per-user data directory for kernelwright: $XDG_DATA_HOME/kernelwright
+    (~/.local/share/kernelwright) on Linux, ~/Library/Application Support/kernelwright on macOS,
+    %LOCALAPPDATA%\\kernelwright on Windows."""
+    home = Path.home()
+    if sys.platform == "darwin":
+        return home / "Library" / "Application Support" / "kernelwright"
+    if sys.platform.startswith("win"):
+        return Path(os.environ.get("LOCALAPPDATA") or home / "AppData" / "Local") / "kernelwright"
+    return Path(os.environ.get("XDG_DATA_HOME") or home / ".local" / "share") / "kernelwright"
+
+
+def default_store() -> Path:
+    """One store per user, so `kernelwright runs` lists every run wherever its folder is:
+    $KERNELWRIGHT_STORE when set, else `data_dir()/kernelwright.db`. `--store` overrides both."""
+    return Path(os.environ.get(STORE_ENV) or data_dir() / STORE_FILE).expanduser()
+
+
+def __getattr__(name: str) -> Any:
+    if name == "DEFAULT_STORE":  # read when asked, so the environment variable set later counts
+        return default_store()
+    raise AttributeError(name)
+
+
+def open_store(path: str | Path | None = None, readonly: bool = True) -> "RunStore":
+    """The run store at `path` (default: `default_store()`, made empty when there is none yet), for reading rows."""
+    if path is None and not default_store().is_file():
+        Store.open(default_store()).close()  # nothing run yet: an empty store, not an error
+    return RunStore(Store.open(path or default_store(), readonly=readonly))
 
 
 def _row(r) -> dict[str, Any]:

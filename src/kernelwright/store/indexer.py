@@ -15,6 +15,7 @@ from typing import Any
 from kernelwright.core import run_files
 from kernelwright.models.replay import round_dirs
 from kernelwright.store.db import Store, now
+from kernelwright.store.rundir import problem_name
 
 
 def degenerate(record: dict[str, Any]) -> bool:
@@ -53,7 +54,7 @@ def index_run(store: Store, run_dir: str | Path, *, suite_id: str | None = None,
     summary = _load(run_dir / run_files.SUMMARY) or {}
     rounds = finished_rounds(run_dir)
     run_id = str(run_dir)
-    problem = problem or Path(info.get("problem") or run_dir.name).stem
+    problem = problem or info.get("name") or problem_name(info.get("problem") or run_dir.name)
     best = summary.get("best") or {}
     tokens = sum(int(r.get("tokens") or 0) for _, r in rounds)
     costs = [r.get("cost_usd") for _, r in rounds]

@@ -28,7 +28,6 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -41,22 +40,32 @@ from kernelwright.loop.history import Expectation, ModelCall, Round, RunState
 from kernelwright.models.base import Attempt, Completion, Usage
 from kernelwright.models.extract import FailureCritique, PerformanceCritique
 from kernelwright.models.replay import round_dirs
+from kernelwright.store.environment import host_environment
+from kernelwright.store.files import write_public
 
 
 class RunDirError(RuntimeError):
     """The run directory cannot be used. One line naming the fix."""
 
 
-def default_run_dir(problem: Path, root: Path = Path("runs")) -> Path:
-    return root / f"{problem.stem}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+def problem_name(problem: str | Path) -> str:
+    """A problem's name: its file's stem, or its folder's name when the file is `problem.py`
+    (`examples/softmax/problem.py` is "softmax")."""
+    path = Path(problem)
+    if path.name == run_files.PROBLEM and path.parent.name not in ("", "."):
+        return path.parent.name
+    if path.name == run_files.PROBLEM:
+        return path.resolve().parent.name or path.stem
+    return path.stem
+
+
+def default_run_dir(problem: Path, root: Path = Path("runs"), name: str | None = None) -> Path:
+    return root / f"{name or problem_name(problem)}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
 
 
 def _write(path: Path, text: str) -> None:
-    """Write whole files only: a reader (or a crash) never sees half a summary."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    """Write whole files only: a reader (or a crash) never sees half a summary; mode 0644 (no secrets)."""
+    write_public(path, text)
 
 
 def _json(data: Any) -> str:
@@ -78,7 +87,8 @@ class RunDir:
         self.problem = Path(problem)
         shutil.copyfile(self.problem, self.path / run_files.PROBLEM)
         self.run_info = {"kernelwright": kernelwright.__version__, "problem": str(self.problem),
-                         "started": datetime.now().isoformat(timespec="seconds"), **run_info}
+                         "started": datetime.now().isoformat(timespec="seconds"),
+                         "environment": host_environment(), **run_info}
         _write(self.path / run_files.RUN_INFO, _json(self.run_info))
         self.dirs: dict[int, str] = {}
 
