@@ -38,27 +38,26 @@ class WarmPool:
         self.startup_cpus = startup_cpus or None
         self.home_cpus = home_cpus or None
         self._spares: deque = deque()
-        self._lock = threading.Lock()
+        self._cv = threading.Condition()
         self._not_timing = threading.Event()
         self._not_timing.set()
-        self._refill: threading.Thread | None = None
+        # One long-lived thread starts every spare: a child's parent-death signal (PR_SET_PDEATHSIG)
+        # fires when the *thread* that started it ends, so a short-lived thread would take its
+        # spares with it.
+        self._starter: threading.Thread | None = None
         self._closed = False
         self.started = 0  # spares started (for tests and benchmarks)
 
     # -- spares --
     def prestart(self) -> None:
         """Start filling the pool (in the background: the children start up while the caller goes on)."""
-        self._refill_async()
+        with self._cv:
+            if self._starter is None and not self._closed and self.size > 0:
+                self._starter = threading.Thread(target=self._start_spares, name="kw-warm-pool", daemon=True)
+                self._starter.start()
+            self._cv.notify_all()
 
-    def _fill(self) -> None:
-        try:
-            self._fill_loop()
-        finally:  # however it ended: a later take starts a new refill
-            with self._lock:
-                if self._refill is threading.current_thread():
-                    self._refill = None
-
-    def _fill_loop(self) -> None:
+    def _start_spares(self) -> None:
         from kernelwright.engine import EngineError
         from kernelwright.engine.evaluation import prestart
 
@@ -68,48 +67,44 @@ class WarmPool:
             except OSError:
                 pass
         while True:
-            with self._lock:
-                if self._closed or len(self._spares) >= self.size:
-                    self._refill = None  # under the lock: a take after this starts a new refill
+            with self._cv:
+                self._cv.wait_for(lambda: self._closed or len(self._spares) < self.size)
+                if self._closed:
                     return
             self._not_timing.wait()  # never start one up while this GPU's evaluation is timed
             try:
                 spare = prestart(self.config)
             except EngineError:
-                with self._lock:
-                    self._refill = None
-                return  # the next evaluation starts its own child and reports the problem
-            with self._lock:
+                with self._cv:  # the evaluation starts its own child and reports the problem; try at the next take
+                    self._cv.wait()
+                continue
+            except Exception:  # never lose the starter to a bug: the evaluations start their own children
+                continue
+            with self._cv:
                 if self._closed:
-                    self._refill = None
                     spare.discard()
                     return
                 self._spares.append(spare)
                 self.started += 1
-
-    def _refill_async(self) -> None:
-        with self._lock:
-            if self._closed or self._refill is not None:
-                return
-            self._refill = threading.Thread(target=self._fill, name="kw-warm-pool", daemon=True)
-            self._refill.start()
+                self._cv.notify_all()
 
     def _take(self):
-        with self._lock:
+        spare = None
+        with self._cv:
             while self._spares:
-                spare = self._spares.popleft()
-                if spare.alive():
+                candidate = self._spares.popleft()
+                if candidate.alive():
+                    spare = candidate
                     break
-                spare.discard()
-            else:
-                return None
-        if self.home_cpus and self.startup_cpus:
+                candidate.discard()
+            self._cv.notify_all()  # the starter replaces it
+        if spare is not None and self.home_cpus and self.startup_cpus:
             for child in (spare.runner, spare.judge):
                 move_tree(child.proc.pid, self.home_cpus)
         return spare
 
     def spares(self) -> int:
-        with self._lock:
+        with self._cv:
             return len(self._spares)
 
     # -- evaluations --
@@ -118,8 +113,8 @@ class WarmPool:
         """`engine.evaluate` on the oldest spare (a fresh child where none is left)."""
         from kernelwright.engine.evaluation import evaluate
 
+        self.prestart()
         spare = self._take()
-        self._refill_async()
 
         def stage(s: str) -> None:
             if s == "timing":
@@ -135,14 +130,14 @@ class WarmPool:
             self._not_timing.set()
 
     def close(self) -> None:
-        with self._lock:
+        with self._cv:
             self._closed = True
+            self._cv.notify_all()
+            starter = self._starter
         self._not_timing.set()
-        with self._lock:
-            refill = self._refill
-        if refill is not None:
-            refill.join()
-        with self._lock:
+        if starter is not None:
+            starter.join()
+        with self._cv:
             spares, self._spares = list(self._spares), deque()
         for spare in spares:
             spare.discard()
