@@ -5,6 +5,7 @@ prebuild's trusted builds handed to the worker so that no builder starts on the 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 import time
@@ -167,3 +168,32 @@ def test_local_executor_hands_the_prebuild_to_the_worker(cache_dir):
     assert stages[:3] == ["prebuild", "building", "built"] and "correctness" in stages
     # without the hand-over (a fresh process that has learned nothing), a builder would run
     assert replace(cfg).build.trusted_cache
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("openai") is None, reason="needs the openai client")
+def test_suite_optimize_on_two_fake_gpus_runs_two_problems_at_once(tmp_path, cache_dir, monkeypatch):
+    """`suite optimize --executor local --gpus 0,1`: the two problems run at once, each evaluation
+    placed on a GPU worker; the verdicts are the serial run's (tests/test_suite_optimize.py)."""
+    from chat_server import ChatServer
+
+    import suite_models
+
+    monkeypatch.setenv("KERNELWRIGHT_CACHE", cache_dir)
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    with ChatServer({}, respond=suite_models.respond) as server:
+        result = cli("suite", "optimize", str(SUITE / "level1"), "--only", "1_add_one", "--only", "3_scale_shift",
+                     "--coder", suite_models.CODER, "--judge", suite_models.JUDGE, "--base-url", server.base_url,
+                     "--rounds", "2", "--device", "cpu", "--backend", "cpp", "--trials", "2", "--no-profile",
+                     "--retries", "1", "--executor", "local", "--gpus", "0,1", "--json", "--name", "opt2",
+                     "--out", str(tmp_path / "out"), "--store", str(tmp_path / "kw.db"))
+    summary = json.loads(result.stdout)
+    assert sorted(summary["ran"]) == ["level1/1_add_one", "level1/3_scale_shift"] and summary["executor"] == "local"
+    with open_store(tmp_path / "kw.db") as db:
+        evs = db.evaluations(suite="opt2")
+        assert db.store.integrity_check() == "ok"
+    got = {(e["problem"], e["round_idx"], e["record"]["status"]) for e in evs}
+    assert got == {("1_add_one", 0, "incorrect"), ("1_add_one", 1, "passed"),
+                   ("3_scale_shift", 0, "runtime_error"), ("3_scale_shift", 1, "passed")}
+    placed = [e["record"]["metadata"]["executor"] for e in evs]
+    assert all(p["kind"] == "local" for p in placed) and {p["gpu"] for p in placed} <= {"0", "1"}
