@@ -93,6 +93,7 @@ def run(executor: str, probs: Path, cands: Path, work: Path, trials: int, tag: s
                           "--name", tag, "--out", str(work / tag), "--store", str(work / f"{tag}.db")],
                          capture_output=True, text=True, env=env, timeout=3600)
     cli_wall = time.perf_counter() - t0
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     if out.returncode != 0:
         raise SystemExit(f"suite eval ({executor}) failed: {out.stderr[-2000:]}")
     summary = json.loads(out.stdout)
@@ -105,18 +106,20 @@ def run(executor: str, probs: Path, cands: Path, work: Path, trials: int, tag: s
             "wall_per_problem_s": round(summary["wall_s"] / n, 3), "cli_wall_per_problem_s": round(cli_wall / n, 3),
             "work_per_problem_s": round(sum(work_s) / n, 3), "evaluation_total_per_problem_s": round(sum(total) / n, 3),
             "ratio": round(summary["wall_s"] / sum(work_s), 3), "cli_ratio": round(cli_wall / sum(work_s), 3),
-            "prestarted_idle_s": [((r["metadata"].get("prestarted") or {}).get("idle_s")) for r in recs]}
+            "prestarted_idle_s": [((r["metadata"].get("prestarted") or {}).get("idle_s")) for r in recs],
+            "load_avg_1min_after": load}
 
 
 def table(res: dict) -> str:
     lines = [f"Suite overhead, {len(OPS)} torch-only problems, {res['machine']}, {res['date']} (target: ratio <= {TARGET})",
-             "", "| executor | run | wall s / problem | work s / problem | ratio | CLI wall s / problem | CLI ratio |",
-             "|---|---|---|---|---|---|---|"]
+             "", "| executor | run | wall s / problem | work s / problem | ratio | CLI wall s / problem | CLI ratio | load avg |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in res["runs"]:
         lines.append(f"| {r['executor']} | {r['run']} | {r['wall_per_problem_s']:.2f} | {r['work_per_problem_s']:.2f} | "
-                     f"{r['ratio']:.2f} | {r['cli_wall_per_problem_s']:.2f} | {r['cli_ratio']:.2f} |")
+                     f"{r['ratio']:.2f} | {r['cli_wall_per_problem_s']:.2f} | {r['cli_ratio']:.2f} | {r['load_avg_1min_after']} |")
     lines += ["", "work = correctness_s + timing_s of each record; wall = the suite's own (its JSON wall_s); "
-              "CLI wall = the whole `kernelwright suite eval` process."]
+              "CLI wall = the whole `kernelwright suite eval` process; load avg = the machine's 1-minute load "
+              "average after the run (anything above the core count means other work shared the cores)."]
     return "\n".join(lines)
 
 

@@ -197,3 +197,38 @@ def test_suite_optimize_on_two_fake_gpus_runs_two_problems_at_once(tmp_path, cac
                    ("3_scale_shift", 0, "runtime_error"), ("3_scale_shift", 1, "passed")}
     placed = [e["record"]["metadata"]["executor"] for e in evs]
     assert all(p["kind"] == "local" for p in placed) and {p["gpu"] for p in placed} <= {"0", "1"}
+
+
+def test_spares_are_paused_while_an_evaluation_is_timed_where_cores_are_scarce(cache_dir):
+    """No cores of their own (as on a 2-core machine): the spares still starting up are stopped
+    (SIGSTOP) while the evaluation is timed, and resumed after."""
+    from kernelwright.executors import warm_pool
+
+    cfg = _cpu(cache_dir)
+    seen: list[set[str]] = []
+
+    def states(pool) -> set[str]:
+        out = set()
+        for spare in list(pool._spares):
+            for pid, _ in warm_pool._tree(spare.runner.proc.pid):
+                try:
+                    out.add(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0])
+                except OSError:
+                    pass
+        return out
+
+    with WarmPool(cfg, size=1) as pool:
+        assert pool.pause_while_timing  # no startup cores given
+        pool.prestart()
+
+        def on_stage(s: str) -> None:
+            if s == "timing":
+                time.sleep(0.3)  # a signal is delivered asynchronously
+                seen.append(states(pool))
+
+        result = pool.evaluate(ADD_ONE, None, cfg, candidate_text=(CANDIDATES / "py_correct.py").read_text(),
+                               on_stage=on_stage)
+        after = states(pool)
+    assert result.status is Status.PASSED
+    assert pool.pauses == 1 and seen and seen[0] == {"T"}  # every process of the spare stopped while timed
+    assert "T" not in after  # resumed once the timing ended
