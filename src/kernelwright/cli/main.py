@@ -185,6 +185,8 @@ def eval_cmd(
         "verdict": verdict, "timing": {"compare_compile": compare_compile} if compare_compile is not None else None,
         "profile": {k: v for k, v in (("enabled", profile), ("tool", profile_tool)) if v is not None} or None}})
     cfg = settings.eval
+    if not settings.given("eval.profile.roofline"):  # evidence (roofline, GPU facts) only where asked: --profile
+        cfg.profile.roofline = cfg.profile.enabled
     from kernelwright.engine import EngineError, evaluate, prestart
     from kernelwright.cli.console import EvalProgress, out_console, render_result
 

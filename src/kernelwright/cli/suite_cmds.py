@@ -2,6 +2,14 @@
 
 Exit codes: 0 when every problem ran (whatever the verdicts); 1 when the engine could not run
 some problems (each named on stderr); 2 when the suite could not be set up (one line naming the fix).
+
+Settings come in three layers, as for `kernelwright eval`: the defaults (`core/config.py`), the
+settings file (`--config`, else the nearest kernelwright.toml), then the options given here.
+Where evaluations run: `--executor local` (the default for `suite eval`: one worker per GPU of
+this machine, every candidate's build started at once on a CPU pool, warm runners waiting on each
+GPU), `serial` (one evaluation at a time in this process's engine) or `ray` (a Ray cluster);
+`--gpus 0,1` picks GPUs. `--json` prints the suite's summary as JSON on stdout and nothing else
+there; `--quiet` prints one line at the end.
 """
 
 from __future__ import annotations
@@ -39,7 +47,8 @@ class RichSuiteProgress:
         self.mix: Counter = Counter()
         self.progress = Progress(SpinnerColumn(), TextColumn("[bold]{task.description}"), BarColumn(),
                                  MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
-                                 TextColumn("{task.fields[mix]}"), console=console, transient=True)
+                                 TextColumn("{task.fields[mix]}"), TextColumn("[dim]{task.fields[pipe]}"),
+                                 console=console, transient=True)
         self.task = None
 
     def __enter__(self):
@@ -55,7 +64,7 @@ class RichSuiteProgress:
     def start(self, total: int, already_done: int) -> None:
         if already_done:
             self.console.print(f"{already_done} of {total} problems finished before: skipped", highlight=False, soft_wrap=True)
-        self.task = self.progress.add_task("starting", total=total - already_done, mix="")
+        self.task = self.progress.add_task("starting", total=total - already_done, mix="", pipe="")
 
     def stage(self, problem, text: str) -> None:
         self.progress.update(self.task, description=f"{problem.key}: {text}")
@@ -68,6 +77,11 @@ class RichSuiteProgress:
 
     def note(self, text: str) -> None:
         self.console.print(f"[dim]{text}[/]", highlight=False, soft_wrap=True)
+
+    def pipeline(self, pipe) -> None:
+        """The pipeline's counts and the GPUs' busy share (`suites.pipeline.Pipeline`)."""
+        if self.task is not None:
+            self.progress.update(self.task, pipe=pipe.line())
 
 
 def default_name(kind: str, problems: list[str], candidates: str | None = None) -> str:
@@ -83,20 +97,88 @@ def _store_and_out(store: Path | None, out: Path | None, name: str):
     return (store or DEFAULT_STORE), (out or Path("runs") / "suites" / name)
 
 
-def _finish(outcome, store_obj, name: str, console: Console, t0: float) -> None:
+def _finish(outcome, store_obj, name: str, console: Console, t0: float, *, json_out: bool = False,
+            quiet: bool = False, extra: dict | None = None) -> None:
+    import json
+    import sys
+
     from kernelwright.cli.report_cmds import render_metrics
     from kernelwright.store.api import RunStore
     from kernelwright.suites.metrics import ProblemOutcome, summarize
 
     rows = RunStore(store_obj).problems(name)
-    render_metrics(summarize([ProblemOutcome(**r) for r in rows]), Console(), title=f"suite {name}")
-    console.print(f"ran {len(outcome.ran)}, skipped {len(outcome.skipped)} finished before, "
-                  f"{len(outcome.failed)} could not run; {time.monotonic() - t0:.0f} s. "
-                  f"Report: kernelwright report {name} --html report.html", highlight=False, soft_wrap=True)
+    metrics = summarize([ProblemOutcome(**r) for r in rows])
+    wall = time.monotonic() - t0
+    line = (f"ran {len(outcome.ran)}, skipped {len(outcome.skipped)} finished before, "
+            f"{len(outcome.failed)} could not run; {wall:.0f} s. Report: kernelwright report {name} --html report.html")
+    if json_out:
+        sys.stdout.write(json.dumps({"suite": name, "ran": outcome.ran, "skipped": outcome.skipped,
+                                     "failed": outcome.failed, "notes": outcome.notes, "wall_s": round(wall, 3),
+                                     **(extra or {}), "metrics": metrics.to_dict(), "problems": rows},
+                                    default=str) + "\n")
+    elif quiet:
+        mix = ", ".join(f"{v} {n}" for v, n in sorted(metrics.verdict_mix.items(), key=lambda kv: -kv[1]))
+        console.print(f"suite {name}: {metrics.correct}/{metrics.problems} correct ({mix}); {line}",
+                      highlight=False, soft_wrap=True)
+    else:
+        render_metrics(metrics, Console(), title=f"suite {name}")
+        console.print(line, highlight=False, soft_wrap=True)
     for note in outcome.notes:
         err.print(f"[red]not run:[/] {note}", highlight=False, soft_wrap=True)
     if outcome.failed:
         raise typer.Exit(1)
+
+
+def _settings(config: Path | None, overrides: dict[str, dict]):
+    """Defaults < settings file < the options given (None: not given); a bad file is one line, exit 2."""
+    from kernelwright.core.settings_file import SettingsError, load_settings
+
+    def given(values: dict) -> dict:
+        out = {}
+        for k, v in values.items():
+            v = given(v) if isinstance(v, dict) else v
+            if v is not None and v != {}:
+                out[k] = v
+        return out
+
+    try:
+        return load_settings(config, {s: v for s, v in given(overrides).items() if v})
+    except SettingsError as exc:
+        _fail(str(exc))
+
+
+def _resolve_device(device: str) -> str:
+    if device == "auto":
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+def _executor(kind: str, config: EvalConfig, gpus: str | None, ray_address: str | None,
+              build_workers: int | None):
+    """`--executor` and `--gpus` to an executor; a bad option is one line, exit 2."""
+    from kernelwright.engine import EngineError
+    from kernelwright.executors.placement import parse_gpus
+    from kernelwright.executors.resolve import make_executor
+
+    try:
+        return make_executor(kind, config, parse_gpus(gpus), ray_address, build_workers=build_workers)
+    except (ValueError, EngineError) as exc:
+        _fail(str(exc))
+
+
+def _config_option():
+    return typer.Option(None, "--config", metavar="FILE", dir_okay=False,
+                        help="Settings file (default: the nearest kernelwright.toml, or pyproject.toml with "
+                             "[tool.kernelwright], from the current directory up).")
+
+
+def _console(json_out: bool, quiet: bool) -> Console:
+    """Where the progress goes: stderr, or nowhere with --json/--quiet."""
+    import io
+
+    return Console(file=io.StringIO(), stderr=False) if (json_out or quiet) else Console(stderr=True)
 
 
 @app.command("eval")
@@ -109,15 +191,22 @@ def suite_eval(
     name: str = typer.Option(None, help="The suite's name in the store (default: from the arguments; a rerun skips what is finished)."),
     out: Path = typer.Option(None, help="Folder for the run directories (default: runs/suites/NAME)."),
     store: Path = typer.Option(None, help="Run store (default: runs/kernelwright.db)."),
-    device: str = typer.Option("auto", help="cuda, cpu, or auto (cuda when a GPU is visible)."),
-    trials: int = typer.Option(5, help="Correctness trials per candidate."),
-    atol: float = typer.Option(1e-3, help="Absolute tolerance."),
-    rtol: float = typer.Option(1e-3, help="Relative tolerance."),
-    verdict: str = typer.Option("calibrated", help="calibrated or strict (docs/VERDICTS.md)."),
-    compare_compile: bool = typer.Option(False, "--compare-compile", help="Also time torch.compile of each reference."),
-    profile: bool = typer.Option(False, "--profile/--no-profile", help="Profile each correct candidate's kernels (kept in its eval.json)."),
-    sandbox: str = typer.Option("auto", help="auto, bwrap or none."),
-    build_workers: int = typer.Option(None, "--build-workers", help="Candidates built ahead on the CPU at once (0: no prebuild; default: a quarter of the cores, 1 to 4)."),
+    device: str = typer.Option(None, help="cuda, cpu, or auto (cuda when a GPU is visible; the default)."),
+    trials: int = typer.Option(None, help="Correctness trials per candidate (default 5)."),
+    atol: float = typer.Option(None, help="Absolute tolerance (default 1e-3)."),
+    rtol: float = typer.Option(None, help="Relative tolerance (default 1e-3)."),
+    verdict: str = typer.Option(None, help="calibrated or strict (docs/VERDICTS.md; default calibrated)."),
+    compare_compile: bool = typer.Option(None, "--compare-compile/--no-compare-compile", help="Also time torch.compile of each reference."),
+    profile: bool = typer.Option(None, "--profile/--no-profile", help="Profile each correct candidate's kernels, with its roofline (kept in its eval.json; off by default)."),
+    sandbox: str = typer.Option(None, help="auto, bwrap or none."),
+    executor: str = typer.Option("local", "--executor", metavar="local|serial|ray",
+                                 help="local (a worker per GPU, builds ahead on a CPU pool; the default), serial or ray."),
+    gpus: str = typer.Option(None, "--gpus", metavar="0,1,...", help="GPUs to use (default: every visible GPU)."),
+    ray_address: str = typer.Option(None, "--ray-address", metavar="ADDR", help="Ray cluster to join (default: a local Ray)."),
+    build_workers: int = typer.Option(None, "--build-workers", help="Candidates built ahead on the CPU at once (0: no prebuild; default: sized to the machine's free cores)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the suite's summary (metrics, every problem) as JSON on stdout, and nothing else there."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="One line at the end; no live progress."),
+    config: Path = _config_option(),
 ) -> None:
     """Evaluate existing candidates for every problem of a suite, with no model at all."""
     from kernelwright.engine import EngineError
@@ -129,45 +218,50 @@ def suite_eval(
     if len(paths) < 2:
         _fail("suite eval needs PROBLEMS and CANDIDATES; e.g. kernelwright suite eval KernelBench/level1 my_kernels/")
     problem_args, cand_arg = paths[:-1], paths[-1]
+    settings = _settings(config, {"eval": {
+        "device": device, "trials": trials, "atol": atol, "rtol": rtol, "sandbox": sandbox, "verdict": verdict,
+        "timing": {"compare_compile": compare_compile}, "profile": {"enabled": profile}}})
+    cfg = settings.eval
+    if not settings.given("eval.profile.roofline"):  # evidence only where asked (--profile)
+        cfg.profile.roofline = cfg.profile.enabled
     try:
         problems = discovery.discover(problem_args, only, skip)
         pairs, missing = discovery.match(problems, discovery.load_candidates(cand_arg))
         if not pairs:
             raise discovery.SuiteError(f"no candidate in {cand_arg} matches any of the {len(problems)} problems; "
                                        "name candidate files like the problems (19_ReLU.py) or pass a mapping file")
-        if device == "auto":
-            import torch
-
-            device = "cuda" if torch.cuda.is_available() else "cpu"
-        check_device(device)
-        config = EvalConfig(device=device, trials=trials, atol=atol, rtol=rtol, sandbox=sandbox,  # type: ignore[arg-type]
-                            verdict=verdict)  # type: ignore[arg-type]
-        config.timing.compare_compile = compare_compile
-        config.profile.enabled = profile
-        config.validate()
+        cfg.device = _resolve_device(cfg.device)  # type: ignore[assignment]
+        check_device(cfg.device)
+        cfg.validate()
         name = name or default_name("eval", problem_args, cand_arg)
-        if build_workers is None:
+        if build_workers is None and executor == "serial":
             import os
 
             build_workers = max(1, min(4, (os.cpu_count() or 1) // 4))
         store_path, out_dir = _store_and_out(store, out, name)
         db = Store.open(store_path)
         register_suite(db, name, "eval", problem_args, out_dir, candidates=cand_arg, info={
-            "device": device, "trials": trials, "atol": atol, "rtol": rtol, "verdict": verdict,
-            "missing": [{"problem": p.name, "level": p.level} for p in missing]})
+            "device": cfg.device, "trials": cfg.trials, "atol": cfg.atol, "rtol": cfg.rtol, "verdict": cfg.verdict,
+            "executor": executor, "missing": [{"problem": p.name, "level": p.level} for p in missing]})
     except (discovery.SuiteError, EngineError, StoreError, ValueError) as exc:
         _fail(str(exc))
         return
-    console = Console(stderr=True)
+    console = _console(json_out, quiet)
     console.print(f"[bold]suite eval[/] {name}: {len(pairs)} candidates for {len(problems)} problems"
-                  + (f" ({len(missing)} with no candidate)" if missing else "") + f" on {device} → {out_dir}, store {store_path}",
+                  + (f" ({len(missing)} with no candidate)" if missing else "")
+                  + f" on {cfg.device}, executor {executor} → {out_dir}, store {store_path}",
                   highlight=False, soft_wrap=True)
     t0 = time.monotonic()
     try:
-        with RichSuiteProgress(console) as progress:
-            outcome = run_eval_suite(pairs, name=name, out_dir=out_dir, store=db, config=config,
-                                     build_workers=build_workers, progress=progress)
-        _finish(outcome, db, name, console, t0)
+        ex = _executor(executor, cfg, gpus, ray_address, build_workers)
+        try:
+            with RichSuiteProgress(console) as progress:
+                outcome = run_eval_suite(pairs, name=name, out_dir=out_dir, store=db, config=cfg, executor=ex,
+                                         build_workers=build_workers or 0, progress=progress)
+        finally:
+            ex.close()
+        _finish(outcome, db, name, Console(stderr=True) if quiet else console, t0, json_out=json_out, quiet=quiet,
+                extra={"executor": executor, "missing": [p.key for p in missing]})
     finally:
         db.close()
 
@@ -175,30 +269,37 @@ def suite_eval(
 @app.command("optimize")
 def suite_optimize(
     problems_args: list[str] = typer.Argument(..., metavar="PROBLEMS...", help="Problem folders, files or globs (KernelBench/level1 as it is)."),
-    coder: str = typer.Option(..., help="Coder model (as for `kernelwright optimize`)."),
+    coder: str = typer.Option(None, help="Coder model (as for `kernelwright optimize`; or model.coder in the settings file)."),
     judge: str = typer.Option(None, help="Judge model (default: the Coder's model)."),
-    rounds: int = typer.Option(10, help="Round limit per problem."),
+    rounds: int = typer.Option(None, help="Round limit per problem (default 10)."),
     only: list[str] = typer.Option(None, "--only", help="Run only these problems: a name, a glob, a level or an id; repeatable."),
     skip: list[str] = typer.Option(None, "--skip", help="Leave these problems out; repeatable."),
     name: str = typer.Option(None, help="The suite's name in the store (default: from the arguments; a rerun continues it)."),
     out: Path = typer.Option(None, help="Folder for the run directories (default: runs/suites/NAME)."),
     store: Path = typer.Option(None, help="Run store (default: runs/kernelwright.db)."),
     backend: str = typer.Option(None, help="cuda, triton or cpp (default: cuda on a GPU, cpp on the CPU)."),
-    device: str = typer.Option("auto", help="cuda, cpu, or auto."),
+    device: str = typer.Option(None, help="cuda, cpu, or auto (the default)."),
     base_url: str = typer.Option(None, "--base-url", help="OpenAI-compatible endpoint."),
     api_key_env: str = typer.Option(None, "--api-key-env", help="Env var that holds the API key."),
     price_file: Path = typer.Option(None, "--price-file", help="JSON or TOML price table."),
     target_speedup: float = typer.Option(None, "--target-speedup", help="Stop a problem once this speedup is verified."),
     max_tokens: int = typer.Option(None, "--max-tokens", help="Token budget per problem."),
     max_cost: float = typer.Option(None, "--max-cost", help="Cost budget per problem, USD."),
-    trials: int = typer.Option(5, help="Correctness trials per candidate."),
-    profile: bool = typer.Option(True, "--profile/--no-profile", help="Profile correct candidates for the Judge."),
-    sandbox: str = typer.Option("auto", help="auto, bwrap or none."),
-    retries: int = typer.Option(5, help="Attempts per model call."),
-    request_timeout: float = typer.Option(600.0, "--request-timeout", help="Seconds one model request may take."),
+    trials: int = typer.Option(None, help="Correctness trials per candidate (default 5)."),
+    profile: bool = typer.Option(None, "--profile/--no-profile", help="Profile correct candidates for the Judge (on by default)."),
+    sandbox: str = typer.Option(None, help="auto, bwrap or none."),
+    retries: int = typer.Option(None, help="Attempts per model call (default 5)."),
+    request_timeout: float = typer.Option(None, "--request-timeout", help="Seconds one model request may take (default 600)."),
+    executor: str = typer.Option("serial", "--executor", metavar="serial|local|ray",
+                                 help="serial (the default), local (a worker per GPU of this machine) or ray."),
+    gpus: str = typer.Option(None, "--gpus", metavar="0,1,...", help="GPUs to use (default: every visible GPU)."),
+    ray_address: str = typer.Option(None, "--ray-address", metavar="ADDR", help="Ray cluster to join (default: a local Ray)."),
+    parallel: int = typer.Option(None, "--parallel", help="Problems optimised at once (default: one per GPU worker of the executor)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the suite's summary as JSON on stdout, and nothing else there."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="One line at the end; no live progress."),
+    config: Path = _config_option(),
 ) -> None:
     """Run the forge loop (Coder, engine, Judge) on every problem of a suite."""
-    from kernelwright.core.config import LoopConfig, ModelConfig, ProfileConfig, RetryPolicy
     from kernelwright.engine import EngineError
     from kernelwright.engine.isolation import sandbox as sandbox_mod
     from kernelwright.engine.evaluation import check_device
@@ -207,43 +308,61 @@ def suite_optimize(
     from kernelwright.suites import discovery
     from kernelwright.suites.runner import register_suite, run_optimize_suite
 
+    settings = _settings(config, {
+        "eval": {"device": device, "trials": trials, "sandbox": sandbox},
+        "loop": {"rounds": rounds, "backend": backend, "target_speedup": target_speedup, "max_tokens": max_tokens,
+                 "max_cost_usd": max_cost, "profile": profile},
+        "model": {"coder": coder, "judge": judge, "base_url": base_url, "api_key_env": api_key_env,
+                  "price_file": str(price_file) if price_file else None,
+                  "retry": {"max_attempts": retries, "request_timeout_s": request_timeout}}})
+    cfg, eval_cfg, model_cfg = settings.loop, settings.eval, settings.loop.model
+    if parallel is not None and parallel < 1:
+        _fail(f"--parallel must be at least 1 (got {parallel})")
+    ex = None
     try:
+        if not model_cfg.coder:
+            raise ValueError("no Coder model given; pass --coder (openai:MODEL, anthropic:MODEL, replay:RUN_DIR) "
+                             "or set coder under [model] in kernelwright.toml")
         problems = discovery.discover(problems_args, only, skip)
-        if device == "auto":
-            import torch
-
-            device = "cuda" if torch.cuda.is_available() else "cpu"
-        check_device(device)
-        model_cfg = ModelConfig(base_url=base_url, api_key_env=api_key_env, price_file=str(price_file) if price_file else None,
-                                retry=RetryPolicy(max_attempts=retries, request_timeout_s=request_timeout))
-        cfg = LoopConfig(rounds=rounds, backend=backend or ("cpp" if device == "cpu" else "cuda"),  # type: ignore[arg-type]
-                         target_speedup=target_speedup, max_tokens=max_tokens, max_cost_usd=max_cost, model=model_cfg)
+        eval_cfg.device = _resolve_device(eval_cfg.device)  # type: ignore[assignment]
+        check_device(eval_cfg.device)
+        if not settings.given("loop.backend"):
+            cfg.backend = "cpp" if eval_cfg.device == "cpu" else "cuda"
         cfg.validate()
-        eval_cfg = EvalConfig(device=device, trials=trials, sandbox=sandbox,  # type: ignore[arg-type]
-                              profile=ProfileConfig(enabled=profile))
+        eval_cfg.profile.enabled = cfg.profile  # the Judge's evidence (the roofline stays on, as its default)
         eval_cfg.validate()
         sandbox_mod.resolve(eval_cfg.sandbox)
-        coder_model = resolve_model(coder, "coder", model_cfg)
-        judge_model = resolve_model(judge or coder, "judge", model_cfg)
+        coder_model = resolve_model(model_cfg.coder, "coder", model_cfg)
+        judge_model = resolve_model(model_cfg.judge or model_cfg.coder, "judge", model_cfg)
         name = name or default_name("optimize", problems_args)
         store_path, out_dir = _store_and_out(store, out, name)
         db = Store.open(store_path)
-        run_info = {"coder": coder_model.name, "judge": judge_model.name, "backend": cfg.backend, "device": device,
-                    "round_limit": rounds, "trials": trials, "profile": "auto" if profile else "off", "sandbox": sandbox}
+        run_info = {"coder": coder_model.name, "judge": judge_model.name, "backend": cfg.backend,
+                    "device": eval_cfg.device, "round_limit": cfg.rounds, "trials": eval_cfg.trials,
+                    "profile": "auto" if cfg.profile else "off", "sandbox": eval_cfg.sandbox, "executor": executor}
         register_suite(db, name, "optimize", problems_args, out_dir, info=run_info)
     except (discovery.SuiteError, EngineError, StoreError, ModelSetupError, ValueError,
             sandbox_mod.SandboxUnavailable) as exc:
         _fail(str(exc))
         return
-    console = Console(stderr=True)
-    console.print(f"[bold]suite optimize[/] {name}: {len(problems)} problems, coder {coder_model.name}, judge "
-                  f"{judge_model.name}, {rounds} rounds each, on {device} → {out_dir}, store {store_path}", highlight=False, soft_wrap=True)
+    console = _console(json_out, quiet)
     t0 = time.monotonic()
     try:
-        with RichSuiteProgress(console) as progress:
-            outcome = run_optimize_suite(problems, name=name, out_dir=out_dir, store=db, eval_config=eval_cfg,
-                                         loop_config=cfg, coder=coder_model, judge=judge_model, device=device,
-                                         run_info=run_info, progress=progress)
-        _finish(outcome, db, name, console, t0)
+        ex = _executor(executor, eval_cfg, gpus, ray_address, None)
+        workers = len(getattr(ex, "_slots", [])) or 1
+        parallel = parallel or workers
+        console.print(f"[bold]suite optimize[/] {name}: {len(problems)} problems, coder {coder_model.name}, judge "
+                      f"{judge_model.name}, {cfg.rounds} rounds each, on {eval_cfg.device}, executor {executor} "
+                      f"({parallel} at once) → {out_dir}, store {store_path}", highlight=False, soft_wrap=True)
+        try:
+            with RichSuiteProgress(console) as progress:
+                outcome = run_optimize_suite(problems, name=name, out_dir=out_dir, store=db, eval_config=eval_cfg,
+                                             loop_config=cfg, coder=coder_model, judge=judge_model,
+                                             device=eval_cfg.device, run_info=run_info, progress=progress,
+                                             executor=ex, parallel=parallel)
+        finally:
+            ex.close()
+        _finish(outcome, db, name, Console(stderr=True) if quiet else console, t0, json_out=json_out, quiet=quiet,
+                extra={"executor": executor})
     finally:
         db.close()

@@ -118,7 +118,7 @@ def apply_table(settings: Settings, table: dict[str, Any], label: str, base_dir:
             values = {k: (str((base_dir / v).expanduser()) if (section, k) in PATH_KEYS and isinstance(v, str) else v)
                       for k, v in values.items()}
         _apply(target, values, section, label, coerce)
-        settings.explicit |= {f"{section}.{k}" for k in values}
+        settings.explicit |= _keys(section, values)
         if section == "model" and "prices" in values:
             _check_prices(values["prices"], label)
 
@@ -129,6 +129,16 @@ def _check_prices(prices: dict[str, Any], label: str) -> None:
                 and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in price.values())):
             raise SettingsError(f"{label}: 'model.prices.{model}' must be {{input = USD/Mtok, output = USD/Mtok}} "
                                 f"(got {price!r})")
+
+
+def _keys(prefix: str, values: dict[str, Any]) -> set[str]:
+    """Every key a table sets, nested tables too: {"eval.profile", "eval.profile.roofline", ...}."""
+    out = set()
+    for k, v in values.items():
+        out.add(f"{prefix}.{k}")
+        if isinstance(v, dict):
+            out |= _keys(f"{prefix}.{k}", v)
+    return out
 
 
 def _apply(obj: Any, values: dict[str, Any], where: str, label: str, coerce: bool = True) -> None:

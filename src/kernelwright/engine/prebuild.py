@@ -40,6 +40,7 @@ class PrebuildResult:
     build_s: float | None = None  # the child's build stage (import of the candidate)
     wall_s: float = 0.0
     error: str = ""  # first line of what went wrong, when not ok
+    memo: dict[str, Any] | None = None  # the trusted builds, for `trusted_builds.adopt` in an evaluation's process
 
 
 def prebuild(problem: str | Path, candidate_text: str, config: EvalConfig, arch_list: str | None) -> PrebuildResult:
@@ -71,7 +72,7 @@ def prebuild(problem: str | Path, candidate_text: str, config: EvalConfig, arch_
                 f"left to the evaluation: {trusted.private[0]}" if trusted.private else "")
             return PrebuildResult(ok=not err, builds=trusted.builds,
                                   build_s=sum(b.get("build_s") or 0.0 for b in trusted.builds),
-                                  wall_s=time.monotonic() - t0, error=err[:300])
+                                  wall_s=time.monotonic() - t0, error=err[:300], memo=trusted.memo)
         argv = sandbox.wrap(process.child_argv(), kind, workdir, [cache_dir])
         cfg = replace(config, device="cpu").to_dict()
         job = {"problem_path": str(prob_copy), "candidate_path": str(cand), "config": cfg, "mode": "build_only"}
@@ -113,12 +114,16 @@ class BuildPool:
         self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="kw-build",
                                         initializer=_pin_thread, initargs=(cpus,))
 
-    def submit(self, problem: str | Path, candidate_text: str) -> Future:
-        return self._pool.submit(self._build, problem, candidate_text)
+    def submit(self, problem: str | Path, candidate_text: str, on_start: Callable[[], None] | None = None) -> Future:
+        """`on_start`: called in the pool's thread when this build starts (after `before`)."""
+        return self._pool.submit(self._build, problem, candidate_text, on_start)
 
-    def _build(self, problem: str | Path, candidate_text: str) -> PrebuildResult:
+    def _build(self, problem: str | Path, candidate_text: str, on_start: Callable[[], None] | None = None
+               ) -> PrebuildResult:
         if self.before is not None:
             self.before()
+        if on_start is not None:
+            on_start()
         return prebuild(problem, candidate_text, self.config, self.arch_list)
 
     def shutdown(self, wait: bool = True) -> None:

@@ -49,6 +49,7 @@ class TrustedBuilds:
     wall_s: float = 0.0
     error: str = ""  # the builder itself failed (then the evaluation builds everything privately)
     remembered: bool = False  # every call was built before by this process: no builder was started
+    memo: dict[str, Any] | None = None  # every call built: what `adopt` teaches another trusted process
 
     def describe(self) -> dict[str, Any]:
         """The record's `metadata["trusted_build"]`."""
@@ -84,6 +85,7 @@ def build(candidate_text: str, config: EvalConfig, sandbox_kind: str, workdir: P
     if done is not None and all((root / d).is_dir() for d in done[0]):
         out.verified, out.builds = dict(done[0]), [dict(b, cached=True) for b in done[1]]
         out.remembered = True
+        out.memo = {"key": memo_key, "root": str(root.resolve()), "verified": dict(done[0]), "builds": done[1]}
         out.wall_s = time.monotonic() - t0
         return out
     workdir.mkdir(parents=True, exist_ok=True)
@@ -117,7 +119,27 @@ def build(candidate_text: str, config: EvalConfig, sandbox_kind: str, workdir: P
     if out.builds and len(out.verified) == len(out.builds) == len(scan.calls):
         with _KNOWN_LOCK:  # every call built: the next evaluation of the same calls skips the builder
             _DONE[memo_key] = (dict(out.verified), [dict(b) for b in out.builds])
+        out.memo = {"key": memo_key, "root": str(root.resolve()), "verified": dict(out.verified),
+                    "builds": [dict(b) for b in out.builds]}
     return out
+
+
+def adopt(memo: dict[str, Any]) -> None:
+    """Learn what another trusted process built (`TrustedBuilds.memo`, from a prebuild in the
+    executor's driver): an evaluation here of the same calls then starts no builder process.
+
+    Only for a memo from trusted code (the driver that ran the builder), never from a candidate.
+    Hashes this process learned before win, as in `build`; the evaluation child still checks the
+    bytes against them before it loads."""
+    try:
+        key, root = str(memo["key"]), str(memo["root"])
+        verified = {str(d): str(h) for d, h in dict(memo["verified"]).items() if "/" not in str(d)}
+        builds = [dict(b) for b in memo["builds"] if isinstance(b, dict)]
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return
+    with _KNOWN_LOCK:
+        verified = {d: _KNOWN.setdefault((root, d), h) for d, h in verified.items()}
+        _DONE.setdefault(key, (verified, builds))
 
 
 def builder_argv() -> list[str]:

@@ -27,6 +27,7 @@ class Job:
     avoid: set[int] = field(default_factory=set)  # slots whose worker died on it
     retried_after: list[str] = field(default_factory=list)
     prebuild: dict[str, Any] | None = None
+    memo: dict[str, Any] | None = None  # its trusted builds, handed to the worker (`trusted_builds.adopt`)
 
 
 class SlotQueue:

@@ -41,14 +41,15 @@ from kernelwright.engine import EngineError
 from kernelwright.executors import orphans
 from kernelwright.executors.dispatch import Job, SlotQueue, safe_stage
 from kernelwright.executors.base import WORKER_RETRIES, EvalTask, WorkerLost
-from kernelwright.executors.placement import CorePlan, TimingGate, detect_gpus, plan_cores
+from kernelwright.executors.placement import CorePlan, TimingGate, default_build_workers, detect_gpus, plan_cores
 
 
 
 class _Worker:
     """One worker process, pinned to one GPU (and to its cores, when it has its own)."""
 
-    def __init__(self, slot: int, gpu: str | None, config: EvalConfig, cpus: set[int] | None):
+    def __init__(self, slot: int, gpu: str | None, config: EvalConfig, cpus: set[int] | None, spares: int = 2,
+                 startup_cpus: set[int] | None = None):
         self.tag = f"{os.getpid()}-{slot}-{uuid.uuid4().hex[:8]}"
         env = dict(os.environ)
         root = str(Path(kernelwright.__file__).resolve().parent.parent)
@@ -64,7 +65,9 @@ class _Worker:
             except OSError:
                 pass
         self.name = f"gpu{gpu if gpu is not None else '-'}/pid{self.proc.pid}"
-        self.send({"config": config.to_dict()})
+        self.send({"config": config.to_dict(), "spares": spares,
+                   "startup_cpus": sorted(startup_cpus) if cpus and startup_cpus else None,
+                   "home_cpus": sorted(cpus) if cpus and startup_cpus else None})
 
     @property
     def pid(self) -> int:
@@ -134,13 +137,16 @@ class LocalExecutor(SlotQueue):
 
     `gpus`: CUDA_VISIBLE_DEVICES entries, one worker each (None: every visible GPU; none visible,
     e.g. `device="cpu"`: one unpinned worker). `build_workers`: concurrent prebuilds (0: none; None:
-    one per GPU). `cores_per_gpu`: cores kept for each GPU worker when the machine has enough.
+    sized to the machine, `placement.default_build_workers`). `cores_per_gpu`: cores kept for each
+    GPU worker when the machine has enough. `spares`: warm evaluations kept ready per GPU worker
+    (`warm_pool.WarmPool`; they start up on the build cores where there are some).
     """
 
     kind = "local"
 
     def __init__(self, config: EvalConfig | None = None, gpus: list[str] | None = None,
-                 build_workers: int | None = None, cores_per_gpu: int = 2, plan: CorePlan | None = None):
+                 build_workers: int | None = None, cores_per_gpu: int = 2, plan: CorePlan | None = None,
+                 spares: int = 2):
         self.config = config or EvalConfig()
         if gpus is None:
             gpus = detect_gpus() if self.config.device != "cpu" else []
@@ -157,7 +163,8 @@ class LocalExecutor(SlotQueue):
         self._closing = False
         self._closed = False
         self._builds = None
-        n_builds = len(self._slots) if build_workers is None else build_workers
+        self.spares = spares
+        n_builds = default_build_workers(self.plan) if build_workers is None else build_workers
         if n_builds > 0:
             from kernelwright.engine.prebuild import BuildPool
 
@@ -186,8 +193,9 @@ class LocalExecutor(SlotQueue):
         if self._builds is not None and same_cache:
             if on_stage:
                 safe_stage(on_stage, "prebuild")
-            self._builds.submit(task.problem, task.candidate_text).add_done_callback(
-                lambda f, job=job: self._built(job, f))
+            self._builds.submit(task.problem, task.candidate_text,
+                                on_start=(lambda: safe_stage(on_stage, "building")) if on_stage else None
+                                ).add_done_callback(lambda f, job=job: self._built(job, f))
         else:
             self._mark_ready(job, None)
         return fut
@@ -217,8 +225,11 @@ class LocalExecutor(SlotQueue):
             pre = fut.result()
             summary = {"ok": pre.ok, "wall_s": round(pre.wall_s, 3), "build_s": pre.build_s,
                        "error": pre.error or None}
+            job.memo = pre.memo
         except BaseException as exc:  # a prebuild is best effort: the evaluation builds and judges
             summary = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+        if job.on_stage:
+            safe_stage(job.on_stage, "built")
         self._mark_ready(job, summary)
 
 
@@ -229,13 +240,15 @@ class LocalExecutor(SlotQueue):
         if slot.worker is None or not slot.worker.alive():
             if slot.worker is not None:
                 slot.worker.reap()
-            slot.worker = _Worker(slot.index, slot.gpu, self._pinned(self.config, slot), slot.cpus)
+            slot.worker = _Worker(slot.index, slot.gpu, self._pinned(self.config, slot), slot.cpus, self.spares,
+                                  self.plan.builds)
         worker = slot.worker
         t = job.task
         with self._cv:
             self._running[t.key] = (slot.index, worker.pid, worker.tag)
         sent = worker.send({"key": t.key, "problem": str(Path(t.problem).resolve()), "candidate_text": t.candidate_text,
-                            "config": cfg.to_dict(), "report_dir": str(t.report_dir) if t.report_dir else None})
+                            "config": cfg.to_dict(), "report_dir": str(t.report_dir) if t.report_dir else None,
+                            "trusted_memo": job.memo})
         stage, timing, started = "startup", False, time.monotonic()
         try:
             while sent:

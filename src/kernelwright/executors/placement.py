@@ -67,6 +67,15 @@ def plan_cores(n_workers: int, cores_per_worker: int = 2, min_build_cores: int =
     return CorePlan(workers, set(cores[n_workers * cores_per_worker:]), False)
 
 
+def default_build_workers(plan: CorePlan, cores_per_build: int = 2) -> int:
+    """Builds at once, sized to the machine: one per `cores_per_build` of the build cores where
+    builds have cores of their own (a one-kernel load_inline build is two compiler processes,
+    main.cpp and cuda.cu, most of its time in one), else a quarter of the cores (1 to 4)."""
+    if not plan.scarce and plan.builds:
+        return max(1, len(plan.builds) // cores_per_build)
+    return max(1, min(4, (os.cpu_count() or 1) // 4))
+
+
 class TimingGate:
     """How many GPUs are in their timing stage; `wait_clear` holds a new build back while any is.
 

@@ -271,6 +271,8 @@ class RayExecutor(SlotQueue):
         summary = None
         try:
             self.gate.wait_clear()
+            if job.on_stage:
+                safe_stage(job.on_stage, "building")
             t = job.task
             cfg = (t.config or self.config).to_dict()
             summary = self.ray.get(self._build.remote(Path(t.problem).name, Path(t.problem).read_text(),
@@ -278,6 +280,8 @@ class RayExecutor(SlotQueue):
         except Exception as exc:  # best effort: the evaluation builds and judges
             summary = {"ok": False, "error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
         finally:
+            if job.on_stage:
+                safe_stage(job.on_stage, "built")
             self._mark_ready(job, summary)
 
 

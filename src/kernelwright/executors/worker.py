@@ -1,12 +1,13 @@
 """An evaluation worker process: `python -m kernelwright.executors.worker`, one per GPU.
 
-It is trusted code (the engine, not a candidate): it keeps one `engine.WarmEvaluator` and runs
-the tasks its driver (`executors.local`) sends it, one at a time, each in the engine's own fresh,
-isolated child. It talks JSON lines: tasks in on stdin, messages out on a private copy of stdout
+It is trusted code (the engine, not a candidate): it keeps a `warm_pool.WarmPool` (spares
+started ahead, at least two, so a start-up never waits on the GPU's path) and runs the tasks its
+driver (`executors.local`) sends it, one at a time, each in the engine's own fresh, isolated child. It talks JSON lines: tasks in on stdin, messages out on a private copy of stdout
 (anything else printed goes to stderr, so nothing can corrupt the channel):
 
-    in : {"config": {...}}                                   first line: the worker's default config
-    in : {"key": ..., "problem": ..., "candidate_text": ..., "config": {...}, "report_dir": ...}
+    in : {"config": {...}, "spares": 2, "startup_cpus": [...], "home_cpus": [...]}   first line
+    in : {"key": ..., "problem": ..., "candidate_text": ..., "config": {...}, "report_dir": ...,
+          "trusted_memo": {...}}                             the driver's prebuild, learned (optional)
     out: {"ready": PID}                                      once, after the first line
     out: {"stage": "build"}                                  each stage of the current evaluation
     out: {"result": {...}} | {"engine_error": "one line"}    one per task
@@ -33,24 +34,26 @@ def main() -> None:
         out.flush()
 
     from kernelwright.core.config import EvalConfig
-    from kernelwright.engine import EngineError, WarmEvaluator
+    from kernelwright.engine import EngineError, trusted_builds
     from kernelwright.executors.base import EvalTask, run_task
+    from kernelwright.executors.warm_pool import WarmPool
 
     first = sys.stdin.readline()
     if not first:
         return
-    config = EvalConfig.from_dict(json.loads(first)["config"])
-    warm = WarmEvaluator(config)
+    head = json.loads(first)
+    config = EvalConfig.from_dict(head["config"])
+    cpus = {k: set(head[k]) if head.get(k) else None for k in ("startup_cpus", "home_cpus")}
+    warm = WarmPool(config, size=int(head.get("spares", 2)), **cpus)
     send(ready=os.getpid())
     try:
-        try:
-            warm.prestart()  # the first evaluation's child starts up while the first task comes
-        except EngineError:
-            pass  # the evaluation itself reports it
+        warm.prestart()  # the first evaluations' children start up while the first task comes
         for line in sys.stdin:
             if not line.strip():
                 continue
             job = json.loads(line)
+            if job.get("trusted_memo"):  # the driver built these calls: no builder needed here
+                trusted_builds.adopt(job["trusted_memo"])
             task = EvalTask(key=job["key"], problem=Path(job["problem"]), candidate_text=job["candidate_text"],
                             config=EvalConfig.from_dict(job["config"]),
                             report_dir=Path(job["report_dir"]) if job.get("report_dir") else None)

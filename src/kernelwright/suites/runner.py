@@ -30,6 +30,7 @@ from kernelwright.store.indexer import code_hash, finished_rounds, index_run
 from kernelwright.store.recorder import IndexingRecorder
 from kernelwright.store.rundir import RunDir
 from kernelwright.suites.discovery import Candidate, Problem
+from kernelwright.suites.pipeline import Pipeline
 
 UNFINISHED = ("coder failed", "error", "interrupted")  # stop reasons a rerun continues
 
@@ -126,7 +127,13 @@ def _evaluated_code(run_dir: Path) -> str | None:
 def run_eval_suite(pairs: list[tuple[Problem, Candidate]], *, name: str, out_dir: Path, store: Store,
                    config: EvalConfig, executor: Executor | None = None, build_workers: int = 1,
                    build_pool: Any = None, progress: SuiteProgress | None = None) -> SuiteOutcome:
-    """Evaluate each problem's candidate once (no model). The suite must be registered."""
+    """Evaluate each problem's candidate once (no model). The suite must be registered.
+
+    With a `SerialExecutor` (the default), candidates are evaluated one after the other, their
+    builds run ahead in a `BuildPool` of `build_workers`. With any other executor (local, ray),
+    every task is submitted at once: the executor builds them all ahead on its CPU pool and
+    hands each to the first free GPU whose build is done; records are written as they finish.
+    """
     progress = progress or QuietProgress()
     outcome = SuiteOutcome(name)
     todo: list[tuple[Problem, Candidate, Path]] = []
@@ -142,6 +149,33 @@ def run_eval_suite(pairs: list[tuple[Problem, Candidate]], *, name: str, out_dir
         return outcome
     own_executor = executor is None
     executor = executor or SerialExecutor(config)
+    pipeline = Pipeline(gpus=len(getattr(executor, "_slots", [])) or 1)
+    try:
+        if isinstance(executor, SerialExecutor):
+            _eval_one_by_one(todo, executor, store, name, config, outcome, progress, pipeline, build_workers, build_pool)
+        else:
+            _eval_all_at_once(todo, executor, store, name, config, outcome, progress, pipeline)
+    finally:
+        if own_executor:
+            executor.close()
+    return outcome
+
+
+def _task(prob: Problem, cand: Candidate) -> EvalTask:
+    return EvalTask(key=f"{prob.key}/{code_hash(cand.text)[:12]}", problem=prob.path, candidate_text=cand.text)
+
+
+def _on_stage(progress: SuiteProgress, pipeline: Pipeline, prob: Problem) -> Callable[[str], None]:
+    def stage(s: str) -> None:
+        pipeline.stage(prob.key, s)
+        progress.stage(prob, s)
+        show = getattr(progress, "pipeline", None)
+        if show is not None:
+            show(pipeline)
+    return stage
+
+
+def _eval_one_by_one(todo, executor, store, name, config, outcome, progress, pipeline, build_workers, build_pool):
     pool = build_pool
     if pool is None and build_workers > 0 and any(needs_build(c.text) for _, c, _ in todo):
         from kernelwright.engine.prebuild import BuildPool
@@ -150,44 +184,51 @@ def run_eval_suite(pairs: list[tuple[Problem, Candidate]], *, name: str, out_dir
     try:
         builds: list[Future | None] = [pool.submit(p.path, c.text) if pool is not None and needs_build(c.text) else None
                                        for p, c, _ in todo]
-        pending: list[tuple[Problem, Candidate, Path, float, Future]] = []
+        for (prob, _, _), build in zip(todo, builds):
+            pipeline.queued(prob.key, "build queued" if build is not None else "waiting for a GPU")
         for (prob, cand, run_dir), build in zip(todo, builds):
             if build is not None:
                 progress.stage(prob, "waiting for its prebuild")
                 build.result()  # best effort: a failed prebuild is built again, and judged, by the evaluation
-            progress.stage(prob, "evaluating")
-            task = EvalTask(key=f"{prob.key}/{code_hash(cand.text)[:12]}", problem=prob.path, candidate_text=cand.text)
-            fut = executor.submit(task, on_stage=lambda s, p=prob: progress.stage(p, s))
-            pending.append((prob, cand, run_dir, task, fut))
-            pending = _drain(pending, executor, store, name, config, outcome, progress, wait=False)
-        _drain(pending, executor, store, name, config, outcome, progress, wait=True)
+            task = _task(prob, cand)
+            fut = executor.submit(task, on_stage=_on_stage(progress, pipeline, prob))
+            _record_one(prob, cand, run_dir, task, fut, executor, store, name, config, outcome, progress, pipeline)
     finally:
-        if own_executor:
-            executor.close()
         if pool is not None and build_pool is None:
             pool.shutdown(wait=False)
-    return outcome
 
 
-def _drain(pending, executor, store, name, config, outcome, progress, wait: bool):
-    left = []
-    for item in pending:
-        prob, cand, run_dir, task, fut = item
-        if not wait and not fut.done():
-            left.append(item)
-            continue
-        try:
-            result = once_more_if_died_early(executor, task, fut.result())
-        except Exception as exc:  # EngineError: the evaluation could not run at all (not a verdict)
-            line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            outcome.failed.append(prob.key)
-            outcome.notes.append(f"{prob.key}: {line}")
-            progress.note(f"{prob.key}: not evaluated: {line}")
-            continue
-        record_evaluation(store, name, prob, cand, run_dir, result, config)
-        outcome.ran.append(prob.key)
-        progress.done(prob, result.status.value, result.speedup)
-    return left
+def _eval_all_at_once(todo, executor, store, name, config, outcome, progress, pipeline):
+    """Submit every task now (the executor builds ahead and places them); record each as it ends."""
+    import concurrent.futures as cf
+
+    futs: dict[Future, tuple[Problem, Candidate, Path, EvalTask]] = {}
+    for prob, cand, run_dir in todo:
+        task = _task(prob, cand)
+        pipeline.queued(prob.key)
+        futs[executor.submit(task, on_stage=_on_stage(progress, pipeline, prob))] = (prob, cand, run_dir, task)
+    for fut in cf.as_completed(futs):  # the store is written from this thread only
+        prob, cand, run_dir, task = futs[fut]
+        _record_one(prob, cand, run_dir, task, fut, executor, store, name, config, outcome, progress, pipeline)
+
+
+def _record_one(prob, cand, run_dir, task, fut, executor, store, name, config, outcome, progress, pipeline) -> None:
+    try:
+        result = once_more_if_died_early(executor, task, fut.result())
+    except Exception as exc:  # EngineError: the evaluation could not run at all (not a verdict)
+        line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        outcome.failed.append(prob.key)
+        outcome.notes.append(f"{prob.key}: {line}")
+        pipeline.done(prob.key)
+        progress.note(f"{prob.key}: not evaluated: {line}")
+        return
+    record_evaluation(store, name, prob, cand, run_dir, result, config)
+    outcome.ran.append(prob.key)
+    pipeline.done(prob.key, result)
+    progress.done(prob, result.status.value, result.speedup)
+    show = getattr(progress, "pipeline", None)
+    if show is not None:
+        show(pipeline)
 
 
 def record_evaluation(store: Store, suite: str, prob: Problem, cand: Candidate, run_dir: Path, result: EvalResult,
@@ -225,10 +266,15 @@ class ExecutorEvaluator:
 
 def run_optimize_suite(problems: list[Problem], *, name: str, out_dir: Path, store: Store, eval_config: EvalConfig,
                        loop_config: LoopConfig, coder, judge, device: str, run_info: dict[str, Any],
-                       executor: Executor | None = None, progress: SuiteProgress | None = None) -> SuiteOutcome:
-    """The forge loop on every problem; finished problems are skipped, cut-off ones resumed."""
-    from kernelwright.engine import EngineError
-    from kernelwright.loop.forge import Forge
+                       executor: Executor | None = None, progress: SuiteProgress | None = None,
+                       parallel: int = 1) -> SuiteOutcome:
+    """The forge loop on every problem; finished problems are skipped, cut-off ones resumed.
+
+    `parallel`: problems optimised at once (each in a thread, with a store connection of its
+    own), so that an executor with several GPUs has work for each of them.
+    """
+    import concurrent.futures as cf
+    import threading
 
     progress = progress or QuietProgress()
     outcome = SuiteOutcome(name)
@@ -243,36 +289,63 @@ def run_optimize_suite(problems: list[Problem], *, name: str, out_dir: Path, sto
     progress.start(len(problems), len(outcome.skipped))
     own_executor = executor is None
     executor = executor or SerialExecutor(eval_config)
+    lock = threading.Lock()
+
+    def one(prob: Problem, run_dir: Path) -> None:
+        db = store if parallel <= 1 else Store.open(store.path)
+        try:
+            _optimize_problem(prob, run_dir, db, name=name, eval_config=eval_config, loop_config=loop_config,
+                              coder=coder, judge=judge, device=device, run_info=run_info, executor=executor,
+                              progress=progress, outcome=outcome, lock=lock)
+        finally:
+            if db is not store:
+                db.close()
+
     try:
-        for prob, run_dir in todo:
-            rounds: list[Round] = []
-            if (run_dir / run_files.RUN_INFO).is_file():
-                rd, rounds = RunDir.reopen(run_dir)
-            else:
-                if run_dir.exists():
-                    shutil.rmtree(run_dir)  # cut off before its run.json: nothing to keep
-                rd = RunDir(run_dir, prob.path, {"kind": "optimize", "suite": name, **run_info})
-            recorder = IndexingRecorder(rd, store, suite_id=name, problem=prob.name, level=prob.level, kind="optimize")
-            forge = Forge(prob.path, coder, judge, ExecutorEvaluator(executor, prob.key), loop_config, device=device,
-                          recorder=recorder,
-                          on_progress=lambda p, pr=prob: progress.stage(
-                              pr, f"round {p.round + 1}/{loop_config.rounds}: {p.stage}"
-                              + (f" ({p.verdict})" if p.verdict else "")))
-            if rounds:
-                forge.restore(rounds, wall_s=float(_summary(run_dir).get("wall_s") or 0.0))
-                progress.note(f"{prob.key}: resumed after round {len(rounds) - 1}")
-            try:
-                state = forge.run()
-            except EngineError as exc:
-                outcome.failed.append(prob.key)
-                outcome.notes.append(f"{prob.key}: {exc}")
-                progress.note(f"{prob.key}: stopped: {exc}")
-                continue
-            outcome.ran.append(prob.key)
-            best = state.best
-            progress.done(prob, "passed" if best else (state.rounds[-1].verdict if state.rounds else "not_run"),
-                          best.speedup if best else None)
+        if parallel <= 1:
+            for prob, run_dir in todo:
+                one(prob, run_dir)
+        else:
+            with cf.ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="kw-suite") as pool:
+                for fut in [pool.submit(one, prob, run_dir) for prob, run_dir in todo]:
+                    fut.result()
     finally:
         if own_executor:
             executor.close()
     return outcome
+
+
+def _optimize_problem(prob: Problem, run_dir: Path, store: Store, *, name, eval_config, loop_config, coder, judge,
+                      device, run_info, executor, progress, outcome: SuiteOutcome, lock) -> None:
+    from kernelwright.engine import EngineError
+    from kernelwright.loop.forge import Forge
+
+    rounds: list[Round] = []
+    if (run_dir / run_files.RUN_INFO).is_file():
+        rd, rounds = RunDir.reopen(run_dir)
+    else:
+        if run_dir.exists():
+            shutil.rmtree(run_dir)  # cut off before its run.json: nothing to keep
+        rd = RunDir(run_dir, prob.path, {"kind": "optimize", "suite": name, **run_info})
+    recorder = IndexingRecorder(rd, store, suite_id=name, problem=prob.name, level=prob.level, kind="optimize")
+    forge = Forge(prob.path, coder, judge, ExecutorEvaluator(executor, prob.key), loop_config, device=device,
+                  recorder=recorder,
+                  on_progress=lambda p, pr=prob: progress.stage(
+                      pr, f"round {p.round + 1}/{loop_config.rounds}: {p.stage}"
+                      + (f" ({p.verdict})" if p.verdict else "")))
+    if rounds:
+        forge.restore(rounds, wall_s=float(_summary(run_dir).get("wall_s") or 0.0))
+        progress.note(f"{prob.key}: resumed after round {len(rounds) - 1}")
+    try:
+        state = forge.run()
+    except EngineError as exc:
+        with lock:
+            outcome.failed.append(prob.key)
+            outcome.notes.append(f"{prob.key}: {exc}")
+        progress.note(f"{prob.key}: stopped: {exc}")
+        return
+    best = state.best
+    with lock:
+        outcome.ran.append(prob.key)
+    progress.done(prob, "passed" if best else (state.rounds[-1].verdict if state.rounds else "not_run"),
+                  best.speedup if best else None)

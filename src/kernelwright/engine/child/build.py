@@ -229,14 +229,18 @@ def install_build_cache(cache_root: str | os.PathLike, candidate_file: str | Non
     def _build_and_load(entry, name, build_dir, call, tentative, t0):
         try:
             module = call(build_dir)
-        except RuntimeError as exc:
+        except Exception as exc:
+            # One rule for every way a build call fails (docs/VERDICTS.md, "Builds the candidate
+            # catches"): the compiler's error, a link error found when the module is imported
+            # (an undefined symbol), or a call torch rejects. Each is recorded as a failed build,
+            # so a candidate that catches it and falls back to PyTorch is still a compile_error.
             text = str(exc)
-            if tentative and "Error building extension" in text:
-                BUILD_LOG.remove(entry)  # not the candidate's failure: the build as written follows
+            compiler = isinstance(exc, RuntimeError) and "Error building extension" in text
+            if tentative:  # a lean build that failed in any way: the build as written follows
+                BUILD_LOG.remove(entry)
                 raise _LeanBuildFailed(text, time.perf_counter() - t0) from None
-            if "Error building extension" not in text:
-                entry["ok"] = False
-                raise
+            if not compiler:
+                text = load_failure_text(name, exc)
             issues = parse_compiler_output(text, candidate_file)
             entry.update(ok=False, output=text, issues=[asdict(i) for i in issues])
             raise CandidateBuildError(name, text, issues) from None
@@ -422,7 +426,20 @@ def _load_verified(name: str, build_dir: Path, expected: str, private_root: Path
     copy_dir.mkdir(parents=True, exist_ok=True)
     _artefact(copy_dir, name).write_bytes(data)
     entry["cache"] = "verified"
-    return cpp_ext._import_module_from_library(name, str(copy_dir), True)
+    try:
+        return cpp_ext._import_module_from_library(name, str(copy_dir), True)
+    except Exception as exc:  # it built (the trusted builder never imports), but cannot be loaded
+        text = load_failure_text(name, exc)
+        issues = parse_compiler_output(text, None)
+        entry.update(ok=False, output=text, issues=[asdict(i) for i in issues])
+        raise CandidateBuildError(name, text, issues) from None
+
+
+def load_failure_text(name: str, exc: BaseException) -> str:
+    """The record's text for a build call that failed outside the compiler (import, arguments)."""
+    return (f"Error building extension '{name}': the build call failed outside the compiler "
+            f"({type(exc).__name__}), e.g. the module built but cannot be imported (a symbol declared and "
+            f"never defined):\n{exc}")
 
 
 def _functions(module: Any) -> list[str]:

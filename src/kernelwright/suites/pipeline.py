@@ -1,0 +1,74 @@
+"""Where each candidate of a suite is in the pipeline, and how busy the GPUs are.
+
+    build queued -> building -> waiting for a GPU -> on the GPU -> done
+
+The executors report a task's stages through its `on_stage` callback (`prebuild` when its build
+is queued, `building` and `built` around the build, then the evaluation's own stages: startup,
+build, init, correctness, timing, profile); `Pipeline.stage` files each task under its state.
+The GPUs' busy share is the engine's own GPU work (the correctness and timing stages of every
+finished record) over the wall time the suite's GPUs have been held: `busy_s / (elapsed x gpus)`.
+Thread-safe: the executors call `stage` from their own threads.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from typing import Any
+
+STATES = ("build queued", "building", "waiting for a GPU", "on the GPU", "done")
+
+_OF_STAGE = {"prebuild": "build queued", "building": "building", "built": "waiting for a GPU",
+             "queued": "waiting for a GPU"}
+
+
+def state_of(stage: str) -> str:
+    """The pipeline state of a task whose executor just reported `stage`."""
+    return _OF_STAGE.get(stage, "on the GPU")
+
+
+def gpu_work_s(result: Any) -> float:
+    """The engine's GPU work in one record: its correctness and timing stages (seconds)."""
+    st = result.stage_times
+    return float(st.correctness_s or 0.0) + float(st.timing_s or 0.0)
+
+
+class Pipeline:
+    def __init__(self, gpus: int = 1):
+        self.gpus = max(1, gpus)
+        self._state: dict[str, str] = {}
+        self._lock = threading.Lock()
+        self.busy_s = 0.0
+        self.t0 = time.monotonic()
+
+    def queued(self, key: str, state: str = "waiting for a GPU") -> None:
+        with self._lock:
+            self._state[key] = state
+
+    def stage(self, key: str, stage: str) -> str:
+        state = state_of(stage)
+        with self._lock:
+            if self._state.get(key) != "done":
+                self._state[key] = state
+        return state
+
+    def done(self, key: str, result: Any = None) -> None:
+        with self._lock:
+            self._state[key] = "done"
+            if result is not None:
+                self.busy_s += gpu_work_s(result)
+
+    def counts(self) -> dict[str, int]:
+        with self._lock:
+            c = Counter(self._state.values())
+        return {s: c.get(s, 0) for s in STATES}
+
+    def busy_share(self) -> float:
+        wall = (time.monotonic() - self.t0) * self.gpus
+        return self.busy_s / wall if wall > 0 else 0.0
+
+    def line(self) -> str:
+        c = self.counts()
+        return (f"builds queued {c['build queued']}, building {c['building']}, waiting {c['waiting for a GPU']}, "
+                f"on the GPU {c['on the GPU']}, done {c['done']}; GPU busy {100 * self.busy_share():.0f}%")

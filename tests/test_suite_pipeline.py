@@ -1,0 +1,234 @@
+"""A suite at the speed of its GPU work, on the CPU: `suite eval` through the executors (local by
+default) with `--json`, `--quiet` and `--config`; no evidence stage unless `--profile` is asked;
+the pipeline's states and the GPUs' busy share; warm spares ready before their evaluation; a
+prebuild's trusted builds handed to the worker so that no builder starts on the GPU's path."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import time
+from dataclasses import replace
+from types import SimpleNamespace
+
+import pytest
+from typer.testing import CliRunner
+
+from kernelwright.cli.main import app
+from kernelwright.core.record import Status
+from kernelwright.engine import trusted_builds
+from kernelwright.executors.base import EvalTask
+from kernelwright.executors.local import LocalExecutor
+from kernelwright.executors.warm_pool import WarmPool
+from kernelwright.store import open_store
+from kernelwright.suites.pipeline import Pipeline, state_of
+
+from conftest import ADD_ONE, CANDIDATES, FIXTURES
+
+SUITE = FIXTURES / "suite"
+
+# A C++ extension with literal arguments: the trusted builder builds it, in the driver's prebuild.
+CPP = '''import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+cpp = """
+#include <torch/extension.h>
+torch::Tensor relu_plus_one(torch::Tensor x) { return torch::relu(x) + 1; }
+"""
+ext = load_inline(name="kw_pipeline_relu_plus_one", cpp_sources=cpp, functions=["relu_plus_one"])
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return ext.relu_plus_one(x)
+'''
+
+
+def cli(*args: str, code: int = 0):
+    result = CliRunner().invoke(app, list(args))
+    assert result.exit_code == code, result.output
+    return result
+
+
+def _cpu(cache_dir):
+    from kernelwright.core.config import EvalConfig, StageTimeouts
+
+    return EvalConfig(device="cpu", trials=2, cache_dir=cache_dir,
+                      timeouts=StageTimeouts(startup=120, build=300, init=30, correctness=20, timing=30, profile=60))
+
+
+def test_suite_eval_json_config_and_no_evidence_stage(tmp_path, cache_dir, monkeypatch):
+    """Two torch-only candidates through the local executor; a settings file sets the trials; the
+    records carry no profile stage and no roofline, as no profile was asked."""
+    monkeypatch.setenv("KERNELWRIGHT_CACHE", cache_dir)
+    problems = tmp_path / "level1"
+    problems.mkdir()
+    for name in ("1_add_one", "2_swish"):
+        shutil.copy(SUITE / "level1" / f"{name}.py", problems)
+    settings = tmp_path / "kw.toml"
+    settings.write_text("[eval]\ntrials = 2\n")
+    result = cli("suite", "eval", str(problems), str(SUITE / "candidates"), "--device", "cpu", "--json",
+                 "--config", str(settings), "--name", "pipe", "--out", str(tmp_path / "out"),
+                 "--store", str(tmp_path / "kw.db"))
+    summary = json.loads(result.stdout)  # stdout holds the JSON and nothing else
+    assert sorted(summary["ran"]) == ["level1/1_add_one", "level1/2_swish"] and summary["executor"] == "local"
+    assert summary["metrics"]["correct"] == 2 and not summary["failed"]
+    with open_store(tmp_path / "kw.db") as db:
+        records = [e["record"] for e in db.evaluations(suite="pipe")]
+    assert len(records) == 2
+    for rec in records:
+        assert rec["status"] == "passed"
+        assert len(rec["trials"]) == 2  # from the settings file
+        assert rec["stage_times"]["profile_s"] is None  # no evidence stage
+        assert "roofline" not in rec["metadata"] and "gpu_facts" not in rec["metadata"]
+        assert rec["metadata"]["executor"]["kind"] == "local"
+    # a rerun with --quiet: one line, and nothing to run
+    again = cli("suite", "eval", str(problems), str(SUITE / "candidates"), "--device", "cpu", "--quiet",
+                "--config", str(settings), "--name", "pipe", "--out", str(tmp_path / "out"),
+                "--store", str(tmp_path / "kw.db"))
+    assert "suite pipe: 2/2 correct" in again.output and "ran 0, skipped 2" in again.output
+
+
+def test_eval_without_profile_has_no_evidence_stage(cache_dir, monkeypatch):
+    monkeypatch.setenv("KERNELWRIGHT_CACHE", cache_dir)
+    out = cli("eval", str(ADD_ONE), str(CANDIDATES / "py_correct.py"), "--device", "cpu", "--trials", "2", "--json")
+    rec = json.loads(out.stdout)
+    assert rec["status"] == "passed"
+    assert rec["stage_times"]["profile_s"] is None and "roofline" not in rec["metadata"]
+
+
+def test_suite_bad_executor_options_are_one_line_and_exit_2(tmp_path):
+    for args, message in [
+        (["--executor", "serial", "--gpus", "0,1"], "--executor serial uses one GPU"),
+        (["--executor", "slurm"], "--executor must be one of serial, local, ray"),
+        (["--gpus", "0,0"], "names a GPU twice"),
+    ]:
+        out = cli("suite", "eval", str(SUITE / "level1"), str(SUITE / "candidates"), "--device", "cpu",
+                  "--store", str(tmp_path / "kw.db"), *args, code=2).output
+        assert message in out and "Traceback" not in out
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[eval]\ntrails = 2\n")
+    out = cli("suite", "eval", str(SUITE / "level1"), str(SUITE / "candidates"), "--config", str(bad),
+              "--store", str(tmp_path / "kw.db"), code=2).output
+    assert "unknown key 'eval.trails'" in out and "Traceback" not in out
+
+
+def test_pipeline_states_and_gpu_busy_share():
+    assert [state_of(s) for s in ("prebuild", "building", "built", "startup", "correctness", "timing")] == [
+        "build queued", "building", "waiting for a GPU", "on the GPU", "on the GPU", "on the GPU"]
+    pipe = Pipeline(gpus=2)
+    for key in "abc":
+        pipe.queued(key, "build queued")
+    pipe.stage("a", "building")
+    pipe.stage("b", "timing")
+    pipe.done("c", SimpleNamespace(stage_times=SimpleNamespace(correctness_s=0.4, timing_s=0.6)))
+    pipe.stage("c", "profile")  # a late stage never takes a finished task back
+    assert pipe.counts() == {"build queued": 0, "building": 1, "waiting for a GPU": 0, "on the GPU": 1, "done": 1}
+    pipe.t0 = time.monotonic() - 1.0  # one second on two GPUs, one second of GPU work: half busy
+    assert pipe.busy_share() == pytest.approx(0.5, rel=0.05)
+    assert "GPU busy 50%" in pipe.line()
+
+
+def test_warm_pool_keeps_two_spares_and_hands_a_ready_one_over(cache_dir):
+    cfg = _cpu(cache_dir)
+    text = (CANDIDATES / "py_correct.py").read_text()
+    with WarmPool(cfg, size=2) as pool:
+        pool.prestart()
+        deadline = time.monotonic() + 60
+        while pool.spares() < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert pool.spares() == 2
+        time.sleep(3.0)  # they start up (python, torch) before the first candidate comes
+        first = pool.evaluate(ADD_ONE, None, cfg, candidate_text=text)
+        second = pool.evaluate(ADD_ONE, None, cfg, candidate_text=text)
+        deadline = time.monotonic() + 60
+        while pool.spares() < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert pool.spares() == 2 and pool.started == 4  # refilled after each take
+    assert first.status is Status.PASSED and second.status is Status.PASSED
+    # the second evaluation's spare had started up while the first ran: it waited for its job
+    assert second.metadata["prestarted"]["idle_s"] > 0.0, second.metadata["prestarted"]
+    assert pool.spares() == 0  # closed: every spare stopped
+
+
+@pytest.mark.slow
+def test_local_executor_hands_the_prebuild_to_the_worker(cache_dir):
+    """The driver's prebuild built the extension; the worker's evaluation starts no builder."""
+    cfg = _cpu(cache_dir)
+    trusted_builds.forget()
+    stages: list[str] = []
+    with LocalExecutor(cfg, gpus=["0"], build_workers=1) as ex:
+        result = ex.submit(EvalTask(key="add_one/cpp", problem=ADD_ONE, candidate_text=CPP),
+                           on_stage=stages.append).result(timeout=600)
+    assert result.status is Status.PASSED, result.error_log
+    assert result.metadata["executor"]["prebuild"]["ok"]
+    assert result.metadata["trusted_build"].get("remembered") is True  # no builder in the worker
+    assert stages[:3] == ["prebuild", "building", "built"] and "correctness" in stages
+    # without the hand-over (a fresh process that has learned nothing), a builder would run
+    assert replace(cfg).build.trusted_cache
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("openai") is None, reason="needs the openai client")
+def test_suite_optimize_on_two_fake_gpus_runs_two_problems_at_once(tmp_path, cache_dir, monkeypatch):
+    """`suite optimize --executor local --gpus 0,1`: the two problems run at once, each evaluation
+    placed on a GPU worker; the verdicts are the serial run's (tests/test_suite_optimize.py)."""
+    from chat_server import ChatServer
+
+    import suite_models
+
+    monkeypatch.setenv("KERNELWRIGHT_CACHE", cache_dir)
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    with ChatServer({}, respond=suite_models.respond) as server:
+        result = cli("suite", "optimize", str(SUITE / "level1"), "--only", "1_add_one", "--only", "3_scale_shift",
+                     "--coder", suite_models.CODER, "--judge", suite_models.JUDGE, "--base-url", server.base_url,
+                     "--rounds", "2", "--device", "cpu", "--backend", "cpp", "--trials", "2", "--no-profile",
+                     "--retries", "1", "--executor", "local", "--gpus", "0,1", "--json", "--name", "opt2",
+                     "--out", str(tmp_path / "out"), "--store", str(tmp_path / "kw.db"))
+    summary = json.loads(result.stdout)
+    assert sorted(summary["ran"]) == ["level1/1_add_one", "level1/3_scale_shift"] and summary["executor"] == "local"
+    with open_store(tmp_path / "kw.db") as db:
+        evs = db.evaluations(suite="opt2")
+        assert db.store.integrity_check() == "ok"
+    got = {(e["problem"], e["round_idx"], e["record"]["status"]) for e in evs}
+    assert got == {("1_add_one", 0, "incorrect"), ("1_add_one", 1, "passed"),
+                   ("3_scale_shift", 0, "runtime_error"), ("3_scale_shift", 1, "passed")}
+    placed = [e["record"]["metadata"]["executor"] for e in evs]
+    assert all(p["kind"] == "local" for p in placed) and {p["gpu"] for p in placed} <= {"0", "1"}
+
+
+def test_spares_are_paused_while_an_evaluation_is_timed_where_cores_are_scarce(cache_dir):
+    """No cores of their own (as on a 2-core machine): the spares still starting up are stopped
+    (SIGSTOP) while the evaluation is timed, and resumed after."""
+    from kernelwright.executors import warm_pool
+
+    cfg = _cpu(cache_dir)
+    seen: list[set[str]] = []
+
+    def states(pool) -> set[str]:
+        out = set()
+        for spare in list(pool._spares):
+            for pid, _ in warm_pool._tree(spare.runner.proc.pid):
+                try:
+                    out.add(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0])
+                except OSError:
+                    pass
+        return out
+
+    with WarmPool(cfg, size=1) as pool:
+        assert pool.pause_while_timing  # no startup cores given
+        pool.prestart()
+
+        def on_stage(s: str) -> None:
+            if s == "timing":
+                time.sleep(0.3)  # a signal is delivered asynchronously
+                seen.append(states(pool))
+
+        result = pool.evaluate(ADD_ONE, None, cfg, candidate_text=(CANDIDATES / "py_correct.py").read_text(),
+                               on_stage=on_stage)
+        after = states(pool)
+    assert result.status is Status.PASSED
+    assert pool.pauses == 1 and seen and seen[0] == {"T"}  # every process of the spare stopped while timed
+    assert "T" not in after  # resumed once the timing ended
