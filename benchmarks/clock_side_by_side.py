@@ -26,25 +26,54 @@ PAIRS = {
     "mamba2_state": ("examples/mamba2_ssd/problem_state.py", "examples/mamba2_ssd/candidate_state.py"),
     "cpu_swish": ("examples/cpu_swish/problem.py", "examples/cpu_swish/candidate.py"),
     "suite_swish": ("tests/fixtures/suite/level1/2_swish.py", "tests/fixtures/suite/candidates/2_swish.py"),
-    "suite_softmax": ("tests/fixtures/suite/level1/4_row_softmax.py", "tests/fixtures/suite/candidates/4_row_softmax.py"),
-    "suite_matmul": ("tests/fixtures/suite/level1/5_small_matmul.py", "tests/fixtures/suite/candidates/5_small_matmul.py"),
+    "suite_softmax": (
+        "tests/fixtures/suite/level1/4_row_softmax.py",
+        "tests/fixtures/suite/candidates/4_row_softmax.py",
+    ),
+    "suite_matmul": (
+        "tests/fixtures/suite/level1/5_small_matmul.py",
+        "tests/fixtures/suite/candidates/5_small_matmul.py",
+    ),
 }
 
 
 def one(src: str, problem: str, candidate: str, device: str, extra: list[str]) -> dict:
     env = dict(os.environ, PYTHONPATH=str(Path(src).resolve()))
     t0 = time.perf_counter()
-    p = subprocess.run([sys.executable, "-m", "kernelwright.cli.main", "eval", problem, candidate, "--device", device,
-                        "--json", *extra], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kernelwright.cli.main",
+            "eval",
+            problem,
+            candidate,
+            "--device",
+            device,
+            "--json",
+            *extra,
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     wall = time.perf_counter() - t0
     try:
         rec = json.loads(p.stdout)
     except ValueError:
         return {"status": "no_record", "wall_s": wall, "stderr": p.stderr[-500:]}
     flags = (rec.get("metadata", {}).get("guards") or {}).get("flags") or {}
-    return {"status": rec.get("status"), "speedup": rec.get("speedup"), "candidate_ms": rec.get("candidate_ms"),
-            "reference_ms": rec.get("reference_ms"), "flags": sorted(flags), "wall_s": round(wall, 2),
-            "clock": (rec.get("metadata", {}).get("timing") or {}).get("clock", "runner events")}
+    return {
+        "status": rec.get("status"),
+        "speedup": rec.get("speedup"),
+        "candidate_ms": rec.get("candidate_ms"),
+        "reference_ms": rec.get("reference_ms"),
+        "flags": sorted(flags),
+        "wall_s": round(wall, 2),
+        "clock": (rec.get("metadata", {}).get("timing") or {}).get("clock", "runner events"),
+    }
 
 
 def main() -> None:

@@ -20,12 +20,11 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -35,19 +34,27 @@ TARGET = 1.3
 OPS = {
     "relu_plus_one": ("torch.relu(x) + 1.0", "torch.clamp_min(x, 0.0) + 1.0", "[(128, 256)]"),
     "swish": ("x * torch.sigmoid(x)", "torch.nn.functional.silu(x)", "[(128, 256)]"),
-    "row_softmax": ("torch.softmax(x, dim=1)", "torch.exp(x - x.amax(1, keepdim=True)).div_("
-                    "torch.exp(x - x.amax(1, keepdim=True)).sum(1, keepdim=True))", "[(128, 256)]"),
+    "row_softmax": (
+        "torch.softmax(x, dim=1)",
+        "torch.exp(x - x.amax(1, keepdim=True)).div_(torch.exp(x - x.amax(1, keepdim=True)).sum(1, keepdim=True))",
+        "[(128, 256)]",
+    ),
     "matmul": ("x @ y", "torch.mm(x, y)", "[(128, 128), (128, 128)]"),
-    "layer_norm": ("torch.nn.functional.layer_norm(x, x.shape[-1:])",
-                   "(x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + 1e-5)",
-                   "[(128, 256)]"),
+    "layer_norm": (
+        "torch.nn.functional.layer_norm(x, x.shape[-1:])",
+        "(x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + 1e-5)",
+        "[(128, 256)]",
+    ),
     "row_sum": ("x.sum(dim=1)", "torch.sum(x, 1)", "[(128, 256)]"),
     "gelu": ("torch.nn.functional.gelu(x)", "0.5 * x * (1.0 + torch.erf(x / 1.4142135623730951))", "[(128, 256)]"),
-    "scale_shift": ("x * 2.0 - 0.5", "torch.addcmul(torch.full_like(x, -0.5), x, torch.full_like(x, 2.0))",
-                    "[(128, 256)]"),
+    "scale_shift": (
+        "x * 2.0 - 0.5",
+        "torch.addcmul(torch.full_like(x, -0.5), x, torch.full_like(x, 2.0))",
+        "[(128, 256)]",
+    ),
 }
 
-PROBLEM = '''import torch
+PROBLEM = """import torch
 import torch.nn as nn
 
 
@@ -62,16 +69,16 @@ def get_inputs():
 
 def get_init_inputs():
     return []
-'''
+"""
 
-CANDIDATE = '''import torch
+CANDIDATE = """import torch
 import torch.nn as nn
 
 
 class ModelNew(nn.Module):
     def forward(self, {args}):
         return {cand}
-'''
+"""
 
 
 def write_suite(root: Path) -> tuple[Path, Path]:
@@ -88,10 +95,34 @@ def write_suite(root: Path) -> tuple[Path, Path]:
 def run(executor: str, probs: Path, cands: Path, work: Path, trials: int, tag: str) -> dict:
     env = {**os.environ, "KERNELWRIGHT_CACHE": str(work / "cache"), "PYTHONPATH": str(ROOT / "src"), "COLUMNS": "160"}
     t0 = time.perf_counter()
-    out = subprocess.run([sys.executable, "-m", "kernelwright.cli.main", "suite", "eval", str(probs), str(cands),
-                          "--device", "cpu", "--trials", str(trials), "--executor", executor, "--json",
-                          "--name", tag, "--out", str(work / tag), "--store", str(work / f"{tag}.db")],
-                         capture_output=True, text=True, env=env, timeout=3600)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kernelwright.cli.main",
+            "suite",
+            "eval",
+            str(probs),
+            str(cands),
+            "--device",
+            "cpu",
+            "--trials",
+            str(trials),
+            "--executor",
+            executor,
+            "--json",
+            "--name",
+            tag,
+            "--out",
+            str(work / tag),
+            "--store",
+            str(work / f"{tag}.db"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=3600,
+    )
     cli_wall = time.perf_counter() - t0
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     if out.returncode != 0:
@@ -101,25 +132,41 @@ def run(executor: str, probs: Path, cands: Path, work: Path, trials: int, tag: s
     n = len(recs)
     work_s = [(r["stage_times"]["correctness_s"] or 0.0) + (r["stage_times"]["timing_s"] or 0.0) for r in recs]
     total = [r["stage_times"]["total_s"] or 0.0 for r in recs]
-    return {"executor": executor, "problems": n, "verdicts": sorted({r["status"] for r in recs}),
-            "suite_wall_s": summary["wall_s"], "cli_wall_s": round(cli_wall, 3),
-            "wall_per_problem_s": round(summary["wall_s"] / n, 3), "cli_wall_per_problem_s": round(cli_wall / n, 3),
-            "work_per_problem_s": round(sum(work_s) / n, 3), "evaluation_total_per_problem_s": round(sum(total) / n, 3),
-            "ratio": round(summary["wall_s"] / sum(work_s), 3), "cli_ratio": round(cli_wall / sum(work_s), 3),
-            "prestarted_idle_s": [((r["metadata"].get("prestarted") or {}).get("idle_s")) for r in recs],
-            "load_avg_1min_after": load}
+    return {
+        "executor": executor,
+        "problems": n,
+        "verdicts": sorted({r["status"] for r in recs}),
+        "suite_wall_s": summary["wall_s"],
+        "cli_wall_s": round(cli_wall, 3),
+        "wall_per_problem_s": round(summary["wall_s"] / n, 3),
+        "cli_wall_per_problem_s": round(cli_wall / n, 3),
+        "work_per_problem_s": round(sum(work_s) / n, 3),
+        "evaluation_total_per_problem_s": round(sum(total) / n, 3),
+        "ratio": round(summary["wall_s"] / sum(work_s), 3),
+        "cli_ratio": round(cli_wall / sum(work_s), 3),
+        "prestarted_idle_s": [((r["metadata"].get("prestarted") or {}).get("idle_s")) for r in recs],
+        "load_avg_1min_after": load,
+    }
 
 
 def table(res: dict) -> str:
-    lines = [f"Suite overhead, {len(OPS)} torch-only problems, {res['machine']}, {res['date']} (target: ratio <= {TARGET})",
-             "", "| executor | run | wall s / problem | work s / problem | ratio | CLI wall s / problem | CLI ratio | load avg |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"Suite overhead, {len(OPS)} torch-only problems, {res['machine']}, {res['date']} (target: ratio <= {TARGET})",
+        "",
+        "| executor | run | wall s / problem | work s / problem | ratio | CLI wall s / problem | CLI ratio | load avg |",  # noqa: E501
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in res["runs"]:
-        lines.append(f"| {r['executor']} | {r['run']} | {r['wall_per_problem_s']:.2f} | {r['work_per_problem_s']:.2f} | "
-                     f"{r['ratio']:.2f} | {r['cli_wall_per_problem_s']:.2f} | {r['cli_ratio']:.2f} | {r['load_avg_1min_after']} |")
-    lines += ["", "work = correctness_s + timing_s of each record; wall = the suite's own (its JSON wall_s); "
-              "CLI wall = the whole `kernelwright suite eval` process; load avg = the machine's 1-minute load "
-              "average after the run (anything above the core count means other work shared the cores)."]
+        lines.append(
+            f"| {r['executor']} | {r['run']} | {r['wall_per_problem_s']:.2f} | {r['work_per_problem_s']:.2f} | "
+            f"{r['ratio']:.2f} | {r['cli_wall_per_problem_s']:.2f} | {r['cli_ratio']:.2f} | {r['load_avg_1min_after']} |"  # noqa: E501
+        )
+    lines += [
+        "",
+        "work = correctness_s + timing_s of each record; wall = the suite's own (its JSON wall_s); "
+        "CLI wall = the whole `kernelwright suite eval` process; load avg = the machine's 1-minute load "
+        "average after the run (anything above the core count means other work shared the cores).",
+    ]
     return "\n".join(lines)
 
 
@@ -130,9 +177,12 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=5)
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     args = ap.parse_args()
-    res = {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-           "machine": f"{platform.node()}: cpu {platform.machine()}, {os.cpu_count()} cores, python {platform.python_version()}",
-           "trials": args.trials, "runs": []}
+    res = {
+        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": f"{platform.node()}: cpu {platform.machine()}, {os.cpu_count()} cores, python {platform.python_version()}",  # noqa: E501
+        "trials": args.trials,
+        "runs": [],
+    }
     with tempfile.TemporaryDirectory(prefix="kw-suite-overhead-") as tmp:
         work = Path(tmp)
         probs, cands = write_suite(work / "suite")

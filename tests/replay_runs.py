@@ -11,16 +11,15 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
+from conftest import ADD_ONE
 from kernelwright.cli.main import app
 from kernelwright.core.record import EvalResult, Status, TimingStats
-
-from conftest import ADD_ONE
 
 SPEEDS = ["WRONG", "1.0", "1.6", "1.2"]  # round 0 incorrect: no best yet when it is interrupted after it
 
 
 def _code(speed: str) -> str:
-    return f"import torch\nimport torch.nn as nn\n\n# SPEED={speed}\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        return x\n"
+    return f"import torch\nimport torch.nn as nn\n\n# SPEED={speed}\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        return x\n"  # noqa: E501
 
 
 def recorded_answers(root: Path, speeds: list[str] = SPEEDS) -> Path:
@@ -29,8 +28,11 @@ def recorded_answers(root: Path, speeds: list[str] = SPEEDS) -> Path:
         folder = root / f"{i:03d}_{i:08x}"
         folder.mkdir(parents=True)
         (folder / "coder_response.md").write_text(f"Round {i}.\n```python\n{_code(speed)}```\n")
-        body = ({"critical_issue": "wrong", "why_it_matters": "all", "minimal_fix_hint": "fix"} if speed == "WRONG"
-                else {"bottleneck": f"b{i}", "optimisation": f"o{i}", "expected_speedup": 1.5})
+        body = (
+            {"critical_issue": "wrong", "why_it_matters": "all", "minimal_fix_hint": "fix"}
+            if speed == "WRONG"
+            else {"bottleneck": f"b{i}", "optimisation": f"o{i}", "expected_speedup": 1.5}
+        )
         (folder / "judge_response.md").write_text("```json\n" + json.dumps(body) + "\n```\n")
     return root
 
@@ -52,16 +54,54 @@ class FakeEngine:
         m = re.search(r"SPEED=([\d.]+)", code)
         meta = {"torch_version": "2.13.0+cpu", "cuda_version": "", "python": "3.11.7"}  # as the engine records them
         if not m:
-            return EvalResult(status=Status.INCORRECT, error_log="Outputs are not close (atol=0.001, rtol=0.001)",
-                              device="cpu (fake engine)", device_type="cpu", metadata=meta)
+            return EvalResult(
+                status=Status.INCORRECT,
+                error_log="Outputs are not close (atol=0.001, rtol=0.001)",
+                device="cpu (fake engine)",
+                device_type="cpu",
+                metadata=meta,
+            )
         s = float(m.group(1))
-        t = TimingStats(median_ms=1 / s, mean_ms=1 / s, std_ms=0, min_ms=1 / s, max_ms=1 / s, p10_ms=1 / s,
-                        p90_ms=1 / s, iterations=10, warmup=3, clock="perf_counter", l2_flush=False)
-        return EvalResult(status=Status.PASSED, correct=True, speedup=s, candidate_ms=1 / s, reference_ms=1.0,
-                          candidate_timing=t, device="cpu (fake engine)", device_type="cpu", metadata=meta)
+        t = TimingStats(
+            median_ms=1 / s,
+            mean_ms=1 / s,
+            std_ms=0,
+            min_ms=1 / s,
+            max_ms=1 / s,
+            p10_ms=1 / s,
+            p90_ms=1 / s,
+            iterations=10,
+            warmup=3,
+            clock="perf_counter",
+            l2_flush=False,
+        )
+        return EvalResult(
+            status=Status.PASSED,
+            correct=True,
+            speedup=s,
+            candidate_ms=1 / s,
+            reference_ms=1.0,
+            candidate_timing=t,
+            device="cpu (fake engine)",
+            device_type="cpu",
+            metadata=meta,
+        )
 
 
 def optimize(monkeypatch, engine: FakeEngine, answers: Path, *args: str, problem: Path = ADD_ONE):
     monkeypatch.setattr("kernelwright.loop.forge.engine_evaluator", lambda cfg, warm=True: engine)
-    return CliRunner().invoke(app, ["optimize", str(problem), "--coder", f"replay:{answers}", "--device", "cpu",
-                                    "--sandbox", "none", "--no-profile", *args])
+    return CliRunner().invoke(
+        app,
+        [
+            "optimize",
+            str(problem),
+            "--coder",
+            f"replay:{answers}",
+            "--device",
+            "cpu",
+            "--sandbox",
+            "none",
+            "--no-profile",
+            *args,
+        ],
+    )

@@ -9,24 +9,29 @@ import re
 import subprocess
 import sys
 
-import kernelwright as kw
-from kernelwright.store.api import default_store
-
-from conftest import ROOT
 from replay_runs import FakeEngine, recorded_answers
+
+import kernelwright as kw
+from conftest import ROOT
+from kernelwright.store.api import default_store
 
 
 def readme_block(heading: str, index: int = 0) -> str:
     text = (ROOT / "README.md").read_text()
-    section = text[text.index(heading):]
+    section = text[text.index(heading) :]
     return re.findall(r"```python\n(.*?)```", section, re.S)[index]
 
 
 def test_the_names_are_exported_lazily_and_typed():
     assert {"evaluate", "optimize", "EvalConfig", "EvalResult", "open_store"} <= set(dir(kw)) <= set(kw.__all__)
     code = "import sys, kernelwright; print('torch' in sys.modules, 'kernelwright.engine' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         env={**os.environ, "PYTHONPATH": str(ROOT / "src")}, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+        check=True,
+    )
     assert out.stdout.split() == ["False", "False"]
     assert (ROOT / "src" / "kernelwright" / "py.typed").is_file()
     assert '"py.typed"' in (ROOT / "pyproject.toml").read_text()
@@ -38,7 +43,9 @@ def test_the_names_are_exported_lazily_and_typed():
 def test_the_readme_notebook_example_runs_as_written(tmp_path, cache_dir):
     code = readme_block("## From Python") + "\nprint('ROWS', len(rows))\n"
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "KERNELWRIGHT_CACHE": cache_dir}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300
+    )
     assert out.returncode == 0, out.stderr
     first = out.stdout.splitlines()[0]
     assert first.startswith("passed ") and float(first.split()[1]) > 0

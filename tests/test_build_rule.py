@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import pytest
 
+from conftest import ADD_ONE, FIXTURES
 from kernelwright.core.record import Status
 from kernelwright.engine import evaluate
-
-from conftest import ADD_ONE, FIXTURES
 
 BF = FIXTURES / "builds"
 

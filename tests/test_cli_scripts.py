@@ -16,23 +16,28 @@ import sys
 from pathlib import Path
 
 import pytest
+from replay_runs import FakeEngine, optimize, recorded_answers
 from rich.console import Console
 from typer.testing import CliRunner
 
+from conftest import ADD_ONE, CANDIDATES, ROOT
 from kernelwright.cli.exit_codes import ExitCode
 from kernelwright.cli.main import app
 from kernelwright.core.record import EvalResult, Status
 from kernelwright.store.api import default_store
 
-from conftest import ADD_ONE, CANDIDATES, ROOT
-from replay_runs import FakeEngine, optimize, recorded_answers
-
 
 def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     """`kernelwright ARGS` as a script runs it: stdout a pipe, not a terminal; no COLUMNS."""
     env = {k: v for k, v in os.environ.items() if k != "COLUMNS"} | {"PYTHONPATH": str(ROOT / "src")}
-    return subprocess.run([sys.executable, "-m", "kernelwright.cli.main", *args], capture_output=True, text=True,
-                          env=env, cwd=cwd, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "kernelwright.cli.main", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=120,
+    )
 
 
 def example_problem(root: Path, name: str) -> Path:
@@ -56,7 +61,9 @@ def test_the_store_is_one_per_user_and_lists_every_run(tmp_path, monkeypatch):
     # one run in ./runs (its default folder), one with --out far away, one named
     assert optimize(monkeypatch, FakeEngine(), answers, "--rounds", "2", problem=problem).exit_code == 0
     far = tmp_path / "elsewhere" / "deep" / "run"
-    assert optimize(monkeypatch, FakeEngine(), answers, "--rounds", "2", "--out", str(far), problem=problem).exit_code == 0
+    assert (
+        optimize(monkeypatch, FakeEngine(), answers, "--rounds", "2", "--out", str(far), problem=problem).exit_code == 0
+    )
     named = optimize(monkeypatch, FakeEngine(), answers, "--rounds", "2", "--name", "my-try", problem=problem)
     assert named.exit_code == 0, named.output
     (default_dir,) = (tmp_path / "runs").glob("softmax-*")
@@ -124,7 +131,9 @@ def test_eval_fail_on_makes_ci_fail_on_the_listed_verdicts():
     assert json.loads(failing.stdout)["status"] == "incorrect"  # the record is still printed
     listed_other = cli("eval", str(ADD_ONE), wrong, "--device", "cpu", "--quiet", "--fail-on", "compile_error")
     assert listed_other.returncode == 0
-    correct = cli("eval", str(ADD_ONE), str(CANDIDATES / "py_correct.py"), "--device", "cpu", "--quiet", "--fail-on", "failed")
+    correct = cli(
+        "eval", str(ADD_ONE), str(CANDIDATES / "py_correct.py"), "--device", "cpu", "--quiet", "--fail-on", "failed"
+    )
     assert correct.returncode == 0, correct.stdout + correct.stderr
     unknown = cli("eval", str(ADD_ONE), wrong, "--fail-on", "incorect")
     assert unknown.returncode == 2 and "unknown verdict incorect" in unknown.stderr
@@ -134,8 +143,10 @@ def test_eval_fail_on_makes_ci_fail_on_the_listed_verdicts():
 
 # ---- help and labels -----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("command", [["eval"], ["optimize"], ["runs"], ["report"], ["suite", "eval"],
-                                     ["suite", "optimize"]])
+
+@pytest.mark.parametrize(
+    "command", [["eval"], ["optimize"], ["runs"], ["report"], ["suite", "eval"], ["suite", "optimize"]]
+)
 def test_help_has_no_markup_loss_and_no_type_tags(command):
     out = CliRunner().invoke(app, [*command, "--help"], env={"COLUMNS": "200"}, terminal_width=200)
     assert out.exit_code == 0
@@ -147,15 +158,20 @@ def test_help_has_no_markup_loss_and_no_type_tags(command):
 
 
 def _flagged(status: Status, **flags: str) -> EvalResult:
-    return EvalResult(status=status, error_log="Output rules broken: no code block" if status is Status.FORMAT_ERROR else "",
-                      metadata={"guards": {"flags": flags}})
+    return EvalResult(
+        status=status,
+        error_log="Output rules broken: no code block" if status is Status.FORMAT_ERROR else "",
+        metadata={"guards": {"flags": flags}},
+    )
 
 
 def test_advice_is_printed_whole_and_a_format_error_shows_no_empty_stages_row():
     from kernelwright.cli.console import render_result
 
-    advice = ("the timing varied by 35% between repeats; rerun on a quiet machine, or raise "
-              "(timing.cpu_threads_pinned) in the settings file to pin the threads")
+    advice = (
+        "the timing varied by 35% between repeats; rerun on a quiet machine, or raise "
+        "(timing.cpu_threads_pinned) in the settings file to pin the threads"
+    )
     buf = io.StringIO()
     render_result(_flagged(Status.PASSED, timing_unstable=advice), Console(file=buf, width=60))
     assert advice in buf.getvalue()  # soft-wrapped by the terminal, never cut by us

@@ -14,11 +14,10 @@ import time
 
 import pytest
 
+from conftest import FIXTURES
 from kernelwright.core.config import StageTimeouts
 from kernelwright.core.record import Status
 from kernelwright.engine import evaluate
-
-from conftest import FIXTURES
 
 ATTACKS = FIXTURES.parent / "clock_attacks"
 SWISH = FIXTURES / "problems" / "swish.py"

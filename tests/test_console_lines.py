@@ -17,8 +17,9 @@ from kernelwright.models import ModelSetupError, resolve_model
 
 
 def test_a_problem_without_counted_flops_is_memory_bound_in_bytes_not_0_flop():
-    r = roofline.compute(flops=0, min_bytes=8e6, time_ms=0.016, peak_bytes_per_s=1e12, peak_flops_per_s=1e14,
-                         peak_source="measured")
+    r = roofline.compute(
+        flops=0, min_bytes=8e6, time_ms=0.016, peak_bytes_per_s=1e12, peak_flops_per_s=1e14, peak_source="measured"
+    )
     text = roofline.line(r)
     assert "FLOP" not in text.replace("no matmul/conv/attention FLOPs counted", "")
     assert text.startswith("Roofline: memory-bound: 8 MB minimal traffic")
@@ -28,13 +29,21 @@ def test_a_problem_without_counted_flops_is_memory_bound_in_bytes_not_0_flop():
     assert "2 GFLOP" in full and "compute-bound" in full
 
 
-CUDA_HOME_LOG = ("The candidate raised while being imported:\nTraceback (most recent call last):\n  ...\n"
-                 "OSError: CUDA_HOME environment variable is not set. Please set it to your CUDA install root.")
+CUDA_HOME_LOG = (
+    "The candidate raised while being imported:\nTraceback (most recent call last):\n  ...\n"
+    "OSError: CUDA_HOME environment variable is not set. Please set it to your CUDA install root."
+)
 
 
-@pytest.mark.parametrize("log", [CUDA_HOME_LOG, "RuntimeError: Torch not compiled with CUDA enabled",
-                                 "RuntimeError: Found no NVIDIA driver on your system.",
-                                 "RuntimeError: x must be a CUDA float32 tensor"])
+@pytest.mark.parametrize(
+    "log",
+    [
+        CUDA_HOME_LOG,
+        "RuntimeError: Torch not compiled with CUDA enabled",
+        "RuntimeError: Found no NVIDIA driver on your system.",
+        "RuntimeError: x must be a CUDA float32 tensor",
+    ],
+)
 def test_a_cuda_candidate_on_the_cpu_gets_one_line(log):
     r = EvalResult(
         status=Status.RUNTIME_ERROR,
@@ -49,10 +58,15 @@ def test_a_cuda_candidate_on_the_cpu_gets_one_line(log):
 
 
 def test_other_failures_are_not_blamed_on_the_device():
-    assert device_problem(EvalResult(status=Status.RUNTIME_ERROR, error_log="ValueError: shapes differ",
-                                     device_type="cpu")) is None
-    on_gpu = EvalResult(status=Status.RUNTIME_ERROR, error_log="CUDA_HOME environment variable is not set",
-                        device_type="cuda")
+    assert (
+        device_problem(
+            EvalResult(status=Status.RUNTIME_ERROR, error_log="ValueError: shapes differ", device_type="cpu")
+        )
+        is None
+    )
+    on_gpu = EvalResult(
+        status=Status.RUNTIME_ERROR, error_log="CUDA_HOME environment variable is not set", device_type="cuda"
+    )
     assert device_problem(on_gpu) is None  # on a GPU the toolkit is missing, not the device
     assert device_problem(EvalResult(status=Status.PASSED, device_type="cpu")) is None
 
@@ -76,7 +90,9 @@ def test_live_progress_numbers_rounds_from_0_and_estimates_the_time_left():
 
 
 def test_unknown_provider_prefixes_and_empty_replay():
-    with pytest.raises(ModelSetupError, match=r"unknown provider 'foo'; known prefixes: openai:, anthropic:, litellm:, replay:"):
+    with pytest.raises(
+        ModelSetupError, match=r"unknown provider 'foo'; known prefixes: openai:, anthropic:, litellm:, replay:"
+    ):
         resolve_model("foo:bar", "coder", ModelConfig())
     with pytest.raises(ModelSetupError, match=r"pass a run directory: replay:RUN_DIR"):
         resolve_model("replay:", "judge", ModelConfig())

@@ -13,10 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from conftest import ADD_ONE, CANDIDATES, ROOT
 from kernelwright.cli.kernelbench import parse_id
 from kernelwright.store.api import default_store
-
-from conftest import ADD_ONE, CANDIDATES, ROOT
 
 needs_datasets = pytest.mark.skipif(importlib.util.find_spec("datasets") is None, reason="needs the datasets package")
 

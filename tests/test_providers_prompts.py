@@ -10,22 +10,22 @@ import sys
 from pathlib import Path
 
 import pytest
+from replay_runs import FakeEngine, recorded_answers
 from typer.testing import CliRunner
 
-from chat_server import ChatServer, Reply, Status
+from conftest import ADD_ONE
+from helpers.chat_server import ChatServer, Reply, Status
 from kernelwright.cli.main import app
 from kernelwright.core.config import ModelConfig, RetryPolicy
 from kernelwright.models import ModelSetupError, resolve_model
 from kernelwright.models.base import Usage
 from kernelwright.models.pricing import BUILTIN, PriceTable, litellm_price
 
-from conftest import ADD_ONE
-from replay_runs import FakeEngine, recorded_answers
+needs_litellm = pytest.mark.skipif(
+    importlib.util.find_spec("litellm") is None, reason="needs the litellm extra (pip install 'kernelwright[litellm]')"
+)
 
-needs_litellm = pytest.mark.skipif(importlib.util.find_spec("litellm") is None,
-                                   reason="needs the litellm extra (pip install 'kernelwright[litellm]')")
-
-CODE = "```python\nimport torch.nn as nn\n\n# SPEED=1.3\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        return x\n```"
+CODE = "```python\nimport torch.nn as nn\n\n# SPEED=1.3\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        return x\n```"  # noqa: E501
 PERF = "```json\n" + json.dumps({"bottleneck": "b", "optimisation": "o", "expected_speedup": 1.2}) + "\n```"
 
 
@@ -49,9 +49,27 @@ def test_optimize_with_litellm_models_end_to_end(tmp_path, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "test-key")
     monkeypatch.setattr("kernelwright.loop.forge.engine_evaluator", lambda cfg, warm=True: FakeEngine())
     with ChatServer({}, respond=lambda model, messages: Reply(CODE if model == "coder" else PERF)) as server:
-        out = CliRunner().invoke(app, ["optimize", str(ADD_ONE), "--coder", "litellm:openai/coder", "--judge",
-                                       "litellm:openai/judge", "--base-url", server.base_url, "--rounds", "2",
-                                       "--device", "cpu", "--no-profile", "--out", str(tmp_path / "run"), "--json"])
+        out = CliRunner().invoke(
+            app,
+            [
+                "optimize",
+                str(ADD_ONE),
+                "--coder",
+                "litellm:openai/coder",
+                "--judge",
+                "litellm:openai/judge",
+                "--base-url",
+                server.base_url,
+                "--rounds",
+                "2",
+                "--device",
+                "cpu",
+                "--no-profile",
+                "--out",
+                str(tmp_path / "run"),
+                "--json",
+            ],
+        )
     assert out.exit_code == 0, out.output
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["coder"] == "litellm:openai/coder" and summary["best"]["speedup"] == 1.3
@@ -62,10 +80,12 @@ def test_without_litellm_the_prefix_says_how_to_install_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "litellm", None)  # an import of it fails, as where it is not installed
     with pytest.raises(ModelSetupError) as info:
         resolve_model("litellm:gemini/gemini-2.5-pro", "coder", ModelConfig())
-    assert str(info.value) == ("litellm:gemini/gemini-2.5-pro: LiteLLM is not installed; "
-                               "pip install 'kernelwright[litellm]'")
-    out = CliRunner().invoke(app, ["optimize", str(ADD_ONE), "--coder", "litellm:gemini/gemini-2.5-pro",
-                                   "--device", "cpu"])
+    assert str(info.value) == (
+        "litellm:gemini/gemini-2.5-pro: LiteLLM is not installed; pip install 'kernelwright[litellm]'"
+    )
+    out = CliRunner().invoke(
+        app, ["optimize", str(ADD_ONE), "--coder", "litellm:gemini/gemini-2.5-pro", "--device", "cpu"]
+    )
     assert out.exit_code == 2 and "pip install 'kernelwright[litellm]'" in out.output
     assert "Traceback" not in out.output and len(out.output.strip().splitlines()) == 1
 
@@ -77,7 +97,8 @@ def test_prices_come_from_litellm_when_installed_else_the_hand_table(tmp_path, m
 
         entry = litellm.model_cost["gemini/gemini-2.5-pro"]
         assert table.cost("gemini/gemini-2.5-pro", Usage(1_000_000, 1_000_000)) == pytest.approx(
-            (entry["input_cost_per_token"] + entry["output_cost_per_token"]) * 1e6)
+            (entry["input_cost_per_token"] + entry["output_cost_per_token"]) * 1e6
+        )
         assert litellm_price("gpt-4o") is not None
     (tmp_path / "p.json").write_text(json.dumps({"gemini-2.5-pro": {"input": 0, "output": 0}}))
     assert PriceTable.load(tmp_path / "p.json").cost("gemini/gemini-2.5-pro", Usage(5, 5)) == 0  # the user's first
@@ -89,16 +110,29 @@ def test_prices_come_from_litellm_when_installed_else_the_hand_table(tmp_path, m
 
 # ---- prompt templates from the settings file -------------------------------------------------
 
+
 def test_a_prompt_folder_in_the_settings_file_replaces_the_templates_it_holds(tmp_path, monkeypatch):
     prompts = tmp_path / "prompts"
     prompts.mkdir()
     (prompts / "coder_first.j2").write_text(
-        "OUR HOUSE PROMPT for {{ device }} ({{ backend }}):\n```python\n{{ problem_code | trim }}\n```\n")
+        "OUR HOUSE PROMPT for {{ device }} ({{ backend }}):\n```python\n{{ problem_code | trim }}\n```\n"
+    )
     (tmp_path / "kernelwright.toml").write_text('[model]\nprompt_dir = "prompts"\n')
     monkeypatch.setattr("kernelwright.loop.forge.engine_evaluator", lambda cfg, warm=True: FakeEngine())
     answers = recorded_answers(tmp_path / "answers")
-    args = ["optimize", str(ADD_ONE), "--coder", f"replay:{answers}", "--rounds", "2", "--device", "cpu",
-            "--no-profile", "--config", str(tmp_path / "kernelwright.toml")]
+    args = [
+        "optimize",
+        str(ADD_ONE),
+        "--coder",
+        f"replay:{answers}",
+        "--rounds",
+        "2",
+        "--device",
+        "cpu",
+        "--no-profile",
+        "--config",
+        str(tmp_path / "kernelwright.toml"),
+    ]
     out = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "run")])
     assert out.exit_code == 0, out.output
     first, second = sorted((tmp_path / "run").glob("0*_*"))

@@ -10,10 +10,9 @@ import json
 from pathlib import Path
 
 import pytest
+from replay_runs import FakeEngine, optimize, recorded_answers
 
 from kernelwright.store.rundir import read_summary
-
-from replay_runs import FakeEngine, optimize, recorded_answers
 
 
 def rounds(run: Path) -> list[tuple]:

@@ -15,6 +15,7 @@ from types import SimpleNamespace
 import pytest
 from typer.testing import CliRunner
 
+from conftest import ADD_ONE, CANDIDATES, FIXTURES
 from kernelwright.cli.main import app
 from kernelwright.core.record import Status
 from kernelwright.engine import trusted_builds
@@ -23,8 +24,6 @@ from kernelwright.executors.local import LocalExecutor
 from kernelwright.executors.warm_pool import WarmPool
 from kernelwright.store import open_store
 from kernelwright.suites.pipeline import Pipeline, state_of
-
-from conftest import ADD_ONE, CANDIDATES, FIXTURES
 
 SUITE = FIXTURES / "suite"
 
@@ -175,9 +174,8 @@ def test_local_executor_hands_the_prebuild_to_the_worker(cache_dir):
 def test_suite_optimize_on_two_fake_gpus_runs_two_problems_at_once(tmp_path, cache_dir, monkeypatch):
     """`suite optimize --executor local --gpus 0,1`: the two problems run at once, each evaluation
     placed on a GPU worker; the verdicts are the serial run's (tests/test_suite_optimize.py)."""
-    from chat_server import ChatServer
-
-    import suite_models
+    from helpers import suite_models
+    from helpers.chat_server import ChatServer
 
     monkeypatch.setenv("KERNELWRIGHT_CACHE", cache_dir)
     monkeypatch.setenv("OPENAI_API_KEY", "test-key")

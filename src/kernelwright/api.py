@@ -19,8 +19,9 @@ Bad input raises the exception the command line turns into its one-line error (V
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from kernelwright.core.config import EvalConfig, Settings
 from kernelwright.core.record import EvalResult
@@ -38,8 +39,14 @@ def resolve_device(device: str) -> str:
     return device
 
 
-def evaluate(problem: str | Path, candidate: str | Path | None = None, config: EvalConfig | None = None, *,
-             code: str | None = None, **options: Any) -> EvalResult:
+def evaluate(
+    problem: str | Path,
+    candidate: str | Path | None = None,
+    config: EvalConfig | None = None,
+    *,
+    code: str | None = None,
+    **options: Any,
+) -> EvalResult:
     """Build, check and time a candidate (a file, or its source as `code`) against `problem` in an
     isolated child process, as `kernelwright eval` does. `options` override fields of `config`
     (`device="cpu"`, `trials=3`, ...)."""
@@ -53,10 +60,21 @@ def evaluate(problem: str | Path, candidate: str | Path | None = None, config: E
     return engine.evaluate(problem, candidate, config, candidate_text=code)
 
 
-def optimize(problem: str | Path, coder: str, judge: str | None = None, *, rounds: int | None = None,
-             device: str | None = None, backend: str | None = None, out: str | Path | None = None,
-             store: str | Path | None = None, name: str | None = None, resume: str | Path | None = None,
-             settings: Settings | None = None, on_progress: Callable[[Any], None] | None = None) -> dict[str, Any]:
+def optimize(
+    problem: str | Path,
+    coder: str,
+    judge: str | None = None,
+    *,
+    rounds: int | None = None,
+    device: str | None = None,
+    backend: str | None = None,
+    out: str | Path | None = None,
+    store: str | Path | None = None,
+    name: str | None = None,
+    resume: str | Path | None = None,
+    settings: Settings | None = None,
+    on_progress: Callable[[Any], None] | None = None,
+) -> dict[str, Any]:
     """Run the forge loop on `problem` as `kernelwright optimize` does (its run directory, its row
     in the store), and return the run's summary (summary.json) with `run_dir` added.
 
@@ -76,14 +94,20 @@ def optimize(problem: str | Path, coder: str, judge: str | None = None, *, round
     problem = Path(problem)
     if not problem.is_file():
         raise FileNotFoundError(f"problem file not found: {problem}")
-    given: dict[str, dict[str, Any]] = {"loop": {k: v for k, v in (("rounds", rounds), ("backend", backend)) if v is not None},
-             "eval": {"device": device} if device else {},
-             "model": {"coder": coder} | ({"judge": judge} if judge else {})}
+    given: dict[str, dict[str, Any]] = {
+        "loop": {k: v for k, v in (("rounds", rounds), ("backend", backend)) if v is not None},
+        "eval": {"device": device} if device else {},
+        "model": {"coder": coder} | ({"judge": judge} if judge else {}),
+    }
     if settings is None:
         settings = load_settings(None, {k: v for k, v in given.items() if v})
     else:
-        settings = dataclasses.replace(settings, eval=dataclasses.replace(settings.eval), explicit=set(settings.explicit),
-                                       loop=dataclasses.replace(settings.loop, model=dataclasses.replace(settings.loop.model)))
+        settings = dataclasses.replace(
+            settings,
+            eval=dataclasses.replace(settings.eval),
+            explicit=set(settings.explicit),
+            loop=dataclasses.replace(settings.loop, model=dataclasses.replace(settings.loop.model)),
+        )
         for section, values in given.items():
             target = settings.loop.model if section == "model" else getattr(settings, section)
             for key, value in values.items():
@@ -105,15 +129,40 @@ def optimize(problem: str | Path, coder: str, judge: str | None = None, *, round
     if resume is not None:
         run_dir, done = RunDir.reopen(resume)
     else:
-        run_dir = RunDir(Path(out) if out else default_run_dir(problem, name=name), problem, {
-            "name": name or problem_name(problem), "coder": coders[0].name, "judge": judge_model.name,
-            "backend": cfg.backend, "device": eval_cfg.device, "round_limit": cfg.rounds, "trials": eval_cfg.trials,
-            "atol": eval_cfg.atol, "rtol": eval_cfg.rtol, "verdict": eval_cfg.verdict, "seed": eval_cfg.seed,
-            "settings_file": settings.source, "candidates": cfg.candidates, "coders": [m.name for m in coders],
-            "executor": "serial", "api": True})
+        run_dir = RunDir(
+            Path(out) if out else default_run_dir(problem, name=name),
+            problem,
+            {
+                "name": name or problem_name(problem),
+                "coder": coders[0].name,
+                "judge": judge_model.name,
+                "backend": cfg.backend,
+                "device": eval_cfg.device,
+                "round_limit": cfg.rounds,
+                "trials": eval_cfg.trials,
+                "atol": eval_cfg.atol,
+                "rtol": eval_cfg.rtol,
+                "verdict": eval_cfg.verdict,
+                "seed": eval_cfg.seed,
+                "settings_file": settings.source,
+                "candidates": cfg.candidates,
+                "coders": [m.name for m in coders],
+                "executor": "serial",
+                "api": True,
+            },
+        )
     recorder = IndexingRecorder(run_dir, Store.open(store or default_store()), kind="optimize")
-    forge = Forge(problem, coders[0], judge_model, engine_evaluator(eval_cfg), cfg, device=eval_cfg.device,
-                  recorder=recorder, coders=coders, on_progress=on_progress)
+    forge = Forge(
+        problem,
+        coders[0],
+        judge_model,
+        engine_evaluator(eval_cfg),
+        cfg,
+        device=eval_cfg.device,
+        recorder=recorder,
+        coders=coders,
+        on_progress=on_progress,
+    )
     if done:
         forge.restore(done, wall_s=float(read_summary(run_dir.path).get("wall_s") or 0.0))
     state = forge.run()

@@ -30,13 +30,18 @@ def render_metrics(m, console: Console, title: str) -> None:
     t = Table(title=title, title_justify="left", show_header=False)
     t.add_column(style="dim")
     t.add_column()
-    t.add_row("problems", f"{m.problems}" + (f" (+{len(m.degenerate)} degenerate, counted apart: {', '.join(m.degenerate)})"
-                                             if m.degenerate else ""))
+    t.add_row(
+        "problems",
+        f"{m.problems}"
+        + (f" (+{len(m.degenerate)} degenerate, counted apart: {', '.join(m.degenerate)})" if m.degenerate else ""),
+    )
     t.add_row("correct", f"{m.correct} ({m.correctness_rate:.1%})")
     t.add_row("fast_p", "  ".join(f"fast_{p} {v:.1%}" for p, v in m.fast_p.items()))
     t.add_row("speed-up (correct)", f"geomean {_x(m.geomean_speedup)}, mean {_x(m.mean_speedup)}")
     if m.geomean_speedup_vs_compile is not None:
-        t.add_row("over torch.compile", f"geomean {_x(m.geomean_speedup_vs_compile)}, mean {_x(m.mean_speedup_vs_compile)}")
+        t.add_row(
+            "over torch.compile", f"geomean {_x(m.geomean_speedup_vs_compile)}, mean {_x(m.mean_speedup_vs_compile)}"
+        )
     t.add_row("verdicts", "  ".join(f"{v} {n}" for v, n in m.verdict_mix.items()))
     cost = "-" if m.cost_per_problem is None else f"${m.cost_per_problem:.4f}"
     wall = "-" if m.wall_s_per_problem is None else f"{m.wall_s_per_problem:.1f} s"
@@ -48,13 +53,20 @@ STORE_HELP = "Run store (default: $KERNELWRIGHT_STORE, else kernelwright.db in t
 
 
 def report_cmd(
-    targets: list[str] = typer.Argument(..., metavar="RUN_OR_SUITE...",
-                                        help="A suite's name, or a run directory; two or more: side by side."),
+    targets: list[str] = typer.Argument(
+        ..., metavar="RUN_OR_SUITE...", help="A suite's name, or a run directory; two or more: side by side."
+    ),
     store: Path = typer.Option(None, metavar="FILE", help=STORE_HELP),
     html: Path = typer.Option(None, "--html", metavar="FILE", help="Write one self-contained HTML page here."),
-    json_out: Path = typer.Option(None, "--json", metavar="FILE",
-                                  help="Write the report's data as JSON here; - prints it on stdout, and nothing else there."),
-    csv_out: Path = typer.Option(None, "--csv", metavar="FILE", help="Write one row per problem as CSV here; - prints it on stdout."),
+    json_out: Path = typer.Option(
+        None,
+        "--json",
+        metavar="FILE",
+        help="Write the report's data as JSON here; - prints it on stdout, and nothing else there.",
+    ),
+    csv_out: Path = typer.Option(
+        None, "--csv", metavar="FILE", help="Write one row per problem as CSV here; - prints it on stdout."
+    ),
 ) -> None:
     """Metrics of a run or a suite (fast_p, correctness, speed-ups, verdicts), as a page or exports;
     of several, side by side (a table per metric, and plots)."""
@@ -81,7 +93,7 @@ def report_cmd(
             render_metrics(summarize(outcomes), out_console(), title=f"{data['kind']} {data['target']}")
         from kernelwright.report.html import render
 
-        page = (lambda: render(data))
+        page = lambda: render(data)  # noqa: E731
         as_json, as_csv = (lambda: report_data.to_json(data)), (lambda: report_data.to_csv(data))
     else:
         from kernelwright.report import compare
@@ -89,7 +101,7 @@ def report_cmd(
         comp = compare.build_comparison(datas)
         if not to_stdout:
             render_comparison(comp, out_console())
-        page = (lambda: compare.render_html(comp))
+        page = lambda: compare.render_html(comp)  # noqa: E731
         as_json, as_csv = (lambda: report_data.to_json(comp)), (lambda: compare.to_csv(comp))
     try:
         if html:
@@ -128,8 +140,13 @@ def render_comparison(comp: dict, console: Console) -> None:
     for label in comp["labels"]:
         t.add_column(label, justify="right")
     for m in comp["metrics"]:
-        t.add_row(m["metric"], *[f"[bold]{fmt(v, m['format'])}[/]" if i == m["best"] else fmt(v, m["format"])
-                                 for i, v in enumerate(m["values"])])
+        t.add_row(
+            m["metric"],
+            *[
+                f"[bold]{fmt(v, m['format'])}[/]" if i == m["best"] else fmt(v, m["format"])
+                for i, v in enumerate(m["values"])
+            ],
+        )
     console.print(t)
     speed = next(x for x in comp["tables"] if x["field"] == "speedup")
     p = Table(title="speed-up per problem", title_justify="left")
@@ -137,8 +154,10 @@ def render_comparison(comp: dict, console: Console) -> None:
     for label in comp["labels"]:
         p.add_column(label, justify="right")
     for r in speed["rows"]:
-        p.add_row(r["problem"], *[f"[bold]{fmt(v, 'x')}[/]" if i == r["best"] else fmt(v, "x")
-                                  for i, v in enumerate(r["values"])])
+        p.add_row(
+            r["problem"],
+            *[f"[bold]{fmt(v, 'x')}[/]" if i == r["best"] else fmt(v, "x") for i, v in enumerate(r["values"])],
+        )
     console.print(p)
 
 
@@ -151,15 +170,37 @@ def _export(path: Path, text: str) -> None:
     err.print(f"wrote {path}", highlight=False, soft_wrap=True)
 
 
-RUN_FIELDS = ("id", "suite_id", "kind", "problem", "level", "problem_path", "run_dir", "coder", "judge", "state",
-              "stop_reason", "rounds_run", "best_round", "best_speedup", "tokens", "cost_usd", "wall_s", "started")
+RUN_FIELDS = (
+    "id",
+    "suite_id",
+    "kind",
+    "problem",
+    "level",
+    "problem_path",
+    "run_dir",
+    "coder",
+    "judge",
+    "state",
+    "stop_reason",
+    "rounds_run",
+    "best_round",
+    "best_speedup",
+    "tokens",
+    "cost_usd",
+    "wall_s",
+    "started",
+)
 
 
 def runs_cmd(
     store: Path = typer.Option(None, metavar="FILE", help=STORE_HELP),
     suite: str = typer.Option(None, metavar="NAME", help="Only this suite's runs."),
-    json_out: bool = typer.Option(False, "--json", metavar="",
-                                  help="Print {store, runs: [...], suites: [...]} as JSON on stdout, and nothing else."),
+    json_out: bool = typer.Option(
+        False,
+        "--json",
+        metavar="",
+        help="Print {store, runs: [...], suites: [...]} as JSON on stdout, and nothing else.",
+    ),
 ) -> None:
     """List the runs in the store with their best results (and the suites they belong to)."""
     from kernelwright.store.api import default_store, open_store
@@ -178,9 +219,17 @@ def runs_cmd(
             rows = db.runs(suite=suite)
             suites = {s["id"]: s for s in db.suites()}
     if json_out:
-        sys.stdout.write(json.dumps({"store": str(path), "runs": [{k: r.get(k) for k in RUN_FIELDS} for r in rows],
-                                     "suites": [{k: v for k, v in s.items() if k != "info"} | {"id": k}
-                                                for k, s in suites.items()]}, indent=2) + "\n")
+        sys.stdout.write(
+            json.dumps(
+                {
+                    "store": str(path),
+                    "runs": [{k: r.get(k) for k in RUN_FIELDS} for r in rows],
+                    "suites": [{k: v for k, v in s.items() if k != "info"} | {"id": k} for k, s in suites.items()],
+                },
+                indent=2,
+            )
+            + "\n"
+        )
         return
     console = out_console()
     t = Table(title=f"{len(rows)} runs in {path}", title_justify="left")
@@ -188,13 +237,22 @@ def runs_cmd(
         t.add_column(col, no_wrap=True)
     t.add_column("run directory", overflow="fold", min_width=20)
     for r in rows:
-        t.add_row(r["suite_id"] or "-", (f"{r['level']}/" if r["level"] else "") + r["problem"], r["kind"], r["state"],
-                  str(r["rounds_run"]), _x(r["best_speedup"]), "-" if r["best_round"] is None else str(r["best_round"]),
-                  str(r["tokens"]), r["run_dir"])
+        t.add_row(
+            r["suite_id"] or "-",
+            (f"{r['level']}/" if r["level"] else "") + r["problem"],
+            r["kind"],
+            r["state"],
+            str(r["rounds_run"]),
+            _x(r["best_speedup"]),
+            "-" if r["best_round"] is None else str(r["best_round"]),
+            str(r["tokens"]),
+            r["run_dir"],
+        )
     console.print(t)
     if suites and suite is None:
-        console.print("suites: " + ", ".join(f"{k} ({v['kind']})" for k, v in suites.items()), highlight=False,
-                      soft_wrap=True)
+        console.print(
+            "suites: " + ", ".join(f"{k} ({v['kind']})" for k, v in suites.items()), highlight=False, soft_wrap=True
+        )
 
 
 def register(app: typer.Typer) -> None:

@@ -44,7 +44,7 @@ def main() -> None:
     head = json.loads(first)
     config = EvalConfig.from_dict(head["config"])
     cpus = {k: set(head[k]) if head.get(k) else None for k in ("startup_cpus", "home_cpus")}
-    warm = WarmPool(config, size=int(head.get("spares", 2)), **cpus)
+    warm = WarmPool(config, size=int(head.get("spares", 2)), **cpus)  # type: ignore[arg-type]
     send(ready=os.getpid())
     try:
         warm.prestart()  # the first evaluations' children start up while the first task comes

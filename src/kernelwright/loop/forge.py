@@ -43,8 +43,9 @@ from kernelwright.models.extract import (
 
 
 class Evaluator(Protocol):
-    def __call__(self, problem: Path, code: str, on_stage: Callable[[str], None],
-                 report_dir: Path | None) -> EvalResult: ...
+    def __call__(
+        self, problem: Path, code: str, on_stage: Callable[[str], None], report_dir: Path | None
+    ) -> EvalResult: ...
 
 
 class EngineEvaluator:
@@ -62,8 +63,9 @@ class EngineEvaluator:
         self.config = config
         self.warm = WarmEvaluator(config) if warm else None
 
-    def __call__(self, problem: Path, code: str, on_stage: Callable[[str], None],
-                 report_dir: Path | None) -> EvalResult:
+    def __call__(
+        self, problem: Path, code: str, on_stage: Callable[[str], None], report_dir: Path | None
+    ) -> EvalResult:
         from kernelwright import engine
 
         cfg = self.config
@@ -137,14 +139,24 @@ class Forge:
                 st.best = r
             if isinstance(r.critique, PerformanceCritique) and st.best is not None:
                 self.pending = Expectation(
-                    judged_round=r.index, baseline_round=st.best.index, baseline_speedup=st.best.speedup,
-                    expected_speedup=r.critique.expected_speedup, expected_text=r.critique.expected_text,
-                    optimisation=r.critique.optimisation)
+                    judged_round=r.index,
+                    baseline_round=st.best.index,
+                    baseline_speedup=st.best.speedup,
+                    expected_speedup=r.critique.expected_speedup,
+                    expected_text=r.critique.expected_text,
+                    optimisation=r.critique.optimisation,
+                )
         self._skip_used_answers(rounds)
         st.stop_reason = self._stop_reason(len(rounds)) if rounds else None
         last = rounds[-1] if rounds else None
-        if (st.stop_reason is None and last is not None and last.result is not None and last.judge is None
-                and last.judge_error is None and last.result.status is not Status.FORMAT_ERROR):
+        if (
+            st.stop_reason is None
+            and last is not None
+            and last.result is not None
+            and last.judge is None
+            and last.judge_error is None
+            and last.result.status is not Status.FORMAT_ERROR
+        ):
             self.unjudged = last  # it ended the run at its old limit: run() asks the Judge first, as step() would have
 
     def _skip_used_answers(self, rounds: list[Round]) -> None:
@@ -159,7 +171,7 @@ class Forge:
                     used[i % len(self.coders)] += 1
             if r.judge is not None and r.judge.completion is not None:
                 judged += 1
-        for model, n in [*zip(self.coders, used), (self.judge, judged)]:
+        for model, n in [*zip(self.coders, used), (self.judge, judged)]:  # noqa: B905
             skip = getattr(model, "skip", None)
             if callable(skip) and n:
                 skip(n)
@@ -241,12 +253,19 @@ class Forge:
             rnd.code = extract_code(text, self.config.backend)
         except OutputRuleError as exc:
             rnd.code = exc.code
-            rnd.result = EvalResult(status=Status.FORMAT_ERROR, error_log=f"Output rules broken: {exc}",
-                                    metadata={"checked_by": "kernelwright.models.extract", "evaluated": False})
+            rnd.result = EvalResult(
+                status=Status.FORMAT_ERROR,
+                error_log=f"Output rules broken: {exc}",
+                metadata={"checked_by": "kernelwright.models.extract", "evaluated": False},
+            )
             return
         report_dir = self.recorder.round_dir(rnd)
-        rnd.result = self.evaluate(self.problem, rnd.code, lambda stage: self._progress(rnd.index, stage),
-                                   report_dir / run_files.PROFILE_DIR if report_dir is not None else None)
+        rnd.result = self.evaluate(
+            self.problem,
+            rnd.code,
+            lambda stage: self._progress(rnd.index, stage),
+            report_dir / run_files.PROFILE_DIR if report_dir is not None else None,
+        )
         rnd.evaluated = True
         self._settle(rnd)
 
@@ -268,16 +287,28 @@ class Forge:
             assert target is not None, "a passed round has become the best or lost to one"
             kind: type = PerformanceCritique
             last = rnd.expectation if rnd.expectation and rnd.expectation.measured_over_baseline is not None else None
-            prompt = self._render("judge_performance", backend=self.config.backend, problem_code=self.problem_code,
-                                    code=target.code, result=target.result,
-                                    history=history + [_history_entry(rnd) | {"expectation": None}],  # told below
-                                    profile=_profile_text(target.result), target_round=target.index,
-                                    last_expectation=last.sentence() if last else None)
+            prompt = self._render(
+                "judge_performance",
+                backend=self.config.backend,
+                problem_code=self.problem_code,
+                code=target.code,
+                result=target.result,
+                history=history + [_history_entry(rnd) | {"expectation": None}],  # told below
+                profile=_profile_text(target.result),
+                target_round=target.index,
+                last_expectation=last.sentence() if last else None,
+            )
         else:
             kind = FailureCritique
-            prompt = self._render("judge_failure", backend=self.config.backend, problem_code=self.problem_code,
-                                    code=rnd.code, result=rnd.result, history=history,
-                                    profile=_profile_text(rnd.result))
+            prompt = self._render(
+                "judge_failure",
+                backend=self.config.backend,
+                problem_code=self.problem_code,
+                code=rnd.code,
+                result=rnd.result,
+                history=history,
+                profile=_profile_text(rnd.result),
+            )
         rnd.judge = self._call(self.judge, "judge", prompt)
         if rnd.judge.error:
             rnd.judge_error = rnd.judge.error
@@ -289,15 +320,20 @@ class Forge:
             return
         if isinstance(rnd.critique, PerformanceCritique) and target is not None:
             self.pending = Expectation(
-                judged_round=rnd.index, baseline_round=target.index, baseline_speedup=target.speedup,
-                expected_speedup=rnd.critique.expected_speedup, expected_text=rnd.critique.expected_text,
-                optimisation=rnd.critique.optimisation)
+                judged_round=rnd.index,
+                baseline_round=target.index,
+                baseline_speedup=target.speedup,
+                expected_speedup=rnd.critique.expected_speedup,
+                expected_text=rnd.critique.expected_text,
+                optimisation=rnd.critique.optimisation,
+            )
 
     def _coder_prompt(self) -> tuple[str, str]:
         backend, rounds = self.config.backend, self.state.rounds
         if not rounds:
-            return "first", self._render("coder_first", backend=backend, device=self.device_words,
-                                           problem_code=self.problem_code)
+            return "first", self._render(
+                "coder_first", backend=backend, device=self.device_words, problem_code=self.problem_code
+            )
         last = rounds[-1]
         if _result(last).status is Status.PASSED:
             best = self.state.best
@@ -305,12 +341,25 @@ class Forge:
             note = None
             if best is not last:
                 note = f"passed but was not kept: {last.best_decision}" if last.best_decision else None
-            return "optimise", self._render("coder_optimise", backend=backend, device=self.device_words,
-                                              result=best.result, old_code=best.code, critique=last.critique,
-                                              last_attempt=note, problem_code=self.problem_code)
+            return "optimise", self._render(
+                "coder_optimise",
+                backend=backend,
+                device=self.device_words,
+                result=best.result,
+                old_code=best.code,
+                critique=last.critique,
+                last_attempt=note,
+                problem_code=self.problem_code,
+            )
         old = last.code if last.code is not None else (_coder(last).response or "")
-        return "repair", self._render("coder_repair", backend=backend, error_log=_result(last).error_log,
-                                        old_code=old, critique=last.critique, verdict=last.verdict)
+        return "repair", self._render(
+            "coder_repair",
+            backend=backend,
+            error_log=_result(last).error_log,
+            old_code=old,
+            critique=last.critique,
+            verdict=last.verdict,
+        )
 
     def _render(self, name: str, **variables: Any) -> str:
         """A prompt, from the user's prompt folder (`model.prompt_dir`) where it holds that template."""
@@ -338,8 +387,10 @@ class Forge:
         coders = [self.coders[i % len(self.coders)] for i in range(k)]
         with ThreadPoolExecutor(max_workers=k, thread_name_prefix="kw-coder") as pool:
             calls = list(pool.map(lambda m: self._call(m, "coder", prompt, count=False), coders))
-        cands = [Candidate(index=i, coder=c, coder_name=getattr(m, "name", ""))
-                 for i, (c, m) in enumerate(zip(calls, coders, strict=True))]
+        cands = [
+            Candidate(index=i, coder=c, coder_name=getattr(m, "name", ""))
+            for i, (c, m) in enumerate(zip(calls, coders, strict=True))
+        ]
         for c in calls:
             if c.completion:
                 self.state.count(c.completion)
@@ -351,8 +402,11 @@ class Forge:
                 cand.code = extract_code(_coder(cand).response or "", self.config.backend)
             except OutputRuleError as exc:
                 cand.code = exc.code
-                cand.result = EvalResult(status=Status.FORMAT_ERROR, error_log=f"Output rules broken: {exc}",
-                                         metadata={"checked_by": "kernelwright.models.extract", "evaluated": False})
+                cand.result = EvalResult(
+                    status=Status.FORMAT_ERROR,
+                    error_log=f"Output rules broken: {exc}",
+                    metadata={"checked_by": "kernelwright.models.extract", "evaluated": False},
+                )
         todo = [c for c in cands if c.code is not None and c.result is None]
         if todo:
             rnd.code = todo[0].code  # names the round's folder (the recorder keeps the first name it gives)
@@ -365,9 +419,9 @@ class Forge:
             if round_dir is not None:
                 name = run_files.candidate_dir_name(cand.index, code)
                 report = round_dir / run_files.CANDIDATES_DIR / name / run_files.PROFILE_DIR
-            cand.result = self.evaluate(self.problem, code,
-                                        lambda stage: self._progress(rnd.index, f"candidate {cand.index}: {stage}"),
-                                        report)
+            cand.result = self.evaluate(
+                self.problem, code, lambda stage: self._progress(rnd.index, f"candidate {cand.index}: {stage}"), report
+            )
             cand.evaluated = True
 
         if getattr(self.evaluate, "concurrent", False) and len(todo) > 1:
@@ -399,9 +453,16 @@ class Forge:
 
     def _progress(self, index: int, stage: str, rnd: Round | None = None) -> None:
         best = self.state.best.speedup if self.state.best else None
-        self.on_progress(Progress(round=index, stage=stage, verdict=rnd.verdict if rnd else None,
-                                  speedup=rnd.speedup if rnd else None, best_speedup=best,
-                                  result=rnd.result if rnd else None))
+        self.on_progress(
+            Progress(
+                round=index,
+                stage=stage,
+                verdict=rnd.verdict if rnd else None,
+                speedup=rnd.speedup if rnd else None,
+                best_speedup=best,
+                result=rnd.result if rnd else None,
+            )
+        )
 
 
 def _result(rnd: Round | Candidate) -> EvalResult:
@@ -418,8 +479,14 @@ def _coder(rnd: Round | Candidate) -> ModelCall:
 
 # How far a failed candidate got: the further, the more its error says about the kernel itself
 # (an incorrect one built and ran; a compile error says nothing about the numbers).
-_PROGRESS = {Status.INCORRECT: 5, Status.RUNTIME_ERROR: 4, Status.TIMEOUT: 3, Status.CRASHED: 2,
-             Status.COMPILE_ERROR: 1, Status.FORMAT_ERROR: 0}
+_PROGRESS = {
+    Status.INCORRECT: 5,
+    Status.RUNTIME_ERROR: 4,
+    Status.TIMEOUT: 3,
+    Status.CRASHED: 2,
+    Status.COMPILE_ERROR: 1,
+    Status.FORMAT_ERROR: 0,
+}
 
 
 def choose_candidate(cands: list[Candidate]) -> tuple[Candidate, str]:
@@ -475,18 +542,27 @@ def improvement(new: EvalResult, best: EvalResult | None, config: LoopConfig) ->
     if s_new <= s_best:
         return False, f"{s_new:.3f}x is not faster than the best ({s_best:.3f}x)"
     if s_new < floor:
-        return False, (f"{s_new:.3f}x beats the best ({s_best:.3f}x) by less than the "
-                       f"{config.min_improvement:.0%} minimum (needs {needed:.3f}x)")
+        return False, (
+            f"{s_new:.3f}x beats the best ({s_best:.3f}x) by less than the "
+            f"{config.min_improvement:.0%} minimum (needs {needed:.3f}x)"
+        )
     if slow_new <= fast_best:
-        return False, (f"{s_new:.3f}x is within the measured timing spread of the best ({s_best:.3f}x): its slow end "
-                       f"{slow_new:.3f}x does not clear the best's fast end {fast_best:.3f}x (needs {needed:.3f}x)")
+        return False, (
+            f"{s_new:.3f}x is within the measured timing spread of the best ({s_best:.3f}x): its slow end "
+            f"{slow_new:.3f}x does not clear the best's fast end {fast_best:.3f}x (needs {needed:.3f}x)"
+        )
     return True, f"{s_new:.3f}x beats the best ({s_best:.3f}x) beyond the measured spread (needed {needed:.3f}x)"
 
 
 def _history_entry(rnd: Round) -> dict[str, Any]:
     exp = rnd.expectation
-    return {"round": rnd.index, "verdict": rnd.verdict, "speedup": rnd.speedup, "became_best": rnd.became_best,
-            "expectation": exp.sentence() if exp is not None and exp.measured_over_baseline is not None else None}
+    return {
+        "round": rnd.index,
+        "verdict": rnd.verdict,
+        "speedup": rnd.speedup,
+        "became_best": rnd.became_best,
+        "expectation": exp.sentence() if exp is not None and exp.measured_over_baseline is not None else None,
+    }
 
 
 def _profile_text(result: EvalResult | None) -> str:

@@ -17,15 +17,26 @@ from kernelwright.suites.metrics import ProblemOutcome, fast_p_curve
 _OUTCOME_FIELDS = {f.name for f in dataclasses.fields(ProblemOutcome)}
 
 # (label, key in metrics, format, higher is better)
-SUMMARY = [("problems", "problems", "int", None), ("correct", "correct", "int", True),
-           ("correctness rate", "correctness_rate", "pct", True)]
-TAIL = [("geomean speed-up (correct)", "geomean_speedup", "x", True), ("mean speed-up (correct)", "mean_speedup", "x", True),
-        ("geomean over torch.compile", "geomean_speedup_vs_compile", "x", True),
-        ("tokens per problem", "tokens_per_problem", "int", False), ("cost per problem (USD)", "cost_per_problem", "usd", False),
-        ("wall time per problem (s)", "wall_s_per_problem", "s", False)]
-PER_PROBLEM = [("speed-up over the reference", "speedup", "x"), ("verdict", "verdict", "text"),
-               ("candidate time (ms, the best correct kernel)", "candidate_ms", "ms"),
-               ("reference time (ms, timed beside it)", "reference_ms", "ms"), ("rounds", "rounds", "int")]
+SUMMARY = [
+    ("problems", "problems", "int", None),
+    ("correct", "correct", "int", True),
+    ("correctness rate", "correctness_rate", "pct", True),
+]
+TAIL = [
+    ("geomean speed-up (correct)", "geomean_speedup", "x", True),
+    ("mean speed-up (correct)", "mean_speedup", "x", True),
+    ("geomean over torch.compile", "geomean_speedup_vs_compile", "x", True),
+    ("tokens per problem", "tokens_per_problem", "int", False),
+    ("cost per problem (USD)", "cost_per_problem", "usd", False),
+    ("wall time per problem (s)", "wall_s_per_problem", "s", False),
+]
+PER_PROBLEM = [
+    ("speed-up over the reference", "speedup", "x"),
+    ("verdict", "verdict", "text"),
+    ("candidate time (ms, the best correct kernel)", "candidate_ms", "ms"),
+    ("reference time (ms, timed beside it)", "reference_ms", "ms"),
+    ("rounds", "rounds", "int"),
+]
 
 
 def label_of(target: str, kind: str) -> str:
@@ -73,21 +84,40 @@ def build_comparison(datas: list[dict[str, Any]]) -> dict[str, Any]:
     for name, field, fmt in PER_PROBLEM:
         body = []
         for k in keys:
-            cells = [(len(t[k]["rounds"]) if field == "rounds" else t[k].get(field)) if k in t else None for t in by_key]
-            body.append({"problem": k, "values": cells,
-                         "best": _best(cells, True if field == "speedup" else False if field == "candidate_ms" else None,
-                                       fmt)})
+            cells = [
+                (len(t[k]["rounds"]) if field == "rounds" else t[k].get(field)) if k in t else None for t in by_key
+            ]
+            body.append(
+                {
+                    "problem": k,
+                    "values": cells,
+                    "best": _best(
+                        cells, True if field == "speedup" else False if field == "candidate_ms" else None, fmt
+                    ),
+                }
+            )
         tables.append({"metric": name, "field": field, "format": fmt, "rows": body})
-    outcomes = [[ProblemOutcome(**{k: v for k, v in p.items() if k in _OUTCOME_FIELDS}) for p in d["problems"]]
-                for d in datas]
+    outcomes = [
+        [ProblemOutcome(**{k: v for k, v in p.items() if k in _OUTCOME_FIELDS}) for p in d["problems"]] for d in datas
+    ]
     counted = [[o for o in os_ if not o.degenerate] for os_ in outcomes]
     grid = fast_p_grid([o for os_ in counted for o in os_])
     return {
         "kind": "comparison",
-        "targets": [{"label": lab, "target": d["target"], "kind": d["kind"], "environment": d.get("environment") or {},
-                     "settings": {k: v for k, v in (d.get("settings") or {}).items()
-                                  if k in ("coder", "judge", "device", "backend", "round_limit", "trials", "verdict")}}
-                    for lab, d in zip(labels, datas)],
+        "targets": [
+            {
+                "label": lab,
+                "target": d["target"],
+                "kind": d["kind"],
+                "environment": d.get("environment") or {},
+                "settings": {
+                    k: v
+                    for k, v in (d.get("settings") or {}).items()
+                    if k in ("coder", "judge", "device", "backend", "round_limit", "trials", "verdict")
+                },
+            }
+            for lab, d in zip(labels, datas)
+        ],
         "labels": labels,
         "metrics": metrics,
         "tables": tables,
@@ -124,7 +154,9 @@ def to_csv(comp: dict[str, Any]) -> str:
     labels = comp["labels"]
     w.writerow(["problem"] + [f"{t['field']}[{lab}]" for t in comp["tables"] for lab in labels])
     for i, row in enumerate(comp["tables"][0]["rows"]):
-        w.writerow([row["problem"]] + [v if v is not None else "" for t in comp["tables"] for v in t["rows"][i]["values"]])
+        w.writerow(
+            [row["problem"]] + [v if v is not None else "" for t in comp["tables"] for v in t["rows"][i]["values"]]
+        )
     return buf.getvalue()
 
 
@@ -133,13 +165,20 @@ def render_html(comp: dict[str, Any]) -> str:
 
     from kernelwright.report import plots
 
-    env = jinja2.Environment(loader=jinja2.PackageLoader("kernelwright.report", "templates"),
-                             autoescape=jinja2.select_autoescape(["html", "j2"]), undefined=jinja2.StrictUndefined,
-                             trim_blocks=True, lstrip_blocks=True)
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("kernelwright.report", "templates"),
+        autoescape=jinja2.select_autoescape(["html", "j2"]),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
     speed = next(t for t in comp["tables"] if t["field"] == "speedup")
     figures = {
         "fast_p": plots.fast_p_compare(comp["fast_p_curves"]["p"], comp["fast_p_curves"]["fast_p"]),
-        "speedups": plots.speedup_compare([r["problem"] for r in speed["rows"]], comp["labels"],
-                                          [[r["values"][i] for r in speed["rows"]] for i in range(len(comp["labels"]))]),
+        "speedups": plots.speedup_compare(
+            [r["problem"] for r in speed["rows"]],
+            comp["labels"],
+            [[r["values"][i] for r in speed["rows"]] for i in range(len(comp["labels"]))],
+        ),
     }
     return env.get_template("compare.html.j2").render(c=comp, figures=figures, fmt=fmt, colors=plots.VERDICT_COLORS)

@@ -14,8 +14,25 @@ from typing import Any
 from kernelwright.store.api import RunStore
 from kernelwright.suites.metrics import ProblemOutcome, fast_p_curve, summarize
 
-CSV_COLUMNS = ["level", "problem", "verdict", "correct", "speedup", "speedup_vs_compile", "candidate_ms", "reference_ms",
-               "reason", "best_round", "rounds", "verdicts", "tokens", "cost_usd", "wall_s", "degenerate", "run_dir"]
+CSV_COLUMNS = [
+    "level",
+    "problem",
+    "verdict",
+    "correct",
+    "speedup",
+    "speedup_vs_compile",
+    "candidate_ms",
+    "reference_ms",
+    "reason",
+    "best_round",
+    "rounds",
+    "verdicts",
+    "tokens",
+    "cost_usd",
+    "wall_s",
+    "degenerate",
+    "run_dir",
+]
 ENV_KEYS = ("device", "driver", "torch", "cuda", "python", "kernelwright", "commit", "platform")
 
 
@@ -44,8 +61,12 @@ def environment(db: RunStore, runs: list[dict[str, Any]]) -> dict[str, Any]:
         for e in db.evaluations(run=run["id"]):
             rec = e.get("record") or {}
             meta = rec.get("metadata") or {}
-            for key, value in (("device", rec.get("device")), ("torch", meta.get("torch_version")),
-                               ("cuda", meta.get("cuda_version")), ("python", meta.get("python"))):
+            for key, value in (
+                ("device", rec.get("device")),
+                ("torch", meta.get("torch_version")),
+                ("cuda", meta.get("cuda_version")),
+                ("python", meta.get("python")),
+            ):
                 if value:
                     env.setdefault(key, value)
             if "device" in env and "torch" in env:
@@ -82,12 +103,29 @@ def build(db: RunStore, target: str) -> dict[str, Any]:
                 code = r.get("code")
                 diff = None
                 if code is not None and prev_code is not None and code != prev_code:
-                    diff = "".join(difflib.unified_diff(prev_code.splitlines(True), code.splitlines(True),
-                                                        f"round {r['idx'] - 1}", f"round {r['idx']}", n=2))
-                rounds.append({"round": r["idx"], "kind": r["kind"], "verdict": r["verdict"], "speedup": r["speedup"],
-                               "became_best": bool(r["became_best"]), "best_decision": r["best_decision"],
-                               "critique": r.get("critique"), "judge_error": r["judge_error"],
-                               "code": code, "diff": diff})
+                    diff = "".join(
+                        difflib.unified_diff(
+                            prev_code.splitlines(True),
+                            code.splitlines(True),
+                            f"round {r['idx'] - 1}",
+                            f"round {r['idx']}",
+                            n=2,
+                        )
+                    )
+                rounds.append(
+                    {
+                        "round": r["idx"],
+                        "kind": r["kind"],
+                        "verdict": r["verdict"],
+                        "speedup": r["speedup"],
+                        "became_best": bool(r["became_best"]),
+                        "best_decision": r["best_decision"],
+                        "critique": r.get("critique"),
+                        "judge_error": r["judge_error"],
+                        "code": code,
+                        "diff": diff,
+                    }
+                )
                 prev_code = code if code is not None else prev_code
         best = next((r for r in rounds if r["round"] == row["best_round"]), None)
         run = db.run(row["run_id"]) if row["run_id"] else None
@@ -103,10 +141,19 @@ def build(db: RunStore, target: str) -> dict[str, Any]:
             why = reason(evals[-1]["record"])
         elif row["verdict"] == "no_candidate":
             why = "no candidate for this problem"
-        problems.append({**row, "rounds": rounds, "best_code": best["code"] if best else None,
-                         "run_dir": run["run_dir"] if run else None, "error_log": error, "reason": why,
-                         "candidate_ms": timed.get("candidate_ms"), "reference_ms": timed.get("reference_ms"),
-                         "key": f"{row['level']}/{row['problem']}" if row["level"] else row["problem"]})
+        problems.append(
+            {
+                **row,
+                "rounds": rounds,
+                "best_code": best["code"] if best else None,
+                "run_dir": run["run_dir"] if run else None,
+                "error_log": error,
+                "reason": why,
+                "candidate_ms": timed.get("candidate_ms"),
+                "reference_ms": timed.get("reference_ms"),
+                "key": f"{row['level']}/{row['problem']}" if row["level"] else row["problem"],
+            }
+        )
     return {
         "target": target,
         "kind": f"{suite['kind']} suite" if suite else "run",
