@@ -486,10 +486,10 @@ class Judge:
                              f"({len(self.rec.trials)}/{self.cfg.trials})", Stage.CORRECTNESS)
             self.ask("stop")
             return
+        self.checks_passed = True  # every output right: what is left to decide are the flags and the timing
         if self.failing_guards():
             self.ask("stop")
             return
-        self.checks_passed = True
         if self.cfg.time_candidate:
             self.timing_asked = True
             self.time_windows()
