@@ -76,7 +76,7 @@ def test_help_names_arguments_plainly_and_offers_completion(tmp_path, cache_dir)
     (["eval", ADD_ONE, CANDIDATES / "py_correct.py", "--sandbox", "docker"], "error: --sandbox must be auto, bwrap or none (got 'docker')"),
     (["eval", ADD_ONE, CANDIDATES / "py_correct.py", "--quiet", "--verbose"], "error: --quiet and --verbose exclude each other; pass one"),
     (["optimize", ADD_ONE, "--coder", "foo:bar", "--device", "cpu"],
-     "error: --coder 'foo:bar': unknown provider 'foo'; known prefixes: openai:, anthropic:, replay: "
+     "error: --coder 'foo:bar': unknown provider 'foo'; known prefixes: openai:, anthropic:, litellm:, replay: "
      "(or pass --base-url for a model served under that name)"),
     (["optimize", ADD_ONE, "--coder", "replay:", "--device", "cpu"],
      "error: --coder 'replay:' names no run directory; pass a run directory: replay:RUN_DIR"),
