@@ -230,15 +230,21 @@ def install_build_cache(cache_root: str | os.PathLike, candidate_file: str | Non
         try:
             module = call(build_dir)
         except Exception as exc:
-            # One rule for every way a build call fails (docs/VERDICTS.md, "Builds the candidate
-            # catches"): the compiler's error, a link error found when the module is imported
-            # (an undefined symbol), or a call torch rejects. Each is recorded as a failed build,
-            # so a candidate that catches it and falls back to PyTorch is still a compile_error.
+            # One rule for every way the candidate's build fails (docs/VERDICTS.md, "Builds the
+            # candidate catches"): the compiler's error, a link error found when the module is
+            # imported (an undefined symbol), or a call torch rejects. Each is recorded as a failed
+            # build, so a candidate that catches it and falls back to PyTorch is still a
+            # compile_error. What the machine lacks (no CUDA toolkit: OSError; no ninja) is not the
+            # candidate's build failing: it goes on as raised (the verdict says what is missing).
             text = str(exc)
             compiler = isinstance(exc, RuntimeError) and "Error building extension" in text
-            if tentative:  # a lean build that failed in any way: the build as written follows
-                BUILD_LOG.remove(entry)
+            candidate_fault = compiler or isinstance(exc, (ImportError, TypeError))
+            if tentative and (candidate_fault or not isinstance(exc, OSError)):
+                BUILD_LOG.remove(entry)  # a lean build that failed: the build as written follows
                 raise _LeanBuildFailed(text, time.perf_counter() - t0) from None
+            if not candidate_fault:
+                entry["ok"] = False
+                raise
             if not compiler:
                 text = load_failure_text(name, exc)
             issues = parse_compiler_output(text, candidate_file)
