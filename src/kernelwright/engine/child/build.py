@@ -299,9 +299,12 @@ def install_build_cache(cache_root: str | os.PathLike, candidate_file: str | Non
                         tentative=True,
                     )
                 except _LeanBuildFailed as failure:
-                    first = next((i.message for i in parse_compiler_output(failure.output, None)), "")
+                    found = parse_compiler_output(failure.output, None)
+                    first = next((i.message for i in found), "")
                     if private_root is None:  # an evaluation never writes the shared cache
                         failed_marker.write_text(failure.output[-20000:])
+                    if certain_failure(found):
+                        _fail_as_written(name, root / f"{name}-{key}", key, failure, candidate_file)
                     extra["lean_headers"] = {"used": False, "tried_s": round(failure.seconds, 2),
                                              "reason": f"the lean build failed ({first[:200]}); built as written"}
         build_dir = root / f"{name}-{key}"
@@ -557,6 +560,29 @@ def _precheck_functions(original_inline, name, cpp_sources, cuda_sources, args, 
     BUILD_LOG.append({"kind": "inline", "name": name, "key": "", "dir": "", "cached": False, "ok": False,
                       "precheck": True, "output": output, "issues": [asdict(i) for i in issues]})
     raise CandidateBuildError(name, output, issues)
+
+
+def certain_failure(issues: list[CompileIssue]) -> bool:
+    """Does a failed lean build say that the build as written fails too? Yes when an error is in
+    main.cpp: the lean build changes only the CUDA sources' headers, and its main.cpp (the
+    cpp_sources after an explicit <torch/extension.h>, with the same flags) is the file torch
+    writes for the build as written (the same sources after its implicit <torch/extension.h>)."""
+    return any(i.file == "main.cpp" for i in issues)
+
+
+def _fail_as_written(name: str, build_dir: Path, key: str, failure: "_LeanBuildFailed",
+                     candidate_file: str | None) -> None:
+    """A build as written that cannot succeed (`certain_failure`): fail now, with the lean
+    build's compiler output, instead of running the compiler again for the same error. Recorded
+    under the build as written, so the trusted builder's verdict is replayed by the evaluation."""
+    text = failure.output
+    issues = parse_compiler_output(text, candidate_file)
+    BUILD_LOG.append({"kind": "inline", "name": name, "key": key, "dir": str(build_dir), "cached": False,
+                      "ok": False, "output": text, "issues": [asdict(i) for i in issues],
+                      "lean_headers": {"used": False, "tried_s": round(failure.seconds, 2),
+                                       "reason": "main.cpp failed in the lean build; it is the same file as written, "
+                                                 "so the build as written was not run"}})
+    raise CandidateBuildError(name, text, issues)
 
 
 class _LeanBuildFailed(Exception):
