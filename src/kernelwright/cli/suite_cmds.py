@@ -224,6 +224,7 @@ def suite_eval(
     cfg = settings.eval
     if not settings.given("eval.profile.roofline"):  # evidence only where asked (--profile)
         cfg.profile.roofline = cfg.profile.enabled
+    ex = None
     try:
         problems = discovery.discover(problem_args, only, skip)
         pairs, missing = discovery.match(problems, discovery.load_candidates(cand_arg))
@@ -239,11 +240,14 @@ def suite_eval(
 
             build_workers = max(1, min(4, (os.cpu_count() or 1) // 4))
         store_path, out_dir = _store_and_out(store, out, name)
+        ex = _executor(executor, cfg, gpus, ray_address, build_workers)  # a bad option: one line, before any write
         db = Store.open(store_path)
         register_suite(db, name, "eval", problem_args, out_dir, candidates=cand_arg, info={
             "device": cfg.device, "trials": cfg.trials, "atol": cfg.atol, "rtol": cfg.rtol, "verdict": cfg.verdict,
             "executor": executor, "missing": [{"problem": p.name, "level": p.level} for p in missing]})
     except (discovery.SuiteError, EngineError, StoreError, ValueError) as exc:
+        if ex is not None:
+            ex.close()
         _fail(str(exc))
         return
     console = _console(json_out, quiet)
@@ -253,7 +257,6 @@ def suite_eval(
                   highlight=False, soft_wrap=True)
     t0 = time.monotonic()
     try:
-        ex = _executor(executor, cfg, gpus, ray_address, build_workers)
         try:
             with RichSuiteProgress(console) as progress:
                 outcome = run_eval_suite(pairs, name=name, out_dir=out_dir, store=db, config=cfg, executor=ex,
@@ -336,6 +339,7 @@ def suite_optimize(
         judge_model = resolve_model(model_cfg.judge or model_cfg.coder, "judge", model_cfg)
         name = name or default_name("optimize", problems_args)
         store_path, out_dir = _store_and_out(store, out, name)
+        ex = _executor(executor, eval_cfg, gpus, ray_address, None)  # a bad option: one line, before any write
         db = Store.open(store_path)
         run_info = {"coder": coder_model.name, "judge": judge_model.name, "backend": cfg.backend,
                     "device": eval_cfg.device, "round_limit": cfg.rounds, "trials": eval_cfg.trials,
@@ -343,12 +347,13 @@ def suite_optimize(
         register_suite(db, name, "optimize", problems_args, out_dir, info=run_info)
     except (discovery.SuiteError, EngineError, StoreError, ModelSetupError, ValueError,
             sandbox_mod.SandboxUnavailable) as exc:
+        if ex is not None:
+            ex.close()
         _fail(str(exc))
         return
     console = _console(json_out, quiet)
     t0 = time.monotonic()
     try:
-        ex = _executor(executor, eval_cfg, gpus, ray_address, None)
         workers = len(getattr(ex, "_slots", [])) or 1
         parallel = parallel or workers
         console.print(f"[bold]suite optimize[/] {name}: {len(problems)} problems, coder {coder_model.name}, judge "
