@@ -92,7 +92,7 @@ def run(executor: str, probs: Path, cands: Path, work: Path, trials: int, tag: s
                           "--name", tag, "--out", str(work / tag), "--store", str(work / f"{tag}.db")],
                          capture_output=True, text=True, env=env, timeout=3600)
     cli_wall = time.perf_counter() - t0
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    load = round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
     if out.returncode != 0:
         raise SystemExit(f"suite eval ({executor}) failed: {out.stderr[-2000:]}")
     summary = json.loads(out.stdout)
@@ -115,7 +115,7 @@ def table(res: dict) -> str:
              "|---|---|---|---|---|---|---|---|"]
     for r in res["runs"]:
         lines.append(f"| {r['executor']} | {r['run']} | {r['wall_per_problem_s']:.2f} | {r['work_per_problem_s']:.2f} | "
-                     f"{r['ratio']:.2f} | {r['cli_wall_per_problem_s']:.2f} | {r['cli_ratio']:.2f} | {r['load_avg_1min_after']} |")
+                     f"{r['ratio']:.2f} | {r['cli_wall_per_problem_s']:.2f} | {r['cli_ratio']:.2f} | {r['load_avg_1min_after']:.1f} |")
     lines += ["", "work = correctness_s + timing_s of each record; wall = the suite's own (its JSON wall_s); "
               "CLI wall = the whole `kernelwright suite eval` process; load avg = the machine's 1-minute load "
               "average after the run (anything above the core count means other work shared the cores)."]
