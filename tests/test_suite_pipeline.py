@@ -232,3 +232,22 @@ def test_spares_are_paused_while_an_evaluation_is_timed_where_cores_are_scarce(c
     assert result.status is Status.PASSED
     assert pool.pauses == 1 and seen and seen[0] == {"T"}  # every process of the spare stopped while timed
     assert "T" not in after  # resumed once the timing ended
+
+
+def test_a_pool_whose_spares_cannot_start_does_not_hold_evaluations_back(cache_dir, monkeypatch):
+    """prestart raising EngineError (say, a sandbox that went missing): each evaluation starts its
+    own child at once instead of waiting for a spare that never comes."""
+    from kernelwright.engine import EngineError
+    from kernelwright.engine import evaluation
+
+    def broken(config=None):
+        raise EngineError("no spare today")
+
+    monkeypatch.setattr(evaluation, "prestart", broken)
+    cfg = _cpu(cache_dir)
+    with WarmPool(cfg, size=2) as pool:
+        pool.prestart()
+        time.sleep(0.5)
+        t0 = time.monotonic()
+        assert pool._take() is None
+        assert time.monotonic() - t0 < 5
