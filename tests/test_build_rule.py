@@ -85,3 +85,39 @@ def test_a_main_cpp_error_fails_after_the_lean_build_alone(cuda_config, tmp_path
     builds = r.metadata["builds"]
     assert len(builds) == 1 and builds[0]["cache"] == "failed in the trusted build"
     assert any(i.file == "main.cpp" for i in r.compile_issues)
+
+
+# ---- builds whose arguments are computed at run time ---------------------------------------------
+
+def test_recorded_calls_are_checked_like_calls_read_from_the_text():
+    from kernelwright.engine import static_builds
+
+    ok, why = static_builds.check_recorded({"name": "ext", "cpp_sources": "int f();", "functions": ["f"],
+                                            "verbose": True})
+    assert ok == {"name": "ext", "cpp_sources": "int f();", "functions": ["f"]} and why == ""
+    for call, reason in [({"name": "ext", "cpp_sources": "", "extra_cflags": ["-fplugin=/tmp/x.so"]}, "not allowed"),
+                         ({"name": "../x", "cpp_sources": ""}, "plain identifier"),
+                         ({"name": "ext", "cpp_sources": "", "evil": 1}, "unknown argument"),
+                         ({"name": "ext", "cpp_sources": {"a": object()}}, "not plain data"),
+                         ("not a dict", "not a call")]:
+        kwargs, why = static_builds.check_recorded(call)
+        assert kwargs is None and reason in why, (call, why)
+
+
+@pytest.mark.slow
+def test_a_call_computed_at_run_time_is_built_by_the_trusted_builder_in_a_prebuild(cpu_config):
+    from kernelwright.engine import static_builds, trusted_builds
+    from kernelwright.engine.prebuild import prebuild
+
+    text = (BF / "cpp_computed_sources.py").read_text()
+    assert static_builds.scan(text).private and not static_builds.scan(text).calls  # the text alone: unresolved
+    trusted_builds.forget()
+    pre = prebuild(ADD_ONE, text, cpu_config, None)
+    assert pre.ok, pre.error
+    assert [b["name"] for b in pre.builds] == ["kw_test_computed_sources"] and pre.builds[0]["ok"]
+    r = evaluate(ADD_ONE, None, cpu_config, candidate_text=text)
+    assert r.status is Status.PASSED, r.error_log
+    tb = r.metadata["trusted_build"]
+    assert tb["remembered"] and tb["recorded"] == 1 and tb["private"] == []  # no builder, nothing private
+    assert r.metadata["builds"][0]["cache"] == "verified"  # the evaluation loaded the trusted build
+    trusted_builds.forget()
