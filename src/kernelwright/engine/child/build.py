@@ -386,8 +386,7 @@ def _hold_build_dir(build_dir: Path):
     build of that directory wait while the file exists, with no limit and no check that its owner
     lives. A build killed on its time limit, by a signal or by the out-of-memory killer leaves the file
     behind, and every later build of the same sources then waits for ever: each evaluation of that
-    candidate would end as a time-out (torch's endless wait was seen on the H100, 2026-11-23, after a
-    benchmark's build had been stopped at its time limit in the call before).
+    candidate would end as a time-out (it happens after a build was stopped at its time limit).
     Every kernelwright build of a directory holds this flock first, so a baton found while holding it
     belongs to a builder that is gone."""
     try:
