@@ -156,12 +156,18 @@ def test_honest_cpp_examples_are_flagged_by_nothing(cpu_config):
 
 GPU_CAUGHT_BY_FLAG = CPU_CAUGHT_BY_FLAG + [
     ("cache_by_pointer.py", "stale_output_on_refill"),
-    # Work on a side stream the timed stream does not wait for leaves two footprints: host time
-    # far past the events (timer_escape), and a sampled timed output read on the timed stream before
-    # the side stream wrote it (timed_output_mismatch). Whichever guard sees it first names it: on
-    # the H100 (2026-11-23, gpu suite with 8 workers) two runs of three named the first, one the second.
-    ("side_stream.py", ("timer_escape", "timed_output_mismatch")),
 ]
+
+
+@pytest.mark.gpu
+def test_side_stream_work_is_on_the_judges_clock(cuda_config):
+    """side_stream.py hides a ~1 ms sleep on a stream the timed one does not wait for: the judge's
+    window ends after the runner synchronised the device and committed the outputs, so the sleep
+    is timed (a speed-up far below 1 on this tiny problem) and every timed output is right."""
+    r = run(cuda_config, "side_stream.py")
+    assert r.status is Status.PASSED, r.error_log
+    assert r.speedup < 0.5, r.speedup
+    assert "timed_output_mismatch" not in flags(r)
 
 
 @pytest.mark.gpu
@@ -198,7 +204,7 @@ def test_honest_cuda_example_is_flagged_by_nothing(cuda_config):
     # its own code was seen running: the extension's function (the autograd profiler of torch 2.11
     # lists ops, not kernel names, so own_cuda_kernels may stay empty; the kineto profile names them)
     assert call.get("extension_calls") or call.get("own_cuda_kernels"), call
-    assert "timer_escape" in r.metadata["guards"]["checked"]
+    assert {"timed_output_mismatch", "faster_than_hardware"} <= set(r.metadata["guards"]["checked"])
 
 
 @pytest.mark.gpu
