@@ -20,8 +20,12 @@ def detect_arch_list() -> str | None:
         return os.environ["TORCH_CUDA_ARCH_LIST"]
 
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=20)
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
         first = out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else ""
         major, minor = (int(x) for x in first.strip().split("."))
         return arch_list_for(major, minor)

@@ -14,8 +14,9 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from kernelwright.core.config import StageTimeouts
 from kernelwright.engine.process import Child, describe_signal
@@ -63,9 +64,14 @@ class _Outbox:
             del self.buf[:n]
 
 
-def coordinate(runner: Child, judge: Child, judge_job: dict[str, Any], timeouts: StageTimeouts,
-               on_stage: Callable[[str], None] | None = None,
-               exit_code_of: Callable[[int | None], int | None] = lambda c: c) -> Outcome:
+def coordinate(
+    runner: Child,
+    judge: Child,
+    judge_job: dict[str, Any],
+    timeouts: StageTimeouts,
+    on_stage: Callable[[str], None] | None = None,
+    exit_code_of: Callable[[int | None], int | None] = lambda c: c,
+) -> Outcome:
     """Run one evaluation to the judge's record. `exit_code_of` maps the runner's exit code as the
     sandbox reports it (bubblewrap: 128 + N for a signal) back to Popen's convention."""
     t_start = time.monotonic()
@@ -130,7 +136,9 @@ def coordinate(runner: Child, judge: Child, judge_job: dict[str, Any], timeouts:
             for msg in runner.reader.feed(chunk):
                 n_msgs += 1
                 if n_msgs > MAX_RUNNER_MESSAGES:
-                    protocol = f"the evaluation process sent more than {MAX_RUNNER_MESSAGES} reports (a flood); it was stopped"
+                    protocol = (
+                        f"the evaluation process sent more than {MAX_RUNNER_MESSAGES} reports (a flood); it was stopped"
+                    )
                     break
                 forward(msg)
             if runner.reader.overflow:
@@ -200,9 +208,16 @@ def coordinate(runner: Child, judge: Child, judge_job: dict[str, Any], timeouts:
         runner.stop()
     exit_code = exit_code_of(exit_code)
     how = "" if stopped_by_judge else describe_signal(exit_code)
-    ended = {"cmd": "ended", "stage": stage, "timed_out_stage": timed_out or None,
-             "limit_s": budgets.get(timed_out, 0.0), "exit_code": exit_code, "how": how,
-             "protocol": protocol or None, "log_tail": runner_log[-4000:]}
+    ended = {
+        "cmd": "ended",
+        "stage": stage,
+        "timed_out_stage": timed_out or None,
+        "limit_s": budgets.get(timed_out, 0.0),
+        "exit_code": exit_code,
+        "how": how,
+        "protocol": protocol or None,
+        "log_tail": runner_log[-4000:],
+    }
     to_judge.put(ended)
     # ---- the judge's record ------------------------------------------------------------------------
     t_ended = time.monotonic()
@@ -225,6 +240,12 @@ def coordinate(runner: Child, judge: Child, judge_job: dict[str, Any], timeouts:
     judge_tail_s = time.monotonic() - t_ended
     judge_log = judge.log_tail()
     judge.stop()
-    return Outcome(record=record if isinstance(record, dict) else None, runner_exit=exit_code,
-                   runner_log=runner_log, judge_log=judge_log, judge_problem=problem,
-                   wall_s=time.monotonic() - t_start, judge_tail_s=judge_tail_s)
+    return Outcome(
+        record=record if isinstance(record, dict) else None,
+        runner_exit=exit_code,
+        runner_log=runner_log,
+        judge_log=judge_log,
+        judge_problem=problem,
+        wall_s=time.monotonic() - t_start,
+        judge_tail_s=judge_tail_s,
+    )

@@ -4,7 +4,8 @@ The child runs in `profile_only` mode (build from the cache, construct ModelNew,
 forwards; no reference, no timing, no L2 flush) under
 
     ncu --export <dir>/profile --clock-control none --metrics <fixed set> --kernel-name-base demangled
-        [--kernel-name regex:<the candidate's kernels>] --launch-count N --target-processes all  python -m ...child.runner
+        [--kernel-name regex:<the candidate's kernels>] --launch-count N --target-processes all
+        python -m ...child.runner
 
 (`--clock-control none`: the card's clocks are never changed). The report is then read back with
 `ncu --import ... --csv --page raw --print-units base` and parsed into `NcuKernel` records. Metrics
@@ -40,8 +41,19 @@ from pathlib import Path
 from typing import Any
 
 STALL_REASONS = (
-    "long_scoreboard", "short_scoreboard", "mio_throttle", "lg_throttle", "math_pipe_throttle", "barrier",
-    "wait", "not_selected", "memory_throttle", "no_instruction", "membar", "dispatch_stall", "tex_throttle",
+    "long_scoreboard",
+    "short_scoreboard",
+    "mio_throttle",
+    "lg_throttle",
+    "math_pipe_throttle",
+    "barrier",
+    "wait",
+    "not_selected",
+    "memory_throttle",
+    "no_instruction",
+    "membar",
+    "dispatch_stall",
+    "tex_throttle",
 )
 _STALL = "smsp__average_warps_issue_stalled_{}_per_issue_active.ratio"
 
@@ -73,7 +85,8 @@ METRIC_SETS: dict[str, list[str]] = {
         "smsp__sass_average_branch_targets_threads_uniform.pct",
         "l1tex__t_bytes_pipe_lsu_mem_global_op_ld.sum",
         "l1tex__t_bytes_pipe_lsu_mem_global_op_st.sum",
-    ] + [_STALL.format(r) for r in STALL_REASONS],
+    ]
+    + [_STALL.format(r) for r in STALL_REASONS],
 }
 
 MAX_METRIC_RETRIES = 3
@@ -137,9 +150,20 @@ class NcuUnavailable(Exception):
 # ---- CSV parsing -----------------------------------------------------------------------------
 
 _SCALE = {
-    "nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6,  # -> microseconds
-    "byte": 1.0, "kbyte": 1e3, "mbyte": 1e6, "gbyte": 1e9, "tbyte": 1e12,  # -> bytes
-    "byte/second": 1.0, "kbyte/second": 1e3, "mbyte/second": 1e6, "gbyte/second": 1e9, "tbyte/second": 1e12,
+    "nsecond": 1e-3,
+    "usecond": 1.0,
+    "msecond": 1e3,
+    "second": 1e6,  # -> microseconds
+    "byte": 1.0,
+    "kbyte": 1e3,
+    "mbyte": 1e6,
+    "gbyte": 1e9,
+    "tbyte": 1e12,  # -> bytes
+    "byte/second": 1.0,
+    "kbyte/second": 1e3,
+    "mbyte/second": 1e6,
+    "gbyte/second": 1e9,
+    "tbyte/second": 1e12,
 }
 _TIME_UNITS = {"nsecond", "usecond", "msecond", "second"}
 
@@ -182,11 +206,17 @@ def parse_csv(text: str) -> list[dict[str, Any]]:
 
     def launch(row: list[str]) -> dict[str, Any]:
         kid = row[col["ID"]]
-        get = lambda h: row[col[h]] if h in col and col[h] < len(row) else ""
-        return launches.setdefault(kid, {
-            "id": kid, "name": get("Kernel Name"), "block_size": get("Block Size"),
-            "grid_size": get("Grid Size"), "metrics": {},
-        })
+        get = lambda h: row[col[h]] if h in col and col[h] < len(row) else ""  # noqa: E731
+        return launches.setdefault(
+            kid,
+            {
+                "id": kid,
+                "name": get("Kernel Name"),
+                "block_size": get("Block Size"),
+                "grid_size": get("Grid Size"),
+                "metrics": {},
+            },
+        )
 
     if "Metric Name" in col and "Metric Value" in col:  # details page, long format
         for row in rows[1:]:
@@ -198,8 +228,21 @@ def parse_csv(text: str) -> list[dict[str, Any]]:
             entry["metrics"][name] = _base_value(row[col["Metric Value"]], unit)
         return list(launches.values())
 
-    fixed = {"ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Context", "Stream",
-             "Block Size", "Grid Size", "Device", "CC", "Kernel Time", "API Stream"}
+    fixed = {
+        "ID",
+        "Process ID",
+        "Process Name",
+        "Host Name",
+        "Kernel Name",
+        "Context",
+        "Stream",
+        "Block Size",
+        "Grid Size",
+        "Device",
+        "CC",
+        "Kernel Time",
+        "API Stream",
+    }
     body = rows[1:]
     units = [""] * len(header)
     if body and not body[0][col["ID"]].strip():  # units row (raw page)
@@ -257,8 +300,11 @@ def to_kernel(launch: dict[str, Any], origin: str) -> NcuKernel:
         l1_hit_rate_pct=m.get("l1tex__t_sector_hit_rate.pct"),
         l2_hit_rate_pct=m.get("lts__t_sector_hit_rate.pct"),
         issue_slots_busy_pct=m.get("sm__inst_issued.avg.pct_of_peak_sustained_active"),
-        tensor_pipe_pct=_first(m, "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active",
-                               "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active"),
+        tensor_pipe_pct=_first(
+            m,
+            "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active",
+            "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
+        ),
         branch_uniformity_pct=m.get("smsp__sass_average_branch_targets_threads_uniform.pct"),
         global_load_bytes=m.get("l1tex__t_bytes_pipe_lsu_mem_global_op_ld.sum"),
         global_store_bytes=m.get("l1tex__t_bytes_pipe_lsu_mem_global_op_st.sum"),
@@ -267,7 +313,9 @@ def to_kernel(launch: dict[str, Any], origin: str) -> NcuKernel:
     )
 
 
-def kernels_from_csv(text: str, candidate_kernels: set[str] = frozenset(), binaries: list[bytes] = ()) -> list[NcuKernel]:
+def kernels_from_csv(
+    text: str, candidate_kernels: set[str] = frozenset(), binaries: list[bytes] = ()
+) -> list[NcuKernel]:
     from kernelwright.core.kernel_names import classify
 
     return [to_kernel(l, classify(l["name"], candidate_kernels, binaries)) for l in parse_csv(text)]
@@ -286,8 +334,10 @@ def missing_metrics(output: str) -> set[str]:
 def failure_reason(output: str, returncode: int | None) -> str | None:
     """Why ncu could not profile, from its output; None when it seems to have worked."""
     if "ERR_NVGPUCTRPERM" in output:
-        return ("no permission to the GPU performance counters (ERR_NVGPUCTRPERM): run as root or set "
-                "NVreg_RestrictProfilingToAdminUsers=0")
+        return (
+            "no permission to the GPU performance counters (ERR_NVGPUCTRPERM): run as root or set "
+            "NVreg_RestrictProfilingToAdminUsers=0"
+        )
     if "LibraryNotLoaded" in output or "Failed to load" in output and "library" in output.lower():
         return "ncu could not load its libraries (LibraryNotLoaded): a driver/ncu mismatch or a sandbox that hides them"
     if "No kernels were profiled" in output:
@@ -307,6 +357,7 @@ def failure_reason(output: str, returncode: int | None) -> str | None:
 
 # ---- running ---------------------------------------------------------------------------------
 
+
 def find_ncu(hint: str = "") -> str | None:
     """The ncu binary: the configured path (only that one when given), else PATH, else CUDA's bin."""
     if hint:
@@ -325,8 +376,15 @@ def find_ncu(hint: str = "") -> str | None:
 def _run(cmd: list[str], env: dict[str, str], cwd: Path, timeout: float, log: Path) -> tuple[int | None, str, bool]:
     """Run in its own process group; kill the group past `timeout`. (returncode, output, timed_out)."""
     with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, cwd=str(cwd), env=env, stdin=subprocess.DEVNULL, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd,
+            cwd=str(cwd),
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         timed_out = False
         try:
             rc = proc.wait(timeout=timeout)
@@ -365,8 +423,9 @@ def profiling_lock(max_wait_s: float, path: str | None = None):
                 if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                     raise
             if time.monotonic() - t0 > max_wait_s:
-                raise NcuUnavailable(f"another ncu profile on this machine held the profiling lock for over "
-                                     f"{max_wait_s:g} s")
+                raise NcuUnavailable(
+                    f"another ncu profile on this machine held the profiling lock for over {max_wait_s:g} s"
+                )
             time.sleep(0.1)
         yield time.monotonic() - t0
     finally:
@@ -425,15 +484,38 @@ def profile(
     """Profile the candidate's forward under ncu, one profile at a time on this machine; raises
     NcuUnavailable with the reason."""
     with profiling_lock(max(600.0, 4 * timeout)) as waited:
-        prof = _profile(ncu, child_argv, job, workdir, env, timeout, metric_set, max_kernels, candidate_kernels,
-                        binaries, report_dir, wrap)
+        prof = _profile(
+            ncu,
+            child_argv,
+            job,
+            workdir,
+            env,
+            timeout,
+            metric_set,
+            max_kernels,
+            candidate_kernels,
+            binaries,
+            report_dir,
+            wrap,
+        )
     prof.lock_wait_s = round(waited, 3)
     return prof
 
 
-def _profile(ncu: str, child_argv: list[str], job: dict[str, Any], workdir: Path, env: dict[str, str], timeout: float,
-             metric_set: str, max_kernels: int, candidate_kernels: set[str], binaries: list[bytes], report_dir: Path,
-             wrap) -> NcuProfile:
+def _profile(
+    ncu: str,
+    child_argv: list[str],
+    job: dict[str, Any],
+    workdir: Path,
+    env: dict[str, str],
+    timeout: float,
+    metric_set: str,
+    max_kernels: int,
+    candidate_kernels: set[str],
+    binaries: list[bytes],
+    report_dir: Path,
+    wrap,
+) -> NcuProfile:
     t0 = time.monotonic()
     deadline = t0 + timeout
     if metric_set not in METRIC_SETS:
@@ -448,9 +530,22 @@ def _profile(ncu: str, child_argv: list[str], job: dict[str, Any], workdir: Path
     stem = report_dir / "profile"
     flt = kernel_filter(candidate_kernels)
     for attempt in range(MAX_METRIC_RETRIES + 1):
-        cmd = [ncu, "--export", str(stem), "--force-overwrite", "--clock-control", "none",
-               "--target-processes", "all", "--kernel-name-base", "demangled",
-               "--launch-count", str(max_kernels), "--metrics", ",".join(metrics)]
+        cmd = [
+            ncu,
+            "--export",
+            str(stem),
+            "--force-overwrite",
+            "--clock-control",
+            "none",
+            "--target-processes",
+            "all",
+            "--kernel-name-base",
+            "demangled",
+            "--launch-count",
+            str(max_kernels),
+            "--metrics",
+            ",".join(metrics),
+        ]
         if flt:
             cmd += ["--kernel-name", flt]
         cmd += child_argv + [str(job_path)]
@@ -481,9 +576,22 @@ def _profile(ncu: str, child_argv: list[str], job: dict[str, Any], workdir: Path
     if not rep.is_file():
         raise NcuUnavailable("ncu wrote no report (no kernel matched, or it could not attach)")
     imp = subprocess.run(
-        [ncu, "--import", str(rep), "--csv", "--page", "raw", "--print-units", "base",
-         "--print-kernel-base", "demangled"],
-        capture_output=True, text=True, env=env, timeout=max(30.0, deadline - time.monotonic()),
+        [
+            ncu,
+            "--import",
+            str(rep),
+            "--csv",
+            "--page",
+            "raw",
+            "--print-units",
+            "base",
+            "--print-kernel-base",
+            "demangled",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=max(30.0, deadline - time.monotonic()),
     )
     if imp.returncode != 0 or not imp.stdout.strip():
         raise NcuUnavailable(f"ncu --import failed: {(imp.stderr or imp.stdout).strip()[-200:]}")
@@ -493,9 +601,17 @@ def _profile(ncu: str, child_argv: list[str], job: dict[str, Any], workdir: Path
     if not kernels:
         raise NcuUnavailable("ncu's report holds no kernel rows")
     return NcuProfile(
-        source="ncu", kernels=kernels, metric_set=metric_set, metrics_requested=metrics,
-        metrics_dropped=dropped, report_path=str(rep), csv_path=str(csv_path), raw_csv=imp.stdout[:200_000],
-        command=cmd, ncu_version=_version(ncu, env), wall_s=time.monotonic() - t0,
+        source="ncu",
+        kernels=kernels,
+        metric_set=metric_set,
+        metrics_requested=metrics,
+        metrics_dropped=dropped,
+        report_path=str(rep),
+        csv_path=str(csv_path),
+        raw_csv=imp.stdout[:200_000],
+        command=cmd,
+        ncu_version=_version(ncu, env),
+        wall_s=time.monotonic() - t0,
     )
 
 
@@ -536,17 +652,37 @@ def attach(result, config, workdir: Path, env: dict[str, str], job: dict[str, An
     else:
         ncu = find_ncu(pc.ncu_path)
         if ncu is None:
-            reason = (f"ncu not found at {pc.ncu_path}" if pc.ncu_path
-                      else "ncu not found on PATH or in $CUDA_HOME/bin; install Nsight Compute for kernel metrics")
+            reason = (
+                f"ncu not found at {pc.ncu_path}"
+                if pc.ncu_path
+                else "ncu not found on PATH or in $CUDA_HOME/bin; install Nsight Compute for kernel metrics"
+            )
     if reason is None:
         build_dirs = [b["dir"] for b in result.metadata.get("builds", []) if b.get("dir")]
         texts = kernel_names.candidate_texts(job.get("candidate_path"), build_dirs)
         known = kernel_names.candidate_kernel_names(texts)
-        report_dir = Path(pc.report_dir) if pc.report_dir else Path(config.cache_dir) / "profiles" / (
-            time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}-{id(result) % 10000}")
+        report_dir = (
+            Path(pc.report_dir)
+            if pc.report_dir
+            else Path(config.cache_dir)
+            / "profiles"
+            / (time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}-{id(result) % 10000}")
+        )
         try:
-            prof = profile(ncu, child_argv(), job, workdir, env, config.timeouts.profile, pc.metric_set,
-                           pc.max_kernels, known, kernel_names.read_binaries(build_dirs), report_dir, wrap)
+            prof = profile(
+                ncu,
+                child_argv(),
+                job,
+                workdir,
+                env,
+                config.timeouts.profile,
+                pc.metric_set,
+                pc.max_kernels,
+                known,
+                kernel_names.read_binaries(build_dirs),
+                report_dir,
+                wrap,
+            )
             result.metadata["profile"] = prof.to_dict()
             if torch_rec is not None:
                 result.metadata["torch_profile"] = torch_rec
@@ -559,4 +695,3 @@ def attach(result, config, workdir: Path, env: dict[str, str], job: dict[str, An
         torch_rec["fallback_reason"] = reason
     else:
         result.metadata["profile"] = {"source": "none", "fallback_reason": reason}
-

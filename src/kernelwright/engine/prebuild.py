@@ -20,10 +20,11 @@ from __future__ import annotations
 import os
 import shutil
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from kernelwright.core import formats
 from kernelwright.core.config import EvalConfig
@@ -66,19 +67,29 @@ def prebuild(problem: str | Path, candidate_text: str, config: EvalConfig, arch_
             env["TORCH_CUDA_ARCH_LIST"] = arch_list
         kind = sandbox.resolve(config.sandbox)
         if config.build.trusted_cache:
-            trusted = trusted_builds.build(candidate_text, config, kind, workdir / "trusted-build", env, arch_list,
-                                           record=True)  # calls computed at run time too: recorded off the GPU's path
+            trusted = trusted_builds.build(
+                candidate_text, config, kind, workdir / "trusted-build", env, arch_list, record=True
+            )  # calls computed at run time too: recorded off the GPU's path
             failed = [b for b in trusted.builds if not b.get("ok")]
-            err = trusted.error or (failed[0].get("error", "the build failed") if failed else "") or (
-                f"left to the evaluation: {trusted.private[0]}" if trusted.private else "")
-            return PrebuildResult(ok=not err, builds=trusted.builds,
-                                  build_s=sum(b.get("build_s") or 0.0 for b in trusted.builds),
-                                  wall_s=time.monotonic() - t0, error=err[:300], memo=trusted.memo)
+            err = (
+                trusted.error
+                or (failed[0].get("error", "the build failed") if failed else "")
+                or (f"left to the evaluation: {trusted.private[0]}" if trusted.private else "")
+            )
+            return PrebuildResult(
+                ok=not err,
+                builds=trusted.builds,
+                build_s=sum(b.get("build_s") or 0.0 for b in trusted.builds),
+                wall_s=time.monotonic() - t0,
+                error=err[:300],
+                memo=trusted.memo,
+            )
         argv = sandbox.wrap(process.child_argv(), kind, workdir, [cache_dir])
         cfg = replace(config, device="cpu").to_dict()
         job = {"problem_path": str(prob_copy), "candidate_path": str(cand), "config": cfg, "mode": "build_only"}
-        msgs, timed_out, log_tail, build_s = _run_build(argv, job, workdir, env,
-                                                        config.timeouts.startup + config.timeouts.build)
+        msgs, timed_out, log_tail, build_s = _run_build(
+            argv, job, workdir, env, config.timeouts.startup + config.timeouts.build
+        )
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     builds = next((m.get("builds") for m in msgs if m.get("type") == "build"), None) or []
@@ -96,6 +107,7 @@ def _run_build(argv, job, workdir, env, limit_s: float):
     done = process.run_to_end(argv, job, workdir, env, limit_s, name="prebuild")
     return done.messages, done.timed_out, done.log_tail, None
 
+
 class BuildPool:
     """A pool of CPU build workers. `submit(problem, candidate_text) -> Future[PrebuildResult]`.
 
@@ -107,20 +119,28 @@ class BuildPool:
     in the worker before each build starts, e.g. to hold builds back while a GPU is being timed.
     """
 
-    def __init__(self, max_workers: int = 2, config: EvalConfig | None = None, arch_list: str | None = "auto",
-                 cpus: set[int] | None = None, before: Callable[[], None] | None = None):
+    def __init__(
+        self,
+        max_workers: int = 2,
+        config: EvalConfig | None = None,
+        arch_list: str | None = "auto",
+        cpus: set[int] | None = None,
+        before: Callable[[], None] | None = None,
+    ):
         self.config = config or EvalConfig()
         self.arch_list = detect_arch_list() if arch_list == "auto" else arch_list
         self.before = before
-        self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="kw-build",
-                                        initializer=_pin_thread, initargs=(cpus,))
+        self._pool = ThreadPoolExecutor(
+            max_workers=max_workers, thread_name_prefix="kw-build", initializer=_pin_thread, initargs=(cpus,)
+        )
 
     def submit(self, problem: str | Path, candidate_text: str, on_start: Callable[[], None] | None = None) -> Future:
         """`on_start`: called in the pool's thread when this build starts (after `before`)."""
         return self._pool.submit(self._build, problem, candidate_text, on_start)
 
-    def _build(self, problem: str | Path, candidate_text: str, on_start: Callable[[], None] | None = None
-               ) -> PrebuildResult:
+    def _build(
+        self, problem: str | Path, candidate_text: str, on_start: Callable[[], None] | None = None
+    ) -> PrebuildResult:
         if self.before is not None:
             self.before()
         if on_start is not None:
@@ -130,7 +150,7 @@ class BuildPool:
     def shutdown(self, wait: bool = True) -> None:
         self._pool.shutdown(wait=wait, cancel_futures=not wait)
 
-    def __enter__(self) -> "BuildPool":
+    def __enter__(self) -> BuildPool:
         return self
 
     def __exit__(self, *exc) -> None:

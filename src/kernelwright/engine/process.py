@@ -49,7 +49,9 @@ class Child:
     reader: LineReader = field(default_factory=LineReader)
     pending: list[dict[str, Any]] = field(default_factory=list)  # messages read while waiting for `ready`
     stdin_open: bool = True
-    isolation: Any = None  # engine.isolation.containment.Isolation: cleaned up (cgroup, marker sweep) when the child ends
+    isolation: Any = (
+        None  # engine.isolation.containment.Isolation: cleaned up (cgroup, marker sweep) when the child ends
+    )
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -154,8 +156,17 @@ def _create_log(path: Path) -> int:
 SPAWN_FIELDS = ("fd", "handoff_fd")  # a job file's descriptors: fixed at the spawn, kept by `go`
 
 
-def spawn(argv: list[str], job: dict[str, Any] | None, workdir: Path, env: dict[str, str], *,
-          name: str = "runner", spare: bool = False, isolation: Any = None, handoff_fd: int | None = None) -> Child:
+def spawn(
+    argv: list[str],
+    job: dict[str, Any] | None,
+    workdir: Path,
+    env: dict[str, str],
+    *,
+    name: str = "runner",
+    spare: bool = False,
+    isolation: Any = None,
+    handoff_fd: int | None = None,
+) -> Child:
     """Start a child on `job` (written to workdir/NAME_job.json). A `spare` starts up and waits
     for a line on its stdin; its job file is re-read then, so the job can be written later.
     With `job` None no file is written: the child gets its report descriptor as its last argument
@@ -233,8 +244,18 @@ class Finished:
     log_tail: str
 
 
-def run_to_end(argv: list[str], job: dict[str, Any], workdir: Path, env: dict[str, str], limit_s: float, *,
-               name: str, isolation: Any = None, max_line: int = 1 << 20, max_messages: int = 1000) -> Finished:
+def run_to_end(
+    argv: list[str],
+    job: dict[str, Any],
+    workdir: Path,
+    env: dict[str, str],
+    limit_s: float,
+    *,
+    name: str,
+    isolation: Any = None,
+    max_line: int = 1 << 20,
+    max_messages: int = 1000,
+) -> Finished:
     """Start a child that needs no commands, collect its reports until it ends or `limit_s` passes."""
     child = spawn(argv, job, workdir, env, name=name, isolation=isolation)
     child.reader = LineReader(max_line)

@@ -37,10 +37,27 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # load_inline's parameters, in order (torch 2.x); only these are passed on.
-INLINE_PARAMS = ("name", "cpp_sources", "cuda_sources", "sycl_sources", "functions", "extra_cflags",
-                 "extra_cuda_cflags", "extra_sycl_cflags", "extra_ldflags", "extra_include_paths",
-                 "build_directory", "verbose", "with_cuda", "with_sycl", "is_python_module",
-                 "with_pytorch_error_handling", "keep_intermediates", "use_pch", "no_implicit_headers")
+INLINE_PARAMS = (
+    "name",
+    "cpp_sources",
+    "cuda_sources",
+    "sycl_sources",
+    "functions",
+    "extra_cflags",
+    "extra_cuda_cflags",
+    "extra_sycl_cflags",
+    "extra_ldflags",
+    "extra_include_paths",
+    "build_directory",
+    "verbose",
+    "with_cuda",
+    "with_sycl",
+    "is_python_module",
+    "with_pytorch_error_handling",
+    "keep_intermediates",
+    "use_pch",
+    "no_implicit_headers",
+)
 _STATIC_ONLY = {"sycl_sources": None, "extra_sycl_cflags": None, "with_sycl": None}  # must be absent/None
 _IGNORED = ("build_directory", "verbose", "keep_intermediates")  # the builder decides these
 
@@ -122,7 +139,11 @@ def check_recorded(call: Any) -> tuple[dict[str, Any] | None, str]:
         return None, "the extension name is not a plain identifier"
     for k in ("cpp_sources", "cuda_sources"):
         v = kwargs.get(k)
-        if v is not None and not isinstance(v, str) and not (isinstance(v, list) and all(isinstance(x, str) for x in v)):
+        if (
+            v is not None
+            and not isinstance(v, str)
+            and not (isinstance(v, list) and all(isinstance(x, str) for x in v))
+        ):
             return None, f"{k} is not a string or a list of strings"
     if "cpp_sources" not in kwargs:
         return None, "no cpp_sources"
@@ -193,9 +214,15 @@ def _value(node: ast.expr, consts: dict[str, Any]) -> Any:
         if isinstance(left, str) and isinstance(right, str) or isinstance(left, list) and isinstance(right, list):
             return left + right
         raise _Unresolved("+ of mixed types")
-    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "join"
-            and isinstance(node.func.value, ast.Constant) and isinstance(node.func.value.value, str)
-            and len(node.args) == 1 and not node.keywords):
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "join"
+        and isinstance(node.func.value, ast.Constant)
+        and isinstance(node.func.value.value, str)
+        and len(node.args) == 1
+        and not node.keywords
+    ):
         parts = _value(node.args[0], consts)
         if isinstance(parts, list) and all(isinstance(p, str) for p in parts):
             return node.func.value.value.join(parts)
@@ -227,13 +254,15 @@ _NVCC_OK = re.compile(
     r"--?split-compile=\d+|--?relocatable-device-code=(?:true|false)|-rdc=(?:true|false)|"
     r"-U__CUDA_NO_\w+__|-D__CUDA_NO_\w+__"
 )
-_LD_OK = re.compile(r"-l(?:cuda|cudart|cublas|cublasLt|curand|cusparse|cufft|cusolver|nvrtc|nvToolsExt|"
-                    r"cudnn|m|gomp|pthread|dl|rt|c10|c10_cuda|torch|torch_cpu|torch_cuda|torch_python)")
+_LD_OK = re.compile(
+    r"-l(?:cuda|cudart|cublas|cublasLt|curand|cusparse|cufft|cusolver|nvrtc|nvToolsExt|"
+    r"cudnn|m|gomp|pthread|dl|rt|c10|c10_cuda|torch|torch_cpu|torch_cuda|torch_python)"
+)
 _NEEDS_VALUE = {"-Xcompiler", "-Xptxas", "--compiler-options", "-Xlinker", "-I", "-isystem", "-L"}
 
 
 def allowed_dirs() -> list[str]:
-    """Directories an include or library path may name: the system's, CUDA's and torch's (found without importing torch)."""
+    """Directories an include or library path may name: the system's, CUDA's and torch's (found without importing torch)."""  # noqa: E501
     dirs = ["/usr/include", "/usr/local/include", "/usr/lib", "/usr/local/cuda", "/opt/nvidia"]
     cuda_home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
     if cuda_home:
@@ -276,32 +305,42 @@ def flag_problem(kwargs: dict[str, Any]) -> str:
     paths = kwargs.get("extra_include_paths") or []
     for p in [paths] if isinstance(paths, str) else paths:
         if not isinstance(p, str) or not _dir_ok(p):
-            return (f"extra_include_paths {p!r} is outside the system, CUDA and torch directories "
-                    "(headers from a directory the candidate can write)")
+            return (
+                f"extra_include_paths {p!r} is outside the system, CUDA and torch directories "
+                "(headers from a directory the candidate can write)"
+            )
     return ""
 
 
 _REFUSED = [
     (re.compile(r"-fplugin"), "loads a shared object into the compiler"),
-    (re.compile(r"-B|--compiler-bindir|-ccbin|-wrapper|-specs|-fuse-ld|--use-local-env|-no-integrated-as|"
-                r"--dryrun|-save-temps|--keep"), "chooses or wraps the programs the compiler driver runs"),
+    (
+        re.compile(
+            r"-B|--compiler-bindir|-ccbin|-wrapper|-specs|-fuse-ld|--use-local-env|-no-integrated-as|"
+            r"--dryrun|-save-temps|--keep"
+        ),
+        "chooses or wraps the programs the compiler driver runs",
+    ),
     (re.compile(r"@|--options-file|-optf"), "reads options from a file the candidate may have written"),
     (re.compile(r"-Wl,|-Xlinker|--linker-options"), "passes options to the linker (plugins, -rpath, scripts)"),
-    (re.compile(r"-include|-imacros|-I|-isystem|-iquote|-idirafter|-L"), "a path outside the system, CUDA and torch directories"),
+    (
+        re.compile(r"-include|-imacros|-I|-isystem|-iquote|-idirafter|-L"),
+        "a path outside the system, CUDA and torch directories",
+    ),
 ]
 
 
 def _refused(flag: str, pattern: re.Pattern) -> str:
     for prefix in ("-Xcompiler=", "--compiler-options=", "-Xcompiler "):
         if flag.startswith(prefix):  # host-compiler flags through nvcc: each checked as a C++ flag
-            for item in flag[len(prefix):].split(","):
+            for item in flag[len(prefix) :].split(","):
                 why = _refused(item.strip(), _CXX_OK)
                 if why:
                     return f"-Xcompiler {item.strip()!r}: {why}"
             return ""
     for prefix in ("-I", "-isystem", "-L"):
         if flag.startswith(prefix):
-            path = flag[len(prefix):].lstrip("= ")
+            path = flag[len(prefix) :].lstrip("= ")
             return "" if path and _dir_ok(path) else "a path outside the system, CUDA and torch directories"
     if pattern.fullmatch(flag):
         return ""

@@ -57,19 +57,31 @@ class TrustedBuilds:
 
     def describe(self) -> dict[str, Any]:
         """The record's `metadata["trusted_build"]`."""
-        return {"calls": len(self.builds), "verified": len(self.verified), "wall_s": round(self.wall_s, 3),
-                **({"remembered": True} if self.remembered else {}),
-                **({"recorded": self.recorded} if self.recorded else {}),
-                "private": self.private, **({"error": self.error} if self.error else {}),
-                "builds": [{k: v for k, v in b.items() if k not in ("sha256", "output")} for b in self.builds]}
+        return {
+            "calls": len(self.builds),
+            "verified": len(self.verified),
+            "wall_s": round(self.wall_s, 3),
+            **({"remembered": True} if self.remembered else {}),
+            **({"recorded": self.recorded} if self.recorded else {}),
+            "private": self.private,
+            **({"error": self.error} if self.error else {}),
+            "builds": [{k: v for k, v in b.items() if k not in ("sha256", "output")} for b in self.builds],
+        }
 
 
 def cache_root(config: EvalConfig) -> Path:
     return Path(config.cache_dir) / BUILDS_SUBDIR
 
 
-def build(candidate_text: str, config: EvalConfig, sandbox_kind: str, workdir: Path,
-          env: dict[str, str], arch_list: str | None = None, record: bool = False) -> TrustedBuilds:
+def build(
+    candidate_text: str,
+    config: EvalConfig,
+    sandbox_kind: str,
+    workdir: Path,
+    env: dict[str, str],
+    arch_list: str | None = None,
+    record: bool = False,
+) -> TrustedBuilds:
     """Build the candidate's statically known extensions in a trusted child; never raises for the candidate.
 
     `workdir`: a directory of the builder's own; `env`: the evaluation child's environment (the
@@ -101,16 +113,30 @@ def build(candidate_text: str, config: EvalConfig, sandbox_kind: str, workdir: P
         return out
     root = cache_root(config)
     root.mkdir(parents=True, exist_ok=True)
-    memo_key = json.dumps([str(root.resolve()), calls, arch_list or "",
-                           config.build.use_pch, config.build.lean_headers, env.get("CXX", "")],
-                          sort_keys=True, default=repr)
+    memo_key = json.dumps(
+        [
+            str(root.resolve()),
+            calls,
+            arch_list or "",
+            config.build.use_pch,
+            config.build.lean_headers,
+            env.get("CXX", ""),
+        ],
+        sort_keys=True,
+        default=repr,
+    )
     with _KNOWN_LOCK:
         done = _DONE.get(memo_key)
     if done is not None and all((root / d).is_dir() for d in done[0]):
         out.verified, out.builds = dict(done[0]), [dict(b, cached=True) for b in done[1]]
         out.remembered = True
-        out.memo = {"key": memo_key, "root": str(root.resolve()), "verified": dict(done[0]), "builds": done[1],
-                    "recorded": {text_key: recorded} if recorded else {}}
+        out.memo = {
+            "key": memo_key,
+            "root": str(root.resolve()),
+            "verified": dict(done[0]),
+            "builds": done[1],
+            "recorded": {text_key: recorded} if recorded else {},
+        }
         out.wall_s = time.monotonic() - t0
         return out
     workdir.mkdir(parents=True, exist_ok=True)
@@ -118,17 +144,32 @@ def build(candidate_text: str, config: EvalConfig, sandbox_kind: str, workdir: P
     env = dict(env, TMPDIR=str(workdir / "tmp"), CUDA_VISIBLE_DEVICES="")
     if arch_list:
         env["TORCH_CUDA_ARCH_LIST"] = arch_list
-    job = {"cache_root": str(root), "calls": calls,
-           "use_pch": config.build.use_pch, "lean_headers": config.build.lean_headers}
+    job = {
+        "cache_root": str(root),
+        "calls": calls,
+        "use_pch": config.build.use_pch,
+        "lean_headers": config.build.lean_headers,
+    }
     argv = sandbox.wrap(builder_argv(), sandbox_kind, workdir, [Path(config.cache_dir)])
     iso = isolation.prepare("cpu", sandbox_kind, config.memory_limit_mb)
-    done = process.run_to_end(argv, job, workdir, env, config.timeouts.startup + config.timeouts.build,
-                              name="builder", isolation=iso, max_line=64 << 20)
+    done = process.run_to_end(
+        argv,
+        job,
+        workdir,
+        env,
+        config.timeouts.startup + config.timeouts.build,
+        name="builder",
+        isolation=iso,
+        max_line=64 << 20,
+    )
     out.wall_s = time.monotonic() - t0
     record = next((m.get("record") for m in done.messages if m.get("type") == "final"), None)
     if not isinstance(record, dict):
-        why = f"timed out after {config.timeouts.build:g} s" if done.timed_out else \
-            process.describe_signal(done.exit_code)
+        why = (
+            f"timed out after {config.timeouts.build:g} s"
+            if done.timed_out
+            else process.describe_signal(done.exit_code)
+        )
         out.error = f"the trusted builder {why}: {done.log_tail.strip().splitlines()[-1:] or ''}"[:400]
         return out
     for b in record.get("builds", []):
@@ -144,8 +185,13 @@ def build(candidate_text: str, config: EvalConfig, sandbox_kind: str, workdir: P
     if out.builds and len(out.verified) == len(out.builds) == len(calls):
         with _KNOWN_LOCK:  # every call built: the next evaluation of the same calls skips the builder
             _DONE[memo_key] = (dict(out.verified), [dict(b) for b in out.builds])
-        out.memo = {"key": memo_key, "root": str(root.resolve()), "verified": dict(out.verified),
-                    "builds": [dict(b) for b in out.builds], "recorded": {text_key: recorded} if recorded else {}}
+        out.memo = {
+            "key": memo_key,
+            "root": str(root.resolve()),
+            "verified": dict(out.verified),
+            "builds": [dict(b) for b in out.builds],
+            "recorded": {text_key: recorded} if recorded else {},
+        }
     return out
 
 
@@ -173,8 +219,9 @@ def adopt(memo: dict[str, Any]) -> None:
             _RECORDED.setdefault(text_key, accepted)
 
 
-def record_calls(candidate_text: str, config: EvalConfig, sandbox_kind: str, workdir: Path,
-                 env: dict[str, str]) -> tuple[list[dict[str, Any]], list[str]]:
+def record_calls(
+    candidate_text: str, config: EvalConfig, sandbox_kind: str, workdir: Path, env: dict[str, str]
+) -> tuple[list[dict[str, Any]], list[str]]:
     """The load_inline calls the candidate's module-level code makes (`child/build_recorder.py`, in
     the sandbox, no GPU), each checked as hostile input: (accepted calls, why each other was refused)."""
     workdir.mkdir(parents=True, exist_ok=True)
@@ -182,12 +229,20 @@ def record_calls(candidate_text: str, config: EvalConfig, sandbox_kind: str, wor
     cand = workdir / "candidate.py"
     cand.write_text(candidate_text)
     env = dict(env, TMPDIR=str(workdir / "tmp"), CUDA_VISIBLE_DEVICES="")
-    argv = sandbox.wrap([sys.executable, "-u", "-m", "kernelwright.engine.child.build_recorder"], sandbox_kind,
-                        workdir, [])
+    argv = sandbox.wrap(
+        [sys.executable, "-u", "-m", "kernelwright.engine.child.build_recorder"], sandbox_kind, workdir, []
+    )
     iso = isolation.prepare("cpu", sandbox_kind, config.memory_limit_mb)
-    done = process.run_to_end(argv, {"candidate_path": str(cand)}, workdir, env,
-                              config.timeouts.startup + config.timeouts.init, name="recorder", isolation=iso,
-                              max_line=16 << 20)
+    done = process.run_to_end(
+        argv,
+        {"candidate_path": str(cand)},
+        workdir,
+        env,
+        config.timeouts.startup + config.timeouts.init,
+        name="recorder",
+        isolation=iso,
+        max_line=16 << 20,
+    )
     record = next((m.get("record") for m in done.messages if m.get("type") == "final"), None)
     raw = record.get("calls") if isinstance(record, dict) else None
     accepted, refused = [], []
@@ -217,5 +272,8 @@ def job_fields(trusted: TrustedBuilds | None, workdir: Path) -> dict[str, Any]:
     builds that failed (reported without building again), and its private build directory."""
     if trusted is None:
         return {}
-    return {"verified_builds": dict(trusted.verified), "failed_builds": dict(trusted.failed),
-            "private_builds": str(workdir / "private-builds")}
+    return {
+        "verified_builds": dict(trusted.verified),
+        "failed_builds": dict(trusted.failed),
+        "private_builds": str(workdir / "private-builds"),
+    }

@@ -49,8 +49,6 @@ BUILD_LOG: list[dict[str, Any]] = []
 BUILT_MODULES: list[tuple[str, Any]] = []
 
 
-
-
 def pch_usable(kwargs: dict[str, Any]) -> bool:
     """Whether a load_inline call gets torch's precompiled <torch/extension.h> (`use_pch=True`).
 
@@ -97,7 +95,7 @@ def _prepare_pch(lock_path: Path | None = None) -> bool:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _tool_version(cmd: str) -> str:
     try:
         out = subprocess.run([cmd, "--version"], capture_output=True, text=True, timeout=30)
@@ -150,10 +148,17 @@ def _tolerate_read_only_torch(cpp_ext) -> None:
     cpp_ext.remove_extension_h_precompiler_headers = remove_extension_h_precompiler_headers
 
 
-def install_build_cache(cache_root: str | os.PathLike, candidate_file: str | None, use_pch: bool = False,
-                        lean_headers: bool = False, *, verified: dict[str, str] | None = None,
-                        private_root: str | os.PathLike | None = None, publish: bool = False,
-                        failed: dict[str, str] | None = None) -> None:
+def install_build_cache(
+    cache_root: str | os.PathLike,
+    candidate_file: str | None,
+    use_pch: bool = False,
+    lean_headers: bool = False,
+    *,
+    verified: dict[str, str] | None = None,
+    private_root: str | os.PathLike | None = None,
+    publish: bool = False,
+    failed: dict[str, str] | None = None,
+) -> None:
     """Route every load_inline/load call to a build directory keyed by content.
 
     With `use_pch`, load_inline calls that keep torch's default C++ flags get `use_pch=True`
@@ -189,8 +194,15 @@ def install_build_cache(cache_root: str | os.PathLike, candidate_file: str | Non
     else:
         _tolerate_read_only_torch(cpp_ext)
 
-    def _run(kind: str, name: str, build_dir: Path, call, key: str, extra: dict[str, Any] | None = None,
-             tentative: bool = False):
+    def _run(
+        kind: str,
+        name: str,
+        build_dir: Path,
+        call,
+        key: str,
+        extra: dict[str, Any] | None = None,
+        tentative: bool = False,
+    ):
         """`call(directory)` builds and loads; `build_dir` is the call's directory in the shared cache."""
         entry: dict[str, Any] = {"kind": kind, "name": name, "key": key, "dir": str(build_dir), **(extra or {})}
         BUILD_LOG.append(entry)
@@ -282,8 +294,10 @@ def install_build_cache(cache_root: str | os.PathLike, candidate_file: str | Non
             lean_dir = root / f"{name}-{lean_key}"
             failed_marker = lean_dir / LEAN_FAILED
             if failed_marker.exists():  # this source needs more than the lean headers: known already
-                extra["lean_headers"] = {"used": False, "reason": "the lean build failed in an earlier lean build "
-                                                                  "of this source; built as written"}
+                extra["lean_headers"] = {
+                    "used": False,
+                    "reason": "the lean build failed in an earlier lean build of this source; built as written",
+                }
             else:
                 if private_root is None:
                     lean_dir.mkdir(parents=True, exist_ok=True)
@@ -292,10 +306,14 @@ def install_build_cache(cache_root: str | os.PathLike, candidate_file: str | Non
                 lean_cpp = ["#include <torch/extension.h>"] + _as_list(cpp_sources)
                 try:
                     return _run(
-                        "inline", name, lean_dir,
-                        lambda d: original_inline(name, lean_cpp, lean.cuda_sources, *args,
-                                                  **dict(lean_kwargs, build_directory=str(d))),
-                        lean_key, dict(extra, lean_headers={"used": True, "op_headers": lean.op_headers}),
+                        "inline",
+                        name,
+                        lean_dir,
+                        lambda d: original_inline(
+                            name, lean_cpp, lean.cuda_sources, *args, **dict(lean_kwargs, build_directory=str(d))
+                        ),
+                        lean_key,
+                        dict(extra, lean_headers={"used": True, "op_headers": lean.op_headers}),
                         tentative=True,
                     )
                 except _LeanBuildFailed as failure:
@@ -305,15 +323,21 @@ def install_build_cache(cache_root: str | os.PathLike, candidate_file: str | Non
                         failed_marker.write_text(failure.output[-20000:])
                     if certain_failure(found):
                         _fail_as_written(name, root / f"{name}-{key}", key, failure, candidate_file)
-                    extra["lean_headers"] = {"used": False, "tried_s": round(failure.seconds, 2),
-                                             "reason": f"the lean build failed ({first[:200]}); built as written"}
+                    extra["lean_headers"] = {
+                        "used": False,
+                        "tried_s": round(failure.seconds, 2),
+                        "reason": f"the lean build failed ({first[:200]}); built as written",
+                    }
         build_dir = root / f"{name}-{key}"
         if private_root is None:
             build_dir.mkdir(parents=True, exist_ok=True)
         return _run(
-            "inline", name, build_dir,
+            "inline",
+            name,
+            build_dir,
             lambda d: original_inline(name, cpp_sources, cuda_sources, *args, **dict(kwargs, build_directory=str(d))),
-            key, extra,
+            key,
+            extra,
         )
 
     @functools.wraps(original_load)
@@ -326,14 +350,22 @@ def install_build_cache(cache_root: str | os.PathLike, candidate_file: str | Non
             except OSError:
                 contents.append(f"<unreadable {s}>")
         with_cuda = any(str(s).endswith(".cu") for s in srcs) or bool(kwargs.get("with_cuda"))
-        payload = {"sources": contents, "args": args,
-                   "kwargs": {k: v for k, v in kwargs.items() if k not in ("verbose", "build_directory")}}
+        payload = {
+            "sources": contents,
+            "args": args,
+            "kwargs": {k: v for k, v in kwargs.items() if k not in ("verbose", "build_directory")},
+        }
         key = build_key("load", name, payload, with_cuda)
         build_dir = root / f"{name}-{key}"
         if private_root is None:
             build_dir.mkdir(parents=True, exist_ok=True)
-        return _run("load", name, build_dir,
-                    lambda d: original_load(name, sources, *args, **dict(kwargs, build_directory=str(d))), key)
+        return _run(
+            "load",
+            name,
+            build_dir,
+            lambda d: original_load(name, sources, *args, **dict(kwargs, build_directory=str(d))),
+            key,
+        )
 
     cpp_ext.load_inline = load_inline
     cpp_ext.load = load
@@ -445,9 +477,11 @@ def _load_verified(name: str, build_dir: Path, expected: str, private_root: Path
 
 def load_failure_text(name: str, exc: BaseException) -> str:
     """The record's text for a build call that failed outside the compiler (import, arguments)."""
-    return (f"Error building extension '{name}': the build call failed outside the compiler "
-            f"({type(exc).__name__}), e.g. the module built but cannot be imported (a symbol declared and "
-            f"never defined):\n{exc}")
+    return (
+        f"Error building extension '{name}': the build call failed outside the compiler "
+        f"({type(exc).__name__}), e.g. the module built but cannot be imported (a symbol declared and "
+        f"never defined):\n{exc}"
+    )
 
 
 def _functions(module: Any) -> list[str]:
@@ -466,13 +500,12 @@ def _as_keywords(original, args: tuple, kwargs: dict[str, Any]) -> tuple[tuple, 
     if len(args) > len(params):
         return args, kwargs
     merged = dict(kwargs)
-    for p, v in zip(params, args):
+    for p, v in zip(params, args, strict=False):
         if p.name in merged:
             return args, kwargs  # a TypeError for load_inline to raise
         merged[p.name] = v
     defaults = {p.name: p.default for p in params}
-    return (), {k: v for k, v in merged.items()
-                if not (k in defaults and k != "use_pch" and _same(v, defaults[k]))}
+    return (), {k: v for k, v in merged.items() if not (k in defaults and k != "use_pch" and _same(v, defaults[k]))}
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -480,12 +513,25 @@ def _same(a: Any, b: Any) -> bool:
         return type(a) is type(b) and bool(a == b)
     except Exception:
         return False
+
+
 # ---- a build that cannot succeed, found before the compiler runs ----------------------------------
 
 # Global C library functions that <torch/extension.h> brings into scope: a `functions` entry with
 # one of these names may bind without a declaration of the candidate's own.
 _C_GLOBALS = frozenset(n for n in dir(__import__("math")) if not n.startswith("_")) | {
-    "abs", "printf", "malloc", "free", "rand", "srand", "exit", "abort", "memcpy", "memset", "strlen"}
+    "abs",
+    "printf",
+    "malloc",
+    "free",
+    "rand",
+    "srand",
+    "exit",
+    "abort",
+    "memcpy",
+    "memset",
+    "strlen",
+}
 
 
 def undeclared_functions(cpp_sources, functions) -> list[str]:
@@ -540,24 +586,43 @@ def _precheck_functions(original_inline, name, cpp_sources, cuda_sources, args, 
     first = missing[0]
     if re.search(rf"__global__[^;{{]*\b{re.escape(first)}\s*\(", cuda_text):
         hosts = [h for h in re.findall(r"torch::Tensor\s+([A-Za-z_][A-Za-z0-9_]*)\s*\(", cuda_text) if h != first]
-        example = f"`torch::Tensor {hosts[0]}(torch::Tensor x);`" if hosts else "`torch::Tensor launch(torch::Tensor x);`"
-        message = (f"load_inline(functions=[...]) names '{first}', a __global__ kernel in cuda_sources, which no C++ "
-                   f"source declares: torch binds each name in main.cpp, which holds only cpp_sources (cuda_sources "
-                   f"compile separately), and a kernel cannot be called from Python anyway, so this build cannot "
-                   f"succeed. Bind the host function that launches it: declare it in cpp_sources, e.g. {example}, "
-                   f"and name that in functions")
+        example = (
+            f"`torch::Tensor {hosts[0]}(torch::Tensor x);`" if hosts else "`torch::Tensor launch(torch::Tensor x);`"
+        )
+        message = (
+            f"load_inline(functions=[...]) names '{first}', a __global__ kernel in cuda_sources, which no C++ "
+            f"source declares: torch binds each name in main.cpp, which holds only cpp_sources (cuda_sources "
+            f"compile separately), and a kernel cannot be called from Python anyway, so this build cannot "
+            f"succeed. Bind the host function that launches it: declare it in cpp_sources, e.g. {example}, "
+            f"and name that in functions"
+        )
     else:
-        message = (f"load_inline(functions=[...]) names '{first}', which no C++ source declares: torch binds each name "
-                   f"in main.cpp, which holds only cpp_sources (cuda_sources compile separately), so this build cannot "
-                   f"succeed. Declare it in cpp_sources, e.g. `torch::Tensor {first}(torch::Tensor x);`, or drop it "
-                   f"from functions")
+        message = (
+            f"load_inline(functions=[...]) names '{first}', which no C++ source declares: torch binds each name "
+            f"in main.cpp, which holds only cpp_sources (cuda_sources compile separately), so this build cannot "
+            f"succeed. Declare it in cpp_sources, e.g. `torch::Tensor {first}(torch::Tensor x);`, or drop it "
+            f"from functions"
+        )
     if len(missing) > 1:
         message += f" (also undeclared: {', '.join(missing[1:])})"
-    output = (f"Error building extension '{name}': found before compiling (no compiler was run):\n"
-              f"main.cpp: error: '{first}' was not declared in this scope\n{message}")
+    output = (
+        f"Error building extension '{name}': found before compiling (no compiler was run):\n"
+        f"main.cpp: error: '{first}' was not declared in this scope\n{message}"
+    )
     issues = [CompileIssue(message=message, candidate_line=_functions_line(candidate_file, first))]
-    BUILD_LOG.append({"kind": "inline", "name": name, "key": "", "dir": "", "cached": False, "ok": False,
-                      "precheck": True, "output": output, "issues": [asdict(i) for i in issues]})
+    BUILD_LOG.append(
+        {
+            "kind": "inline",
+            "name": name,
+            "key": "",
+            "dir": "",
+            "cached": False,
+            "ok": False,
+            "precheck": True,
+            "output": output,
+            "issues": [asdict(i) for i in issues],
+        }
+    )
     raise CandidateBuildError(name, output, issues)
 
 
@@ -569,18 +634,32 @@ def certain_failure(issues: list[CompileIssue]) -> bool:
     return any(i.file == "main.cpp" for i in issues)
 
 
-def _fail_as_written(name: str, build_dir: Path, key: str, failure: "_LeanBuildFailed",
-                     candidate_file: str | None) -> None:
+def _fail_as_written(
+    name: str, build_dir: Path, key: str, failure: _LeanBuildFailed, candidate_file: str | None
+) -> None:
     """A build as written that cannot succeed (`certain_failure`): fail now, with the lean
     build's compiler output, instead of running the compiler again for the same error. Recorded
     under the build as written, so the trusted builder's verdict is replayed by the evaluation."""
     text = failure.output
     issues = parse_compiler_output(text, candidate_file)
-    BUILD_LOG.append({"kind": "inline", "name": name, "key": key, "dir": str(build_dir), "cached": False,
-                      "ok": False, "output": text, "issues": [asdict(i) for i in issues],
-                      "lean_headers": {"used": False, "tried_s": round(failure.seconds, 2),
-                                       "reason": "main.cpp failed in the lean build; it is the same file as written, "
-                                                 "so the build as written was not run"}})
+    BUILD_LOG.append(
+        {
+            "kind": "inline",
+            "name": name,
+            "key": key,
+            "dir": str(build_dir),
+            "cached": False,
+            "ok": False,
+            "output": text,
+            "issues": [asdict(i) for i in issues],
+            "lean_headers": {
+                "used": False,
+                "tried_s": round(failure.seconds, 2),
+                "reason": "main.cpp failed in the lean build; it is the same file as written, "
+                "so the build as written was not run",
+            },
+        }
+    )
     raise CandidateBuildError(name, text, issues)
 
 
@@ -622,8 +701,12 @@ def _as_list(src) -> list[str]:
 
 # nvcc:  /path/cuda.cu(12): error: identifier "foo" is undefined
 # gcc:   /path/main.cpp:12:5: error: 'foo' was not declared in this scope
-_NVCC_RE = re.compile(r"^(?P<file>[^\s:()][^:()]*?\.(?:cu|cuh|cpp|cc|cxx|h|hpp))\((?P<line>\d+)\): (?P<sev>error|warning|catastrophic error)[^:]*: (?P<msg>.*)$")
-_GCC_RE = re.compile(r"^(?P<file>[^\s:][^:]*?\.(?:cu|cuh|cpp|cc|cxx|h|hpp)):(?P<line>\d+):(?:(?P<col>\d+):)? (?P<sev>fatal error|error|warning): (?P<msg>.*)$")
+_NVCC_RE = re.compile(
+    r"^(?P<file>[^\s:()][^:()]*?\.(?:cu|cuh|cpp|cc|cxx|h|hpp))\((?P<line>\d+)\): (?P<sev>error|warning|catastrophic error)[^:]*: (?P<msg>.*)$"  # noqa: E501
+)
+_GCC_RE = re.compile(
+    r"^(?P<file>[^\s:][^:]*?\.(?:cu|cuh|cpp|cc|cxx|h|hpp)):(?P<line>\d+):(?:(?P<col>\d+):)? (?P<sev>fatal error|error|warning): (?P<msg>.*)$"  # noqa: E501
+)
 _PTXAS_RE = re.compile(r"^(?P<msg>ptxas (?:fatal|error)\s*:.*)$")
 _LINK_RE = re.compile(r"^(?P<msg>.*(?:undefined reference to|undefined symbol).*)$")
 

@@ -37,6 +37,7 @@ class _Stub:
     def __getattr__(self, attr: str):
         def not_built(*args, **kwargs):
             raise RuntimeError(f"extension {self._name!r} was only recorded, not built")
+
         return not_built
 
 
@@ -51,7 +52,7 @@ def main(job_path: str) -> int:
             return
         data = (json.dumps({"type": kind, "t": time.time(), **payload}, default=repr) + "\n").encode()
         while data:
-            data = data[os.write(fd, data):]
+            data = data[os.write(fd, data) :]
 
     import torch.utils.cpp_extension as cpp_ext
 

@@ -26,4 +26,3 @@ class Channel:
     def stage(self, name: str) -> None:
         """Tell the parent a new stage starts: its own deadline applies from now on."""
         self.send("stage", stage=name)
-

@@ -85,7 +85,8 @@ def compare_tensors(name: str, cand: torch.Tensor, ref: torch.Tensor, atol: floa
         return LeafReport(name, False, f"Output shape mismatch in {name}: Expected {ref.shape}, got {cand.shape}")
     if cand.dtype != ref.dtype:
         return LeafReport(
-            name, False,
+            name,
+            False,
             f"Output dtype mismatch in {name}: Expected {str(ref.dtype).replace('torch.', '')}, "
             f"got {str(cand.dtype).replace('torch.', '')}",
         )
@@ -105,7 +106,7 @@ def compare_tensors(name: str, cand: torch.Tensor, ref: torch.Tensor, atol: floa
         c_nan, r_nan = torch.isnan(c), torch.isnan(r)
         c_inf, r_inf = torch.isinf(c), torch.isinf(r)
         nan_bad = c_nan & ~r_nan
-        inf_bad = (c_inf & ~(r_inf & (c == r)))
+        inf_bad = c_inf & ~(r_inf & (c == r))
         diff = (c - r).abs()
         finite_both = torch.isfinite(c) & torch.isfinite(r)
         diff = torch.where(finite_both, diff, torch.zeros_like(diff))
@@ -116,8 +117,13 @@ def compare_tensors(name: str, cand: torch.Tensor, ref: torch.Tensor, atol: floa
     mean_abs = float(diff.mean().item())
     worst_flat = int(diff.reshape(-1).argmax().item())
     report = LeafReport(
-        name, n_bad == 0, max_abs_err=max_abs, mean_abs_err=mean_abs,
-        worst_index=_index(worst_flat, ref.shape), frac_out_of_tol=n_bad / numel, numel=numel,
+        name,
+        n_bad == 0,
+        max_abs_err=max_abs,
+        mean_abs_err=mean_abs,
+        worst_index=_index(worst_flat, ref.shape),
+        frac_out_of_tol=n_bad / numel,
+        numel=numel,
     )
     if n_bad == 0:
         return report
@@ -163,12 +169,16 @@ def structure_mismatch(cand: Any, ref: Any) -> str:
     opaque = [name for name, x in flatten(cand) if isinstance(x, Opaque)]
     if opaque:
         leaf = dict(flatten(cand))[opaque[0]]
-        return (f"Output {opaque[0]} is a {leaf.type_name}, not a plain value: return plain torch.Tensor outputs "
-                "(no subclasses, no custom objects)")
+        return (
+            f"Output {opaque[0]} is a {leaf.type_name}, not a plain value: return plain torch.Tensor outputs "
+            "(no subclasses, no custom objects)"
+        )
     s_c, s_r = skeleton(cand), skeleton(ref)
     if s_c != s_r:
-        return (f"Output structure mismatch: the reference returns {describe(ref)} ({s_r}), "
-                f"the candidate returns {describe(cand)} ({s_c})")
+        return (
+            f"Output structure mismatch: the reference returns {describe(ref)} ({s_r}), "
+            f"the candidate returns {describe(cand)} ({s_c})"
+        )
     return ""
 
 
@@ -181,17 +191,25 @@ def compare_outputs(cand: Any, ref: Any, atol: float, rtol: float) -> CompareRep
             f"candidate returns {describe(cand)} ({len(c_leaves)} values)",
         )
     leaves: list[LeafReport] = []
-    for (rname, r), (_, c) in zip(r_leaves, c_leaves):
+    for (rname, r), (_, c) in zip(r_leaves, c_leaves, strict=False):
         if isinstance(r, torch.Tensor) or isinstance(c, torch.Tensor):
             if not (isinstance(r, torch.Tensor) and isinstance(c, torch.Tensor)):
-                leaves.append(LeafReport(rname, False, f"Output {rname}: reference is {describe(r)}, candidate is {describe(c)}"))
+                leaves.append(
+                    LeafReport(rname, False, f"Output {rname}: reference is {describe(r)}, candidate is {describe(c)}")
+                )
                 continue
             leaves.append(compare_tensors(rname, c, r, atol, rtol))
         elif isinstance(r, (int, float, bool, complex)) and isinstance(c, (int, float, bool, complex)):
-            leaves.append(compare_tensors(rname, torch.tensor(c, dtype=torch.float64), torch.tensor(r, dtype=torch.float64), atol, rtol))
+            leaves.append(
+                compare_tensors(
+                    rname, torch.tensor(c, dtype=torch.float64), torch.tensor(r, dtype=torch.float64), atol, rtol
+                )
+            )
         else:
             ok = r == c
-            leaves.append(LeafReport(rname, bool(ok), "" if ok else f"Output {rname} differs: expected {r!r}, got {c!r}"))
+            leaves.append(
+                LeafReport(rname, bool(ok), "" if ok else f"Output {rname} differs: expected {r!r}, got {c!r}")
+            )
     failed = [l for l in leaves if not l.passed]
     message = "\n".join(l.message for l in failed)
     return CompareReport(not failed, message, leaves)

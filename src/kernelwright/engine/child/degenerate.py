@@ -19,8 +19,10 @@ import torch
 
 from kernelwright.engine.child.compare import flatten
 
-WHY = ("any kernel that returns this constant is 'correct', so its speed-up measures nothing; "
-       "suite speed-up aggregates leave this problem out")
+WHY = (
+    "any kernel that returns this constant is 'correct', so its speed-up measures nothing; "
+    "suite speed-up aggregates leave this problem out"
+)
 
 
 @dataclass
@@ -59,9 +61,13 @@ def fingerprint(t: torch.Tensor) -> Fingerprint:
         # every element finite (the common case): float64 reductions, no float64 copy of the tensor
         lo, hi = torch.aminmax(flat)
         return Fingerprint(
-            shape=tuple(x.shape), dtype=str(x.dtype), total=float(flat.sum(dtype=torch.float64).item()),
+            shape=tuple(x.shape),
+            dtype=str(x.dtype),
+            total=float(flat.sum(dtype=torch.float64).item()),
             abs_total=float(torch.linalg.vector_norm(flat, 1, dtype=torch.float64).item()),
-            lo=float(lo.item()), hi=float(hi.item()), nans=0,
+            lo=float(lo.item()),
+            hi=float(hi.item()),
+            nans=0,
             sample=tuple(flat[::step][:SAMPLE].to(torch.float64).cpu().tolist()),
         )
     d = flat.to(torch.float64)
@@ -69,19 +75,29 @@ def fingerprint(t: torch.Tensor) -> Fingerprint:
     fin = d[torch.isfinite(d)]
     clean = torch.nan_to_num(d, nan=0.0)
     return Fingerprint(
-        shape=tuple(x.shape), dtype=str(x.dtype),
-        total=float(clean.sum().item()) if n else 0.0, abs_total=float(clean.abs().sum().item()) if n else 0.0,
+        shape=tuple(x.shape),
+        dtype=str(x.dtype),
+        total=float(clean.sum().item()) if n else 0.0,
+        abs_total=float(clean.abs().sum().item()) if n else 0.0,
         lo=float(fin.min().item()) if fin.numel() else float("nan"),
         hi=float(fin.max().item()) if fin.numel() else float("nan"),
-        nans=int(nan.sum().item()), sample=tuple(clean[::step][:SAMPLE].cpu().tolist()),
+        nans=int(nan.sum().item()),
+        sample=tuple(clean[::step][:SAMPLE].cpu().tolist()),
     )
 
 
 def _same(a: Fingerprint, b: Fingerprint) -> bool:
     """Equal fingerprints (NaN extremes compare equal: all-NaN tensors alike)."""
     ext = lambda f: tuple("nan" if v != v else v for v in (f.lo, f.hi))  # noqa: E731
-    return (a.shape == b.shape and a.dtype == b.dtype and a.total == b.total and a.abs_total == b.abs_total
-            and a.nans == b.nans and a.sample == b.sample and ext(a) == ext(b))
+    return (
+        a.shape == b.shape
+        and a.dtype == b.dtype
+        and a.total == b.total
+        and a.abs_total == b.abs_total
+        and a.nans == b.nans
+        and a.sample == b.sample
+        and ext(a) == ext(b)
+    )
 
 
 class DegenerateDetector:
@@ -105,18 +121,20 @@ class DegenerateDetector:
         if self.first_outputs is None:
             self.first_inputs, self.first_outputs = ins, outs
             return
-        if len(ins) != len(self.first_inputs) or any(not _same(a, b) for a, b in zip(ins, self.first_inputs)):
+        if len(ins) != len(self.first_inputs) or any(not _same(a, b) for a, b in zip(ins, self.first_inputs, strict=False)):  # noqa: E501
             self.inputs_differ = True
-        if len(outs) != len(self.first_outputs) or \
-                any(not _same(a, b) for (_, a), (_, b) in zip(outs, self.first_outputs)):
+        if len(outs) != len(self.first_outputs) or any(
+            not _same(a, b) for (_, a), (_, b) in zip(outs, self.first_outputs, strict=False)
+        ):
             self.outputs_identical = False
 
     def finding(self) -> DegenerateFinding:
         return judge_degenerate(self.trials, self.inputs_differ, self.outputs_identical, self.first_outputs or [])
 
 
-def judge_degenerate(trials: int, inputs_differ: bool, outputs_identical: bool,
-                     outputs: list[tuple[str, Fingerprint]]) -> DegenerateFinding:
+def judge_degenerate(
+    trials: int, inputs_differ: bool, outputs_identical: bool, outputs: list[tuple[str, Fingerprint]]
+) -> DegenerateFinding:
     """Degenerate when the outputs of `trials` (>= 2) trials with different inputs are identical."""
     if trials < 2 or not inputs_differ or not outputs_identical or not outputs:
         return DegenerateFinding(False)
@@ -126,8 +144,10 @@ def judge_degenerate(trials: int, inputs_differ: bool, outputs_identical: bool,
             what.append(f"{name} is the constant {f.lo:.6g} in every element (shape {f.shape})")
         else:
             what.append(f"{name} (shape {f.shape}) is the same tensor")
-    reason = (f"the reference's output does not depend on its input: in {trials} trials with different inputs "
-              f"{'; '.join(what)}; {WHY}")
+    reason = (
+        f"the reference's output does not depend on its input: in {trials} trials with different inputs "
+        f"{'; '.join(what)}; {WHY}"
+    )
     return DegenerateFinding(True, reason)
 
 

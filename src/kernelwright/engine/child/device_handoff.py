@@ -55,13 +55,22 @@ class _Location(ctypes.Structure):
 
 
 class _AllocFlags(ctypes.Structure):
-    _fields_ = [("compressionType", ctypes.c_ubyte), ("gpuDirectRDMACapable", ctypes.c_ubyte),
-                ("usage", ctypes.c_ushort), ("reserved", ctypes.c_ubyte * 4)]
+    _fields_ = [
+        ("compressionType", ctypes.c_ubyte),
+        ("gpuDirectRDMACapable", ctypes.c_ubyte),
+        ("usage", ctypes.c_ushort),
+        ("reserved", ctypes.c_ubyte * 4),
+    ]
 
 
 class _AllocProp(ctypes.Structure):
-    _fields_ = [("type", ctypes.c_int), ("requestedHandleTypes", ctypes.c_int), ("location", _Location),
-                ("win32HandleMetaData", ctypes.c_void_p), ("allocFlags", _AllocFlags)]
+    _fields_ = [
+        ("type", ctypes.c_int),
+        ("requestedHandleTypes", ctypes.c_int),
+        ("location", _Location),
+        ("win32HandleMetaData", ctypes.c_void_p),
+        ("allocFlags", _AllocFlags),
+    ]
 
 
 class _AccessDesc(ctypes.Structure):
@@ -125,7 +134,9 @@ def _granular(nbytes: int, device_index: int) -> int:
     d = _driver()
     g = ctypes.c_size_t()
     prop = _prop(device_index)
-    d.check(d.lib.cuMemGetAllocationGranularity(ctypes.byref(g), ctypes.byref(prop), 0), "cuMemGetAllocationGranularity")
+    d.check(
+        d.lib.cuMemGetAllocationGranularity(ctypes.byref(g), ctypes.byref(prop), 0), "cuMemGetAllocationGranularity"
+    )
     step = max(int(g.value), 1)
     return max(step, -(-nbytes // step) * step)
 
@@ -141,8 +152,9 @@ class _Mapped:
         try:
             d.check(d.lib.cuMemMap(self.ptr.value, size, 0, handle, 0), "cuMemMap")
             try:
-                desc = _AccessDesc(_Location(_CU_MEM_LOCATION_TYPE_DEVICE, device_index),
-                                   _CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+                desc = _AccessDesc(
+                    _Location(_CU_MEM_LOCATION_TYPE_DEVICE, device_index), _CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+                )
                 d.check(d.lib.cuMemSetAccess(self.ptr.value, size, ctypes.byref(desc), 1), "cuMemSetAccess")
             except Unavailable:
                 d.lib.cuMemUnmap(self.ptr.value, size)
@@ -155,8 +167,14 @@ class _Mapped:
         """A uint8 tensor over the first `nbytes` (no copy; valid until `close`)."""
 
         class _View:
-            __cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "data": (self.ptr.value, False),
-                                        "version": 3, "strides": None, "stream": None}
+            __cuda_array_interface__ = {
+                "shape": (nbytes,),
+                "typestr": "|u1",
+                "data": (self.ptr.value, False),
+                "version": 3,
+                "strides": None,
+                "stream": None,
+            }
 
         return torch.as_tensor(_View(), device=device)
 
@@ -217,9 +235,12 @@ def _export(flat: torch.Tensor) -> int:
         finally:
             mapped.close()
         fd = ctypes.c_int(-1)
-        d.check(d.lib.cuMemExportToShareableHandle(ctypes.byref(fd), handle.value,
-                                                   _CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
-                "cuMemExportToShareableHandle")
+        d.check(
+            d.lib.cuMemExportToShareableHandle(
+                ctypes.byref(fd), handle.value, _CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0
+            ),
+            "cuMemExportToShareableHandle",
+        )
         return fd.value
     finally:
         d.lib.cuMemRelease(handle.value)  # the exported descriptor keeps the memory alive
@@ -279,9 +300,12 @@ def _import(fd: int, nbytes: int, device: torch.device) -> torch.Tensor:
     idx = _index(device)
     handle = ctypes.c_ulonglong()
     try:
-        d.check(d.lib.cuMemImportFromShareableHandle(ctypes.byref(handle), ctypes.c_void_p(fd),
-                                                     _CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
-                "cuMemImportFromShareableHandle")
+        d.check(
+            d.lib.cuMemImportFromShareableHandle(
+                ctypes.byref(handle), ctypes.c_void_p(fd), _CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
+            ),
+            "cuMemImportFromShareableHandle",
+        )
     except Unavailable as exc:
         raise HandoffError(f"the runner's device output cannot be imported: {exc}") from None
     try:

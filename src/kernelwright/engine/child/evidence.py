@@ -17,13 +17,13 @@ from __future__ import annotations
 import contextlib
 import hashlib
 from collections import OrderedDict
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import torch
 
-from kernelwright.core import roofline
-from kernelwright.core import kernel_names
+from kernelwright.core import kernel_names, roofline
 from kernelwright.engine.child import gpu_facts, jsoncache
 
 MAX_ENTRIES = 40  # kernels / ops kept in the record (the rest are summed into "other")
@@ -120,7 +120,7 @@ def label_candidate_calls(modules: list[tuple[str, Any]], candidate_module: Any 
 
 
 def _aggregate(items: Iterable[tuple[str, float, str]]) -> list[dict[str, Any]]:
-    agg: "OrderedDict[str, dict[str, Any]]" = OrderedDict()
+    agg: OrderedDict[str, dict[str, Any]] = OrderedDict()
     for name, us, origin in items:
         e = agg.setdefault(name, {"name": name[:NAME_CHARS], "origin": origin, "count": 0, "total_us": 0.0})
         e["count"] += 1
@@ -130,10 +130,15 @@ def _aggregate(items: Iterable[tuple[str, float, str]]) -> list[dict[str, Any]]:
         e["mean_us"] = e["total_us"] / e["count"]
     if len(out) > MAX_ENTRIES:
         rest = out[MAX_ENTRIES:]
-        out = out[:MAX_ENTRIES] + [{
-            "name": f"({len(rest)} more)", "origin": "mixed", "count": sum(e["count"] for e in rest),
-            "total_us": sum(e["total_us"] for e in rest), "mean_us": 0.0,
-        }]
+        out = out[:MAX_ENTRIES] + [
+            {
+                "name": f"({len(rest)} more)",
+                "origin": "mixed",
+                "count": sum(e["count"] for e in rest),
+                "total_us": sum(e["total_us"] for e in rest),
+                "mean_us": 0.0,
+            }
+        ]
     return out
 
 
@@ -141,14 +146,23 @@ def _summary(entries: list[dict[str, Any]]) -> dict[str, Any]:
     s: dict[str, Any] = {}
     for origin in (kernel_names.CANDIDATE, kernel_names.PYTORCH, kernel_names.UNKNOWN):
         sel = [e for e in entries if e["origin"] == origin]
-        s[origin] = {"distinct": len(sel), "launches": sum(e["count"] for e in sel),
-                     "total_us": sum(e["total_us"] for e in sel)}
+        s[origin] = {
+            "distinct": len(sel),
+            "launches": sum(e["count"] for e in sel),
+            "total_us": sum(e["total_us"] for e in sel),
+        }
     return s
 
 
-def torch_profile(cand_model: torch.nn.Module, inputs: Any, device: torch.device,
-                  candidate_texts: list[str], build_dirs: list[str],
-                  modules: list[tuple[str, Any]], candidate_module: Any = None) -> dict[str, Any]:
+def torch_profile(
+    cand_model: torch.nn.Module,
+    inputs: Any,
+    device: torch.device,
+    candidate_texts: list[str],
+    build_dirs: list[str],
+    modules: list[tuple[str, Any]],
+    candidate_module: Any = None,
+) -> dict[str, Any]:
     """Every op (CPU) or kernel (CUDA) one forward of the candidate launches, with its origin."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile, record_function
@@ -187,8 +201,7 @@ def torch_profile(cand_model: torch.nn.Module, inputs: Any, device: torch.device
     if cuda:
         kernels = [e for e in events if e.device_type == DeviceType.CUDA]
         rec["kernels"] = _aggregate(
-            (e.name, float(e.time_range.elapsed_us()), kernel_names.classify(e.name, known, binaries))
-            for e in kernels
+            (e.name, float(e.time_range.elapsed_us()), kernel_names.classify(e.name, known, binaries)) for e in kernels
         )
         rec["summary"] = _summary(rec["kernels"])
     else:
@@ -196,8 +209,9 @@ def torch_profile(cand_model: torch.nn.Module, inputs: Any, device: torch.device
     return rec
 
 
-def cached_reference_work(ref_model, inputs, problem_path: str | None, cache_dir: str,
-                          device: torch.device, problem_text: str | None = None) -> dict[str, Any]:
+def cached_reference_work(
+    ref_model, inputs, problem_path: str | None, cache_dir: str, device: torch.device, problem_text: str | None = None
+) -> dict[str, Any]:
     """`reference_work`, cached per problem text, device type and torch version.
 
     FlopCounterMode's first use costs seconds (lazy imports); a run evaluates one problem many times.
@@ -225,9 +239,19 @@ def cached_reference_work(ref_model, inputs, problem_path: str | None, cache_dir
     return work
 
 
-def collect(cfg, device: torch.device, ref_model, cand_model, inputs, candidate_ms: float | None,
-            candidate_path: str | None, build_log: list[dict[str, Any]], modules: list[tuple[str, Any]],
-            candidate_module: Any = None, problem_path: str | None = None) -> dict[str, Any]:
+def collect(
+    cfg,
+    device: torch.device,
+    ref_model,
+    cand_model,
+    inputs,
+    candidate_ms: float | None,
+    candidate_path: str | None,
+    build_log: list[dict[str, Any]],
+    modules: list[tuple[str, Any]],
+    candidate_module: Any = None,
+    problem_path: str | None = None,
+) -> dict[str, Any]:
     """Metadata entries of the profile stage: gpu_facts, reference_work, roofline, profile."""
     out: dict[str, Any] = {}
     pc = cfg.profile
@@ -244,8 +268,9 @@ def collect(cfg, device: torch.device, ref_model, cand_model, inputs, candidate_
             if facts is not None and candidate_ms:
                 peak_flops, peak_bw, source = roofline.choose_peaks(facts, work["precision"])
                 if peak_bw:
-                    r = roofline.compute(work["flops"], work["min_bytes"], candidate_ms, peak_bw, peak_flops,
-                                         source, work["precision"])
+                    r = roofline.compute(
+                        work["flops"], work["min_bytes"], candidate_ms, peak_bw, peak_flops, source, work["precision"]
+                    )
                     out["roofline"] = r.to_dict()
                     out["roofline_line"] = roofline.line(r)
         except Exception as exc:
@@ -253,8 +278,15 @@ def collect(cfg, device: torch.device, ref_model, cand_model, inputs, candidate_
     if pc.enabled:
         build_dirs = [b["dir"] for b in build_log if b.get("dir")]
         try:
-            out["profile"] = torch_profile(cand_model, inputs, device, kernel_names.candidate_texts(candidate_path, build_dirs),
-                                           build_dirs, modules, candidate_module)
+            out["profile"] = torch_profile(
+                cand_model,
+                inputs,
+                device,
+                kernel_names.candidate_texts(candidate_path, build_dirs),
+                build_dirs,
+                modules,
+                candidate_module,
+            )
         except Exception as exc:
             out["profile_error"] = f"torch.profiler failed: {type(exc).__name__}: {str(exc)[:300]}"
     return out

@@ -26,9 +26,18 @@ from typing import Any
 
 from kernelwright.core.record import Status
 
-_CUDA_ERROR_MARKS = ("CUDA error", "cudaError", "device-side assert", "illegal memory access",
-                     "an illegal instruction", "misaligned address", "unspecified launch failure",
-                     "CUBLAS_STATUS", "CUDNN_STATUS", "CUDA driver error")
+_CUDA_ERROR_MARKS = (
+    "CUDA error",
+    "cudaError",
+    "device-side assert",
+    "illegal memory access",
+    "an illegal instruction",
+    "misaligned address",
+    "unspecified launch failure",
+    "CUBLAS_STATUS",
+    "CUDNN_STATUS",
+    "CUDA driver error",
+)
 
 _PENDING = "the candidate left a CUDA error pending"
 
@@ -88,8 +97,9 @@ def _roots() -> tuple[str, ...]:
     return tuple(r + os.sep for r in roots)
 
 
-def candidate_frames(exc: BaseException, problem_path: str | None = None,
-                     candidate_objects: tuple[Any, ...] = ()) -> list[str]:
+def candidate_frames(
+    exc: BaseException, problem_path: str | None = None, candidate_objects: tuple[Any, ...] = ()
+) -> list[str]:
     """Where the candidate's code was running when `exc` was raised (empty: it was not).
 
     A frame counts when its file is not kernelwright's, torch's, an installed library's, the
@@ -126,8 +136,13 @@ class Blame:
     metadata: dict[str, Any] = field(default_factory=dict)
 
 
-def classify(exc: BaseException, device_type: str, problem_path: str | None = None,
-             short_tb: str = "", candidate_objects: tuple[Any, ...] = ()) -> Blame:
+def classify(
+    exc: BaseException,
+    device_type: str,
+    problem_path: str | None = None,
+    short_tb: str = "",
+    candidate_objects: tuple[Any, ...] = (),
+) -> Blame:
     """Whose fault `exc` is (see the module docstring); `short_tb`: the trimmed traceback for the log."""
     tb = short_tb or "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     if isinstance(exc, PendingCudaError):
@@ -135,9 +150,11 @@ def classify(exc: BaseException, device_type: str, problem_path: str | None = No
     if candidate_frames(exc, problem_path, candidate_objects):
         return Blame(Status.RUNTIME_ERROR, tb)
     if device_type == "cuda" and _is_cuda_error(exc):
-        return Blame(Status.RUNTIME_ERROR,
-                     f"{_PENDING}: {_first_line(exc)}\n(it surfaced in the engine's next CUDA operation "
-                     f"after the candidate's kernels ran)\n{tb}")
+        return Blame(
+            Status.RUNTIME_ERROR,
+            f"{_PENDING}: {_first_line(exc)}\n(it surfaced in the engine's next CUDA operation "
+            f"after the candidate's kernels ran)\n{tb}",
+        )
     full = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     return Blame(
         Status.ENGINE_ERROR,

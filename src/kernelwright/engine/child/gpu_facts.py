@@ -26,20 +26,103 @@ TFLOP = 1e12
 #   (label, memory bandwidth bytes/s, {precision: dense FLOP/s})
 # Sources: NVIDIA datasheets; tensor-core figures halved from the "with sparsity" numbers.
 DATASHEET: list[tuple[str, str, float, dict[str, float]]] = [
-    (r"H200 NVL", "H200 NVL", 4.8 * TB, {"fp32": 60 * TFLOP, "tf32": 417.5 * TFLOP, "bf16": 835.5 * TFLOP, "fp16": 835.5 * TFLOP, "fp8": 1671 * TFLOP}),
-    (r"H200", "H200 SXM", 4.8 * TB, {"fp32": 67 * TFLOP, "tf32": 494.7 * TFLOP, "bf16": 989.4 * TFLOP, "fp16": 989.4 * TFLOP, "fp8": 1978.9 * TFLOP}),
-    (r"H100 NVL", "H100 NVL", 3.9 * TB, {"fp32": 60 * TFLOP, "tf32": 417.5 * TFLOP, "bf16": 835.5 * TFLOP, "fp16": 835.5 * TFLOP, "fp8": 1671 * TFLOP}),
-    (r"H100 PCIe", "H100 PCIe", 2.0 * TB, {"fp32": 51.2 * TFLOP, "tf32": 378 * TFLOP, "bf16": 756.5 * TFLOP, "fp16": 756.5 * TFLOP, "fp8": 1513 * TFLOP}),
-    (r"H100", "H100 SXM", 3.35 * TB, {"fp32": 67 * TFLOP, "tf32": 494.7 * TFLOP, "bf16": 989.4 * TFLOP, "fp16": 989.4 * TFLOP, "fp8": 1978.9 * TFLOP}),
-    (r"A100.*(?:SXM4-80GB|80GB HBM2e)", "A100 SXM 80GB", 2.039 * TB, {"fp32": 19.5 * TFLOP, "tf32": 156 * TFLOP, "bf16": 312 * TFLOP, "fp16": 312 * TFLOP}),
-    (r"A100.*80GB PCIe", "A100 PCIe 80GB", 1.935 * TB, {"fp32": 19.5 * TFLOP, "tf32": 156 * TFLOP, "bf16": 312 * TFLOP, "fp16": 312 * TFLOP}),
-    (r"A100.*PCIE-40GB", "A100 PCIe 40GB", 1.555 * TB, {"fp32": 19.5 * TFLOP, "tf32": 156 * TFLOP, "bf16": 312 * TFLOP, "fp16": 312 * TFLOP}),
-    (r"A100", "A100 SXM 40GB", 1.555 * TB, {"fp32": 19.5 * TFLOP, "tf32": 156 * TFLOP, "bf16": 312 * TFLOP, "fp16": 312 * TFLOP}),
-    (r"L40S", "L40S", 0.864 * TB, {"fp32": 91.6 * TFLOP, "tf32": 183 * TFLOP, "bf16": 362 * TFLOP, "fp16": 362 * TFLOP, "fp8": 733 * TFLOP}),
-    (r"\bL4\b", "L4", 0.3 * TB, {"fp32": 30.3 * TFLOP, "tf32": 60 * TFLOP, "bf16": 121 * TFLOP, "fp16": 121 * TFLOP, "fp8": 242.5 * TFLOP}),
-    (r"RTX 4090", "GeForce RTX 4090", 1.008 * TB, {"fp32": 82.6 * TFLOP, "tf32": 82.6 * TFLOP, "bf16": 165.2 * TFLOP, "fp16": 165.2 * TFLOP, "fp8": 330.3 * TFLOP}),
+    (
+        r"H200 NVL",
+        "H200 NVL",
+        4.8 * TB,
+        {"fp32": 60 * TFLOP, "tf32": 417.5 * TFLOP, "bf16": 835.5 * TFLOP, "fp16": 835.5 * TFLOP, "fp8": 1671 * TFLOP},
+    ),
+    (
+        r"H200",
+        "H200 SXM",
+        4.8 * TB,
+        {
+            "fp32": 67 * TFLOP,
+            "tf32": 494.7 * TFLOP,
+            "bf16": 989.4 * TFLOP,
+            "fp16": 989.4 * TFLOP,
+            "fp8": 1978.9 * TFLOP,
+        },
+    ),
+    (
+        r"H100 NVL",
+        "H100 NVL",
+        3.9 * TB,
+        {"fp32": 60 * TFLOP, "tf32": 417.5 * TFLOP, "bf16": 835.5 * TFLOP, "fp16": 835.5 * TFLOP, "fp8": 1671 * TFLOP},
+    ),
+    (
+        r"H100 PCIe",
+        "H100 PCIe",
+        2.0 * TB,
+        {"fp32": 51.2 * TFLOP, "tf32": 378 * TFLOP, "bf16": 756.5 * TFLOP, "fp16": 756.5 * TFLOP, "fp8": 1513 * TFLOP},
+    ),
+    (
+        r"H100",
+        "H100 SXM",
+        3.35 * TB,
+        {
+            "fp32": 67 * TFLOP,
+            "tf32": 494.7 * TFLOP,
+            "bf16": 989.4 * TFLOP,
+            "fp16": 989.4 * TFLOP,
+            "fp8": 1978.9 * TFLOP,
+        },
+    ),
+    (
+        r"A100.*(?:SXM4-80GB|80GB HBM2e)",
+        "A100 SXM 80GB",
+        2.039 * TB,
+        {"fp32": 19.5 * TFLOP, "tf32": 156 * TFLOP, "bf16": 312 * TFLOP, "fp16": 312 * TFLOP},
+    ),
+    (
+        r"A100.*80GB PCIe",
+        "A100 PCIe 80GB",
+        1.935 * TB,
+        {"fp32": 19.5 * TFLOP, "tf32": 156 * TFLOP, "bf16": 312 * TFLOP, "fp16": 312 * TFLOP},
+    ),
+    (
+        r"A100.*PCIE-40GB",
+        "A100 PCIe 40GB",
+        1.555 * TB,
+        {"fp32": 19.5 * TFLOP, "tf32": 156 * TFLOP, "bf16": 312 * TFLOP, "fp16": 312 * TFLOP},
+    ),
+    (
+        r"A100",
+        "A100 SXM 40GB",
+        1.555 * TB,
+        {"fp32": 19.5 * TFLOP, "tf32": 156 * TFLOP, "bf16": 312 * TFLOP, "fp16": 312 * TFLOP},
+    ),
+    (
+        r"L40S",
+        "L40S",
+        0.864 * TB,
+        {"fp32": 91.6 * TFLOP, "tf32": 183 * TFLOP, "bf16": 362 * TFLOP, "fp16": 362 * TFLOP, "fp8": 733 * TFLOP},
+    ),
+    (
+        r"\bL4\b",
+        "L4",
+        0.3 * TB,
+        {"fp32": 30.3 * TFLOP, "tf32": 60 * TFLOP, "bf16": 121 * TFLOP, "fp16": 121 * TFLOP, "fp8": 242.5 * TFLOP},
+    ),
+    (
+        r"RTX 4090",
+        "GeForce RTX 4090",
+        1.008 * TB,
+        {
+            "fp32": 82.6 * TFLOP,
+            "tf32": 82.6 * TFLOP,
+            "bf16": 165.2 * TFLOP,
+            "fp16": 165.2 * TFLOP,
+            "fp8": 330.3 * TFLOP,
+        },
+    ),
     (r"A10G", "A10G", 0.6 * TB, {"fp32": 31.2 * TFLOP, "tf32": 62.5 * TFLOP, "bf16": 125 * TFLOP, "fp16": 125 * TFLOP}),
-    (r"\bA10\b", "A10", 0.6 * TB, {"fp32": 31.2 * TFLOP, "tf32": 62.5 * TFLOP, "bf16": 125 * TFLOP, "fp16": 125 * TFLOP}),
+    (
+        r"\bA10\b",
+        "A10",
+        0.6 * TB,
+        {"fp32": 31.2 * TFLOP, "tf32": 62.5 * TFLOP, "bf16": 125 * TFLOP, "fp16": 125 * TFLOP},
+    ),
     (r"V100", "V100 SXM2", 0.9 * TB, {"fp32": 15.7 * TFLOP, "fp16": 125 * TFLOP}),
     (r"\bT4\b", "T4", 0.32 * TB, {"fp32": 8.1 * TFLOP, "fp16": 65 * TFLOP}),
 ]
@@ -55,9 +138,15 @@ def datasheet_for(name: str) -> dict[str, Any] | None:
 def _nvidia_smi_clocks(index: int) -> dict[str, float]:
     try:
         out = subprocess.run(
-            ["nvidia-smi", f"--id={index}", "--query-gpu=clocks.max.sm,clocks.max.mem,clocks.sm",
-             "--format=csv,noheader,nounits"],
-            capture_output=True, text=True, timeout=10,
+            [
+                "nvidia-smi",
+                f"--id={index}",
+                "--query-gpu=clocks.max.sm,clocks.max.mem,clocks.sm",
+                "--format=csv,noheader,nounits",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=10,
         )
     except (OSError, subprocess.SubprocessError):
         return {}
@@ -66,7 +155,7 @@ def _nvidia_smi_clocks(index: int) -> dict[str, float]:
         return {}
     keys = ("max_sm_clock_mhz", "max_mem_clock_mhz", "sm_clock_mhz")
     res = {}
-    for k, v in zip(keys, parts):
+    for k, v in zip(keys, parts, strict=False):
         try:
             res[k] = float(v)
         except ValueError:
@@ -139,7 +228,7 @@ def measure_peaks(device: torch.device) -> dict[str, Any]:
     for label, dt in dtypes.items():
         a = torch.randn(n, n, device=device, dtype=dt)
         b = torch.randn(n, n, device=device, dtype=dt)
-        t = _best_time(lambda: torch.mm(a, b), device, 5 if device.type == "cuda" else 3)
+        t = _best_time(lambda: torch.mm(a, b), device, 5 if device.type == "cuda" else 3)  # noqa: B023  # noqa: B023
         res[f"matmul_{label}_flops_per_s"] = 2 * n**3 / t
     res["matmul_n"] = n
     res["tf32_matmul_allowed"] = bool(torch.backends.cuda.matmul.allow_tf32) if device.type == "cuda" else False
@@ -147,7 +236,9 @@ def measure_peaks(device: torch.device) -> dict[str, Any]:
 
 
 def _cache_file(cache_dir: str, facts: dict[str, Any]) -> Path:
-    key = f"{facts.get('name')}-{facts.get('compute_capability', '')}-{facts.get('threads', '')}-torch{torch.__version__}"
+    key = (
+        f"{facts.get('name')}-{facts.get('compute_capability', '')}-{facts.get('threads', '')}-torch{torch.__version__}"
+    )
     slug = re.sub(r"[^A-Za-z0-9._-]+", "_", key)
     return Path(cache_dir) / "device_peaks" / f"{slug}.json"
 

@@ -24,16 +24,25 @@ import threading
 import time
 import types
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
 from kernelwright.core import kernel_names
 from kernelwright.engine.child.compare import flatten
 
-_CALLABLE = (types.FunctionType, types.BuiltinFunctionType, types.MethodDescriptorType,
-             types.WrapperDescriptorType, type, staticmethod, classmethod, property)
+_CALLABLE = (
+    types.FunctionType,
+    types.BuiltinFunctionType,
+    types.MethodDescriptorType,
+    types.WrapperDescriptorType,
+    type,
+    staticmethod,
+    classmethod,
+    property,
+)
 
 
 def _namespaces() -> dict[str, Any]:
@@ -43,12 +52,22 @@ def _namespaces() -> dict[str, Any]:
     from kernelwright.engine.child import compare, localize, numerics, timing
 
     spaces: dict[str, Any] = {
-        "time": time, "statistics": _st, "torch": torch, "torch.nn.functional": torch.nn.functional,
-        "torch.Tensor": torch.Tensor, "torch.nn.Module": torch.nn.Module, "torch.cuda": torch.cuda,
-        "torch.cuda.Event": torch.cuda.Event, "torch.cuda.Stream": torch.cuda.Stream,
-        "torch.linalg": torch.linalg, "torch.profiler": torch.profiler,
-        "kernelwright.compare": compare, "kernelwright.numerics": numerics,
-        "kernelwright.localize": localize, "kernelwright.timing": timing, "kernelwright.guards": sys.modules[__name__],
+        "time": time,
+        "statistics": _st,
+        "torch": torch,
+        "torch.nn.functional": torch.nn.functional,
+        "torch.Tensor": torch.Tensor,
+        "torch.nn.Module": torch.nn.Module,
+        "torch.cuda": torch.cuda,
+        "torch.cuda.Event": torch.cuda.Event,
+        "torch.cuda.Stream": torch.cuda.Stream,
+        "torch.linalg": torch.linalg,
+        "torch.profiler": torch.profiler,
+        "kernelwright.compare": compare,
+        "kernelwright.numerics": numerics,
+        "kernelwright.localize": localize,
+        "kernelwright.timing": timing,
+        "kernelwright.guards": sys.modules[__name__],
     }
     for mod_name in ("kernelwright.engine.child.runner", "kernelwright.engine.child.wire", "__main__"):
         mod = sys.modules.get(mod_name)
@@ -83,7 +102,7 @@ class FunctionSnapshot:
         return out
 
     def restore(self) -> None:
-        for (space_name, attr), (space, value) in self.items.items():
+        for (space_name, attr), (space, value) in self.items.items():  # noqa: B007
             if vars(space).get(attr, _MISSING) is not value:
                 try:
                     setattr(space, attr, value)
@@ -128,8 +147,25 @@ def nan_fill(enabled: bool):
 
 # ---- what ran inside one call ------------------------------------------------------------------
 
-_BUILTIN_OP_NS = {"aten", "prim", "prims", "profiler", "autograd", "c10d", "_c10d_functional", "cuda", "inductor",
-                  "quantized", "torch", "torchvision", "mkldnn", "_quantized", "triton", "Optimizer", "nccl"}
+_BUILTIN_OP_NS = {
+    "aten",
+    "prim",
+    "prims",
+    "profiler",
+    "autograd",
+    "c10d",
+    "_c10d_functional",
+    "cuda",
+    "inductor",
+    "quantized",
+    "torch",
+    "torchvision",
+    "mkldnn",
+    "_quantized",
+    "triton",
+    "Optimizer",
+    "nccl",
+}
 _OP_NAME = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)::[A-Za-z_]")
 _KERNEL_IDENT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\s*(?:<|\()")
 
@@ -152,8 +188,16 @@ class CallFacts:
 class CallTracer:
     """sys.setprofile (and optionally torch.profiler) around one call of the candidate."""
 
-    def __init__(self, problem_path: str, candidate_path: str, ext_names: set[str], ext_dirs: list[str],
-                 candidate_text: str, use_profiler: bool, device: torch.device):
+    def __init__(
+        self,
+        problem_path: str,
+        candidate_path: str,
+        ext_names: set[str],
+        ext_dirs: list[str],
+        candidate_text: str,
+        use_profiler: bool,
+        device: torch.device,
+    ):
         self.problem_path = os.path.realpath(problem_path)
         self.candidate_path = os.path.realpath(candidate_path)
         self.ext_names = ext_names
@@ -168,7 +212,9 @@ class CallTracer:
     def _real(self, filename: str) -> str:
         r = self._files.get(filename)
         if r is None:
-            r = self._files[filename] = os.path.realpath(filename) if filename and not filename.startswith("<") else filename
+            r = self._files[filename] = (
+                os.path.realpath(filename) if filename and not filename.startswith("<") else filename
+            )
         return r
 
     def _is_extension(self, func: Any) -> bool:
@@ -189,7 +235,11 @@ class CallTracer:
                 name = code.co_qualname if hasattr(code, "co_qualname") else code.co_name
                 if name not in self.facts.problem_code:
                     self.facts.problem_code.append(name)
-            elif "triton" in fname and code.co_name in ("run", "__call__") and fname.endswith(os.path.join("runtime", "jit.py")):
+            elif (
+                "triton" in fname
+                and code.co_name in ("run", "__call__")
+                and fname.endswith(os.path.join("runtime", "jit.py"))
+            ):
                 fn = getattr(frame.f_locals.get("self"), "fn", None)
                 src = getattr(getattr(fn, "__code__", None), "co_filename", "")
                 if src and self._real(src) == self.candidate_path:
@@ -260,8 +310,10 @@ def same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
     if a.is_floating_point() or a.is_complex():
-        return bool(torch.equal(torch.nan_to_num(a, nan=0.0), torch.nan_to_num(b, nan=0.0))
-                    and torch.equal(torch.isnan(a), torch.isnan(b)))
+        return bool(
+            torch.equal(torch.nan_to_num(a, nan=0.0), torch.nan_to_num(b, nan=0.0))
+            and torch.equal(torch.isnan(a), torch.isnan(b))
+        )
     return bool(torch.equal(a, b))
 
 
@@ -275,7 +327,7 @@ def storage_key(t: torch.Tensor) -> tuple[str, int]:
 def refill_in_place(inputs: Any, fresh: Any) -> int:
     """Copy `fresh` values into `inputs`' tensors (same objects, same addresses); returns how many."""
     n = 0
-    for (_, dst), (_, src) in zip(tensors(inputs), tensors(fresh)):
+    for (_, dst), (_, src) in zip(tensors(inputs), tensors(fresh), strict=False):
         if dst.shape == src.shape:
             dst.copy_(src)
             n += 1
@@ -319,8 +371,11 @@ def _torch_compile_pool_worker(t: threading.Thread) -> bool:
 
 def python_threads() -> set[threading.Thread]:
     """Live threads, less those a library (torch, triton, tqdm) started for its own work."""
-    return {t for t in threading.enumerate()
-            if t.is_alive() and not _library_thread(t) and not _torch_compile_pool_worker(t)}
+    return {
+        t
+        for t in threading.enumerate()
+        if t.is_alive() and not _library_thread(t) and not _torch_compile_pool_worker(t)
+    }
 
 
 @dataclass
@@ -344,11 +399,15 @@ class EscapeRound:
         host-only time is read at its low quartile, the reference's (the allowance) at its high one."""
         import statistics as st
 
-        cx = [h - e for h, e in zip(self.cand_host, self.cand_event)]
-        rx = [h - e for h, e in zip(self.ref_host, self.ref_event)]
-        return {"cand_event_ms": st.median(self.cand_event), "cand_excess_ms": _quantile(cx, 0.25),
-                "ref_event_ms": st.median(self.ref_event), "ref_excess_ms": _quantile(rx, 0.75),
-                "empty_ms": _quantile(self.empty_host, 0.75)}
+        cx = [h - e for h, e in zip(self.cand_host, self.cand_event, strict=False)]
+        rx = [h - e for h, e in zip(self.ref_host, self.ref_event, strict=False)]
+        return {
+            "cand_event_ms": st.median(self.cand_event),
+            "cand_excess_ms": _quantile(cx, 0.25),
+            "ref_event_ms": st.median(self.ref_event),
+            "ref_excess_ms": _quantile(rx, 0.75),
+            "empty_ms": _quantile(self.empty_host, 0.75),
+        }
 
 
 def _quantile(xs: list[float], q: float) -> float:
@@ -380,18 +439,22 @@ def judge_escape(rounds: list[EscapeRound], ratio: float, floor_ms: float = 0.05
     detail = ""
     if escaped:
         worst = min(summaries, key=lambda s: s["cand_excess_ms"])  # the least damning round
-        detail = (f"in each of {len(rounds)} windows one call spends {worst['cand_excess_ms']:.4g} ms or more on the "
-                  f"host clock (device-wide synchronise) beyond its {worst['cand_event_ms']:.4g} ms between CUDA "
-                  f"events on the current stream, measured on the same calls; the reference, interleaved, pays "
-                  f"{worst['ref_excess_ms']:.4g} ms: work escapes the timer (a side stream, or work deferred past "
-                  f"the end event)")
+        detail = (
+            f"in each of {len(rounds)} windows one call spends {worst['cand_excess_ms']:.4g} ms or more on the "
+            f"host clock (device-wide synchronise) beyond its {worst['cand_event_ms']:.4g} ms between CUDA "
+            f"events on the current stream, measured on the same calls; the reference, interleaved, pays "
+            f"{worst['ref_excess_ms']:.4g} ms: work escapes the timer (a side stream, or work deferred past "
+            f"the end event)"
+        )
     return EscapeVerdict(escaped, summaries, detail)
 
 
-def measure_escape_round(cand_fn: Callable[[], Any], ref_fn: Callable[[], Any], device: torch.device,
-                         reps: int = 20) -> EscapeRound:
+def measure_escape_round(
+    cand_fn: Callable[[], Any], ref_fn: Callable[[], Any], device: torch.device, reps: int = 20
+) -> EscapeRound:
     """Each call measured on the host clock and between CUDA events at once, candidate and
     reference interleaved (see `EscapeRound`)."""
+
     def one(f) -> tuple[float, float]:
         torch.cuda.synchronize(device)
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

@@ -26,7 +26,7 @@ from typing import Any
 
 from kernelwright.core.config import EvalConfig
 from kernelwright.core.record import (
-    CompileIssue, EvalResult, Stage, Status, TimingStats, TrialRecord,
+    CompileIssue, EvalResult, Stage, Status, TimingStats, TrialRecord,  # noqa: F401
 )
 from kernelwright.engine.child.channel import Channel
 
@@ -576,10 +576,10 @@ class Judge:
                       "the originals were put back")
 
     def r_guards(self, msg) -> None:
-        from kernelwright.engine.child import guards
-        from kernelwright.engine.child.compare import flatten
-        from kernelwright.engine.child.problem_io import guard_seeds
-        from kernelwright.engine.child.wire import WireError
+        from kernelwright.engine.child import guards  # noqa: F401
+        from kernelwright.engine.child.compare import flatten  # noqa: F401
+        from kernelwright.engine.child.problem_io import guard_seeds  # noqa: F401
+        from kernelwright.engine.child.wire import WireError  # noqa: F401
 
         if "guards" not in self.expected:
             return

@@ -85,8 +85,13 @@ def lean_cuda_sources(cuda_sources: list[str], include_dir: Path) -> LeanSources
         prelude.append("#include <ATen/Dispatch.h>")
     prelude += [f"#include <ATen/ops/{op}.h>" for op in ops]
     # torch's aliases and kX constants; unused ones would warn here (they are in a system header upstream)
-    prelude += ["#pragma nv_diag_suppress 177", "namespace torch {", ns_block.rstrip(), "} // namespace torch",
-                "#pragma nv_diag_default 177"]
+    prelude += [
+        "#pragma nv_diag_suppress 177",
+        "namespace torch {",
+        ns_block.rstrip(),
+        "} // namespace torch",
+        "#pragma nv_diag_default 177",
+    ]
     # each umbrella include becomes a comment on its own line: the candidate's lines keep their numbers
     body = [_UMBRELLA.sub(lambda m: "// (lean) " + m.group(0).strip(), s) for s in cuda_sources]
     return LeanSources(cuda_sources=["\n".join(prelude)] + body, op_headers=ops)

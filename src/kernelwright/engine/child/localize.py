@@ -56,7 +56,7 @@ def _positions(mask: torch.Tensor) -> str | None:
         return f"only at positions {a}..{b}"
     if len(pos) <= 6:
         return "only at positions " + ", ".join(map(str, pos))
-    steps = {q - p for p, q in zip(pos, pos[1:])}
+    steps = {q - p for p, q in zip(pos, pos[1:], strict=False)}
     if len(steps) == 1:
         s = steps.pop()
         return f"only at every {s}th position, from {a} to {b} ({len(pos)} positions)"
@@ -116,7 +116,9 @@ def _structural(c: torch.Tensor, t: torch.Tensor, direct: float) -> list[str]:
             swapped = t.transpose(i, j).contiguous()
             if shape[i] == shape[j]:
                 if close(c, swapped):
-                    found.append(f"the output equals the reference with axes {i} and {j} swapped (dims {i} and {j} transposed)")
+                    found.append(
+                        f"the output equals the reference with axes {i} and {j} swapped (dims {i} and {j} transposed)"
+                    )
             elif close(c, swapped.reshape(shape)):
                 found.append(
                     f"the output holds the reference's values laid out with axes {i} and {j} swapped, then reshaped to "
@@ -151,13 +153,17 @@ def _structural(c: torch.Tensor, t: torch.Tensor, direct: float) -> list[str]:
     return found
 
 
-def localize(cand: torch.Tensor, target: torch.Tensor, atol: float, rtol: float, name: str = "out",
-             nan_filled: bool = False) -> list[str]:
+def localize(
+    cand: torch.Tensor, target: torch.Tensor, atol: float, rtol: float, name: str = "out", nan_filled: bool = False
+) -> list[str]:
     """Plain lines saying where and how `cand` differs from `target` (same shape)."""
     if cand.shape != target.shape or target.numel() == 0:
         return []
     if cand.is_complex() or target.is_complex():
-        c, t = torch.view_as_real(cand.detach().to(torch.complex128)), torch.view_as_real(target.detach().to(torch.complex128))
+        c, t = (
+            torch.view_as_real(cand.detach().to(torch.complex128)),
+            torch.view_as_real(target.detach().to(torch.complex128)),
+        )
     else:
         c = cand.detach().to(target.device, torch.float64)
         t = target.detach().to(torch.float64)
@@ -166,25 +172,35 @@ def localize(cand: torch.Tensor, target: torch.Tensor, atol: float, rtol: float,
     c_fin = torch.isfinite(c)
     nonfinite = t_fin & ~c_fin
     diff = torch.where(t_fin & c_fin, (c - t).abs(), torch.zeros_like(t))
-    bad = (diff > atol + rtol * torch.where(t_fin, t.abs(), torch.zeros_like(t))) | nonfinite | (~t_fin & (c != t) & ~(torch.isnan(c) & torch.isnan(t)))
+    bad = (
+        (diff > atol + rtol * torch.where(t_fin, t.abs(), torch.zeros_like(t)))
+        | nonfinite
+        | (~t_fin & (c != t) & ~(torch.isnan(c) & torch.isnan(t)))
+    )
     n_bad, numel = int(bad.sum().item()), t.numel()
     if n_bad == 0:
         return []
     lines = []
     first = int(bad.reshape(-1).nonzero()[0].item())
-    lines.append(f"{n_bad}/{numel} elements ({100.0 * n_bad / numel:.3g}%) of {name} out of tolerance; "
-                 f"first (in row-major order) at index {_idx(first, shape)}")
+    lines.append(
+        f"{n_bad}/{numel} elements ({100.0 * n_bad / numel:.3g}%) of {name} out of tolerance; "
+        f"first (in row-major order) at index {_idx(first, shape)}"
+    )
     n_nan = int((torch.isnan(c) & t_fin).sum().item())
     n_inf = int((torch.isinf(c) & t_fin).sum().item())
     if n_nan or n_inf:
         flat_nf = nonfinite.reshape(-1).nonzero().flatten()
         f0, f1 = int(flat_nf[0].item()), int(flat_nf[-1].item())
         block = " (one contiguous block in memory order)" if f1 - f0 + 1 == flat_nf.numel() else ""
-        line = (f"{n_nan} NaN and {n_inf} Inf where the reference is finite, from index {_idx(f0, shape)} "
-                f"to {_idx(f1, shape)}{block}")
+        line = (
+            f"{n_nan} NaN and {n_inf} Inf where the reference is finite, from index {_idx(f0, shape)} "
+            f"to {_idx(f1, shape)}{block}"
+        )
         if nan_filled and n_nan:
-            line += ("; memory was filled with NaN before the candidate ran, so these elements were most likely "
-                     "never written (an output from torch.empty that the kernel does not fully cover)")
+            line += (
+                "; memory was filled with NaN before the candidate ran, so these elements were most likely "
+                "never written (an output from torch.empty that the kernel does not fully cover)"
+            )
         lines.append(line)
     profile = _axis_profile(bad)
     lines += profile if profile else ["errors spread over every position of every axis"]

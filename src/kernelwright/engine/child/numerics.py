@@ -154,10 +154,18 @@ class NumericsReport:
             "ill_conditioned": self.ill_conditioned,
             "factor": self.factor,
             "leaves": [
-                {"name": l.name, "reference": asdict(l.reference), "candidate": asdict(l.candidate),
-                 "within_tol": l.within_tol, "within_factor": l.within_factor, "passed": l.passed,
-                 "excess_share": l.excess_share, "excess_allowed": l.excess_allowed,
-                 "within_distribution": l.within_distribution, "rtol": l.rtol}
+                {
+                    "name": l.name,
+                    "reference": asdict(l.reference),
+                    "candidate": asdict(l.candidate),
+                    "within_tol": l.within_tol,
+                    "within_factor": l.within_factor,
+                    "passed": l.passed,
+                    "excess_share": l.excess_share,
+                    "excess_allowed": l.excess_allowed,
+                    "within_distribution": l.within_distribution,
+                    "rtol": l.rtol,
+                }
                 for l in self.leaves
             ],
         }
@@ -178,8 +186,9 @@ def _leaf_passes(ref: Deviation, cand: Deviation, factor: float) -> tuple[bool, 
     return within_tol, within_factor
 
 
-def excess_share(cand: torch.Tensor, ref: torch.Tensor, oracle: torch.Tensor, atol: float, rtol: float,
-                 factor: float) -> float:
+def excess_share(
+    cand: torch.Tensor, ref: torch.Tensor, oracle: torch.Tensor, atol: float, rtol: float, factor: float
+) -> float:
     """Share of elements whose error exceeds `factor` x max(the reference's error there, the tolerance).
 
     Element by element, so it sees a bug that moves most elements while a few huge elements
@@ -206,8 +215,16 @@ def distribution_allowed(ref: Deviation, factor: float, floor: float) -> float:
     return factor * ref.frac_out_of_tol + floor
 
 
-def judge(cand: Any, ref: Any, oracle: Any, atol: float, rtol: float, factor: float,
-          excess_floor: float = 1e-4, excess_floor_low: float = 1e-2) -> NumericsReport:
+def judge(
+    cand: Any,
+    ref: Any,
+    oracle: Any,
+    atol: float,
+    rtol: float,
+    factor: float,
+    excess_floor: float = 1e-4,
+    excess_floor_low: float = 1e-2,
+) -> NumericsReport:
     """The calibrated verdict on one trial's outputs. `ok` False: compare structurally instead.
 
     Per output, rtol is raised to its dtype's resolution (`resolution_rtol`) and the element test's
@@ -216,7 +233,7 @@ def judge(cand: Any, ref: Any, oracle: Any, atol: float, rtol: float, factor: fl
     if not (len(c_leaves) == len(r_leaves) == len(o_leaves)):
         return NumericsReport(ok=False)
     report = NumericsReport(ok=True, factor=factor)
-    for (name, r), (_, c), (_, o) in zip(r_leaves, c_leaves, o_leaves):
+    for (name, r), (_, c), (_, o) in zip(r_leaves, c_leaves, o_leaves, strict=False):
         if not isinstance(r, torch.Tensor):
             if isinstance(r, (int, float)) and isinstance(c, (int, float)) and isinstance(o, (int, float)):
                 r, c, o = (torch.tensor(float(v), dtype=torch.float64) for v in (r, c, o))
@@ -237,9 +254,20 @@ def judge(cand: Any, ref: Any, oracle: Any, atol: float, rtol: float, factor: fl
         if not within_tol:  # the element-by-element test only matters for the factor branch
             share = excess_share(c, r, o, atol, rt, factor)
         within_dist = share <= allowed
-        report.leaves.append(LeafNumerics(name, rd, cd, within_tol, within_factor,
-                                          within_tol or (within_factor and within_dist),
-                                          share, allowed, within_dist, rt))
+        report.leaves.append(
+            LeafNumerics(
+                name,
+                rd,
+                cd,
+                within_tol,
+                within_factor,
+                within_tol or (within_factor and within_dist),
+                share,
+                allowed,
+                within_dist,
+                rt,
+            )
+        )
         if rd.frac_out_of_tol > 0:
             report.ill_conditioned = True
     report.passed = all(l.passed for l in report.leaves)
@@ -250,10 +278,14 @@ def judge(cand: Any, ref: Any, oracle: Any, atol: float, rtol: float, factor: fl
 
 def _leaf_message(l: LeafNumerics, atol: float, rtol: float, factor: float) -> str:
     c, r = l.candidate, l.reference
-    head = f"Outputs are not close (atol={atol}, rtol={rtol}). max_abs_err={c.max_abs:.3e}, mean_abs_err={c.mean_abs:.3e}"
+    head = (
+        f"Outputs are not close (atol={atol}, rtol={rtol}). max_abs_err={c.max_abs:.3e}, mean_abs_err={c.mean_abs:.3e}"
+    )
     if l.rtol > rtol:
-        head += (f" (rtol {l.rtol:.3g} for {l.name}: one unit in the last place of its dtype, the finest "
-                 f"tolerance its values can meet)")
+        head += (
+            f" (rtol {l.rtol:.3g} for {l.name}: one unit in the last place of its dtype, the finest "
+            f"tolerance its values can meet)"
+        )
     if c.nonfinite:
         head = f"Output {l.name} has {c.nonfinite} NaN/Inf values where the oracle is finite. " + head
     lines = [
@@ -269,7 +301,8 @@ def _leaf_message(l: LeafNumerics, atol: float, rtol: float, factor: float) -> s
             f"the reference's own error there (and {factor:g}x the tolerance), where at most "
             f"{100 * l.excess_allowed:.3g}% is allowed ({factor:g}x the reference's "
             f"{100 * r.frac_out_of_tol:.3g}% out of tolerance, plus a floor): a few huge elements hide a change "
-            f"to most of the others in the max and the norm)")
+            f"to most of the others in the max and the norm)"
+        )
     return "\n".join(lines)
 
 

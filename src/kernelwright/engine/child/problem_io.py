@@ -106,8 +106,14 @@ def fingerprint(inputs: Any) -> list[Any]:
     for _, x in flatten(inputs):
         if isinstance(x, torch.Tensor) and x.is_floating_point():  # float64 sums, no float64 copy
             x = x.detach()
-            out.append([list(x.shape), str(x.dtype), float(x.sum(dtype=torch.float64)),
-                        float(torch.linalg.vector_norm(x, dtype=torch.float64)) ** 2])
+            out.append(
+                [
+                    list(x.shape),
+                    str(x.dtype),
+                    float(x.sum(dtype=torch.float64)),
+                    float(torch.linalg.vector_norm(x, dtype=torch.float64)) ** 2,
+                ]
+            )
         elif isinstance(x, torch.Tensor):
             d = x.detach().to(torch.float64) if not x.is_complex() else x.detach().abs().to(torch.float64)
             out.append([list(x.shape), str(x.dtype), float(d.sum()), float((d * d).sum())])
@@ -121,11 +127,11 @@ def fingerprint(inputs: Any) -> list[Any]:
 def same_fingerprint(a: Any, b: Any, rel: float = 1e-9) -> bool:
     if not (isinstance(a, list) and isinstance(b, list)) or len(a) != len(b):
         return False
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=False):
         if isinstance(x, list) and isinstance(y, list) and len(x) == 4 and len(y) == 4:
             if x[0] != y[0] or x[1] != y[1]:
                 return False
-            for u, v in zip(x[2:], y[2:]):
+            for u, v in zip(x[2:], y[2:], strict=False):
                 if not isinstance(v, (int, float)):
                     return False
                 if u != v and not abs(u - v) <= rel * max(abs(u), abs(v)):

@@ -17,8 +17,8 @@ import mmap
 import os
 import socket
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 
@@ -41,7 +41,7 @@ class Region:
             n *= int(s)
         if offset % itemsize or offset < 0 or offset + n * itemsize > self.nbytes:
             raise ValueError("a view outside the region or misaligned")
-        return self.tensor[offset:offset + n * itemsize].view(dtype).view(*shape)
+        return self.tensor[offset : offset + n * itemsize].view(dtype).view(*shape)
 
     def close(self) -> None:
         for c in reversed(self._closers):
@@ -93,9 +93,12 @@ def _cuda_region(nbytes: int, device: torch.device, fd: int | None = None) -> Re
         mode = os.fstat(fd).st_mode
         if stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
             raise ValueError("the descriptor is not device memory")
-        d.check(d.lib.cuMemImportFromShareableHandle(ctypes.byref(handle), ctypes.c_void_p(fd),
-                                                     dh._CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
-                "cuMemImportFromShareableHandle")
+        d.check(
+            d.lib.cuMemImportFromShareableHandle(
+                ctypes.byref(handle), ctypes.c_void_p(fd), dh._CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
+            ),
+            "cuMemImportFromShareableHandle",
+        )
     try:
         mapped = dh._Mapped(handle.value, size, idx)  # refused when larger than the allocation
     except BaseException:
@@ -104,9 +107,12 @@ def _cuda_region(nbytes: int, device: torch.device, fd: int | None = None) -> Re
     if fd is None:
         out = ctypes.c_int(-1)
         try:
-            d.check(d.lib.cuMemExportToShareableHandle(ctypes.byref(out), handle.value,
-                                                       dh._CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
-                    "cuMemExportToShareableHandle")
+            d.check(
+                d.lib.cuMemExportToShareableHandle(
+                    ctypes.byref(out), handle.value, dh._CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0
+                ),
+                "cuMemExportToShareableHandle",
+            )
         except BaseException:
             mapped.close()
             d.lib.cuMemRelease(handle.value)
@@ -133,8 +139,12 @@ def attach(fd: int, nbytes: int, device: torch.device) -> Region:
 
 
 def send(sock: socket.socket, payload: bytes, fds: list[int]) -> None:
-    sock.sendmsg([payload[:MSG_MAX]], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, b"".join(
-        f.to_bytes(4, "little", signed=True) for f in fds))] if fds else [])
+    sock.sendmsg(
+        [payload[:MSG_MAX]],
+        [(socket.SOL_SOCKET, socket.SCM_RIGHTS, b"".join(f.to_bytes(4, "little", signed=True) for f in fds))]
+        if fds
+        else [],
+    )
 
 
 def recv(sock: socket.socket, max_fds: int = 4) -> tuple[bytes, list[int]]:

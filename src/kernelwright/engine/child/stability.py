@@ -26,8 +26,9 @@ import shutil
 import statistics
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from kernelwright.core.config import TimingConfig
 
@@ -59,6 +60,7 @@ class TimingReport:
 
 
 # ---- facts about the machine ---------------------------------------------------------------------
+
 
 def _proc_stat() -> tuple[float, float] | None:
     try:
@@ -132,14 +134,22 @@ def gpu_facts(device_id: str) -> dict[str, Any]:
     if not smi:
         return out
     try:
-        r = subprocess.run([smi, "-i", device_id, "--query-compute-apps=pid", "--format=csv,noheader"],
-                           capture_output=True, text=True, timeout=3)
+        r = subprocess.run(
+            [smi, "-i", device_id, "--query-compute-apps=pid", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=3,
+        )
         if r.returncode == 0:
             pids = {int(p) for p in r.stdout.split() if p.strip().isdigit()}
             # this process holds a context there too; in a container it may be listed under a host pid
             out["gpu_other_processes"] = len(pids - {os.getpid()}) if os.getpid() in pids else max(0, len(pids) - 1)
-        r = subprocess.run([smi, "-i", device_id, "--query-gpu=clocks.sm,clocks.max.sm",
-                            "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=3)
+        r = subprocess.run(
+            [smi, "-i", device_id, "--query-gpu=clocks.sm,clocks.max.sm", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=3,
+        )
         if r.returncode == 0 and "," in r.stdout:
             cur, mx = (int(float(v)) for v in r.stdout.strip().splitlines()[0].split(",")[:2])
             out["gpu_sm_clock_mhz"], out["gpu_sm_clock_max_mhz"] = cur, mx
@@ -155,12 +165,13 @@ def resolve_threads(cfg: TimingConfig, cores: int) -> int:
 
 # ---- the decision ----------------------------------------------------------------------------------
 
+
 def drift(samples: list[float]) -> float:
     """|median(second half) - median(first half)| / the smaller median of the two (samples in time order)."""
     n = len(samples)
     if n < 6:
         return 0.0
-    a, b = statistics.median(samples[: n // 2]), statistics.median(samples[n // 2:])
+    a, b = statistics.median(samples[: n // 2]), statistics.median(samples[n // 2 :])
     lo = min(a, b)
     return abs(b - a) / lo if lo > 0 else 0.0
 
@@ -184,11 +195,15 @@ def sample_problems(samples: dict[str, list[float]], cfg: TimingConfig) -> list[
             continue
         d, w = drift(xs), band(xs)
         if d > cfg.max_drift:
-            reasons.append(f"the {name}'s median time moved by {100 * d:.0f}% between the first and the second half "
-                           f"of the stage (more than {100 * cfg.max_drift:.0f}%)")
+            reasons.append(
+                f"the {name}'s median time moved by {100 * d:.0f}% between the first and the second half "
+                f"of the stage (more than {100 * cfg.max_drift:.0f}%)"
+            )
         if w > cfg.max_band:
-            reasons.append(f"the {name}'s times spread widely (p90/p10 = {w:.2g}, more than {cfg.max_band:g}): "
-                           "calls were slowed at random")
+            reasons.append(
+                f"the {name}'s times spread widely (p90/p10 = {w:.2g}, more than {cfg.max_band:g}): "
+                "calls were slowed at random"
+            )
     return reasons
 
 
@@ -200,18 +215,27 @@ def load_problems(load: LoadFacts, cfg: TimingConfig, on_gpu: bool) -> list[str]
         runnable = load.others_runnable
         free_busy = load.cores - busy if busy is not None else None
         free_queue = load.cores - runnable if runnable is not None else None
-        if (free_busy is not None and free_busy < load.threads - cfg.load_slack_cores) or \
-                (free_queue is not None and free_queue < load.threads - cfg.load_slack_cores):
-            reasons.append(f"other processes kept {busy or 0:.1f} of {load.cores} cores busy "
-                           f"({runnable or 0:.1f} of their tasks runnable on average) while {load.threads} timing "
-                           f"thread(s) needed them (load average {load.loadavg_1m or 0:.1f}); time on an idle "
-                           "machine, or with fewer threads (timing.cpu_threads)")
+        if (free_busy is not None and free_busy < load.threads - cfg.load_slack_cores) or (
+            free_queue is not None and free_queue < load.threads - cfg.load_slack_cores
+        ):
+            reasons.append(
+                f"other processes kept {busy or 0:.1f} of {load.cores} cores busy "
+                f"({runnable or 0:.1f} of their tasks runnable on average) while {load.threads} timing "
+                f"thread(s) needed them (load average {load.loadavg_1m or 0:.1f}); time on an idle "
+                "machine, or with fewer threads (timing.cpu_threads)"
+            )
     if on_gpu and load.gpu_other_processes:
         reasons.append(f"{load.gpu_other_processes} other process(es) were running on the GPU")
-    if on_gpu and load.gpu_sm_clock_mhz and load.gpu_sm_clock_max_mhz and \
-            load.gpu_sm_clock_mhz < 0.8 * load.gpu_sm_clock_max_mhz:
-        reasons.append(f"the GPU's SM clock was {load.gpu_sm_clock_mhz} MHz of {load.gpu_sm_clock_max_mhz} MHz "
-                       "(throttled or idle-clocked)")
+    if (
+        on_gpu
+        and load.gpu_sm_clock_mhz
+        and load.gpu_sm_clock_max_mhz
+        and load.gpu_sm_clock_mhz < 0.8 * load.gpu_sm_clock_max_mhz
+    ):
+        reasons.append(
+            f"the GPU's SM clock was {load.gpu_sm_clock_mhz} MHz of {load.gpu_sm_clock_max_mhz} MHz "
+            "(throttled or idle-clocked)"
+        )
     return reasons
 
 
@@ -222,9 +246,13 @@ def assess(samples: dict[str, list[float]], load: LoadFacts, cfg: TimingConfig, 
 
 # ---- the stage -------------------------------------------------------------------------------------
 
-def timed_stably(measure_once: Callable[[float], dict[str, list[float]]],
-                 sample_load: Callable[[], LoadFacts], cfg: TimingConfig, on_gpu: bool,
-                 ) -> tuple[dict[str, list[float]], TimingReport]:
+
+def timed_stably(
+    measure_once: Callable[[float], dict[str, list[float]]],
+    sample_load: Callable[[], LoadFacts],
+    cfg: TimingConfig,
+    on_gpu: bool,
+) -> tuple[dict[str, list[float]], TimingReport]:
     """Measure, assess, and repeat with a doubled budget while the samples look unstable
     (`cfg.stability_retries` more times at most). Returns the attempt with the tightest reference
     band and the report. `measure_once(rep_scale)` returns samples per name in time order;
@@ -244,8 +272,11 @@ def timed_stably(measure_once: Callable[[float], dict[str, list[float]]],
     # still not what the next run will measure.
     reasons = list(problems) + load_problems(load, cfg, on_gpu)
     report = TimingReport(
-        threads=load.threads if not on_gpu else None, attempts=len(attempts), load=asdict(load),
-        drift={n: round(drift(x), 4) for n, x in best.items()}, band={n: round(band(x), 4) for n, x in best.items()},
+        threads=load.threads if not on_gpu else None,
+        attempts=len(attempts),
+        load=asdict(load),
+        drift={n: round(drift(x), 4) for n, x in best.items()},
+        band={n: round(band(x), 4) for n, x in best.items()},
         unstable=reasons,
     )
     return best, report

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import statistics
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -75,8 +75,11 @@ def stats_of(samples: list[float], warmup: int, clock: str, flush: bool) -> Timi
 
 
 def measure(
-    fns: dict[str, Callable[[], object]], device: torch.device, cfg: TimingConfig,
-    check: Callable[[str, object], None] | None = None, rep_scale: float = 1.0,
+    fns: dict[str, Callable[[], object]],
+    device: torch.device,
+    cfg: TimingConfig,
+    check: Callable[[str, object], None] | None = None,
+    rep_scale: float = 1.0,
     between_rounds: Callable[[], None] | None = None,
 ) -> tuple[dict[str, list[float]], int, str, bool]:
     """The protocol's raw samples, in the order they were taken: (samples per name, warm-up, clock,
@@ -123,7 +126,7 @@ def measure(
                 del out
         torch.cuda.synchronize(device)
         for name in names:
-            samples[name] = [s.elapsed_time(e) for s, e in zip(starts[name], ends[name])]
+            samples[name] = [s.elapsed_time(e) for s, e in zip(starts[name], ends[name], strict=False)]
         clock = "cuda_event"
     else:
         for i in range(reps):
@@ -142,7 +145,9 @@ def measure(
 
 
 def time_with_stability(
-    fns: dict[str, Callable[[], object]], device: torch.device, cfg: TimingConfig,
+    fns: dict[str, Callable[[], object]],
+    device: torch.device,
+    cfg: TimingConfig,
     check: Callable[[str, object], None] | None = None,
     between_rounds: Callable[[], None] | None = None,
 ):
@@ -185,7 +190,9 @@ def time_with_stability(
         result: dict[str, tuple[int, str, bool]] = {}
 
         def measure_once(scale: float) -> dict[str, list[float]]:
-            samples, warmup, clock, flushed = measure(fns, device, cfg, check, rep_scale=scale, between_rounds=between_rounds)
+            samples, warmup, clock, flushed = measure(
+                fns, device, cfg, check, rep_scale=scale, between_rounds=between_rounds
+            )
             result["meta"] = (warmup, clock, flushed)
             monitor.tick()
             return samples

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 TIMING_SEED_OFFSET = 10**9  # the timing draws' seeds are not the checks' seeds
 
 
-def _budget_bytes(judge: "Judge") -> int:
+def _budget_bytes(judge: Judge) -> int:
     mb = judge.cfg.timing.window_budget_mb
     if mb > 0:
         return mb << 20
@@ -55,11 +55,15 @@ def _stats(samples: list[float], warmup: int) -> TimingStats:
     return stats_of(samples, warmup, clock="judge_window", flush=False)
 
 
-def run(judge: "Judge") -> None:
+def run(judge: Judge) -> None:
     cfg, device = judge.cfg, judge.device
     if judge.handoff is None:
-        judge.set_verdict(Status.ENGINE_ERROR, "The judge has no socket to the runner: timing windows cannot run "
-                          "(an engine bug, not the candidate's fault)", Stage.TIMING)
+        judge.set_verdict(
+            Status.ENGINE_ERROR,
+            "The judge has no socket to the runner: timing windows cannot run "
+            "(an engine bug, not the candidate's fault)",
+            Stage.TIMING,
+        )
         return
     counter = [0]
 
@@ -100,7 +104,7 @@ def run(judge: "Judge") -> None:
         torch.set_num_threads(prev_threads)
 
 
-def _run(judge: "Judge", draw: Any, check: Any, deadline: Any, on_gpu: bool, cores: int, threads: int) -> None:
+def _run(judge: Judge, draw: Any, check: Any, deadline: Any, on_gpu: bool, cores: int, threads: int) -> None:
     import os
     import statistics
 
@@ -108,8 +112,9 @@ def _run(judge: "Judge", draw: Any, check: Any, deadline: Any, on_gpu: bool, cor
     from kernelwright.engine.child.problem_io import sync, trial_seed
 
     cfg, device, rec = judge.cfg, judge.device, judge.rec
-    timer = windows.WindowTimer(judge.handoff, device, draw, judge.ref_model, check, deadline,
-                                threads=None if on_gpu else threads)
+    timer = windows.WindowTimer(
+        judge.handoff, device, draw, judge.ref_model, check, deadline, threads=None if on_gpu else threads
+    )
     # the reference's time per call, from the trials' inputs, sets the window's size
     _, _, inputs0 = judge.reference(trial_seed(judge.secret, 0))
     from kernelwright.engine.child.trees import clone
@@ -123,8 +128,15 @@ def _run(judge: "Judge", draw: Any, check: Any, deadline: Any, on_gpu: bool, cor
         sync(device)
     est_ms = (time.perf_counter() - t0) * 1e3 / 3
     ref0 = judge.reference(trial_seed(judge.secret, 0))[0]
-    plan = windows.plan(est_ms, _nbytes(inputs0), _nbytes(ref0), _budget_bytes(judge), cfg.timing.window_ms,
-                        cfg.timing.windows, cfg.timing.max_window_calls)
+    plan = windows.plan(
+        est_ms,
+        _nbytes(inputs0),
+        _nbytes(ref0),
+        _budget_bytes(judge),
+        cfg.timing.window_ms,
+        cfg.timing.windows,
+        cfg.timing.max_window_calls,
+    )
     compiled = None
     if cfg.timing.compare_compile:
         try:
@@ -158,23 +170,38 @@ def _run(judge: "Judge", draw: Any, check: Any, deadline: Any, on_gpu: bool, cor
             bad += res.bad_slots
             checked += res.calls
             if compiled is not None:
-                t_ms, _ = windows.WindowTimer(judge.handoff, device, draw, compiled, check, deadline).reference_window(sets)
+                t_ms, _ = windows.WindowTimer(judge.handoff, device, draw, compiled, check, deadline).reference_window(
+                    sets
+                )
                 if not warm:
                     comp_ms.append(t_ms)
             if warm:
                 continue
             ref_ms.append(r_ms)
             cand_ms.append(res.per_call_ms)
-            details.append({"calls": res.calls, "reference_ms": round(r_ms, 6), "candidate_ms": round(res.per_call_ms, 6),
-                            "wall_ms": round(res.wall_ms, 4), "copies_ms": round(res.copy_ms, 4), "open_ms": round(res.open_ms, 4),
-                            "to_computed_ms": round(res.open_to_computed_ms, 4), "after_ms": round(res.after_ms, 4),
-                            "runner_says_ms": {str(k)[:20]: v for k, v in list(res.runner_ms.items())[:4]
-                                               if isinstance(v, (int, float))},
-                            "bad_slots": res.bad_slots})
+            details.append(
+                {
+                    "calls": res.calls,
+                    "reference_ms": round(r_ms, 6),
+                    "candidate_ms": round(res.per_call_ms, 6),
+                    "wall_ms": round(res.wall_ms, 4),
+                    "copies_ms": round(res.copy_ms, 4),
+                    "open_ms": round(res.open_ms, 4),
+                    "to_computed_ms": round(res.open_to_computed_ms, 4),
+                    "after_ms": round(res.after_ms, 4),
+                    "runner_says_ms": {
+                        str(k)[:20]: v for k, v in list(res.runner_ms.items())[:4] if isinstance(v, (int, float))
+                    },
+                    "bad_slots": res.bad_slots,
+                }
+            )
             del sets, ref_outs
     except windows.WindowTimeout as exc:
-        judge.set_verdict(Status.TIMEOUT, f"Timed out in stage 'timing': {exc} (a kernel or loop that never "
-                          "returns, or work that never finishes)", Stage.TIMING)
+        judge.set_verdict(
+            Status.TIMEOUT,
+            f"Timed out in stage 'timing': {exc} (a kernel or loop that never returns, or work that never finishes)",
+            Stage.TIMING,
+        )
         judge.ask("stop")
         return
     except windows.WindowError as exc:
@@ -184,9 +211,12 @@ def _run(judge: "Judge", draw: Any, check: Any, deadline: Any, on_gpu: bool, cor
     judge.checked.append("timed_output_mismatch")
     judge.facts["timed_calls_checked"] = checked
     if bad:
-        judge.flag("timed_output_mismatch", f"{bad} of {checked} timed calls of ModelNew gave a wrong output for the "
-                   "inputs they were given (every timed call gets inputs it has never seen: a replayed, cached or "
-                   "skipped output is wrong, and so is one still being computed when the window closed)")
+        judge.flag(
+            "timed_output_mismatch",
+            f"{bad} of {checked} timed calls of ModelNew gave a wrong output for the "
+            "inputs they were given (every timed call gets inputs it has never seen: a replayed, cached or "
+            "skipped output is wrong, and so is one still being computed when the window closed)",
+        )
     c, ref = _stats(cand_ms, 1), _stats(ref_ms, 1)
     if c.median_ms <= 0:
         judge.set_verdict(Status.RUNTIME_ERROR, "The candidate's timing windows measured no time", Stage.TIMING)
@@ -200,25 +230,38 @@ def _run(judge: "Judge", draw: Any, check: Any, deadline: Any, on_gpu: bool, cor
         rec.speedup_vs_compile = cr.median_ms / c.median_ms
     samples = {"reference": ref_ms, "candidate": cand_ms}
     reasons = stability.sample_problems(samples, cfg.timing)
-    load = stability.LoadFacts(cores=cores, threads=threads,
-                               others_busy_cores=statistics.fmean(busy) if busy else None,
-                               others_runnable=statistics.fmean(runnable) if runnable else None,
-                               loadavg_1m=os.getloadavg()[0])
+    load = stability.LoadFacts(
+        cores=cores,
+        threads=threads,
+        others_busy_cores=statistics.fmean(busy) if busy else None,
+        others_runnable=statistics.fmean(runnable) if runnable else None,
+        loadavg_1m=os.getloadavg()[0],
+    )
     if not on_gpu:  # (on a GPU the runner is another process on the device by design)
         reasons += stability.load_problems(load, cfg.timing, on_gpu)
     if reasons:
         judge.flag("timing_unstable", "; ".join(reasons[:5]))
-    rec.metadata["timing"] = {"clock": "judge", "calls_per_window": plan.calls, "windows": details,
-                              "plan": plan.reasons, "estimate_ms": round(est_ms, 6),
-                              "threads": None if on_gpu else threads, "attempts": 1, "unstable": reasons,
-                              "load": {"others_busy_cores": load.others_busy_cores,
-                                       "others_runnable": load.others_runnable, "loadavg_1m": load.loadavg_1m},
-                              "drift": {k: stability.drift(v) for k, v in samples.items() if v},
-                              "band": {k: stability.band(v) for k, v in samples.items() if v}}
+    rec.metadata["timing"] = {
+        "clock": "judge",
+        "calls_per_window": plan.calls,
+        "windows": details,
+        "plan": plan.reasons,
+        "estimate_ms": round(est_ms, 6),
+        "threads": None if on_gpu else threads,
+        "attempts": 1,
+        "unstable": reasons,
+        "load": {
+            "others_busy_cores": load.others_busy_cores,
+            "others_runnable": load.others_runnable,
+            "loadavg_1m": load.loadavg_1m,
+        },
+        "drift": {k: stability.drift(v) for k, v in samples.items() if v},
+        "band": {k: stability.band(v) for k, v in samples.items() if v},
+    }
     physics(judge, inputs0)
 
 
-def physics(judge: "Judge", inputs: Any) -> None:
+def physics(judge: Judge, inputs: Any) -> None:
     """The candidate's time against the roofline floor of the device (peaks from its facts)."""
     from kernelwright.core import roofline
 
@@ -230,13 +273,20 @@ def physics(judge: "Judge", inputs: Any) -> None:
         if not peak_bw or not judge.rec.candidate_ms:
             judge.facts["physics"] = "no bandwidth peak known for this device: not checked"
             return
-        r = roofline.compute(work["flops"], work["min_bytes"], judge.rec.candidate_ms, peak_bw, peak_flops, source,
-                             work["precision"])
-        judge.facts["physics"] = {"floor_ms": r.floor_ms, "fraction_of_floor": r.fraction_of_floor,
-                                  "peak_source": source}
+        r = roofline.compute(
+            work["flops"], work["min_bytes"], judge.rec.candidate_ms, peak_bw, peak_flops, source, work["precision"]
+        )
+        judge.facts["physics"] = {
+            "floor_ms": r.floor_ms,
+            "fraction_of_floor": r.fraction_of_floor,
+            "peak_source": source,
+        }
         if judge.rec.candidate_ms < judge.cfg.timing.physics_margin * r.floor_ms:
-            judge.flag("faster_than_hardware", f"the judge measured {judge.rec.candidate_ms:.4g} ms a call, under "
-                       f"{judge.cfg.timing.physics_margin:g} x the roofline floor of {r.floor_ms:.4g} ms "
-                       f"({r.bound}-bound, {source}): a forged timer or skipped work; the speed-up is not trusted")
+            judge.flag(
+                "faster_than_hardware",
+                f"the judge measured {judge.rec.candidate_ms:.4g} ms a call, under "
+                f"{judge.cfg.timing.physics_margin:g} x the roofline floor of {r.floor_ms:.4g} ms "
+                f"({r.bound}-bound, {source}): a forged timer or skipped work; the speed-up is not trusted",
+            )
     except Exception as exc:
         judge.facts["physics"] = f"not checked: {type(exc).__name__}: {str(exc)[:200]}"

@@ -35,7 +35,7 @@ def main(job_path: str) -> int:
             return
         data = (json.dumps({"type": kind, "t": time.time(), **payload}) + "\n").encode()
         while data:
-            data = data[os.write(fd, data):]
+            data = data[os.write(fd, data) :]
 
     send("stage", stage="build")
     import torch.utils.cpp_extension as cpp_ext
@@ -43,8 +43,13 @@ def main(job_path: str) -> int:
     from kernelwright.engine.child import build
 
     cpp_ext._import_module_from_library = lambda *args, **kwargs: None  # build, never load
-    build.install_build_cache(job["cache_root"], None, use_pch=job.get("use_pch", False),
-                              lean_headers=job.get("lean_headers", False), publish=True)
+    build.install_build_cache(
+        job["cache_root"],
+        None,
+        use_pch=job.get("use_pch", False),
+        lean_headers=job.get("lean_headers", False),
+        publish=True,
+    )
     results = []
     for call in job["calls"]:
         before = len(build.BUILD_LOG)
@@ -56,15 +61,26 @@ def main(job_path: str) -> int:
         done = [e for e in build.BUILD_LOG[before:] if e.get("ok")]
         if done:
             e = done[-1]
-            results.append({"name": e["name"], "key": e.get("key"), "dir": os.path.basename(e["dir"]), "ok": True,
-                            "cached": bool(e.get("cached")), "sha256": e.get("sha256"),
-                            "build_s": round(e.get("build_s") or 0.0, 3)})
+            results.append(
+                {
+                    "name": e["name"],
+                    "key": e.get("key"),
+                    "dir": os.path.basename(e["dir"]),
+                    "ok": True,
+                    "cached": bool(e.get("cached")),
+                    "sha256": e.get("sha256"),
+                    "build_s": round(e.get("build_s") or 0.0, 3),
+                }
+            )
         else:
             failed = [e for e in build.BUILD_LOG[before:] if e.get("ok") is False and e.get("output")]
             res = {"name": call.get("name"), "ok": False, "error": error or "the build failed"}
             if failed:  # the compiler's verdict: the evaluation reports it without building again
-                res.update(key=failed[-1].get("key"), dir=os.path.basename(failed[-1]["dir"]),
-                           output=failed[-1]["output"][-MAX_OUTPUT:])
+                res.update(
+                    key=failed[-1].get("key"),
+                    dir=os.path.basename(failed[-1]["dir"]),
+                    output=failed[-1]["output"][-MAX_OUTPUT:],
+                )
             results.append(res)
     send("final", record={"builds": results})
     return 0

@@ -57,22 +57,33 @@ def decide(f: Facts) -> Failure:
     """The verdict for `f`, by the precedence in the module's docstring."""
     stage = _STAGES.get(f.runner_stage)
     if f.runner_timed_out_stage:
-        return Failure(Status.TIMEOUT, f"Timed out in stage '{f.runner_timed_out_stage}' after {f.runner_limit_s:g} s; "
-                       "the process group was killed (a kernel or loop that never returns, or a build that is too "
-                       "slow).", _STAGES.get(f.runner_timed_out_stage))
+        return Failure(
+            Status.TIMEOUT,
+            f"Timed out in stage '{f.runner_timed_out_stage}' after {f.runner_limit_s:g} s; "
+            "the process group was killed (a kernel or loop that never returns, or a build that is too "
+            "slow).",
+            _STAGES.get(f.runner_timed_out_stage),
+        )
     if f.protocol_violation:
         return Failure(Status.CRASHED, f.protocol_violation, stage)
     if f.runner_ended_how and not f.runner_finished:
-        return Failure(Status.CRASHED, f"The evaluation process {f.runner_ended_how} during stage '{f.runner_stage}' "
-                       "without finishing (a segfault, abort, os._exit or sys.exit in the candidate, or the process "
-                       "ran out of memory).", stage)
+        return Failure(
+            Status.CRASHED,
+            f"The evaluation process {f.runner_ended_how} during stage '{f.runner_stage}' "
+            "without finishing (a segfault, abort, os._exit or sys.exit in the candidate, or the process "
+            "ran out of memory).",
+            stage,
+        )
     if f.reported is not None and f.reported.status is not Status.INCORRECT:
         return f.reported
     if f.first_wrong_trial is not None:
         t, seed, msg = f.first_wrong_trial
         where = "".join(f"\n  where: {ln}" for ln in f.ablation_lines)
-        return Failure(Status.INCORRECT, f"{msg}{where}\n  ({f.failed_trials}/{f.trials} trials failed; first failing "
-                       f"trial {t}, seed {seed})", Stage.CORRECTNESS)
+        return Failure(
+            Status.INCORRECT,
+            f"{msg}{where}\n  ({f.failed_trials}/{f.trials} trials failed; first failing trial {t}, seed {seed})",
+            Stage.CORRECTNESS,
+        )
     if f.reported is not None:
         return f.reported
     if f.checks_passed:
@@ -84,7 +95,11 @@ def decide(f: Facts) -> Failure:
             return Failure(Status.RUNTIME_ERROR, "The candidate was to be timed but no timing came back", Stage.TIMING)
         return Failure(Status.PASSED, "", None)
     if not f.runner_finished:
-        return Failure(Status.CRASHED, f"The evaluation process {f.runner_ended_how or 'ended'} during stage "
-                       f"'{f.runner_stage}' without finishing (a segfault, abort, os._exit or sys.exit in the "
-                       "candidate, or the process ran out of memory).", stage)
+        return Failure(
+            Status.CRASHED,
+            f"The evaluation process {f.runner_ended_how or 'ended'} during stage "
+            f"'{f.runner_stage}' without finishing (a segfault, abort, os._exit or sys.exit in the "
+            "candidate, or the process ran out of memory).",
+            stage,
+        )
     return Failure(Status.RUNTIME_ERROR, "The runner ended without a result", stage)

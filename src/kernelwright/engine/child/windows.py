@@ -31,17 +31,32 @@ import os
 import select
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
 from kernelwright.engine.child import shared_region
 
 ALIGN = 256  # every tensor of a set starts on this byte boundary (any dtype, any vector width)
-_DTYPES = {str(d).replace("torch.", ""): d for d in (
-    torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.complex64, torch.complex128,
-    torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool)}
+_DTYPES = {
+    str(d).replace("torch.", ""): d
+    for d in (
+        torch.float64,
+        torch.float32,
+        torch.float16,
+        torch.bfloat16,
+        torch.complex64,
+        torch.complex128,
+        torch.int64,
+        torch.int32,
+        torch.int16,
+        torch.int8,
+        torch.uint8,
+        torch.bool,
+    )
+}
 
 
 class WindowError(RuntimeError):
@@ -65,7 +80,7 @@ class Layout:
     stride: int
 
     @staticmethod
-    def of_inputs(inputs: list[Any]) -> "Layout":
+    def of_inputs(inputs: list[Any]) -> Layout:
         leaves: list[list[Any]] = []
         off = 0
         for x in inputs:
@@ -81,7 +96,7 @@ class Layout:
         return Layout(leaves, max(off, ALIGN))
 
     @staticmethod
-    def of_outputs(out: Any) -> "Layout":
+    def of_outputs(out: Any) -> Layout:
         from kernelwright.engine.child.compare import flatten
 
         leaves: list[list[Any]] = []
@@ -97,9 +112,13 @@ class Layout:
         return {"leaves": self.leaves, "stride": self.stride}
 
     @staticmethod
-    def from_json(raw: Any, max_bytes: int) -> "Layout":
+    def from_json(raw: Any, max_bytes: int) -> Layout:
         """A layout from the other process, checked: known dtypes, offsets inside the stride."""
-        if not isinstance(raw, dict) or not isinstance(raw.get("leaves"), list) or not isinstance(raw.get("stride"), int):
+        if (
+            not isinstance(raw, dict)
+            or not isinstance(raw.get("leaves"), list)
+            or not isinstance(raw.get("stride"), int)
+        ):
             raise WindowError("malformed layout")
         stride = raw["stride"]
         if not 0 < stride <= max_bytes:
@@ -109,9 +128,15 @@ class Layout:
             if isinstance(leaf, list) and leaf and leaf[0] == "value" and len(leaf) == 2:
                 leaves.append(leaf)
                 continue
-            if not (isinstance(leaf, list) and len(leaf) == 4 and leaf[0] == "tensor" and leaf[2] in _DTYPES
-                    and isinstance(leaf[1], int) and isinstance(leaf[3], list)
-                    and all(isinstance(s, int) and s >= 0 for s in leaf[3])):
+            if not (
+                isinstance(leaf, list)
+                and len(leaf) == 4
+                and leaf[0] == "tensor"
+                and leaf[2] in _DTYPES
+                and isinstance(leaf[1], int)
+                and isinstance(leaf[3], list)
+                and all(isinstance(s, int) and s >= 0 for s in leaf[3])
+            ):
                 raise WindowError("malformed layout leaf")
             n = math.prod(leaf[3]) * torch.empty(0, dtype=_DTYPES[leaf[2]]).element_size()
             if leaf[1] < 0 or leaf[1] + n > stride:
@@ -121,8 +146,10 @@ class Layout:
 
     def views(self, region: shared_region.Region, i: int) -> list[Any]:
         base = i * self.stride
-        return [region.view(base + leaf[1], _DTYPES[leaf[2]], leaf[3]) if leaf[0] == "tensor" else leaf[1]
-                for leaf in self.leaves]
+        return [
+            region.view(base + leaf[1], _DTYPES[leaf[2]], leaf[3]) if leaf[0] == "tensor" else leaf[1]
+            for leaf in self.leaves
+        ]
 
 
 def _sync(device: torch.device) -> None:
@@ -132,8 +159,15 @@ def _sync(device: torch.device) -> None:
 
 # ---- the runner's side ----------------------------------------------------------------------------
 
-def serve_window(sock: socket.socket, header: dict[str, Any], fds: list[int], model: Callable[..., Any],
-                 device: torch.device, max_bytes: int) -> None:
+
+def serve_window(
+    sock: socket.socket,
+    header: dict[str, Any],
+    fds: list[int],
+    model: Callable[..., Any],
+    device: torch.device,
+    max_bytes: int,
+) -> None:
     """Run one window the judge opened (the runner's side; it runs the candidate, so it decides
     nothing): map the regions, call once per set, copy each output into its slot, answer `done`."""
     from kernelwright.engine.child.compare import flatten
@@ -161,17 +195,20 @@ def serve_window(sock: socket.socket, header: dict[str, Any], fds: list[int], mo
         _sync(device)
         t_computed = time.perf_counter()
         # the runner's own account (evidence only: this process is the candidate's)
-        reply["runner_ms"] = {"map": round((t_mapped - t_start) * 1e3, 4), "calls": round((t_computed - t_mapped) * 1e3, 4)}
+        reply["runner_ms"] = {
+            "map": round((t_mapped - t_start) * 1e3, 4),
+            "calls": round((t_computed - t_mapped) * 1e3, 4),
+        }
         shared_region.send(sock, json.dumps({"done": header.get("id"), "phase": "computed"}).encode(), [])
         for i, out in enumerate(outs):  # the commit: every output into its slot, after the clock's `computed`
             leaves = [x for _, x in flatten(out)]
             slots = lout.views(rout, i)
             if len(leaves) != len(slots) or not all(
-                    isinstance(x, torch.Tensor) and x.shape == s.shape and x.dtype == s.dtype
-                    for x, s in zip(leaves, slots)):
+                isinstance(x, torch.Tensor) and x.shape == s.shape and x.dtype == s.dtype for x, s in zip(leaves, slots, strict=False)  # noqa: E501
+            ):
                 mismatched += 1  # left unwritten: the judge finds the slot wrong
                 continue
-            for x, s in zip(leaves, slots):
+            for x, s in zip(leaves, slots, strict=False):
                 s.copy_(x)
         del outs
         _sync(device)
@@ -184,7 +221,7 @@ def serve_window(sock: socket.socket, header: dict[str, Any], fds: list[int], mo
     finally:
         for r in regions:
             r.close()
-        for fd in fds[len(regions):]:
+        for fd in fds[len(regions) :]:
             try:
                 os.close(fd)
             except OSError:
@@ -202,6 +239,7 @@ def _sync_quietly(device: torch.device) -> None:
 
 
 # ---- the judge's side -----------------------------------------------------------------------------
+
 
 @dataclass
 class WindowResult:
@@ -224,8 +262,9 @@ class Plan:
     reasons: list[str] = field(default_factory=list)
 
 
-def plan(est_ms: float, set_bytes: int, out_bytes: int, budget_bytes: int, window_ms: float, rounds: int,
-         max_calls: int) -> Plan:
+def plan(
+    est_ms: float, set_bytes: int, out_bytes: int, budget_bytes: int, window_ms: float, rounds: int, max_calls: int
+) -> Plan:
     """How many sets a window holds: enough for `window_ms` of reference work, no more than the
     memory budget allows (the pool, the shared regions, the reference's outputs and the snapshot)."""
     want = max(2, math.ceil(window_ms / max(est_ms, 1e-4)))
@@ -234,17 +273,26 @@ def plan(est_ms: float, set_bytes: int, out_bytes: int, budget_bytes: int, windo
     calls = int(min(want, fit, max_calls))
     reasons = []
     if calls < want:
-        reasons.append(f"{calls} sets per window (memory budget {budget_bytes >> 20} MiB; "
-                       f"{want} would make {window_ms:g} ms of reference work)")
+        reasons.append(
+            f"{calls} sets per window (memory budget {budget_bytes >> 20} MiB; "
+            f"{want} would make {window_ms:g} ms of reference work)"
+        )
     return Plan(calls=max(calls, 1), rounds=rounds, warmup_calls=min(max(calls, 1), 3), reasons=reasons)
 
 
 class WindowTimer:
     """The judge's side: draws, reference windows, candidate windows, snapshots, checks."""
 
-    def __init__(self, sock: socket.socket, device: torch.device, draw: Callable[[], list[Any]],
-                 reference: Callable[..., Any], check: Callable[[Any, Any], bool],
-                 deadline_s: Callable[[float], float], threads: int | None = None):
+    def __init__(
+        self,
+        sock: socket.socket,
+        device: torch.device,
+        draw: Callable[[], list[Any]],
+        reference: Callable[..., Any],
+        check: Callable[[Any, Any], bool],
+        deadline_s: Callable[[float], float],
+        threads: int | None = None,
+    ):
         self.sock = sock
         self.threads = threads  # CPU: the intra-op thread count both sides time with
         self.device = device
@@ -299,7 +347,7 @@ class WindowTimer:
                     base = i * out_layout.stride
                     for leaf in out_layout.leaves:
                         n = math.prod(leaf[3]) * torch.empty(0, dtype=_DTYPES[leaf[2]]).element_size()
-                        region.tensor[base + leaf[1]:base + leaf[1] + n].copy_(o[leaf[1]:leaf[1] + n])
+                        region.tensor[base + leaf[1] : base + leaf[1] + n].copy_(o[leaf[1] : leaf[1] + n])
                 _sync(self.device)
                 snap = region.tensor.clone()
                 _sync(self.device)
@@ -324,7 +372,7 @@ class WindowTimer:
             try:
                 _sync(self.device)
                 t0 = time.perf_counter()
-                dup = [shared_region.attach(os.dup(r.fd), n, self.device) for r, n in zip(made, (in_bytes, out_bytes))]
+                dup = [shared_region.attach(os.dup(r.fd), n, self.device) for r, n in zip(made, (in_bytes, out_bytes), strict=False)]  # noqa: E501
                 ms = (time.perf_counter() - t0) * 1e3
                 for r in dup:
                     r.close()
@@ -336,8 +384,9 @@ class WindowTimer:
         return best
 
     # -- a candidate window -----------------------------------------------------------------------------
-    def candidate_window(self, sets: list[list[Any]], in_layout: Layout, ref_outs: list[Any],
-                         expected_ms: float) -> WindowResult:
+    def candidate_window(
+        self, sets: list[list[Any]], in_layout: Layout, ref_outs: list[Any], expected_ms: float
+    ) -> WindowResult:
         calls = len(sets)
         out_layout = Layout.of_outputs(ref_outs[0])
         copy_ms = self.copy_ms(calls, out_layout)
@@ -346,15 +395,21 @@ class WindowTimer:
         rout = shared_region.create(calls * out_layout.stride, self.device)
         try:
             for i, s in enumerate(sets):
-                for dst, x in zip(in_layout.views(rin, i), s):
+                for dst, x in zip(in_layout.views(rin, i), s, strict=False):
                     if isinstance(x, torch.Tensor):
                         dst.copy_(x)
             rout.tensor.zero_()  # an unwritten slot is zeros, never last window's answer
             _sync(self.device)
             wid = self.next_id
             self.next_id += 1
-            header = {"window": wid, "id": wid, "calls": calls, "inputs": in_layout.to_json(),
-                      "outputs": out_layout.to_json(), "threads": self.threads}
+            header = {
+                "window": wid,
+                "id": wid,
+                "calls": calls,
+                "inputs": in_layout.to_json(),
+                "outputs": out_layout.to_json(),
+                "threads": self.threads,
+            }
             t0 = time.perf_counter()
             try:
                 shared_region.send(self.sock, json.dumps(header).encode(), [rin.fd, rout.fd])
@@ -388,9 +443,17 @@ class WindowTimer:
             cand = _rebuild(ref_outs[i], views)
             if not self.check(cand, ref_outs[i]):
                 bad += 1
-        return WindowResult(calls=calls, wall_ms=wall_ms, copy_ms=copy_ms, open_ms=open_ms, per_call_ms=timed_ms / calls, bad_slots=bad,
-                            after_ms=after_ms, open_to_computed_ms=(t_done - t0) * 1e3,
-                            runner_ms=reply.get("runner_ms") if isinstance(reply.get("runner_ms"), dict) else {})
+        return WindowResult(
+            calls=calls,
+            wall_ms=wall_ms,
+            copy_ms=copy_ms,
+            open_ms=open_ms,
+            per_call_ms=timed_ms / calls,
+            bad_slots=bad,
+            after_ms=after_ms,
+            open_to_computed_ms=(t_done - t0) * 1e3,
+            runner_ms=reply.get("runner_ms") if isinstance(reply.get("runner_ms"), dict) else {},
+        )
 
     def _await_done(self, wid: int, limit_s: float) -> dict[str, Any]:
         end = time.monotonic() + limit_s
@@ -421,6 +484,7 @@ def _round_trip_ms() -> float:
 
     a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
+
         def echo() -> None:
             b.send(b.recv(16))
 
@@ -463,8 +527,10 @@ def errors(cand: Any, ref: Any) -> tuple[float, float] | None:
             if not torch.equal(c.to(r.dtype), r):
                 return None
             continue
-        c64, r64 = c.to(torch.float64 if not r.is_complex() else torch.complex128), r.to(
-            torch.float64 if not r.is_complex() else torch.complex128)
+        c64, r64 = (
+            c.to(torch.float64 if not r.is_complex() else torch.complex128),
+            r.to(torch.float64 if not r.is_complex() else torch.complex128),
+        )
         fin = torch.isfinite(r64)
         if not torch.equal(fin, torch.isfinite(c64)):  # NaN or Inf where the reference has none, or the reverse
             return None

@@ -19,17 +19,32 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
 MAX_HEADER = 1 << 20
 MAX_DEPTH = 16
 MAX_LEAVES = 4096
-_DTYPES = {str(d).replace("torch.", ""): d for d in (
-    torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.complex64, torch.complex128,
-    torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool)}
+_DTYPES = {
+    str(d).replace("torch.", ""): d
+    for d in (
+        torch.float64,
+        torch.float32,
+        torch.float16,
+        torch.bfloat16,
+        torch.complex64,
+        torch.complex128,
+        torch.int64,
+        torch.int32,
+        torch.int16,
+        torch.int8,
+        torch.uint8,
+        torch.bool,
+    )
+}
 
 
 class WireError(ValueError):
@@ -57,8 +72,13 @@ def _encode(obj: Any, blobs: list[torch.Tensor], depth: int = 0) -> Any:
         if t.dtype not in _DTYPES.values():
             return {"other": f"tensor of dtype {t.dtype}"}
         blobs.append(t)
-        return {kind: len(blobs) - 1, "class": type(obj).__name__, "dtype": str(t.dtype).replace("torch.", ""),
-                "shape": list(t.shape), "device": t.device.type}
+        return {
+            kind: len(blobs) - 1,
+            "class": type(obj).__name__,
+            "dtype": str(t.dtype).replace("torch.", ""),
+            "shape": list(t.shape),
+            "device": t.device.type,
+        }
     if isinstance(obj, bool) or obj is None or isinstance(obj, str):
         return {"value": obj}
     if isinstance(obj, int):
@@ -86,7 +106,7 @@ def write_tree(path: str, obj: Any, ship: Callable[[int, torch.Tensor], bool] | 
     shipped = set(handoff)
     with os.fdopen(fd, "wb") as f:
         f.write(header)
-        for i, (b, n) in enumerate(zip(blobs, sizes)):
+        for i, (b, n) in enumerate(zip(blobs, sizes, strict=False)):
             if n and i not in shipped:
                 _write_blob(f, b, n)
     return len(header) + sum(n for i, n in enumerate(sizes) if i not in shipped)
@@ -115,8 +135,12 @@ def _write_blob(f, b: torch.Tensor, n: int) -> None:
     f.write(_bytes_view(flat, n))
 
 
-def read_tree(path: str, device: torch.device | str = "cpu", max_bytes: int = 1 << 34,
-              fetch: Callable[[int, int], torch.Tensor] | None = None) -> Any:
+def read_tree(
+    path: str,
+    device: torch.device | str = "cpu",
+    max_bytes: int = 1 << 34,
+    fetch: Callable[[int, int], torch.Tensor] | None = None,
+) -> Any:
     """Read an output file written by `write_tree` (by a process we do not trust). `fetch(i, n)`:
     leaf i's `n` bytes sent beside the file (a uint8 tensor), for the leaves the header lists
     under `handoff`."""
@@ -140,8 +164,11 @@ def read_tree(path: str, device: torch.device | str = "cpu", max_bytes: int = 1 
             tree, sizes, handoff = meta["tree"], meta["sizes"], meta.get("handoff", [])
         except (ValueError, KeyError, TypeError):
             raise WireError("output file header is not valid") from None
-        if not isinstance(sizes, list) or len(sizes) > MAX_LEAVES or not all(
-                isinstance(n, int) and n >= 0 for n in sizes):
+        if (
+            not isinstance(sizes, list)
+            or len(sizes) > MAX_LEAVES
+            or not all(isinstance(n, int) and n >= 0 for n in sizes)
+        ):
             raise WireError("output file sizes are not valid")
         if not isinstance(handoff, list) or not all(isinstance(i, int) and 0 <= i < len(sizes) for i in handoff):
             raise WireError("output file hand-off list is not valid")
@@ -171,8 +198,13 @@ def _decode(node: Any, blobs: list[torch.Tensor], device: torch.device, depth: i
         idx = node.get("tensor", node.get("subclass"))
         dtype = _DTYPES.get(node.get("dtype"))
         shape = node.get("shape")
-        if not isinstance(idx, int) or not 0 <= idx < len(blobs) or dtype is None or not isinstance(shape, list) \
-                or not all(isinstance(s, int) and s >= 0 for s in shape):
+        if (
+            not isinstance(idx, int)
+            or not 0 <= idx < len(blobs)
+            or dtype is None
+            or not isinstance(shape, list)
+            or not all(isinstance(s, int) and s >= 0 for s in shape)
+        ):
             raise WireError("output file tensor entry is not valid")
         numel = 1
         for s in shape:

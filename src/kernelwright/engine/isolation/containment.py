@@ -127,11 +127,13 @@ class Isolation:
         if not hit:
             return ""
         how = "killed by the kernel's OOM killer in its cgroup" if self.oom_kills else "an allocation failed"
-        return (f"The evaluation's memory limit is {self.memory_limit_mb} MiB ({self.memory_mechanism}; "
-                f"EvalConfig.memory_limit_mb) and the candidate ran into it: {how}.")
+        return (
+            f"The evaluation's memory limit is {self.memory_limit_mb} MiB ({self.memory_mechanism}; "
+            f"EvalConfig.memory_limit_mb) and the candidate ran into it: {how}."
+        )
 
 
-def annotate(result: Any, iso: "Isolation | None") -> None:
+def annotate(result: Any, iso: Isolation | None) -> None:
     """Record what isolation was in force on `result` (an EvalResult), and name the memory limit
     first in the error of a failure that ran into it."""
     if iso is None:
@@ -159,19 +161,23 @@ def prepare(device: str, sandbox_kind: str, memory_limit_mb: int | None) -> Isol
         mechanisms.append("RLIMIT_AS")
     iso.cgroups, why_not = _make_cgroups(iso.eval_id, limit)
     iso.cgroup = bool(iso.cgroups)
-    if any(os.path.exists(os.path.join(cg, f)) for cg in iso.cgroups
-           for f in ("memory.max", "memory.limit_in_bytes")) and limit:
+    if (
+        any(os.path.exists(os.path.join(cg, f)) for cg in iso.cgroups for f in ("memory.max", "memory.limit_in_bytes"))
+        and limit
+    ):
         mechanisms.append("cgroup")
     elif why_not:
         iso.notes.append(f"no cgroup: {why_not}")
     iso.memory_mechanism = "+".join(mechanisms) or "none"
     if limit and not mechanisms:
-        iso.notes.append("no memory limit: RLIMIT_AS would break CUDA's address-space reservations and no "
-                         "writable cgroup was found")
+        iso.notes.append(
+            "no memory limit: RLIMIT_AS would break CUDA's address-space reservations and no writable cgroup was found"
+        )
         iso.memory_limit_mb = None
     if not any(cg for cg in iso.cgroups if os.path.exists(os.path.join(cg, "pids.max"))):
-        iso.notes.append("no process-count limit (RLIMIT_NPROC counts all of the user's processes; "
-                         "no writable pids cgroup)")
+        iso.notes.append(
+            "no process-count limit (RLIMIT_NPROC counts all of the user's processes; no writable pids cgroup)"
+        )
     if sandbox_kind == "bwrap":
         iso.pid_namespace = iso.caps_dropped = True  # bwrap's --unshare-pid, its own /proc, --cap-drop ALL
     else:
@@ -180,8 +186,10 @@ def prepare(device: str, sandbox_kind: str, memory_limit_mb: int | None) -> Isol
             iso.prefix, iso.pid_namespace = prefix, True
             iso.caps_dropped = "setpriv" in " ".join(prefix)
         else:
-            iso.notes.append(f"no PID namespace ({why_not}): the candidate can see and signal the "
-                             "user's other processes; leftovers are found by the marker sweep")
+            iso.notes.append(
+                f"no PID namespace ({why_not}): the candidate can see and signal the "
+                "user's other processes; leftovers are found by the marker sweep"
+            )
     return iso
 
 
@@ -217,12 +225,14 @@ def pid_namespace_prefix() -> tuple[list[str], str]:
     probe = ["/bin/sh", "-c", f"test ! -e /proc/{os.getpid()}/environ" if os.getpid() > 64 else "true"]
     setpriv = shutil.which("setpriv")
     for cmd in tries:
-        drop = [setpriv, "--bounding-set=-all", "--inh-caps=-all", "--"] if setpriv and (
-            os.geteuid() == 0 or "--user" in cmd) else []
+        drop = (
+            [setpriv, "--bounding-set=-all", "--inh-caps=-all", "--"]
+            if setpriv and (os.geteuid() == 0 or "--user" in cmd)
+            else []
+        )
         prefix = [*cmd, "--", *drop, *_INIT]
         try:
-            out = subprocess.run(prefix + probe,
-                                 capture_output=True, text=True, timeout=20)
+            out = subprocess.run(prefix + probe, capture_output=True, text=True, timeout=20)
         except (OSError, subprocess.SubprocessError) as exc:
             problem = f"{type(exc).__name__}: {exc}"
             continue
@@ -233,6 +243,7 @@ def pid_namespace_prefix() -> tuple[list[str], str]:
 
 
 # ---- cgroups --------------------------------------------------------------------------------
+
 
 def _make_cgroups(eval_id: str, limit_mb: int | None) -> tuple[list[str], str]:
     """Create this child's cgroup(s) with the memory and pids limits: (directories, why none)."""
@@ -277,11 +288,10 @@ def _cgroup_parents() -> tuple[list[tuple[str, str]], str]:
     own = {}
     for line in lines:
         _, controllers, path = line.split(":", 2)
-        for c in (controllers.split(",") if controllers else ["v2"]):
+        for c in controllers.split(",") if controllers else ["v2"]:
             own[c] = path
     found: list[tuple[str, str]] = []
-    v2_mount = next((m for m in (_CGROUP_ROOT, _CGROUP_ROOT / "unified")
-                     if (m / "cgroup.controllers").exists()), None)
+    v2_mount = next((m for m in (_CGROUP_ROOT, _CGROUP_ROOT / "unified") if (m / "cgroup.controllers").exists()), None)
     if v2_mount is not None and "v2" in own:
         d = str(v2_mount) + own["v2"].rstrip("/")
         delegated = _read(os.path.join(d, "cgroup.subtree_control")).split()
@@ -339,6 +349,7 @@ def _rmdir(cg: str) -> bool:
 
 # ---- the marker sweep -----------------------------------------------------------------------
 
+
 def sweep(eval_id: str) -> int:
     """SIGKILL every process of this user whose environment carries this evaluation's marker; how many."""
     marker = f"{MARKER_VAR}={eval_id}".encode()
@@ -368,6 +379,7 @@ def sweep(eval_id: str) -> int:
 
 
 # ---- helpers --------------------------------------------------------------------------------
+
 
 @functools.lru_cache(maxsize=1)
 def _libc() -> Any:

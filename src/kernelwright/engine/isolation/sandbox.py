@@ -38,13 +38,15 @@ def resolve(mode: SandboxMode) -> str:
     if bwrap is None:
         if mode == "bwrap":
             raise SandboxUnavailable(
-                "--sandbox bwrap needs bubblewrap: install it (apt-get install bubblewrap) or use --sandbox auto")
+                "--sandbox bwrap needs bubblewrap: install it (apt-get install bubblewrap) or use --sandbox auto"
+            )
         return "none"
     problem = _bwrap_problem(bwrap)
     if problem:
         if mode == "bwrap":
-            raise SandboxUnavailable(f"bubblewrap cannot run here ({problem}); allow unprivileged user namespaces "
-                                     "or use --sandbox none")
+            raise SandboxUnavailable(
+                f"bubblewrap cannot run here ({problem}); allow unprivileged user namespaces or use --sandbox none"
+            )
         return "none"
     return "bwrap"
 
@@ -67,16 +69,36 @@ def _python_paths() -> list[str]:
     """Directories the child's Python needs to read: the installation, site-packages, this package."""
     import kernelwright
 
-    paths = {sys.prefix, sys.exec_prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable)),
-             str(Path(kernelwright.__file__).resolve().parent.parent)}
+    paths = {
+        sys.prefix,
+        sys.exec_prefix,
+        sys.base_prefix,
+        os.path.dirname(os.path.realpath(sys.executable)),
+        str(Path(kernelwright.__file__).resolve().parent.parent),
+    }
     paths.update(p for p in sys.path if p)
     return sorted(p for p in paths if os.path.isdir(p))
 
 
 def _bwrap_argv(bwrap: str, workdir: Path, writable: list[Path], read_only: list[Path] = ()) -> list[str]:
-    argv = [bwrap, "--die-with-parent", "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
-            "--unshare-cgroup-try", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-            "--tmpfs", "/dev/shm"]
+    argv = [
+        bwrap,
+        "--die-with-parent",
+        "--unshare-net",
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--ro-bind",
+        "/",
+        "/",
+        "--dev",
+        "/dev",
+        "--proc",
+        "/proc",
+        "--tmpfs",
+        "/dev/shm",
+    ]
     for node in sorted(glob.glob("/dev/nvidia*")):  # GPU device nodes only (nvidiactl, nvidia0.., uvm, caps)
         argv += ["--dev-bind", node, node]
     hidden = ["/tmp", "/var/tmp", *_SOCKET_DIRS]
