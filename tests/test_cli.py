@@ -88,7 +88,7 @@ def test_help_names_arguments_plainly_and_offers_completion(tmp_path, cache_dir)
         ),
         (
             ["optimize", ADD_ONE, "--coder", "foo:bar", "--device", "cpu"],
-            "error: --coder 'foo:bar': unknown provider 'foo'; known prefixes: openai:, anthropic:, replay: "
+            "error: --coder 'foo:bar': unknown provider 'foo'; known prefixes: openai:, anthropic:, litellm:, replay: "
             "(or pass --base-url for a model served under that name)",
         ),
         (

@@ -357,6 +357,12 @@ def _run(problem_path: Path, cand_path: Path, config: EvalConfig, workdir: Path,
     finally:
         runner.stop()
         judge.stop()
+        if config.profile.enabled:  # the judge's first inputs, for the runner under Nsight Compute
+            for name in ("in_init.kwt", "in_000.kwt"):
+                try:
+                    shutil.copyfile(Path(out_dir) / name, workdir / name)
+                except OSError:
+                    pass
         _remove_out_dir(out_dir, workdir)
         if not config.keep_workdir:
             shutil.rmtree(judge_dir, ignore_errors=True)
@@ -374,6 +380,9 @@ def _run(problem_path: Path, cand_path: Path, config: EvalConfig, workdir: Path,
         if on_stage:
             on_stage("profile")
         report_dir = Path(config.profile.report_dir) if config.profile.report_dir else cache_dir
+        # the runner under ncu constructs ModelNew and runs it on the judge's first trial inputs
+        # (the first two wire files the judge wrote, kept above)
+        job = dict(job, init_path=str(workdir / "in_init.kwt"), inputs_path=str(workdir / "in_000.kwt"))
         nsight.attach(result, config, workdir, env, job,
                       wrap=lambda a: sandbox.wrap(a, sandbox_kind, workdir, [cache_dir, report_dir],
                                                   # the shared builds stay read-only

@@ -103,7 +103,8 @@ class Judge:
         self.checks_done = False
         self.stage_started: dict[str, float] = {}
         self.current_stage = "startup"
-        self.verdict_set = False
+        self.reported: Any = None  # the first failure reported (verdict.Failure); decide() weighs it at the end
+        self.checks_passed = False  # every trial and the guards' calls right (set once every report is in)
         self.first_failure: tuple[int, int, str] | None = None
         self.flags: dict[str, str] = {}
         self.checked: list[str] = []
@@ -167,13 +168,16 @@ class Judge:
 
     # ---- the record --------------------------------------------------------------------------------
     def set_verdict(self, status: Status, log: str, stage: Stage | None) -> None:
-        if self.verdict_set:
-            return
-        self.verdict_set = True
-        self.rec.status = status
-        self.rec.error_log = log
-        self.rec.error_stage = stage
-        self.rec.correct = False
+        """Report a failure. The first one reported is kept; `verdict.decide` weighs it against the
+        other facts at the end (a timeout or a crash of the runner, say, comes first)."""
+        from kernelwright.engine.child.verdict import Failure
+
+        if self.reported is None:
+            self.reported = Failure(status, log, stage)
+
+    @property
+    def verdict_set(self) -> bool:
+        return self.reported is not None
 
     def ask(self, what: str) -> None:
         self.chan.send("ask", what=what)
@@ -324,12 +328,12 @@ class Judge:
     # ---- the runner's reports ------------------------------------------------------------------------
     def on_runner(self, msg: dict[str, Any]) -> None:
         kind = msg.get("type")
-        handler = getattr(self, f"r_{kind}", None) if isinstance(kind, str) and kind.isidentifier() else None
+        handler = _HANDLERS.get(kind) if isinstance(kind, str) else None
         if handler is None:
             return
         t0 = time.perf_counter()
         try:
-            handler(msg)
+            handler(self, msg)
         except ReferenceFailure as exc:  # the problem's own fault
             self.set_verdict(Status.RUNTIME_ERROR, "The reference Model failed to run:\n" + exc.log, Stage.REFERENCE)
             self.ask("stop")
@@ -488,15 +492,14 @@ class Judge:
                              f"({len(self.rec.trials)}/{self.cfg.trials})", Stage.CORRECTNESS)
             self.ask("stop")
             return
-        if not self.guard_verdict(Stage.CORRECTNESS):
+        self.checks_passed = True  # every output right: what is left to decide are the flags and the timing
+        if self.failing_guards():
             self.ask("stop")
             return
-        self.rec.status = Status.PASSED
-        self.rec.correct = True
         if self.cfg.time_candidate:
             self.timing_asked = True
             self.time_windows()
-        if self.rec.status is Status.PASSED and (self.cfg.profile.enabled or self.cfg.profile.roofline):
+        if self.reported is None and (self.cfg.profile.enabled or self.cfg.profile.roofline):
             self.evidence()
             if self.cfg.profile.enabled:
                 from kernelwright.engine.child import protocol
@@ -670,19 +673,10 @@ class Judge:
         keys = {guards.storage_key(x) for _, x in guards.tensors(inputs)}
         return {n for n, o in guards.tensors(out) if guards.storage_key(o) in keys}
 
-    def guard_verdict(self, stage: Stage) -> bool:
-        bad = [f for f in self.flags if f in self.cfg.guards.fail_on]
-        if not bad:
-            return True
-        lines = [f"Reward-hacking guard failed: {', '.join(bad)}"] + [f"  {n}: {self.flags[n]}" for n in bad]
-        self.rec.status = Status.INCORRECT
-        self.verdict_set = False
-        self.set_verdict(Status.INCORRECT, "\n".join(lines), stage)
-        for key in ("speedup", "candidate_ms", "speedup_vs_compile"):
-            setattr(self.rec, key, None)
-        return False
+    def failing_guards(self) -> list[str]:
+        """The raised flags that fail the verdict (GuardConfig.fail_on)."""
+        return [f for f in self.flags if f in self.cfg.guards.fail_on]
 
-    # ---- timing: the judge's clock (windows.py) -------------------------------------------------------
     def time_windows(self) -> None:
         from kernelwright.engine.child import timing_review
 
@@ -912,39 +906,25 @@ class Judge:
         now = time.monotonic()
         if self.current_stage in self.stage_started and self.current_stage in _STAGE_KEY:
             setattr(rec.stage_times, _STAGE_KEY[self.current_stage], now - self.stage_started[self.current_stage])
-        if self.first_failure is not None and (not self.verdict_set or self.rec.status is Status.INCORRECT):
-            self.verdict_set = False
-            t, seed, msg = self.first_failure
-            n_fail = sum(1 for tr in rec.trials if not tr.passed)
-            where = "".join(f"\n  where: {ln}" for ln in self.ablation_lines)
-            self.set_verdict(Status.INCORRECT, f"{msg}{where}\n  ({n_fail}/{self.cfg.trials} trials failed; "
-                             f"first failing trial {t}, seed {seed})", Stage.CORRECTNESS)
-        if not self.verdict_set and rec.status is Status.PASSED:
-            self.guard_verdict(Stage.TIMING if rec.candidate_timing else Stage.CORRECTNESS)
-        timed_out, how = ended.get("timed_out_stage"), ended.get("how")
-        if not self.verdict_set and rec.status is not Status.PASSED or (how and not self.done) or timed_out:
-            stage = ended.get("stage") or self.current_stage
-            self.verdict_set = False
-            if timed_out:
-                self.set_verdict(Status.TIMEOUT, f"Timed out in stage '{timed_out}' after {ended.get('limit_s', 0):g} s; "
-                                 "the process group was killed (a kernel or loop that never returns, or a build that "
-                                 "is too slow).", _STAGES.get(timed_out))
-            elif ended.get("protocol"):
-                self.set_verdict(Status.CRASHED, _text(ended["protocol"]), _STAGES.get(stage))
-            elif not self.done or how:
-                self.set_verdict(Status.CRASHED, f"The evaluation process {how or 'ended'} during "
-                                 f"stage '{stage}' without finishing (a segfault, abort, os._exit or sys.exit in the "
-                                 "candidate, or the process ran out of memory).", _STAGES.get(stage))
-            else:
-                self.set_verdict(Status.RUNTIME_ERROR, "The runner ended without a result", _STAGES.get(stage))
-        if self.timing_asked and rec.status is Status.PASSED and self.cfg.time_candidate and rec.candidate_timing is None:
-            self.verdict_set = False
-            self.set_verdict(Status.RUNTIME_ERROR, "The runner was allowed to time the candidate but sent no timing",
-                             Stage.TIMING)
-        if rec.status is not Status.PASSED:
-            rec.correct = False
-            if rec.status is not Status.INCORRECT or rec.error_stage is not Stage.TIMING:
-                rec.candidate_ms = rec.speedup = rec.speedup_vs_compile = None
+        from kernelwright.engine.child.verdict import Facts, decide
+
+        first = self.first_failure
+        facts = Facts(
+            trials=self.cfg.trials, reported=self.reported,
+            first_wrong_trial=first if first is not None and any(not tr.passed for tr in rec.trials) else None,
+            failed_trials=sum(1 for tr in rec.trials if not tr.passed), ablation_lines=tuple(self.ablation_lines),
+            checks_passed=self.checks_passed,
+            failed_guards=tuple((f, self.flags[f]) for f in self.failing_guards()),
+            timing_expected=self.timing_asked and self.cfg.time_candidate, timed=rec.candidate_timing is not None,
+            runner_timed_out_stage=ended.get("timed_out_stage") or None, runner_limit_s=float(ended.get("limit_s") or 0),
+            protocol_violation=_text(ended["protocol"]) if ended.get("protocol") else None,
+            runner_finished=self.done, runner_ended_how=str(ended.get("how") or ""),
+            runner_stage=str(ended.get("stage") or self.current_stage))
+        verdict = decide(facts)
+        rec.status, rec.error_log, rec.error_stage = verdict.status, verdict.log, verdict.stage
+        rec.correct = verdict.status is Status.PASSED
+        if rec.status is not Status.PASSED:  # a figure of a candidate that did not pass is no speed-up
+            rec.candidate_ms = rec.speedup = rec.speedup_vs_compile = None
         numeric = [tr for tr in rec.trials if tr.max_abs_err is not None]
         rec.max_abs_err = max((tr.max_abs_err for tr in numeric), default=None)
         rec.mean_abs_err = (sum(tr.mean_abs_err or 0.0 for tr in numeric) / len(numeric)) if numeric else None
@@ -971,26 +951,13 @@ class Judge:
             self.flag("degenerate_reference", finding.reason)
 
 
-def _identical(a: Any, b: Any) -> bool:
-    """Bit for bit the same output: same structure, plain tensors of the same dtype, shape and
-    values (NaN is never identical: such an output is compared in full)."""
-    import torch
-
-    from kernelwright.engine.child.compare import flatten, structure_mismatch
-
-    if structure_mismatch(a, b):
-        return False
-    la, lb = flatten(a), flatten(b)
-    if len(la) != len(lb):
-        return False
-    for (_, x), (_, y) in zip(la, lb):
-        if isinstance(x, torch.Tensor) or isinstance(y, torch.Tensor):
-            if not (type(x) is torch.Tensor and type(y) is torch.Tensor and x.dtype == y.dtype
-                    and x.shape == y.shape and x.device == y.device and torch.equal(x, y)):
-                return False
-        elif type(x) is not type(y) or not x == y:
-            return False
-    return True
+# The runner's reports the judge reads, by kind: everything else is ignored.
+_HANDLERS = {
+    "prestarted": Judge.r_prestarted, "stage": Judge.r_stage, "startup": Judge.r_startup, "build": Judge.r_build,
+    "compiled": Judge.r_compiled, "failure": Judge.r_failure, "call_error": Judge.r_call_error,
+    "output": Judge.r_output, "ablation": Judge.r_ablation, "patched": Judge.r_patched, "guards": Judge.r_guards,
+    "evidence": Judge.r_evidence, "done": Judge.r_done,
+}
 
 
 def _first_line(text: str) -> str:

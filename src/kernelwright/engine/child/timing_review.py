@@ -131,7 +131,6 @@ def run(judge: "Judge") -> None:
     except windows.WindowTimeout as exc:
         judge.set_verdict(Status.TIMEOUT, f"Timed out in stage 'timing': {exc} (a kernel or loop that never "
                           "returns, or work that never finishes)", Stage.TIMING)
-        rec.status = Status.TIMEOUT
         judge.ask("stop")
         return
     except windows.WindowError as exc:
