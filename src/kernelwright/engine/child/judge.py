@@ -752,8 +752,8 @@ class Judge:
         that a crash or a lost device at another size takes nothing the candidate earned at its own."""
         if self.cfg.shapes == "off":
             self.rec.metadata["shapes"] = {"mode": "off"}
-        if self.shape_plan is not None or self.cfg.shapes == "off" or self.rec.status is not Status.PASSED \
-                or self.verdict_set:
+        if self.shape_plan is not None or self.cfg.shapes == "off" or not self.checks_passed or self.verdict_set \
+                or self.failing_guards():
             self.ask("stop")
             return
         from kernelwright.engine.child import protocol
