@@ -166,6 +166,9 @@ def eval_cmd(
     shapes: str = typer.Option(None, metavar="check|strict|off",
                                help="Also judge a passed candidate at other sizes of the problem (default check: "
                                     "a failure there is flagged shape_specific; strict: it fails; off: not checked)."),
+    sanitize: bool = typer.Option(None, "--sanitize/--no-sanitize", metavar="",
+                                  help="Run a passed CUDA candidate once under compute-sanitizer memcheck "
+                                       "(memory_error on an out-of-bounds or misaligned access)."),
     profile: bool = typer.Option(None, "--profile/--no-profile", metavar="",
                                  help="Profile a correct candidate's kernels (ncu where it works, else torch.profiler)."),
     profile_tool: str = typer.Option(None, "--profile-tool", metavar="auto|ncu|torch", help="Profiler (default auto)."),
@@ -185,7 +188,7 @@ def eval_cmd(
     _source_file(candidate, "candidate")
     settings = _settings(config, {"eval": {
         "device": device, "trials": trials, "atol": atol, "rtol": rtol, "seed": seed, "sandbox": sandbox,
-        "verdict": verdict, "shapes": shapes,
+        "verdict": verdict, "shapes": shapes, "sanitize": sanitize,
         "timing": {"compare_compile": compare_compile} if compare_compile is not None else None,
         "profile": {k: v for k, v in (("enabled", profile), ("tool", profile_tool)) if v is not None} or None}})
     cfg = settings.eval

@@ -78,6 +78,9 @@ class EvalConfig:
     # more trial at each size derived from the problem's constants. check: a failure there is the
     # report-only flag `shape_specific`; strict: it fails the verdict; off: not checked.
     shapes: ShapesMode = "check"
+    # One forward of a passed CUDA candidate under compute-sanitizer memcheck, the caching allocator
+    # off (engine/sanitizer.py): an out-of-bounds or misaligned access raises `memory_error`.
+    sanitize: bool = False
     time_candidate: bool = True
     timeouts: StageTimeouts = field(default_factory=StageTimeouts)
     timing: TimingConfig = field(default_factory=TimingConfig)
@@ -206,6 +209,7 @@ GUARD_FLAGS = (
     "timing_unstable",  # the timing conditions changed during the stage: the speed-up is not to be trusted
     "faster_than_hardware",  # the judge's time beats the roofline floor: a forged timer or skipped work
     "shape_specific",  # correct at the problem's own sizes, wrong at other sizes of it (EvalConfig.shapes)
+    "memory_error",  # an out-of-bounds or misaligned access under compute-sanitizer (EvalConfig.sanitize)
 )
 # Flags that report a fact about the problem or the machine, never the candidate's fault.
 REPORT_ONLY_FLAGS = ("no_custom_kernel", "lower_precision_suspected", "degenerate_reference", "timing_unstable",
