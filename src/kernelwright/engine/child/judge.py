@@ -772,6 +772,7 @@ class Judge:
                 model = v.label
             self.expected.add(v.label)
             inputs = self.write_inputs(f"in_{v.label}.kwt", v.inputs)
+            v.inputs = None  # in the runner's file now; the judge keeps only the outputs it compares with
             self.ask(protocol.to_line(protocol.Call(label=v.label, inputs=inputs, model=model, probe=True)))
         self.shapes_after()
 

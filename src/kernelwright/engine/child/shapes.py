@@ -16,7 +16,8 @@ keeps a variant only when it changes the shape of some input tensor (a constant 
 such as a reduction axis or a class count, is a parameter, not a size), the reference constructs
 and runs on it, and it stays within a budget: inputs and output at most `BYTES_FACTOR` times the
 problem's own (or `MIN_BUDGET_BYTES`), a reference forward at most `TIME_FACTOR` times its own (or
-`MIN_BUDGET_S`). At most `MAX_VARIANTS` are kept. Torch and the standard library only; the judge
+`MIN_BUDGET_S`), and all kept variants together at most `TOTAL_FACTOR` times the problem's own
+(the judge holds their outputs until the candidate's come). At most `MAX_VARIANTS` are kept. Torch and the standard library only; the judge
 passes in how to draw, construct and run (`judge.py`, "other sizes").
 """
 
@@ -33,6 +34,7 @@ import torch
 MAX_VARIANTS = 6
 BYTES_FACTOR = 2.5
 MIN_BUDGET_BYTES = 64 << 20
+TOTAL_FACTOR = 6.0  # what the kept variants hold together (inputs, outputs, oracle outputs)
 TIME_FACTOR = 4.0
 MIN_BUDGET_S = 0.05
 MIN_DIM = 4  # a constant under this is left alone (a channel count of 3, a head count of 2)
@@ -206,6 +208,8 @@ def derive(problem: types.ModuleType, *, base_model: Any, base_init: Any, base_i
     base_s = time.perf_counter() - t0
     budget_bytes = max(BYTES_FACTOR * (nbytes(base_inputs) + nbytes(base_out)), MIN_BUDGET_BYTES)
     budget_s = max(TIME_FACTOR * base_s, MIN_BUDGET_S)
+    total_bytes = budget_bytes / BYTES_FACTOR * TOTAL_FACTOR
+    held = 0
     del base_out
     for sizes, why in candidates(constants, plan.batch):
         if len(plan.variants) >= max_variants:
@@ -240,6 +244,12 @@ def derive(problem: types.ModuleType, *, base_model: Any, base_init: Any, base_i
         except Exception as exc:  # the reference itself does not take this size
             plan.dropped.append({"sizes": name, "why": f"the reference rejects it ({_short(exc)})"})
             continue
+        size = nbytes(inputs) + nbytes(out) + nbytes(expected)
+        if held + size > total_bytes:
+            plan.dropped.append({"sizes": name, "why": f"the sizes kept before it hold {held >> 20} MiB of the "
+                                 f"budget of {int(total_bytes) >> 20} MiB"})
+            continue
+        held += size
         plan.variants.append(Variant(label=f"shape{len(plan.variants)}", sizes=sizes, why=why,
                                      init_inputs=init_inputs, init_changed=init_changed, ref_model=model,
                                      inputs=inputs, ref_out=out, oracle_out=expected))
