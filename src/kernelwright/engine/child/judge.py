@@ -423,7 +423,7 @@ class Judge:
     def r_call_error(self, msg) -> None:
         label = msg.get("label")
         if isinstance(label, str) and label.startswith("shape") and msg.get("probe") is True:
-            return self.shape_error(label, _text(msg.get("message"), 500))
+            return self.shape_error(label, _text(msg.get("message"), 500), lost=msg.get("lost") is True)
         if isinstance(label, str) and label.startswith("trial") and label[5:].isdigit():
             from kernelwright.engine.child.problem_io import trial_seed
 
@@ -840,11 +840,12 @@ class Judge:
                 {"passed": False, "failure": "wrong_values", "message": message[:4000]}
         self.shapes_after()
 
-    def shape_error(self, label: str, message: str) -> None:
+    def shape_error(self, label: str, message: str, lost: bool = False) -> None:
         if label not in self.expected:  # its model failed to construct: already recorded
             return
         self.expected.discard(label)
-        self.shape_results[label] = {"passed": False, "failure": "error", "message": message}
+        self.shape_results[label] = {"passed": None if lost else False, "failure": "not_run" if lost else "error",
+                                     "message": message}
         self.shapes_after()
 
     def shapes_after(self) -> None:

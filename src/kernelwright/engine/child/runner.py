@@ -69,6 +69,7 @@ class Runner:
         self.started = False
         self.phases: dict[str, float] = {}  # seconds per phase of the runner's own work (sent with the timing)
         self.models: dict[str, Any] = {}  # ModelNew built for other sizes of the problem, by label (shapes.py)
+        self._device_lost = ""  # why calls at other sizes cannot run any more ('' while they can)
 
     def phase(self, name: str, t0: float) -> float:
         now = time.perf_counter()
@@ -403,6 +404,9 @@ class Runner:
         """One more ModelNew, for other sizes of the problem: a failure is that size's, not the verdict's."""
         import torch
 
+        if self._device_lost:
+            self.chan.send("call_error", label=cmd.label, probe=True, lost=True, message=self._device_lost)
+            return
         try:
             init = self.read_inputs(cmd.init)
             init = list(init) if isinstance(init, (list, tuple)) else [init]
@@ -464,6 +468,11 @@ class Runner:
     def probe(self, cmd) -> None:
         """A call at another size of the problem (`shapes.py`): its output, or its error as a
         `call_error` under its label; either way the runner goes on."""
+        import torch
+
+        if self._device_lost:  # a sticky CUDA error at an earlier size: nothing can run here
+            self.chan.send("call_error", label=cmd.label, probe=True, lost=True, message=self._device_lost)
+            return
         model = self.models.get(cmd.model) if cmd.model else self.cand_model
         try:
             if model is None:
@@ -473,8 +482,13 @@ class Runner:
         except Stop:
             raise
         except Exception as exc:
-            self.chan.send("call_error", label=cmd.label, probe=True,
-                           message=f"{type(exc).__name__}: {str(exc)[:400]}")
+            message = f"{type(exc).__name__}: {str(exc)[:400]}"
+            self.chan.send("call_error", label=cmd.label, probe=True, message=message)
+            if self.device.type == "cuda":
+                try:
+                    torch.cuda.synchronize(self.device)
+                except Exception:
+                    self._device_lost = f"not run: the CUDA context was lost at an earlier size ({message[:200]})"
         else:
             self.chan.send("output", label=cmd.label, file=name)
         self.patches("while ModelNew ran")
