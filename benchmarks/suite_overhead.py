@@ -124,7 +124,7 @@ def run(executor: str, probs: Path, cands: Path, work: Path, trials: int, tag: s
         timeout=3600,
     )
     cli_wall = time.perf_counter() - t0
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    load = round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
     if out.returncode != 0:
         raise SystemExit(f"suite eval ({executor}) failed: {out.stderr[-2000:]}")
     summary = json.loads(out.stdout)
@@ -159,7 +159,7 @@ def table(res: dict) -> str:
     for r in res["runs"]:
         lines.append(
             f"| {r['executor']} | {r['run']} | {r['wall_per_problem_s']:.2f} | {r['work_per_problem_s']:.2f} | "
-            f"{r['ratio']:.2f} | {r['cli_wall_per_problem_s']:.2f} | {r['cli_ratio']:.2f} | {r['load_avg_1min_after']} |"  # noqa: E501
+            f"{r['ratio']:.2f} | {r['cli_wall_per_problem_s']:.2f} | {r['cli_ratio']:.2f} | {r['load_avg_1min_after']:.1f} |"  # noqa: E501
         )
     lines += [
         "",

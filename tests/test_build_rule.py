@@ -34,3 +34,89 @@ def test_a_call_torch_rejects_before_building_is_a_compile_error_when_caught(cpu
     r = evaluate(ADD_ONE, BF / "cpp_bad_argument_fallback.py", cpu_config)
     assert r.status is Status.COMPILE_ERROR, r.error_log
     assert r.error_log.startswith("The candidate caught this build failure") and "optimise" in r.error_log
+
+
+# ---- a build that cannot succeed fails after one compiler run ----------------------------------------
+
+def test_an_error_in_main_cpp_of_the_lean_build_is_certain_and_one_in_cuda_cu_is_not():
+    from kernelwright.engine.child import build
+
+    main = build.parse_compiler_output("/tmp/b/main.cpp:3:40: error: expected ';' before '}' token", None)
+    cuda = build.parse_compiler_output('/tmp/b/cuda.cu(12): error: identifier "at_foo" is undefined', None)
+    assert build.certain_failure(main) and not build.certain_failure(cuda)
+    assert not build.certain_failure([])
+
+
+MAIN_CPP_ERROR = '''import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+cuda = r"""
+__global__ void add_one_kernel(const float* x, float* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = fmaxf(x[i], 0.f) + 1.f;
+}
+torch::Tensor add_one(torch::Tensor x) {
+    auto y = torch::empty_like(x);
+    int n = x.numel();
+    add_one_kernel<<<(n + 255) / 256, 256>>>(x.data_ptr<float>(), y.data_ptr<float>(), n);
+    return y;
+}
+"""
+cpp = "torch::Tensor add_one(torch::Tensor x)"  # the ';' is missing: main.cpp cannot compile
+ext = load_inline(name="kw_test_main_cpp_error", cpp_sources=cpp, cuda_sources=cuda, functions=["add_one"])
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return ext.add_one(x)
+'''
+
+
+@pytest.mark.gpu
+def test_a_main_cpp_error_fails_after_the_lean_build_alone(cuda_config, tmp_path):
+    cand = tmp_path / "cand.py"
+    cand.write_text(MAIN_CPP_ERROR)
+    r = evaluate(ADD_ONE, cand, cuda_config)
+    assert r.status is Status.COMPILE_ERROR, r.error_log
+    trusted = r.metadata["trusted_build"]["builds"]
+    assert trusted and not trusted[0]["ok"]  # the trusted builder's verdict, replayed
+    builds = r.metadata["builds"]
+    assert len(builds) == 1 and builds[0]["cache"] == "failed in the trusted build"
+    assert any(i.file == "main.cpp" for i in r.compile_issues)
+
+
+# ---- builds whose arguments are computed at run time ---------------------------------------------
+
+def test_recorded_calls_are_checked_like_calls_read_from_the_text():
+    from kernelwright.engine import static_builds
+
+    ok, why = static_builds.check_recorded({"name": "ext", "cpp_sources": "int f();", "functions": ["f"],
+                                            "verbose": True})
+    assert ok == {"name": "ext", "cpp_sources": "int f();", "functions": ["f"]} and why == ""
+    for call, reason in [({"name": "ext", "cpp_sources": "", "extra_cflags": ["-fplugin=/tmp/x.so"]}, "not allowed"),
+                         ({"name": "../x", "cpp_sources": ""}, "plain identifier"),
+                         ({"name": "ext", "cpp_sources": "", "evil": 1}, "unknown argument"),
+                         ({"name": "ext", "cpp_sources": {"a": object()}}, "not plain data"),
+                         ("not a dict", "not a call")]:
+        kwargs, why = static_builds.check_recorded(call)
+        assert kwargs is None and reason in why, (call, why)
+
+
+@pytest.mark.slow
+def test_a_call_computed_at_run_time_is_built_by_the_trusted_builder_in_a_prebuild(cpu_config):
+    from kernelwright.engine import static_builds, trusted_builds
+    from kernelwright.engine.prebuild import prebuild
+
+    text = (BF / "cpp_computed_sources.py").read_text()
+    assert static_builds.scan(text).private and not static_builds.scan(text).calls  # the text alone: unresolved
+    trusted_builds.forget()
+    pre = prebuild(ADD_ONE, text, cpu_config, None)
+    assert pre.ok, pre.error
+    assert [b["name"] for b in pre.builds] == ["kw_test_computed_sources"] and pre.builds[0]["ok"]
+    r = evaluate(ADD_ONE, None, cpu_config, candidate_text=text)
+    assert r.status is Status.PASSED, r.error_log
+    tb = r.metadata["trusted_build"]
+    assert tb["remembered"] and tb["recorded"] == 1 and tb["private"] == []  # no builder, nothing private
+    assert r.metadata["builds"][0]["cache"] == "verified"  # the evaluation loaded the trusted build
+    trusted_builds.forget()

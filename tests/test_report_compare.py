@@ -178,3 +178,14 @@ def test_the_comparison_and_the_report_render_in_headless_chromium(suites, tmp_p
         )
         assert shot.stat().st_size > 10_000
         shutil.copy(shot, keep)  # for a person to look at
+
+
+@pytest.mark.gpu
+def test_the_environment_names_the_nvidia_driver_on_a_gpu_machine():
+    """On a GPU machine run.json records the driver (nvidia-smi), which the report's header shows."""
+    import re
+
+    from kernelwright.store.environment import host_environment
+
+    env = host_environment()
+    assert env["driver"] and re.fullmatch(r"\d+(\.\d+)+", env["driver"]), env

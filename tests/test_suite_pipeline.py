@@ -230,3 +230,43 @@ def test_spares_are_paused_while_an_evaluation_is_timed_where_cores_are_scarce(c
     assert result.status is Status.PASSED
     assert pool.pauses == 1 and seen and seen[0] == {"T"}  # every process of the spare stopped while timed
     assert "T" not in after  # resumed once the timing ended
+
+
+def test_a_pool_whose_spares_cannot_start_does_not_hold_evaluations_back(cache_dir, monkeypatch):
+    """prestart raising EngineError (say, a sandbox that went missing): each evaluation starts its
+    own child at once instead of waiting for a spare that never comes."""
+    from kernelwright.engine import EngineError, evaluation
+
+    def broken(config=None):
+        raise EngineError("no spare today")
+
+    monkeypatch.setattr(evaluation, "prestart", broken)
+    cfg = _cpu(cache_dir)
+    with WarmPool(cfg, size=2) as pool:
+        pool.prestart()
+        time.sleep(0.5)
+        t0 = time.monotonic()
+        assert pool._take() is None
+        assert time.monotonic() - t0 < 5
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_each_evaluation_after_the_first_gets_a_spare_that_was_ready(tmp_path, cache_dir, monkeypatch):
+    """The issue's finding was a spare idle 0.0 s (never ready before its job): with two warm
+    spares per GPU worker, every evaluation after the first finds one that waited for it."""
+    monkeypatch.setenv("KERNELWRIGHT_CACHE", cache_dir)
+    problems, cands = tmp_path / "level1", tmp_path / "cands"
+    problems.mkdir()
+    cands.mkdir()
+    for i in range(1, 5):
+        shutil.copy(ADD_ONE, problems / f"{i}_add_one.py")
+        shutil.copy(CANDIDATES / "py_correct.py", cands / f"{i}_add_one.py")
+    result = cli("suite", "eval", str(problems), str(cands), "--device", "cuda", "--json", "--name", "gpu-pipe",
+                 "--out", str(tmp_path / "out"), "--store", str(tmp_path / "kw.db"))
+    assert json.loads(result.stdout)["metrics"]["correct"] == 4
+    with open_store(tmp_path / "kw.db") as db:
+        records = sorted((e["record"] for e in db.evaluations(suite="gpu-pipe")),
+                         key=lambda r: r["metadata"]["executor"]["queued_s"])
+    assert all(r["stage_times"]["profile_s"] is None for r in records)  # no evidence stage
+    assert all((r["metadata"].get("prestarted") or {}).get("idle_s", 0) > 0 for r in records[1:]), \
+        [r["metadata"].get("prestarted") for r in records]

@@ -396,7 +396,7 @@ def run_optimize(problem: Path, settings: Settings, out: Path | None, *, verbosi
     return ExitCode.OK if summary["state"] == "finished" else ExitCode.STOPPED
 
 
-# whole suites, the run store's listing and reports (issue 15): commands in their own modules
+# whole suites, the run store's listing and reports: commands in their own modules
 from kernelwright.cli import report_cmds, suite_cmds  # noqa: E402
 
 app.add_typer(suite_cmds.app, name="suite")

@@ -94,8 +94,7 @@ class EvalConfig:
     # CUDA outputs pass from the runner to the judge on the device (engine/child/device_handoff.py:
     # an exported allocation's descriptor on a socket), not through files in host memory; off, or
     # where the driver cannot export, they go into the output files (docs/SANDBOX.md). On by
-    # default since it ran on an H100 (2026-11-23): 0.86-0.91 s prestarted overhead against
-    # 3.6-4.3 s through files.
+    # default: several times less engine overhead than files for large outputs (docs/PERFORMANCE.md).
     device_handoff: bool = True
     # Names of extra environment variables to pass to the child (on top of the safe allow-list).
     pass_env: tuple[str, ...] = ()
@@ -105,7 +104,7 @@ class EvalConfig:
     # Host memory the evaluation child (and its builds) may use, in MiB. None: three quarters of
     # the machine's RAM; 0: no limit. RLIMIT_AS on a CPU evaluation, a cgroup's limit where one is
     # writable (the only limit for CUDA, whose driver reserves huge address space); see
-    # engine/isolation.py and docs/SANDBOX.md. What was in force: metadata["isolation"].
+    # engine/isolation/containment.py and docs/SANDBOX.md. What was in force: metadata["isolation"].
     memory_limit_mb: int | None = None
     profile: "ProfileConfig" = field(default_factory=lambda: ProfileConfig())
     build: "BuildConfig" = field(default_factory=lambda: BuildConfig())

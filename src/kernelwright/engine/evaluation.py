@@ -105,7 +105,7 @@ def _spawn_key(config: EvalConfig, sandbox_kind: str) -> str:
                        config.visible_devices,
                        config.memory_limit_mb,  # limits are set at the spawn
                        config.device_handoff,  # its socket too
-                       config.build.trusted_cache])  # the build cache's mount  # executor hook (issue 19): a spare is pinned to its GPU
+                       config.build.trusted_cache])  # the build cache's mount; a spare is pinned to its GPU
 
 
 @dataclass

@@ -66,7 +66,8 @@ def prebuild(problem: str | Path, candidate_text: str, config: EvalConfig, arch_
             env["TORCH_CUDA_ARCH_LIST"] = arch_list
         kind = sandbox.resolve(config.sandbox)
         if config.build.trusted_cache:
-            trusted = trusted_builds.build(candidate_text, config, kind, workdir / "trusted-build", env, arch_list)
+            trusted = trusted_builds.build(candidate_text, config, kind, workdir / "trusted-build", env, arch_list,
+                                           record=True)  # calls computed at run time too: recorded off the GPU's path
             failed = [b for b in trusted.builds if not b.get("ok")]
             err = trusted.error or (failed[0].get("error", "the build failed") if failed else "") or (
                 f"left to the evaluation: {trusted.private[0]}" if trusted.private else "")

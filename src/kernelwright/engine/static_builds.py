@@ -5,9 +5,12 @@ they are literals, module-level constants, `+` concatenations, lists/tuples of t
 `"".join([...])` of those: how KernelBench candidates are written. Such a call can be built by
 the trusted builder (`engine/child/trusted_builder.py`), a process that runs no candidate code,
 into the shared build cache. A call whose arguments are computed at run time (f-strings, reads
-of files, functions), any `load(...)` (its sources are files the candidate writes), and a call
-with a flag outside the allow-list below is built by the evaluation itself, in a private
-directory used once and never published (`engine/child/build.py`).
+of files, functions) is recorded by a prebuild instead (`child/build_recorder.py` runs the
+candidate's module-level code with `load_inline` replaced, sandboxed, no GPU; each call it reports
+is checked by `check_recorded`, the same rules as here) and built by the trusted builder too.
+Any `load(...)` (its sources are files the candidate writes), a call with a flag outside the
+allow-list below, and a computed call no prebuild recorded are built by the evaluation itself,
+in a private directory used once and never published (`engine/child/build.py`).
 
 Flags are allow-listed, because a flag can make the compiler run a program or load a library of
 the candidate's choice, or read a file the candidate wrote, in the process that writes the
@@ -93,6 +96,53 @@ def scan(text: str) -> Scan:
             continue
         out.calls.append(StaticCall(node.lineno, kwargs))
     return out
+
+
+def check_recorded(call: Any) -> tuple[dict[str, Any] | None, str]:
+    """A load_inline call recorded from the candidate's running code (`child/build_recorder.py`),
+    checked as hostile input: (its keyword arguments, "") when the trusted builder may build it,
+    else (None, why). The same rules as a call read from the text: known arguments only, plain
+    JSON values, a plain identifier for the name, and the flag allow-list."""
+    if not isinstance(call, dict) or not call:
+        return None, "not a call"
+    kwargs: dict[str, Any] = {}
+    for k, v in call.items():
+        if k not in INLINE_PARAMS:
+            return None, f"unknown argument {k!r}"
+        if not _plain(v):
+            return None, f"{k} is not plain data"
+        kwargs[k] = v
+    for k in _IGNORED:
+        kwargs.pop(k, None)
+    for k in _STATIC_ONLY:
+        if kwargs.get(k):
+            return None, f"{k} is not supported by the trusted builder"
+        kwargs.pop(k, None)
+    if not isinstance(kwargs.get("name"), str) or not re.fullmatch(r"[A-Za-z_]\w*", kwargs["name"]):
+        return None, "the extension name is not a plain identifier"
+    for k in ("cpp_sources", "cuda_sources"):
+        v = kwargs.get(k)
+        if v is not None and not isinstance(v, str) and not (isinstance(v, list) and all(isinstance(x, str) for x in v)):
+            return None, f"{k} is not a string or a list of strings"
+    if "cpp_sources" not in kwargs:
+        return None, "no cpp_sources"
+    if kwargs.get("is_python_module") is False:
+        return None, "is_python_module=False"
+    problem = flag_problem(kwargs)
+    return (None, problem) if problem else (kwargs, "")
+
+
+def _plain(v: Any, depth: int = 0) -> bool:
+    """JSON-like data: str, bool, int, float, None, lists and str-keyed dicts of those."""
+    if depth > 4:
+        return False
+    if v is None or isinstance(v, (str, bool, int, float)):
+        return True
+    if isinstance(v, (list, tuple)):
+        return all(_plain(x, depth + 1) for x in v)
+    if isinstance(v, dict):
+        return all(isinstance(k, str) and _plain(x, depth + 1) for k, x in v.items())
+    return False
 
 
 def _callee(func: ast.expr) -> str:

@@ -17,6 +17,7 @@ can write the cache, so the manifest can be trusted.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 import threading
@@ -38,6 +39,8 @@ _KNOWN_LOCK = threading.Lock()
 # process (its start-up, a torch import, is most of a cached evaluation's overhead): the hashes
 # are this process's own, and the evaluation child still checks the bytes before it loads.
 _DONE: dict[str, tuple[dict[str, str], list[dict[str, Any]]]] = {}
+# Calls recorded from a candidate's running code (`record_calls`), by the sha256 of its text.
+_RECORDED: dict[str, list[dict[str, Any]]] = {}
 
 
 @dataclass
@@ -49,12 +52,14 @@ class TrustedBuilds:
     wall_s: float = 0.0
     error: str = ""  # the builder itself failed (then the evaluation builds everything privately)
     remembered: bool = False  # every call was built before by this process: no builder was started
+    recorded: int = 0  # calls with arguments computed at run time, recorded from the candidate's code (`record_calls`)
     memo: dict[str, Any] | None = None  # every call built: what `adopt` teaches another trusted process
 
     def describe(self) -> dict[str, Any]:
         """The record's `metadata["trusted_build"]`."""
         return {"calls": len(self.builds), "verified": len(self.verified), "wall_s": round(self.wall_s, 3),
                 **({"remembered": True} if self.remembered else {}),
+                **({"recorded": self.recorded} if self.recorded else {}),
                 "private": self.private, **({"error": self.error} if self.error else {}),
                 "builds": [{k: v for k, v in b.items() if k not in ("sha256", "output")} for b in self.builds]}
 
@@ -64,20 +69,39 @@ def cache_root(config: EvalConfig) -> Path:
 
 
 def build(candidate_text: str, config: EvalConfig, sandbox_kind: str, workdir: Path,
-          env: dict[str, str], arch_list: str | None = None) -> TrustedBuilds:
+          env: dict[str, str], arch_list: str | None = None, record: bool = False) -> TrustedBuilds:
     """Build the candidate's statically known extensions in a trusted child; never raises for the candidate.
 
     `workdir`: a directory of the builder's own; `env`: the evaluation child's environment (the
     builder sees the GPU hidden and builds for `arch_list`, the value the evaluation child sets).
+    `record`: where some calls' arguments are computed at run time, run the candidate's
+    module-level code in the build recorder first (`record_calls`; a prebuild does, off the
+    GPU's path) and build the calls it made too. Calls recorded once for a candidate's text (here,
+    or `adopt`ed) are built by every later `build` of the same text, recorder or not.
     """
     t0 = time.monotonic()
     scan = static_builds.scan(candidate_text)
     out = TrustedBuilds(private=scan.private)
-    if not scan.calls:
+    calls = [c.kwargs for c in scan.calls]
+    text_key = hashlib.sha256(candidate_text.encode()).hexdigest()
+    computed = [p for p in scan.private if "computed at run time" in p]
+    with _KNOWN_LOCK:
+        recorded = _RECORDED.get(text_key)
+    if recorded is None and record and computed:
+        recorded, refused = record_calls(candidate_text, config, sandbox_kind, workdir / "recorder", env)
+        with _KNOWN_LOCK:
+            _RECORDED[text_key] = recorded
+        out.private = [p for p in out.private if p not in computed] + refused
+    if recorded:
+        extra = [c for c in recorded if c not in calls]
+        calls += extra
+        out.recorded = len(extra)
+        out.private = [p for p in out.private if p not in computed]
+    if not calls:
         return out
     root = cache_root(config)
     root.mkdir(parents=True, exist_ok=True)
-    memo_key = json.dumps([str(root.resolve()), [c.kwargs for c in scan.calls], arch_list or "",
+    memo_key = json.dumps([str(root.resolve()), calls, arch_list or "",
                            config.build.use_pch, config.build.lean_headers, env.get("CXX", "")],
                           sort_keys=True, default=repr)
     with _KNOWN_LOCK:
@@ -85,7 +109,8 @@ def build(candidate_text: str, config: EvalConfig, sandbox_kind: str, workdir: P
     if done is not None and all((root / d).is_dir() for d in done[0]):
         out.verified, out.builds = dict(done[0]), [dict(b, cached=True) for b in done[1]]
         out.remembered = True
-        out.memo = {"key": memo_key, "root": str(root.resolve()), "verified": dict(done[0]), "builds": done[1]}
+        out.memo = {"key": memo_key, "root": str(root.resolve()), "verified": dict(done[0]), "builds": done[1],
+                    "recorded": {text_key: recorded} if recorded else {}}
         out.wall_s = time.monotonic() - t0
         return out
     workdir.mkdir(parents=True, exist_ok=True)
@@ -93,7 +118,7 @@ def build(candidate_text: str, config: EvalConfig, sandbox_kind: str, workdir: P
     env = dict(env, TMPDIR=str(workdir / "tmp"), CUDA_VISIBLE_DEVICES="")
     if arch_list:
         env["TORCH_CUDA_ARCH_LIST"] = arch_list
-    job = {"cache_root": str(root), "calls": [c.kwargs for c in scan.calls],
+    job = {"cache_root": str(root), "calls": calls,
            "use_pch": config.build.use_pch, "lean_headers": config.build.lean_headers}
     argv = sandbox.wrap(builder_argv(), sandbox_kind, workdir, [Path(config.cache_dir)])
     iso = isolation.prepare("cpu", sandbox_kind, config.memory_limit_mb)
@@ -116,11 +141,11 @@ def build(candidate_text: str, config: EvalConfig, sandbox_kind: str, workdir: P
                 out.verified[d] = _KNOWN.setdefault((str(root.resolve()), d), digest)
         elif not b.get("ok") and isinstance(d, str) and "/" not in d and isinstance(b.get("output"), str):
             out.failed[d] = b["output"]
-    if out.builds and len(out.verified) == len(out.builds) == len(scan.calls):
+    if out.builds and len(out.verified) == len(out.builds) == len(calls):
         with _KNOWN_LOCK:  # every call built: the next evaluation of the same calls skips the builder
             _DONE[memo_key] = (dict(out.verified), [dict(b) for b in out.builds])
         out.memo = {"key": memo_key, "root": str(root.resolve()), "verified": dict(out.verified),
-                    "builds": [dict(b) for b in out.builds]}
+                    "builds": [dict(b) for b in out.builds], "recorded": {text_key: recorded} if recorded else {}}
     return out
 
 
@@ -137,9 +162,42 @@ def adopt(memo: dict[str, Any]) -> None:
         builds = [dict(b) for b in memo["builds"] if isinstance(b, dict)]
     except (KeyError, TypeError, ValueError, AttributeError):
         return
+    recorded = {}
+    for text_key, calls in dict(memo.get("recorded") or {}).items():  # checked again: this process trusts no text
+        accepted = [kw for kw, _ in map(static_builds.check_recorded, calls if isinstance(calls, list) else []) if kw]
+        recorded[str(text_key)] = accepted
     with _KNOWN_LOCK:
         verified = {d: _KNOWN.setdefault((root, d), h) for d, h in verified.items()}
         _DONE.setdefault(key, (verified, builds))
+        for text_key, accepted in recorded.items():
+            _RECORDED.setdefault(text_key, accepted)
+
+
+def record_calls(candidate_text: str, config: EvalConfig, sandbox_kind: str, workdir: Path,
+                 env: dict[str, str]) -> tuple[list[dict[str, Any]], list[str]]:
+    """The load_inline calls the candidate's module-level code makes (`child/build_recorder.py`, in
+    the sandbox, no GPU), each checked as hostile input: (accepted calls, why each other was refused)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "tmp").mkdir(exist_ok=True)
+    cand = workdir / "candidate.py"
+    cand.write_text(candidate_text)
+    env = dict(env, TMPDIR=str(workdir / "tmp"), CUDA_VISIBLE_DEVICES="")
+    argv = sandbox.wrap([sys.executable, "-u", "-m", "kernelwright.engine.child.build_recorder"], sandbox_kind,
+                        workdir, [])
+    iso = isolation.prepare("cpu", sandbox_kind, config.memory_limit_mb)
+    done = process.run_to_end(argv, {"candidate_path": str(cand)}, workdir, env,
+                              config.timeouts.startup + config.timeouts.init, name="recorder", isolation=iso,
+                              max_line=16 << 20)
+    record = next((m.get("record") for m in done.messages if m.get("type") == "final"), None)
+    raw = record.get("calls") if isinstance(record, dict) else None
+    accepted, refused = [], []
+    for call in (raw if isinstance(raw, list) else [])[:16]:
+        kwargs, why = static_builds.check_recorded(call)
+        if kwargs is None:
+            refused.append(f"a call recorded at run time: {why}")
+        elif kwargs not in accepted:
+            accepted.append(kwargs)
+    return accepted, refused
 
 
 def builder_argv() -> list[str]:
@@ -151,6 +209,7 @@ def forget() -> None:
     with _KNOWN_LOCK:
         _KNOWN.clear()
         _DONE.clear()
+        _RECORDED.clear()
 
 
 def job_fields(trusted: TrustedBuilds | None, workdir: Path) -> dict[str, Any]:

@@ -53,6 +53,7 @@ class WarmPool:
         # spares with it.
         self._starter: threading.Thread | None = None
         self._closed = False
+        self._start_failed = False  # the last start raised EngineError: takes do not wait for the starter
         self.started = 0  # spares started (for tests and benchmarks)
 
     # -- spares --
@@ -83,6 +84,8 @@ class WarmPool:
                 spare = prestart(self.config)
             except EngineError:
                 with self._cv:  # the evaluation starts its own child and reports the problem; try at the next take
+                    self._start_failed = True
+                    self._cv.notify_all()
                     self._cv.wait()
                 continue
             except Exception:  # never lose the starter to a bug: the evaluations start their own children
@@ -92,6 +95,7 @@ class WarmPool:
                     spare.discard()
                     return
                 self._spares.append(spare)
+                self._start_failed = False
                 self.started += 1
                 if self._paused:  # spawned just as the timing began
                     _signal_spare(spare, signal.SIGSTOP)
@@ -102,7 +106,7 @@ class WarmPool:
         evaluations of a pool), wait for it up to `wait_s` rather than start a child beside it."""
         spare = None
         with self._cv:
-            if not self._spares and self._starter is not None and not self._closed:
+            if not self._spares and self._starter is not None and not self._closed and not self._start_failed:
                 self._cv.wait_for(lambda: self._spares or self._closed, timeout=wait_s)
             while self._spares:
                 candidate = self._spares.popleft()

@@ -19,7 +19,7 @@ from kernelwright.store.rundir import problem_name
 
 
 def degenerate(record: dict[str, Any]) -> bool:
-    """Does an evaluation record flag its problem's reference as degenerate (issue 13's guard)?"""
+    """Does an evaluation record flag its problem's reference as degenerate (the `degenerate_reference` guard)?"""
     meta = record.get("metadata") or {}
     flags = ((meta.get("guards") or {}).get("flags") or {}) if isinstance(meta.get("guards"), dict) else {}
     return bool(flags.get("degenerate_reference") or meta.get("degenerate_reference"))

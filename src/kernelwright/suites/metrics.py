@@ -3,7 +3,7 @@
 One `ProblemOutcome` per problem: its best correct evaluation when it has one (the fastest), else
 its last verdict. `fast_p` is KernelBench's: the share of ALL problems whose kernel is correct AND
 faster than p times the reference (speedup > p). A correct kernel without a timing (an untimed pass)
-counts for p = 0 only. Problems whose reference is flagged degenerate (issue 13's guard) are
+counts for p = 0 only. Problems whose reference is flagged degenerate (the `degenerate_reference` guard) are
 counted apart: they are in `degenerate` and in no rate, mean or denominator.
 """
 

@@ -6,8 +6,11 @@ each into its own run directory under the suite's folder, each indexed into the 
 
 A rerun of the same suite skips the problems that are finished and continues the ones that were
 cut off (an optimize run resumes after its last finished round; an evaluation is done again).
-Evaluations go through an `Executor` (`submit(task) -> Future[EvalResult]`, `close()`); builds of
-queued candidates run ahead on the CPU in a `BuildPool` while the executor evaluates.
+Evaluations go through an `Executor` (`submit(task) -> Future[EvalResult]`, `close()`). With the
+serial one, builds of queued candidates run ahead on the CPU in a `BuildPool` while it evaluates;
+with the local or Ray one, every candidate is submitted at once and the executor builds ahead and
+places each on a GPU (`suites/pipeline.py` follows where each one is). A suite optimize runs
+`parallel` problems at once, each with its own store connection.
 """
 
 from __future__ import annotations

@@ -230,15 +230,21 @@ def install_build_cache(cache_root: str | os.PathLike, candidate_file: str | Non
         try:
             module = call(build_dir)
         except Exception as exc:
-            # One rule for every way a build call fails (docs/VERDICTS.md, "Builds the candidate
-            # catches"): the compiler's error, a link error found when the module is imported
-            # (an undefined symbol), or a call torch rejects. Each is recorded as a failed build,
-            # so a candidate that catches it and falls back to PyTorch is still a compile_error.
+            # One rule for every way the candidate's build fails (docs/VERDICTS.md, "Builds the
+            # candidate catches"): the compiler's error, a link error found when the module is
+            # imported (an undefined symbol), or a call torch rejects. Each is recorded as a failed
+            # build, so a candidate that catches it and falls back to PyTorch is still a
+            # compile_error. What the machine lacks (no CUDA toolkit: OSError; no ninja) is not the
+            # candidate's build failing: it goes on as raised (the verdict says what is missing).
             text = str(exc)
             compiler = isinstance(exc, RuntimeError) and "Error building extension" in text
-            if tentative:  # a lean build that failed in any way: the build as written follows
-                BUILD_LOG.remove(entry)
+            candidate_fault = compiler or isinstance(exc, (ImportError, TypeError))
+            if tentative and (candidate_fault or not isinstance(exc, OSError)):
+                BUILD_LOG.remove(entry)  # a lean build that failed: the build as written follows
                 raise _LeanBuildFailed(text, time.perf_counter() - t0) from None
+            if not candidate_fault:
+                entry["ok"] = False
+                raise
             if not compiler:
                 text = load_failure_text(name, exc)
             issues = parse_compiler_output(text, candidate_file)
@@ -293,9 +299,12 @@ def install_build_cache(cache_root: str | os.PathLike, candidate_file: str | Non
                         tentative=True,
                     )
                 except _LeanBuildFailed as failure:
-                    first = next((i.message for i in parse_compiler_output(failure.output, None)), "")
+                    found = parse_compiler_output(failure.output, None)
+                    first = next((i.message for i in found), "")
                     if private_root is None:  # an evaluation never writes the shared cache
                         failed_marker.write_text(failure.output[-20000:])
+                    if certain_failure(found):
+                        _fail_as_written(name, root / f"{name}-{key}", key, failure, candidate_file)
                     extra["lean_headers"] = {"used": False, "tried_s": round(failure.seconds, 2),
                                              "reason": f"the lean build failed ({first[:200]}); built as written"}
         build_dir = root / f"{name}-{key}"
@@ -377,8 +386,7 @@ def _hold_build_dir(build_dir: Path):
     build of that directory wait while the file exists, with no limit and no check that its owner
     lives. A build killed on its time limit, by a signal or by the out-of-memory killer leaves the file
     behind, and every later build of the same sources then waits for ever: each evaluation of that
-    candidate would end as a time-out (torch's endless wait was seen on the H100, 2026-11-23, after a
-    benchmark's build had been stopped at its time limit in the call before).
+    candidate would end as a time-out (it happens after a build was stopped at its time limit).
     Every kernelwright build of a directory holds this flock first, so a baton found while holding it
     belongs to a builder that is gone."""
     try:
@@ -551,6 +559,29 @@ def _precheck_functions(original_inline, name, cpp_sources, cuda_sources, args, 
     BUILD_LOG.append({"kind": "inline", "name": name, "key": "", "dir": "", "cached": False, "ok": False,
                       "precheck": True, "output": output, "issues": [asdict(i) for i in issues]})
     raise CandidateBuildError(name, output, issues)
+
+
+def certain_failure(issues: list[CompileIssue]) -> bool:
+    """Does a failed lean build say that the build as written fails too? Yes when an error is in
+    main.cpp: the lean build changes only the CUDA sources' headers, and its main.cpp (the
+    cpp_sources after an explicit <torch/extension.h>, with the same flags) is the file torch
+    writes for the build as written (the same sources after its implicit <torch/extension.h>)."""
+    return any(i.file == "main.cpp" for i in issues)
+
+
+def _fail_as_written(name: str, build_dir: Path, key: str, failure: "_LeanBuildFailed",
+                     candidate_file: str | None) -> None:
+    """A build as written that cannot succeed (`certain_failure`): fail now, with the lean
+    build's compiler output, instead of running the compiler again for the same error. Recorded
+    under the build as written, so the trusted builder's verdict is replayed by the evaluation."""
+    text = failure.output
+    issues = parse_compiler_output(text, candidate_file)
+    BUILD_LOG.append({"kind": "inline", "name": name, "key": key, "dir": str(build_dir), "cached": False,
+                      "ok": False, "output": text, "issues": [asdict(i) for i in issues],
+                      "lean_headers": {"used": False, "tried_s": round(failure.seconds, 2),
+                                       "reason": "main.cpp failed in the lean build; it is the same file as written, "
+                                                 "so the build as written was not run"}})
+    raise CandidateBuildError(name, text, issues)
 
 
 class _LeanBuildFailed(Exception):

@@ -101,6 +101,7 @@ class Judge:
         self.input_files: dict[int, str] = {}  # seed -> the wire file the runner reads its inputs from
         self.expected: set[str] = set()  # labels of outputs the runner still owes
         self.checks_done = False
+        self.worst_errors = (0.0, 0.0)  # (normwise, element / scale) of the passed trials against the reference
         self.stage_started: dict[str, float] = {}
         self.current_stage = "startup"
         self.reported: Any = None  # the first failure reported (verdict.Failure); decide() weighs it at the end
@@ -474,6 +475,12 @@ class Judge:
         else:
             s["calibrated_passed"] = None
         self.degenerate.add(inputs, ref_out)
+        if passed:  # how far a correct output of this candidate strays: the bound for its timed outputs
+            from kernelwright.engine.child.windows import errors
+
+            e = errors(cand, ref_out)
+            if e is not None:
+                self.worst_errors = (max(self.worst_errors[0], e[0]), max(self.worst_errors[1], e[1]))
         self.add_trial(trial)
 
     def after_report(self) -> None:

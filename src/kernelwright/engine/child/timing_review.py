@@ -41,6 +41,14 @@ def _nbytes(obj: Any) -> int:
     return sum(t.numel() * t.element_size() for _, t in flatten(obj) if isinstance(t, torch.Tensor))
 
 
+def _resolution(ref: Any) -> float:
+    """The coarsest relative resolution among the reference's floating outputs (eps of its dtype)."""
+    from kernelwright.engine.child.compare import flatten
+
+    eps = [torch.finfo(t.dtype).eps for _, t in flatten(ref) if isinstance(t, torch.Tensor) and t.is_floating_point()]
+    return max(eps, default=0.0)
+
+
 def _stats(samples: list[float], warmup: int) -> TimingStats:
     from kernelwright.engine.child.timing import stats_of
 
@@ -48,10 +56,7 @@ def _stats(samples: list[float], warmup: int) -> TimingStats:
 
 
 def run(judge: "Judge") -> None:
-    from kernelwright.engine.child.compare import compare_outputs
-    from kernelwright.engine.child.problem_io import sync, trial_seed
-
-    cfg, device, rec = judge.cfg, judge.device, judge.rec
+    cfg, device = judge.cfg, judge.device
     if judge.handoff is None:
         judge.set_verdict(Status.ENGINE_ERROR, "The judge has no socket to the runner: timing windows cannot run "
                           "(an engine bug, not the candidate's fault)", Stage.TIMING)
@@ -63,19 +68,48 @@ def run(judge: "Judge") -> None:
         inputs = judge.io.inputs(judge.secret + TIMING_SEED_OFFSET + counter[0])
         return list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
 
-    worst = max((tr.max_abs_err or 0.0 for tr in rec.trials), default=0.0)
-    atol = max(cfg.atol, 4.0 * worst)
+    # a timed output must stray from the reference no further than the candidate's correct trials
+    # did (with room), or than the output dtype's resolution: a replayed, skipped or unfinished
+    # output strays by the size of the output itself
+    norm_seen, elem_seen = judge.worst_errors
 
     def check(cand: Any, ref: Any) -> bool:
         try:
-            return compare_outputs(cand, ref, atol, cfg.rtol).passed
+            e = windows.errors(cand, ref)
         except Exception:
             return False
+        if e is None:
+            return False
+        floor = max(cfg.rtol, _resolution(ref))
+        return e[0] <= max(16 * norm_seen, floor) and e[1] <= max(16 * elem_seen, 4 * floor)
 
     def deadline(expected_s: float) -> float:
         return max(cfg.timing.window_deadline_s, 100.0 * expected_s)
 
-    timer = windows.WindowTimer(judge.handoff, device, draw, judge.ref_model, check, deadline)
+    from kernelwright.engine.child import stability
+
+    on_gpu = device.type == "cuda"
+    cores = stability.available_cores()
+    threads = stability.resolve_threads(cfg.timing, cores)
+    prev_threads = torch.get_num_threads()
+    if not on_gpu:  # one fixed thread count for both sides, recorded (the runner is told it too)
+        torch.set_num_threads(threads)
+    try:
+        _run(judge, draw, check, deadline, on_gpu, cores, threads)
+    finally:
+        torch.set_num_threads(prev_threads)
+
+
+def _run(judge: "Judge", draw: Any, check: Any, deadline: Any, on_gpu: bool, cores: int, threads: int) -> None:
+    import os
+    import statistics
+
+    from kernelwright.engine.child import stability
+    from kernelwright.engine.child.problem_io import sync, trial_seed
+
+    cfg, device, rec = judge.cfg, judge.device, judge.rec
+    timer = windows.WindowTimer(judge.handoff, device, draw, judge.ref_model, check, deadline,
+                                threads=None if on_gpu else threads)
     # the reference's time per call, from the trials' inputs, sets the window's size
     _, _, inputs0 = judge.reference(trial_seed(judge.secret, 0))
     from kernelwright.engine.child.trees import clone
@@ -102,6 +136,8 @@ def run(judge: "Judge") -> None:
             compiled = None
     ref_ms: list[float] = []
     cand_ms: list[float] = []
+    busy: list[float] = []  # cores other processes kept busy while the reference was timed (the runner idles then)
+    runnable: list[float] = []
     comp_ms: list[float] = []
     details: list[dict[str, Any]] = []
     bad = checked = 0
@@ -109,7 +145,15 @@ def run(judge: "Judge") -> None:
         for r in range(plan.rounds + 1):
             warm = r == 0
             sets, layout = timer.pool(plan.warmup_calls if warm else plan.calls)
+            monitor = stability.CpuLoadMonitor()
             r_ms, ref_outs = timer.reference_window(sets)
+            monitor.tick()
+            if not warm:
+                b, q = monitor.others_busy_cores(), monitor.others_runnable()
+                if b is not None:
+                    busy.append(b)
+                if q is not None:
+                    runnable.append(q)
             res = timer.candidate_window(sets, layout, ref_outs, expected_ms=r_ms * (50.0 if warm else 1.0))
             bad += res.bad_slots
             checked += res.calls
@@ -154,12 +198,23 @@ def run(judge: "Judge") -> None:
         cr = _stats(comp_ms, 1)
         rec.compile_reference_timing, rec.compile_reference_ms = cr, cr.median_ms
         rec.speedup_vs_compile = cr.median_ms / c.median_ms
-    band = [f"{name} p90/p10 {s.p90_ms / s.p10_ms:.2f}" for name, s in (("candidate", c), ("reference", ref))
-            if s.p10_ms > 0 and s.p90_ms / s.p10_ms > cfg.timing.max_band]
-    if band:
-        judge.flag("timing_unstable", "the windows' times spread beyond timing.max_band: " + "; ".join(band))
+    samples = {"reference": ref_ms, "candidate": cand_ms}
+    reasons = stability.sample_problems(samples, cfg.timing)
+    load = stability.LoadFacts(cores=cores, threads=threads,
+                               others_busy_cores=statistics.fmean(busy) if busy else None,
+                               others_runnable=statistics.fmean(runnable) if runnable else None,
+                               loadavg_1m=os.getloadavg()[0])
+    if not on_gpu:  # (on a GPU the runner is another process on the device by design)
+        reasons += stability.load_problems(load, cfg.timing, on_gpu)
+    if reasons:
+        judge.flag("timing_unstable", "; ".join(reasons[:5]))
     rec.metadata["timing"] = {"clock": "judge", "calls_per_window": plan.calls, "windows": details,
-                              "plan": plan.reasons, "estimate_ms": round(est_ms, 6)}
+                              "plan": plan.reasons, "estimate_ms": round(est_ms, 6),
+                              "threads": None if on_gpu else threads, "attempts": 1, "unstable": reasons,
+                              "load": {"others_busy_cores": load.others_busy_cores,
+                                       "others_runnable": load.others_runnable, "loadavg_1m": load.loadavg_1m},
+                              "drift": {k: stability.drift(v) for k, v in samples.items() if v},
+                              "band": {k: stability.band(v) for k, v in samples.items() if v}}
     physics(judge, inputs0)
 
 

@@ -144,6 +144,8 @@ def serve_window(sock: socket.socket, header: dict[str, Any], fds: list[int], mo
     failure: BaseException | None = None
     try:
         t_start = time.perf_counter()
+        if isinstance(header.get("threads"), int) and header["threads"] > 0 and device.type == "cpu":
+            torch.set_num_threads(header["threads"])  # the count the judge times the reference with
         n = int(header["calls"])
         lin = Layout.from_json(header["inputs"], max_bytes)
         lout = Layout.from_json(header["outputs"], max_bytes)
@@ -242,8 +244,9 @@ class WindowTimer:
 
     def __init__(self, sock: socket.socket, device: torch.device, draw: Callable[[], list[Any]],
                  reference: Callable[..., Any], check: Callable[[Any, Any], bool],
-                 deadline_s: Callable[[float], float]):
+                 deadline_s: Callable[[float], float], threads: int | None = None):
         self.sock = sock
+        self.threads = threads  # CPU: the intra-op thread count both sides time with
         self.device = device
         self.draw = draw  # fresh inputs from the judge's secret stream
         self.reference = reference
@@ -351,9 +354,12 @@ class WindowTimer:
             wid = self.next_id
             self.next_id += 1
             header = {"window": wid, "id": wid, "calls": calls, "inputs": in_layout.to_json(),
-                      "outputs": out_layout.to_json()}
+                      "outputs": out_layout.to_json(), "threads": self.threads}
             t0 = time.perf_counter()
-            shared_region.send(self.sock, json.dumps(header).encode(), [rin.fd, rout.fd])
+            try:
+                shared_region.send(self.sock, json.dumps(header).encode(), [rin.fd, rout.fd])
+            except OSError as exc:
+                raise WindowError(f"the runner's end of the window socket is gone ({exc.strerror or exc})") from None
             limit = self.deadline_s(expected_ms * calls / 1e3)
             reply = self._await_done(wid, limit)
             t_done = time.perf_counter()
@@ -392,7 +398,10 @@ class WindowTimer:
             left = end - time.monotonic()
             if left <= 0 or not select.select([self.sock], [], [], left)[0]:
                 raise WindowTimeout(limit_s)
-            data, fds = shared_region.recv(self.sock)
+            try:
+                data, fds = shared_region.recv(self.sock)
+            except OSError as exc:
+                raise WindowError(f"the runner's end of the window socket failed ({exc.strerror or exc})") from None
             for fd in fds:  # the runner sends no descriptors to the judge here
                 os.close(fd)
             if not data:
@@ -433,6 +442,38 @@ class WindowTimeout(WindowError):
     def __init__(self, limit_s: float):
         super().__init__(f"the runner did not finish a timing window within {limit_s:.3g} s")
         self.limit_s = limit_s
+
+
+def errors(cand: Any, ref: Any) -> tuple[float, float] | None:
+    """(largest normwise relative error, largest element error relative to the output's scale) over
+    the leaves, or None where the structure, a shape or the non-finite pattern differs."""
+    from kernelwright.engine.child.compare import flatten, structure_mismatch
+
+    if structure_mismatch(cand, ref):
+        return None
+    norm = elem = 0.0
+    for (_, c), (_, r) in zip(flatten(cand), flatten(ref), strict=False):
+        if not isinstance(r, torch.Tensor):
+            if c != r:
+                return None
+            continue
+        if not isinstance(c, torch.Tensor) or c.shape != r.shape:
+            return None
+        if not (r.is_floating_point() or r.is_complex()):
+            if not torch.equal(c.to(r.dtype), r):
+                return None
+            continue
+        c64, r64 = c.to(torch.float64 if not r.is_complex() else torch.complex128), r.to(
+            torch.float64 if not r.is_complex() else torch.complex128)
+        fin = torch.isfinite(r64)
+        if not torch.equal(fin, torch.isfinite(c64)):  # NaN or Inf where the reference has none, or the reverse
+            return None
+        d = (c64 - r64)[fin]
+        scale = float(torch.linalg.vector_norm(r64[fin])) or 1.0
+        norm = max(norm, float(torch.linalg.vector_norm(d)) / scale)
+        top = float(r64[fin].abs().max()) if d.numel() else 1.0
+        elem = max(elem, float(d.abs().max()) / (top or 1.0) if d.numel() else 0.0)
+    return norm, elem
 
 
 def _rebuild(like: Any, leaves: list[torch.Tensor]) -> Any:

@@ -1,0 +1,83 @@
+"""The build recorder: the `load_inline` calls a candidate makes when its module-level code runs.
+
+    python -m kernelwright.engine.child.build_recorder JOB.json
+
+For a candidate whose `load_inline` arguments are computed at run time (f-strings, functions,
+loops), `engine/static_builds.py` cannot resolve the calls from the text. This child imports the
+candidate with `load_inline` replaced by a recorder that keeps each call's arguments and hands
+back a stub module (nothing is compiled, nothing is loaded), then reports the calls. It runs
+candidate code, so it gets what a build-only child gets: no GPU (`CUDA_VISIBLE_DEVICES=""`), the
+evaluation's filtered environment (no secrets), the sandbox (no network under bubblewrap), and
+the parent treats what it reports as hostile input (`static_builds.check_recorded`: the same
+argument and flag allow-lists as a call read from the text). The trusted builder then builds the
+accepted calls into the shared cache, as it builds the static ones.
+
+Reports on the job's `fd`: one final record `{"calls": [{load_inline keyword arguments}, ...]}`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import json
+import os
+import sys
+import time
+from typing import Any
+
+MAX_CALLS = 16
+
+
+class _Stub:
+    """What a recorded load_inline returns: any function of it says it was only recorded."""
+
+    def __init__(self, name: str):
+        self._name = name
+
+    def __getattr__(self, attr: str):
+        def not_built(*args, **kwargs):
+            raise RuntimeError(f"extension {self._name!r} was only recorded, not built")
+        return not_built
+
+
+def main(job_path: str) -> int:
+    with open(job_path) as f:
+        job = json.load(f)
+    fd = job.get("fd")
+    calls: list[dict[str, Any]] = []
+
+    def send(kind: str, **payload: Any) -> None:
+        if fd is None:
+            return
+        data = (json.dumps({"type": kind, "t": time.time(), **payload}, default=repr) + "\n").encode()
+        while data:
+            data = data[os.write(fd, data):]
+
+    import torch.utils.cpp_extension as cpp_ext
+
+    original = cpp_ext.load_inline
+
+    def record(*args, **kwargs):
+        try:
+            bound = inspect.signature(original).bind(*args, **kwargs)
+            call = dict(bound.arguments)
+        except TypeError:
+            call = {}
+        if call and len(calls) < MAX_CALLS:
+            calls.append(call)
+        return _Stub(str(call.get("name", "extension")))
+
+    cpp_ext.load_inline = record
+    try:
+        spec = importlib.util.spec_from_file_location("kw_candidate", job["candidate_path"])
+        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+        sys.modules["kw_candidate"] = module
+        spec.loader.exec_module(module)  # type: ignore[union-attr]
+    except BaseException:  # what came after the calls does not matter here
+        pass
+    send("final", record={"calls": calls})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[-1]))
