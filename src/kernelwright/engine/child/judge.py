@@ -768,6 +768,11 @@ class Judge:
         t0 = time.perf_counter()
         try:
             self.shape_plan = self.plan_shapes()
+        except Exception as exc:  # the judge's own trouble with the problem: the verdict at its own size stands
+            self.rec.metadata["shapes"] = {"mode": self.cfg.shapes, "note": "the other sizes could not be derived: "
+                                           f"{type(exc).__name__}: {str(exc)[:300]}"}
+            self.ask("stop")
+            return
         finally:
             self.busy_s["shapes_plan"] = time.perf_counter() - t0
         self.checked.append("shape_specific")
