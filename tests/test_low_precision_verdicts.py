@@ -91,8 +91,10 @@ def test_bf16_mamba2_candidates_through_the_engine(cpu_config, bf16_problem, nam
     assert r.status is want, (what, r.status, r.error_log)
     leaves = [leaf for t in r.trials for leaf in t.extra.get("numerics", {}).get("leaves", [])]
     assert leaves and all(leaf["rtol"] == 2.0 ** -7 for leaf in leaves)
-    # the reference's own bf16 rounding is inside the tolerance: not "ill-conditioned" for that
-    assert all(leaf["reference"]["frac_out_of_tol"] == 0 for leaf in leaves)
+    # the reference's own bf16 rounding is inside the tolerance: not "ill-conditioned" for that (the
+    # inputs are drawn from a fresh secret seed each evaluation: a stray element of a draw may not be)
+    assert all(leaf["reference"]["frac_out_of_tol"] < 0.005 for leaf in leaves), [
+        leaf["reference"]["frac_out_of_tol"] for leaf in leaves]
     if name == "bf16_diag_decay_bug_y":
         assert "element by element" in r.error_log
         assert "lower precision than the problem" not in r.error_log  # bf16 is the problem's own dtype

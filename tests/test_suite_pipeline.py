@@ -270,3 +270,15 @@ def test_on_the_gpu_each_evaluation_after_the_first_gets_a_spare_that_was_ready(
     assert all(r["stage_times"]["profile_s"] is None for r in records)  # no evidence stage
     assert all((r["metadata"].get("prestarted") or {}).get("idle_s", 0) > 0 for r in records[1:]), \
         [r["metadata"].get("prestarted") for r in records]
+
+
+def test_a_nested_setting_counts_as_given(tmp_path):
+    """`[eval.profile] roofline = true` in the settings file keeps the roofline on where no
+    --profile is given (eval and suite eval turn it off only when nobody asked for it)."""
+    from kernelwright.core.settings_file import load_settings
+
+    f = tmp_path / "kw.toml"
+    f.write_text("[eval.profile]\nroofline = true\n")
+    s = load_settings(f, search=False)
+    assert s.given("eval.profile.roofline") and s.given("eval.profile") and not s.given("eval.profile.enabled")
+    assert not load_settings(None, search=False).given("eval.profile.roofline")

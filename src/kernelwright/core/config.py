@@ -59,7 +59,7 @@ class TimingConfig:
     load_slack_cores: float = 0.5  # other processes may keep this much of our threads' cores busy
     # The judge's clock (engine/child/windows.py): windows of back-to-back calls on fresh inputs.
     windows: int = 5  # timed windows of each side (after one warm-up window)
-    window_ms: float = 100.0  # the reference work one window aims at (sets = window_ms / reference time)
+    window_ms: float = 25.0  # the reference work one window aims at (sets = window_ms / reference time)
     max_window_calls: int = 1024  # input sets per window at most
     window_budget_mb: int = 0  # memory for a window's sets, outputs and snapshot (0: a share of what is free)
     window_deadline_s: float = 10.0  # a window ends within max(this, 100 x its reference time), or times out

@@ -35,6 +35,8 @@ from kernelwright.core.record import EvalResult
 
 
 class WarmPool:
+    """Spares for one GPU's evaluations, which run one at a time (a GPU worker's loop)."""
+
     def __init__(self, config: EvalConfig | None = None, size: int = 2, startup_cpus: set[int] | None = None,
                  home_cpus: set[int] | None = None, pause_while_timing: bool | None = None):
         self.config = config or EvalConfig()
@@ -66,7 +68,6 @@ class WarmPool:
             self._cv.notify_all()
 
     def _start_spares(self) -> None:
-        from kernelwright.engine import EngineError
         from kernelwright.engine.evaluation import prestart
 
         if self.startup_cpus and hasattr(os, "sched_setaffinity"):
@@ -82,13 +83,11 @@ class WarmPool:
             self._not_timing.wait()  # never start one up while this GPU's evaluation is timed
             try:
                 spare = prestart(self.config)
-            except EngineError:
-                with self._cv:  # the evaluation starts its own child and reports the problem; try at the next take
+            except Exception:  # EngineError, or a bug: never lose the starter (nor spin); the evaluation
+                with self._cv:  # starts its own child and reports the problem; try again at the next take
                     self._start_failed = True
                     self._cv.notify_all()
                     self._cv.wait()
-                continue
-            except Exception:  # never lose the starter to a bug: the evaluations start their own children
                 continue
             with self._cv:
                 if self._closed:
