@@ -163,6 +163,12 @@ def eval_cmd(
     sandbox: str = typer.Option(None, metavar="auto|bwrap|none", help="Isolation of the evaluation (default auto)."),
     verdict: str = typer.Option(None, metavar="calibrated|strict",
                                 help="calibrated (float64 oracle, docs/VERDICTS.md; the default) or strict (allclose)."),
+    shapes: str = typer.Option(None, metavar="check|strict|off",
+                               help="Also judge a passed candidate at other sizes of the problem (default check: "
+                                    "a failure there is flagged shape_specific; strict: it fails; off: not checked)."),
+    sanitize: bool = typer.Option(None, "--sanitize/--no-sanitize", metavar="",
+                                  help="Run a passed CUDA candidate once under compute-sanitizer memcheck "
+                                       "(memory_error on an out-of-bounds or misaligned access)."),
     profile: bool = typer.Option(None, "--profile/--no-profile", metavar="",
                                  help="Profile a correct candidate's kernels (ncu where it works, else torch.profiler)."),
     profile_tool: str = typer.Option(None, "--profile-tool", metavar="auto|ncu|torch", help="Profiler (default auto)."),
@@ -182,7 +188,8 @@ def eval_cmd(
     _source_file(candidate, "candidate")
     settings = _settings(config, {"eval": {
         "device": device, "trials": trials, "atol": atol, "rtol": rtol, "seed": seed, "sandbox": sandbox,
-        "verdict": verdict, "timing": {"compare_compile": compare_compile} if compare_compile is not None else None,
+        "verdict": verdict, "shapes": shapes, "sanitize": sanitize,
+        "timing": {"compare_compile": compare_compile} if compare_compile is not None else None,
         "profile": {k: v for k, v in (("enabled", profile), ("tool", profile_tool)) if v is not None} or None}})
     cfg = settings.eval
     if not settings.given("eval.profile.roofline"):  # evidence (roofline, GPU facts) only where asked: --profile

@@ -14,6 +14,7 @@ from typing import Any, Literal
 Device = Literal["auto", "cuda", "cpu"]
 SandboxMode = Literal["auto", "bwrap", "none"]
 VerdictMode = Literal["strict", "calibrated"]
+ShapesMode = Literal["check", "strict", "off"]
 
 
 def default_cache_dir() -> Path:
@@ -73,6 +74,13 @@ class EvalConfig:
     rtol: float = 1e-3
     seed: int = 42
     verdict: VerdictMode = "calibrated"
+    # Other sizes of the problem (engine/child/shapes.py, docs/VERDICTS.md): a passed candidate gets one
+    # more trial at each size derived from the problem's constants. check: a failure there is the
+    # report-only flag `shape_specific`; strict: it fails the verdict; off: not checked.
+    shapes: ShapesMode = "check"
+    # One forward of a passed CUDA candidate under compute-sanitizer memcheck, the caching allocator
+    # off (engine/sanitizer.py): an out-of-bounds or misaligned access raises `memory_error`.
+    sanitize: bool = False
     time_candidate: bool = True
     timeouts: StageTimeouts = field(default_factory=StageTimeouts)
     timing: TimingConfig = field(default_factory=TimingConfig)
@@ -137,6 +145,8 @@ class EvalConfig:
                              f"(got {self.memory_limit_mb})")
         if self.verdict not in ("strict", "calibrated"):
             raise ValueError(f"--verdict must be strict or calibrated (got {self.verdict!r})")
+        if self.shapes not in ("check", "strict", "off"):
+            raise ValueError(f"--shapes must be check, strict or off (got {self.shapes!r})")
         self.profile.validate()
         if self.numerics.factor < 1:
             raise ValueError(f"numerics.factor must be at least 1 (got {self.numerics.factor})")
@@ -197,10 +207,12 @@ GUARD_FLAGS = (
     "degenerate_reference",  # the reference's output does not depend on its input: the speed-up means nothing
     "timing_unstable",  # the timing conditions changed during the stage: the speed-up is not to be trusted
     "faster_than_hardware",  # the judge's time beats the roofline floor: a forged timer or skipped work
+    "shape_specific",  # correct at the problem's own sizes, wrong at other sizes of it (EvalConfig.shapes)
+    "memory_error",  # an out-of-bounds or misaligned access under compute-sanitizer (EvalConfig.sanitize)
 )
 # Flags that report a fact about the problem or the machine, never the candidate's fault.
 REPORT_ONLY_FLAGS = ("no_custom_kernel", "lower_precision_suspected", "degenerate_reference", "timing_unstable",
-                     "faster_than_hardware")
+                     "faster_than_hardware", "shape_specific")
 
 
 @dataclass

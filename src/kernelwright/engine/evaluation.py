@@ -18,7 +18,7 @@ from typing import Callable
 
 from kernelwright.core import formats
 from kernelwright.core.config import EvalConfig
-from kernelwright.engine import build_arch, nsight, process, trusted_builds
+from kernelwright.engine import build_arch, nsight, process, sanitizer, trusted_builds
 from kernelwright.engine.isolation import containment as isolation
 from kernelwright.engine.isolation import environment, leftovers, sandbox
 from kernelwright.core.record import EvalResult, Stage, Status
@@ -357,7 +357,7 @@ def _run(problem_path: Path, cand_path: Path, config: EvalConfig, workdir: Path,
     finally:
         runner.stop()
         judge.stop()
-        if config.profile.enabled:  # the judge's first inputs, for the runner under Nsight Compute
+        if config.profile.enabled or config.sanitize:  # the judge's first inputs, for ncu / compute-sanitizer
             for name in ("in_init.kwt", "in_000.kwt"):
                 try:
                     shutil.copyfile(Path(out_dir) / name, workdir / name)
@@ -387,6 +387,11 @@ def _run(problem_path: Path, cand_path: Path, config: EvalConfig, workdir: Path,
                       wrap=lambda a: sandbox.wrap(a, sandbox_kind, workdir, [cache_dir, report_dir],
                                                   # the shared builds stay read-only
                                                   [trusted_builds.cache_root(config)] if config.build.trusted_cache else []))
+    if config.sanitize and result.status is Status.PASSED:  # one forward under memcheck (engine/sanitizer.py)
+        sanitizer.attach(result, config, workdir, env,
+                         dict(job, init_path=str(workdir / "in_init.kwt"), inputs_path=str(workdir / "in_000.kwt")),
+                         wrap=lambda a: sandbox.wrap(a, sandbox_kind, workdir, [cache_dir],
+                                                     [trusted_builds.cache_root(config)] if config.build.trusted_cache else []))
     return _redacted(result)
 
 

@@ -16,21 +16,28 @@ from typing import Any, ClassVar
 
 @dataclass
 class Construct:
-    """Build ModelNew from the problem's init inputs (a wire file the judge wrote) after seeding torch."""
+    """Build ModelNew from the problem's init inputs (a wire file the judge wrote) after seeding torch.
+    `label` '': the candidate's model; another label keeps one more model, built for other sizes
+    (`shapes.py`), whose failure to construct is reported as a `call_error` under that label."""
 
     kind: ClassVar[str] = "construct"
     init: str
     seed: int
+    label: str = ""
 
 
 @dataclass
 class Call:
-    """Call ModelNew once on the inputs in `inputs`; write its output under `label`."""
+    """Call ModelNew once on the inputs in `inputs`; write its output under `label`. `model`: the
+    label of a model built by `Construct` ('' the candidate's own). `probe`: a call at another size,
+    whose error is reported as a `call_error` and ends nothing (the runner goes on)."""
 
     kind: ClassVar[str] = "call"
     label: str
     inputs: str
     nan_fill: bool = True
+    model: str = ""
+    probe: bool = False
 
 
 @dataclass

@@ -68,6 +68,8 @@ class Runner:
         self._handoff_sock = None  # the runner's end of the device hand-off socket, opened at first use
         self.started = False
         self.phases: dict[str, float] = {}  # seconds per phase of the runner's own work (sent with the timing)
+        self.models: dict[str, Any] = {}  # ModelNew built for other sizes of the problem, by label (shapes.py)
+        self._device_lost = ""  # why calls at other sizes cannot run any more ('' while they can)
 
     def phase(self, name: str, t0: float) -> float:
         now = time.perf_counter()
@@ -381,6 +383,8 @@ class Runner:
     def construct(self, cmd) -> None:
         import torch
 
+        if cmd.label:
+            return self.construct_other(cmd)
         self.stage("init")
         try:
             init = self.read_inputs(cmd.init)
@@ -396,6 +400,26 @@ class Runner:
         self.patches("at import or construction")
         self.chan.send("constructed")
 
+    def construct_other(self, cmd) -> None:
+        """One more ModelNew, for other sizes of the problem: a failure is that size's, not the verdict's."""
+        import torch
+
+        if self._device_lost:
+            self.chan.send("call_error", label=cmd.label, probe=True, lost=True, message=self._device_lost)
+            return
+        try:
+            init = self.read_inputs(cmd.init)
+            init = list(init) if isinstance(init, (list, tuple)) else [init]
+            torch.manual_seed(cmd.seed)
+            self.models[cmd.label] = self.candidate.ModelNew(*init).to(self.device).eval()
+            self.sync()
+        except Stop:
+            raise
+        except Exception as exc:
+            self.chan.send("call_error", label=cmd.label, probe=True,
+                           message=f"ModelNew failed to construct: {type(exc).__name__}: {str(exc)[:400]}")
+        self.patches("at construction")
+
     def sync(self) -> None:
         from kernelwright.engine.child import faults
 
@@ -410,18 +434,20 @@ class Runner:
             self.snapshot.restore()
             self.chan.send("patched", names=changed[:50], when=when)
 
-    def call(self, inputs: Any, nan_fill: bool = True) -> Any:
+    def call(self, inputs: Any, nan_fill: bool = True, model: Any = None) -> Any:
         import torch
 
         from kernelwright.engine.child import guards
         from kernelwright.engine.child.trees import clone
 
         with torch.no_grad(), guards.nan_fill(nan_fill and self.cfg.guards.enabled and self.cfg.guards.nan_fill):
-            out = self.cand_model(*clone(inputs))
+            out = (self.cand_model if model is None else model)(*clone(inputs))
         self.sync()
         return out
 
     def call_cmd(self, cmd) -> None:
+        if cmd.probe:
+            return self.probe(cmd)
         if not getattr(self, "_in_correctness", False):
             self._in_correctness = True
             self.stage("correctness")
@@ -437,6 +463,34 @@ class Runner:
         t0 = self.phase("calls", t0)
         self.chan.send("output", label=cmd.label, file=self.write(cmd.label, out))
         self.phase("output_writes", t0)
+        self.patches("while ModelNew ran")
+
+    def probe(self, cmd) -> None:
+        """A call at another size of the problem (`shapes.py`): its output, or its error as a
+        `call_error` under its label; either way the runner goes on."""
+        import torch
+
+        if self._device_lost:  # a sticky CUDA error at an earlier size: nothing can run here
+            self.chan.send("call_error", label=cmd.label, probe=True, lost=True, message=self._device_lost)
+            return
+        model = self.models.get(cmd.model) if cmd.model else self.cand_model
+        try:
+            if model is None:
+                raise RuntimeError("no ModelNew was constructed for these sizes")
+            out = self.call(self.read_inputs(cmd.inputs), cmd.nan_fill, model)
+            name = self.write(cmd.label, out)
+        except Stop:
+            raise
+        except Exception as exc:
+            message = f"{type(exc).__name__}: {str(exc)[:400]}"
+            self.chan.send("call_error", label=cmd.label, probe=True, message=message)
+            if self.device.type == "cuda":
+                try:
+                    torch.cuda.synchronize(self.device)
+                except Exception:
+                    self._device_lost = f"not run: the CUDA context was lost at an earlier size ({message[:200]})"
+        else:
+            self.chan.send("output", label=cmd.label, file=name)
         self.patches("while ModelNew ran")
 
     def guarded_calls(self, cmd) -> None:
