@@ -70,7 +70,7 @@ def parse(output: str) -> tuple[list[MemoryAccessError], int | None]:
             continue
         m = _HEAD.search(line)
         if m:
-            cur = MemoryAccessError(access=line[m.start():][:200])
+            cur = MemoryAccessError(access=line[m.start() :][:200])
             if len(errors) < MAX_ERRORS:
                 errors.append(cur)
             continue
@@ -103,8 +103,15 @@ def find_tool(hint: str = "") -> str | None:
     return None
 
 
-def run(tool: str, child_argv: list[str], job: dict[str, Any], workdir: Path, env: dict[str, str], timeout: float,
-        wrap=lambda argv: argv) -> dict[str, Any]:
+def run(
+    tool: str,
+    child_argv: list[str],
+    job: dict[str, Any],
+    workdir: Path,
+    env: dict[str, str],
+    timeout: float,
+    wrap=lambda argv: argv,
+) -> dict[str, Any]:
     """One forward of ModelNew under memcheck; the record's `metadata["sanitize"]`."""
     from kernelwright.engine.nsight import _run, read_report_file
 
@@ -116,19 +123,42 @@ def run(tool: str, child_argv: list[str], job: dict[str, Any], workdir: Path, en
     job.update(mode="profile_only", record_path=str(record_path), config=config)
     job_path = workdir / "sanitize_job.json"
     job_path.write_text(json.dumps(job))
-    cmd = [tool, "--tool", "memcheck", "--print-limit", str(MAX_ERRORS), "--target-processes", "all",
-           "--show-backtrace", "no"] + child_argv + [str(job_path)]
-    rc, out, timed_out = _run(wrap(cmd), dict(env, PYTORCH_NO_CUDA_MEMORY_CACHING="1"), workdir, timeout,
-                              workdir / "sanitize.log")
+    cmd = (
+        [
+            tool,
+            "--tool",
+            "memcheck",
+            "--print-limit",
+            str(MAX_ERRORS),
+            "--target-processes",
+            "all",
+            "--show-backtrace",
+            "no",
+        ]
+        + child_argv
+        + [str(job_path)]
+    )
+    rc, out, timed_out = _run(
+        wrap(cmd), dict(env, PYTORCH_NO_CUDA_MEMORY_CACHING="1"), workdir, timeout, workdir / "sanitize.log"
+    )
     errors, count = parse(out)
-    rec: dict[str, Any] = {"ran": True, "tool": tool, "command": cmd, "exit_code": rc, "errors": [asdict(e) for e in errors],
-                           "error_summary": count, "wall_s": round(time.monotonic() - t0, 3)}
+    rec: dict[str, Any] = {
+        "ran": True,
+        "tool": tool,
+        "command": cmd,
+        "exit_code": rc,
+        "errors": [asdict(e) for e in errors],
+        "error_summary": count,
+        "wall_s": round(time.monotonic() - t0, 3),
+    }
     msgs = read_report_file(record_path)
     if timed_out:
         rec["note"] = f"compute-sanitizer ran past its {timeout:g} s limit (the profile stage's); the group was killed"
     elif not any(m.get("type") == "profiled" for m in msgs) and not errors:
         fail = next((m for m in msgs if m.get("type") == "failure"), {})
-        why = (str(fail.get("log", "")).strip().splitlines() or [out.strip().splitlines()[-1] if out.strip() else "no report"])
+        why = str(fail.get("log", "")).strip().splitlines() or [
+            out.strip().splitlines()[-1] if out.strip() else "no report"
+        ]
         rec["note"] = f"the candidate did not run to the end under compute-sanitizer: {why[0][:300]}"
     return rec
 
@@ -140,20 +170,27 @@ def attach(result, config, workdir: Path, env: dict[str, str], job: dict[str, An
     if not config.sanitize or result.status is not Status.PASSED:
         return
     if result.device_type != "cuda":
-        result.metadata["sanitize"] = {"ran": False, "note": "--sanitize checks CUDA kernels with compute-sanitizer; "
-                                       "this evaluation ran on the CPU"}
+        result.metadata["sanitize"] = {
+            "ran": False,
+            "note": "--sanitize checks CUDA kernels with compute-sanitizer; this evaluation ran on the CPU",
+        }
         return
     tool = find_tool()
     if tool is None:
-        result.metadata["sanitize"] = {"ran": False, "note": "compute-sanitizer not found on PATH, in $CUDA_HOME/bin "
-                                       "or /usr/local/cuda/bin: the candidate was not checked for memory errors "
-                                       "(install the CUDA toolkit's compute-sanitizer)"}
+        result.metadata["sanitize"] = {
+            "ran": False,
+            "note": "compute-sanitizer not found on PATH, in $CUDA_HOME/bin "
+            "or /usr/local/cuda/bin: the candidate was not checked for memory errors "
+            "(install the CUDA toolkit's compute-sanitizer)",
+        }
         return
     try:
         rec = run(tool, child_argv(), job, workdir, env, config.timeouts.profile, wrap)
     except (OSError, subprocess.SubprocessError) as exc:
-        result.metadata["sanitize"] = {"ran": False, "note": f"compute-sanitizer could not run: {type(exc).__name__}: "
-                                       f"{str(exc)[:200]}"}
+        result.metadata["sanitize"] = {
+            "ran": False,
+            "note": f"compute-sanitizer could not run: {type(exc).__name__}: {str(exc)[:200]}",
+        }
         return
     result.metadata["sanitize"] = rec
     if rec["errors"]:

@@ -26,8 +26,9 @@ from __future__ import annotations
 import contextlib
 import time
 import types
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import torch
 
@@ -167,10 +168,15 @@ def sizes_set(module: types.ModuleType, sizes: dict[str, int]) -> Iterator[None]
 def same(a: Any, b: Any) -> bool:
     """Equal init inputs: same structure, equal plain values, tensors of equal shape, dtype and values."""
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
-        return (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape
-                and a.dtype == b.dtype and bool(torch.equal(a.cpu(), b.cpu())))
+        return (
+            isinstance(a, torch.Tensor)
+            and isinstance(b, torch.Tensor)
+            and a.shape == b.shape
+            and a.dtype == b.dtype
+            and bool(torch.equal(a.cpu(), b.cpu()))
+        )
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=False))
     try:
         return bool(a == b)
     except Exception:
@@ -180,27 +186,38 @@ def same(a: Any, b: Any) -> bool:
 def shapes_change(base: Any, other: Any) -> bool:
     """Same tensors (count, dtype, rank) of which at least one has another shape."""
     ta, tb = _tensors(base), _tensors(other)
-    if len(ta) != len(tb) or any(x.dtype != y.dtype or x.dim() != y.dim() for x, y in zip(ta, tb)):
+    if len(ta) != len(tb) or any(x.dtype != y.dtype or x.dim() != y.dim() for x, y in zip(ta, tb, strict=False)):
         return False
-    return any(x.shape != y.shape for x, y in zip(ta, tb))
+    return any(x.shape != y.shape for x, y in zip(ta, tb, strict=False))
 
 
 def _short(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ''}"
 
 
-def derive(problem: types.ModuleType, *, base_model: Any, base_init: Any, base_inputs: Any,
-           seeds: list[int], draw: Callable[[int], Any], init: Callable[[], Any], construct: Callable[[Any], Any],
-           forward: Callable[[Any, Any], Any], oracle: Callable[[Any, Any], Any],
-           max_variants: int = MAX_VARIANTS) -> Plan:
+def derive(
+    problem: types.ModuleType,
+    *,
+    base_model: Any,
+    base_init: Any,
+    base_inputs: Any,
+    seeds: list[int],
+    draw: Callable[[int], Any],
+    init: Callable[[], Any],
+    construct: Callable[[Any], Any],
+    forward: Callable[[Any, Any], Any],
+    oracle: Callable[[Any, Any], Any],
+    max_variants: int = MAX_VARIANTS,
+) -> Plan:
     """The variants the reference accepts. `draw(seed)` the problem's inputs, `init()` its init
     inputs, `construct(init)` a reference model, `forward(model, inputs)` its output (synchronised),
     `oracle(model, inputs)` the oracle's output or None; all run with the module's sizes replaced."""
     constants, in_inputs = size_constants(problem)
     plan = Plan(constants=constants)
     if not constants:
-        plan.note = ("the problem's sizes cannot be varied: get_inputs() and get_init_inputs() read no "
-                     "module-level integer")
+        plan.note = (
+            "the problem's sizes cannot be varied: get_inputs() and get_init_inputs() read no module-level integer"
+        )
         return plan
     plan.batch = batch_constant(constants, in_inputs, base_inputs)
     t0 = time.perf_counter()
@@ -220,12 +237,18 @@ def derive(problem: types.ModuleType, *, base_model: Any, base_init: Any, base_i
                 init_inputs = init()
                 inputs = draw(seeds[len(plan.variants) % len(seeds)])
                 if not shapes_change(base_inputs, inputs):
-                    plan.dropped.append({"sizes": name, "why": "no input tensor changes shape with it (a parameter, "
-                                         "not a size)"})
+                    plan.dropped.append(
+                        {"sizes": name, "why": "no input tensor changes shape with it (a parameter, not a size)"}
+                    )
                     continue
                 if nbytes(inputs) > budget_bytes:
-                    plan.dropped.append({"sizes": name, "why": f"its inputs need {nbytes(inputs) >> 20} MiB, over "
-                                         f"the budget of {int(budget_bytes) >> 20} MiB"})
+                    plan.dropped.append(
+                        {
+                            "sizes": name,
+                            "why": f"its inputs need {nbytes(inputs) >> 20} MiB, over "
+                            f"the budget of {int(budget_bytes) >> 20} MiB",
+                        }
+                    )
                     continue
                 init_changed = not same(init_inputs, base_init)
                 model = construct(init_inputs) if init_changed else base_model
@@ -233,12 +256,20 @@ def derive(problem: types.ModuleType, *, base_model: Any, base_init: Any, base_i
                 out = forward(model, inputs)
                 took = time.perf_counter() - t0
                 if took > budget_s:
-                    plan.dropped.append({"sizes": name, "why": f"the reference took {took:.3g} s there, over the "
-                                         f"budget of {budget_s:.3g} s"})
+                    plan.dropped.append(
+                        {
+                            "sizes": name,
+                            "why": f"the reference took {took:.3g} s there, over the budget of {budget_s:.3g} s",
+                        }
+                    )
                     continue
                 if nbytes(inputs) + nbytes(out) > budget_bytes:
-                    plan.dropped.append({"sizes": name, "why": "its inputs and output are over the budget of "
-                                         f"{int(budget_bytes) >> 20} MiB"})
+                    plan.dropped.append(
+                        {
+                            "sizes": name,
+                            "why": f"its inputs and output are over the budget of {int(budget_bytes) >> 20} MiB",
+                        }
+                    )
                     continue
                 expected = oracle(model, inputs)
         except Exception as exc:  # the reference itself does not take this size
@@ -246,13 +277,28 @@ def derive(problem: types.ModuleType, *, base_model: Any, base_init: Any, base_i
             continue
         size = nbytes(inputs) + nbytes(out) + nbytes(expected)
         if held + size > total_bytes:
-            plan.dropped.append({"sizes": name, "why": f"the sizes kept before it hold {held >> 20} MiB of the "
-                                 f"budget of {int(total_bytes) >> 20} MiB"})
+            plan.dropped.append(
+                {
+                    "sizes": name,
+                    "why": f"the sizes kept before it hold {held >> 20} MiB of the "
+                    f"budget of {int(total_bytes) >> 20} MiB",
+                }
+            )
             continue
         held += size
-        plan.variants.append(Variant(label=f"shape{len(plan.variants)}", sizes=sizes, why=why,
-                                     init_inputs=init_inputs, init_changed=init_changed, ref_model=model,
-                                     inputs=inputs, ref_out=out, oracle_out=expected))
+        plan.variants.append(
+            Variant(
+                label=f"shape{len(plan.variants)}",
+                sizes=sizes,
+                why=why,
+                init_inputs=init_inputs,
+                init_changed=init_changed,
+                ref_model=model,
+                inputs=inputs,
+                ref_out=out,
+                oracle_out=expected,
+            )
+        )
     if not plan.variants:
         plan.note = "no other size was kept: " + "; ".join(f"{d['sizes']}: {d['why']}" for d in plan.dropped[:6])
     return plan
