@@ -17,8 +17,8 @@ such as a reduction axis or a class count, is a parameter, not a size), the refe
 and runs on it, and it stays within a budget: inputs and output at most `BYTES_FACTOR` times the
 problem's own (or `MIN_BUDGET_BYTES`), a reference forward at most `TIME_FACTOR` times its own (or
 `MIN_BUDGET_S`), and all kept variants together at most `TOTAL_FACTOR` times the problem's own
-(the judge holds their outputs until the candidate's come). At most `MAX_VARIANTS` are kept. Torch and the standard library only; the judge
-passes in how to draw, construct and run (`judge.py`, "other sizes").
+(the judge holds their outputs until the candidate's come). At most `MAX_VARIANTS` are kept.
+Torch and the standard library only; the judge passes in how to draw, construct and run (`judge.py`, "other sizes").
 """
 
 from __future__ import annotations
