@@ -12,21 +12,20 @@ import os
 import shutil
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from kernelwright.core import formats
 from kernelwright.core.config import EvalConfig
+from kernelwright.core.record import EvalResult, Stage, Status
 from kernelwright.engine import build_arch, nsight, process, sanitizer, trusted_builds
 from kernelwright.engine.isolation import containment as isolation
 from kernelwright.engine.isolation import environment, leftovers, sandbox
-from kernelwright.core.record import EvalResult, Stage, Status
 
 
 class EngineError(RuntimeError):
     """The evaluation could not run at all (not a verdict on the candidate). One line, names the fix."""
-
 
 
 def check_device(device: str) -> None:
@@ -34,7 +33,9 @@ def check_device(device: str) -> None:
         import torch
 
         if not torch.cuda.is_available():
-            raise EngineError("--device cuda was asked for but no CUDA GPU is visible; use --device cpu or run on a GPU machine")
+            raise EngineError(
+                "--device cuda was asked for but no CUDA GPU is visible; use --device cpu or run on a GPU machine"
+            )
 
 
 def evaluate(
@@ -44,7 +45,7 @@ def evaluate(
     *,
     candidate_text: str | None = None,
     on_stage: Callable[[str], None] | None = None,
-    spare: "Spare | None" = None,
+    spare: Spare | None = None,
 ) -> EvalResult:
     """Evaluate a candidate (a file, or its text) against a KernelBench problem in a fresh child.
 
@@ -84,8 +85,15 @@ def evaluate(
         try:
             formats.check_candidate_text(candidate_text, candidate or "candidate")
         except formats.FormatError as exc:
-            return EvalResult(status=Status.FORMAT_ERROR, error_log=str(exc), error_stage=Stage.STARTUP,
-                              atol=config.atol, rtol=config.rtol, seed=config.seed, sandbox=sandbox_kind)
+            return EvalResult(
+                status=Status.FORMAT_ERROR,
+                error_log=str(exc),
+                error_stage=Stage.STARTUP,
+                atol=config.atol,
+                rtol=config.rtol,
+                seed=config.seed,
+                sandbox=sandbox_kind,
+            )
         result = _run(prob.path, cand_path, config, workdir, sandbox_kind, on_stage, spare)
         spare = None  # _run took it
         return result
@@ -98,14 +106,23 @@ def evaluate(
 
 # ---- spare children -------------------------------------------------------------------------
 
+
 def _spawn_key(config: EvalConfig, sandbox_kind: str) -> str:
     """What a child is started with: a spare serves only evaluations that agree on all of it."""
-    return json.dumps([config.device, str(Path(config.cache_dir).resolve()), list(config.pass_env),
-                       config.build.max_jobs, sandbox_kind, config.timeouts.startup,
-                       config.visible_devices,
-                       config.memory_limit_mb,  # limits are set at the spawn
-                       config.device_handoff,  # its socket too
-                       config.build.trusted_cache])  # the build cache's mount; a spare is pinned to its GPU
+    return json.dumps(
+        [
+            config.device,
+            str(Path(config.cache_dir).resolve()),
+            list(config.pass_env),
+            config.build.max_jobs,
+            sandbox_kind,
+            config.timeouts.startup,
+            config.visible_devices,
+            config.memory_limit_mb,  # limits are set at the spawn
+            config.device_handoff,  # its socket too
+            config.build.trusted_cache,
+        ]
+    )  # the build cache's mount; a spare is pinned to its GPU
 
 
 @dataclass
@@ -163,8 +180,9 @@ def _start_spare(config: EvalConfig, sandbox_kind: str, workdir: Path) -> Spare:
     return Spare(runner, judge, _spawn_key(config, sandbox_kind), workdir, judge_dir, env, out_dir)
 
 
-def _spawn_pair(config: EvalConfig, sandbox_kind: str, workdir: Path, job: dict, judge_dir: Path, out_dir: Path,
-                spare: bool = False) -> tuple[process.Child, process.Child, dict[str, str]]:
+def _spawn_pair(
+    config: EvalConfig, sandbox_kind: str, workdir: Path, job: dict, judge_dir: Path, out_dir: Path, spare: bool = False
+) -> tuple[process.Child, process.Child, dict[str, str]]:
     """Runner and judge, with a socket between them for device outputs where the device is a GPU
     (`device_handoff`: the runner's CUDA outputs reach the judge without a trip through host memory)."""
     # the pair's socket: the judge's timing windows (their regions' descriptors) and, on a GPU,
@@ -172,8 +190,9 @@ def _spawn_pair(config: EvalConfig, sandbox_kind: str, workdir: Path, job: dict,
     a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     ends: tuple[int | None, int | None] = (a.detach(), b.detach())
     try:
-        runner, env = _spawn_runner(config, sandbox_kind, workdir, job, spare=spare, out_dir=out_dir,
-                                    handoff_fd=ends[0])
+        runner, env = _spawn_runner(
+            config, sandbox_kind, workdir, job, spare=spare, out_dir=out_dir, handoff_fd=ends[0]
+        )
     except BaseException:
         for fd in ends:
             if fd is not None:
@@ -233,8 +252,9 @@ class WarmEvaluator:
             self._spare.discard()
         self._spare = prestart(config or self.config)
 
-    def evaluate(self, problem: str | Path, candidate: str | Path | None = None, config: EvalConfig | None = None,
-                 **kwargs) -> EvalResult:
+    def evaluate(
+        self, problem: str | Path, candidate: str | Path | None = None, config: EvalConfig | None = None, **kwargs
+    ) -> EvalResult:
         config = config or self.config
         spare, self._spare = self._spare, None
         try:
@@ -251,7 +271,7 @@ class WarmEvaluator:
             self._spare.discard()
             self._spare = None
 
-    def __enter__(self) -> "WarmEvaluator":
+    def __enter__(self) -> WarmEvaluator:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -278,8 +298,15 @@ def _sandbox_kind(config: EvalConfig) -> str:
         raise EngineError(str(exc)) from None
 
 
-def _spawn_runner(config: EvalConfig, sandbox_kind: str, workdir: Path, job: dict, spare: bool = False,
-                  out_dir: Path | None = None, handoff_fd: int | None = None):
+def _spawn_runner(
+    config: EvalConfig,
+    sandbox_kind: str,
+    workdir: Path,
+    job: dict,
+    spare: bool = False,
+    out_dir: Path | None = None,
+    handoff_fd: int | None = None,
+):
     """Start the runner in `workdir` (its TMPDIR inside it; its outputs in `out_dir`, by default
     inside it too): (child, environment)."""
     cache_dir = Path(config.cache_dir)
@@ -294,20 +321,34 @@ def _spawn_runner(config: EvalConfig, sandbox_kind: str, workdir: Path, job: dic
     extra = [out_dir] if out_dir is not None and out_dir != workdir / "out" else []
     argv = sandbox.wrap(process.child_argv("runner"), sandbox_kind, workdir, [cache_dir, *extra], read_only)
     iso = isolation.prepare(config.device, sandbox_kind, config.memory_limit_mb)
-    return process.spawn(argv, job, workdir, env, name="runner", spare=spare, isolation=iso,
-                         handoff_fd=handoff_fd), env
+    return process.spawn(argv, job, workdir, env, name="runner", spare=spare, isolation=iso, handoff_fd=handoff_fd), env
 
 
-def _spawn_judge(config: EvalConfig, judge_dir: Path, env: dict[str, str], spare: bool = False,
-                 handoff_fd: int | None = None) -> process.Child:
+def _spawn_judge(
+    config: EvalConfig, judge_dir: Path, env: dict[str, str], spare: bool = False, handoff_fd: int | None = None
+) -> process.Child:
     """Start the judge: it runs no candidate code, gets its job on stdin, and keeps its files in a
     directory of its own (none of them in the runner's reach under bubblewrap)."""
-    return process.spawn(process.child_argv("judge") + [config.device], None, judge_dir,
-                         dict(env, TMPDIR=str(judge_dir)), name="judge", spare=spare, handoff_fd=handoff_fd)
+    return process.spawn(
+        process.child_argv("judge") + [config.device],
+        None,
+        judge_dir,
+        dict(env, TMPDIR=str(judge_dir)),
+        name="judge",
+        spare=spare,
+        handoff_fd=handoff_fd,
+    )
 
 
-def _run(problem_path: Path, cand_path: Path, config: EvalConfig, workdir: Path, sandbox_kind: str,
-         on_stage: Callable[[str], None] | None, spare: Spare | None = None) -> EvalResult:
+def _run(
+    problem_path: Path,
+    cand_path: Path,
+    config: EvalConfig,
+    workdir: Path,
+    sandbox_kind: str,
+    on_stage: Callable[[str], None] | None,
+    spare: Spare | None = None,
+) -> EvalResult:
     from kernelwright.engine.coordinator import coordinate
 
     cache_dir = Path(config.cache_dir)
@@ -321,14 +362,24 @@ def _run(problem_path: Path, cand_path: Path, config: EvalConfig, workdir: Path,
     out_dir = spare.out_dir
     files = {"out_dir": str(out_dir), "spill_dir": str(workdir / "out")}
     job = {"problem_path": "", "candidate_path": str(cand_path), "config": config.to_dict(), **files}
-    judge_job = {"problem_source": Path(problem_path).read_text(), "problem_name": str(problem_path),
-                 "config": config.to_dict(), **files}
+    judge_job = {
+        "problem_source": Path(problem_path).read_text(),
+        "problem_name": str(problem_path),
+        "config": config.to_dict(),
+        **files,
+    }
     trusted = None
     if config.build.trusted_cache:  # build what can be built without running the candidate
         tdir = workdir / "trusted-build"
         try:
-            trusted = trusted_builds.build(cand_path.read_text(), config, sandbox_kind, tdir,
-                                           environment.child_env(config, tdir / "tmp"), build_arch.arch_list_for_config(config))
+            trusted = trusted_builds.build(
+                cand_path.read_text(),
+                config,
+                sandbox_kind,
+                tdir,
+                environment.child_env(config, tdir / "tmp"),
+                build_arch.arch_list_for_config(config),
+            )
         except BaseException:
             spare.discard(remove_workdir=False)
             raise
@@ -352,8 +403,14 @@ def _run(problem_path: Path, cand_path: Path, config: EvalConfig, workdir: Path,
     iso = runner.isolation
     init_reports = sandbox_kind == "bwrap" or (iso is not None and iso.pid_namespace)  # an init reports 128+N
     try:
-        outcome = coordinate(runner, judge, judge_job, config.timeouts, on_stage=on_stage,
-                             exit_code_of=sandbox.child_exit_code if init_reports else (lambda c: c))
+        outcome = coordinate(
+            runner,
+            judge,
+            judge_job,
+            config.timeouts,
+            on_stage=on_stage,
+            exit_code_of=sandbox.child_exit_code if init_reports else (lambda c: c),
+        )
     finally:
         runner.stop()
         judge.stop()
@@ -383,18 +440,37 @@ def _run(problem_path: Path, cand_path: Path, config: EvalConfig, workdir: Path,
         # the runner under ncu constructs ModelNew and runs it on the judge's first trial inputs
         # (the first two wire files the judge wrote, kept above)
         job = dict(job, init_path=str(workdir / "in_init.kwt"), inputs_path=str(workdir / "in_000.kwt"))
-        nsight.attach(result, config, workdir, env, job,
-                      wrap=lambda a: sandbox.wrap(a, sandbox_kind, workdir, [cache_dir, report_dir],
-                                                  # the shared builds stay read-only
-                                                  [trusted_builds.cache_root(config)] if config.build.trusted_cache else []))
+        nsight.attach(
+            result,
+            config,
+            workdir,
+            env,
+            job,
+            wrap=lambda a: sandbox.wrap(
+                a,
+                sandbox_kind,
+                workdir,
+                [cache_dir, report_dir],
+                # the shared builds stay read-only
+                [trusted_builds.cache_root(config)] if config.build.trusted_cache else [],
+            ),
+        )
     if config.sanitize and result.status is Status.PASSED:  # one forward under memcheck (engine/sanitizer.py)
-        sanitizer.attach(result, config, workdir, env,
-                         dict(job, init_path=str(workdir / "in_init.kwt"), inputs_path=str(workdir / "in_000.kwt")),
-                         wrap=lambda a: sandbox.wrap(a, sandbox_kind, workdir, [cache_dir],
-                                                     [trusted_builds.cache_root(config)] if config.build.trusted_cache else []))
+        sanitizer.attach(
+            result,
+            config,
+            workdir,
+            env,
+            dict(job, init_path=str(workdir / "in_init.kwt"), inputs_path=str(workdir / "in_000.kwt")),
+            wrap=lambda a: sandbox.wrap(
+                a,
+                sandbox_kind,
+                workdir,
+                [cache_dir],
+                [trusted_builds.cache_root(config)] if config.build.trusted_cache else [],
+            ),
+        )
     return _redacted(result)
-
-
 
 
 def _record(outcome, config: EvalConfig, sandbox_kind: str) -> EvalResult:
@@ -406,8 +482,13 @@ def _record(outcome, config: EvalConfig, sandbox_kind: str) -> EvalResult:
         except (TypeError, ValueError, KeyError) as exc:
             outcome.judge_problem = f"the judge's record does not fit EvalResult: {exc}"
     if result is None:
-        result = EvalResult(status=Status.ENGINE_ERROR, atol=config.atol, rtol=config.rtol, seed=config.seed,
-                            error_log=f"The engine failed, not the candidate: {outcome.judge_problem}.")
+        result = EvalResult(
+            status=Status.ENGINE_ERROR,
+            atol=config.atol,
+            rtol=config.rtol,
+            seed=config.seed,
+            error_log=f"The engine failed, not the candidate: {outcome.judge_problem}.",
+        )
         if outcome.judge_log.strip():
             result.metadata["engine_log"] = outcome.judge_log
     result.sandbox = sandbox_kind

@@ -26,7 +26,11 @@ from typing import Any
 
 from kernelwright.core.config import EvalConfig
 from kernelwright.core.record import (
-    CompileIssue, EvalResult, Stage, Status, TimingStats, TrialRecord,  # noqa: F401
+    CompileIssue,  # noqa: F401
+    EvalResult,
+    Stage,
+    Status,
+    TrialRecord,
 )
 from kernelwright.engine.child.channel import Channel
 
@@ -44,11 +48,21 @@ class ReferenceFailure(Exception):
         self.log = log
 
 
-_FAILURE_STATUSES = {"compile_error": Status.COMPILE_ERROR, "runtime_error": Status.RUNTIME_ERROR,
-                     "format_error": Status.FORMAT_ERROR, "engine_error": Status.ENGINE_ERROR}
+_FAILURE_STATUSES = {
+    "compile_error": Status.COMPILE_ERROR,
+    "runtime_error": Status.RUNTIME_ERROR,
+    "format_error": Status.FORMAT_ERROR,
+    "engine_error": Status.ENGINE_ERROR,
+}
 _STAGES = {s.value: s for s in Stage}
-_STAGE_KEY = {"startup": "startup_s", "build": "build_s", "init": "init_s", "correctness": "correctness_s",
-              "timing": "timing_s", "profile": "profile_s"}
+_STAGE_KEY = {
+    "startup": "startup_s",
+    "build": "build_s",
+    "init": "init_s",
+    "correctness": "correctness_s",
+    "timing": "timing_s",
+    "profile": "profile_s",
+}
 MAX_TEXT = 20_000
 
 
@@ -90,7 +104,11 @@ class Judge:
 
     def take(self, job: dict[str, Any]) -> None:
         self.job = job
-        self.cfg = EvalConfig.from_dict(job["config"]) if "seed" in job["config"] else EvalConfig(device=job["config"]["device"])
+        self.cfg = (
+            EvalConfig.from_dict(job["config"])
+            if "seed" in job["config"]
+            else EvalConfig(device=job["config"]["device"])
+        )
         self.out_dir = job.get("out_dir") or os.getcwd()
         self.rec = EvalResult(status=Status.RUNTIME_ERROR, atol=self.cfg.atol, rtol=self.cfg.rtol, seed=self.cfg.seed)
         self.rec.metadata = {}
@@ -125,10 +143,15 @@ class Judge:
         self.done = False
         self.busy_s: dict[str, float] = {}
         self.numerics = {
-            "verdict": self.cfg.verdict, "oracle": self.cfg.numerics.oracle,
-            "oracle_dtype": self.cfg.numerics.oracle_dtype, "factor": self.cfg.numerics.factor,
-            "excess_floor": self.cfg.numerics.excess_floor, "excess_floor_low": self.cfg.numerics.excess_floor_low,
-            "ill_conditioned": False, "strict_passed": True, "calibrated_passed": True,
+            "verdict": self.cfg.verdict,
+            "oracle": self.cfg.numerics.oracle,
+            "oracle_dtype": self.cfg.numerics.oracle_dtype,
+            "factor": self.cfg.numerics.factor,
+            "excess_floor": self.cfg.numerics.excess_floor,
+            "excess_floor_low": self.cfg.numerics.excess_floor_low,
+            "ill_conditioned": False,
+            "strict_passed": True,
+            "calibrated_passed": True,
         }
 
     # ---- set-up (trusted code only) -------------------------------------------------------------
@@ -155,15 +178,19 @@ class Judge:
         from kernelwright.engine.child.problem_io import ProblemIO, load_source
 
         try:
-            self.problem = load_source(self.job["problem_source"], self.job.get("problem_name", "problem.py"),
-                                       "kw_problem")
+            self.problem = load_source(
+                self.job["problem_source"], self.job.get("problem_name", "problem.py"), "kw_problem"
+            )
             self.io = ProblemIO(self.problem, self.device, self.cfg.inputs_on_device, self.rec.metadata)
             self.ref_model = self.io.construct(self.problem.Model, self.cfg.seed)
             torch.manual_seed(self.cfg.seed)
             self.init_inputs = self.problem.get_init_inputs()
         except Exception as exc:
-            self.set_verdict(Status.RUNTIME_ERROR, "The reference problem failed to load or construct:\n"
-                             + _short_tb(exc), Stage.REFERENCE)
+            self.set_verdict(
+                Status.RUNTIME_ERROR,
+                "The reference problem failed to load or construct:\n" + _short_tb(exc),
+                Stage.REFERENCE,
+            )
             return False
         return True
 
@@ -210,8 +237,11 @@ class Judge:
                 sync(self.device)
             except Exception as exc:
                 self.oracle_error = f"{type(exc).__name__}: {str(exc)[:300]}"
-        self.ref_cache = {seed: (ref_out, oracle_out, inputs)} if len(self.ref_cache) > 8 else {
-            **self.ref_cache, seed: (ref_out, oracle_out, inputs)}
+        self.ref_cache = (
+            {seed: (ref_out, oracle_out, inputs)}
+            if len(self.ref_cache) > 8
+            else {**self.ref_cache, seed: (ref_out, oracle_out, inputs)}
+        )
         from kernelwright.engine.child.compare import flatten
 
         sizes = [t.numel() * t.element_size() for _, t in flatten((ref_out, inputs)) if isinstance(t, torch.Tensor)]
@@ -255,7 +285,9 @@ class Judge:
                 if self.handoff_self_test:  # the judge's own side is broken: not the candidate's fault
                     raise HandoffUnavailable(
                         f"the judge cannot import device outputs on this machine ({self.handoff_self_test}); "
-                        f"this output failed with: {exc}; set `device_handoff = false` under [eval] in kernelwright.toml") from None
+                        f"this output failed with: {exc}; "
+                        "set `device_handoff = false` under [eval] in kernelwright.toml"
+                    ) from None
                 raise WireError(str(exc)) from None
             finally:
                 self.handoff_s += time.monotonic() - t0
@@ -273,9 +305,16 @@ class Judge:
         strict = compare_outputs(cand, ref_out, self.cfg.atol, self.cfg.rtol)
         rep = None
         if oracle_out is not None:
-            rep = numerics.judge(cand, ref_out, oracle_out, self.cfg.atol, self.cfg.rtol, self.cfg.numerics.factor,
-                                 excess_floor=self.cfg.numerics.excess_floor,  # element-by-element test
-                                 excess_floor_low=self.cfg.numerics.excess_floor_low)
+            rep = numerics.judge(
+                cand,
+                ref_out,
+                oracle_out,
+                self.cfg.atol,
+                self.cfg.rtol,
+                self.cfg.numerics.factor,
+                excess_floor=self.cfg.numerics.excess_floor,  # element-by-element test
+                excess_floor_low=self.cfg.numerics.excess_floor_low,
+            )
         evidence: dict[str, Any] = {"strict_passed": strict.passed}
         if rep is not None and rep.ok:
             evidence.update(rep.to_dict())
@@ -301,7 +340,7 @@ class Judge:
 
         extra = []
         nan_fill = self.cfg.guards.enabled and self.cfg.guards.nan_fill
-        for (name, c), (_, t) in zip(flatten(cand), flatten(target)):
+        for (name, c), (_, t) in zip(flatten(cand), flatten(target), strict=False):
             if not (isinstance(c, torch.Tensor) and isinstance(t, torch.Tensor)) or c.shape != t.shape:
                 continue
             if not (t.is_floating_point() or t.is_complex()):
@@ -317,9 +356,14 @@ class Judge:
             if rep is not None:
                 for leaf in rep.failing():
                     if leaf.name == name and numerics.lower_precision_suspected(t, leaf.candidate, c.dtype):
-                        self.flag("lower_precision_suspected",
-                                  f"{name}'s normwise error {leaf.candidate.norm_rel:.2e} is at the level of bf16/fp16 rounding")
-                        lines.append("the error is at the level of bf16/fp16 rounding: lower precision than the problem's dtype?")
+                        self.flag(
+                            "lower_precision_suspected",
+                            f"{name}'s normwise error {leaf.candidate.norm_rel:.2e} "
+                            "is at the level of bf16/fp16 rounding",
+                        )
+                        lines.append(
+                            "the error is at the level of bf16/fp16 rounding: lower precision than the problem's dtype?"
+                        )
             extra += [f"  where: {ln}" for ln in lines]
         return message + ("\n" + "\n".join(extra) if extra else "")
 
@@ -358,8 +402,11 @@ class Judge:
         self.rec.device = _text(msg.get("device"), 200)
         self.rec.device_type = self.device.type
         self.rec.stage_times.startup_s = _num(msg.get("startup_s"))
-        self.rec.metadata.update(torch_version=_text(msg.get("torch_version"), 50),
-                                 cuda_version=_text(msg.get("cuda_version"), 50), python=_text(msg.get("python"), 50))
+        self.rec.metadata.update(
+            torch_version=_text(msg.get("torch_version"), 50),
+            cuda_version=_text(msg.get("cuda_version"), 50),
+            python=_text(msg.get("python"), 50),
+        )
 
     def r_build(self, msg) -> None:
         self.rec.metadata["builds"] = _plain_data(msg.get("builds") or [])
@@ -413,8 +460,11 @@ class Judge:
         for i in (msg.get("compile_issues") or [])[:50]:
             if isinstance(i, dict):
                 try:
-                    issues.append(CompileIssue(**{k: _plain_data(v) for k, v in i.items()
-                                                  if k in CompileIssue.__dataclass_fields__}))
+                    issues.append(
+                        CompileIssue(
+                            **{k: _plain_data(v) for k, v in i.items() if k in CompileIssue.__dataclass_fields__}
+                        )
+                    )
                 except TypeError:
                     pass
         if issues:
@@ -429,8 +479,11 @@ class Judge:
             from kernelwright.engine.child.problem_io import trial_seed
 
             t = int(label[5:])
-            self.rec.trials.append(TrialRecord(trial=t, seed=trial_seed(self.secret, t), passed=False,
-                                               message=_text(msg.get("message"), 500)))
+            self.rec.trials.append(
+                TrialRecord(
+                    trial=t, seed=trial_seed(self.secret, t), passed=False, message=_text(msg.get("message"), 500)
+                )
+            )
         self.expected.clear()
 
     def r_output(self, msg) -> None:
@@ -495,8 +548,11 @@ class Judge:
                 self.ask("stop")
             return
         if len([tr for tr in self.rec.trials if tr.passed]) < self.cfg.trials:
-            self.set_verdict(Status.RUNTIME_ERROR, "The runner reported fewer trials than were asked for "
-                             f"({len(self.rec.trials)}/{self.cfg.trials})", Stage.CORRECTNESS)
+            self.set_verdict(
+                Status.RUNTIME_ERROR,
+                f"The runner reported fewer trials than were asked for ({len(self.rec.trials)}/{self.cfg.trials})",
+                Stage.CORRECTNESS,
+            )
             self.ask("stop")
             return
         self.checks_passed = True  # every output right: what is left to decide are the flags and the timing
@@ -561,12 +617,15 @@ class Judge:
                     p.zero_()
                     ref_out = self.ref_model(*clone(inputs))
                 rep = compare_outputs(cand, ref_out, self.cfg.atol, self.cfg.rtol)
-                nonzero = any(isinstance(x, torch.Tensor) and x.numel() and bool(x.ne(0).any())
-                              for _, x in flatten(ref_out))
+                nonzero = any(
+                    isinstance(x, torch.Tensor) and x.numel() and bool(x.ne(0).any()) for _, x in flatten(ref_out)
+                )
                 if rep.passed and nonzero:
-                    self.ablation_lines.append(f"the mismatch disappears when parameter '{_text(name, 100)}' is set "
-                                               f"to 0 in both models (outputs still non-zero): look at how "
-                                               f"'{_text(name, 100)}' is used")
+                    self.ablation_lines.append(
+                        f"the mismatch disappears when parameter '{_text(name, 100)}' is set "
+                        f"to 0 in both models (outputs still non-zero): look at how "
+                        f"'{_text(name, 100)}' is used"
+                    )
             except (WireError, RuntimeError, ValueError):
                 pass
             finally:
@@ -578,8 +637,10 @@ class Judge:
         names = [_text(n, 120) for n in (msg.get("names") or [])[:50]]
         if names:
             shown = ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
-            self.flag("patched_functions", f"the candidate replaced {shown} ({_text(msg.get('when'), 80)}); "
-                      "the originals were put back")
+            self.flag(
+                "patched_functions",
+                f"the candidate replaced {shown} ({_text(msg.get('when'), 80)}); the originals were put back",
+            )
 
     def r_guards(self, msg) -> None:
         from kernelwright.engine.child import guards  # noqa: F401
@@ -601,40 +662,60 @@ class Judge:
         from kernelwright.engine.child.problem_io import guard_seeds
         from kernelwright.engine.child.wire import WireError
 
-        self.checked += ["patched_functions", "calls_reference", "mutates_inputs", "output_aliases_input",
-                         "output_changed_later", "background_threads"]
+        self.checked += [
+            "patched_functions",
+            "calls_reference",
+            "mutates_inputs",
+            "output_aliases_input",
+            "output_changed_later",
+            "background_threads",
+        ]
         facts = msg.get("facts") if isinstance(msg.get("facts"), dict) else {}
         files = msg.get("files") if isinstance(msg.get("files"), dict) else {}
         self.facts["call"] = _plain_data({k: v for k, v in facts.items() if k != "aliases"})
         seeds = guard_seeds(self.secret)
         if facts.get("problem_code"):
-            self.flag("calls_reference", "code of the problem file ran inside ModelNew: "
-                      + ", ".join(_text(x, 100) for x in facts["problem_code"][:5]))
+            self.flag(
+                "calls_reference",
+                "code of the problem file ran inside ModelNew: "
+                + ", ".join(_text(x, 100) for x in facts["problem_code"][:5]),
+            )
         if self.cfg.guards.profile_kernels:
             self.checked.append("no_custom_kernel")
             if not facts.get("custom_kernel") and not facts.get("profiler_error"):
-                self.flag("no_custom_kernel", "ModelNew launched only PyTorch's built-in operations and kernels "
-                          "(no extension function, Triton kernel or custom op of its own ran)")
+                self.flag(
+                    "no_custom_kernel",
+                    "ModelNew launched only PyTorch's built-in operations and kernels "
+                    "(no extension function, Triton kernel or custom op of its own ran)",
+                )
         ref_alias = self.reference_aliases(seeds["call"])
         for pair in (facts.get("aliases") or [])[:5]:
             if isinstance(pair, list) and len(pair) == 2 and pair[0] not in ref_alias:
-                self.flag("output_aliases_input", f"output {_text(pair[0], 80)} shares memory with input "
-                          f"{_text(pair[1], 80).replace('out', 'inputs', 1)}")
+                self.flag(
+                    "output_aliases_input",
+                    f"output {_text(pair[0], 80)} shares memory with input "
+                    f"{_text(pair[1], 80).replace('out', 'inputs', 1)}",
+                )
         if facts.get("threads"):
             names = ", ".join(_text(x, 60) for x in facts["threads"][:3])
-            self.flag("background_threads", f"ModelNew left Python thread(s) running ({names}): work that may "
-                      "escape the timer")
+            self.flag(
+                "background_threads",
+                f"ModelNew left Python thread(s) running ({names}): work that may escape the timer",
+            )
         try:
             ref_out, oracle_out, inputs = self.reference(seeds["call"])
             out_a = self.read(files.get("out_a"))
             ok, message, _ = self.compare(out_a, ref_out, oracle_out, localize=False)
             if not ok and self.first_failure is None:
-                self.set_verdict(Status.INCORRECT, f"ModelNew's output on a further input (seed {seeds['call']}) "
-                                 "is wrong: " + message, Stage.CORRECTNESS)
+                self.set_verdict(
+                    Status.INCORRECT,
+                    f"ModelNew's output on a further input (seed {seeds['call']}) is wrong: " + message,
+                    Stage.CORRECTNESS,
+                )
             # inputs changed in place, beyond what the reference does to its own copy
             after = self.read(files.get("inputs_after"))
             ref_after = self.reference_inputs_after(seeds["call"])
-            for (name, x), (_, rx) in zip(flatten(after), flatten(ref_after)):
+            for (name, x), (_, rx) in zip(flatten(after), flatten(ref_after), strict=False):
                 import torch
 
                 if isinstance(x, torch.Tensor) and isinstance(rx, torch.Tensor) and not guards.same_values(x, rx):
@@ -646,14 +727,24 @@ class Judge:
                 out_b = self.read(files["out_refill"])
                 ok, message, _ = self.compare(out_b, ref_b, oracle_b, localize=False)
                 if not ok:
-                    self.flag("stale_output_on_refill", "inputs refilled in place with new values (same tensors, "
-                              "same addresses) after correctness gave a wrong output: " + _first_line(message))
+                    self.flag(
+                        "stale_output_on_refill",
+                        "inputs refilled in place with new values (same tensors, "
+                        "same addresses) after correctness gave a wrong output: " + _first_line(message),
+                    )
                 again = self.read(files.get("out_a_again"))
-                for (name, o), (_, o0) in zip(flatten(again), flatten(out_a)):
-                    if isinstance(o, torch.Tensor) and isinstance(o0, torch.Tensor) and not guards.same_values(o, o0) \
-                            and "output_aliases_input" not in self.flags:
-                        self.flag("output_changed_later", f"output {name} of one call changed when ModelNew ran "
-                                  "again (it is a persistent buffer that later calls overwrite)")
+                for (name, o), (_, o0) in zip(flatten(again), flatten(out_a), strict=False):
+                    if (
+                        isinstance(o, torch.Tensor)
+                        and isinstance(o0, torch.Tensor)
+                        and not guards.same_values(o, o0)
+                        and "output_aliases_input" not in self.flags
+                    ):
+                        self.flag(
+                            "output_changed_later",
+                            f"output {name} of one call changed when ModelNew ran "
+                            "again (it is a persistent buffer that later calls overwrite)",
+                        )
                         break
         except WireError as exc:
             self.flag("guard_outputs_unreadable", f"the guarded calls' outputs could not be read: {exc}")
@@ -715,8 +806,15 @@ class Judge:
             if facts is not None and self.rec.candidate_ms:
                 peak_flops, peak_bw, source = roofline.choose_peaks(facts, work["precision"])
                 if peak_bw:
-                    r = roofline.compute(work["flops"], work["min_bytes"], self.rec.candidate_ms, peak_bw, peak_flops,
-                                         source, work["precision"])
+                    r = roofline.compute(
+                        work["flops"],
+                        work["min_bytes"],
+                        self.rec.candidate_ms,
+                        peak_bw,
+                        peak_flops,
+                        source,
+                        work["precision"],
+                    )
                     meta["roofline"] = r.to_dict()
                     meta["roofline_line"] = roofline.line(r)
         except Exception as exc:
@@ -734,8 +832,14 @@ class Judge:
         from kernelwright.engine.child import evidence
 
         if getattr(self, "_work", None) is None:
-            self._work = evidence.cached_reference_work(self.ref_model, inputs, None, self.cfg.cache_dir, self.device,
-                                                        problem_text=self.job.get("problem_source", ""))
+            self._work = evidence.cached_reference_work(
+                self.ref_model,
+                inputs,
+                None,
+                self.cfg.cache_dir,
+                self.device,
+                problem_text=self.job.get("problem_source", ""),
+            )
         return self._work
 
     def r_evidence(self, msg) -> None:
@@ -745,8 +849,16 @@ class Judge:
         meta = msg.get("metadata")
         if isinstance(meta, dict):
             for k, v in meta.items():
-                if k in ("gpu_facts", "reference_work", "roofline", "roofline_line", "profile", "gpu_facts_error",
-                         "roofline_error", "profile_error"):
+                if k in (
+                    "gpu_facts",
+                    "reference_work",
+                    "roofline",
+                    "roofline_line",
+                    "profile",
+                    "gpu_facts_error",
+                    "roofline_error",
+                    "profile_error",
+                ):
                     self.rec.metadata[k] = _plain_data(v)
 
     def r_done(self, msg) -> None:
@@ -759,8 +871,13 @@ class Judge:
         that a crash or a lost device at another size takes nothing the candidate earned at its own."""
         if self.cfg.shapes == "off":
             self.rec.metadata["shapes"] = {"mode": "off"}
-        if self.shape_plan is not None or self.cfg.shapes == "off" or not self.checks_passed or self.verdict_set \
-                or self.failing_guards():
+        if (
+            self.shape_plan is not None
+            or self.cfg.shapes == "off"
+            or not self.checks_passed
+            or self.verdict_set
+            or self.failing_guards()
+        ):
             self.ask("stop")
             return
         from kernelwright.engine.child import protocol
@@ -769,8 +886,10 @@ class Judge:
         try:
             self.shape_plan = self.plan_shapes()
         except Exception as exc:  # the judge's own trouble with the problem: the verdict at its own size stands
-            self.rec.metadata["shapes"] = {"mode": self.cfg.shapes, "note": "the other sizes could not be derived: "
-                                           f"{type(exc).__name__}: {str(exc)[:300]}"}
+            self.rec.metadata["shapes"] = {
+                "mode": self.cfg.shapes,
+                "note": f"the other sizes could not be derived: {type(exc).__name__}: {str(exc)[:300]}",
+            }
             self.ask("stop")
             return
         finally:
@@ -815,8 +934,11 @@ class Judge:
                 return None
             try:
                 dtype = numerics.oracle_dtype(self.cfg.numerics.oracle_dtype)
-                upcast = self.oracle if model is self.ref_model and self.oracle is not None else \
-                    numerics.build_oracle(model, dtype)
+                upcast = (
+                    self.oracle
+                    if model is self.ref_model and self.oracle is not None
+                    else numerics.build_oracle(model, dtype)
+                )
                 out = numerics.run_oracle(upcast, inputs, dtype)
                 sync(self.device)
                 return out
@@ -825,9 +947,18 @@ class Judge:
 
         _, _, base_inputs = self.reference(trial_seed(self.secret, 0))
         seeds = [trial_seed(self.secret, 900 + i) for i in range(shapes.MAX_VARIANTS)]
-        return shapes.derive(self.problem, base_model=self.ref_model, base_init=self.init_inputs,
-                             base_inputs=base_inputs, seeds=seeds, draw=self.io.inputs, init=init,
-                             construct=construct, forward=forward, oracle=oracle)
+        return shapes.derive(
+            self.problem,
+            base_model=self.ref_model,
+            base_init=self.init_inputs,
+            base_inputs=base_inputs,
+            seeds=seeds,
+            draw=self.io.inputs,
+            init=init,
+            construct=construct,
+            forward=forward,
+            oracle=oracle,
+        )
 
     def shape_variant(self, label: str) -> Any:
         return next(v for v in self.shape_plan.variants if v.label == label)
@@ -840,24 +971,31 @@ class Judge:
         try:
             cand = self.read(file)
         except WireError as exc:
-            self.shape_results[label] = {"passed": False, "failure": "unreadable",
-                                         "message": f"the output could not be read: {exc}"}
+            self.shape_results[label] = {
+                "passed": False,
+                "failure": "unreadable",
+                "message": f"the output could not be read: {exc}",
+            }
         else:
             flags = dict(self.flags)
             try:  # the same rule as a trial; localisation's hints at another size are not flags of this one
                 passed, message, _ = self.compare(cand, v.ref_out, v.oracle_out, localize=True)
             finally:
                 self.flags = flags
-            self.shape_results[label] = {"passed": True} if passed else \
-                {"passed": False, "failure": "wrong_values", "message": message[:4000]}
+            self.shape_results[label] = (
+                {"passed": True} if passed else {"passed": False, "failure": "wrong_values", "message": message[:4000]}
+            )
         self.shapes_after()
 
     def shape_error(self, label: str, message: str, lost: bool = False) -> None:
         if label not in self.expected:  # its model failed to construct: already recorded
             return
         self.expected.discard(label)
-        self.shape_results[label] = {"passed": None if lost else False, "failure": "not_run" if lost else "error",
-                                     "message": message}
+        self.shape_results[label] = {
+            "passed": None if lost else False,
+            "failure": "not_run" if lost else "error",
+            "message": message,
+        }
         self.shapes_after()
 
     def shapes_after(self) -> None:
@@ -876,11 +1014,16 @@ class Judge:
         timed_out = ended.get("timed_out_stage")
         how = f"timed out (stage limit {ended.get('limit_s', 0):g} s)" if timed_out else (ended.get("how") or "ended")
         self.shape_results[pending[0].label] = {
-            "passed": False, "failure": "timeout" if timed_out else "crash",
-            "message": f"the candidate's process {how} while ModelNew ran at these sizes"}
+            "passed": False,
+            "failure": "timeout" if timed_out else "crash",
+            "message": f"the candidate's process {how} while ModelNew ran at these sizes",
+        }
         for v in pending[1:]:
-            self.shape_results[v.label] = {"passed": None, "failure": "not_run",
-                                           "message": f"not run: the process had ended at {pending[0].name}"}
+            self.shape_results[v.label] = {
+                "passed": None,
+                "failure": "not_run",
+                "message": f"not run: the process had ended at {pending[0].name}",
+            }
         self.expected -= {v.label for v in pending}
         self.conclude_shapes()
         self.done = True
@@ -896,22 +1039,38 @@ class Judge:
         failed = [t for t in tried if t["passed"] is False]
         own = ", ".join(f"{k}={v}" for k, v in plan.constants.items())
         self.rec.metadata["shapes"] = {
-            "mode": self.cfg.shapes, "constants": dict(plan.constants), "batch": plan.batch, "tried": tried,
-            "passed": [t["name"] for t in tried if t["passed"]], "failed": [t["name"] for t in failed],
-            "dropped": list(plan.dropped), "note": plan.note or None,
+            "mode": self.cfg.shapes,
+            "constants": dict(plan.constants),
+            "batch": plan.batch,
+            "tried": tried,
+            "passed": [t["name"] for t in tried if t["passed"]],
+            "failed": [t["name"] for t in failed],
+            "dropped": list(plan.dropped),
+            "note": plan.note or None,
         }
         if not failed:
             return
-        words = {"wrong_values": "wrong values", "error": "an error", "crash": "a crash", "timeout": "a time-out",
-                 "unreadable": "an unreadable output"}
-        detail = "; ".join(f"{t['name']} ({words.get(t['failure'], t['failure'])}: {_first_line(t['message'])[:200]})"
-                           for t in failed[:4])
+        words = {
+            "wrong_values": "wrong values",
+            "error": "an error",
+            "crash": "a crash",
+            "timeout": "a time-out",
+            "unreadable": "an unreadable output",
+        }
+        detail = "; ".join(
+            f"{t['name']} ({words.get(t['failure'], t['failure'])}: {_first_line(t['message'])[:200]})"
+            for t in failed[:4]
+        )
         self.flag("shape_specific", f"ModelNew is correct at the problem's own sizes ({own}) but not at {detail}")
         if self.cfg.shapes == "strict":
             first = failed[0]
-            self.set_verdict(Status.INCORRECT, f"ModelNew is correct at the problem's own sizes ({own}) but not at "
-                             f"other sizes (--shapes strict): {', '.join(t['name'] for t in failed)}\n"
-                             f"  at {first['name']}: {first['message']}", Stage.CORRECTNESS)
+            self.set_verdict(
+                Status.INCORRECT,
+                f"ModelNew is correct at the problem's own sizes ({own}) but not at "
+                f"other sizes (--shapes strict): {', '.join(t['name'] for t in failed)}\n"
+                f"  at {first['name']}: {first['message']}",
+                Stage.CORRECTNESS,
+            )
 
     # ---- the end -----------------------------------------------------------------------------------
     def finish(self, ended: dict[str, Any]) -> EvalResult:
@@ -924,16 +1083,22 @@ class Judge:
 
         first = self.first_failure
         facts = Facts(
-            trials=self.cfg.trials, reported=self.reported,
+            trials=self.cfg.trials,
+            reported=self.reported,
             first_wrong_trial=first if first is not None and any(not tr.passed for tr in rec.trials) else None,
-            failed_trials=sum(1 for tr in rec.trials if not tr.passed), ablation_lines=tuple(self.ablation_lines),
+            failed_trials=sum(1 for tr in rec.trials if not tr.passed),
+            ablation_lines=tuple(self.ablation_lines),
             checks_passed=self.checks_passed,
             failed_guards=tuple((f, self.flags[f]) for f in self.failing_guards()),
-            timing_expected=self.timing_asked and self.cfg.time_candidate, timed=rec.candidate_timing is not None,
-            runner_timed_out_stage=ended.get("timed_out_stage") or None, runner_limit_s=float(ended.get("limit_s") or 0),
+            timing_expected=self.timing_asked and self.cfg.time_candidate,
+            timed=rec.candidate_timing is not None,
+            runner_timed_out_stage=ended.get("timed_out_stage") or None,
+            runner_limit_s=float(ended.get("limit_s") or 0),
             protocol_violation=_text(ended["protocol"]) if ended.get("protocol") else None,
-            runner_finished=self.done, runner_ended_how=str(ended.get("how") or ""),
-            runner_stage=str(ended.get("stage") or self.current_stage))
+            runner_finished=self.done,
+            runner_ended_how=str(ended.get("how") or ""),
+            runner_stage=str(ended.get("stage") or self.current_stage),
+        )
         verdict = decide(facts)
         rec.status, rec.error_log, rec.error_stage = verdict.status, verdict.log, verdict.stage
         rec.correct = verdict.status is Status.PASSED
@@ -944,9 +1109,13 @@ class Judge:
         rec.mean_abs_err = (sum(tr.mean_abs_err or 0.0 for tr in numeric) / len(numeric)) if numeric else None
         self.degenerate_check()
         rec.metadata["guards"] = {
-            "enabled": self.cfg.guards.enabled, "checked": list(dict.fromkeys(self.checked)), "flags": dict(self.flags),
-            "failed": [f for f in self.flags if f in self.cfg.guards.fail_on], "fail_on": list(self.cfg.guards.fail_on),
-            "nan_fill": self.cfg.guards.enabled and self.cfg.guards.nan_fill, "facts": self.facts,
+            "enabled": self.cfg.guards.enabled,
+            "checked": list(dict.fromkeys(self.checked)),
+            "flags": dict(self.flags),
+            "failed": [f for f in self.flags if f in self.cfg.guards.fail_on],
+            "fail_on": list(self.cfg.guards.fail_on),
+            "nan_fill": self.cfg.guards.enabled and self.cfg.guards.nan_fill,
+            "facts": self.facts,
         }
         rec.metadata["numerics"] = dict(self.numerics, oracle_error=self.oracle_error or None)
         rec.metadata["judged_by"] = "judge process (no candidate code)"
@@ -967,10 +1136,19 @@ class Judge:
 
 # The runner's reports the judge reads, by kind: everything else is ignored.
 _HANDLERS = {
-    "prestarted": Judge.r_prestarted, "stage": Judge.r_stage, "startup": Judge.r_startup, "build": Judge.r_build,
-    "compiled": Judge.r_compiled, "failure": Judge.r_failure, "call_error": Judge.r_call_error,
-    "output": Judge.r_output, "ablation": Judge.r_ablation, "patched": Judge.r_patched, "guards": Judge.r_guards,
-    "evidence": Judge.r_evidence, "done": Judge.r_done,
+    "prestarted": Judge.r_prestarted,
+    "stage": Judge.r_stage,
+    "startup": Judge.r_startup,
+    "build": Judge.r_build,
+    "compiled": Judge.r_compiled,
+    "failure": Judge.r_failure,
+    "call_error": Judge.r_call_error,
+    "output": Judge.r_output,
+    "ablation": Judge.r_ablation,
+    "patched": Judge.r_patched,
+    "guards": Judge.r_guards,
+    "evidence": Judge.r_evidence,
+    "done": Judge.r_done,
 }
 
 
@@ -1023,8 +1201,10 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # the judge's own failure: never the candidate's, never a pass
         rec = judge.rec
         rec.status, rec.correct = Status.ENGINE_ERROR, False
-        rec.error_log = (f"The engine's judge failed (an engine bug, not the candidate's fault): "
-                         f"{type(exc).__name__}: {str(exc)[:300]}")
+        rec.error_log = (
+            f"The engine's judge failed (an engine bug, not the candidate's fault): "
+            f"{type(exc).__name__}: {str(exc)[:300]}"
+        )
         rec.metadata["engine_traceback"] = _short_tb(exc)
         rec.candidate_ms = rec.speedup = rec.speedup_vs_compile = None
     chan.send("final", record=rec.to_dict())

@@ -18,8 +18,8 @@ import time
 
 _T0 = time.perf_counter()
 
-import faulthandler  # noqa: E402
 import errno
+import faulthandler  # noqa: E402
 import json
 import os
 import select
@@ -39,13 +39,16 @@ def short_tb(exc: BaseException) -> str:
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     out = text.splitlines()
     if len(out) > TRACEBACK_LINES:
-        out = out[:5] + ["  ..."] + out[-(TRACEBACK_LINES - 6):]
+        out = out[:5] + ["  ..."] + out[-(TRACEBACK_LINES - 6) :]
     return "\n".join(out)
 
 
 def _is_triton_compile_error(exc: BaseException) -> bool:
     mod = type(exc).__module__ or ""
-    return mod.startswith("triton.compiler") or type(exc).__name__ in ("CompilationError", "CompileTimeAssertionFailure")
+    return mod.startswith("triton.compiler") or type(exc).__name__ in (
+        "CompilationError",
+        "CompileTimeAssertionFailure",
+    )
 
 
 def _tail(text: str, n: int) -> str:
@@ -100,12 +103,18 @@ class Runner:
         model = getattr(self, "cand_model", None)
         objs = tuple(model.modules()) if model is not None else ()
         device = getattr(self, "device", None)
-        b = faults.classify(exc, device.type if device is not None else "cpu", self.job.get("problem_path"),
-                            short_tb(exc), candidate_objects=objs)
+        b = faults.classify(
+            exc,
+            device.type if device is not None else "cpu",
+            self.job.get("problem_path"),
+            short_tb(exc),
+            candidate_objects=objs,
+        )
         status = b.status.value
         log = (f"{what}:\n" if what and status == "runtime_error" else "") + b.log
-        self.chan.send("failure", status=status, log=log, stage=stage,
-                       engine_traceback=b.metadata.get("engine_traceback"))
+        self.chan.send(
+            "failure", status=status, log=log, stage=stage, engine_traceback=b.metadata.get("engine_traceback")
+        )
 
     def write(self, label: str, obj: Any) -> str:
         from kernelwright.engine.child.wire import write_tree
@@ -128,8 +137,12 @@ class Runner:
                         raise
                     os.unlink(path)
         except OSError as exc:  # only this process writes here: the candidate got in the way
-            self.fail("runtime_error", f"The candidate's process could not write its output ({exc.strerror}): "
-                      "something in it replaced or blocked the engine's output files", "correctness")
+            self.fail(
+                "runtime_error",
+                f"The candidate's process could not write its output ({exc.strerror}): "
+                "something in it replaced or blocked the engine's output files",
+                "correctness",
+            )
             raise Stop() from exc
         return name
 
@@ -137,8 +150,12 @@ class Runner:
         """How the bytes of this output's CUDA tensors reach the judge: on the device, beside the
         file (`device_handoff`), when the configuration allows it and this machine can export;
         None (in the file) otherwise or after the first failure."""
-        if not self.cfg.device_handoff or getattr(self, "device", None) is None or self.device.type != "cuda" \
-                or self._handoff_off:
+        if (
+            not self.cfg.device_handoff
+            or getattr(self, "device", None) is None
+            or self.device.type != "cuda"
+            or self._handoff_off
+        ):
             return None
         sock = self.pair_socket()
         if sock is None:
@@ -191,9 +208,15 @@ class Runner:
             from kernelwright.core.arch import arch_list_for
 
             os.environ["TORCH_CUDA_ARCH_LIST"] = arch_list_for(*torch.cuda.get_device_capability(self.device))
-        self.chan.send("startup", device=device_name(self.device), device_type=self.device.type,
-                       startup_s=time.perf_counter() - _T0, torch_version=torch.__version__,
-                       cuda_version=torch.version.cuda, python=sys.version.split()[0])
+        self.chan.send(
+            "startup",
+            device=device_name(self.device),
+            device_type=self.device.type,
+            startup_s=time.perf_counter() - _T0,
+            torch_version=torch.__version__,
+            cuda_version=torch.version.cuda,
+            python=sys.version.split()[0],
+        )
         self.started = True
 
     def warm_up(self) -> None:
@@ -248,11 +271,16 @@ class Runner:
         from kernelwright.engine.child import build, guards
 
         self.stage("build")
-        build.install_build_cache(os.path.join(self.cfg.cache_dir, "builds"), self.job["candidate_path"],
-                                  use_pch=self.cfg.build.use_pch, lean_headers=self.cfg.build.lean_headers,
-                                  # load only verified artefacts of the shared cache, build the rest privately
-                                  verified=self.job.get("verified_builds"), private_root=self.job.get("private_builds"),
-                                  failed=self.job.get("failed_builds"))
+        build.install_build_cache(
+            os.path.join(self.cfg.cache_dir, "builds"),
+            self.job["candidate_path"],
+            use_pch=self.cfg.build.use_pch,
+            lean_headers=self.cfg.build.lean_headers,
+            # load only verified artefacts of the shared cache, build the rest privately
+            verified=self.job.get("verified_builds"),
+            private_root=self.job.get("private_builds"),
+            failed=self.job.get("failed_builds"),
+        )
         self.snapshot = guards.FunctionSnapshot() if self.cfg.guards.enabled else None
         self.threads_at_start = guards.python_threads()
         ok = True
@@ -277,11 +305,12 @@ class Runner:
         failed = [b for b in build.BUILD_LOG if b.get("ok") is False and "output" in b]
         if failed:  # the candidate swallowed its own build error
             b = failed[0]
-            self.compile_error(build.CandidateBuildError(b["name"], b["output"], []), issues=b["issues"],
-                               caught=True)
+            self.compile_error(build.CandidateBuildError(b["name"], b["output"], []), issues=b["issues"], caught=True)
             return False
         if not hasattr(self.candidate, "ModelNew"):
-            self.fail("format_error", "The candidate defines no class ModelNew; define class ModelNew(nn.Module)", "build")
+            self.fail(
+                "format_error", "The candidate defines no class ModelNew; define class ModelNew(nn.Module)", "build"
+            )
             return False
         self.chan.send("compiled")
         return True
@@ -298,10 +327,18 @@ class Runner:
         if head:
             summary += " with:\n" + "\n".join(head)
         if caught:
-            summary = ("The candidate caught this build failure and would have run PyTorch instead (its fallback "
-                       "is not evaluated: the extension it meant to use did not build).\n" + summary)
-        self.chan.send("failure", status="compile_error", stage="build", compile_issues=issues[:50], caught=caught,
-                       log=summary + "\n\nCompiler output (end):\n" + _tail(exc.output, 60))
+            summary = (
+                "The candidate caught this build failure and would have run PyTorch instead (its fallback "
+                "is not evaluated: the extension it meant to use did not build).\n" + summary
+            )
+        self.chan.send(
+            "failure",
+            status="compile_error",
+            stage="build",
+            compile_issues=issues[:50],
+            caught=caught,
+            log=summary + "\n\nCompiler output (end):\n" + _tail(exc.output, 60),
+        )
 
     # ---- the judge's commands -----------------------------------------------------------------------
     def serve(self) -> None:
@@ -309,8 +346,13 @@ class Runner:
         checks, the pair's socket for timing windows."""
         from kernelwright.engine.child import protocol
 
-        handlers = {protocol.Construct: self.construct, protocol.Call: self.call_cmd,
-                    protocol.Guards: self.guarded_calls, protocol.Ablate: self.ablate, protocol.Profile: self.evidence}
+        handlers = {
+            protocol.Construct: self.construct,
+            protocol.Call: self.call_cmd,
+            protocol.Guards: self.guarded_calls,
+            protocol.Ablate: self.ablate,
+            protocol.Profile: self.evidence,
+        }
         self.chan.send("await")
         while True:
             cmd, window = self.next_command()
@@ -416,8 +458,12 @@ class Runner:
         except Stop:
             raise
         except Exception as exc:
-            self.chan.send("call_error", label=cmd.label, probe=True,
-                           message=f"ModelNew failed to construct: {type(exc).__name__}: {str(exc)[:400]}")
+            self.chan.send(
+                "call_error",
+                label=cmd.label,
+                probe=True,
+                message=f"ModelNew failed to construct: {type(exc).__name__}: {str(exc)[:400]}",
+            )
         self.patches("at construction")
 
     def sync(self) -> None:
@@ -510,8 +556,15 @@ class Runner:
             pass
         ext_names = {b.get("name") for b in build.BUILD_LOG if b.get("name")}
         ext_dirs = [b.get("dir") for b in build.BUILD_LOG if b.get("dir")]
-        tracer = guards.CallTracer(self.job.get("problem_path") or "", self.job["candidate_path"], ext_names, ext_dirs,
-                                   candidate_text, self.cfg.guards.profile_kernels, self.device)
+        tracer = guards.CallTracer(
+            self.job.get("problem_path") or "",
+            self.job["candidate_path"],
+            ext_names,
+            ext_dirs,
+            candidate_text,
+            self.cfg.guards.profile_kernels,
+            self.device,
+        )
         nan = self.cfg.guards.nan_fill
         with torch.no_grad(), guards.nan_fill(nan):
             out_a = tracer.run(lambda: self.cand_model(*inputs))  # the same tensors: mutation shows
@@ -521,8 +574,9 @@ class Runner:
         facts["custom_kernel"] = tracer.facts.custom_kernel
         files = {"out_a": self.write("guard_a", out_a), "inputs_after": self.write("guard_inputs", inputs)}
         in_keys = {guards.storage_key(x): n for n, x in guards.tensors(inputs)}
-        facts["aliases"] = [[n, in_keys[guards.storage_key(o)]] for n, o in guards.tensors(out_a)
-                            if guards.storage_key(o) in in_keys]
+        facts["aliases"] = [
+            [n, in_keys[guards.storage_key(o)]] for n, o in guards.tensors(out_a) if guards.storage_key(o) in in_keys
+        ]
         if cmd.refill:
             guards.refill_in_place(inputs, self.read_inputs(cmd.refill))
             with torch.no_grad(), guards.nan_fill(nan):
@@ -572,8 +626,7 @@ class Runner:
             self._in_timing = True
             self.stage("timing")
         try:
-            windows.serve_window(self.pair_socket(), header, fds, self.cand_model, self.device,
-                                 max_bytes=1 << 40)
+            windows.serve_window(self.pair_socket(), header, fds, self.cand_model, self.device, max_bytes=1 << 40)
         except Exception as exc:
             self.blame(exc, "ModelNew failed in a timing window", "timing")
             raise Stop() from None
@@ -588,9 +641,15 @@ class Runner:
         out: dict[str, Any] = {}
         build_dirs = [b["dir"] for b in build.BUILD_LOG if b.get("dir")]
         try:
-            out["profile"] = evidence.torch_profile(self.cand_model, inputs, self.device,
-                                                    candidate_texts(self.job["candidate_path"], build_dirs),
-                                                    build_dirs, build.BUILT_MODULES, self.candidate)
+            out["profile"] = evidence.torch_profile(
+                self.cand_model,
+                inputs,
+                self.device,
+                candidate_texts(self.job["candidate_path"], build_dirs),
+                build_dirs,
+                build.BUILT_MODULES,
+                self.candidate,
+            )
         except Exception as exc:
             out["profile_error"] = f"torch.profiler failed: {type(exc).__name__}: {str(exc)[:300]}"
         self.chan.send("evidence", metadata=out)
