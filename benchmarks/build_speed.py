@@ -114,11 +114,19 @@ def one_eval(problem: Path, candidate: Path, cfg: EvalConfig, warm: bool = False
     work = kernel_work_s(r)
     st = r.stage_times
     return {
-        "wall_s": wall, "kernel_work_s": work, "overhead_s": wall - work,
-        "build_stage_s": st.build_s, "extension_build_s": b.get("build_s"), "cached": b.get("cached"),
-        "pch": b.get("pch"), "lean_headers": b.get("lean_headers"), "prestarted": r.metadata.get("prestarted"),
+        "wall_s": wall,
+        "kernel_work_s": work,
+        "overhead_s": wall - work,
+        "build_stage_s": st.build_s,
+        "extension_build_s": b.get("build_s"),
+        "cached": b.get("cached"),
+        "pch": b.get("pch"),
+        "lean_headers": b.get("lean_headers"),
+        "prestarted": r.metadata.get("prestarted"),
         "stages": {k: v for k, v in vars(st).items() if v is not None},
-        "candidate_ms": r.candidate_ms, "reference_ms": r.reference_ms, "device": r.device,
+        "candidate_ms": r.candidate_ms,
+        "reference_ms": r.reference_ms,
+        "device": r.device,
     }
 
 
@@ -155,16 +163,25 @@ def main() -> int:
     try:
         cfg = EvalConfig(device=dev, cache_dir=str(cache))
         res["cold"] = one_eval(args.problem, args.candidate, cfg)
-        print(f"cold evaluation: build stage {res['cold']['build_stage_s']:.1f} s (pch={res['cold']['pch']}), "
-              f"wall {res['cold']['wall_s']:.1f} s", flush=True)
+        print(
+            f"cold evaluation: build stage {res['cold']['build_stage_s']:.1f} s (pch={res['cold']['pch']}), "
+            f"wall {res['cold']['wall_s']:.1f} s",
+            flush=True,
+        )
         res["cached"] = [one_eval(args.problem, args.candidate, cfg) for _ in range(args.repeats)]
         for c in res["cached"]:
-            print(f"cached evaluation (fresh child): build stage {c['build_stage_s']:.2f} s, wall {c['wall_s']:.2f} s, "
-                  f"kernel work {c['kernel_work_s']:.3f} s, overhead {c['overhead_s']:.2f} s", flush=True)
+            print(
+                f"cached evaluation (fresh child): build stage {c['build_stage_s']:.2f} s, wall {c['wall_s']:.2f} s, "
+                f"kernel work {c['kernel_work_s']:.3f} s, overhead {c['overhead_s']:.2f} s",
+                flush=True,
+            )
         res["warm"] = [one_eval(args.problem, args.candidate, cfg, warm=True) for _ in range(args.repeats)]
         for c in res["warm"]:
-            print(f"cached evaluation (prestarted child): wall {c['wall_s']:.2f} s, overhead {c['overhead_s']:.2f} s, "
-                  f"stages {json.dumps({k: round(v, 2) for k, v in c['stages'].items()})}", flush=True)
+            print(
+                f"cached evaluation (prestarted child): wall {c['wall_s']:.2f} s, overhead {c['overhead_s']:.2f} s, "
+                f"stages {json.dumps({k: round(v, 2) for k, v in c['stages'].items()})}",
+                flush=True,
+            )
         prof_cfg = replace(cfg, profile=replace(cfg.profile, roofline=False, measure_peaks=False))
         res["cached_no_roofline"] = one_eval(args.problem, args.candidate, prof_cfg)
         print(
@@ -179,12 +196,20 @@ def main() -> int:
         t0 = time.perf_counter()
         with BuildPool(max_workers=1, config=cfg) as pool:
             pre = pool.submit(args.problem, args.candidate.read_text()).result()
-        res["prebuild"] = {"ok": pre.ok, "wall_s": time.perf_counter() - t0, "build_stage_s": pre.build_s,
-                           "arch_list": pool.arch_list, "error": pre.error}
+        res["prebuild"] = {
+            "ok": pre.ok,
+            "wall_s": time.perf_counter() - t0,
+            "build_stage_s": pre.build_s,
+            "arch_list": pool.arch_list,
+            "error": pre.error,
+        }
         after = one_eval(args.problem, args.candidate, cfg)
         res["prebuild"]["eval_after"] = after
-        print(f"prebuild (CPU-only child, arch {pool.arch_list}): {res['prebuild']['wall_s']:.1f} s ok={pre.ok}; "
-              f"evaluation after it: build stage {after['build_stage_s']:.2f} s, cached={after['cached']}", flush=True)
+        print(
+            f"prebuild (CPU-only child, arch {pool.arch_list}): {res['prebuild']['wall_s']:.1f} s ok={pre.ok}; "
+            f"evaluation after it: build stage {after['build_stage_s']:.2f} s, cached={after['cached']}",
+            flush=True,
+        )
     finally:
         shutil.rmtree(cache, ignore_errors=True)
 
@@ -194,8 +219,11 @@ def main() -> int:
             cfg = EvalConfig(device=dev, cache_dir=str(cache))
             fb = ROOT / "tests" / "fixtures" / "candidates" / "cuda_needs_full_headers.py"
             res["fallback"] = one_eval(ROOT / "tests" / "fixtures" / "problems" / "add_one.py", fb, cfg)
-            print(f"fallback candidate, cold: build stage {res['fallback']['build_stage_s']:.1f} s, "
-                  f"lean attempt {res['fallback']['lean_headers']}", flush=True)
+            print(
+                f"fallback candidate, cold: build stage {res['fallback']['build_stage_s']:.1f} s, "
+                f"lean attempt {res['fallback']['lean_headers']}",
+                flush=True,
+            )
         finally:
             shutil.rmtree(cache, ignore_errors=True)
 
@@ -212,13 +240,17 @@ def main() -> int:
         "default_build_s": res.get("default_build_s"),
     }
     res["summary"] = summary
-    print("\n| device | default load_inline build | engine cold build | cached build | overhead / eval, fresh child "
-          "| overhead / eval, prestarted child |")
+    print(
+        "\n| device | default load_inline build | engine cold build | cached build | overhead / eval, fresh child "
+        "| overhead / eval, prestarted child |"
+    )
     print("|---|---|---|---|---|---|")
     d = summary["default_build_s"]
-    print(f"| {name} | {f'{d:.1f} s' if d else 'n/a'} | {summary['cold_build_s']:.1f} s | "
-          f"{summary['cached_build_s']:.2f} s | {summary['overhead_fresh_child_s']:.2f} s | "
-          f"{summary['overhead_prestarted_child_s']:.2f} s |")
+    print(
+        f"| {name} | {f'{d:.1f} s' if d else 'n/a'} | {summary['cold_build_s']:.1f} s | "
+        f"{summary['cached_build_s']:.2f} s | {summary['overhead_fresh_child_s']:.2f} s | "
+        f"{summary['overhead_prestarted_child_s']:.2f} s |"
+    )
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(res, indent=2, default=str))

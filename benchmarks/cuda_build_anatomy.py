@@ -125,9 +125,14 @@ def main() -> int:
         raise SystemExit("lean headers do not apply to this candidate")
     (bdir / "lean.cu").write_text("\n".join(lean.cuda_sources))
     (bdir / "lean_o1.cu").write_text("\n".join(lean.cuda_sources))
-    headers = {"h_extension": "torch/extension.h", "h_types": "torch/types.h",
-               "h_tensor": "ATen/core/Tensor.h", "h_cuda_runtime": "cuda_runtime.h",
-               "h_cudacontext": "ATen/cuda/CUDAContext.h", "h_dispatch": "ATen/Dispatch.h"}
+    headers = {
+        "h_extension": "torch/extension.h",
+        "h_types": "torch/types.h",
+        "h_tensor": "ATen/core/Tensor.h",
+        "h_cuda_runtime": "cuda_runtime.h",
+        "h_cudacontext": "ATen/cuda/CUDAContext.h",
+        "h_dispatch": "ATen/Dispatch.h",
+    }
     for key, h in headers.items():
         (bdir / f"{key}.cu").write_text(f"#include <{h}>\n__global__ void k(float* x) {{ x[threadIdx.x] = 1.f; }}\n")
 
@@ -156,12 +161,14 @@ def main() -> int:
     with ThreadPoolExecutor(args.jobs) as pool:
         futs = {k: pool.submit(timed, v, bdir) for k, v in jobs.items()}
         res = {k: f.result() for k, f in futs.items()}
-    for k, csvname in (("cuda.cu as torch builds it", "t_asis.csv"),
-                       ("cuda.cu, <torch/types.h> for <torch/extension.h>", "t_light.csv"),
-                       ("cuda.cu, host -O1", "t_o1.csv"),
-                       ("cuda.cu, <torch/types.h>, host -O1", "t_light_o1.csv"),
-                       ("cuda.cu, lean headers (engine)", "t_lean.csv"),
-                       ("cuda.cu, lean headers, host -O1", "t_lean_o1.csv")):
+    for k, csvname in (
+        ("cuda.cu as torch builds it", "t_asis.csv"),
+        ("cuda.cu, <torch/types.h> for <torch/extension.h>", "t_light.csv"),
+        ("cuda.cu, host -O1", "t_o1.csv"),
+        ("cuda.cu, <torch/types.h>, host -O1", "t_light_o1.csv"),
+        ("cuda.cu, lean headers (engine)", "t_lean.csv"),
+        ("cuda.cu, lean headers, host -O1", "t_lean_o1.csv"),
+    ):
         res[k]["phases"] = nvcc_phases(bdir / csvname)
     for k, r in res.items():
         line = f"{r['wall_s']:7.1f} s  {'ok ' if r['ok'] else 'ERR'} {k}"

@@ -163,9 +163,11 @@ def judged(prob, out, X, A, B, C, chunk, ref64):
 def verdict_text(passed, leaf):
     c, r = leaf.candidate, leaf.reference
     ratio = lambda a, b: f"{a / b:.2f}x" if b > 0 else "n/a"  # noqa: E731
-    return (f"{'passed' if passed else 'FAILED'}: normwise {c.norm_rel:.2e} ({ratio(c.norm_rel, r.norm_rel)} the "
-            f"reference's), max abs {ratio(c.max_abs, r.max_abs)}, {100 * leaf.excess_share:.3f}% of elements in "
-            f"excess ({100 * leaf.excess_allowed:.3g}% allowed), rtol {leaf.rtol:.3g}")
+    return (
+        f"{'passed' if passed else 'FAILED'}: normwise {c.norm_rel:.2e} ({ratio(c.norm_rel, r.norm_rel)} the "
+        f"reference's), max abs {ratio(c.max_abs, r.max_abs)}, {100 * leaf.excess_share:.3f}% of elements in "
+        f"excess ({100 * leaf.excess_allowed:.3g}% allowed), rtol {leaf.rtol:.3g}"
+    )
 
 
 def make_inputs(shape, seed=0, slow=False):
@@ -192,8 +194,9 @@ def run_shape(name, shape, dtype_name, prob, cand, mamba, bench, bw, sweep, path
     X, A, B, C = make_inputs(shape, slow=name.endswith("slow"))
     Xd, Bd, Cd = X.to(dtype), B.to(dtype), C.to(dtype)
     ref_ours = oracle(prob, Xd, A, Bd, Cd, chunk)
-    row = dict(name=name, shape=shape, dtype=dtype_name, floor=floor_us(shape, dtype, bw), ours={}, mamba=None,
-               verdict={})
+    row = dict(
+        name=name, shape=shape, dtype=dtype_name, floor=floor_us(shape, dtype, bw), ours={}, mamba=None, verdict={}
+    )
 
     def ours(label, fn):
         out = fn()
@@ -230,6 +233,7 @@ def run_shape(name, shape, dtype_name, prob, cand, mamba, bench, bw, sweep, path
         Bm, Cm = Bd.contiguous(), Cd.contiguous()
         ref_m = oracle(prob, x.double() * dt.double().unsqueeze(-1), A, Bm, Cm, chunk)
         try:
+
             def fn():
                 return mamba(x, dt, A_h, Bm, Cm, chunk)
 
@@ -282,9 +286,14 @@ def markdown(rows, device, bw, mamba_version) -> str:
             lines.append(f"| {shape_cell(r)} | {r['dtype']} | {k} | {fmt_us(ms)} | {err:.1e} |")
     judged_rows = [(r, who, v) for r in rows for who, v in r["verdict"].items()]
     if judged_rows:
-        lines += ["", "The engine's calibrated verdict on each output (reference: float32 math on the method's own "
-                  "inputs rounded to the output dtype; oracle: float64):", "",
-                  "| shape | dtype | method | verdict |", "|---|---|---|---|"]
+        lines += [
+            "",
+            "The engine's calibrated verdict on each output (reference: float32 math on the method's own "
+            "inputs rounded to the output dtype; oracle: float64):",
+            "",
+            "| shape | dtype | method | verdict |",
+            "|---|---|---|---|",
+        ]
         for r, who, v in judged_rows:
             lines.append(f"| {', '.join(map(str, r['shape']))} | {r['dtype']} | {who} | {verdict_text(*v)} |")
     return "\n".join(lines) + "\n"
@@ -321,9 +330,22 @@ def main(argv=None) -> int:
     out_path = os.path.join(os.environ["OUT"], "mamba2_ssd.md") if os.environ.get("OUT") else None
     for name in a.shapes.split(","):
         for dt in a.dtypes.split(","):
-            rows.append(run_shape(name, {**SHAPES, **SLOW}[name], dt, prob, cand, mamba, bench, bw, a.sweep,
-                                  [int(x) for x in a.paths.split(",") if x], lambda m: print(m, flush=True),
-                                  verdict=a.verdict))
+            rows.append(
+                run_shape(
+                    name,
+                    {**SHAPES, **SLOW}[name],
+                    dt,
+                    prob,
+                    cand,
+                    mamba,
+                    bench,
+                    bw,
+                    a.sweep,
+                    [int(x) for x in a.paths.split(",") if x],
+                    lambda m: print(m, flush=True),
+                    verdict=a.verdict,
+                )
+            )
             table = markdown(rows, device, bw, mamba_version)
             for path in filter(None, [a.out, out_path]):
                 Path(path).write_text(table)  # as it stands: a cut-off run keeps its rows

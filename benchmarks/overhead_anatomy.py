@@ -69,8 +69,9 @@ def startup_pieces(device: str) -> dict:
     return {"bare python": bare, **json.loads(line[0][7:]), "whole script": total}
 
 
-def prestarted_evals(problem: Path, candidate: Path, device: str, cache: Path, repeats: int,
-                     handoff: bool = True) -> dict:
+def prestarted_evals(
+    problem: Path, candidate: Path, device: str, cache: Path, repeats: int, handoff: bool = True
+) -> dict:
     """Evaluations in prestarted spares after one that fills the build cache: the engine's phases
     (parent: trusted build or its memory, hand-over, the runner's stages, the judge's verdict after
     the runner ended, stopping) and the runner's stage times, per evaluation."""
@@ -141,9 +142,11 @@ def main() -> int:
     print(f"outputs: {'device hand-off where the driver allows' if not args.files else 'through files'}")
     print("\nfirst evaluation (fresh children, empty cache), engine phases:", json.dumps(ev["first_eval_phases_s"]))
     for i, run in enumerate(ev["prestarted"]):
-        print(f"prestarted #{i + 1}: wall {run['wall_s']:.3f} s, overhead {run['overhead_s']:.3f} s, {run['status']}, "
-              f"phases {json.dumps(run['engine_phases_s'])}"
-              + (f", hand-off off: {run['device_handoff_off']}" if run["device_handoff_off"] else ""))
+        print(
+            f"prestarted #{i + 1}: wall {run['wall_s']:.3f} s, overhead {run['overhead_s']:.3f} s, {run['status']}, "
+            f"phases {json.dumps(run['engine_phases_s'])}"
+            + (f", hand-off off: {run['device_handoff_off']}" if run["device_handoff_off"] else "")
+        )
         print(f"    runner stages {json.dumps(run['stage_times'])}")
         print(f"    runner phases {json.dumps(run['runner_phases_s'])}")
         print(f"    judge busy    {json.dumps(run['judge_busy_s'])}")

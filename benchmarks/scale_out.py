@@ -50,8 +50,10 @@ from kernelwright.executors.placement import detect_gpus, parse_gpus, plan_cores
 from kernelwright.loop.forge import Forge  # noqa: E402
 from kernelwright.models.base import Attempt, Completion, Usage  # noqa: E402
 
-SIZES = {"cuda": [(4096, 4096), (8192, 4096), (16384, 4096), (8192, 8192)],
-         "cpu": [(256, 1024), (512, 1024), (1024, 2048), (2048, 1024)]}
+SIZES = {
+    "cuda": [(4096, 4096), (8192, 4096), (16384, 4096), (8192, 8192)],
+    "cpu": [(256, 1024), (512, 1024), (1024, 2048), (2048, 1024)],
+}
 
 
 def candidate_files(device: str) -> list[Path]:
@@ -67,8 +69,10 @@ def problem_files(device: str, folder: Path) -> list[Path]:
     src = (ROOT / "examples" / ("cuda_swish" if device == "cuda" else "cpu_swish") / "problem.py").read_text()
     out = []
     for b, f in sorted(SIZES[device], key=lambda bf: -bf[0] * bf[1]):
-        lines = [f"batch = {b}" if l.startswith("batch = ") else f"features = {f}" if l.startswith("features = ") else l
-                 for l in src.splitlines()]
+        lines = [
+            f"batch = {b}" if l.startswith("batch = ") else f"features = {f}" if l.startswith("features = ") else l
+            for l in src.splitlines()
+        ]
         path = folder / f"swish_{b}x{f}.py"
         path.write_text("\n".join(lines) + "\n")
         out.append(path)
@@ -78,9 +82,16 @@ def problem_files(device: str, folder: Path) -> list[Path]:
 def task_set(problems: list[Path], candidates: list[Path], repeat: int) -> list[EvalTask]:
     """Largest problems first in each repetition, so that a pass ends on short tasks (a smaller
     tail where one GPU has finished and the other has not)."""
-    return [EvalTask(key=f"{p.stem}/{c.parent.name if c.name == 'candidate.py' else c.stem}#{r}", problem=p,
-                     candidate_text=c.read_text())
-            for r in range(repeat) for p in problems for c in candidates]
+    return [
+        EvalTask(
+            key=f"{p.stem}/{c.parent.name if c.name == 'candidate.py' else c.stem}#{r}",
+            problem=p,
+            candidate_text=c.read_text(),
+        )
+        for r in range(repeat)
+        for p in problems
+        for c in candidates
+    ]
 
 
 def warm_builds(config: EvalConfig, problem: Path, candidates: list[Path]) -> float:
@@ -108,15 +119,25 @@ def run_pass(config: EvalConfig, gpus: list[str], tasks: list[EvalTask], cores_p
     for r in results.values():
         g = str(r.metadata["executor"]["gpu"])
         per_gpu[g] = per_gpu.get(g, 0) + 1
-    return {"gpus": gpus, "wall_s": wall, "evals_per_min": 60 * len(tasks) / wall, "per_gpu": per_gpu,
-            "verdicts": {k: r.status.value for k, r in results.items()}, "cores": plan,
-            "timings": {k: _timing(r) for k, r in results.items() if r.status is Status.PASSED}}
+    return {
+        "gpus": gpus,
+        "wall_s": wall,
+        "evals_per_min": 60 * len(tasks) / wall,
+        "per_gpu": per_gpu,
+        "verdicts": {k: r.status.value for k, r in results.items()},
+        "cores": plan,
+        "timings": {k: _timing(r) for k, r in results.items() if r.status is Status.PASSED},
+    }
 
 
 def _timing(r) -> dict:
     t = r.candidate_timing
-    return {"median_ms": r.candidate_ms, "p10_ms": t.p10_ms if t else r.candidate_ms,
-            "p90_ms": t.p90_ms if t else r.candidate_ms, "speedup": r.speedup}
+    return {
+        "median_ms": r.candidate_ms,
+        "p10_ms": t.p10_ms if t else r.candidate_ms,
+        "p90_ms": t.p90_ms if t else r.candidate_ms,
+        "speedup": r.speedup,
+    }
 
 
 def agreement(one: dict, many: dict) -> dict:
@@ -127,13 +148,25 @@ def agreement(one: dict, many: dict) -> dict:
         if b is None or not a["median_ms"] or not b["median_ms"]:
             continue
         overlap = a["p10_ms"] <= b["p90_ms"] and b["p10_ms"] <= a["p90_ms"]
-        rows.append({"key": key, "one_ms": a["median_ms"], "many_ms": b["median_ms"],
-                     "rel_diff": b["median_ms"] / a["median_ms"] - 1, "agree": overlap})
-    return {"compared": len(rows), "agree": sum(r["agree"] for r in rows),
-            "max_abs_rel_diff": max((abs(r["rel_diff"]) for r in rows), default=None), "rows": rows}
+        rows.append(
+            {
+                "key": key,
+                "one_ms": a["median_ms"],
+                "many_ms": b["median_ms"],
+                "rel_diff": b["median_ms"] / a["median_ms"] - 1,
+                "agree": overlap,
+            }
+        )
+    return {
+        "compared": len(rows),
+        "agree": sum(r["agree"] for r in rows),
+        "max_abs_rel_diff": max((abs(r["rel_diff"]) for r in rows), default=None),
+        "rows": rows,
+    }
 
 
 # ---- K candidates per round, with scripted models ------------------------------------------
+
 
 class ScriptedModel:
     """An in-process Coder or Judge: answers at once from a fixed list, round-robin (no network)."""
@@ -147,13 +180,28 @@ class ScriptedModel:
         return Completion(text=text, usage=Usage(), model=self.name, attempts=[Attempt(1, True)], cost_usd=0.0)
 
 
-JUDGE = json.dumps({"bottleneck": "memory bound", "optimisation": "vectorise", "expected_speedup": 1.1,
-                    "critical_issue": "wrong output", "why_it_matters": "fails the check",
-                    "minimal_fix_hint": "add the bias"})
+JUDGE = json.dumps(
+    {
+        "bottleneck": "memory bound",
+        "optimisation": "vectorise",
+        "expected_speedup": 1.1,
+        "critical_issue": "wrong output",
+        "why_it_matters": "fails the check",
+        "minimal_fix_hint": "add the bias",
+    }
+)
 
 
-def round_times(config: EvalConfig, gpus: list[str], problem: Path, candidates: list[Path], k: int, rounds: int,
-                backend: str, cores_per_gpu: int) -> dict:
+def round_times(
+    config: EvalConfig,
+    gpus: list[str],
+    problem: Path,
+    candidates: list[Path],
+    k: int,
+    rounds: int,
+    backend: str,
+    cores_per_gpu: int,
+) -> dict:
     answers = [f"```python\n{c.read_text()}```\n" for c in candidates]
     coder, judge = ScriptedModel("scripted-coder", answers), ScriptedModel("scripted-judge", [f"```json\n{JUDGE}\n```"])
     ex = LocalExecutor(config, gpus=gpus, build_workers=0, cores_per_gpu=cores_per_gpu)
@@ -161,11 +209,17 @@ def round_times(config: EvalConfig, gpus: list[str], problem: Path, candidates: 
     loop = LoopConfig(rounds=rounds, candidates=k, backend=backend)  # type: ignore[arg-type]
     state = Forge(problem, coder, judge, ExecutorEvaluator(ex), loop, device=config.device).run()  # closes ex
     walls = [r.wall_s for r in state.rounds]
-    return {"k": k, "rounds": len(walls), "mean_round_s": statistics.mean(walls), "round_s": walls,
-            "candidates_per_min": 60 * k * len(walls) / sum(walls)}
+    return {
+        "k": k,
+        "rounds": len(walls),
+        "mean_round_s": statistics.mean(walls),
+        "round_s": walls,
+        "candidates_per_min": 60 * k * len(walls) / sum(walls),
+    }
 
 
 # ---- report ----------------------------------------------------------------------------------
+
 
 def report(res: dict) -> str:
     one, many, agree = res["one"], res["many"], res["agreement"]
@@ -248,20 +302,36 @@ def main() -> None:
     print(f"{len(gpus)}-GPU pass on {','.join(gpus)}…", file=sys.stderr)
     print(f"  1 GPU: {one['evals_per_min']:.2f} evaluations/min", file=sys.stderr)
     many = run_pass(config, gpus, tasks, args.cores_per_gpu)
-    print(f"  {len(gpus)} GPUs: {many['evals_per_min']:.2f} evaluations/min "
-          f"({many['evals_per_min'] / one['evals_per_min']:.2f}x)", file=sys.stderr)
-    res = {"device": args.device, "device_name": device_name(args.device), "host": socket.gethostname(),
-           "date": date.today().isoformat(), "tasks": len(tasks), "problems": len(problems),
-           "candidates": len(candidates), "repeat": args.repeat, "warm_builds_s": warm_s, "one": one, "many": many,
-           "speedup": many["evals_per_min"] / one["evals_per_min"],
-           "same_verdicts": one["verdicts"] == many["verdicts"], "agreement": agreement(one, many),
-           "plan": plan_cores(len(gpus), args.cores_per_gpu).describe()}
+    print(
+        f"  {len(gpus)} GPUs: {many['evals_per_min']:.2f} evaluations/min "
+        f"({many['evals_per_min'] / one['evals_per_min']:.2f}x)",
+        file=sys.stderr,
+    )
+    res = {
+        "device": args.device,
+        "device_name": device_name(args.device),
+        "host": socket.gethostname(),
+        "date": date.today().isoformat(),
+        "tasks": len(tasks),
+        "problems": len(problems),
+        "candidates": len(candidates),
+        "repeat": args.repeat,
+        "warm_builds_s": warm_s,
+        "one": one,
+        "many": many,
+        "speedup": many["evals_per_min"] / one["evals_per_min"],
+        "same_verdicts": one["verdicts"] == many["verdicts"],
+        "agreement": agreement(one, many),
+        "plan": plan_cores(len(gpus), args.cores_per_gpu).describe(),
+    }
     res["efficiency"] = res["speedup"] / len(gpus)
     if args.k > 1:
         backend = "cuda" if args.device == "cuda" else "cpp"
         print(f"rounds: K=1 and K={args.k}…", file=sys.stderr)
-        res["rounds"] = [round_times(config, gpus, problems[1], candidates, k, args.rounds, backend, args.cores_per_gpu)
-                         for k in (1, args.k)]
+        res["rounds"] = [
+            round_times(config, gpus, problems[1], candidates, k, args.rounds, backend, args.cores_per_gpu)
+            for k in (1, args.k)
+        ]
     text = report(res)
     print(text)
     if args.out:

@@ -114,7 +114,7 @@ class ModelNew(nn.Module):
         return ext.affine_relu(x)
 '''
 
-TORCH = '''import torch
+TORCH = """import torch
 import torch.nn as nn
 
 
@@ -124,7 +124,7 @@ class ModelNew(nn.Module):
 
     def forward(self, x):
         return torch.clamp_min(x * {a} + {b}, 0.0)
-'''
+"""
 
 
 def write_suite(root: Path, n: int, kind: str, rows: int) -> tuple[Path, Path]:
@@ -142,8 +142,9 @@ def write_suite(root: Path, n: int, kind: str, rows: int) -> tuple[Path, Path]:
 
 def cli(*args: str, cache: Path, timeout: float = 3600) -> subprocess.CompletedProcess:
     env = {**os.environ, "KERNELWRIGHT_CACHE": str(cache), "PYTHONPATH": str(ROOT / "src"), "COLUMNS": "160"}
-    return subprocess.run([sys.executable, "-m", "kernelwright.cli.main", *args], capture_output=True, text=True,
-                          env=env, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "kernelwright.cli.main", *args], capture_output=True, text=True, env=env, timeout=timeout
+    )
 
 
 def run_separate(probs: Path, cands: Path, k: int, device: str, cache: Path, trials: int) -> dict:
@@ -159,15 +160,36 @@ def run_separate(probs: Path, cands: Path, k: int, device: str, cache: Path, tri
         rec = json.loads(out.stdout)
         verdicts[f.stem] = rec["status"]
         builds.append((rec.get("stage_times") or {}).get("build_s") or 0.0)
-    return {"candidates": len(walls), "wall_s": sum(walls), "per_candidate_s": sum(walls) / len(walls),
-            "median_build_s": statistics.median(builds), "verdicts": verdicts}
+    return {
+        "candidates": len(walls),
+        "wall_s": sum(walls),
+        "per_candidate_s": sum(walls) / len(walls),
+        "median_build_s": statistics.median(builds),
+        "verdicts": verdicts,
+    }
 
 
 def run_suite(probs: Path, cands: Path, device: str, cache: Path, trials: int, workers: int, work: Path) -> dict:
     t0 = time.perf_counter()
-    out = cli("suite", "eval", str(probs), str(cands), "--device", device, "--trials", str(trials), "--name", "bench",
-              "--out", str(work / "suite-out"), "--store", str(work / "suite.db"), "--build-workers", str(workers),
-              cache=cache)
+    out = cli(
+        "suite",
+        "eval",
+        str(probs),
+        str(cands),
+        "--device",
+        device,
+        "--trials",
+        str(trials),
+        "--name",
+        "bench",
+        "--out",
+        str(work / "suite-out"),
+        "--store",
+        str(work / "suite.db"),
+        "--build-workers",
+        str(workers),
+        cache=cache,
+    )
     wall = time.perf_counter() - t0
     if out.returncode != 0:
         raise SystemExit(f"kernelwright suite eval failed: {out.stderr[-2000:]}")
@@ -176,25 +198,41 @@ def run_suite(probs: Path, cands: Path, device: str, cache: Path, trials: int, w
         rec = json.loads(ev.read_text())
         verdicts[ev.parent.parent.name] = rec["status"]
         builds.append((rec.get("stage_times") or {}).get("build_s") or 0.0)
-    return {"candidates": len(verdicts), "wall_s": wall, "per_candidate_s": wall / max(len(verdicts), 1),
-            "median_build_s": statistics.median(builds) if builds else None, "verdicts": verdicts,
-            "build_workers": workers}
+    return {
+        "candidates": len(verdicts),
+        "wall_s": wall,
+        "per_candidate_s": wall / max(len(verdicts), 1),
+        "median_build_s": statistics.median(builds) if builds else None,
+        "verdicts": verdicts,
+        "build_workers": workers,
+    }
 
 
 def device_name(device: str) -> str:
     if device == "cuda":
         try:
-            return subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
-                                  text=True, timeout=30).stdout.strip().splitlines()[0]
+            return (
+                subprocess.run(
+                    ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                    capture_output=True,
+                    text=True,
+                    timeout=30,
+                )
+                .stdout.strip()
+                .splitlines()[0]
+            )
         except (OSError, IndexError, subprocess.SubprocessError):
             return "cuda"
     return f"cpu ({platform.machine()}, {os.cpu_count()} cores)"
 
 
 def table(res: dict) -> str:
-    lines = [f"Suite throughput, {res['n']} {res['kind']} candidates, {res['device_name']}, {res['date']}", "",
-             "| mode | candidates | wall s | s per candidate | median build_s in the evaluation |",
-             "|---|---|---|---|---|"]
+    lines = [
+        f"Suite throughput, {res['n']} {res['kind']} candidates, {res['device_name']}, {res['date']}",
+        "",
+        "| mode | candidates | wall s | s per candidate | median build_s in the evaluation |",
+        "|---|---|---|---|---|",
+    ]
     for mode in ("separate", "suite"):
         r = res.get(mode)
         if r:
@@ -202,8 +240,11 @@ def table(res: dict) -> str:
             label = mode if mode == "separate" else f"suite (build workers {r['build_workers']})"
             lines.append(f"| {label} | {r['candidates']} | {r['wall_s']:.1f} | {r['per_candidate_s']:.2f} | {b} |")
     if "speedup_per_candidate" in res:
-        lines += ["", f"suite speed-up per candidate: {res['speedup_per_candidate']:.2f}x (target 3x); "
-                      f"verdicts agree: {res['verdicts_agree']}"]
+        lines += [
+            "",
+            f"suite speed-up per candidate: {res['speedup_per_candidate']:.2f}x (target 3x); "
+            f"verdicts agree: {res['verdicts_agree']}",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -229,8 +270,14 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="kw-suite-bench-"))
     try:
         probs, cands = write_suite(work / "suite", args.n, kind, args.rows or (4096 if args.device == "cuda" else 64))
-        res: dict = {"n": args.n, "kind": kind, "device": args.device, "device_name": device_name(args.device),
-                     "date": date.today().isoformat(), "trials": args.trials}
+        res: dict = {
+            "n": args.n,
+            "kind": kind,
+            "device": args.device,
+            "device_name": device_name(args.device),
+            "date": date.today().isoformat(),
+            "trials": args.trials,
+        }
         modes = [m.strip() for m in args.modes.split(",") if m.strip()]
 
         def save() -> None:

@@ -63,15 +63,20 @@ def main() -> int:
             t = r.metadata.get("timing", {})
             ct, rt = r.candidate_timing, r.reference_timing
             row = {
-                "run": i, "status": r.status.value, "speedup": r.speedup,
-                "candidate_ms": r.candidate_ms, "reference_ms": r.reference_ms,
+                "run": i,
+                "status": r.status.value,
+                "speedup": r.speedup,
+                "candidate_ms": r.candidate_ms,
+                "reference_ms": r.reference_ms,
                 "candidate_p10_p90": [ct.p10_ms, ct.p90_ms] if ct else None,
                 "reference_p10_p90": [rt.p10_ms, rt.p90_ms] if rt else None,
                 "iterations": rt.iterations if rt else None,
-                "threads": t.get("threads"), "attempts": t.get("attempts"),
+                "threads": t.get("threads"),
+                "attempts": t.get("attempts"),
                 "others_busy_cores": (t.get("load") or {}).get("others_busy_cores"),
                 "loadavg_1m": (t.get("load") or {}).get("loadavg_1m"),
-                "unstable": t.get("unstable", []), "wall_s": round(time.perf_counter() - t0, 1),
+                "unstable": t.get("unstable", []),
+                "wall_s": round(time.perf_counter() - t0, 1),
                 "summary": r.summary_line(),
             }
             rows.append(row)
@@ -98,16 +103,20 @@ def main() -> int:
     strict = max(speedups) / min(speedups)  # "within 20% of each other", read strictly: max / min <= 1.2
     unflagged_outside = [r["run"] for r in outside if not r["unstable"]]
     stable = [r for r in rows if not r["unstable"] and r["speedup"] is not None]
-    print(f"\nspeed-ups: min {min(speedups):.3f}, median {med:.3f}, max {max(speedups):.3f}; "
-          f"max/min {strict:.2f}; {len(outside)} of {len(rows)} runs more than 20% from the median; "
-          f"{len(stable)} runs not flagged")
+    print(
+        f"\nspeed-ups: min {min(speedups):.3f}, median {med:.3f}, max {max(speedups):.3f}; "
+        f"max/min {strict:.2f}; {len(outside)} of {len(rows)} runs more than 20% from the median; "
+        f"{len(stable)} runs not flagged"
+    )
     if stable:
         ss = [r["speedup"] for r in stable]
-        print(f"unflagged runs' speed-ups: {', '.join(f'{s:.3f}' for s in ss)} "
-              f"(spread {max(ss) / min(ss):.2f}x)")
+        print(f"unflagged runs' speed-ups: {', '.join(f'{s:.3f}' for s in ss)} (spread {max(ss) / min(ss):.2f}x)")
     ok = within or not unflagged_outside
-    print("PASS: " + ("all within 20% of the median" if within else "every run outside the band says timing_unstable")
-          if ok else f"FAIL: runs {unflagged_outside} are outside the band and not flagged")
+    print(
+        "PASS: " + ("all within 20% of the median" if within else "every run outside the band says timing_unstable")
+        if ok
+        else f"FAIL: runs {unflagged_outside} are outside the band and not flagged"
+    )
     if args.json:
         Path(args.json).write_text(json.dumps({"args": vars(args), "rows": rows, "pass": ok}, indent=1))
     return 0 if ok else 1

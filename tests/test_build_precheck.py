@@ -16,6 +16,7 @@ SWISH = EXAMPLES / "cpu_swish" / "problem.py"
 
 # ---- the check itself ------------------------------------------------------------------------------
 
+
 def test_a_global_kernel_named_in_functions_with_empty_cpp_sources_is_undeclared():
     assert build.undeclared_functions("", ["swish_kernel"]) == ["swish_kernel"]
 
@@ -40,6 +41,7 @@ def test_a_name_merely_contained_in_another_is_not_a_declaration():
 
 
 # ---- through the engine: no compiler run, a clear message ----------------------------------------------
+
 
 def test_undeclared_function_is_a_compile_error_found_before_compiling(cpu_config):
     t0 = time.perf_counter()

@@ -38,6 +38,7 @@ def test_a_call_torch_rejects_before_building_is_a_compile_error_when_caught(cpu
 
 # ---- a build that cannot succeed fails after one compiler run ----------------------------------------
 
+
 def test_an_error_in_main_cpp_of_the_lean_build_is_certain_and_one_in_cuda_cu_is_not():
     from kernelwright.engine.child import build
 
@@ -88,17 +89,21 @@ def test_a_main_cpp_error_fails_after_the_lean_build_alone(cuda_config, tmp_path
 
 # ---- builds whose arguments are computed at run time ---------------------------------------------
 
+
 def test_recorded_calls_are_checked_like_calls_read_from_the_text():
     from kernelwright.engine import static_builds
 
-    ok, why = static_builds.check_recorded({"name": "ext", "cpp_sources": "int f();", "functions": ["f"],
-                                            "verbose": True})
+    ok, why = static_builds.check_recorded(
+        {"name": "ext", "cpp_sources": "int f();", "functions": ["f"], "verbose": True}
+    )
     assert ok == {"name": "ext", "cpp_sources": "int f();", "functions": ["f"]} and why == ""
-    for call, reason in [({"name": "ext", "cpp_sources": "", "extra_cflags": ["-fplugin=/tmp/x.so"]}, "not allowed"),
-                         ({"name": "../x", "cpp_sources": ""}, "plain identifier"),
-                         ({"name": "ext", "cpp_sources": "", "evil": 1}, "unknown argument"),
-                         ({"name": "ext", "cpp_sources": {"a": object()}}, "not plain data"),
-                         ("not a dict", "not a call")]:
+    for call, reason in [
+        ({"name": "ext", "cpp_sources": "", "extra_cflags": ["-fplugin=/tmp/x.so"]}, "not allowed"),
+        ({"name": "../x", "cpp_sources": ""}, "plain identifier"),
+        ({"name": "ext", "cpp_sources": "", "evil": 1}, "unknown argument"),
+        ({"name": "ext", "cpp_sources": {"a": object()}}, "not plain data"),
+        ("not a dict", "not a call"),
+    ]:
         kwargs, why = static_builds.check_recorded(call)
         assert kwargs is None and reason in why, (call, why)
 

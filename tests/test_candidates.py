@@ -36,11 +36,23 @@ def _cand(i: int, status: Status | None, speedup: float | None = None) -> Candid
 
 
 def test_the_judge_reviews_the_fastest_correct_or_the_failure_that_got_furthest():
-    chosen, why = choose_candidate([_cand(0, Status.PASSED, 1.1), _cand(1, Status.INCORRECT),
-                                    _cand(2, Status.PASSED, 1.4), _cand(3, Status.PASSED, None)])
+    chosen, why = choose_candidate(
+        [
+            _cand(0, Status.PASSED, 1.1),
+            _cand(1, Status.INCORRECT),
+            _cand(2, Status.PASSED, 1.4),
+            _cand(3, Status.PASSED, None),
+        ]
+    )
     assert chosen.index == 2 and "fastest of 3 correct" in why
-    chosen, why = choose_candidate([_cand(0, Status.COMPILE_ERROR), _cand(1, Status.CRASHED),
-                                    _cand(2, Status.INCORRECT), _cand(3, Status.FORMAT_ERROR)])
+    chosen, why = choose_candidate(
+        [
+            _cand(0, Status.COMPILE_ERROR),
+            _cand(1, Status.CRASHED),
+            _cand(2, Status.INCORRECT),
+            _cand(3, Status.FORMAT_ERROR),
+        ]
+    )
     assert chosen.index == 2 and "incorrect got furthest" in why
     chosen, _ = choose_candidate([_cand(0, Status.COMPILE_ERROR), _cand(1, Status.RUNTIME_ERROR)])
     assert chosen.index == 1
@@ -55,15 +67,47 @@ def test_three_candidates_per_round_on_two_fake_gpus(tmp_path, cache_dir, monkey
     out = tmp_path / "run"
     script = {
         # round 0: wrong, correct, no code; round 1: raises, segfaults, wrong
-        "coder-model": [Reply(answer("py_wrong")), Reply(answer("py_correct")), Reply("I would fuse it."),
-                        Reply(answer("py_raises")), Reply(answer("py_segfault")), Reply(answer("py_wrong"))],
+        "coder-model": [
+            Reply(answer("py_wrong")),
+            Reply(answer("py_correct")),
+            Reply("I would fuse it."),
+            Reply(answer("py_raises")),
+            Reply(answer("py_segfault")),
+            Reply(answer("py_wrong")),
+        ],
         "judge-model": [Reply(PERF)],
     }
     with ChatServer(script) as server:
-        result = CliRunner().invoke(app, [
-            "optimize", str(ADD_ONE), "--coder", "coder-model", "--judge", "judge-model", "--base-url", server.base_url,
-            "--rounds", "2", "--backend", "cpp", "--device", "cpu", "--trials", "2", "--no-profile",
-            "--candidates", "3", "--executor", "local", "--gpus", "0,1", "--out", str(out)])
+        result = CliRunner().invoke(
+            app,
+            [
+                "optimize",
+                str(ADD_ONE),
+                "--coder",
+                "coder-model",
+                "--judge",
+                "judge-model",
+                "--base-url",
+                server.base_url,
+                "--rounds",
+                "2",
+                "--backend",
+                "cpp",
+                "--device",
+                "cpu",
+                "--trials",
+                "2",
+                "--no-profile",
+                "--candidates",
+                "3",
+                "--executor",
+                "local",
+                "--gpus",
+                "0,1",
+                "--out",
+                str(out),
+            ],
+        )
     assert result.exit_code == 0, result.output
     assert len(server.served("coder-model")) == 6 and server.served("judge-model") == ["Reply"]
     summary = read_summary(out)
@@ -76,15 +120,21 @@ def test_three_candidates_per_round_on_two_fake_gpus(tmp_path, cache_dir, monkey
     d0, d1 = out / r0["dir"], out / r1["dir"]
     rec0 = json.loads((d0 / "round.json").read_text())
     assert len(rec0["candidates"]) == 3 and rec0["chosen_why"] == "the fastest of 1 correct candidates"
-    assert {c["coder"] for c in rec0["candidates"]} == {"coder-model@temperature=0.2", "coder-model@temperature=0.6",
-                                                        "coder-model@temperature=1"}
+    assert {c["coder"] for c in rec0["candidates"]} == {
+        "coder-model@temperature=0.2",
+        "coder-model@temperature=0.6",
+        "coder-model@temperature=1",
+    }
     for c in rec0["candidates"]:
         folder = d0 / c["dir"]
         assert (folder / "coder_response.md").is_file()
         assert (folder / "eval.json").is_file() == (c["verdict"] != "model_error")
         assert json.loads((folder / "eval.json").read_text())["status"] == c["verdict"]
-    evaluated = [c for c in rec0["candidates"] + json.loads((d1 / "round.json").read_text())["candidates"]
-                 if c["verdict"] != "format_error"]
+    evaluated = [
+        c
+        for c in rec0["candidates"] + json.loads((d1 / "round.json").read_text())["candidates"]
+        if c["verdict"] != "format_error"
+    ]
     assert len(evaluated) == 5 and {c["gpu"] for c in evaluated} == {"0", "1"}  # spread over both GPUs
     # the Judge reviewed the correct one, with its code; the round's own files are the chosen candidate's
     assert (d0 / "candidate.py").read_text() == (CANDIDATES / "py_correct.py").read_text()

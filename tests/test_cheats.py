@@ -129,6 +129,7 @@ def test_guards_off_lets_an_identity_cache_through(cpu_config):
 
 # ---- honest candidates ---------------------------------------------------------------------------
 
+
 def test_honest_python_candidate_raises_no_failing_flag(cpu_config):
     r = evaluate(ADD_ONE, CANDIDATES / "py_correct.py", cpu_config)
     assert r.status is Status.PASSED, r.error_log
@@ -181,8 +182,16 @@ def test_cheat_is_caught_on_cuda(cuda_config, name, flag):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", ["stored_output.py", "bf16_compute.py", "reuse_reference_output.py",
-                                  "patch_verifier.py", "deferred_thread_late.py"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "stored_output.py",
+        "bf16_compute.py",
+        "reuse_reference_output.py",
+        "patch_verifier.py",
+        "deferred_thread_late.py",
+    ],
+)
 def test_incorrect_cheats_fail_on_cuda(cuda_config, name):
     r = run(cuda_config, name)
     assert r.status is Status.INCORRECT, (r.status, r.error_log)

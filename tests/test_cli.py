@@ -36,19 +36,29 @@ def env(cache_dir: str) -> dict[str, str]:
 
 def kw(*args: str, cwd: Path, cache_dir: str, timeout: float = 300) -> subprocess.CompletedProcess:
     """`kernelwright ARGS` in a fresh process; stdout and stderr apart."""
-    return subprocess.run([sys.executable, "-m", "kernelwright.cli.main", *map(str, args)], cwd=cwd,
-                          env=env(cache_dir), capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "kernelwright.cli.main", *map(str, args)],
+        cwd=cwd,
+        env=env(cache_dir),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def answer(path: Path) -> str:
     return f"Here is the program.\n\n```python\n{path.read_text()}```\n"
 
 
-PERF = "```json\n" + json.dumps({"bottleneck": "two passes", "optimisation": "fuse them",
-                                 "expected_speedup": 1.5}) + "\n```"
+PERF = (
+    "```json\n"
+    + json.dumps({"bottleneck": "two passes", "optimisation": "fuse them", "expected_speedup": 1.5})
+    + "\n```"
+)
 
 
 # ---- the basics ---------------------------------------------------------------------------------
+
 
 def test_version_prints_the_version_and_exits_0(tmp_path, cache_dir):
     import kernelwright
@@ -110,10 +120,13 @@ def test_optimize_refuses_bad_profile_and_sandbox_options_in_one_line(tmp_path):
 
     from kernelwright.cli.main import app
 
-    for opts, words in ((["--sandbox", "docker"], "--sandbox must be auto, bwrap or none"),
-                        (["--profile-tool", "nsys"], "profile tool must be auto, ncu or torch")):
-        res = CliRunner().invoke(app, ["optimize", str(ADD_ONE), "--coder", "m", "--device", "cpu",
-                                       "--out", str(tmp_path / "r"), *opts])
+    for opts, words in (
+        (["--sandbox", "docker"], "--sandbox must be auto, bwrap or none"),
+        (["--profile-tool", "nsys"], "profile tool must be auto, ncu or torch"),
+    ):
+        res = CliRunner().invoke(
+            app, ["optimize", str(ADD_ONE), "--coder", "m", "--device", "cpu", "--out", str(tmp_path / "r"), *opts]
+        )
         assert res.exit_code == 2 and words in res.output and "Traceback" not in res.output
 
 
@@ -136,8 +149,18 @@ def test_a_cuda_candidate_on_the_cpu_is_said_in_one_line(tmp_path, cache_dir):
 
 
 def test_eval_verbose_shows_each_stage_with_the_time_elapsed(tmp_path, cache_dir):
-    res = kw("eval", ADD_ONE, CANDIDATES / "py_correct.py", "--device", "cpu", "--verbose", "--trials", "2",
-             cwd=tmp_path, cache_dir=cache_dir)
+    res = kw(
+        "eval",
+        ADD_ONE,
+        CANDIDATES / "py_correct.py",
+        "--device",
+        "cpu",
+        "--verbose",
+        "--trials",
+        "2",
+        cwd=tmp_path,
+        cache_dir=cache_dir,
+    )
     assert res.returncode == 0 and "passed" in res.stdout
     stages = re.findall(r"^  (\w+)… \(at \d+\.\ds\)$", res.stderr, re.M)
     assert stages[:2] == ["startup", "build"] and "correctness" in stages and "timing" in stages
@@ -146,17 +169,21 @@ def test_eval_verbose_shows_each_stage_with_the_time_elapsed(tmp_path, cache_dir
 
 # ---- the settings file ---------------------------------------------------------------------------
 
+
 def test_an_unknown_key_in_the_settings_file_is_one_line_naming_key_and_file(tmp_path, cache_dir):
     (tmp_path / "kernelwright.toml").write_text("[eval]\natoll = 0.01\n")
     res = kw("eval", ADD_ONE, CANDIDATES / "py_correct.py", cwd=tmp_path, cache_dir=cache_dir)
     assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1
-    assert res.stderr.startswith(f"error: {tmp_path / 'kernelwright.toml'}: unknown key 'eval.atoll'; "
-                                 "known keys in [eval]: device, trials, atol, rtol")
+    assert res.stderr.startswith(
+        f"error: {tmp_path / 'kernelwright.toml'}: unknown key 'eval.atoll'; "
+        "known keys in [eval]: device, trials, atol, rtol"
+    )
 
 
 def test_settings_come_from_pyproject_and_the_command_line_overrides_them(tmp_path, cache_dir):
-    (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n\n[tool.kernelwright.eval]\n'
-                                             'atol = 0.5\nrtol = 0.25\ntrials = 2\ndevice = "cpu"\n')
+    (tmp_path / "pyproject.toml").write_text(
+        '[project]\nname = "x"\n\n[tool.kernelwright.eval]\natol = 0.5\nrtol = 0.25\ntrials = 2\ndevice = "cpu"\n'
+    )
     sub = tmp_path / "work"
     sub.mkdir()  # found from a sub-directory too
     res = kw("eval", ADD_ONE, CANDIDATES / "py_correct.py", "--rtol", "0.125", "--json", cwd=sub, cache_dir=cache_dir)
@@ -167,6 +194,7 @@ def test_settings_come_from_pyproject_and_the_command_line_overrides_them(tmp_pa
 
 # ---- optimize: exit codes, summary, numbering ---------------------------------------------------
 
+
 @needs_openai
 def test_an_endpoint_never_reached_stops_the_run_with_exit_1(tmp_path, cache_dir):
     import socket
@@ -175,8 +203,20 @@ def test_an_endpoint_never_reached_stops_the_run_with_exit_1(tmp_path, cache_dir
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     (tmp_path / "kernelwright.toml").write_text(FAST_RETRIES)
-    res = kw("optimize", ADD_ONE, "--coder", "m", "--base-url", f"http://127.0.0.1:{port}/v1", "--device", "cpu",
-             "--out", tmp_path / "run", cwd=tmp_path, cache_dir=cache_dir)
+    res = kw(
+        "optimize",
+        ADD_ONE,
+        "--coder",
+        "m",
+        "--base-url",
+        f"http://127.0.0.1:{port}/v1",
+        "--device",
+        "cpu",
+        "--out",
+        tmp_path / "run",
+        cwd=tmp_path,
+        cache_dir=cache_dir,
+    )
     assert res.returncode == 1, res.stdout + res.stderr
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["state"] == "stopped" and summary["stop_reason"].startswith("coder failed: m: connection error")
@@ -187,13 +227,40 @@ def test_an_endpoint_never_reached_stops_the_run_with_exit_1(tmp_path, cache_dir
 
 @needs_openai
 def test_a_run_that_finished_exits_0_and_numbers_rounds_from_0_everywhere(tmp_path, cache_dir):
-    script = {"coder": [Reply(answer(CANDIDATES / "py_correct.py")), Reply(answer(CANDIDATES / "py_wrong.py"))],
-              "judge": [Reply(PERF)]}
+    script = {
+        "coder": [Reply(answer(CANDIDATES / "py_correct.py")), Reply(answer(CANDIDATES / "py_wrong.py"))],
+        "judge": [Reply(PERF)],
+    }
     with ChatServer(script) as server:
-        res = kw("optimize", ADD_ONE, "--coder", "coder", "--judge", "judge", "--base-url", server.base_url,
-                 "--rounds", "2", "--device", "cpu", "--trials", "2", "--no-profile", "--atol", "0.01",
-                 "--rtol", "0.02", "--verdict", "strict", "--seed", "7", "--out", tmp_path / "run",
-                 cwd=tmp_path, cache_dir=cache_dir)
+        res = kw(
+            "optimize",
+            ADD_ONE,
+            "--coder",
+            "coder",
+            "--judge",
+            "judge",
+            "--base-url",
+            server.base_url,
+            "--rounds",
+            "2",
+            "--device",
+            "cpu",
+            "--trials",
+            "2",
+            "--no-profile",
+            "--atol",
+            "0.01",
+            "--rtol",
+            "0.02",
+            "--verdict",
+            "strict",
+            "--seed",
+            "7",
+            "--out",
+            tmp_path / "run",
+            cwd=tmp_path,
+            cache_dir=cache_dir,
+        )
     assert res.returncode == 0, res.stdout + res.stderr
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["state"] == "finished" and summary["stop_reason"] == "round limit (2) reached"
@@ -216,15 +283,50 @@ def test_a_run_that_finished_exits_0_and_numbers_rounds_from_0_everywhere(tmp_pa
 def test_optimize_json_and_quiet(tmp_path, cache_dir):
     script = {"coder": [Reply(answer(CANDIDATES / "py_correct.py"))] * 2}
     with ChatServer(script) as server:
-        res = kw("optimize", ADD_ONE, "--coder", "coder", "--base-url", server.base_url, "--rounds", "1",
-                 "--device", "cpu", "--trials", "2", "--no-profile", "--json", "--quiet", "--out", tmp_path / "a",
-                 cwd=tmp_path, cache_dir=cache_dir)
+        res = kw(
+            "optimize",
+            ADD_ONE,
+            "--coder",
+            "coder",
+            "--base-url",
+            server.base_url,
+            "--rounds",
+            "1",
+            "--device",
+            "cpu",
+            "--trials",
+            "2",
+            "--no-profile",
+            "--json",
+            "--quiet",
+            "--out",
+            tmp_path / "a",
+            cwd=tmp_path,
+            cache_dir=cache_dir,
+        )
         assert res.returncode == 0, res.stderr
         summary = json.loads(res.stdout)  # stdout holds the JSON and nothing else
         assert summary["state"] == "finished" and summary["best"]["round"] == 0 and res.stderr == ""
-        quiet = kw("optimize", ADD_ONE, "--coder", "coder", "--base-url", server.base_url, "--rounds", "1",
-                   "--device", "cpu", "--trials", "2", "--no-profile", "--quiet", "--out", tmp_path / "b",
-                   cwd=tmp_path, cache_dir=cache_dir)
+        quiet = kw(
+            "optimize",
+            ADD_ONE,
+            "--coder",
+            "coder",
+            "--base-url",
+            server.base_url,
+            "--rounds",
+            "1",
+            "--device",
+            "cpu",
+            "--trials",
+            "2",
+            "--no-profile",
+            "--quiet",
+            "--out",
+            tmp_path / "b",
+            cwd=tmp_path,
+            cache_dir=cache_dir,
+        )
     assert quiet.returncode == 0 and quiet.stderr == ""
     assert quiet.stdout.count("\n") == 1
     assert quiet.stdout.startswith("finished: round limit (1) reached; best ") and "from round 0" in quiet.stdout
@@ -266,10 +368,28 @@ def test_optimize_verbose_shows_stages_with_elapsed_time(tmp_path, cache_dir):
 def test_ctrl_c_ends_the_run_with_130_and_a_stopped_summary(tmp_path, cache_dir):
     script = {"coder": [Reply(answer(CANDIDATES / "py_correct.py"), delay_s=60)]}
     with ChatServer(script) as server:
-        proc = subprocess.Popen([sys.executable, "-m", "kernelwright.cli.main", "optimize", str(ADD_ONE),
-                                 "--coder", "coder", "--base-url", server.base_url, "--device", "cpu",
-                                 "--out", str(tmp_path / "run")], cwd=tmp_path, env=env(cache_dir),
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "kernelwright.cli.main",
+                "optimize",
+                str(ADD_ONE),
+                "--coder",
+                "coder",
+                "--base-url",
+                server.base_url,
+                "--device",
+                "cpu",
+                "--out",
+                str(tmp_path / "run"),
+            ],
+            cwd=tmp_path,
+            env=env(cache_dir),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         deadline = time.monotonic() + 60
         while not server.log and time.monotonic() < deadline:  # the Coder was asked: the run is under way
             time.sleep(0.1)
@@ -284,8 +404,24 @@ def test_ctrl_c_ends_the_run_with_130_and_a_stopped_summary(tmp_path, cache_dir)
 @pytest.mark.slow
 def test_the_cpu_replay_example_runs_on_the_cpu(tmp_path, cache_dir):
     """The README's CPU replay: a CUDA attempt (told apart in one line), plain PyTorch, fused C++."""
-    res = kw("optimize", CPU_PROBLEM, "--coder", f"replay:{CPU_REPLAY}", "--rounds", "3", "--device", "cpu",
-             "--trials", "3", "--no-profile", "--out", tmp_path / "run", cwd=ROOT, cache_dir=cache_dir, timeout=600)
+    res = kw(
+        "optimize",
+        CPU_PROBLEM,
+        "--coder",
+        f"replay:{CPU_REPLAY}",
+        "--rounds",
+        "3",
+        "--device",
+        "cpu",
+        "--trials",
+        "3",
+        "--no-profile",
+        "--out",
+        tmp_path / "run",
+        cwd=ROOT,
+        cache_dir=cache_dir,
+        timeout=600,
+    )
     assert res.returncode == 0, res.stdout + res.stderr
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert [r["verdict"] for r in summary["rounds"]] == ["runtime_error", "passed", "passed"]
@@ -299,9 +435,25 @@ def test_the_cpu_replay_example_runs_on_the_cpu(tmp_path, cache_dir):
     # which passing round is kept depends on timing (and its spread on a busy machine), not on this test
     assert summary["best"]["round"] in (1, 2) and summary["rounds"][2]["best_decision"]
     # more rounds than recorded: the replay's end finishes the run, exit 0
-    again = kw("optimize", CPU_PROBLEM, "--coder", f"replay:{CPU_REPLAY}", "--rounds", "5", "--device", "cpu",
-               "--trials", "3", "--no-profile", "--quiet", "--out", tmp_path / "again", cwd=ROOT, cache_dir=cache_dir,
-               timeout=600)
+    again = kw(
+        "optimize",
+        CPU_PROBLEM,
+        "--coder",
+        f"replay:{CPU_REPLAY}",
+        "--rounds",
+        "5",
+        "--device",
+        "cpu",
+        "--trials",
+        "3",
+        "--no-profile",
+        "--quiet",
+        "--out",
+        tmp_path / "again",
+        cwd=ROOT,
+        cache_dir=cache_dir,
+        timeout=600,
+    )
     assert again.returncode == 0 and again.stdout.startswith("finished: replay of ")
     assert json.loads((tmp_path / "again" / "summary.json").read_text())["rounds_run"] == 3
 
@@ -311,6 +463,12 @@ def test_numpy_is_a_dependency_so_torch_never_warns_about_it(tmp_path, cache_dir
 
     deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
     assert any(re.match(r"numpy\b", d) for d in deps)
-    res = subprocess.run([sys.executable, "-W", "default", "-c", "import torch; torch.zeros(2).numpy()"],
-                         cwd=tmp_path, env=env(cache_dir), capture_output=True, text=True, timeout=120)
+    res = subprocess.run(
+        [sys.executable, "-W", "default", "-c", "import torch; torch.zeros(2).numpy()"],
+        cwd=tmp_path,
+        env=env(cache_dir),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.returncode == 0 and "Failed to initialize NumPy" not in res.stderr, res.stderr

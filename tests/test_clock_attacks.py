@@ -92,8 +92,9 @@ def test_device_hog_while_idle_is_caught(cpu_config):
 
 def test_window_that_never_closes_times_out(cpu_config):
     cfg = _config(cpu_config)
-    cfg = dataclasses.replace(cfg, timeouts=StageTimeouts(startup=60, build=60, init=30, correctness=60,
-                                                           timing=120, profile=30))
+    cfg = dataclasses.replace(
+        cfg, timeouts=StageTimeouts(startup=60, build=60, init=30, correctness=60, timing=120, profile=30)
+    )
     t0 = time.monotonic()
     r = run(cfg, "never_close.py")
     assert r.status is Status.TIMEOUT, (r.status, r.error_log)
@@ -103,9 +104,11 @@ def test_window_that_never_closes_times_out(cpu_config):
 
 # ---- the same on a GPU ----------------------------------------------------------------------------
 
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", ["honest.py", "replay_by_content.py", "rewrite_report.py", "swap_clock.py",
-                                  "slow_reference.py"])
+@pytest.mark.parametrize(
+    "name", ["honest.py", "replay_by_content.py", "rewrite_report.py", "swap_clock.py", "slow_reference.py"]
+)
 def test_gpu_timing_forgeries_get_no_speedup(cpu_config, name):
     r = run(_config(cpu_config, device="cuda"), name)
     assert not_forged(r), (name, r.status, r.speedup, r.error_log)

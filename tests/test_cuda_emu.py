@@ -20,8 +20,10 @@ from conftest import ROOT
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(platform.machine() != "x86_64" or shutil.which("g++") is None,
-                       reason="the emulator's fibers are x86-64; needs g++"),
+    pytest.mark.skipif(
+        platform.machine() != "x86_64" or shutil.which("g++") is None,
+        reason="the emulator's fibers are x86-64; needs g++",
+    ),
 ]
 
 

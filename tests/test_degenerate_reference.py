@@ -16,6 +16,7 @@ DG = FIXTURES / "degenerate"
 
 # ---- the pure detector --------------------------------------------------------------------------
 
+
 def test_identical_outputs_for_different_inputs_are_degenerate():
     trials = [([torch.randn(4, 8)], torch.full((4, 3), 0.5)) for _ in range(3)]
     f = degenerate.detect(trials)
@@ -87,11 +88,15 @@ def test_a_finite_fingerprint_sees_a_change_outside_its_sample():
 
 # ---- through the engine: KernelBench-like degenerate problems ----------------------------------
 
-@pytest.mark.parametrize("problem,candidate,value", [
-    ("linear_min_clamp.py", "const_candidate.py", "0.5"),
-    ("matmul_mean_softmax.py", "ones_candidate.py", "1"),
-    ("gemm_max_subtract_gelu.py", "zeros_candidate.py", "0"),
-])
+
+@pytest.mark.parametrize(
+    "problem,candidate,value",
+    [
+        ("linear_min_clamp.py", "const_candidate.py", "0.5"),
+        ("matmul_mean_softmax.py", "ones_candidate.py", "1"),
+        ("gemm_max_subtract_gelu.py", "zeros_candidate.py", "0"),
+    ],
+)
 def test_constant_candidate_passes_with_the_flag_and_its_sentence(cpu_config, problem, candidate, value):
     r = evaluate(DG / problem, DG / candidate, cpu_config)
     assert r.status is Status.PASSED, r.error_log  # the candidate is right: the problem is degenerate

@@ -43,8 +43,14 @@ def _pair():
 def _sender(sock_end: socket.socket, prefix: list[str] | None = None) -> subprocess.Popen:
     fd = sock_end.detach()
     env = dict(os.environ)
-    proc = subprocess.Popen((prefix or []) + [sys.executable, "-c", _SENDER, str(fd)], pass_fds=(fd,),
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True)
+    proc = subprocess.Popen(
+        (prefix or []) + [sys.executable, "-c", _SENDER, str(fd)],
+        pass_fds=(fd,),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env=env,
+        text=True,
+    )
     os.close(fd)
     assert proc.stdout.readline().strip() == "sent"
     return proc

@@ -17,6 +17,7 @@ PY_CORRECT = CANDIDATES / "py_correct.py"
 
 # ---- the classification (no child process) ---------------------------------------------------------
 
+
 def test_a_cuda_error_outside_candidate_code_is_the_candidates_pending_error():
     exc = RuntimeError("CUDA error: invalid argument\nCUDA kernel errors might be asynchronously reported")
     blame = faults.classify(exc, "cuda")
@@ -71,6 +72,7 @@ def test_engine_error_round_trips_through_the_record():
 
 
 # ---- injected faults through a real evaluation --------------------------------------------------------
+
 
 def test_a_bug_in_a_guard_is_engine_error_not_the_candidates(cpu_config):
     r = evaluate(EF / "add_one_broken_guard.py", PY_CORRECT, cpu_config)

@@ -23,7 +23,7 @@ from kernelwright.executors.local import LocalExecutor
 from kernelwright.executors.placement import TimingGate, parse_gpus, plan_cores
 
 # Passes only in a child pinned to one of the fake GPUs: the pinning is checked by the verdict.
-PINNED = '''import os
+PINNED = """import os
 import torch
 import torch.nn as nn
 
@@ -33,10 +33,10 @@ PINNED = os.environ.get("CUDA_VISIBLE_DEVICES") in ("0", "1")
 class ModelNew(nn.Module):
     def forward(self, x):
         return x.clamp_min(0.0) + (1.0 if PINNED else 2.0)
-'''
+"""
 
 # Slow on its first call in a process, so that a worker can be killed while it is being checked.
-SLOW_FIRST = '''import time
+SLOW_FIRST = """import time
 import torch
 import torch.nn as nn
 
@@ -49,7 +49,7 @@ class ModelNew(nn.Module):
         if CALLS[0] == 1:
             time.sleep(2.0)
         return x.clamp_min(0.0) + 1.0
-'''
+"""
 
 SUITE = {
     name: (CANDIDATES / f"{name}.py").read_text() for name in ("py_correct", "py_wrong", "py_segfault", "py_raises")
@@ -95,11 +95,16 @@ def _cpu(cache_dir):
     """The settings of conftest's cpu_config (a module-scoped fixture cannot use that one)."""
     from kernelwright.core.config import EvalConfig, StageTimeouts
 
-    return EvalConfig(device="cpu", trials=3, cache_dir=cache_dir,
-                      timeouts=StageTimeouts(startup=120, build=300, init=30, correctness=8, timing=30, profile=60))
+    return EvalConfig(
+        device="cpu",
+        trials=3,
+        cache_dir=cache_dir,
+        timeouts=StageTimeouts(startup=120, build=300, init=30, correctness=8, timing=30, profile=60),
+    )
 
 
 # ---- placement ---------------------------------------------------------------------------------
+
 
 def test_cores_are_split_only_where_the_machine_has_cores_to_spare():
     plan = plan_cores(2, cores_per_worker=2, available=list(range(16)))
@@ -143,6 +148,7 @@ def test_child_environment_pins_the_gpu_and_passes_the_nvlink_multicast_switches
 
 
 # ---- the local executor ------------------------------------------------------------------------
+
 
 def test_local_executor_gives_the_serial_verdicts_on_two_fake_gpus(cache_dir, serial_verdicts):
     cfg = _cpu(cache_dir)
@@ -204,15 +210,20 @@ def test_a_task_whose_retry_dies_too_resolves_with_worker_lost(cache_dir):
         with pytest.raises(WorkerLost, match="after a retry"):
             fut.result(timeout=300)
         # the executor carries on with fresh workers
-        assert ex.submit(EvalTask(key="add_one/ok", problem=ADD_ONE, candidate_text=SUITE["py_correct"])).result(
-            timeout=300).status is Status.PASSED
+        assert (
+            ex.submit(EvalTask(key="add_one/ok", problem=ADD_ONE, candidate_text=SUITE["py_correct"]))
+            .result(timeout=300)
+            .status
+            is Status.PASSED
+        )
     assert sorted(kills) == [0, 1]  # once on each GPU, never twice on one
 
 
 # ---- the Ray executor --------------------------------------------------------------------------
 
-needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None,
-                               reason="needs ray (pip install 'kernelwright[ray]'); .ci/run installs it")
+needs_ray = pytest.mark.skipif(
+    importlib.util.find_spec("ray") is None, reason="needs ray (pip install 'kernelwright[ray]'); .ci/run installs it"
+)
 
 
 @pytest.fixture(scope="module")
@@ -277,20 +288,46 @@ def test_cli_executor_ray_without_ray_exits_2_with_the_install_line(monkeypatch,
     monkeypatch.setitem(sys.modules, "ray", None)
     replay = EXAMPLES / "cuda_swish" / "replay"
     out = tmp_path / "run"
-    result = CliRunner().invoke(app, ["optimize", str(ADD_ONE), "--coder", f"replay:{replay}", "--device", "cpu",
-                                      "--executor", "ray", "--out", str(out)])
+    result = CliRunner().invoke(
+        app,
+        [
+            "optimize",
+            str(ADD_ONE),
+            "--coder",
+            f"replay:{replay}",
+            "--device",
+            "cpu",
+            "--executor",
+            "ray",
+            "--out",
+            str(out),
+        ],
+    )
     assert result.exit_code == 2
     assert "pip install 'kernelwright[ray]'" in result.output and "Traceback" not in result.output
     assert not out.exists()  # nothing started, nothing written
-    bad = CliRunner().invoke(app, ["optimize", str(ADD_ONE), "--coder", f"replay:{replay}", "--device", "cpu",
-                                   "--executor", "slurm", "--out", str(out)])
+    bad = CliRunner().invoke(
+        app,
+        [
+            "optimize",
+            str(ADD_ONE),
+            "--coder",
+            f"replay:{replay}",
+            "--device",
+            "cpu",
+            "--executor",
+            "slurm",
+            "--out",
+            str(out),
+        ],
+    )
     assert bad.exit_code == 2 and "--executor must be one of serial, local, ray" in bad.output
 
 
 # ---- on the GPU machine --------------------------------------------------------------------------
 
 # Passes only where the child sees exactly one GPU (pinned), computing on it.
-ONE_GPU = '''import torch
+ONE_GPU = """import torch
 import torch.nn as nn
 
 SEEN = torch.cuda.device_count()
@@ -299,7 +336,7 @@ SEEN = torch.cuda.device_count()
 class ModelNew(nn.Module):
     def forward(self, x):
         return torch.relu(x) + (1.0 if SEEN == 1 else 2.0)
-'''
+"""
 
 
 @pytest.mark.gpu

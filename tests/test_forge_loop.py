@@ -65,17 +65,38 @@ def recorded_run(tmp_path_factory, cache_dir):
     -> Judge (told what it expected and what was measured) -> an answer with no code (no evaluation)."""
     out = tmp_path_factory.mktemp("runs") / "swish"
     script = {
-        "coder-model": [Reply(answer(LOOP / "cpp_swish_wrong.py")), Reply(answer(LOOP / "cpp_swish_rowwise.py")),
-                        Reply(answer(LOOP / "cpp_swish_fused.py")), Reply("I would vectorise it next.")],
+        "coder-model": [
+            Reply(answer(LOOP / "cpp_swish_wrong.py")),
+            Reply(answer(LOOP / "cpp_swish_rowwise.py")),
+            Reply(answer(LOOP / "cpp_swish_fused.py")),
+            Reply("I would vectorise it next."),
+        ],
         "judge-model": [Reply(WRONG_VERDICT), Reply(ROWWISE_VERDICT), Reply(FUSED_VERDICT)],
     }
     mp = pytest.MonkeyPatch()
     mp.setenv("KERNELWRIGHT_CACHE", cache_dir)  # the session's build cache: the example's extension builds once
     try:
         with ChatServer(script) as server:
-            output = cli("optimize", str(CPU_PROBLEM), "--coder", "coder-model", "--judge", "judge-model",
-                         "--base-url", server.base_url, "--rounds", "4", "--backend", "cpp", "--device", "cpu",
-                         "--trials", "3", "--out", str(out))
+            output = cli(
+                "optimize",
+                str(CPU_PROBLEM),
+                "--coder",
+                "coder-model",
+                "--judge",
+                "judge-model",
+                "--base-url",
+                server.base_url,
+                "--rounds",
+                "4",
+                "--backend",
+                "cpp",
+                "--device",
+                "cpu",
+                "--trials",
+                "3",
+                "--out",
+                str(out),
+            )
     finally:
         mp.undo()
     return out, server, output
@@ -126,8 +147,10 @@ def test_loop_repairs_then_speeds_up_and_keeps_the_fastest(recorded_run):
     assert json.loads((dirs[1] / "round.json").read_text())["critique"]["expected_speedup"] == 4.0
     # ... and the next Judge is told
     again = (dirs[2] / "judge_prompt.md").read_text()
-    assert (f"YOUR LAST EXPECTATION\nin round 1 you expected 4.00x over the round-1 candidate ({slow:.3f}x); "
-            f"round 2 measured {ratio:.2f}x over it ({fast:.3f}x overall): {outcome}.") in again
+    assert (
+        f"YOUR LAST EXPECTATION\nin round 1 you expected 4.00x over the round-1 candidate ({slow:.3f}x); "
+        f"round 2 measured {ratio:.2f}x over it ({fast:.3f}x overall): {outcome}."
+    ) in again
     assert (
         "expected_speedup: 4.00x over this code (one call and no concatenation"
         in (dirs[2] / "coder_prompt.md").read_text()
@@ -135,9 +158,17 @@ def test_loop_repairs_then_speeds_up_and_keeps_the_fastest(recorded_run):
     # the repair prompt carries the engine's error, the old code and the Judge's three fields, in order
     repair = (dirs[1] / "coder_prompt.md").read_text()
     assert repair.startswith("You are a senior C++-extension developer (CPU kernels). Your job is to FIX")
-    marks = ["OUTPUT RULES", "ERROR LOG", "Outputs are not close", "OLD CODE (read-only)", "self.bias, self.scale",
-             "Main Critical Problem", "critical_issue: fused_swish_affine is called with bias and scale swapped.",
-             "why_it_matters:", "minimal_fix_hint: Call fused.fused_swish_affine(x, self.scale, self.bias)."]
+    marks = [
+        "OUTPUT RULES",
+        "ERROR LOG",
+        "Outputs are not close",
+        "OLD CODE (read-only)",
+        "self.bias, self.scale",
+        "Main Critical Problem",
+        "critical_issue: fused_swish_affine is called with bias and scale swapped.",
+        "why_it_matters:",
+        "minimal_fix_hint: Call fused.fused_swish_affine(x, self.scale, self.bias).",
+    ]
     positions = [repair.index(m) for m in marks]
     assert positions == sorted(positions)
     assert repair.rstrip().endswith("```python\n\n```")
@@ -154,8 +185,23 @@ def test_replay_of_the_recorded_run_reproduces_its_verdicts(recorded_run, tmp_pa
     out, _, _ = recorded_run
     monkeypatch.setenv("KERNELWRIGHT_CACHE", cache_dir)
     again = tmp_path / "replayed"
-    cli("optimize", str(CPU_PROBLEM), "--coder", f"replay:{out}", "--rounds", "4", "--backend", "cpp",
-        "--device", "cpu", "--trials", "3", "--out", str(again), "--no-profile")
+    cli(
+        "optimize",
+        str(CPU_PROBLEM),
+        "--coder",
+        f"replay:{out}",
+        "--rounds",
+        "4",
+        "--backend",
+        "cpp",
+        "--device",
+        "cpu",
+        "--trials",
+        "3",
+        "--out",
+        str(again),
+        "--no-profile",
+    )
     first, second = read_summary(out), read_summary(again)
     assert [r["verdict"] for r in second["rounds"]] == [r["verdict"] for r in first["rounds"]]
     assert [r["dir"] for r in second["rounds"]] == [r["dir"] for r in first["rounds"]]  # same code, same hashes
@@ -227,8 +273,22 @@ def test_a_replayed_cuda_run_verifies_a_speedup_on_the_gpu(tmp_path, monkeypatch
     """Our written responses for the bundled CUDA problem, replayed: bug, repair, vectorised kernel."""
     monkeypatch.setenv("KERNELWRIGHT_CACHE", cache_dir)
     out = tmp_path / "cuda-replay"
-    cli("optimize", str(CUDA_PROBLEM), "--coder", f"replay:{CUDA_REPLAY}", "--rounds", "3", "--backend", "cuda",
-        "--device", "cuda", "--trials", "3", "--out", str(out))
+    cli(
+        "optimize",
+        str(CUDA_PROBLEM),
+        "--coder",
+        f"replay:{CUDA_REPLAY}",
+        "--rounds",
+        "3",
+        "--backend",
+        "cuda",
+        "--device",
+        "cuda",
+        "--trials",
+        "3",
+        "--out",
+        str(out),
+    )
     summary = read_summary(out)
     assert [r["verdict"] for r in summary["rounds"]] == ["incorrect", "passed", "passed"], summary["rounds"]
     assert summary["rounds"][1]["kind"] == "repair" and summary["rounds"][2]["kind"] == "optimise"

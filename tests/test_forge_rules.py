@@ -35,18 +35,40 @@ class Scripted:
 def code(speedup: float | None, spread: float | None = None, tag: str = "") -> str:
     """A candidate whose fake evaluation passes at `speedup` (None: incorrect); `spread`: its timing's
     p10 and p90 lie that fraction below and above the median (None: no timing statistics)."""
-    return (f"import torch.nn as nn\nSPEEDUP = {speedup!r}\nSPREAD = {spread!r}\nTAG = {tag!r}\n"
-            "class ModelNew(nn.Module):\n    pass\n")
+    return (
+        f"import torch.nn as nn\nSPEEDUP = {speedup!r}\nSPREAD = {spread!r}\nTAG = {tag!r}\n"
+        "class ModelNew(nn.Module):\n    pass\n"
+    )
 
 
 def timed(speedup: float, spread: float | None) -> EvalResult:
     median = 1.0 / speedup
-    stats = None if spread is None else TimingStats(
-        median_ms=median, mean_ms=median, std_ms=0.0, min_ms=median * (1 - spread), max_ms=median * (1 + spread),
-        p10_ms=median * (1 - spread), p90_ms=median * (1 + spread), iterations=100, warmup=10, clock="perf_counter",
-        l2_flush=False)
-    return EvalResult(status=Status.PASSED, correct=True, speedup=speedup, candidate_ms=median, reference_ms=1.0,
-                      device="fake", candidate_timing=stats)
+    stats = (
+        None
+        if spread is None
+        else TimingStats(
+            median_ms=median,
+            mean_ms=median,
+            std_ms=0.0,
+            min_ms=median * (1 - spread),
+            max_ms=median * (1 + spread),
+            p10_ms=median * (1 - spread),
+            p90_ms=median * (1 + spread),
+            iterations=100,
+            warmup=10,
+            clock="perf_counter",
+            l2_flush=False,
+        )
+    )
+    return EvalResult(
+        status=Status.PASSED,
+        correct=True,
+        speedup=speedup,
+        candidate_ms=median,
+        reference_ms=1.0,
+        device="fake",
+        candidate_timing=stats,
+    )
 
 
 def fake_engine(calls):
@@ -58,6 +80,7 @@ def fake_engine(calls):
         if value is None:
             return EvalResult(status=Status.INCORRECT, error_log="Outputs are not close")
         return timed(value, spread)
+
     return evaluate
 
 
@@ -73,8 +96,12 @@ def forge(tmp_path, coder_answers, judge_answers, **cfg):
 
 
 def test_a_regression_never_replaces_the_best(tmp_path):
-    f, coder, _, _ = forge(tmp_path, [block(code(2.0)), block(code(1.2)), block(code(None)), block(code(2.5))],
-                           [PERF, PERF, FAIL], rounds=4)
+    f, coder, _, _ = forge(
+        tmp_path,
+        [block(code(2.0)), block(code(1.2)), block(code(None)), block(code(2.5))],
+        [PERF, PERF, FAIL],
+        rounds=4,
+    )
     state = f.run()
     assert [r.verdict for r in state.rounds] == ["passed", "passed", "incorrect", "passed"]
     assert [r.became_best for r in state.rounds] == [True, False, False, True]
@@ -87,8 +114,9 @@ def test_a_regression_never_replaces_the_best(tmp_path):
 
 
 def test_target_speedup_stops_early_and_skips_the_judge(tmp_path):
-    f, _, judge, _ = forge(tmp_path, [block(code(1.1)), block(code(3.0)), block(code(4.0))], [PERF], rounds=10,
-                           target_speedup=2.5)
+    f, _, judge, _ = forge(
+        tmp_path, [block(code(1.1)), block(code(3.0)), block(code(4.0))], [PERF], rounds=10, target_speedup=2.5
+    )
     state = f.run()
     assert len(state.rounds) == 2 and state.stop_reason == "target speedup 2.5x reached"
     assert len(judge.prompts) == 1
@@ -141,6 +169,7 @@ def test_replay_plays_back_in_order_and_then_stops(tmp_path):
 
 # ---- best-candidate selection: a new best must clear the noise --------------------------------
 
+
 def test_a_new_best_must_beat_the_min_improvement_and_the_measured_spread():
     cfg = LoopConfig()  # min_improvement 2%, spread_factor 1
     best = timed(0.845, 0.10)
@@ -168,8 +197,12 @@ def test_a_new_best_must_beat_the_min_improvement_and_the_measured_spread():
 
 
 def test_a_resubmitted_candidate_does_not_win_by_noise(tmp_path):
-    f, coder, _, _ = forge(tmp_path, [block(code(0.845, 0.10)), block(code(0.951, 0.10, tag="same again")),
-                                      block(code(1.2, 0.05))], [PERF, PERF], rounds=3)
+    f, coder, _, _ = forge(
+        tmp_path,
+        [block(code(0.845, 0.10)), block(code(0.951, 0.10, tag="same again")), block(code(1.2, 0.05))],
+        [PERF, PERF],
+        rounds=3,
+    )
     state = f.run()
     assert [r.became_best for r in state.rounds] == [True, False, True]
     assert "passed but was not kept: 0.951x is within the measured timing spread" in coder.prompts[2]
@@ -181,6 +214,7 @@ def test_a_resubmitted_candidate_does_not_win_by_noise(tmp_path):
 
 # ---- the Judge's expected speedup, checked by the next passing round --------------------------
 
+
 def perf(expected, why="fewer passes"):
     return json.dumps({"bottleneck": "b", "optimisation": "fuse the passes", "expected_speedup": expected, "why": why})
 
@@ -189,7 +223,9 @@ def test_the_judges_expected_speedup_is_checked_and_fed_back(tmp_path):
     f, coder, judge, _ = forge(
         tmp_path,
         [block(code(1.0)), block(code(1.1)), block(code(None)), block(code(2.5)), block(code(2.4)), block(code(9.0))],
-        [perf(2), perf("1.5x"), FAIL, perf(1.1), perf("several x")], rounds=6)
+        [perf(2), perf("1.5x"), FAIL, perf(1.1), perf("several x")],
+        rounds=6,
+    )
     state = f.run()
     exp = [r.expectation for r in state.rounds]
     assert exp[0] is None  # nothing was expected of the first candidate
@@ -207,8 +243,10 @@ def test_the_judges_expected_speedup_is_checked_and_fed_back(tmp_path):
     assert exp[5].measured_over_baseline == pytest.approx(9.0 / 2.5)
     # each Judge prompt after a measurement tells the Judge what it expected and what was measured
     assert "YOUR LAST EXPECTATION" not in judge.prompts[0]
-    assert ("in round 0 you expected 2.00x over the round-0 candidate (1.000x); round 1 measured 1.10x over it "
-            "(1.100x overall): missed.") in judge.prompts[1]
+    assert (
+        "in round 0 you expected 2.00x over the round-0 candidate (1.000x); round 1 measured 1.10x over it "
+        "(1.100x overall): missed."
+    ) in judge.prompts[1]
     assert "YOUR LAST EXPECTATION" not in judge.prompts[2]  # the failure Judge of round 2
     assert (
         "in round 1 you expected 1.50x over the round-1 candidate (1.100x); round 3 measured 2.27x" in judge.prompts[3]
@@ -243,8 +281,9 @@ def test_the_judges_expected_speedup_is_checked_and_fed_back(tmp_path):
 def test_expectation_tolerance_decides_met():
     from kernelwright.loop.forge import Expectation, Round
 
-    e = Expectation(judged_round=0, baseline_round=0, baseline_speedup=1.0, expected_speedup=1.5,
-                    expected_text="", optimisation="o")
+    e = Expectation(
+        judged_round=0, baseline_round=0, baseline_speedup=1.0, expected_speedup=1.5, expected_text="", optimisation="o"
+    )
     passed = lambda i, s: Round(index=i, kind="optimise", result=timed(s, None))  # noqa: E731
     assert e.resolve(passed(1, 1.36), 0.1).outcome == "met"  # 1.36 >= 1.5 x 0.9
     assert e.resolve(passed(1, 1.34), 0.1).outcome == "missed"
@@ -255,12 +294,14 @@ def test_expectation_tolerance_decides_met():
 
 # ---- the engine evaluator: each round's raw profile goes to its run folder --------------------
 
+
 def test_engine_evaluator_sends_the_profile_report_to_the_round_folder(monkeypatch, tmp_path):
     import kernelwright.engine as engine
 
     seen = []
-    monkeypatch.setattr(engine, "evaluate", lambda problem, cand, config, **kw: seen.append(config) or
-                        EvalResult(status=Status.PASSED))
+    monkeypatch.setattr(
+        engine, "evaluate", lambda problem, cand, config, **kw: seen.append(config) or EvalResult(status=Status.PASSED)
+    )
     on = EvalConfig(device="cpu", profile=ProfileConfig(enabled=True))
     engine_evaluator(on, warm=False)(ADD_ONE, "code", lambda s: None, tmp_path / "000_x" / "profile")
     engine_evaluator(on, warm=False)(ADD_ONE, "code", lambda s: None, None)
@@ -270,8 +311,14 @@ def test_engine_evaluator_sends_the_profile_report_to_the_round_folder(monkeypat
     # through the loop: the evaluator gets <run>/<round folder>/profile
     dirs = []
     rec = RunDir(tmp_path / "run", ADD_ONE, {})
-    f = Forge(ADD_ONE, Scripted([block(code(1.5))]), Scripted([]),
-              lambda p, text, on_stage, report_dir: dirs.append(report_dir) or timed(1.5, None),
-              LoopConfig(rounds=1), device="cpu", recorder=rec)
+    f = Forge(
+        ADD_ONE,
+        Scripted([block(code(1.5))]),
+        Scripted([]),
+        lambda p, text, on_stage, report_dir: dirs.append(report_dir) or timed(1.5, None),
+        LoopConfig(rounds=1),
+        device="cpu",
+        recorder=rec,
+    )
     state = f.run()
     assert dirs == [tmp_path / "run" / RunDir.round_name(state.rounds[0]) / "profile"]

@@ -22,6 +22,7 @@ IC = FIXTURES / "illcond"
 
 # ---- the rule on synthetic tensors (no child process) ---------------------------------------------
 
+
 def _huge_few(n=10_000, seed=0):
     """An oracle whose norm and max are held by 10 elements of size 1e12; the rest are O(1)."""
     g = torch.Generator().manual_seed(seed)
@@ -79,6 +80,7 @@ def test_the_allowance_follows_the_references_own_share_out_of_tolerance():
 
 # ---- through the engine on the CPU, small ill-conditioned shapes ---------------------------------
 
+
 @pytest.fixture
 def cfg(cpu_config):
     cpu_config.trials = 2
@@ -130,14 +132,17 @@ def test_torch_compile_of_the_reference_passes_on_the_cpu(cfg):
 
 def test_the_problems_are_ill_conditioned(cfg):
     """The fixtures are what they claim: the float32 reference itself fails atol/rtol against the oracle."""
-    for problem, candidate in [(MAMBA_SMALL, M2 / "mamba2_f64.py"),
-                               (IC / "decay_scan_problem.py", IC / "decay_scan_sequential.py"),
-                               (IC / "wide_range_matmul_problem.py", IC / "wide_range_matmul_splitk.py")]:
+    for problem, candidate in [
+        (MAMBA_SMALL, M2 / "mamba2_f64.py"),
+        (IC / "decay_scan_problem.py", IC / "decay_scan_sequential.py"),
+        (IC / "wide_range_matmul_problem.py", IC / "wide_range_matmul_splitk.py"),
+    ]:
         r = evaluate(problem, candidate, cfg)
         assert r.metadata["numerics"]["ill_conditioned"] is True, problem.name
 
 
 # ---- on the GPU at the KernelBench shape ----------------------------------------------------------
+
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("candidate", ["buggy_diag_decay_y.py", "cuda_diag_decay_bug_y.py"])
@@ -148,8 +153,14 @@ def test_diagonal_block_decay_bug_is_incorrect_at_the_kernelbench_shape(cuda_con
     r = evaluate(MAMBA_KB, M2 / candidate, cuda_config)
     assert r.status is Status.INCORRECT, r.error_log
     leaf = r.trials[0].extra["numerics"]["leaves"][0]
-    print(candidate, {k: leaf[k] for k in ("excess_share", "excess_allowed", "within_factor")},
-          "cand", leaf["candidate"], "ref", leaf["reference"])
+    print(
+        candidate,
+        {k: leaf[k] for k in ("excess_share", "excess_allowed", "within_factor")},
+        "cand",
+        leaf["candidate"],
+        "ref",
+        leaf["reference"],
+    )
     assert not leaf["within_distribution"]
 
 

@@ -39,8 +39,13 @@ def _evaluate_in_a_process(
 ) -> tuple[subprocess.CompletedProcess, dict | None]:
     """Evaluate in a separate evaluator process started with `extra_env` in its environment."""
     env = {**os.environ, **extra_env, "PYTHONPATH": PACKAGE_ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    out = subprocess.run([sys.executable, str(EVALUATOR), str(ADD_ONE), str(candidate), json.dumps(cfg.to_dict())],
-                         env=env, capture_output=True, text=True, timeout=600)
+    out = subprocess.run(
+        [sys.executable, str(EVALUATOR), str(ADD_ONE), str(candidate), json.dumps(cfg.to_dict())],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     lines = out.stdout.strip().splitlines()
     try:
         return out, json.loads(lines[-1]) if lines else None
@@ -155,8 +160,10 @@ def test_a_cuda_evaluation_without_a_cgroup_says_it_has_no_memory_limit(monkeypa
 def test_a_killed_process_is_still_reported_with_its_signal(cpu_config):
     """The namespace's init reports a signal as 128+N; the record still names the signal."""
     cpu_config.sandbox, cpu_config.time_candidate = "none", False
-    text = ("import os, signal\nimport torch\nimport torch.nn as nn\nos.kill(os.getpid(), signal.SIGSEGV)\n\n"
-            "class ModelNew(nn.Module):\n    def forward(self, x):\n        return torch.relu(x) + 1.0\n")
+    text = (
+        "import os, signal\nimport torch\nimport torch.nn as nn\nos.kill(os.getpid(), signal.SIGSEGV)\n\n"
+        "class ModelNew(nn.Module):\n    def forward(self, x):\n        return torch.relu(x) + 1.0\n"
+    )
     r = evaluate(ADD_ONE, None, cpu_config, candidate_text=text)
     assert r.status is Status.CRASHED and r.exit_code == -11, (r.exit_code, r.error_log)
     assert "SIGSEGV" in r.error_log and r.metadata["isolation"]["pid_namespace"] is True
@@ -172,8 +179,9 @@ def _bwrap_ok() -> bool:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("mode", ["none", pytest.param("bwrap", marks=pytest.mark.skipif(not _bwrap_ok(),
-                                                                                          reason="no bubblewrap"))])
+@pytest.mark.parametrize(
+    "mode", ["none", pytest.param("bwrap", marks=pytest.mark.skipif(not _bwrap_ok(), reason="no bubblewrap"))]
+)
 def test_a_cuda_evaluation_passes_under_the_isolation(cuda_config, mode):
     cuda_config.sandbox = mode
     example = EXAMPLES / "cuda_swish"

@@ -22,8 +22,9 @@ needs_datasets = pytest.mark.skipif(importlib.util.find_spec("datasets") is None
 
 def cli(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    return subprocess.run([sys.executable, "-m", "kernelwright.cli.main", *args], capture_output=True, text=True,
-                          env=env, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "kernelwright.cli.main", *args], capture_output=True, text=True, env=env, timeout=120
+    )
 
 
 def checkout(root: Path) -> Path:
@@ -43,8 +44,16 @@ def test_ids_are_level_slash_number():
 def test_eval_by_id_from_a_local_checkout(tmp_path):
     repo = checkout(tmp_path / "kb")
     for source in (repo, repo / "KernelBench"):  # the repository, or its KernelBench/ folder
-        out = cli("eval", "level1/19", str(CANDIDATES / "py_correct.py"), "--kernelbench", str(source),
-                  "--device", "cpu", "--json")
+        out = cli(
+            "eval",
+            "level1/19",
+            str(CANDIDATES / "py_correct.py"),
+            "--kernelbench",
+            str(source),
+            "--device",
+            "cpu",
+            "--json",
+        )
         assert out.returncode == 0, out.stderr
         assert json.loads(out.stdout)["status"] == "passed"
     missing = cli("eval", "level1/42", str(CANDIDATES / "py_correct.py"), "--kernelbench", str(repo), "--device", "cpu")
@@ -55,12 +64,15 @@ def test_eval_by_id_from_a_local_checkout(tmp_path):
 
 @needs_datasets
 def test_eval_by_id_from_the_dataset_format(tmp_path):
-    rows = [{"code": ADD_ONE.read_text(), "level": 1, "name": "19_ReLU", "problem_id": 19},
-            {"code": "raise SystemExit(3)\n", "level": 2, "name": "19_Other", "problem_id": 19}]
+    rows = [
+        {"code": ADD_ONE.read_text(), "level": 1, "name": "19_ReLU", "problem_id": 19},
+        {"code": "raise SystemExit(3)\n", "level": 2, "name": "19_Other", "problem_id": 19},
+    ]
     data = tmp_path / "kernelbench.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    out = cli("eval", "level1/19", str(CANDIDATES / "py_correct.py"), "--kernelbench", str(data), "--device", "cpu",
-              "--json")
+    out = cli(
+        "eval", "level1/19", str(CANDIDATES / "py_correct.py"), "--kernelbench", str(data), "--device", "cpu", "--json"
+    )
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["status"] == "passed"
     (written,) = (default_store().parent / "kernelbench").rglob("*.py")  # beside the store: this test's own

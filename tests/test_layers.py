@@ -16,11 +16,17 @@ PKG = Path(__file__).resolve().parent.parent / "src" / "kernelwright"
 LAYERS = {
     "core": 0,
     "engine.child": 1,
-    "engine": 2, "engine.isolation": 2,
-    "models": 3, "models.prompts": 3,
+    "engine": 2,
+    "engine.isolation": 2,
+    "models": 3,
+    "models.prompts": 3,
     "loop": 4,
-    "store": 5, "suites": 5, "executors": 5,
-    "report": 6, "cli": 6, "api": 6,
+    "store": 5,
+    "suites": 5,
+    "executors": 5,
+    "report": 6,
+    "cli": 6,
+    "api": 6,
 }
 
 
@@ -73,8 +79,9 @@ def test_no_module_imports_a_layer_above_its_own(module, path):
 def test_core_is_standard_library_only():
     for path in (PKG / "core").glob("*.py"):
         for imp in imports(path):
-            assert not imp.startswith(("torch", "rich", "typer", "jinja2", "openai", "anthropic", "numpy")), \
+            assert not imp.startswith(("torch", "rich", "typer", "jinja2", "openai", "anthropic", "numpy")), (
                 f"{path.name} imports {imp}"
+            )
 
 
 def folders() -> list[Path]:
@@ -90,8 +97,9 @@ def test_every_package_has_a_layer():
         assert name in LAYERS, f"src/kernelwright/{folder}/ has no entry in LAYERS: give it a layer"
     for name in LAYERS:
         path = PKG / name.replace(".", "/")
-        assert (path / "__init__.py").is_file() or path.with_suffix(".py").is_file(), \
+        assert (path / "__init__.py").is_file() or path.with_suffix(".py").is_file(), (
             f"LAYERS names {name}, which is neither a package nor a top-level module"
+        )
 
 
 def _layout_rows() -> dict[str, str]:
@@ -100,9 +108,9 @@ def _layout_rows() -> dict[str, str]:
     start = readme.index("## Layout")
     end = readme.find("\n## ", start + 1)
     rows = {}
-    for line in readme[start:end if end != -1 else len(readme)].splitlines():
+    for line in readme[start : end if end != -1 else len(readme)].splitlines():
         if line.startswith("| `") and "/` |" in line:
-            rows[line[3:line.index("/` |")] + "/"] = line
+            rows[line[3 : line.index("/` |")] + "/"] = line
     return rows
 
 

@@ -49,17 +49,21 @@ def test_dispatch_macros_get_their_header():
     assert "#include <ATen/Dispatch.h>" in lean_cuda_sources([src], INCLUDE).cuda_sources[0]
 
 
-@pytest.mark.parametrize("src", [
-    "#include <torch/extension.h>\nPYBIND11_MODULE(m, m) {}\n",
-    "#include <torch/extension.h>\nauto f(torch::Tensor x) { return torch::nn::functional::relu(x); }\n",
-    "#include <torch/extension.h>\nTORCH_LIBRARY(my, m) {}\n",
-    "",
-])
+@pytest.mark.parametrize(
+    "src",
+    [
+        "#include <torch/extension.h>\nPYBIND11_MODULE(m, m) {}\n",
+        "#include <torch/extension.h>\nauto f(torch::Tensor x) { return torch::nn::functional::relu(x); }\n",
+        "#include <torch/extension.h>\nTORCH_LIBRARY(my, m) {}\n",
+        "",
+    ],
+)
 def test_bindings_frontend_and_registration_are_left_as_written(src):
     assert lean_cuda_sources([src], INCLUDE) is None
 
 
 # ---- the build wiring, with torch's load_inline faked -----------------------------------------------
+
 
 class FakeInline:
     """Stands in for torch's load_inline: a lean build (no_implicit_headers) fails when told to."""
@@ -68,13 +72,23 @@ class FakeInline:
         self.lean_fails = lean_fails
         self.calls: list[dict] = []
 
-    def __call__(self, name, cpp_sources, cuda_sources=None, functions=None, no_implicit_headers=False,
-                 build_directory=None, **kwargs):
-        self.calls.append({"lean": no_implicit_headers, "cpp": cpp_sources, "cuda": cuda_sources,
-                           "dir": build_directory})
+    def __call__(
+        self,
+        name,
+        cpp_sources,
+        cuda_sources=None,
+        functions=None,
+        no_implicit_headers=False,
+        build_directory=None,
+        **kwargs,
+    ):
+        self.calls.append(
+            {"lean": no_implicit_headers, "cpp": cpp_sources, "cuda": cuda_sources, "dir": build_directory}
+        )
         if no_implicit_headers and self.lean_fails:
-            raise RuntimeError(f"Error building extension '{name}': cuda.cu(9): error: namespace \"torch\" "
-                               "has no member \"indexing\"")
+            raise RuntimeError(
+                f'Error building extension \'{name}\': cuda.cu(9): error: namespace "torch" has no member "indexing"'
+            )
         Path(build_directory, f"{name}.so").write_text("")  # what the cache looks for next time
         return type("Module", (), {"run": staticmethod(lambda x: x)})()
 
@@ -86,19 +100,22 @@ def fake_inline(monkeypatch, tmp_path):
         monkeypatch.setattr(cpp_ext, "load_inline", fake)
         monkeypatch.setattr(cpp_ext, "load", cpp_ext.load)  # restored after the test, like load_inline
         if hasattr(cpp_ext, "remove_extension_h_precompiler_headers"):
-            monkeypatch.setattr(cpp_ext, "remove_extension_h_precompiler_headers",
-                                cpp_ext.remove_extension_h_precompiler_headers)
+            monkeypatch.setattr(
+                cpp_ext, "remove_extension_h_precompiler_headers", cpp_ext.remove_extension_h_precompiler_headers
+            )
         monkeypatch.setattr(build, "BUILD_LOG", [])
         monkeypatch.setattr(build, "BUILT_MODULES", [])
         build.install_build_cache(tmp_path / "builds", None, use_pch=False, lean_headers=True)
         return fake
+
     return install
 
 
 def test_a_lean_build_that_succeeds_is_the_build(fake_inline):
     fake = fake_inline(lean_fails=False)
-    cpp_ext.load_inline(name="ext", cpp_sources="at::Tensor run(at::Tensor x);", cuda_sources=example_source(),
-                        functions=["run"])
+    cpp_ext.load_inline(
+        name="ext", cpp_sources="at::Tensor run(at::Tensor x);", cuda_sources=example_source(), functions=["run"]
+    )
     assert [c["lean"] for c in fake.calls] == [True]
     assert fake.calls[0]["cpp"][0] == "#include <torch/extension.h>"  # the bindings keep their header
     (entry,) = build.BUILD_LOG
@@ -107,8 +124,9 @@ def test_a_lean_build_that_succeeds_is_the_build(fake_inline):
 
 def test_a_failed_lean_build_falls_back_and_is_remembered(fake_inline):
     fake = fake_inline(lean_fails=True)
-    call = dict(name="ext", cpp_sources="at::Tensor run(at::Tensor x);", cuda_sources=example_source(),
-                functions=["run"])
+    call = dict(
+        name="ext", cpp_sources="at::Tensor run(at::Tensor x);", cuda_sources=example_source(), functions=["run"]
+    )
     cpp_ext.load_inline(**call)
     assert [c["lean"] for c in fake.calls] == [True, False]  # lean, then as written
     (entry,) = build.BUILD_LOG  # the lean failure is not the candidate's build error

@@ -31,8 +31,9 @@ def _age(path: Path, seconds: float) -> None:
 
 def test_a_killed_evaluators_directories_are_swept_and_a_live_ones_are_not(tmp_path, cache_dir):
     env = dict(os.environ, TMPDIR=str(tmp_path))
-    proc = subprocess.Popen([sys.executable, "-c", _KILLED_MIDWAY, cache_dir], stdout=subprocess.PIPE, text=True,
-                            env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _KILLED_MIDWAY, cache_dir], stdout=subprocess.PIPE, text=True, env=env
+    )
     dirs = [Path(p) for p in proc.stdout.readline().split()]
     assert all(d.is_dir() for d in dirs) and all(f"-{proc.pid}-" in d.name for d in dirs)
     live = leftovers.make_dir("kw-eval-", tmp_path)  # this process's own, as old as the others
@@ -50,7 +51,7 @@ def test_a_killed_evaluators_directories_are_swept_and_a_live_ones_are_not(tmp_p
 
 
 def test_a_recent_or_linked_leftover_is_kept(tmp_path):
-    dead = 2 ** 22 + 12345  # above the default pid_max: no process has it
+    dead = 2**22 + 12345  # above the default pid_max: no process has it
     recent = tmp_path / f"kw-eval-{dead}-abcd1234"
     recent.mkdir()
     target = tmp_path / "precious"

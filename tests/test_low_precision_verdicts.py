@@ -23,9 +23,9 @@ BF16 = FIXTURES / "mamba2_bf16"
 
 
 def test_rtol_is_raised_to_one_ulp_of_a_low_precision_output_only():
-    assert numerics.resolution_rtol(torch.bfloat16, 1e-3) == 2.0 ** -7
+    assert numerics.resolution_rtol(torch.bfloat16, 1e-3) == 2.0**-7
     assert numerics.resolution_rtol(torch.float16, 1e-3) == 1e-3  # fp16's ulp (2^-10) is just under 1e-3
-    assert numerics.resolution_rtol(torch.float16, 1e-4) == 2.0 ** -10
+    assert numerics.resolution_rtol(torch.float16, 1e-4) == 2.0**-10
     for dt in (torch.float32, torch.float64, torch.complex64):
         assert numerics.resolution_rtol(dt, 1e-3) == 1e-3
     assert numerics.resolution_rtol(torch.int32, 1e-3) == 1e-3
@@ -43,7 +43,7 @@ def test_the_exact_answer_rounded_to_bf16_is_within_tolerance():
     assert numerics.deviation(best, o, 1e-3, 1e-3).frac_out_of_tol > 0.3
     rep = numerics.judge(best, ref, o, 1e-3, 1e-3, 8.0)
     leaf = rep.leaves[0]
-    assert rep.passed and leaf.within_tol and leaf.rtol == 2.0 ** -7
+    assert rep.passed and leaf.within_tol and leaf.rtol == 2.0**-7
     assert leaf.reference.frac_out_of_tol == 0 and not rep.ill_conditioned
 
 
@@ -71,8 +71,9 @@ def test_the_low_precision_floor_is_configurable_and_checked():
 @pytest.fixture(scope="module")
 def bf16_problem(tmp_path_factory):
     """examples/mamba2_ssd/problem_y_bf16.py (bf16 X, B, C and Y; float32 A; float32 math) at a CPU size."""
-    return problem_at_shape("y_bf16", tmp_path_factory.mktemp("m2bf16"), batch_size=2, seq_length=128,
-                            n_heads=2, d_head=16, d_state=16)
+    return problem_at_shape(
+        "y_bf16", tmp_path_factory.mktemp("m2bf16"), batch_size=2, seq_length=128, n_heads=2, d_head=16, d_state=16
+    )
 
 
 # (fixture, verdict, what it is): written the way bf16 candidates come back from a model
@@ -90,11 +91,12 @@ def test_bf16_mamba2_candidates_through_the_engine(cpu_config, bf16_problem, nam
     r = evaluate(bf16_problem, BF16 / f"{name}.py", cpu_config)
     assert r.status is want, (what, r.status, r.error_log)
     leaves = [leaf for t in r.trials for leaf in t.extra.get("numerics", {}).get("leaves", [])]
-    assert leaves and all(leaf["rtol"] == 2.0 ** -7 for leaf in leaves)
+    assert leaves and all(leaf["rtol"] == 2.0**-7 for leaf in leaves)
     # the reference's own bf16 rounding is inside the tolerance: not "ill-conditioned" for that (the
     # inputs are drawn from a fresh secret seed each evaluation: a stray element of a draw may not be)
     assert all(leaf["reference"]["frac_out_of_tol"] < 0.005 for leaf in leaves), [
-        leaf["reference"]["frac_out_of_tol"] for leaf in leaves]
+        leaf["reference"]["frac_out_of_tol"] for leaf in leaves
+    ]
     if name == "bf16_diag_decay_bug_y":
         assert "element by element" in r.error_log
         assert "lower precision than the problem" not in r.error_log  # bf16 is the problem's own dtype

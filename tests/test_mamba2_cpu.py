@@ -51,8 +51,9 @@ def _source(path, name):
 def test_the_fused_candidates_are_written_from_the_kernel_source():
     """candidate_y.py and candidate_state.py are what make_candidates.py writes from ssd_kernel.cu and
     ssd_bindings.cpp (edit those, then run it); both hold the same sources, so one build serves both."""
-    out = subprocess.run([sys.executable, str(MAMBA2 / "make_candidates.py"), "--check"], capture_output=True,
-                         text=True)
+    out = subprocess.run(
+        [sys.executable, str(MAMBA2 / "make_candidates.py"), "--check"], capture_output=True, text=True
+    )
     assert out.returncode == 0, out.stderr
     for kind in ("y", "state"):
         path = MAMBA2 / f"candidate_{kind}.py"
@@ -65,11 +66,13 @@ def test_a_stale_candidate_is_reported(tmp_path):
     for name in ("make_candidates.py", "ssd_kernel.cu", "ssd_bindings.cpp", "candidate_y.py", "candidate_state.py"):
         (tmp_path / name).write_text((MAMBA2 / name).read_text())
     (tmp_path / "ssd_kernel.cu").write_text((MAMBA2 / "ssd_kernel.cu").read_text() + "// an edit\n")
-    out = subprocess.run([sys.executable, str(tmp_path / "make_candidates.py"), "--check"], capture_output=True,
-                         text=True)
+    out = subprocess.run(
+        [sys.executable, str(tmp_path / "make_candidates.py"), "--check"], capture_output=True, text=True
+    )
     assert out.returncode == 1
-    assert out.stderr.strip() == ("not current: candidate_y.py, candidate_state.py; "
-                                  "run python3 examples/mamba2_ssd/make_candidates.py")
+    assert out.stderr.strip() == (
+        "not current: candidate_y.py, candidate_state.py; run python3 examples/mamba2_ssd/make_candidates.py"
+    )
 
 
 @pytest.mark.parametrize(

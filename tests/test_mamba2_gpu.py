@@ -69,8 +69,7 @@ def _run_case(torch, mods, b, l, h, p, n, block, a_sign, seed, p_tile=0, with_in
     S0 = torch.randn(b, 1, h, p, n, device="cuda") if with_initial else None
     with torch.no_grad():
         ref64 = copy.deepcopy(ref).double()
-        Y64, S64 = prob.ssd_chunked(X.double(), ref64.A, ref64.B, ref64.C, block,
-                                    None if S0 is None else S0.double())
+        Y64, S64 = prob.ssd_chunked(X.double(), ref64.A, ref64.B, ref64.C, block, None if S0 is None else S0.double())
     ext = mods["y"].ssd_ext
     _poison_allocator(torch, X.numel() * 2)
     Y = ext.ssd_fused_path(X, ref.A.detach(), ref.B.detach(), ref.C.detach(), S0, False, p_tile, path)
@@ -102,10 +101,10 @@ def test_default_shape_positive_A_matches_float64(mods, seed):
         (2, 512, 4, 64, 128, 64, -1, 32, False),
         (2, 512, 4, 64, 128, 256, -1, 64, False),
         (2, 256, 3, 128, 64, 64, +1, 0, False),
-        (1, 80, 2, 96, 32, 16, +1, 32, False),   # length not a multiple of the kernel's 32-step chunk
-        (3, 48, 2, 32, 16, 16, -1, 0, True),     # initial state given
+        (1, 80, 2, 96, 32, 16, +1, 32, False),  # length not a multiple of the kernel's 32-step chunk
+        (3, 48, 2, 32, 16, 16, -1, 0, True),  # initial state given
         (2, 192, 2, 64, 128, 64, +1, 64, True),
-        (1, 80, 2, 96, 64, 16, +1, 32, True),    # tensor cores: ragged length, initial state, d_head 96
+        (1, 80, 2, 96, 64, 16, +1, 32, True),  # tensor cores: ragged length, initial state, d_head 96
         (3, 48, 2, 64, 128, 16, -1, 32, True),
     ],
 )
@@ -118,8 +117,9 @@ def test_shapes_and_signs_match_float64(mods, b, l, h, p, n, block, a_sign, p_ti
     assert ey <= tol(path) and es <= tol(path), (ey, es)
 
 
-def _run_cfg(torch, mods, b, l, h, p, n, block, a_sign, seed, nseg, path=0, p_tile=0, with_initial=False,
-             dtype=None, a_kind=None):
+def _run_cfg(
+    torch, mods, b, l, h, p, n, block, a_sign, seed, nseg, path=0, p_tile=0, with_initial=False, dtype=None, a_kind=None
+):
     """Y and final state through ssd_fused_cfg (segments forced), in float32 or bfloat16, with their
     errors against float64 of the inputs the kernel received; for bf16 also the error of the float64
     result itself rounded to bf16 (the best a bf16 output can do)."""
@@ -140,8 +140,9 @@ def _run_cfg(torch, mods, b, l, h, p, n, block, a_sign, seed, nseg, path=0, p_ti
     C = torch.randn(b, l, h, n, device="cuda", generator=g).to(dtype)
     S0 = torch.randn(b, 1, h, p, n, device="cuda", generator=g) if with_initial else None
     with torch.no_grad():
-        Y64, S64 = prob.ssd_chunked(X.double(), A.double(), B.double(), C.double(), block,
-                                    None if S0 is None else S0.double())
+        Y64, S64 = prob.ssd_chunked(
+            X.double(), A.double(), B.double(), C.double(), block, None if S0 is None else S0.double()
+        )
     ext = mods["y"].ssd_ext
     _poison_allocator(torch, X.numel() * 4)
     Y = ext.ssd_fused_cfg(X, A, B, C, S0, False, p_tile, path, nseg)
@@ -166,7 +167,7 @@ def _run_cfg(torch, mods, b, l, h, p, n, block, a_sign, seed, nseg, path=0, p_ti
     "b, l, h, p, n, block, a_sign, path, p_tile, init",
     [
         (2, 512, 4, 64, 128, 64, -1, 2, 64, False),
-        (1, 80, 2, 96, 64, 16, +1, 2, 32, True),     # ragged: the last segment is shorter than the rest
+        (1, 80, 2, 96, 64, 16, +1, 2, 32, True),  # ragged: the last segment is shorter than the rest
         (3, 256, 2, 64, 128, 64, +1, 2, 64, True),
         (2, 384, 3, 128, 64, 128, -1, 2, 0, False),  # two head-dim tiles
         # the state products in 3xBF16 (path 5) on path 2's shapes
@@ -180,8 +181,22 @@ def _run_cfg(torch, mods, b, l, h, p, n, block, a_sign, seed, nseg, path=0, p_ti
 def test_segments_match_float64(mods, nseg, b, l, h, p, n, block, a_sign, path, p_tile, init):
     import torch
 
-    (ey, es), _ = _run_cfg(torch, mods, b, l, h, p, n, block, a_sign, seed=11 + nseg, nseg=nseg, path=path,
-                           p_tile=p_tile, with_initial=init)
+    (ey, es), _ = _run_cfg(
+        torch,
+        mods,
+        b,
+        l,
+        h,
+        p,
+        n,
+        block,
+        a_sign,
+        seed=11 + nseg,
+        nseg=nseg,
+        path=path,
+        p_tile=p_tile,
+        with_initial=init,
+    )
     assert ey <= tol(path) and es <= tol(path), (ey, es)
 
 
@@ -193,8 +208,9 @@ def test_segments_skip_only_steps_that_vanish_in_float32(mods, a_kind, nseg, pat
     with fast or spiky decay that skips whole chunks, and the result must not change."""
     import torch
 
-    (ey, es), _ = _run_cfg(torch, mods, 2, 640, 2, 64, 128, 64, -1, seed=21, nseg=nseg, a_kind=a_kind,
-                           with_initial=True, path=path)
+    (ey, es), _ = _run_cfg(
+        torch, mods, 2, 640, 2, 64, 128, 64, -1, seed=21, nseg=nseg, a_kind=a_kind, with_initial=True, path=path
+    )
     assert ey <= tol(path) and es <= tol(path), (ey, es)
 
 
@@ -215,7 +231,7 @@ def test_segments_long_sequence_few_heads(mods, path):
     [
         (2, 512, 4, 64, 128, 64, -1, False),
         (1, 80, 2, 96, 64, 16, +1, True),
-        (2, 256, 2, 64, 16, 64, -1, True),   # d_state 16: the CUDA-core kernel (widened to fp32)
+        (2, 256, 2, 64, 16, 64, -1, True),  # d_state 16: the CUDA-core kernel (widened to fp32)
     ],
 )
 def test_bf16_matches_float64_to_output_rounding(mods, path, nseg, b, l, h, p, n, block, a_sign, init):
@@ -223,8 +239,9 @@ def test_bf16_matches_float64_to_output_rounding(mods, path, nseg, b, l, h, p, n
 
     if n not in (64, 128) and path in (2, 5, 6):
         pytest.skip("the tensor-core kernel takes d_state 64 or 128")
-    (ey, es), (by, bs) = _run_cfg(torch, mods, b, l, h, p, n, block, a_sign, seed=3, nseg=nseg, path=path,
-                                  with_initial=init, dtype=torch.bfloat16)
+    (ey, es), (by, bs) = _run_cfg(
+        torch, mods, b, l, h, p, n, block, a_sign, seed=3, nseg=nseg, path=path, with_initial=init, dtype=torch.bfloat16
+    )
     assert ey <= 1.05 * by + 1e-5 and es <= 1.05 * bs + 1e-5, (ey, by, es, bs)
 
 
@@ -276,8 +293,9 @@ def test_bad_arguments_raise_and_the_process_survives():
         assert torch.isfinite(Y).all()
         print("raised", raised, "of", len(cases))
     """)
-    r = subprocess.run([sys.executable, "-X", "faulthandler", "-u", "-c", code], capture_output=True, text=True,
-                       timeout=900)
+    r = subprocess.run(
+        [sys.executable, "-X", "faulthandler", "-u", "-c", code], capture_output=True, text=True, timeout=900
+    )
     assert r.returncode == 0, (r.returncode, r.stdout[-2000:], r.stderr[-4000:])
     assert "raised 16 of 16" in r.stdout, r.stdout
 
@@ -330,7 +348,7 @@ def test_engine_calibrated_verdict_passes_bf16(cuda_config, tmp_path, shape):
     r = evaluate(prob, MAMBA2 / "candidate_y.py", cuda_config)
     assert r.status is Status.PASSED, r.error_log
     leaves = [leaf for t in r.trials for leaf in t.extra.get("numerics", {}).get("leaves", [])]
-    assert leaves and all(leaf["rtol"] == 2.0 ** -7 for leaf in leaves)
+    assert leaves and all(leaf["rtol"] == 2.0**-7 for leaf in leaves)
     assert r.candidate_ms is not None and r.candidate_ms > 0
 
 

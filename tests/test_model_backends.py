@@ -17,7 +17,8 @@ from kernelwright.models.pricing import PriceTable
 
 needs_clients = pytest.mark.skipif(
     importlib.util.find_spec("openai") is None or importlib.util.find_spec("anthropic") is None,
-    reason="needs the openai and anthropic clients")
+    reason="needs the openai and anthropic clients",
+)
 FAST = RetryPolicy(max_attempts=3, base_delay_s=0.01, max_delay_s=0.05, request_timeout_s=5.0)
 
 
@@ -69,8 +70,9 @@ def test_anthropic_backend_through_the_messages_api(monkeypatch):
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
     script = {"claude-sonnet-4-kw-test": [HttpStatus(529, "overloaded"), Reply("the answer")]}
     with ChatServer(script) as server:
-        model = resolve_model("anthropic:claude-sonnet-4-kw-test", "judge",
-                              ModelConfig(base_url=server.root_url, retry=FAST))
+        model = resolve_model(
+            "anthropic:claude-sonnet-4-kw-test", "judge", ModelConfig(base_url=server.root_url, retry=FAST)
+        )
         done = model.complete([{"role": "system", "content": "be brief"}, {"role": "user", "content": "q"}])
     assert done.text == "the answer" and done.usage == Usage(1, 2)
     assert [a.status_code for a in done.attempts] == [529, None]
@@ -96,5 +98,6 @@ def test_retries_give_up_with_every_attempt_recorded():
 def test_retry_after_header_is_honoured():
     with ChatServer({"m": [HttpStatus(429, retry_after="0.04"), Reply("ok")]}) as server:
         done = resolve_model("m", "coder", ModelConfig(base_url=server.base_url, retry=FAST)).complete(
-            [{"role": "user", "content": "x"}])
+            [{"role": "user", "content": "x"}]
+        )
     assert done.attempts[0].retry_after_s == pytest.approx(0.04)

@@ -20,8 +20,12 @@ FAST = RetryPolicy(max_attempts=3, base_delay_s=0.01, max_delay_s=5.0, request_t
 
 def call_all(models, n_threads: int) -> list:
     out: list = [None] * n_threads
-    threads = [threading.Thread(target=lambda i=i: out.__setitem__(
-        i, models[i].complete([{"role": "user", "content": f"call {i}"}]))) for i in range(n_threads)]
+    threads = [
+        threading.Thread(
+            target=lambda i=i: out.__setitem__(i, models[i].complete([{"role": "user", "content": f"call {i}"}]))
+        )
+        for i in range(n_threads)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -31,12 +35,15 @@ def call_all(models, n_threads: int) -> list:
 
 @needs_openai
 def test_calls_to_one_endpoint_are_limited_across_models_and_threads():
-    script = {"coder": [Reply(f"c{i}", delay_s=0.3) for i in range(4)],
-              "judge": [Reply(f"j{i}", delay_s=0.3) for i in range(2)]}
+    script = {
+        "coder": [Reply(f"c{i}", delay_s=0.3) for i in range(4)],
+        "judge": [Reply(f"j{i}", delay_s=0.3) for i in range(2)],
+    }
     with ChatServer(script) as server:
         cfg = ModelConfig(base_url=server.base_url, retry=FAST, max_concurrent=2)
-        models = [resolve_model("coder", "coder", cfg) for _ in range(4)] + [resolve_model("judge", "judge", cfg)
-                                                                              for _ in range(2)]
+        models = [resolve_model("coder", "coder", cfg) for _ in range(4)] + [
+            resolve_model("judge", "judge", cfg) for _ in range(2)
+        ]
         done = call_all(models, 6)
     assert all(d is not None for d in done)
     lim = limiter_for(server.base_url, 2)

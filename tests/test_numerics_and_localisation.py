@@ -20,16 +20,19 @@ M2 = FIXTURES / "mamba2"
 NAN, INF = float("nan"), float("inf")
 
 
-@pytest.mark.parametrize("cand,ref,passes", [
-    ([1.0, NAN, 3.0], [1.0, NAN, 3.0], True),  # NaN where the reference has NaN
-    ([1.0, INF, -INF], [1.0, INF, -INF], True),  # the same infinities
-    ([1.0, NAN, 3.0], [1.0, 2.0, 3.0], False),  # NaN where the reference is finite
-    ([1.0, 2.0, 3.0], [1.0, NAN, 3.0], False),  # finite where the reference is NaN
-    ([1.0, -INF, 3.0], [1.0, INF, 3.0], False),  # the wrong infinity
-    ([1.0, INF, 3.0], [1.0, 2.0, 3.0], False),
-    ([1.0, 2.0, 3.0], [1.0, 2.0, 3.0 + 1e-9], True),  # all finite: the fast path
-    ([1.0, 2.0, 3.5], [1.0, 2.0, 3.0], False),
-])
+@pytest.mark.parametrize(
+    "cand,ref,passes",
+    [
+        ([1.0, NAN, 3.0], [1.0, NAN, 3.0], True),  # NaN where the reference has NaN
+        ([1.0, INF, -INF], [1.0, INF, -INF], True),  # the same infinities
+        ([1.0, NAN, 3.0], [1.0, 2.0, 3.0], False),  # NaN where the reference is finite
+        ([1.0, 2.0, 3.0], [1.0, NAN, 3.0], False),  # finite where the reference is NaN
+        ([1.0, -INF, 3.0], [1.0, INF, 3.0], False),  # the wrong infinity
+        ([1.0, INF, 3.0], [1.0, 2.0, 3.0], False),
+        ([1.0, 2.0, 3.0], [1.0, 2.0, 3.0 + 1e-9], True),  # all finite: the fast path
+        ([1.0, 2.0, 3.5], [1.0, 2.0, 3.0], False),
+    ],
+)
 def test_strict_comparison_places_non_finite_values(cand, ref, passes):
     from kernelwright.engine.child.compare import compare_tensors
 
@@ -45,8 +48,9 @@ def test_deviation_counts_non_finite_values_where_the_oracle_is_finite():
     assert same.nonfinite == 0 and same.frac_out_of_tol == 0.0 and same.max_abs == 0.0
     bad = numerics.deviation(torch.tensor([1.0, INF, NAN, 4.0]), o, 1e-5, 1e-5)
     assert bad.nonfinite == 1 and bad.frac_out_of_tol == 0.25 and bad.max_abs == float("inf")
-    finite = numerics.deviation(torch.tensor([1.0, 2.0, 3.0, 4.5]), torch.tensor([1.0, 2.0, 3.0, 4.0],
-                                                                                 dtype=torch.float64), 1e-5, 1e-5)
+    finite = numerics.deviation(
+        torch.tensor([1.0, 2.0, 3.0, 4.5]), torch.tensor([1.0, 2.0, 3.0, 4.0], dtype=torch.float64), 1e-5, 1e-5
+    )
     assert finite.nonfinite == 0 and finite.max_abs == 0.5 and finite.frac_out_of_tol == 0.25
     assert finite.norm_rel == pytest.approx(0.5 / (1 + 4 + 9 + 16) ** 0.5)
 
@@ -71,6 +75,7 @@ def test_calibrated_rule_is_the_tolerance_when_the_reference_is_exact():
 
 
 # ---- Mamba-2 SSD at a small shape on the CPU: the phenomenon of the issue ---------------------------
+
 
 @pytest.fixture
 def mamba_cfg(cpu_config):
@@ -107,6 +112,7 @@ def test_mamba2_small_off_by_one_and_bf16_fail_calibrated(mamba_cfg):
 
 # ---- localisation -----------------------------------------------------------------------------------
 
+
 def _write(tmp_path, body: str):
     p = tmp_path / "cand.py"
     p.write_text(
@@ -115,27 +121,32 @@ def _write(tmp_path, body: str):
     return p
 
 
-def test_wrong_permutation_names_the_swapped_order(cpu_config, tmp_path, ):
+def test_wrong_permutation_names_the_swapped_order(
+    cpu_config,
+    tmp_path,
+):
     # (l c) where (c l) was meant: the 128 features flattened from 2 x 64 in the wrong order
-    cand = _write(tmp_path, "        y = torch.relu(x) + 1.0\n"
-                            "        return y.reshape(64, 2, 64).transpose(1, 2).reshape(64, 128)\n")
+    cand = _write(
+        tmp_path,
+        "        y = torch.relu(x) + 1.0\n        return y.reshape(64, 2, 64).transpose(1, 2).reshape(64, 128)\n",
+    )
     r = evaluate(ADD_ONE, cand, cpu_config)
     assert r.status is Status.INCORRECT
     assert "along dim 1 (size 128 = 2 x 64)" in r.error_log and "factors swapped" in r.error_log, r.error_log
 
 
 def test_shifted_by_one_names_the_axis(cpu_config, tmp_path):
-    cand = _write(tmp_path, "        y = torch.relu(x) + 1.0\n"
-                            "        return torch.cat([y[:, :1], y[:, :-1]], dim=1)\n")
+    cand = _write(tmp_path, "        y = torch.relu(x) + 1.0\n        return torch.cat([y[:, :1], y[:, :-1]], dim=1)\n")
     r = evaluate(ADD_ONE, cand, cpu_config)
     assert r.status is Status.INCORRECT
     assert "shifted by +1 along dim 1" in r.error_log, r.error_log
 
 
 def test_partly_unwritten_output_is_located(cpu_config, tmp_path):
-    cand = _write(tmp_path, "        y = torch.empty_like(x)\n"
-                            "        y[:, :100] = torch.relu(x[:, :100]) + 1.0\n"
-                            "        return y\n")
+    cand = _write(
+        tmp_path,
+        "        y = torch.empty_like(x)\n        y[:, :100] = torch.relu(x[:, :100]) + 1.0\n        return y\n",
+    )
     r = evaluate(ADD_ONE, cand, cpu_config)
     assert r.status is Status.INCORRECT
     assert "never written" in r.error_log
@@ -157,6 +168,7 @@ def test_localize_unit_cases():
 
 # ---- Mamba-2 SSD at the KernelBench shape on a GPU: the figures of the issue -------------------------
 
+
 @pytest.mark.gpu
 def test_mamba2_figures_on_gpu(cuda_config):
     cuda_config.time_candidate = False
@@ -169,10 +181,21 @@ def test_mamba2_figures_on_gpu(cuda_config):
     compiled = evaluate(MAMBA, M2 / "mamba2_compiled.py", cuda_config)
     off = evaluate(MAMBA, M2 / "mamba2_off_by_one.py", cuda_config)
     bf16 = evaluate(MAMBA, M2 / "mamba2_bf16.py", cuda_config)
-    figures = {n: _leaf(r) for n, r in [("f64", ok), ("reordered", reordered), ("compiled", compiled),
-                                        ("off_by_one", off), ("bf16", bf16)]}
-    print({n: (f["reference"]["max_abs"], f["reference"]["norm_rel"], f["candidate"]["max_abs"],
-               f["candidate"]["norm_rel"]) for n, f in figures.items()})
+    figures = {
+        n: _leaf(r)
+        for n, r in [("f64", ok), ("reordered", reordered), ("compiled", compiled), ("off_by_one", off), ("bf16", bf16)]
+    }
+    print(
+        {
+            n: (
+                f["reference"]["max_abs"],
+                f["reference"]["norm_rel"],
+                f["candidate"]["max_abs"],
+                f["candidate"]["norm_rel"],
+            )
+            for n, f in figures.items()
+        }
+    )
     ref = figures["f64"]["reference"]
     # the issue's figures: float32 reference off its float64 self by ~5.8e10 (normwise ~2.2e-6)
     assert 1e9 < ref["max_abs"] < 1e12 and 1e-7 < ref["norm_rel"] < 1e-4

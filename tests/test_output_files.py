@@ -40,14 +40,16 @@ def test_a_full_memory_directory_spills_the_output_to_the_disk(tmp_path, monkeyp
         return real(path, obj, ship=ship)
 
     monkeypatch.setattr(wire, "write_tree", full)
-    runner = Runner({"config": EvalConfig(device="cpu").to_dict(), "out_dir": str(fast), "spill_dir": str(disk)},
-                    Channel(None))
+    runner = Runner(
+        {"config": EvalConfig(device="cpu").to_dict(), "out_dir": str(fast), "spill_dir": str(disk)}, Channel(None)
+    )
     name = runner.write("trial0", torch.ones(3))
     assert not (fast / name).exists() and (disk / name).is_file()
     assert torch.equal(wire.read_tree(str(disk / name)), torch.ones(3))
 
 
 # ---- bytes sent beside the file (the device hand-off's format; the transport is tested on the GPU) ----
+
 
 class _Beside:
     """Stands in for the device hand-off: keeps what the writer ships, hands it to the reader."""

@@ -28,6 +28,7 @@ def _known():
 
 # ---- ncu CSV -------------------------------------------------------------------------------
 
+
 def test_ncu_raw_csv_parses_into_typed_records():
     ks = ncu.kernels_from_csv((NCU_FIX / "swish_h100_raw.csv").read_text(), _known())
     assert [k.origin for k in ks] == ["candidate", "pytorch"]
@@ -61,7 +62,8 @@ def test_ncu_details_csv_with_scaled_units_and_prof_lines():
 
 def test_ncu_failures_name_the_reason():
     assert "ERR_NVGPUCTRPERM" in ncu.failure_reason(
-        "==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU Performance Counters", 1)
+        "==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU Performance Counters", 1
+    )
     assert "LibraryNotLoaded" in ncu.failure_reason("==ERROR== LibraryNotLoaded: libcupti", 1)
     assert "no kernels" in ncu.failure_reason("==WARNING== No kernels were profiled.", 0)
     assert ncu.failure_reason("==PROF== Disconnected from process 1", 0) is None
@@ -85,9 +87,11 @@ def test_metric_filter_keeps_launch_metrics_and_drops_unknown():
 
 # ---- kernel origins ------------------------------------------------------------------------
 
+
 def test_kernel_origins():
     known = _known() | kernel_names.candidate_kernel_names(
-        ["@triton.jit\ndef fused_gelu(x_ptr, n, BLOCK: tl.constexpr):\n    pass\n"])
+        ["@triton.jit\ndef fused_gelu(x_ptr, n, BLOCK: tl.constexpr):\n    pass\n"]
+    )
     assert known == {"swish_affine_kernel", "fused_gelu"}
 
     def c(n):
@@ -95,8 +99,13 @@ def test_kernel_origins():
 
     assert c(SWISH_KERNEL) == "candidate"
     assert c("fused_gelu") == "candidate"
-    assert c("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, "
-             "std::array<char*, 3ul> >(int, at::native::CUDAFunctor_add<float>, std::array<char*, 3ul>)") == "pytorch"
+    assert (
+        c(
+            "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, "
+            "std::array<char*, 3ul> >(int, at::native::CUDAFunctor_add<float>, std::array<char*, 3ul>)"
+        )
+        == "pytorch"
+    )
     assert c("nvjet_tst_128x64_64x8_1x2_h_bz_TNN") == "pytorch"
     assert (
         c(
@@ -114,6 +123,7 @@ def test_kernel_origins():
 
 
 # ---- roofline ------------------------------------------------------------------------------
+
 
 def test_roofline_memory_bound():
     # 8 MB moved, no FLOPs, 1 TB/s peak: floor 8 us; measured 16 us -> 50% of the floor
@@ -152,13 +162,13 @@ def test_roofline_peaks_prefer_datasheet():
 
 # ---- the torch.profiler fallback and roofline on the CPU -------------------------------------
 
+
 def _profiled(cfg, **kw):
     return replace(cfg, profile=ProfileConfig(enabled=True, **kw))
 
 
 def test_python_candidate_profile_on_cpu_is_pytorch_ops(cpu_config):
-    r = evaluate(ADD_ONE, CANDIDATES / "py_correct.py",
-                 _profiled(cpu_config, ncu_path="/nonexistent/ncu"))
+    r = evaluate(ADD_ONE, CANDIDATES / "py_correct.py", _profiled(cpu_config, ncu_path="/nonexistent/ncu"))
     assert r.status is Status.PASSED, r.error_log
     p = r.metadata["profile"]
     assert p["source"] == "torch.profiler"
@@ -209,6 +219,7 @@ def test_roofline_without_profile_is_the_default(cpu_config):
 
 
 # ---- prebuilding -------------------------------------------------------------------------
+
 
 @pytest.mark.slow
 def test_prebuild_then_evaluate_hits_the_cache(cpu_config, tmp_path):

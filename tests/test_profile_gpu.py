@@ -40,9 +40,18 @@ def test_cuda_candidate_gets_an_ncu_profile_and_a_roofline(cuda_config, tmp_path
     assert ks and all(k["origin"] == "candidate" for k in ks)
     k = ks[0]
     assert k["name"].startswith("swish_affine_kernel")
-    for field in ("duration_us", "sm_throughput_pct", "memory_throughput_pct", "dram_bandwidth_gbps",
-                  "dram_read_bytes", "dram_write_bytes", "achieved_occupancy_pct", "registers_per_thread",
-                  "l2_hit_rate_pct", "issue_slots_busy_pct"):
+    for field in (
+        "duration_us",
+        "sm_throughput_pct",
+        "memory_throughput_pct",
+        "dram_bandwidth_gbps",
+        "dram_read_bytes",
+        "dram_write_bytes",
+        "achieved_occupancy_pct",
+        "registers_per_thread",
+        "l2_hit_rate_pct",
+        "issue_slots_busy_pct",
+    ):
         assert k[field] is not None, field
     assert k["top_stalls"], "warp stall reasons"
     # x (8192x4096 fp32) read once, y written once: 128 MiB each way. Reads must all come from DRAM;

@@ -13,8 +13,9 @@ from kernelwright.models.extract import FailureCritique, PerformanceCritique
 
 @pytest.mark.parametrize("backend", ["cuda", "triton", "cpp"])
 def test_every_prompt_renders_for_every_backend(backend):
-    passed = EvalResult(status=Status.PASSED, correct=True, speedup=1.5, candidate_ms=1.0, reference_ms=1.5,
-                        device="dev")
+    passed = EvalResult(
+        status=Status.PASSED, correct=True, speedup=1.5, candidate_ms=1.0, reference_ms=1.5, device="dev"
+    )
     failed = EvalResult(status=Status.COMPILE_ERROR, error_log="boom")
     crit = FailureCritique("a", "b", "c")
     perf = PerformanceCritique("x", "y", 2.0, "2x, one pass fewer")
@@ -61,14 +62,35 @@ def test_every_prompt_renders_for_every_backend(backend):
 
 
 def test_repair_prompt_has_the_seed_layout():
-    text = prompts.render("coder_repair", backend="cuda", error_log="nvcc: error X", old_code="OLD",
-                          critique=FailureCritique("ISSUE", "WHY", "HINT"), verdict="compile_error")
-    assert text.startswith("You are a senior CUDA-extension developer. Your job is to FIX the compilation or "
-                           "runtime errors in the Python script shown below.")
-    marks = ["OUTPUT RULES", "1. Imports: `torch`, `torch.nn`, `load_inline`", "2. `source`", "3. `cpp_src`",
-             "4. ONE `load_inline` call", "5. `class ModelNew(nn.Module)`",
-             "__main__", "ERROR LOG", "nvcc: error X", "OLD CODE (read-only)", "OLD", "Main Critical Problem",
-             "critical_issue: ISSUE", "why_it_matters: WHY", "minimal_fix_hint: HINT"]
+    text = prompts.render(
+        "coder_repair",
+        backend="cuda",
+        error_log="nvcc: error X",
+        old_code="OLD",
+        critique=FailureCritique("ISSUE", "WHY", "HINT"),
+        verdict="compile_error",
+    )
+    assert text.startswith(
+        "You are a senior CUDA-extension developer. Your job is to FIX the compilation or "
+        "runtime errors in the Python script shown below."
+    )
+    marks = [
+        "OUTPUT RULES",
+        "1. Imports: `torch`, `torch.nn`, `load_inline`",
+        "2. `source`",
+        "3. `cpp_src`",
+        "4. ONE `load_inline` call",
+        "5. `class ModelNew(nn.Module)`",
+        "__main__",
+        "ERROR LOG",
+        "nvcc: error X",
+        "OLD CODE (read-only)",
+        "OLD",
+        "Main Critical Problem",
+        "critical_issue: ISSUE",
+        "why_it_matters: WHY",
+        "minimal_fix_hint: HINT",
+    ]
     positions = [text.index(m) for m in marks]
     assert positions == sorted(positions)
     assert text.rstrip().endswith("```python\n\n```")

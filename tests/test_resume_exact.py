@@ -19,9 +19,18 @@ def rounds(run: Path) -> list[tuple]:
     out = []
     for d in sorted(run.glob("0*_*")):
         rec = json.loads((d / "round.json").read_text())
-        out.append((d.name, rec["kind"], rec["verdict"], rec["speedup"], rec["became_best"], rec["best_decision"],
-                    (d / "coder_prompt.md").read_text(),
-                    (d / "judge_prompt.md").read_text() if (d / "judge_prompt.md").exists() else None))
+        out.append(
+            (
+                d.name,
+                rec["kind"],
+                rec["verdict"],
+                rec["speedup"],
+                rec["became_best"],
+                rec["best_decision"],
+                (d / "coder_prompt.md").read_text(),
+                (d / "judge_prompt.md").read_text() if (d / "judge_prompt.md").exists() else None,
+            )
+        )
     return out
 
 

@@ -29,7 +29,7 @@ def _bwrap_reason() -> str:
 
 needs_bwrap = pytest.mark.skipif(bool(_bwrap_reason()), reason=_bwrap_reason() or "bwrap available")
 
-CANDIDATE = '''import torch
+CANDIDATE = """import torch
 import torch.nn as nn
 
 {attempt}
@@ -38,7 +38,7 @@ import torch.nn as nn
 class ModelNew(nn.Module):
     def forward(self, x):
         return torch.relu(x) + 1.0
-'''
+"""
 
 
 def _eval(cfg, attempt: str, mode: str):
@@ -66,7 +66,7 @@ def test_write_outside_the_workdir_fails_in_the_sandbox(cpu_config, tmp_path, wh
         r = _eval(cpu_config, attempt, "bwrap")
         assert not os.path.exists(target)
         assert r.status is Status.RUNTIME_ERROR and r.error_stage is Stage.BUILD
-        assert ("Read-only file system" in r.error_log or "No such file or directory" in r.error_log), r.error_log
+        assert "Read-only file system" in r.error_log or "No such file or directory" in r.error_log, r.error_log
         assert r.sandbox == "bwrap"
         # the control: without the sandbox the same write lands
         r = _eval(cpu_config, attempt, "none")

@@ -82,8 +82,9 @@ def test_without_a_gpu_or_the_tool_the_record_says_why_nothing_ran(monkeypatch, 
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("fixture,bad", [(FIXTURES / "sanitize" / "cuda_oob_read.py", True),
-                                         (FIXTURES / "shapes" / "cuda_honest.py", False)])
+@pytest.mark.parametrize(
+    "fixture,bad", [(FIXTURES / "sanitize" / "cuda_oob_read.py", True), (FIXTURES / "shapes" / "cuda_honest.py", False)]
+)
 def test_an_out_of_bounds_read_that_passes_is_a_memory_error_under_sanitize(cuda_config, fixture, bad):
     cuda_config.time_candidate = False
     cuda_config.shapes = "off"

@@ -69,17 +69,23 @@ def test_without_a_file_the_defaults_hold(tmp_path):
     assert s.source is None and s.eval == EvalConfig(cache_dir=s.eval.cache_dir) and s.loop == LoopConfig()
 
 
-@pytest.mark.parametrize("text, message", [
-    ("[eval]\natoll = 1\n", "unknown key 'eval.atoll'; known keys in [eval]: device, trials, atol"),
-    ("[evaluation]\natol = 1\n", "unknown section [evaluation]; known: [eval], [loop], [model]"),
-    ("[eval.timeouts]\nbild = 1\n", "unknown key 'eval.timeouts.bild'; known keys in [eval.timeouts]: startup, build"),
-    ("[model.retry]\nmax_attempt = 1\n", "unknown key 'model.retry.max_attempt'"),
-    ("[eval]\ntrials = \"five\"\n", "'eval.trials' must be int (got 'five')"),
-    ("[eval]\ndevice = \"tpu\"\n", "'eval.device' must be one of auto, cuda, cpu (got 'tpu')"),
-    ("[loop]\nrounds = 0\n", "--rounds must be at least 1 (got 0) (settings from"),
-    ("[model.prices]\nm = {input = 1}\n", "'model.prices.m' must be {input = USD/Mtok, output = USD/Mtok}"),
-    ("[eval\natol = 1\n", "is not valid TOML"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("[eval]\natoll = 1\n", "unknown key 'eval.atoll'; known keys in [eval]: device, trials, atol"),
+        ("[evaluation]\natol = 1\n", "unknown section [evaluation]; known: [eval], [loop], [model]"),
+        (
+            "[eval.timeouts]\nbild = 1\n",
+            "unknown key 'eval.timeouts.bild'; known keys in [eval.timeouts]: startup, build",
+        ),
+        ("[model.retry]\nmax_attempt = 1\n", "unknown key 'model.retry.max_attempt'"),
+        ('[eval]\ntrials = "five"\n', "'eval.trials' must be int (got 'five')"),
+        ('[eval]\ndevice = "tpu"\n', "'eval.device' must be one of auto, cuda, cpu (got 'tpu')"),
+        ("[loop]\nrounds = 0\n", "--rounds must be at least 1 (got 0) (settings from"),
+        ("[model.prices]\nm = {input = 1}\n", "'model.prices.m' must be {input = USD/Mtok, output = USD/Mtok}"),
+        ("[eval\natol = 1\n", "is not valid TOML"),
+    ],
+)
 def test_a_bad_file_is_one_line_naming_the_key_and_the_file(tmp_path, text, message):
     f = write(tmp_path / "kernelwright.toml", text)
     with pytest.raises(SettingsError) as exc:

@@ -32,6 +32,7 @@ def module(source: str) -> types.ModuleType:
 
 def plan_for(mod: types.ModuleType) -> shapes.Plan:
     """shapes.derive on the CPU, drawing and constructing as the judge does."""
+
     def init():
         torch.manual_seed(0)
         return mod.get_init_inputs()
@@ -50,15 +51,27 @@ def plan_for(mod: types.ModuleType) -> shapes.Plan:
 
     base_init = init()
     base = construct(base_init)
-    return shapes.derive(mod, base_model=base, base_init=base_init, base_inputs=draw(1), seeds=[2, 3],
-                         draw=draw, init=init, construct=construct, forward=forward, oracle=lambda m, x: None)
+    return shapes.derive(
+        mod,
+        base_model=base,
+        base_init=base_init,
+        base_inputs=draw(1),
+        seeds=[2, 3],
+        draw=draw,
+        init=init,
+        construct=construct,
+        forward=forward,
+        oracle=lambda m, x: None,
+    )
 
 
 HEADER = "import torch\nimport torch.nn as nn\n"
 
 
 def test_the_sizes_are_the_integers_the_input_functions_read_and_one_changes_at_a_time():
-    mod = module(HEADER + """
+    mod = module(
+        HEADER
+        + """
 batch_size = 16
 seq_len = 128
 features = 64
@@ -71,20 +84,27 @@ def get_inputs():
     return [_draw()]
 def get_init_inputs():
     return [reduce_dim, features, eps]
-""")
+"""
+    )
     constants, in_inputs = shapes.size_constants(mod)
     assert constants == {"batch_size": 16, "seq_len": 128, "features": 64, "reduce_dim": 1}
     assert in_inputs == {"batch_size", "seq_len", "features"}  # through the helper _draw
     assert shapes.batch_constant(constants, in_inputs, mod.get_inputs()) == "batch_size"
     assert shapes.candidates({"batch_size": 16, "dim": 1024, "heads": 3, "k": 7}, "batch_size") == [
-        ({"batch_size": 8}, "half the batch"), ({"batch_size": 32}, "double the batch"),
-        ({"dim": 1023}, "odd size"), ({"k": 9}, "odd size"), ({"batch_size": 1}, "batch 1")]
+        ({"batch_size": 8}, "half the batch"),
+        ({"batch_size": 32}, "double the batch"),
+        ({"dim": 1023}, "odd size"),
+        ({"k": 9}, "odd size"),
+        ({"batch_size": 1}, "batch 1"),
+    ]
     # no constant named like a batch: the one equal to the first input's leading size
     assert shapes.batch_constant({"n": 8, "m": 32}, {"n", "m"}, [torch.zeros(32, 8)]) == "m"
 
 
 def test_kept_are_the_sizes_the_reference_takes_within_budget(monkeypatch):
-    mod = module(HEADER + """
+    mod = module(
+        HEADER
+        + """
 batch_size = 16
 dim = 1024
 axis = 4            # read by get_inputs but shapes no tensor: a parameter, not a size
@@ -95,7 +115,8 @@ def get_inputs():
     return [torch.randn(batch_size, dim), axis]
 def get_init_inputs():
     return []
-""")
+"""
+    )
     plan = plan_for(mod)
     assert plan.batch == "batch_size" and mod.dim == 1024 and mod.batch_size == 16  # constants restored
     assert [v.name for v in plan.variants] == ["batch_size=8", "batch_size=32", "batch_size=1"]
@@ -119,7 +140,10 @@ def test_init_sizes_construct_a_new_model_and_fixed_sizes_say_so():
     assert by_name["dim=1023"].init_changed and by_name["dim=1023"].init_inputs == [1023]
     assert by_name["dim=1023"].ref_model.scale.shape == (1023,)
     assert not by_name["batch_size=8"].init_changed
-    fixed = plan_for(module(HEADER + """
+    fixed = plan_for(
+        module(
+            HEADER
+            + """
 class Model(nn.Module):
     def forward(self, x):
         return x + 1
@@ -127,16 +151,18 @@ def get_inputs():
     return [torch.randn(16, 1024)]
 def get_init_inputs():
     return []
-"""))
+"""
+        )
+    )
     assert not fixed.variants and "cannot be varied" in fixed.note
 
 
 def test_the_protocol_carries_model_labels_typed():
-    c = protocol.parse_command(protocol.to_line(protocol.Construct(init="in_shape2_init.kwt", seed=42,
-                                                                   label="shape2")))
+    c = protocol.parse_command(protocol.to_line(protocol.Construct(init="in_shape2_init.kwt", seed=42, label="shape2")))
     assert c == protocol.Construct(init="in_shape2_init.kwt", seed=42, label="shape2")
-    call = protocol.parse_command(protocol.to_line(protocol.Call(label="shape2", inputs="in_shape2.kwt",
-                                                                 model="shape2", probe=True)))
+    call = protocol.parse_command(
+        protocol.to_line(protocol.Call(label="shape2", inputs="in_shape2.kwt", model="shape2", probe=True))
+    )
     assert call == protocol.Call(label="shape2", inputs="in_shape2.kwt", model="shape2", probe=True)
     assert protocol.parse_command('{"cmd": "call", "label": "t", "inputs": "i", "probe": "yes"}') is None
     assert "shape_specific" in REPORT_ONLY_FLAGS
@@ -232,8 +258,25 @@ def test_eval_shapes_option(cache_dir, tmp_path, monkeypatch):
     assert "Traceback" not in bad.output
     settings = tmp_path / "kernelwright.toml"
     settings.write_text("[eval]\ntime_candidate = false\n")  # the other sizes do not need the clock
-    res = CliRunner().invoke(app, ["eval", str(PROBLEM), str(cand), "--device", "cpu", "--trials", "2", "--json",
-                                   "--shapes", "strict", "--fail-on", "incorrect", "--config", str(settings)])
+    res = CliRunner().invoke(
+        app,
+        [
+            "eval",
+            str(PROBLEM),
+            str(cand),
+            "--device",
+            "cpu",
+            "--trials",
+            "2",
+            "--json",
+            "--shapes",
+            "strict",
+            "--fail-on",
+            "incorrect",
+            "--config",
+            str(settings),
+        ],
+    )
     assert res.exit_code == 3, res.output  # ExitCode.VERDICT: strict made it incorrect
     rec = json.loads(res.output)
     assert rec["status"] == "incorrect" and "--shapes strict" in rec["error_log"]
@@ -243,13 +286,17 @@ def test_eval_shapes_option(cache_dir, tmp_path, monkeypatch):
 
 # ---- on a GPU: a #define'd size in CUDA, a Triton kernel without a tail mask, and honest twins ------
 
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("fixture,failed", [
-    ("cuda_define.py", ["dim=1023"]),
-    ("triton_no_mask.py", ["dim=1023"]),
-    ("cuda_honest.py", []),
-    ("triton_honest.py", []),
-])
+@pytest.mark.parametrize(
+    "fixture,failed",
+    [
+        ("cuda_define.py", ["dim=1023"]),
+        ("triton_no_mask.py", ["dim=1023"]),
+        ("cuda_honest.py", []),
+        ("triton_honest.py", []),
+    ],
+)
 def test_gpu_kernels_at_other_sizes(cuda_config, fixture, failed):
     if fixture.startswith("triton"):
         pytest.importorskip("triton")

@@ -77,8 +77,9 @@ def test_sigkill_never_leaves_the_store_unreadable_nor_loses_a_commit(tmp_path):
     path, start = tmp_path / "kw.db", 0
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     for kill_after in (0.05, 0.3, 0.15, 0.6, 0.02):  # a kill at several points, in a loop
-        proc = subprocess.Popen([sys.executable, "-c", WRITER, str(path), str(start)], stdout=subprocess.PIPE,
-                                text=True, env=env)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(path), str(start)], stdout=subprocess.PIPE, text=True, env=env
+        )
         first = proc.stdout.readline()  # at least one commit, then let it run a while
         assert first.strip(), "the writer did not start"
         time.sleep(kill_after)
@@ -97,6 +98,7 @@ def test_sigkill_never_leaves_the_store_unreadable_nor_loses_a_commit(tmp_path):
 
 # ---- the run directory ---------------------------------------------------------------------------
 
+
 def test_a_used_run_directory_is_refused(tmp_path):
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "x").write_text("")
@@ -105,6 +107,7 @@ def test_a_used_run_directory_is_refused(tmp_path):
 
 
 # ---- resume: a run read back from its files ----------------------------------------------------
+
 
 class Scripted:
     """A Coder or Judge whose answer depends on the prompt (as a deterministic model would)."""
@@ -137,21 +140,42 @@ def fake_evaluate(problem, code, on_stage, report_dir) -> EvalResult:
     if not m:
         return EvalResult(status=Status.INCORRECT, error_log="Outputs are not close")
     s = float(m.group(1))
-    t = TimingStats(median_ms=1 / s, mean_ms=1 / s, std_ms=0, min_ms=1 / s, max_ms=1 / s, p10_ms=1 / s, p90_ms=1 / s,
-                    iterations=10, warmup=3, clock="perf_counter", l2_flush=False)
-    return EvalResult(status=Status.PASSED, correct=True, speedup=s, candidate_ms=1 / s, reference_ms=1.0,
-                      candidate_timing=t)
+    t = TimingStats(
+        median_ms=1 / s,
+        mean_ms=1 / s,
+        std_ms=0,
+        min_ms=1 / s,
+        max_ms=1 / s,
+        p10_ms=1 / s,
+        p90_ms=1 / s,
+        iterations=10,
+        warmup=3,
+        clock="perf_counter",
+        l2_flush=False,
+    )
+    return EvalResult(
+        status=Status.PASSED, correct=True, speedup=s, candidate_ms=1 / s, reference_ms=1.0, candidate_timing=t
+    )
 
 
 def forge(run_dir: RunDir, rounds: int) -> Forge:
-    return Forge(PROBLEM, Scripted("coder"), Scripted("judge"), fake_evaluate, LoopConfig(rounds=rounds, backend="cpp"),
-                 device="cpu", recorder=run_dir)
+    return Forge(
+        PROBLEM,
+        Scripted("coder"),
+        Scripted("judge"),
+        fake_evaluate,
+        LoopConfig(rounds=rounds, backend="cpp"),
+        device="cpu",
+        recorder=run_dir,
+    )
 
 
 def rounds_of(path: Path) -> list[dict]:
     drop = ("wall_s", "coder", "judge")
-    return [{k: v for k, v in json.loads((d / "round.json").read_text()).items() if k not in drop}
-            for d in sorted(path.glob("0*_*"))]
+    return [
+        {k: v for k, v in json.loads((d / "round.json").read_text()).items() if k not in drop}
+        for d in sorted(path.glob("0*_*"))
+    ]
 
 
 class Killed(BaseException):
@@ -189,8 +213,15 @@ def test_resume_continues_with_the_same_best_as_a_run_never_stopped(tmp_path):
     forge(straight, 5).run()
 
     killer = KilledAt(RunDir(tmp_path / "cut", PROBLEM, {}), at=4)
-    f = Forge(PROBLEM, Scripted("coder"), Scripted("judge"), killer.evaluate, LoopConfig(rounds=5, backend="cpp"),
-              device="cpu", recorder=killer)
+    f = Forge(
+        PROBLEM,
+        Scripted("coder"),
+        Scripted("judge"),
+        killer.evaluate,
+        LoopConfig(rounds=5, backend="cpp"),
+        device="cpu",
+        recorder=killer,
+    )
     with pytest.raises(Killed):
         f.run()  # killed in round 3, after its Coder answered
     (stray,) = (tmp_path / "cut").glob("003_*")
@@ -213,8 +244,11 @@ def test_resume_continues_with_the_same_best_as_a_run_never_stopped(tmp_path):
     assert [r.verdict for r in load_rounds(tmp_path / "cut")] == [r["verdict"] for r in a["rounds"]]
     assert [r["expectation_outcome"] for r in a["rounds"]] == [r["expectation_outcome"] for r in b["rounds"]]
     for name in ("judge_prompt.md", "coder_prompt.md"):  # every model saw the same prompts
-        pairs = zip(sorted((tmp_path / "straight").glob(f"0*_*/{name}")),
-                    sorted((tmp_path / "cut").glob(f"0*_*/{name}")), strict=True)
+        pairs = zip(
+            sorted((tmp_path / "straight").glob(f"0*_*/{name}")),
+            sorted((tmp_path / "cut").glob(f"0*_*/{name}")),
+            strict=True,
+        )
         assert all(x.read_text() == y.read_text() for x, y in pairs), name
 
 
@@ -231,8 +265,11 @@ def test_a_run_stopped_at_its_round_limit_continues_like_a_longer_run(tmp_path):
     f.run()
     assert rounds_of(tmp_path / "short") == rounds_of(tmp_path / "straight")
     for name in ("judge_prompt.md", "coder_prompt.md"):
-        for a, b in zip(sorted((tmp_path / "straight").glob(f"0*_*/{name}")),
-                        sorted((tmp_path / "short").glob(f"0*_*/{name}")), strict=True):
+        for a, b in zip(
+            sorted((tmp_path / "straight").glob(f"0*_*/{name}")),
+            sorted((tmp_path / "short").glob(f"0*_*/{name}")),
+            strict=True,
+        ):
             assert a.read_text() == b.read_text(), (a, b)
 
 
@@ -252,8 +289,15 @@ def test_a_run_stopped_by_a_failed_coder_call_redoes_that_round_on_resume(tmp_pa
 
     forge(RunDir(tmp_path / "straight", PROBLEM, {}), 4).run()
     rd = RunDir(tmp_path / "down", PROBLEM, {})
-    state = Forge(PROBLEM, Down("coder", fail_at=3), Scripted("judge"), fake_evaluate,
-                  LoopConfig(rounds=4, backend="cpp"), device="cpu", recorder=rd).run()
+    state = Forge(
+        PROBLEM,
+        Down("coder", fail_at=3),
+        Scripted("judge"),
+        fake_evaluate,
+        LoopConfig(rounds=4, backend="cpp"),
+        device="cpu",
+        recorder=rd,
+    ).run()
     assert state.stop_reason.startswith("coder failed") and state.rounds[-1].verdict == "model_error"
     reopened, done = RunDir.reopen(tmp_path / "down")
     assert len(done) == 2  # the failed round is done again
@@ -290,8 +334,13 @@ def test_index_a_run_directory_and_read_it_back(tmp_path):
         assert rounds[0]["critique"]["critical_issue"] == "wrong" and "WRONG" in rounds[0]["code"]
         assert len(api.evaluations(run=run_id)) == 3 and api.evaluations(run=run_id)[1]["record"]["speedup"] == 1.0
         calls = api.model_calls(run_id)
-        assert [(c["round_idx"], c["role"]) for c in calls] == [(0, "coder"), (0, "judge"), (1, "coder"), (1, "judge"),
-                                                                (2, "coder")]
+        assert [(c["round_idx"], c["role"]) for c in calls] == [
+            (0, "coder"),
+            (0, "judge"),
+            (1, "coder"),
+            (1, "judge"),
+            (2, "coder"),
+        ]
         (problem,) = api.problems(run_id)
         assert problem["verdicts"] == ["incorrect", "passed", "passed"] and problem["correct"]
 
@@ -304,9 +353,13 @@ def test_a_problem_with_a_degenerate_reference_is_counted_apart(tmp_path):
     def flagged(where: str):
         def evaluate(problem, code, on_stage, report_dir):
             result = fake_evaluate(problem, code, on_stage, report_dir)
-            result.metadata = ({"guards": {"flags": {"degenerate_reference": True}}} if where == "guards"
-                               else {"degenerate_reference": {"reason": "the output is all zeros"}})
+            result.metadata = (
+                {"guards": {"flags": {"degenerate_reference": True}}}
+                if where == "guards"
+                else {"degenerate_reference": {"reason": "the output is all zeros"}}
+            )
             return result
+
         return evaluate
 
     with Store.open(tmp_path / "kw.db") as db:
@@ -316,8 +369,15 @@ def test_a_problem_with_a_degenerate_reference_is_counted_apart(tmp_path):
             ("deg_meta", flagged("meta")),
         ):
             rd = RunDir(tmp_path / name, PROBLEM, {})
-            Forge(PROBLEM, Scripted("coder"), Scripted("judge"), evaluate, LoopConfig(rounds=2, backend="cpp"),
-                  device="cpu", recorder=rd).run()
+            Forge(
+                PROBLEM,
+                Scripted("coder"),
+                Scripted("judge"),
+                evaluate,
+                LoopConfig(rounds=2, backend="cpp"),
+                device="cpu",
+                recorder=rd,
+            ).run()
             with db.transaction() as tx:
                 tx.execute(
                     "INSERT OR IGNORE INTO suites (id, kind, problems, out_dir, created) "

@@ -34,8 +34,14 @@ def kernelbench(tmp_path) -> Path:
 
 def test_a_level_folder_as_it_is_in_kernelbench_id_order(kernelbench):
     probs = discover([str(kernelbench / "level1")])
-    assert keys(probs) == ["level1/1_add_one", "level1/2_swish", "level1/3_scale_shift", "level1/4_row_softmax",
-                           "level1/5_small_matmul", "level1/6_mean_pool"]
+    assert keys(probs) == [
+        "level1/1_add_one",
+        "level1/2_swish",
+        "level1/3_scale_shift",
+        "level1/4_row_softmax",
+        "level1/5_small_matmul",
+        "level1/6_mean_pool",
+    ]
     assert probs[0].level == "level1" and probs[0].problem_id == "1" and probs[0].level_number == "1"
 
 
@@ -53,7 +59,9 @@ def test_several_levels_globs_only_and_skip(kernelbench):
     assert keys(discover([str(kernelbench)], only=["2"])) == ["level1/2_swish", "level2/2_AddOne_again"]  # by id
     assert keys(discover([str(kernelbench)], only=["*_again"], skip=["10_*"])) == ["level2/2_AddOne_again"]
     assert keys(discover([str(kernelbench / "level1")], skip=["level1/3_scale_shift", "4_row_softmax", "5", "6"])) == [
-        "level1/1_add_one", "level1/2_swish"]
+        "level1/1_add_one",
+        "level1/2_swish",
+    ]
 
 
 def test_bad_problem_arguments_get_one_line_naming_the_fix(tmp_path):
@@ -96,8 +104,11 @@ def test_mapping_file_and_json_records(tmp_path):
     assert pairs[0][1].text == (tmp_path / "mine.py").read_text()
 
     code = (SUITE / "candidates" / "1_add_one.py").read_text()
-    records = [{"problem": "1_add_one", "code": code}, {"level": 1, "problem_id": 2, "code": "class ModelNew: pass\n"},
-               {"problem": "1_add_one", "code": "a later sample"}]
+    records = [
+        {"problem": "1_add_one", "code": code},
+        {"level": 1, "problem_id": 2, "code": "class ModelNew: pass\n"},
+        {"problem": "1_add_one", "code": "a later sample"},
+    ]
     (tmp_path / "gen.jsonl").write_text("\n".join(json.dumps(r) for r in records) + "\n\n")
     (tmp_path / "gen.json").write_text(json.dumps(records))
     for path in (tmp_path / "gen.jsonl", tmp_path / "gen.json"):

@@ -23,8 +23,14 @@ from kernelwright.store import open_store
 from kernelwright.suites.runner import died_before_the_candidate
 
 SUITE = FIXTURES / "suite"
-EXPECTED = {"1_add_one": "passed", "2_swish": "passed", "3_scale_shift": "incorrect", "4_row_softmax": "crashed",
-            "5_small_matmul": "compile_error", "6_mean_pool": "no_candidate"}
+EXPECTED = {
+    "1_add_one": "passed",
+    "2_swish": "passed",
+    "3_scale_shift": "incorrect",
+    "4_row_softmax": "crashed",
+    "5_small_matmul": "compile_error",
+    "6_mean_pool": "no_candidate",
+}
 
 
 def cli(*args: str, code: int = 0) -> str:
@@ -39,8 +45,22 @@ def suite_run(tmp_path_factory, cache_dir):
     mp = pytest.MonkeyPatch()
     mp.setenv("KERNELWRIGHT_CACHE", cache_dir)
     try:
-        output = cli("suite", "eval", str(SUITE / "level1"), str(SUITE / "candidates"), "--device", "cpu",
-                     "--trials", "3", "--name", "fixtures", "--out", str(root / "out"), "--store", str(root / "kw.db"))
+        output = cli(
+            "suite",
+            "eval",
+            str(SUITE / "level1"),
+            str(SUITE / "candidates"),
+            "--device",
+            "cpu",
+            "--trials",
+            "3",
+            "--name",
+            "fixtures",
+            "--out",
+            str(root / "out"),
+            "--store",
+            str(root / "kw.db"),
+        )
     finally:
         mp.undo()
     return root, output
@@ -73,8 +93,16 @@ def test_suite_eval_matches_one_kernelwright_eval_each(suite_run, cache_dir, mon
     with open_store(root / "kw.db") as db:
         suite = {e["problem"]: e["record"] for e in db.evaluations(suite="fixtures")}
     for name, record in suite.items():
-        out = cli("eval", str(SUITE / "level1" / f"{name}.py"), str(SUITE / "candidates" / f"{name}.py"),
-                  "--device", "cpu", "--trials", "3", "--json")
+        out = cli(
+            "eval",
+            str(SUITE / "level1" / f"{name}.py"),
+            str(SUITE / "candidates" / f"{name}.py"),
+            "--device",
+            "cpu",
+            "--trials",
+            "3",
+            "--json",
+        )
         alone = json.loads(out)
         if died_before_the_candidate(EvalResult.from_dict(alone)):  # the machine's fault (as the suite does: once more)
             alone = json.loads(
@@ -89,8 +117,11 @@ def test_suite_eval_matches_one_kernelwright_eval_each(suite_run, cache_dir, mon
                     "--json",
                 )
             )
-        assert (alone["status"], alone["correct"], alone["compiled"]) == (record["status"], record["correct"],
-                                                                           record["compiled"]), name
+        assert (alone["status"], alone["correct"], alone["compiled"]) == (
+            record["status"],
+            record["correct"],
+            record["compiled"],
+        ), name
         assert (alone["max_abs_err"] is None) == (record["max_abs_err"] is None), name
 
 
@@ -98,8 +129,22 @@ def test_suite_eval_matches_one_kernelwright_eval_each(suite_run, cache_dir, mon
 def test_a_rerun_skips_what_is_finished_and_redoes_a_changed_candidate(suite_run, tmp_path, cache_dir, monkeypatch):
     root, _ = suite_run
     monkeypatch.setenv("KERNELWRIGHT_CACHE", cache_dir)
-    out = cli("suite", "eval", str(SUITE / "level1"), str(SUITE / "candidates"), "--device", "cpu", "--trials", "3",
-              "--name", "fixtures", "--out", str(root / "out"), "--store", str(root / "kw.db"))
+    out = cli(
+        "suite",
+        "eval",
+        str(SUITE / "level1"),
+        str(SUITE / "candidates"),
+        "--device",
+        "cpu",
+        "--trials",
+        "3",
+        "--name",
+        "fixtures",
+        "--out",
+        str(root / "out"),
+        "--store",
+        str(root / "kw.db"),
+    )
     assert "ran 0, skipped 5 finished before" in out
     monkeypatch.setenv("COLUMNS", "200")
     listing = cli("runs", "--store", str(root / "kw.db"), "--suite", "fixtures")
@@ -108,8 +153,26 @@ def test_a_rerun_skips_what_is_finished_and_redoes_a_changed_candidate(suite_run
     cands = tmp_path / "cands"
     shutil.copytree(SUITE / "candidates", cands)
     shutil.copy(SUITE / "candidates" / "1_add_one.py", cands / "4_row_softmax.py")  # wrong maths, no crash now
-    out = cli("suite", "eval", str(SUITE / "level1"), str(cands), "--device", "cpu", "--trials", "3", "--only", "4",
-              "--only", "1", "--name", "fixtures-2", "--out", str(root / "out"), "--store", str(root / "kw2.db"))
+    out = cli(
+        "suite",
+        "eval",
+        str(SUITE / "level1"),
+        str(cands),
+        "--device",
+        "cpu",
+        "--trials",
+        "3",
+        "--only",
+        "4",
+        "--only",
+        "1",
+        "--name",
+        "fixtures-2",
+        "--out",
+        str(root / "out"),
+        "--store",
+        str(root / "kw2.db"),
+    )
     assert "ran 1, skipped 1 finished before" in out and "level1/4_row_softmax: incorrect" in out
 
 
@@ -126,11 +189,22 @@ def test_suite_eval_bad_input_is_one_line_and_exit_2(tmp_path):
 
 # ---- the report ------------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def reports(suite_run):
     root, _ = suite_run
-    out = cli("report", "fixtures", "--store", str(root / "kw.db"), "--html", str(root / "report.html"),
-              "--json", str(root / "report.json"), "--csv", str(root / "report.csv"))
+    out = cli(
+        "report",
+        "fixtures",
+        "--store",
+        str(root / "kw.db"),
+        "--html",
+        str(root / "report.html"),
+        "--json",
+        str(root / "report.json"),
+        "--csv",
+        str(root / "report.csv"),
+    )
     return root, out
 
 
@@ -161,18 +235,19 @@ def test_report_renders_in_headless_chromium_with_table_and_plots(reports):
     flags = ["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=1280,2000"]
     dom = subprocess.run([CHROMIUM, *flags, "--dump-dom", page], capture_output=True, text=True, timeout=120).stdout
     start = dom.index('<table id="problems"')
-    table = dom[start:dom.index("</table>", start)]
+    table = dom[start : dom.index("</table>", start)]
     assert table.count("<tr>") == 1 + 6  # header and one row per problem
     for plot in ("plot-distribution", "plot-fast-p", "plot-verdicts"):
-        figure = dom[dom.index(f'id="{plot}"'):]
+        figure = dom[dom.index(f'id="{plot}"') :]
         assert figure.index("<svg") < figure.index("</figure>"), plot  # an inline SVG drawn in the figure
     assert "fast_1.5" in dom and "no_candidate" in dom
     # the sortable table: a click on "speed-up" (column 3, here through the page's #sort= link) sorts the rows
     for order in ("desc", "asc"):
-        sorted_dom = subprocess.run([CHROMIUM, *flags, "--dump-dom", f"{page}#sort=3-{order}"], capture_output=True,
-                                    text=True, timeout=120).stdout
+        sorted_dom = subprocess.run(
+            [CHROMIUM, *flags, "--dump-dom", f"{page}#sort=3-{order}"], capture_output=True, text=True, timeout=120
+        ).stdout
         at = sorted_dom.index('<table id="problems"')
-        body = sorted_dom[sorted_dom.index("<tbody>", at):sorted_dom.index("</tbody>", at)]
+        body = sorted_dom[sorted_dom.index("<tbody>", at) : sorted_dom.index("</tbody>", at)]
         rows = body.split("<tr>")[1:]
         speeds = [float(re.search(r'<td class="num" data-value="(-?[\d.]+)"', r).group(1)) for r in rows]
         assert len(speeds) == 6 and speeds == sorted(speeds, reverse=order == "desc"), (order, speeds)
@@ -189,13 +264,35 @@ def test_suite_eval_of_jsonl_records(tmp_path, cache_dir, monkeypatch):
     """Generations as JSONL `{problem, code}` records (one problem's worth here), through the CLI."""
     monkeypatch.setenv("KERNELWRIGHT_CACHE", cache_dir)
     records = tmp_path / "gen.jsonl"
-    records.write_text(json.dumps({"problem": "1_add_one", "code": (SUITE / "candidates" / "1_add_one.py").read_text()})
-                       + "\n" + json.dumps({"problem": "no_such_problem", "code": "x"}) + "\n")
-    out = cli("suite", "eval", str(SUITE / "level1"), str(records), "--only", "1", "--only", "2", "--device", "cpu",
-              "--trials", "2", "--out", str(tmp_path / "out"), "--store", str(tmp_path / "kw.db"))
+    records.write_text(
+        json.dumps({"problem": "1_add_one", "code": (SUITE / "candidates" / "1_add_one.py").read_text()})
+        + "\n"
+        + json.dumps({"problem": "no_such_problem", "code": "x"})
+        + "\n"
+    )
+    out = cli(
+        "suite",
+        "eval",
+        str(SUITE / "level1"),
+        str(records),
+        "--only",
+        "1",
+        "--only",
+        "2",
+        "--device",
+        "cpu",
+        "--trials",
+        "2",
+        "--out",
+        str(tmp_path / "out"),
+        "--store",
+        str(tmp_path / "kw.db"),
+    )
     assert "1 candidates for 2 problems (1 with no candidate)" in out and "level1/1_add_one: passed" in out
     with open_store(tmp_path / "kw.db") as db:
         (suite,) = db.suites()
         assert suite["id"].startswith("eval-level1-") and suite["candidates"] == str(records)
-        assert {p["problem"]: p["verdict"] for p in db.problems(suite["id"])} == {"1_add_one": "passed",
-                                                                                   "2_swish": "no_candidate"}
+        assert {p["problem"]: p["verdict"] for p in db.problems(suite["id"])} == {
+            "1_add_one": "passed",
+            "2_swish": "no_candidate",
+        }

@@ -13,19 +13,56 @@ from kernelwright.suites.metrics import ProblemOutcome, fast_p, geomean, summari
 
 def outcomes() -> list[ProblemOutcome]:
     return [
-        ProblemOutcome("a", verdict="passed", correct=True, speedup=2.5, speedup_vs_compile=1.25,
-                       verdicts=["incorrect", "passed"], tokens=1000, cost_usd=0.10, wall_s=30.0),
-        ProblemOutcome("b", verdict="passed", correct=True, speedup=1.2, verdicts=["passed"], tokens=500,
-                       cost_usd=0.05, wall_s=10.0),
-        ProblemOutcome("c", verdict="passed", correct=True, speedup=0.5, speedup_vs_compile=0.2,
-                       verdicts=["passed", "passed"], tokens=700, cost_usd=0.02, wall_s=20.0),
-        ProblemOutcome("d", verdict="incorrect", verdicts=["incorrect", "compile_error"], tokens=300,
-                       cost_usd=0.03, wall_s=40.0),
-        ProblemOutcome("e", verdict="passed", correct=True, speedup=1.5, verdicts=["passed"], tokens=0,
-                       cost_usd=0.0, wall_s=None),
+        ProblemOutcome(
+            "a",
+            verdict="passed",
+            correct=True,
+            speedup=2.5,
+            speedup_vs_compile=1.25,
+            verdicts=["incorrect", "passed"],
+            tokens=1000,
+            cost_usd=0.10,
+            wall_s=30.0,
+        ),
+        ProblemOutcome(
+            "b",
+            verdict="passed",
+            correct=True,
+            speedup=1.2,
+            verdicts=["passed"],
+            tokens=500,
+            cost_usd=0.05,
+            wall_s=10.0,
+        ),
+        ProblemOutcome(
+            "c",
+            verdict="passed",
+            correct=True,
+            speedup=0.5,
+            speedup_vs_compile=0.2,
+            verdicts=["passed", "passed"],
+            tokens=700,
+            cost_usd=0.02,
+            wall_s=20.0,
+        ),
+        ProblemOutcome(
+            "d", verdict="incorrect", verdicts=["incorrect", "compile_error"], tokens=300, cost_usd=0.03, wall_s=40.0
+        ),
+        ProblemOutcome(
+            "e", verdict="passed", correct=True, speedup=1.5, verdicts=["passed"], tokens=0, cost_usd=0.0, wall_s=None
+        ),
         # degenerate: fast and correct, but its reference is degenerate: in no rate, mean or denominator
-        ProblemOutcome("z", verdict="passed", correct=True, speedup=100.0, verdicts=["passed"], tokens=9999,
-                       cost_usd=9.0, wall_s=999.0, degenerate=True),
+        ProblemOutcome(
+            "z",
+            verdict="passed",
+            correct=True,
+            speedup=100.0,
+            verdicts=["passed"],
+            tokens=9999,
+            cost_usd=9.0,
+            wall_s=999.0,
+            degenerate=True,
+        ),
     ]
 
 
@@ -73,13 +110,16 @@ def test_untimed_correct_kernel_counts_for_fast_0_only():
     assert summarize(o).mean_speedup is None
 
 
-@pytest.mark.parametrize("record, flagged", [
-    ({"metadata": {"guards": {"flags": {"degenerate_reference": True}}}}, True),
-    ({"metadata": {"degenerate_reference": {"reason": "output is constant"}}}, True),
-    ({"metadata": {"guards": {"flags": {"degenerate_reference": False, "no_custom_kernel": True}}}}, False),
-    ({"metadata": {"guards": {"flags": {}}}}, False),
-    ({"metadata": {}}, False),
-    ({}, False),
-])
+@pytest.mark.parametrize(
+    "record, flagged",
+    [
+        ({"metadata": {"guards": {"flags": {"degenerate_reference": True}}}}, True),
+        ({"metadata": {"degenerate_reference": {"reason": "output is constant"}}}, True),
+        ({"metadata": {"guards": {"flags": {"degenerate_reference": False, "no_custom_kernel": True}}}}, False),
+        ({"metadata": {"guards": {"flags": {}}}}, False),
+        ({"metadata": {}}, False),
+        ({}, False),
+    ],
+)
 def test_degenerate_flag_in_either_spelling(record, flagged):
     assert degenerate(record) is flagged

@@ -78,8 +78,12 @@ def evaluations(db: Path) -> dict[tuple[str, int], str]:
         return {}
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
     try:
-        return {(r[0], r[1]): r[2] for r in conn.execute(
-            "SELECT r.problem, e.round_idx, e.record FROM evaluations e JOIN runs r ON r.id = e.run_id")}
+        return {
+            (r[0], r[1]): r[2]
+            for r in conn.execute(
+                "SELECT r.problem, e.round_idx, e.record FROM evaluations e JOIN runs r ON r.id = e.run_id"
+            )
+        }
     except sqlite3.OperationalError:  # not created yet
         return {}
     finally:
@@ -90,8 +94,12 @@ def results(db: Path) -> set[tuple]:
     """What a run's outcome is made of: every round's kind, verdict and code, and each problem's best round."""
     conn = sqlite3.connect(db)
     try:
-        rounds = set(conn.execute("SELECT r.problem, d.idx, d.kind, d.verdict, d.candidate_hash, d.became_best "
-                                  "FROM rounds d JOIN runs r ON r.id = d.run_id"))
+        rounds = set(
+            conn.execute(
+                "SELECT r.problem, d.idx, d.kind, d.verdict, d.candidate_hash, d.became_best "
+                "FROM rounds d JOIN runs r ON r.id = d.run_id"
+            )
+        )
         runs = set(conn.execute("SELECT problem, state, rounds_run, best_round, stop_reason FROM runs"))
     finally:
         conn.close()
@@ -111,22 +119,31 @@ def integrity(db: Path) -> str:
 def test_suite_optimize_killed_and_resumed_ends_like_a_run_never_stopped(tmp_path, cache_dir):
     only = ("1_add_one", "3_scale_shift")
     with ChatServer({}, respond=suite_models.respond) as server:
-        straight = subprocess.run(command(server, tmp_path / "straight", *only), env=env(cache_dir),
-                                  capture_output=True, text=True, timeout=600)
+        straight = subprocess.run(
+            command(server, tmp_path / "straight", *only),
+            env=env(cache_dir),
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert straight.returncode == 0, straight.stderr[-3000:]
         expected = results(tmp_path / "straight" / "kw.db")
         # add_one: wrong, then repaired; scale_shift: an AttributeError, then repaired
         assert {(p, i, v) for p, i, _, v, *_ in [r for r in expected if len(r) == 6]} == {
-            ("1_add_one", 0, "incorrect"), ("1_add_one", 1, "passed"),
-            ("3_scale_shift", 0, "runtime_error"), ("3_scale_shift", 1, "passed")}
+            ("1_add_one", 0, "incorrect"),
+            ("1_add_one", 1, "passed"),
+            ("3_scale_shift", 0, "runtime_error"),
+            ("3_scale_shift", 1, "passed"),
+        }
 
         root, db = tmp_path / "killed", tmp_path / "killed" / "kw.db"
         kills = 0
         # before any evaluation; as the 1st evaluation is recorded; 1.5 s and 0.7 s after the 2nd and 3rd (mid-round)
         for kill_at, delay in (("startup", 0.0), (1, 0.0), (2, 1.5), (3, 0.7)):
             before = evaluations(db)
-            proc = subprocess.Popen(command(server, root, *only), env=env(cache_dir), stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.DEVNULL)
+            proc = subprocess.Popen(
+                command(server, root, *only), env=env(cache_dir), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            )
             deadline = time.monotonic() + 300
             while time.monotonic() < deadline and proc.poll() is None:
                 if kill_at == "startup" and db.exists() or kill_at != "startup" and len(evaluations(db)) >= kill_at:
@@ -141,8 +158,9 @@ def test_suite_optimize_killed_and_resumed_ends_like_a_run_never_stopped(tmp_pat
             after = evaluations(db)
             assert {k: v for k, v in after.items() if k in before} == before  # a finished evaluation is never lost
         assert kills >= 3
-        final = subprocess.run(command(server, root, *only), env=env(cache_dir), capture_output=True, text=True,
-                               timeout=600)
+        final = subprocess.run(
+            command(server, root, *only), env=env(cache_dir), capture_output=True, text=True, timeout=600
+        )
         assert final.returncode == 0, final.stderr[-3000:]
     assert integrity(db) == "ok"
     assert results(db) == expected
@@ -167,9 +185,19 @@ def test_suite_optimize_killed_and_resumed_ends_like_a_run_never_stopped(tmp_pat
     assert "best kernel (round 1)" in html and html.count("<svg") >= 3 + 2  # the suite's plots, one chart per problem
     chromium = shutil.which("chromium")
     if chromium:  # for a person to look at
-        subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1280,2400",
-                        "--screenshot=/tmp/kw-report-optimize-screenshot.png", (tmp_path / "r.html").as_uri()],
-                       capture_output=True, timeout=120)
+        subprocess.run(
+            [
+                chromium,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--window-size=1280,2400",
+                "--screenshot=/tmp/kw-report-optimize-screenshot.png",
+                (tmp_path / "r.html").as_uri(),
+            ],
+            capture_output=True,
+            timeout=120,
+        )
 
 
 @pytest.mark.slow
@@ -219,9 +247,21 @@ def test_optimize_resume_continues_a_run_directory_and_the_store_follows(tmp_pat
         round0 = (next(run.glob("000_*")) / "eval.json").read_text()
         again = optimize(server, "3", "--resume", str(run))
         assert again.exit_code == 0, again.output
-        wrong = CliRunner().invoke(app, [
-            "optimize", str(LEVEL1 / "2_swish.py"), "--coder", suite_models.CODER, "--base-url", server.base_url,
-            "--device", "cpu", "--resume", str(run)])
+        wrong = CliRunner().invoke(
+            app,
+            [
+                "optimize",
+                str(LEVEL1 / "2_swish.py"),
+                "--coder",
+                suite_models.CODER,
+                "--base-url",
+                server.base_url,
+                "--device",
+                "cpu",
+                "--resume",
+                str(run),
+            ],
+        )
     assert "resuming after round 1" in again.output
     after = read_summary(run)
     assert [r["verdict"] for r in after["rounds"]] == ["incorrect", "passed", "passed"]
@@ -239,8 +279,9 @@ def test_optimize_resume_continues_a_run_directory_and_the_store_follows(tmp_pat
     with open_store(default_store()) as db:  # the user's store (conftest: a file of this test's own)
         (row,) = db.runs()
         assert (row["rounds_run"], row["state"], row["best_round"]) == (3, "finished", after["best"]["round"])
-    rep = CliRunner().invoke(app, ["report", str(run), "--store", str(default_store()),
-                                   "--json", str(tmp_path / "r.json")])
+    rep = CliRunner().invoke(
+        app, ["report", str(run), "--store", str(default_store()), "--json", str(tmp_path / "r.json")]
+    )
     assert rep.exit_code == 0, rep.output
     data = json.loads((tmp_path / "r.json").read_text())
     assert data["kind"] == "run" and data["problems"][0]["verdicts"] == ["incorrect", "passed", "passed"]

@@ -54,8 +54,12 @@ def cli(*args: str, code: int = 0):
 def _cpu(cache_dir):
     from kernelwright.core.config import EvalConfig, StageTimeouts
 
-    return EvalConfig(device="cpu", trials=2, cache_dir=cache_dir,
-                      timeouts=StageTimeouts(startup=120, build=300, init=30, correctness=20, timing=30, profile=60))
+    return EvalConfig(
+        device="cpu",
+        trials=2,
+        cache_dir=cache_dir,
+        timeouts=StageTimeouts(startup=120, build=300, init=30, correctness=20, timing=30, profile=60),
+    )
 
 
 def test_suite_eval_json_config_and_no_evidence_stage(tmp_path, cache_dir, monkeypatch):
@@ -68,9 +72,23 @@ def test_suite_eval_json_config_and_no_evidence_stage(tmp_path, cache_dir, monke
         shutil.copy(SUITE / "level1" / f"{name}.py", problems)
     settings = tmp_path / "kw.toml"
     settings.write_text("[eval]\ntrials = 2\n")
-    result = cli("suite", "eval", str(problems), str(SUITE / "candidates"), "--device", "cpu", "--json",
-                 "--config", str(settings), "--name", "pipe", "--out", str(tmp_path / "out"),
-                 "--store", str(tmp_path / "kw.db"))
+    result = cli(
+        "suite",
+        "eval",
+        str(problems),
+        str(SUITE / "candidates"),
+        "--device",
+        "cpu",
+        "--json",
+        "--config",
+        str(settings),
+        "--name",
+        "pipe",
+        "--out",
+        str(tmp_path / "out"),
+        "--store",
+        str(tmp_path / "kw.db"),
+    )
     summary = json.loads(result.stdout)  # stdout holds the JSON and nothing else
     assert sorted(summary["ran"]) == ["level1/1_add_one", "level1/2_swish"] and summary["executor"] == "local"
     assert summary["metrics"]["correct"] == 2 and not summary["failed"]
@@ -84,9 +102,23 @@ def test_suite_eval_json_config_and_no_evidence_stage(tmp_path, cache_dir, monke
         assert "roofline" not in rec["metadata"] and "gpu_facts" not in rec["metadata"]
         assert rec["metadata"]["executor"]["kind"] == "local"
     # a rerun with --quiet: one line, and nothing to run
-    again = cli("suite", "eval", str(problems), str(SUITE / "candidates"), "--device", "cpu", "--quiet",
-                "--config", str(settings), "--name", "pipe", "--out", str(tmp_path / "out"),
-                "--store", str(tmp_path / "kw.db"))
+    again = cli(
+        "suite",
+        "eval",
+        str(problems),
+        str(SUITE / "candidates"),
+        "--device",
+        "cpu",
+        "--quiet",
+        "--config",
+        str(settings),
+        "--name",
+        "pipe",
+        "--out",
+        str(tmp_path / "out"),
+        "--store",
+        str(tmp_path / "kw.db"),
+    )
     assert "suite pipe: 2/2 correct" in again.output and "ran 0, skipped 2" in again.output
 
 
@@ -104,19 +136,44 @@ def test_suite_bad_executor_options_are_one_line_and_exit_2(tmp_path):
         (["--executor", "slurm"], "--executor must be one of serial, local, ray"),
         (["--gpus", "0,0"], "names a GPU twice"),
     ]:
-        out = cli("suite", "eval", str(SUITE / "level1"), str(SUITE / "candidates"), "--device", "cpu",
-                  "--store", str(tmp_path / "kw.db"), *args, code=2).output
+        out = cli(
+            "suite",
+            "eval",
+            str(SUITE / "level1"),
+            str(SUITE / "candidates"),
+            "--device",
+            "cpu",
+            "--store",
+            str(tmp_path / "kw.db"),
+            *args,
+            code=2,
+        ).output
         assert message in out and "Traceback" not in out
     bad = tmp_path / "bad.toml"
     bad.write_text("[eval]\ntrails = 2\n")
-    out = cli("suite", "eval", str(SUITE / "level1"), str(SUITE / "candidates"), "--config", str(bad),
-              "--store", str(tmp_path / "kw.db"), code=2).output
+    out = cli(
+        "suite",
+        "eval",
+        str(SUITE / "level1"),
+        str(SUITE / "candidates"),
+        "--config",
+        str(bad),
+        "--store",
+        str(tmp_path / "kw.db"),
+        code=2,
+    ).output
     assert "unknown key 'eval.trails'" in out and "Traceback" not in out
 
 
 def test_pipeline_states_and_gpu_busy_share():
     assert [state_of(s) for s in ("prebuild", "building", "built", "startup", "correctness", "timing")] == [
-        "build queued", "building", "waiting for a GPU", "on the GPU", "on the GPU", "on the GPU"]
+        "build queued",
+        "building",
+        "waiting for a GPU",
+        "on the GPU",
+        "on the GPU",
+        "on the GPU",
+    ]
     pipe = Pipeline(gpus=2)
     for key in "abc":
         pipe.queued(key, "build queued")
@@ -159,8 +216,9 @@ def test_local_executor_hands_the_prebuild_to_the_worker(cache_dir):
     trusted_builds.forget()
     stages: list[str] = []
     with LocalExecutor(cfg, gpus=["0"], build_workers=1) as ex:
-        result = ex.submit(EvalTask(key="add_one/cpp", problem=ADD_ONE, candidate_text=CPP),
-                           on_stage=stages.append).result(timeout=600)
+        result = ex.submit(
+            EvalTask(key="add_one/cpp", problem=ADD_ONE, candidate_text=CPP), on_stage=stages.append
+        ).result(timeout=600)
     assert result.status is Status.PASSED, result.error_log
     assert result.metadata["executor"]["prebuild"]["ok"]
     assert result.metadata["trusted_build"].get("remembered") is True  # no builder in the worker
@@ -180,19 +238,55 @@ def test_suite_optimize_on_two_fake_gpus_runs_two_problems_at_once(tmp_path, cac
     monkeypatch.setenv("KERNELWRIGHT_CACHE", cache_dir)
     monkeypatch.setenv("OPENAI_API_KEY", "test-key")
     with ChatServer({}, respond=suite_models.respond) as server:
-        result = cli("suite", "optimize", str(SUITE / "level1"), "--only", "1_add_one", "--only", "3_scale_shift",
-                     "--coder", suite_models.CODER, "--judge", suite_models.JUDGE, "--base-url", server.base_url,
-                     "--rounds", "2", "--device", "cpu", "--backend", "cpp", "--trials", "2", "--no-profile",
-                     "--retries", "1", "--executor", "local", "--gpus", "0,1", "--json", "--name", "opt2",
-                     "--out", str(tmp_path / "out"), "--store", str(tmp_path / "kw.db"))
+        result = cli(
+            "suite",
+            "optimize",
+            str(SUITE / "level1"),
+            "--only",
+            "1_add_one",
+            "--only",
+            "3_scale_shift",
+            "--coder",
+            suite_models.CODER,
+            "--judge",
+            suite_models.JUDGE,
+            "--base-url",
+            server.base_url,
+            "--rounds",
+            "2",
+            "--device",
+            "cpu",
+            "--backend",
+            "cpp",
+            "--trials",
+            "2",
+            "--no-profile",
+            "--retries",
+            "1",
+            "--executor",
+            "local",
+            "--gpus",
+            "0,1",
+            "--json",
+            "--name",
+            "opt2",
+            "--out",
+            str(tmp_path / "out"),
+            "--store",
+            str(tmp_path / "kw.db"),
+        )
     summary = json.loads(result.stdout)
     assert sorted(summary["ran"]) == ["level1/1_add_one", "level1/3_scale_shift"] and summary["executor"] == "local"
     with open_store(tmp_path / "kw.db") as db:
         evs = db.evaluations(suite="opt2")
         assert db.store.integrity_check() == "ok"
     got = {(e["problem"], e["round_idx"], e["record"]["status"]) for e in evs}
-    assert got == {("1_add_one", 0, "incorrect"), ("1_add_one", 1, "passed"),
-                   ("3_scale_shift", 0, "runtime_error"), ("3_scale_shift", 1, "passed")}
+    assert got == {
+        ("1_add_one", 0, "incorrect"),
+        ("1_add_one", 1, "passed"),
+        ("3_scale_shift", 0, "runtime_error"),
+        ("3_scale_shift", 1, "passed"),
+    }
     placed = [e["record"]["metadata"]["executor"] for e in evs]
     assert all(p["kind"] == "local" for p in placed) and {p["gpu"] for p in placed} <= {"0", "1"}
 
@@ -224,8 +318,9 @@ def test_spares_are_paused_while_an_evaluation_is_timed_where_cores_are_scarce(c
                 time.sleep(0.3)  # a signal is delivered asynchronously
                 seen.append(states(pool))
 
-        result = pool.evaluate(ADD_ONE, None, cfg, candidate_text=(CANDIDATES / "py_correct.py").read_text(),
-                               on_stage=on_stage)
+        result = pool.evaluate(
+            ADD_ONE, None, cfg, candidate_text=(CANDIDATES / "py_correct.py").read_text(), on_stage=on_stage
+        )
         after = states(pool)
     assert result.status is Status.PASSED
     assert pool.pauses == 1 and seen and seen[0] == {"T"}  # every process of the spare stopped while timed
@@ -261,15 +356,30 @@ def test_on_the_gpu_each_evaluation_after_the_first_gets_a_spare_that_was_ready(
     for i in range(1, 5):
         shutil.copy(ADD_ONE, problems / f"{i}_add_one.py")
         shutil.copy(CANDIDATES / "py_correct.py", cands / f"{i}_add_one.py")
-    result = cli("suite", "eval", str(problems), str(cands), "--device", "cuda", "--json", "--name", "gpu-pipe",
-                 "--out", str(tmp_path / "out"), "--store", str(tmp_path / "kw.db"))
+    result = cli(
+        "suite",
+        "eval",
+        str(problems),
+        str(cands),
+        "--device",
+        "cuda",
+        "--json",
+        "--name",
+        "gpu-pipe",
+        "--out",
+        str(tmp_path / "out"),
+        "--store",
+        str(tmp_path / "kw.db"),
+    )
     assert json.loads(result.stdout)["metrics"]["correct"] == 4
     with open_store(tmp_path / "kw.db") as db:
-        records = sorted((e["record"] for e in db.evaluations(suite="gpu-pipe")),
-                         key=lambda r: r["metadata"]["executor"]["queued_s"])
+        records = sorted(
+            (e["record"] for e in db.evaluations(suite="gpu-pipe")), key=lambda r: r["metadata"]["executor"]["queued_s"]
+        )
     assert all(r["stage_times"]["profile_s"] is None for r in records)  # no evidence stage
-    assert all((r["metadata"].get("prestarted") or {}).get("idle_s", 0) > 0 for r in records[1:]), \
-        [r["metadata"].get("prestarted") for r in records]
+    assert all((r["metadata"].get("prestarted") or {}).get("idle_s", 0) > 0 for r in records[1:]), [
+        r["metadata"].get("prestarted") for r in records
+    ]
 
 
 def test_a_nested_setting_counts_as_given(tmp_path):

@@ -60,8 +60,12 @@ def test_a_queue_of_runnable_tasks_is_load_even_when_busy_cores_cannot_show_it()
     load = LoadFacts(cores=2, threads=1, others_busy_cores=1.4, others_runnable=2.5)
     reasons = stability.load_problems(load, CFG, on_gpu=False)
     assert reasons and "2.5 of their tasks runnable" in reasons[0]
-    assert stability.load_problems(LoadFacts(cores=2, threads=1, others_busy_cores=0.9, others_runnable=0.7),
-                                   CFG, on_gpu=False) == []
+    assert (
+        stability.load_problems(
+            LoadFacts(cores=2, threads=1, others_busy_cores=0.9, others_runnable=0.7), CFG, on_gpu=False
+        )
+        == []
+    )
 
 
 def test_load_on_cores_the_timing_does_not_need_is_not_a_problem():
@@ -122,6 +126,7 @@ def test_drift_and_band_measures():
 
 
 # ---- a real evaluation on this machine ----------------------------------------------------------------
+
 
 def _burn(stop):
     x = 0

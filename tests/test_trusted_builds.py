@@ -19,9 +19,17 @@ SWISH = EXAMPLES / "cpu_swish"
 
 # ---- reading the calls without running the candidate ------------------------------------------
 
-@pytest.mark.parametrize("path", [SWISH / "candidate.py", CANDIDATES / "cuda_same_name_1.py",
-                                  CANDIDATES / "cuda_needs_full_headers.py", CANDIDATES / "cpp_wrong.py",
-                                  CANDIDATES / "cuda_swish_plus_torch.py"])
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        SWISH / "candidate.py",
+        CANDIDATES / "cuda_same_name_1.py",
+        CANDIDATES / "cuda_needs_full_headers.py",
+        CANDIDATES / "cpp_wrong.py",
+        CANDIDATES / "cuda_swish_plus_torch.py",
+    ],
+)
 def test_real_candidates_calls_are_resolved_statically(path):
     scan = static_builds.scan(path.read_text())
     assert len(scan.calls) == 1 and not scan.private, scan.private
@@ -31,47 +39,53 @@ def test_real_candidates_calls_are_resolved_statically(path):
 
 
 def test_constants_concatenations_and_joins_are_resolved():
-    text = '''
+    text = """
 from torch.utils import cpp_extension
 HEADER = "#include <torch/extension.h>\\n"
 BODY = HEADER + "torch::Tensor f(torch::Tensor x) { return x; }"
 FLAGS = ["-O3"] + ["-ffast-math"]
 ext = cpp_extension.load_inline("ext_a", "\\n".join([BODY, "// end"]), functions=["f"], extra_cflags=FLAGS)
-'''
+"""
     (call,) = static_builds.scan(text).calls
     assert call.kwargs["name"] == "ext_a" and call.kwargs["cpp_sources"].startswith("#include <torch/extension.h>\n")
     assert call.kwargs["cpp_sources"].endswith("// end") and call.kwargs["extra_cflags"] == ["-O3", "-ffast-math"]
 
 
-@pytest.mark.parametrize("code, why", [
-    ('src = open("k.cpp").read()\nload_inline("e", src)', "computed at run time"),
-    ('n = 4\nload_inline("e", f"int a[{n}];")', "computed at run time"),
-    ('load_inline(name="e" + str(1), cpp_sources="")', "computed at run time"),
-    ('load("e", ["k.cpp"])', "load(...) builds files the candidate writes"),
-    ('def make():\n    return "x"\nload_inline("e", make())', "computed at run time"),
-])
+@pytest.mark.parametrize(
+    "code, why",
+    [
+        ('src = open("k.cpp").read()\nload_inline("e", src)', "computed at run time"),
+        ('n = 4\nload_inline("e", f"int a[{n}];")', "computed at run time"),
+        ('load_inline(name="e" + str(1), cpp_sources="")', "computed at run time"),
+        ('load("e", ["k.cpp"])', "load(...) builds files the candidate writes"),
+        ('def make():\n    return "x"\nload_inline("e", make())', "computed at run time"),
+    ],
+)
 def test_dynamic_calls_are_left_to_a_private_build(code, why):
     scan = static_builds.scan("from torch.utils.cpp_extension import load_inline, load\n" + code)
     assert not scan.calls and any(why in p for p in scan.private), scan.private
 
 
-@pytest.mark.parametrize("key, flags, why", [
-    ("extra_cflags", ["-fplugin=/tmp/evil.so"], "loads a shared object into the compiler"),
-    ("extra_cflags", ["-B/tmp/evil"], "programs the compiler driver runs"),
-    ("extra_cflags", ["-specs=/tmp/evil.specs"], "programs the compiler driver runs"),
-    ("extra_cflags", ["-wrapper", "/tmp/evil"], "programs the compiler driver runs"),
-    ("extra_cflags", ["@/tmp/opts"], "reads options from a file"),
-    ("extra_cflags", ["-I/tmp/headers"], "outside the system, CUDA and torch directories"),
-    ("extra_cflags", ["-include", "/tmp/evil.h"], "outside the system, CUDA and torch directories"),
-    ("extra_cuda_cflags", ["-ccbin=/tmp/evil"], "programs the compiler driver runs"),
-    ("extra_cuda_cflags", ["--compiler-bindir", "/tmp/evil"], "programs the compiler driver runs"),
-    ("extra_cuda_cflags", ["-Xcompiler", "-fplugin=/tmp/evil.so"], "loads a shared object"),
-    ("extra_cuda_cflags", ["--options-file", "/tmp/o"], "reads options from a file"),
-    ("extra_ldflags", ["-Wl,--plugin=/tmp/evil.so"], "passes options to the linker"),
-    ("extra_ldflags", ["-Xlinker", "-rpath=/tmp"], "passes options to the linker"),
-    ("extra_ldflags", ["-L/tmp/libs"], "outside the system, CUDA and torch directories"),
-    ("extra_cflags", ["-fsomething-new"], "not on the allow-list"),
-])
+@pytest.mark.parametrize(
+    "key, flags, why",
+    [
+        ("extra_cflags", ["-fplugin=/tmp/evil.so"], "loads a shared object into the compiler"),
+        ("extra_cflags", ["-B/tmp/evil"], "programs the compiler driver runs"),
+        ("extra_cflags", ["-specs=/tmp/evil.specs"], "programs the compiler driver runs"),
+        ("extra_cflags", ["-wrapper", "/tmp/evil"], "programs the compiler driver runs"),
+        ("extra_cflags", ["@/tmp/opts"], "reads options from a file"),
+        ("extra_cflags", ["-I/tmp/headers"], "outside the system, CUDA and torch directories"),
+        ("extra_cflags", ["-include", "/tmp/evil.h"], "outside the system, CUDA and torch directories"),
+        ("extra_cuda_cflags", ["-ccbin=/tmp/evil"], "programs the compiler driver runs"),
+        ("extra_cuda_cflags", ["--compiler-bindir", "/tmp/evil"], "programs the compiler driver runs"),
+        ("extra_cuda_cflags", ["-Xcompiler", "-fplugin=/tmp/evil.so"], "loads a shared object"),
+        ("extra_cuda_cflags", ["--options-file", "/tmp/o"], "reads options from a file"),
+        ("extra_ldflags", ["-Wl,--plugin=/tmp/evil.so"], "passes options to the linker"),
+        ("extra_ldflags", ["-Xlinker", "-rpath=/tmp"], "passes options to the linker"),
+        ("extra_ldflags", ["-L/tmp/libs"], "outside the system, CUDA and torch directories"),
+        ("extra_cflags", ["-fsomething-new"], "not on the allow-list"),
+    ],
+)
 def test_flags_that_could_run_or_read_the_candidates_files_are_refused(key, flags, why):
     problem = static_builds.flag_problem({"name": "e", "cpp_sources": "", key: flags})
     assert why in problem, problem
@@ -97,6 +111,7 @@ def test_ordinary_flags_are_allowed():
 
 
 # ---- evaluations: the cache cannot be poisoned ------------------------------------------------
+
 
 def _bwrap_ok() -> bool:
     try:
@@ -154,8 +169,11 @@ def test_a_poisoned_cache_entry_is_never_loaded(cpu_config, own_cache, mode):
 
 @pytest.mark.slow
 def test_a_forbidden_flag_is_built_privately_and_never_published(cpu_config, own_cache):
-    text = (SWISH / "candidate.py").read_text().replace('extra_cflags=["-O3", "-ffast-math", "-march=native"]',
-                                                        'extra_cflags=["-O3", "-Wl,-O1"]')
+    text = (
+        (SWISH / "candidate.py")
+        .read_text()
+        .replace('extra_cflags=["-O3", "-ffast-math", "-march=native"]', 'extra_cflags=["-O3", "-Wl,-O1"]')
+    )
     assert "-Wl,-O1" in text
     r = evaluate(SWISH / "problem.py", None, cpu_config, candidate_text=text)
     assert r.status is Status.PASSED, r.error_log
@@ -198,14 +216,24 @@ def test_a_compile_error_is_reported_from_the_trusted_build_without_a_second_bui
 
 # ---- the loading side, with torch's build faked (no compiler) ----------------------------------
 
+
 class FakeBuild:
     """Stands in for torch's load_inline: writes an artefact into the directory it is given."""
 
     def __init__(self):
         self.dirs: list[str] = []
 
-    def __call__(self, name, cpp_sources, cuda_sources=None, functions=None, build_directory=None, verbose=False,
-                 with_cuda=None, **kwargs):
+    def __call__(
+        self,
+        name,
+        cpp_sources,
+        cuda_sources=None,
+        functions=None,
+        build_directory=None,
+        verbose=False,
+        with_cuda=None,
+        **kwargs,
+    ):
         self.dirs.append(build_directory)
         Path(build_directory, f"{name}.so").write_bytes(b"built in " + build_directory.encode())
         return type("Module", (), {"f": staticmethod(lambda: "built")})()
@@ -221,12 +249,16 @@ def fake_build(monkeypatch, tmp_path):
         fake = FakeBuild()
         monkeypatch.setattr(cpp_ext, "load_inline", fake)
         monkeypatch.setattr(cpp_ext, "load", cpp_ext.load)
-        monkeypatch.setattr(cpp_ext, "_import_module_from_library",
-                            lambda name, path, py: type("Module", (), {"f": staticmethod(lambda: f"loaded {path}")})())
+        monkeypatch.setattr(
+            cpp_ext,
+            "_import_module_from_library",
+            lambda name, path, py: type("Module", (), {"f": staticmethod(lambda: f"loaded {path}")})(),
+        )
         monkeypatch.setattr(build, "BUILD_LOG", [])
         monkeypatch.setattr(build, "BUILT_MODULES", [])
         build.install_build_cache(tmp_path / "builds", None, **kwargs)
         return fake
+
     return install
 
 
@@ -313,8 +345,11 @@ def test_a_build_killed_mid_way_does_not_block_the_next_build_of_the_same_source
 
     from kernelwright.engine.child import build
 
-    kwargs = {"trusted builder": {"publish": True}, "evaluation, private": {"private_root": tmp_path / "private"},
-              "evaluation, no trusted cache": {}}[mode]
+    kwargs = {
+        "trusted builder": {"publish": True},
+        "evaluation, private": {"private_root": tmp_path / "private"},
+        "evaluation, no trusted cache": {},
+    }[mode]
     monkeypatch.setattr(build, "BUILD_LOG", [])
     monkeypatch.setattr(build, "BUILT_MODULES", [])
     probe = FakeBuild()  # where this call builds (the directory is keyed by content)

@@ -112,8 +112,10 @@ def test_secret_values_are_redacted_from_every_text_of_the_record(cpu_config, ca
     """Whatever channel a secret took (a file the candidate could read, its own printing), its
     value never leaves the engine: here the candidate raises with the value in its message."""
     leak = tmp_path / "leak.py"
-    leak.write_text("import torch.nn as nn\n\nclass ModelNew(nn.Module):\n    pass\n\n"
-                    f"raise RuntimeError('found {CANARY} somewhere')\n")
+    leak.write_text(
+        "import torch.nn as nn\n\nclass ModelNew(nn.Module):\n    pass\n\n"
+        f"raise RuntimeError('found {CANARY} somewhere')\n"
+    )
     r = evaluate(ADD_ONE, leak, cpu_config)
     assert r.status is Status.RUNTIME_ERROR and "[redacted]" in r.error_log
     assert_no_canary(r)
@@ -142,8 +144,12 @@ def test_output_files_grown_to_gigabytes_are_not_read(cpu_config, canary_env):
     # growing files when the evaluation's guards look is itself failed (`background_threads`)
     # (the judge's input files lie in the same directory: a grown one breaks only the candidate's own read)
     assert r.status in (Status.PASSED, Status.INCORRECT, Status.RUNTIME_ERROR), r.error_log
-    assert (r.status is Status.PASSED or "over the" in r.error_log or "does not match its header" in r.error_log
-            or r.metadata["guards"]["failed"] == ["background_threads"]), r.error_log
+    assert (
+        r.status is Status.PASSED
+        or "over the" in r.error_log
+        or "does not match its header" in r.error_log
+        or r.metadata["guards"]["failed"] == ["background_threads"]
+    ), r.error_log
     assert_no_canary(r)
 
 
@@ -154,4 +160,3 @@ def test_inputs_made_easier_in_the_candidates_process_change_nothing(cpu_config)
     assert r.status is Status.INCORRECT and not r.correct and r.speedup is None
     assert "torch.randn" in r.flags()["patched_functions"]
     assert not any(t.passed for t in r.trials)
-

@@ -29,8 +29,18 @@ _NAMES = {
     "open_store": "kernelwright.store.api",
 }
 
-__all__ = ["EvalConfig", "EvalResult", "LoopConfig", "ModelConfig", "Settings", "Status", "__version__", "evaluate",
-           "open_store", "optimize"]  # the names of _NAMES, written out for linters
+__all__ = [
+    "EvalConfig",
+    "EvalResult",
+    "LoopConfig",
+    "ModelConfig",
+    "Settings",
+    "Status",
+    "__version__",
+    "evaluate",
+    "open_store",
+    "optimize",
+]  # the names of _NAMES, written out for linters
 
 if TYPE_CHECKING:  # for type checkers and editors; at run time the names load on first use
     from kernelwright.api import evaluate, optimize

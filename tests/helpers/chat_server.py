@@ -58,9 +58,15 @@ class ChatServer:
                     item = queue.pop(0) if queue else None
                     if item is None and model not in outer.script and outer.respond is not None:
                         item = outer.respond(model, body.get("messages", []))
-                    outer.log.append({"model": model, "messages": body.get("messages", []), "t": time.monotonic(),
-                                      "served": type(item).__name__ if item else None,
-                                      "auth": self.headers.get("authorization")})
+                    outer.log.append(
+                        {
+                            "model": model,
+                            "messages": body.get("messages", []),
+                            "t": time.monotonic(),
+                            "served": type(item).__name__ if item else None,
+                            "auth": self.headers.get("authorization"),
+                        }
+                    )
                 if item is None:
                     return self._send(
                         400, {"error": {"message": f"script for {model!r} is used up", "type": "invalid_request_error"}}
@@ -73,18 +79,40 @@ class ChatServer:
                 prompt_words = sum(len(str(m.get("content", "")).split()) for m in body.get("messages", []))
                 answer_words = len(item.text.split())
                 if anthropic_api:  # Anthropic's Messages API
-                    return self._send(200, {
-                        "id": f"msg_{len(outer.log)}", "type": "message", "role": "assistant", "model": model,
-                        "content": [{"type": "text", "text": item.text}], "stop_reason": "end_turn",
-                        "stop_sequence": None, "usage": {"input_tokens": prompt_words, "output_tokens": answer_words}})
-                self._send(200, {
-                    "id": f"chatcmpl-{len(outer.log)}", "object": "chat.completion", "created": int(time.time()),
-                    "model": model,
-                    "choices": [{"index": 0, "finish_reason": "stop",
-                                 "message": {"role": "assistant", "content": item.text}}],
-                    "usage": {"prompt_tokens": prompt_words, "completion_tokens": answer_words,
-                              "total_tokens": prompt_words + answer_words},
-                })
+                    return self._send(
+                        200,
+                        {
+                            "id": f"msg_{len(outer.log)}",
+                            "type": "message",
+                            "role": "assistant",
+                            "model": model,
+                            "content": [{"type": "text", "text": item.text}],
+                            "stop_reason": "end_turn",
+                            "stop_sequence": None,
+                            "usage": {"input_tokens": prompt_words, "output_tokens": answer_words},
+                        },
+                    )
+                self._send(
+                    200,
+                    {
+                        "id": f"chatcmpl-{len(outer.log)}",
+                        "object": "chat.completion",
+                        "created": int(time.time()),
+                        "model": model,
+                        "choices": [
+                            {
+                                "index": 0,
+                                "finish_reason": "stop",
+                                "message": {"role": "assistant", "content": item.text},
+                            }
+                        ],
+                        "usage": {
+                            "prompt_tokens": prompt_words,
+                            "completion_tokens": answer_words,
+                            "total_tokens": prompt_words + answer_words,
+                        },
+                    },
+                )
 
             def _send(self, code, payload, headers=None):
                 data = json.dumps(payload).encode()

@@ -38,8 +38,12 @@ def respond(model: str, messages: list[dict]):
                 "minimal_fix_hint": "Compute exactly what Model.forward computes.",
             }
         else:
-            body = {"bottleneck": "two passes over memory", "optimisation": "fuse them into one",
-                    "expected_speedup": "1.2x", "why": "one pass instead of two"}
+            body = {
+                "bottleneck": "two passes over memory",
+                "optimisation": "fuse them into one",
+                "expected_speedup": "1.2x",
+                "why": "one pass instead of two",
+            }
         return Reply("```json\n" + json.dumps(body) + "\n```")
     name = _problem(prompt)
     if model != CODER or name is None:

@@ -32,6 +32,7 @@ def out_console(stderr: bool = False) -> Console:
     console = Console(stderr=stderr)
     return console if console.is_terminal else Console(stderr=stderr, width=_UNBOUNDED)
 
+
 _STYLE = {
     Status.PASSED: "bold green",
     Status.INCORRECT: "bold yellow",
@@ -43,7 +44,8 @@ _STYLE = {
 _NEEDS_CUDA = re.compile(
     r"CUDA_HOME environment variable is not set|Torch not compiled with CUDA enabled|No CUDA GPUs are available|"
     r"Found no NVIDIA driver|no CUDA-capable device is detected|0 active drivers|"
-    r"Cannot find a working triton installation|must be a CUDA\b[^\n]*tensor")
+    r"Cannot find a working triton installation|must be a CUDA\b[^\n]*tensor"
+)
 
 
 def device_problem(result: EvalResult) -> str | None:
@@ -54,8 +56,10 @@ def device_problem(result: EvalResult) -> str | None:
     m = _NEEDS_CUDA.search(result.error_log)
     if not m or (result.device_type or "cpu") == "cuda":
         return None
-    return (f"this candidate needs CUDA, which {result.device or 'the CPU'} does not have ({m.group(0)}); "
-            f"run it with --device cuda on a GPU machine")
+    return (
+        f"this candidate needs CUDA, which {result.device or 'the CPU'} does not have ({m.group(0)}); "
+        f"run it with --device cuda on a GPU machine"
+    )
 
 
 def _ms(v: float | None) -> str:
@@ -86,11 +90,17 @@ class EvalProgress:
     def __init__(self, console: Console, verbosity: int = NORMAL):
         self.console, self.verbosity = console, verbosity
         self.started = time.monotonic()
-        self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-                                 console=console, transient=True, disable=verbosity == QUIET)
+        self.progress = Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+            disable=verbosity == QUIET,
+        )
         self.task = None
 
-    def __enter__(self) -> "EvalProgress":
+    def __enter__(self) -> EvalProgress:
         self.progress.__enter__()
         self.task = self.progress.add_task("evaluating…", total=None)
         return self
@@ -133,12 +143,16 @@ def render_result(result: EvalResult, console: Console, evidence: bool = False, 
     for flag, _ in flags:  # [verdicts] figures not to be trusted; the advice is printed whole below the panel
         table.add_row(flag, "[yellow]yes[/] (see below)")
     if result.max_abs_err is not None:
-        table.add_row("max_abs_err", f"{result.max_abs_err:.3e}  mean {result.mean_abs_err:.3e}  "
-                      f"({len(result.trials)} trials, atol={result.atol}, rtol={result.rtol})")
+        table.add_row(
+            "max_abs_err",
+            f"{result.max_abs_err:.3e}  mean {result.mean_abs_err:.3e}  "
+            f"({len(result.trials)} trials, atol={result.atol}, rtol={result.rtol})",
+        )
     st = result.stage_times
     stages = [(k, getattr(st, f"{k}_s")) for k in ("startup", "build", "init", "correctness", "timing", "profile")]
     ran = "  ".join(f"{k} {v:.2f}s" for k, v in stages if v is not None) + (
-        f"  total {st.total_s:.2f}s" if st.total_s is not None else "")
+        f"  total {st.total_s:.2f}s" if st.total_s is not None else ""
+    )
     if ran.strip():  # a format_error is caught before any stage: no empty row
         table.add_row("stages", ran.strip())
     if result.sandbox:
@@ -153,16 +167,21 @@ def render_result(result: EvalResult, console: Console, evidence: bool = False, 
         if text.strip():
             console.print(Panel(Text(text.rstrip()), title="hardware evidence", title_align="left", expand=False))
     if result.status is not Status.PASSED and result.error_log:
-        console.print(Panel(Text(result.error_log.rstrip()), title="error log", title_align="left",
-                            border_style="red", expand=False))
+        console.print(
+            Panel(
+                Text(result.error_log.rstrip()), title="error log", title_align="left", border_style="red", expand=False
+            )
+        )
 
 
 def _timing_line(median: float | None, stats) -> str:
     if stats is None:
         return _ms(median)
-    return (f"{_ms(median)} median  (p10 {_ms(stats.p10_ms)}, p90 {_ms(stats.p90_ms)}; "
-            f"{stats.iterations} iters, {stats.warmup} warm-up, {stats.clock}"
-            f"{', cache flushed' if stats.l2_flush else ''})")
+    return (
+        f"{_ms(median)} median  (p10 {_ms(stats.p10_ms)}, p90 {_ms(stats.p90_ms)}; "
+        f"{stats.iterations} iters, {stats.warmup} warm-up, {stats.clock}"
+        f"{', cache flushed' if stats.l2_flush else ''})"
+    )
 
 
 # ---- the forge loop ---------------------------------------------------------------------------
@@ -185,13 +204,19 @@ class LoopProgress:
         self.started = time.monotonic()
         self.round_started = self.started
         self.done = 0
-        self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-                                 TextColumn("{task.fields[eta]}"), console=console, transient=True,
-                                 disable=verbosity == QUIET)
+        self.progress = Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            TimeElapsedColumn(),
+            TextColumn("{task.fields[eta]}"),
+            console=console,
+            transient=True,
+            disable=verbosity == QUIET,
+        )
         self.task = None
         self.stage = None
 
-    def __enter__(self) -> "LoopProgress":
+    def __enter__(self) -> LoopProgress:
         self.progress.__enter__()
         self.task = self.progress.add_task("starting…", total=self.rounds, eta="")
         return self
@@ -221,8 +246,12 @@ class LoopProgress:
             speed = f" {_x(p.speedup)}" if p.speedup is not None else ""
             why = device_problem(p.result) if p.result is not None else None
             note = f" ({escape(why)})" if why else ""
-            self.console.print(f"{self._label(p.round)}: [{style}]{p.verdict}[/]{speed}{note}{best}  "
-                               f"[dim]{_clock(now - self.round_started)}[/]", highlight=False, soft_wrap=True)
+            self.console.print(
+                f"{self._label(p.round)}: [{style}]{p.verdict}[/]{speed}{note}{best}  "
+                f"[dim]{_clock(now - self.round_started)}[/]",
+                highlight=False,
+                soft_wrap=True,
+            )
             if self.verbosity >= VERBOSE and p.result is not None and not why:
                 self.console.print(f"  {p.result.summary_line()}", highlight=False, soft_wrap=True, markup=False)
             self.round_started, self.stage = now, None
@@ -231,13 +260,14 @@ class LoopProgress:
             self.round_started = now
         self.progress.update(self.task, description=f"{self._label(p.round)}: {p.stage}…{best}", eta=self.eta())
         if self.verbosity >= VERBOSE and p.stage != self.stage:
-            self.console.print(f"  {self._label(p.round)}: {p.stage}… (at {_clock(now - self.round_started)})",
-                               highlight=False)
+            self.console.print(
+                f"  {self._label(p.round)}: {p.stage}… (at {_clock(now - self.round_started)})", highlight=False
+            )
         self.stage = p.stage
 
 
 def _expectation(r: dict) -> str:
-    """"1.50x, got 1.10x: missed": the Judge's expected speedup over the candidate it reviewed, and this round's."""
+    """ "1.50x, got 1.10x: missed": the Judge's expected speedup over the candidate it reviewed, and this round's."""
     outcome = r.get("expectation_outcome")
     if not outcome:
         return "-"
@@ -248,38 +278,68 @@ def _expectation(r: dict) -> str:
 def render_run(summary: dict, run_dir, console: Console) -> None:
     """The end of a run: every round's verdict, the best candidate, tokens and cost."""
     table = Table(title=f"run {run_dir}", title_justify="left")
-    for col in ("round", "kind", "verdict", "speed-up vs reference", "Judge: expected / got vs reviewed round",
-                "tokens", "folder"):
+    for col in (
+        "round",
+        "kind",
+        "verdict",
+        "speed-up vs reference",
+        "Judge: expected / got vs reviewed round",
+        "tokens",
+        "folder",
+    ):
         table.add_column(col)
     best_round = summary["best"]["round"] if summary.get("best") else None
     for r in summary["rounds"]:
         style = _VERDICT_STYLE.get(r["verdict"], "red")
         mark = " ★" if r["round"] == best_round else ""
-        table.add_row(str(r["round"]), r["kind"], f"[{style}]{r['verdict']}[/]", _x(r["speedup"]) + mark,
-                      _expectation(r), str(r["tokens"]), r["dir"] or "-")
+        table.add_row(
+            str(r["round"]),
+            r["kind"],
+            f"[{style}]{r['verdict']}[/]",
+            _x(r["speedup"]) + mark,
+            _expectation(r),
+            str(r["tokens"]),
+            r["dir"] or "-",
+        )
     console.print(table)
-    console.print("[dim]speed-up: the candidate against the reference (the original program); Judge: the speed-up "
-                  "the Judge expected over the round it reviewed, and the one measured over that round[/]",
-                  highlight=False, soft_wrap=True)
+    console.print(
+        "[dim]speed-up: the candidate against the reference (the original program); Judge: the speed-up "
+        "the Judge expected over the round it reviewed, and the one measured over that round[/]",
+        highlight=False,
+        soft_wrap=True,
+    )
     best = summary.get("best")
     if best:
-        times = (f" ({best['candidate_ms']:.4g} ms vs {best['reference_ms']:.4g} ms on {best['device']})"
-                 if best.get("candidate_ms") is not None and best.get("reference_ms") is not None else "")
-        console.print(f"best: [bold green]{_x(best['speedup'])}[/] from round {best['round']}{times} "
-                      f"→ {run_dir}/{best['file']}", highlight=False)
+        times = (
+            f" ({best['candidate_ms']:.4g} ms vs {best['reference_ms']:.4g} ms on {best['device']})"
+            if best.get("candidate_ms") is not None and best.get("reference_ms") is not None
+            else ""
+        )
+        console.print(
+            f"best: [bold green]{_x(best['speedup'])}[/] from round {best['round']}{times} → {run_dir}/{best['file']}",
+            highlight=False,
+        )
     else:
         console.print("[yellow]no correct candidate found[/]")
-    cost = f"${summary['cost_usd']:.4f}" + (f" (+{summary['unpriced_calls']} calls with no known price)"
-                                            if summary["unpriced_calls"] else "")
+    cost = f"${summary['cost_usd']:.4f}" + (
+        f" (+{summary['unpriced_calls']} calls with no known price)" if summary["unpriced_calls"] else ""
+    )
     state = summary.get("state", "finished")
     style = "bold red" if state == "stopped" else "bold"
-    console.print(f"[{style}]{state}[/]: {escape(str(summary['stop_reason']))}; tokens {summary['tokens']['total']}, "
-                  f"cost {cost}, {_clock(summary['wall_s'])}", highlight=False, soft_wrap=True)
+    console.print(
+        f"[{style}]{state}[/]: {escape(str(summary['stop_reason']))}; tokens {summary['tokens']['total']}, "
+        f"cost {cost}, {_clock(summary['wall_s'])}",
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 def run_line(summary: dict, run_dir) -> str:
     """The run in one line (what --quiet prints)."""
     best = summary.get("best")
-    got = f"best {_x(best['speedup'])} from round {best['round']} → {run_dir}/{best['file']}" if best else \
-        f"no correct candidate → {run_dir}"
+    got = (
+        f"best {_x(best['speedup'])} from round {best['round']} → {run_dir}/{best['file']}"
+        if best
+        else f"no correct candidate → {run_dir}"
+    )
     return f"{summary.get('state', 'finished')}: {summary['stop_reason']}; {got}"

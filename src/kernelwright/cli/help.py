@@ -9,6 +9,7 @@ from typing import Any
 
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
+
 def _word(param: Any) -> str:
     """N, X, PATH, TEXT or the choices: what an option takes, in a word."""
     desc = getattr(param, "type_descriptor", None)

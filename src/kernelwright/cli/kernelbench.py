@@ -54,22 +54,28 @@ def _from_checkout(root: Path, level: int, pid: int, source: str) -> Path:
             if found:
                 return found[0]
             raise KernelBenchError(f"--kernelbench {source}: no problem {pid} in {folder}; check the id")
-    raise KernelBenchError(f"--kernelbench {source}: no level{level}/ folder there; pass a KernelBench checkout "
-                           "(the repository, or its KernelBench/ folder)")
+    raise KernelBenchError(
+        f"--kernelbench {source}: no level{level}/ folder there; pass a KernelBench checkout "
+        "(the repository, or its KernelBench/ folder)"
+    )
 
 
 def _dataset_rows(data_file: Path | None, source: str, level: int) -> list[dict[str, Any]]:
     try:
         import datasets  # type: ignore[import-untyped]
     except ImportError:
-        raise KernelBenchError(f"--kernelbench {source}: reading a dataset needs the datasets package; "
-                               "pip install datasets, or pass a local KernelBench checkout") from None
+        raise KernelBenchError(
+            f"--kernelbench {source}: reading a dataset needs the datasets package; "
+            "pip install datasets, or pass a local KernelBench checkout"
+        ) from None
     try:
         if data_file is not None:
             kind = DATA_FILES.get(data_file.suffix.lower())
             if kind is None:
-                raise KernelBenchError(f"--kernelbench {source}: not a folder nor a data file "
-                                       f"({', '.join(DATA_FILES)}); pass a KernelBench checkout or dataset")
+                raise KernelBenchError(
+                    f"--kernelbench {source}: not a folder nor a data file "
+                    f"({', '.join(DATA_FILES)}); pass a KernelBench checkout or dataset"
+                )
             table = datasets.load_dataset(kind, data_files=str(data_file), split="train")
         else:
             table = datasets.load_dataset(source, split=f"level_{level}")
@@ -77,12 +83,15 @@ def _dataset_rows(data_file: Path | None, source: str, level: int) -> list[dict[
         raise
     except Exception as exc:  # noqa: BLE001 - the hub, the network, a malformed file: one line
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise KernelBenchError(f"--kernelbench {source}: cannot read the dataset ({first}); "
-                               "check the name or path") from None
+        raise KernelBenchError(
+            f"--kernelbench {source}: cannot read the dataset ({first}); check the name or path"
+        ) from None
     missing = {"code", "problem_id"} - set(table.column_names)
     if missing:
-        raise KernelBenchError(f"--kernelbench {source}: the dataset has no {', '.join(sorted(missing))} column; "
-                               "pass KernelBench's dataset (columns code, level, problem_id, name)")
+        raise KernelBenchError(
+            f"--kernelbench {source}: the dataset has no {', '.join(sorted(missing))} column; "
+            "pass KernelBench's dataset (columns code, level, problem_id, name)"
+        )
     return [dict(r) for r in table]
 
 

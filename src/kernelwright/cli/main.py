@@ -50,22 +50,30 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    version: bool = typer.Option(None, "--version", callback=_version, is_eager=True, metavar="",
-                                 help="Print the version and exit."),
+    version: bool = typer.Option(
+        None, "--version", callback=_version, is_eager=True, metavar="", help="Print the version and exit."
+    ),
 ) -> None:
     """kernelwright: custom kernels for PyTorch code, verified and timed in isolation."""
 
 
 # ---- shared pieces ------------------------------------------------------------------------------
 
-STORE_HELP = ("Run store that indexes every run (default: $KERNELWRIGHT_STORE, else kernelwright.db in the "
-              "user's data directory, ~/.local/share/kernelwright on Linux).")
+STORE_HELP = (
+    "Run store that indexes every run (default: $KERNELWRIGHT_STORE, else kernelwright.db in the "
+    "user's data directory, ~/.local/share/kernelwright on Linux)."
+)
 
 
 def _config_option():
-    return typer.Option(None, "--config", metavar="FILE", dir_okay=False,
-                        help="Settings file (default: the nearest kernelwright.toml, or pyproject.toml with "
-                             "\\[tool.kernelwright], from the current directory up).")
+    return typer.Option(
+        None,
+        "--config",
+        metavar="FILE",
+        dir_okay=False,
+        help="Settings file (default: the nearest kernelwright.toml, or pyproject.toml with "
+        "\\[tool.kernelwright], from the current directory up).",
+    )
 
 
 def _quiet_option():
@@ -73,8 +81,9 @@ def _quiet_option():
 
 
 def _verbose_option():
-    return typer.Option(False, "--verbose", "-v", metavar="",
-                        help="Also every stage as it starts, with the time elapsed.")
+    return typer.Option(
+        False, "--verbose", "-v", metavar="", help="Also every stage as it starts, with the time elapsed."
+    )
 
 
 def _verbosity(quiet: bool, verbose: bool) -> int:
@@ -86,9 +95,13 @@ def _verbosity(quiet: bool, verbose: bool) -> int:
 
 
 def _kernelbench_option():
-    return typer.Option(None, "--kernelbench", metavar="PATH_OR_DATASET",
-                        help="Take PROBLEM as a KernelBench id (level1/19) from a local checkout, a data file, "
-                             "or the Hugging Face dataset (ScalingIntelligence/KernelBench; needs datasets).")
+    return typer.Option(
+        None,
+        "--kernelbench",
+        metavar="PATH_OR_DATASET",
+        help="Take PROBLEM as a KernelBench id (level1/19) from a local checkout, a data file, "
+        "or the Hugging Face dataset (ScalingIntelligence/KernelBench; needs datasets).",
+    )
 
 
 def _problem_file(problem: Path, kernelbench: str | None) -> Path:
@@ -103,8 +116,10 @@ def _problem_file(problem: Path, kernelbench: str | None) -> Path:
         except KernelBenchError as exc:
             fail(str(exc))
     elif not problem.exists() and parse_id(str(problem)):
-        fail(f"problem file not found: {problem}; a KernelBench id needs --kernelbench PATH "
-             "(a checkout, or ScalingIntelligence/KernelBench)")
+        fail(
+            f"problem file not found: {problem}; a KernelBench id needs --kernelbench PATH "
+            "(a checkout, or ScalingIntelligence/KernelBench)"
+        )
     _source_file(problem, "problem")
     return problem
 
@@ -148,35 +163,62 @@ def _resolve_device(settings: Settings) -> str:
 
 # ---- eval ---------------------------------------------------------------------------------------
 
+
 @app.command("eval", cls=_Command)
 def eval_cmd(
-    problem: Path = typer.Argument(..., metavar="PROBLEM",
-                                   help="Reference problem (KernelBench format: Model, get_inputs, get_init_inputs)."),
+    problem: Path = typer.Argument(
+        ..., metavar="PROBLEM", help="Reference problem (KernelBench format: Model, get_inputs, get_init_inputs)."
+    ),
     candidate: Path = typer.Argument(..., metavar="CANDIDATE", help="Candidate file defining ModelNew."),
-    device: str = typer.Option(None, metavar="cuda|cpu|auto", help="Device (default auto: cuda when a GPU is visible)."),
-    trials: int = typer.Option(None, metavar="N", help="Correctness trials, each with a fresh seed and fresh inputs (default 5)."),
+    device: str = typer.Option(
+        None, metavar="cuda|cpu|auto", help="Device (default auto: cuda when a GPU is visible)."
+    ),
+    trials: int = typer.Option(
+        None, metavar="N", help="Correctness trials, each with a fresh seed and fresh inputs (default 5)."
+    ),
     atol: float = typer.Option(None, metavar="A", help="Absolute tolerance (default 1e-3)."),
     rtol: float = typer.Option(None, metavar="R", help="Relative tolerance (default 1e-3)."),
     seed: int = typer.Option(None, metavar="N", help="Base seed for construction and inputs (default 42)."),
-    compare_compile: bool = typer.Option(None, "--compare-compile/--no-compare-compile", metavar="",
-                                         help="Also time torch.compile of the reference."),
+    compare_compile: bool = typer.Option(
+        None, "--compare-compile/--no-compare-compile", metavar="", help="Also time torch.compile of the reference."
+    ),
     sandbox: str = typer.Option(None, metavar="auto|bwrap|none", help="Isolation of the evaluation (default auto)."),
-    verdict: str = typer.Option(None, metavar="calibrated|strict",
-                                help="calibrated (float64 oracle, docs/VERDICTS.md; the default) or strict (allclose)."),
-    shapes: str = typer.Option(None, metavar="check|strict|off",
-                               help="Also judge a passed candidate at other sizes of the problem (default check: "
-                                    "a failure there is flagged shape_specific; strict: it fails; off: not checked)."),
-    sanitize: bool = typer.Option(None, "--sanitize/--no-sanitize", metavar="",
-                                  help="Run a passed CUDA candidate once under compute-sanitizer memcheck "
-                                       "(memory_error on an out-of-bounds or misaligned access)."),
-    profile: bool = typer.Option(None, "--profile/--no-profile", metavar="",
-                                 help="Profile a correct candidate's kernels (ncu where it works, else torch.profiler)."),
+    verdict: str = typer.Option(
+        None,
+        metavar="calibrated|strict",
+        help="calibrated (float64 oracle, docs/VERDICTS.md; the default) or strict (allclose).",
+    ),
+    shapes: str = typer.Option(
+        None,
+        metavar="check|strict|off",
+        help="Also judge a passed candidate at other sizes of the problem (default check: "
+        "a failure there is flagged shape_specific; strict: it fails; off: not checked).",
+    ),
+    sanitize: bool = typer.Option(
+        None,
+        "--sanitize/--no-sanitize",
+        metavar="",
+        help="Run a passed CUDA candidate once under compute-sanitizer memcheck "
+        "(memory_error on an out-of-bounds or misaligned access).",
+    ),
+    profile: bool = typer.Option(
+        None,
+        "--profile/--no-profile",
+        metavar="",
+        help="Profile a correct candidate's kernels (ncu where it works, else torch.profiler).",
+    ),
     profile_tool: str = typer.Option(None, "--profile-tool", metavar="auto|ncu|torch", help="Profiler (default auto)."),
-    json_out: bool = typer.Option(False, "--json", metavar="", help="Print the result record as JSON on stdout, and nothing else."),
+    json_out: bool = typer.Option(
+        False, "--json", metavar="", help="Print the result record as JSON on stdout, and nothing else."
+    ),
     kernelbench: str = _kernelbench_option(),
-    fail_on: str = typer.Option(None, "--fail-on", metavar="VERDICT,...",
-                                help="Exit 3 when the verdict is one of these (for CI), e.g. "
-                                     "incorrect,compile_error,runtime_error,timeout,crashed; 'failed': any but passed."),
+    fail_on: str = typer.Option(
+        None,
+        "--fail-on",
+        metavar="VERDICT,...",
+        help="Exit 3 when the verdict is one of these (for CI), e.g. "
+        "incorrect,compile_error,runtime_error,timeout,crashed; 'failed': any but passed.",
+    ),
     config: Path = _config_option(),
     quiet: bool = _quiet_option(),
     verbose: bool = _verbose_option(),
@@ -186,16 +228,29 @@ def eval_cmd(
     failing = _verdicts(fail_on)
     problem = _problem_file(problem, kernelbench)
     _source_file(candidate, "candidate")
-    settings = _settings(config, {"eval": {
-        "device": device, "trials": trials, "atol": atol, "rtol": rtol, "seed": seed, "sandbox": sandbox,
-        "verdict": verdict, "shapes": shapes, "sanitize": sanitize,
-        "timing": {"compare_compile": compare_compile} if compare_compile is not None else None,
-        "profile": {k: v for k, v in (("enabled", profile), ("tool", profile_tool)) if v is not None} or None}})
+    settings = _settings(
+        config,
+        {
+            "eval": {
+                "device": device,
+                "trials": trials,
+                "atol": atol,
+                "rtol": rtol,
+                "seed": seed,
+                "sandbox": sandbox,
+                "verdict": verdict,
+                "shapes": shapes,
+                "sanitize": sanitize,
+                "timing": {"compare_compile": compare_compile} if compare_compile is not None else None,
+                "profile": {k: v for k, v in (("enabled", profile), ("tool", profile_tool)) if v is not None} or None,
+            }
+        },
+    )
     cfg = settings.eval
     if not settings.given("eval.profile.roofline"):  # evidence (roofline, GPU facts) only where asked: --profile
         cfg.profile.roofline = cfg.profile.enabled
-    from kernelwright.engine import EngineError, evaluate, prestart
     from kernelwright.cli.console import EvalProgress, out_console, render_result
+    from kernelwright.engine import EngineError, evaluate, prestart
 
     try:
         # the child starts up (python, torch, CUDA) while this process checks the problem and the device
@@ -227,60 +282,124 @@ def _verdicts(fail_on: str | None) -> set[str]:
         names = (names - {"failed"}) | (set(known) - {"passed"})
     unknown = sorted(names - set(known))
     if unknown:
-        fail(f"--fail-on {fail_on}: unknown verdict {', '.join(unknown)}; pass some of {', '.join(known)} (or 'failed')")
+        fail(
+            f"--fail-on {fail_on}: unknown verdict {', '.join(unknown)}; pass some of {', '.join(known)} (or 'failed')"
+        )
     return names
 
 
 # ---- optimize -----------------------------------------------------------------------------------
 
+
 @app.command("optimize", cls=_Command)
 def optimize_cmd(
-    problem: Path = typer.Argument(..., metavar="PROBLEM",
-                                   help="Reference problem (KernelBench format: Model, get_inputs, get_init_inputs)."),
-    coder: str = typer.Option(None, metavar="MODEL",
-                              help="Coder model: openai:MODEL, anthropic:MODEL, replay:RUN_DIR, or a bare name served "
-                                   "at --base-url (or model.coder in the settings file)."),
-    judge: str = typer.Option(None, metavar="MODEL", help="Judge model (same forms as --coder; default: the Coder's model)."),
+    problem: Path = typer.Argument(
+        ..., metavar="PROBLEM", help="Reference problem (KernelBench format: Model, get_inputs, get_init_inputs)."
+    ),
+    coder: str = typer.Option(
+        None,
+        metavar="MODEL",
+        help="Coder model: openai:MODEL, anthropic:MODEL, replay:RUN_DIR, or a bare name served "
+        "at --base-url (or model.coder in the settings file).",
+    ),
+    judge: str = typer.Option(
+        None, metavar="MODEL", help="Judge model (same forms as --coder; default: the Coder's model)."
+    ),
     rounds: int = typer.Option(None, metavar="N", help="Round limit (default 10)."),
-    backend: str = typer.Option(None, metavar="cuda|triton|cpp",
-                                help="Kernel language the Coder writes (default: cuda on a GPU, cpp on the CPU)."),
-    device: str = typer.Option(None, metavar="cuda|cpu|auto", help="Device (default auto: cuda when a GPU is visible)."),
-    out: Path = typer.Option(None, metavar="DIR", help="Run directory to write (default: runs/NAME-DATE-TIME); must be new or empty."),
-    resume: Path = typer.Option(None, "--resume", metavar="RUN", help="Continue this run directory after its last finished round."),
+    backend: str = typer.Option(
+        None,
+        metavar="cuda|triton|cpp",
+        help="Kernel language the Coder writes (default: cuda on a GPU, cpp on the CPU).",
+    ),
+    device: str = typer.Option(
+        None, metavar="cuda|cpu|auto", help="Device (default auto: cuda when a GPU is visible)."
+    ),
+    out: Path = typer.Option(
+        None, metavar="DIR", help="Run directory to write (default: runs/NAME-DATE-TIME); must be new or empty."
+    ),
+    resume: Path = typer.Option(
+        None, "--resume", metavar="RUN", help="Continue this run directory after its last finished round."
+    ),
     store: Path = typer.Option(None, "--store", metavar="FILE", help=STORE_HELP),
-    name: str = typer.Option(None, "--name", metavar="NAME",
-                             help="The run's name in the store and its folder (default: the problem file's name, "
-                                  "or its folder's for a problem.py)."),
-    base_url: str = typer.Option(None, "--base-url", metavar="URL", help="OpenAI-compatible endpoint (vLLM, SGLang, Ollama, a proxy)."),
-    target_speedup: float = typer.Option(None, "--target-speedup", metavar="X", help="Stop once a verified candidate is this much faster."),
+    name: str = typer.Option(
+        None,
+        "--name",
+        metavar="NAME",
+        help="The run's name in the store and its folder (default: the problem file's name, "
+        "or its folder's for a problem.py).",
+    ),
+    base_url: str = typer.Option(
+        None, "--base-url", metavar="URL", help="OpenAI-compatible endpoint (vLLM, SGLang, Ollama, a proxy)."
+    ),
+    target_speedup: float = typer.Option(
+        None, "--target-speedup", metavar="X", help="Stop once a verified candidate is this much faster."
+    ),
     max_tokens: int = typer.Option(None, "--max-tokens", metavar="N", help="Token budget for the whole run."),
-    max_cost: float = typer.Option(None, "--max-cost", metavar="USD", help="Cost budget in USD (calls with a known price)."),
+    max_cost: float = typer.Option(
+        None, "--max-cost", metavar="USD", help="Cost budget in USD (calls with a known price)."
+    ),
     max_minutes: float = typer.Option(None, "--max-minutes", metavar="MIN", help="Wall-time budget."),
-    api_key_env: str = typer.Option(None, "--api-key-env", metavar="NAME",
-                                    help="Env var that holds the API key (default: OPENAI_API_KEY / ANTHROPIC_API_KEY)."),
-    price_file: Path = typer.Option(None, "--price-file", metavar="FILE", help="JSON or TOML price table that extends the built-in one."),
+    api_key_env: str = typer.Option(
+        None,
+        "--api-key-env",
+        metavar="NAME",
+        help="Env var that holds the API key (default: OPENAI_API_KEY / ANTHROPIC_API_KEY).",
+    ),
+    price_file: Path = typer.Option(
+        None, "--price-file", metavar="FILE", help="JSON or TOML price table that extends the built-in one."
+    ),
     temperature: float = typer.Option(None, metavar="T", help="Sampling temperature (default: the provider's)."),
-    request_timeout: float = typer.Option(None, "--request-timeout", metavar="S", help="Seconds one model request may take (default 600)."),
-    retries: int = typer.Option(None, metavar="N", help="Attempts per model call: rate limits, server errors, time-outs (default 5)."),
+    request_timeout: float = typer.Option(
+        None, "--request-timeout", metavar="S", help="Seconds one model request may take (default 600)."
+    ),
+    retries: int = typer.Option(
+        None, metavar="N", help="Attempts per model call: rate limits, server errors, time-outs (default 5)."
+    ),
     trials: int = typer.Option(None, metavar="N", help="Correctness trials per candidate (default 5)."),
     atol: float = typer.Option(None, metavar="A", help="Absolute tolerance (default 1e-3)."),
     rtol: float = typer.Option(None, metavar="R", help="Relative tolerance (default 1e-3)."),
-    verdict: str = typer.Option(None, metavar="calibrated|strict", help="calibrated (the default) or strict (allclose)."),
+    verdict: str = typer.Option(
+        None, metavar="calibrated|strict", help="calibrated (the default) or strict (allclose)."
+    ),
     seed: int = typer.Option(None, metavar="N", help="Base seed for construction and inputs (default 42)."),
-    profile: bool = typer.Option(None, "--profile/--no-profile", metavar="",
-                                 help="Profile every correct candidate for the Judge (on by default)."),
-    profile_tool: str = typer.Option(None, "--profile-tool", metavar="auto|ncu|torch",
-                                     help="auto (ncu where it works, else torch.profiler; the default), ncu or torch."),
+    profile: bool = typer.Option(
+        None,
+        "--profile/--no-profile",
+        metavar="",
+        help="Profile every correct candidate for the Judge (on by default).",
+    ),
+    profile_tool: str = typer.Option(
+        None,
+        "--profile-tool",
+        metavar="auto|ncu|torch",
+        help="auto (ncu where it works, else torch.profiler; the default), ncu or torch.",
+    ),
     sandbox: str = typer.Option(None, metavar="auto|bwrap|none", help="Isolation of each evaluation (default auto)."),
-    min_improvement: float = typer.Option(None, "--min-improvement", metavar="F",
-                                          help="A new best must be this fraction faster than the old, and clear its timing spread (default 0.02)."),
-    json_out: bool = typer.Option(False, "--json", metavar="", help="Print the run's summary as JSON on stdout, and nothing else there."),
-    candidates: int = typer.Option(None, "--candidates", metavar="K",
-                                   help="Coder answers per round (best-of-k), evaluated across the GPUs (default 1)."),
-    executor: str = typer.Option("serial", "--executor", metavar="serial|local|ray",
-                                 help="Where evaluations run: serial, local (a worker per GPU) or ray."),
+    min_improvement: float = typer.Option(
+        None,
+        "--min-improvement",
+        metavar="F",
+        help="A new best must be this fraction faster than the old, and clear its timing spread (default 0.02).",
+    ),
+    json_out: bool = typer.Option(
+        False, "--json", metavar="", help="Print the run's summary as JSON on stdout, and nothing else there."
+    ),
+    candidates: int = typer.Option(
+        None,
+        "--candidates",
+        metavar="K",
+        help="Coder answers per round (best-of-k), evaluated across the GPUs (default 1).",
+    ),
+    executor: str = typer.Option(
+        "serial",
+        "--executor",
+        metavar="serial|local|ray",
+        help="Where evaluations run: serial, local (a worker per GPU) or ray.",
+    ),
     gpus: str = typer.Option(None, "--gpus", metavar="0,1,...", help="GPUs to use (default: every visible GPU)."),
-    ray_address: str = typer.Option(None, "--ray-address", metavar="ADDR", help="Ray cluster to join (default: a local Ray)."),
+    ray_address: str = typer.Option(
+        None, "--ray-address", metavar="ADDR", help="Ray cluster to join (default: a local Ray)."
+    ),
     kernelbench: str = _kernelbench_option(),
     config: Path = _config_option(),
     quiet: bool = _quiet_option(),
@@ -289,41 +408,94 @@ def optimize_cmd(
     """Let a Coder and a Judge write, repair and speed up kernels for PROBLEM, round by round."""
     verbosity = _verbosity(quiet, verbose)
     problem = _problem_file(problem, kernelbench)
-    settings = _settings(config, {
-        "eval": {"device": device, "trials": trials, "atol": atol, "rtol": rtol, "verdict": verdict, "seed": seed,
-                 "sandbox": sandbox, "profile": {"tool": profile_tool} if profile_tool else None},
-        "loop": {"rounds": rounds, "backend": backend, "target_speedup": target_speedup, "max_tokens": max_tokens,
-                 "max_cost_usd": max_cost, "max_wall_s": max_minutes * 60 if max_minutes is not None else None,
-                 "min_improvement": min_improvement, "profile": profile, "candidates": candidates},
-        "model": {"coder": coder, "judge": judge, "base_url": base_url, "api_key_env": api_key_env,
-                  "temperature": temperature, "price_file": str(price_file) if price_file else None,
-                  "retry": {k: v for k, v in (("max_attempts", retries), ("request_timeout_s", request_timeout))
-                            if v is not None} or None},
-    })
-    code = run_optimize(problem, settings, out, verbosity=verbosity, json_out=json_out,
-                        executor=executor, gpus=gpus, ray_address=ray_address, resume=resume, store=store, name=name)
+    settings = _settings(
+        config,
+        {
+            "eval": {
+                "device": device,
+                "trials": trials,
+                "atol": atol,
+                "rtol": rtol,
+                "verdict": verdict,
+                "seed": seed,
+                "sandbox": sandbox,
+                "profile": {"tool": profile_tool} if profile_tool else None,
+            },
+            "loop": {
+                "rounds": rounds,
+                "backend": backend,
+                "target_speedup": target_speedup,
+                "max_tokens": max_tokens,
+                "max_cost_usd": max_cost,
+                "max_wall_s": max_minutes * 60 if max_minutes is not None else None,
+                "min_improvement": min_improvement,
+                "profile": profile,
+                "candidates": candidates,
+            },
+            "model": {
+                "coder": coder,
+                "judge": judge,
+                "base_url": base_url,
+                "api_key_env": api_key_env,
+                "temperature": temperature,
+                "price_file": str(price_file) if price_file else None,
+                "retry": {
+                    k: v
+                    for k, v in (("max_attempts", retries), ("request_timeout_s", request_timeout))
+                    if v is not None
+                }
+                or None,
+            },
+        },
+    )
+    code = run_optimize(
+        problem,
+        settings,
+        out,
+        verbosity=verbosity,
+        json_out=json_out,
+        executor=executor,
+        gpus=gpus,
+        ray_address=ray_address,
+        resume=resume,
+        store=store,
+        name=name,
+    )
     raise typer.Exit(int(code))
 
 
-def run_optimize(problem: Path, settings: Settings, out: Path | None, *, verbosity: int, json_out: bool,
-                 executor: str = "serial", gpus: str | None = None, ray_address: str | None = None,
-                 resume: Path | None = None, store: Path | None = None, name: str | None = None) -> ExitCode:
+def run_optimize(
+    problem: Path,
+    settings: Settings,
+    out: Path | None,
+    *,
+    verbosity: int,
+    json_out: bool,
+    executor: str = "serial",
+    gpus: str | None = None,
+    ray_address: str | None = None,
+    resume: Path | None = None,
+    store: Path | None = None,
+    name: str | None = None,
+) -> ExitCode:
     """Set the run up from `settings` (one-line errors, exit 2), run it, say how it ended."""
+    from kernelwright.cli.console import QUIET, LoopProgress, out_console, render_run, run_line
     from kernelwright.engine import EngineError
     from kernelwright.engine.isolation import sandbox as sandbox_mod
-    from kernelwright.loop.forge import Forge, engine_evaluator
     from kernelwright.executors.evaluator import ExecutorEvaluator
     from kernelwright.executors.placement import parse_gpus
     from kernelwright.executors.resolve import make_executor
+    from kernelwright.loop.forge import Forge, engine_evaluator
     from kernelwright.models import ModelSetupError, resolve_model
     from kernelwright.models.resolve import resolve_coders
-    from kernelwright.cli.console import QUIET, LoopProgress, out_console, render_run, run_line
     from kernelwright.store.rundir import RunDir, RunDirError, default_run_dir, problem_name, read_summary
 
     cfg, eval_cfg, model_cfg = settings.loop, settings.eval, settings.loop.model
     if not model_cfg.coder:
-        fail("no Coder model given; pass --coder (openai:MODEL, anthropic:MODEL, replay:RUN_DIR) "
-             "or set coder under [model] in kernelwright.toml")
+        fail(
+            "no Coder model given; pass --coder (openai:MODEL, anthropic:MODEL, replay:RUN_DIR) "
+            "or set coder under [model] in kernelwright.toml"
+        )
     if name is not None and (not name.strip() or "/" in name or "\\" in name or name.startswith(".")):
         fail(f"--name {name!r}: a run's name is one folder name; pass letters, digits, - or _")
     device = _resolve_device(settings)
@@ -341,30 +513,56 @@ def run_optimize(problem: Path, settings: Settings, out: Path | None, *, verbosi
         coder_model = coders[0]
         judge_model = resolve_model(model_cfg.judge or model_cfg.coder, "judge", model_cfg)
         gpu_list = parse_gpus(gpus)
-        evaluate = (engine_evaluator(eval_cfg) if executor == "serial" and not gpu_list and cfg.candidates == 1
-                    else ExecutorEvaluator(make_executor(executor, eval_cfg, gpu_list, ray_address)))
+        evaluate = (
+            engine_evaluator(eval_cfg)
+            if executor == "serial" and not gpu_list and cfg.candidates == 1
+            else ExecutorEvaluator(make_executor(executor, eval_cfg, gpu_list, ray_address))
+        )
         done = []
         run_dir = None
         if resume is not None:
             from kernelwright.cli.resume import reopen
 
             run_dir, done = reopen(resume, problem)
-        run_dir = run_dir or RunDir(out or default_run_dir(problem, name=name), problem, {
-            "name": name or problem_name(problem), "coder": coder_model.name, "judge": judge_model.name, "backend": cfg.backend, "device": device,
-            "round_limit": cfg.rounds, "target_speedup": cfg.target_speedup, "trials": eval_cfg.trials,
-            "atol": eval_cfg.atol, "rtol": eval_cfg.rtol, "verdict": eval_cfg.verdict, "seed": eval_cfg.seed,
-            "profile": eval_cfg.profile.tool if cfg.profile else "off", "sandbox": eval_cfg.sandbox,
-            "min_improvement": cfg.min_improvement, "spread_factor": cfg.spread_factor,
-            "settings_file": settings.source, "candidates": cfg.candidates,
-            "coders": [m.name for m in coders], "executor": executor, "gpus": gpus})
+        run_dir = run_dir or RunDir(
+            out or default_run_dir(problem, name=name),
+            problem,
+            {
+                "name": name or problem_name(problem),
+                "coder": coder_model.name,
+                "judge": judge_model.name,
+                "backend": cfg.backend,
+                "device": device,
+                "round_limit": cfg.rounds,
+                "target_speedup": cfg.target_speedup,
+                "trials": eval_cfg.trials,
+                "atol": eval_cfg.atol,
+                "rtol": eval_cfg.rtol,
+                "verdict": eval_cfg.verdict,
+                "seed": eval_cfg.seed,
+                "profile": eval_cfg.profile.tool if cfg.profile else "off",
+                "sandbox": eval_cfg.sandbox,
+                "min_improvement": cfg.min_improvement,
+                "spread_factor": cfg.spread_factor,
+                "settings_file": settings.source,
+                "candidates": cfg.candidates,
+                "coders": [m.name for m in coders],
+                "executor": executor,
+                "gpus": gpus,
+            },
+        )
     except (ValueError, EngineError, ModelSetupError, RunDirError, sandbox_mod.SandboxUnavailable) as exc:
         if evaluate is not None:
             evaluate.close()  # workers of an executor already started
         fail(str(exc))
     if verbosity > QUIET:
         source = f"  settings {settings.source}" if settings.source else ""
-        err.print(f"[bold]kernelwright optimize[/] {problem}  coder {coder_model.name}  judge {judge_model.name}  "
-                  f"backend {cfg.backend}  device {device}{source}  → {run_dir.path}", highlight=False, soft_wrap=True)
+        err.print(
+            f"[bold]kernelwright optimize[/] {problem}  coder {coder_model.name}  judge {judge_model.name}  "
+            f"backend {cfg.backend}  device {device}{source}  → {run_dir.path}",
+            highlight=False,
+            soft_wrap=True,
+        )
     from kernelwright.cli.resume import indexed
 
     recorder = indexed(run_dir, store)
@@ -373,8 +571,11 @@ def run_optimize(problem: Path, settings: Settings, out: Path | None, *, verbosi
         forge.restore(done, wall_s=float(read_summary(run_dir.path).get("wall_s") or 0.0))
         if verbosity > QUIET:
             best = forge.state.best
-            so_far = f"{best.speedup:.3f}x" if best is not None and best.speedup is not None else (
-                "untimed" if best is not None else "none yet")
+            so_far = (
+                f"{best.speedup:.3f}x"
+                if best is not None and best.speedup is not None
+                else ("untimed" if best is not None else "none yet")
+            )
             err.print(f"resuming after round {len(done) - 1} (best so far {so_far})", highlight=False)
     try:
         with LoopProgress(err, cfg.rounds, verbosity) as progress:
@@ -384,7 +585,11 @@ def run_optimize(problem: Path, settings: Settings, out: Path | None, *, verbosi
         err.print(f"interrupted; the rounds so far are in {run_dir.path}", highlight=False)
         return ExitCode.INTERRUPTED
     except EngineError as exc:
-        err.print(f"[bold red]stopped:[/] {escape(str(exc))} (the rounds so far are in {run_dir.path})", highlight=False, soft_wrap=True)
+        err.print(
+            f"[bold red]stopped:[/] {escape(str(exc))} (the rounds so far are in {run_dir.path})",
+            highlight=False,
+            soft_wrap=True,
+        )
         return ExitCode.STOPPED
     summary = recorder.write_summary(state, final=True)
     if json_out:

@@ -13,7 +13,9 @@ def reopen(run: Path, problem: Path):
         raise RunDirError(f"--resume {run}: no such run directory; pass a directory written by `kernelwright optimize`")
     recorded = run / "problem.py"
     if recorded.is_file() and recorded.read_text() != problem.read_text():
-        raise RunDirError(f"--resume {run}: that run optimised another problem ({recorded}); pass the same problem file")
+        raise RunDirError(
+            f"--resume {run}: that run optimised another problem ({recorded}); pass the same problem file"
+        )
     return RunDir.reopen(run)
 
 
@@ -29,5 +31,7 @@ def indexed(run_dir: RunDir, store: Path | None):
     try:
         return IndexingRecorder(run_dir, Store.open(store or default_store()), kind="optimize")
     except StoreError as exc:
-        Console(stderr=True).print(f"[yellow]warning:[/] {exc}; the run is recorded in its folder only", highlight=False)
+        Console(stderr=True).print(
+            f"[yellow]warning:[/] {exc}; the run is recorded in its folder only", highlight=False
+        )
         return run_dir

@@ -22,12 +22,21 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn, \
-    TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 from kernelwright.core.config import EvalConfig
 
-app = typer.Typer(no_args_is_help=True, help="Evaluate or optimise whole suites (KernelBench levels, folders of problems).")
+app = typer.Typer(
+    no_args_is_help=True, help="Evaluate or optimise whole suites (KernelBench levels, folders of problems)."
+)
 err = Console(stderr=True)
 
 _VERDICT_STYLE = {"passed": "green", "incorrect": "yellow", "format_error": "magenta"}
@@ -45,10 +54,19 @@ class RichSuiteProgress:
     def __init__(self, console: Console):
         self.console = console
         self.mix: Counter = Counter()
-        self.progress = Progress(SpinnerColumn(), TextColumn("[bold]{task.description}"), BarColumn(),
-                                 MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
-                                 TextColumn("{task.fields[mix]}"), TextColumn("[dim]{task.fields[pipe]}"),
-                                 console=console, transient=True)
+        self.progress = Progress(
+            SpinnerColumn(),
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("eta"),
+            TimeRemainingColumn(),
+            TextColumn("{task.fields[mix]}"),
+            TextColumn("[dim]{task.fields[pipe]}"),
+            console=console,
+            transient=True,
+        )
         self.task = None
 
     def __enter__(self):
@@ -63,7 +81,9 @@ class RichSuiteProgress:
 
     def start(self, total: int, already_done: int) -> None:
         if already_done:
-            self.console.print(f"{already_done} of {total} problems finished before: skipped", highlight=False, soft_wrap=True)
+            self.console.print(
+                f"{already_done} of {total} problems finished before: skipped", highlight=False, soft_wrap=True
+            )
         self.task = self.progress.add_task("starting", total=total - already_done, mix="", pipe="")
 
     def stage(self, problem, text: str) -> None:
@@ -72,7 +92,9 @@ class RichSuiteProgress:
     def done(self, problem, verdict: str, speedup: float | None) -> None:
         self.mix[verdict] += 1
         speed = f" {speedup:.3f}x" if speedup is not None else ""
-        self.console.print(f"{problem.key}: [{_VERDICT_STYLE.get(verdict, 'red')}]{verdict}[/]{speed}", highlight=False, soft_wrap=True)
+        self.console.print(
+            f"{problem.key}: [{_VERDICT_STYLE.get(verdict, 'red')}]{verdict}[/]{speed}", highlight=False, soft_wrap=True
+        )
         self.progress.update(self.task, advance=1, mix=self._mix())
 
     def note(self, text: str) -> None:
@@ -86,7 +108,9 @@ class RichSuiteProgress:
 
 def default_name(kind: str, problems: list[str], candidates: str | None = None) -> str:
     """A stable name for the same arguments, so that a rerun finds (and skips) what is finished."""
-    basis = "\n".join([kind, *sorted(str(Path(p).resolve()) for p in problems), str(Path(candidates).resolve()) if candidates else ""])
+    basis = "\n".join(
+        [kind, *sorted(str(Path(p).resolve()) for p in problems), str(Path(candidates).resolve()) if candidates else ""]
+    )
     head = re.sub(r"[^A-Za-z0-9_.-]+", "-", Path(problems[0].rstrip("/")).name or "suite")[:40]
     return f"{kind}-{head}-{hashlib.sha256(basis.encode()).hexdigest()[:8]}"
 
@@ -97,8 +121,17 @@ def _store_and_out(store: Path | None, out: Path | None, name: str):
     return (store or DEFAULT_STORE), (out or Path("runs") / "suites" / name)
 
 
-def _finish(outcome, store_obj, name: str, console: Console, t0: float, *, json_out: bool = False,
-            quiet: bool = False, extra: dict | None = None) -> None:
+def _finish(
+    outcome,
+    store_obj,
+    name: str,
+    console: Console,
+    t0: float,
+    *,
+    json_out: bool = False,
+    quiet: bool = False,
+    extra: dict | None = None,
+) -> None:
     import json
     import sys
 
@@ -109,17 +142,35 @@ def _finish(outcome, store_obj, name: str, console: Console, t0: float, *, json_
     rows = RunStore(store_obj).problems(name)
     metrics = summarize([ProblemOutcome(**r) for r in rows])
     wall = time.monotonic() - t0
-    line = (f"ran {len(outcome.ran)}, skipped {len(outcome.skipped)} finished before, "
-            f"{len(outcome.failed)} could not run; {wall:.0f} s. Report: kernelwright report {name} --html report.html")
+    line = (
+        f"ran {len(outcome.ran)}, skipped {len(outcome.skipped)} finished before, "
+        f"{len(outcome.failed)} could not run; {wall:.0f} s. Report: kernelwright report {name} --html report.html"
+    )
     if json_out:
-        sys.stdout.write(json.dumps({"suite": name, "ran": outcome.ran, "skipped": outcome.skipped,
-                                     "failed": outcome.failed, "notes": outcome.notes, "wall_s": round(wall, 3),
-                                     **(extra or {}), "metrics": metrics.to_dict(), "problems": rows},
-                                    default=str) + "\n")
+        sys.stdout.write(
+            json.dumps(
+                {
+                    "suite": name,
+                    "ran": outcome.ran,
+                    "skipped": outcome.skipped,
+                    "failed": outcome.failed,
+                    "notes": outcome.notes,
+                    "wall_s": round(wall, 3),
+                    **(extra or {}),
+                    "metrics": metrics.to_dict(),
+                    "problems": rows,
+                },
+                default=str,
+            )
+            + "\n"
+        )
     elif quiet:
         mix = ", ".join(f"{v} {n}" for v, n in sorted(metrics.verdict_mix.items(), key=lambda kv: -kv[1]))
-        console.print(f"suite {name}: {metrics.correct}/{metrics.problems} correct ({mix}); {line}",
-                      highlight=False, soft_wrap=True)
+        console.print(
+            f"suite {name}: {metrics.correct}/{metrics.problems} correct ({mix}); {line}",
+            highlight=False,
+            soft_wrap=True,
+        )
     else:
         render_metrics(metrics, Console(), title=f"suite {name}")
         console.print(line, highlight=False, soft_wrap=True)
@@ -155,8 +206,7 @@ def _resolve_device(device: str) -> str:
     return device
 
 
-def _executor(kind: str, config: EvalConfig, gpus: str | None, ray_address: str | None,
-              build_workers: int | None):
+def _executor(kind: str, config: EvalConfig, gpus: str | None, ray_address: str | None, build_workers: int | None):
     """`--executor` and `--gpus` to an executor; a bad option is one line, exit 2."""
     from kernelwright.engine import EngineError
     from kernelwright.executors.placement import parse_gpus
@@ -169,9 +219,14 @@ def _executor(kind: str, config: EvalConfig, gpus: str | None, ray_address: str 
 
 
 def _config_option():
-    return typer.Option(None, "--config", metavar="FILE", dir_okay=False,
-                        help="Settings file (default: the nearest kernelwright.toml, or pyproject.toml with "
-                             "[tool.kernelwright], from the current directory up).")
+    return typer.Option(
+        None,
+        "--config",
+        metavar="FILE",
+        dir_okay=False,
+        help="Settings file (default: the nearest kernelwright.toml, or pyproject.toml with "
+        "[tool.kernelwright], from the current directory up).",
+    )
 
 
 def _console(json_out: bool, quiet: bool) -> Console:
@@ -183,12 +238,19 @@ def _console(json_out: bool, quiet: bool) -> Console:
 
 @app.command("eval")
 def suite_eval(
-    paths: list[str] = typer.Argument(..., metavar="PROBLEMS... CANDIDATES",
-                                      help="Problem folders, files or globs (KernelBench/level1 as it is), then the candidates: a folder "
-                                           "(one file per problem, by name, or KernelBench's runs/ layout), a JSON mapping, or JSON/JSONL {problem, code} records."),
-    only: list[str] = typer.Option(None, "--only", help="Run only these problems: a name, a glob, a level (level2) or an id; repeatable."),
+    paths: list[str] = typer.Argument(
+        ...,
+        metavar="PROBLEMS... CANDIDATES",
+        help="Problem folders, files or globs (KernelBench/level1 as it is), then the candidates: a folder "
+        "(one file per problem, by name, or KernelBench's runs/ layout), a JSON mapping, or JSON/JSONL {problem, code} records.",  # noqa: E501
+    ),
+    only: list[str] = typer.Option(
+        None, "--only", help="Run only these problems: a name, a glob, a level (level2) or an id; repeatable."
+    ),
     skip: list[str] = typer.Option(None, "--skip", help="Leave these problems out (same forms as --only); repeatable."),
-    name: str = typer.Option(None, help="The suite's name in the store (default: from the arguments; a rerun skips what is finished)."),
+    name: str = typer.Option(
+        None, help="The suite's name in the store (default: from the arguments; a rerun skips what is finished)."
+    ),
     out: Path = typer.Option(None, help="Folder for the run directories (default: runs/suites/NAME)."),
     store: Path = typer.Option(None, help="Run store (default: runs/kernelwright.db)."),
     device: str = typer.Option(None, help="cuda, cpu, or auto (cuda when a GPU is visible; the default)."),
@@ -196,15 +258,35 @@ def suite_eval(
     atol: float = typer.Option(None, help="Absolute tolerance (default 1e-3)."),
     rtol: float = typer.Option(None, help="Relative tolerance (default 1e-3)."),
     verdict: str = typer.Option(None, help="calibrated or strict (docs/VERDICTS.md; default calibrated)."),
-    compare_compile: bool = typer.Option(None, "--compare-compile/--no-compare-compile", help="Also time torch.compile of each reference."),
-    profile: bool = typer.Option(None, "--profile/--no-profile", help="Profile each correct candidate's kernels, with its roofline (kept in its eval.json; off by default)."),
+    compare_compile: bool = typer.Option(
+        None, "--compare-compile/--no-compare-compile", help="Also time torch.compile of each reference."
+    ),
+    profile: bool = typer.Option(
+        None,
+        "--profile/--no-profile",
+        help="Profile each correct candidate's kernels, with its roofline (kept in its eval.json; off by default).",
+    ),
     sandbox: str = typer.Option(None, help="auto, bwrap or none."),
-    executor: str = typer.Option("local", "--executor", metavar="local|serial|ray",
-                                 help="local (a worker per GPU, builds ahead on a CPU pool; the default), serial or ray."),
+    executor: str = typer.Option(
+        "local",
+        "--executor",
+        metavar="local|serial|ray",
+        help="local (a worker per GPU, builds ahead on a CPU pool; the default), serial or ray.",
+    ),
     gpus: str = typer.Option(None, "--gpus", metavar="0,1,...", help="GPUs to use (default: every visible GPU)."),
-    ray_address: str = typer.Option(None, "--ray-address", metavar="ADDR", help="Ray cluster to join (default: a local Ray)."),
-    build_workers: int = typer.Option(None, "--build-workers", help="Candidates built ahead on the CPU at once (0: no prebuild; default: sized to the machine's free cores)."),
-    json_out: bool = typer.Option(False, "--json", help="Print the suite's summary (metrics, every problem) as JSON on stdout, and nothing else there."),
+    ray_address: str = typer.Option(
+        None, "--ray-address", metavar="ADDR", help="Ray cluster to join (default: a local Ray)."
+    ),
+    build_workers: int = typer.Option(
+        None,
+        "--build-workers",
+        help="Candidates built ahead on the CPU at once (0: no prebuild; default: sized to the machine's free cores).",
+    ),
+    json_out: bool = typer.Option(
+        False,
+        "--json",
+        help="Print the suite's summary (metrics, every problem) as JSON on stdout, and nothing else there.",
+    ),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="One line at the end; no live progress."),
     config: Path = _config_option(),  # noqa: B008
 ) -> None:
@@ -218,9 +300,21 @@ def suite_eval(
     if len(paths) < 2:
         _fail("suite eval needs PROBLEMS and CANDIDATES; e.g. kernelwright suite eval KernelBench/level1 my_kernels/")
     problem_args, cand_arg = paths[:-1], paths[-1]
-    settings = _settings(config, {"eval": {
-        "device": device, "trials": trials, "atol": atol, "rtol": rtol, "sandbox": sandbox, "verdict": verdict,
-        "timing": {"compare_compile": compare_compile}, "profile": {"enabled": profile}}})
+    settings = _settings(
+        config,
+        {
+            "eval": {
+                "device": device,
+                "trials": trials,
+                "atol": atol,
+                "rtol": rtol,
+                "sandbox": sandbox,
+                "verdict": verdict,
+                "timing": {"compare_compile": compare_compile},
+                "profile": {"enabled": profile},
+            }
+        },
+    )
     cfg = settings.eval
     if not settings.given("eval.profile.roofline"):  # evidence only where asked (--profile)
         cfg.profile.roofline = cfg.profile.enabled
@@ -229,8 +323,10 @@ def suite_eval(
         problems = discovery.discover(problem_args, only, skip)
         pairs, missing = discovery.match(problems, discovery.load_candidates(cand_arg))
         if not pairs:
-            raise discovery.SuiteError(f"no candidate in {cand_arg} matches any of the {len(problems)} problems; "
-                                       "name candidate files like the problems (19_ReLU.py) or pass a mapping file")
+            raise discovery.SuiteError(
+                f"no candidate in {cand_arg} matches any of the {len(problems)} problems; "
+                "name candidate files like the problems (19_ReLU.py) or pass a mapping file"
+            )
         cfg.device = _resolve_device(cfg.device)  # type: ignore[assignment]
         check_device(cfg.device)
         cfg.validate()
@@ -242,42 +338,83 @@ def suite_eval(
         store_path, out_dir = _store_and_out(store, out, name)
         ex = _executor(executor, cfg, gpus, ray_address, build_workers)  # a bad option: one line, before any write
         db = Store.open(store_path)
-        register_suite(db, name, "eval", problem_args, out_dir, candidates=cand_arg, info={
-            "device": cfg.device, "trials": cfg.trials, "atol": cfg.atol, "rtol": cfg.rtol, "verdict": cfg.verdict,
-            "executor": executor, "missing": [{"problem": p.name, "level": p.level} for p in missing]})
+        register_suite(
+            db,
+            name,
+            "eval",
+            problem_args,
+            out_dir,
+            candidates=cand_arg,
+            info={
+                "device": cfg.device,
+                "trials": cfg.trials,
+                "atol": cfg.atol,
+                "rtol": cfg.rtol,
+                "verdict": cfg.verdict,
+                "executor": executor,
+                "missing": [{"problem": p.name, "level": p.level} for p in missing],
+            },
+        )
     except (discovery.SuiteError, EngineError, StoreError, ValueError) as exc:
         if ex is not None:
             ex.close()
         _fail(str(exc))
         return
     console = _console(json_out, quiet)
-    console.print(f"[bold]suite eval[/] {name}: {len(pairs)} candidates for {len(problems)} problems"
-                  + (f" ({len(missing)} with no candidate)" if missing else "")
-                  + f" on {cfg.device}, executor {executor} → {out_dir}, store {store_path}",
-                  highlight=False, soft_wrap=True)
+    console.print(
+        f"[bold]suite eval[/] {name}: {len(pairs)} candidates for {len(problems)} problems"
+        + (f" ({len(missing)} with no candidate)" if missing else "")
+        + f" on {cfg.device}, executor {executor} → {out_dir}, store {store_path}",
+        highlight=False,
+        soft_wrap=True,
+    )
     t0 = time.monotonic()
     try:
         try:
             with RichSuiteProgress(console) as progress:
-                outcome = run_eval_suite(pairs, name=name, out_dir=out_dir, store=db, config=cfg, executor=ex,
-                                         build_workers=build_workers or 0, progress=progress)
+                outcome = run_eval_suite(
+                    pairs,
+                    name=name,
+                    out_dir=out_dir,
+                    store=db,
+                    config=cfg,
+                    executor=ex,
+                    build_workers=build_workers or 0,
+                    progress=progress,
+                )
         finally:
             ex.close()
-        _finish(outcome, db, name, Console(stderr=True) if quiet else console, t0, json_out=json_out, quiet=quiet,
-                extra={"executor": executor, "missing": [p.key for p in missing]})
+        _finish(
+            outcome,
+            db,
+            name,
+            Console(stderr=True) if quiet else console,
+            t0,
+            json_out=json_out,
+            quiet=quiet,
+            extra={"executor": executor, "missing": [p.key for p in missing]},
+        )
     finally:
         db.close()
 
 
 @app.command("optimize")
 def suite_optimize(
-    problems_args: list[str] = typer.Argument(..., metavar="PROBLEMS...", help="Problem folders, files or globs (KernelBench/level1 as it is)."),
-    coder: str = typer.Option(None, help="Coder model (as for `kernelwright optimize`; or model.coder in the settings file)."),
+    problems_args: list[str] = typer.Argument(
+        ..., metavar="PROBLEMS...", help="Problem folders, files or globs (KernelBench/level1 as it is)."
+    ),
+    coder: str = typer.Option(
+        None, help="Coder model (as for `kernelwright optimize`; or model.coder in the settings file)."
+    ),
     judge: str = typer.Option(None, help="Judge model (default: the Coder's model)."),
     rounds: int = typer.Option(None, help="Round limit per problem (default 10)."),
-    only: list[str] = typer.Option(None, "--only", help="Run only these problems: a name, a glob, a level or an id; repeatable."),
+    only: list[str] = typer.Option(
+        None, "--only", help="Run only these problems: a name, a glob, a level or an id; repeatable."
+    ),
     skip: list[str] = typer.Option(None, "--skip", help="Leave these problems out; repeatable."),
-    name: str = typer.Option(None, help="The suite's name in the store (default: from the arguments; a rerun continues it)."),
+    name: str = typer.Option(
+        None, help="The suite's name in the store (default: from the arguments; a rerun continues it)."
+    ),
     out: Path = typer.Option(None, help="Folder for the run directories (default: runs/suites/NAME)."),
     store: Path = typer.Option(None, help="Run store (default: runs/kernelwright.db)."),
     backend: str = typer.Option(None, help="cuda, triton or cpp (default: cuda on a GPU, cpp on the CPU)."),
@@ -285,20 +422,36 @@ def suite_optimize(
     base_url: str = typer.Option(None, "--base-url", help="OpenAI-compatible endpoint."),
     api_key_env: str = typer.Option(None, "--api-key-env", help="Env var that holds the API key."),
     price_file: Path = typer.Option(None, "--price-file", help="JSON or TOML price table."),
-    target_speedup: float = typer.Option(None, "--target-speedup", help="Stop a problem once this speedup is verified."),
+    target_speedup: float = typer.Option(
+        None, "--target-speedup", help="Stop a problem once this speedup is verified."
+    ),
     max_tokens: int = typer.Option(None, "--max-tokens", help="Token budget per problem."),
     max_cost: float = typer.Option(None, "--max-cost", help="Cost budget per problem, USD."),
     trials: int = typer.Option(None, help="Correctness trials per candidate (default 5)."),
-    profile: bool = typer.Option(None, "--profile/--no-profile", help="Profile correct candidates for the Judge (on by default)."),
+    profile: bool = typer.Option(
+        None, "--profile/--no-profile", help="Profile correct candidates for the Judge (on by default)."
+    ),
     sandbox: str = typer.Option(None, help="auto, bwrap or none."),
     retries: int = typer.Option(None, help="Attempts per model call (default 5)."),
-    request_timeout: float = typer.Option(None, "--request-timeout", help="Seconds one model request may take (default 600)."),
-    executor: str = typer.Option("serial", "--executor", metavar="serial|local|ray",
-                                 help="serial (the default), local (a worker per GPU of this machine) or ray."),
+    request_timeout: float = typer.Option(
+        None, "--request-timeout", help="Seconds one model request may take (default 600)."
+    ),
+    executor: str = typer.Option(
+        "serial",
+        "--executor",
+        metavar="serial|local|ray",
+        help="serial (the default), local (a worker per GPU of this machine) or ray.",
+    ),
     gpus: str = typer.Option(None, "--gpus", metavar="0,1,...", help="GPUs to use (default: every visible GPU)."),
-    ray_address: str = typer.Option(None, "--ray-address", metavar="ADDR", help="Ray cluster to join (default: a local Ray)."),
-    parallel: int = typer.Option(None, "--parallel", help="Problems optimised at once (default: one per GPU worker of the executor)."),
-    json_out: bool = typer.Option(False, "--json", help="Print the suite's summary as JSON on stdout, and nothing else there."),
+    ray_address: str = typer.Option(
+        None, "--ray-address", metavar="ADDR", help="Ray cluster to join (default: a local Ray)."
+    ),
+    parallel: int = typer.Option(
+        None, "--parallel", help="Problems optimised at once (default: one per GPU worker of the executor)."
+    ),
+    json_out: bool = typer.Option(
+        False, "--json", help="Print the suite's summary as JSON on stdout, and nothing else there."
+    ),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="One line at the end; no live progress."),
     config: Path = _config_option(),  # noqa: B008
 ) -> None:
@@ -311,21 +464,38 @@ def suite_optimize(
     from kernelwright.suites import discovery
     from kernelwright.suites.runner import register_suite, run_optimize_suite
 
-    settings = _settings(config, {
-        "eval": {"device": device, "trials": trials, "sandbox": sandbox},
-        "loop": {"rounds": rounds, "backend": backend, "target_speedup": target_speedup, "max_tokens": max_tokens,
-                 "max_cost_usd": max_cost, "profile": profile},
-        "model": {"coder": coder, "judge": judge, "base_url": base_url, "api_key_env": api_key_env,
-                  "price_file": str(price_file) if price_file else None,
-                  "retry": {"max_attempts": retries, "request_timeout_s": request_timeout}}})
+    settings = _settings(
+        config,
+        {
+            "eval": {"device": device, "trials": trials, "sandbox": sandbox},
+            "loop": {
+                "rounds": rounds,
+                "backend": backend,
+                "target_speedup": target_speedup,
+                "max_tokens": max_tokens,
+                "max_cost_usd": max_cost,
+                "profile": profile,
+            },
+            "model": {
+                "coder": coder,
+                "judge": judge,
+                "base_url": base_url,
+                "api_key_env": api_key_env,
+                "price_file": str(price_file) if price_file else None,
+                "retry": {"max_attempts": retries, "request_timeout_s": request_timeout},
+            },
+        },
+    )
     cfg, eval_cfg, model_cfg = settings.loop, settings.eval, settings.loop.model
     if parallel is not None and parallel < 1:
         _fail(f"--parallel must be at least 1 (got {parallel})")
     ex = None
     try:
         if not model_cfg.coder:
-            raise ValueError("no Coder model given; pass --coder (openai:MODEL, anthropic:MODEL, replay:RUN_DIR) "
-                             "or set coder under [model] in kernelwright.toml")
+            raise ValueError(
+                "no Coder model given; pass --coder (openai:MODEL, anthropic:MODEL, replay:RUN_DIR) "
+                "or set coder under [model] in kernelwright.toml"
+            )
         problems = discovery.discover(problems_args, only, skip)
         eval_cfg.device = _resolve_device(eval_cfg.device)  # type: ignore[assignment]
         check_device(eval_cfg.device)
@@ -341,12 +511,26 @@ def suite_optimize(
         store_path, out_dir = _store_and_out(store, out, name)
         ex = _executor(executor, eval_cfg, gpus, ray_address, None)  # a bad option: one line, before any write
         db = Store.open(store_path)
-        run_info = {"coder": coder_model.name, "judge": judge_model.name, "backend": cfg.backend,
-                    "device": eval_cfg.device, "round_limit": cfg.rounds, "trials": eval_cfg.trials,
-                    "profile": "auto" if cfg.profile else "off", "sandbox": eval_cfg.sandbox, "executor": executor}
+        run_info = {
+            "coder": coder_model.name,
+            "judge": judge_model.name,
+            "backend": cfg.backend,
+            "device": eval_cfg.device,
+            "round_limit": cfg.rounds,
+            "trials": eval_cfg.trials,
+            "profile": "auto" if cfg.profile else "off",
+            "sandbox": eval_cfg.sandbox,
+            "executor": executor,
+        }
         register_suite(db, name, "optimize", problems_args, out_dir, info=run_info)
-    except (discovery.SuiteError, EngineError, StoreError, ModelSetupError, ValueError,
-            sandbox_mod.SandboxUnavailable) as exc:
+    except (
+        discovery.SuiteError,
+        EngineError,
+        StoreError,
+        ModelSetupError,
+        ValueError,
+        sandbox_mod.SandboxUnavailable,
+    ) as exc:
         if ex is not None:
             ex.close()
         _fail(str(exc))
@@ -356,18 +540,41 @@ def suite_optimize(
     try:
         workers = len(getattr(ex, "_slots", [])) or 1
         parallel = parallel or workers
-        console.print(f"[bold]suite optimize[/] {name}: {len(problems)} problems, coder {coder_model.name}, judge "
-                      f"{judge_model.name}, {cfg.rounds} rounds each, on {eval_cfg.device}, executor {executor} "
-                      f"({parallel} at once) → {out_dir}, store {store_path}", highlight=False, soft_wrap=True)
+        console.print(
+            f"[bold]suite optimize[/] {name}: {len(problems)} problems, coder {coder_model.name}, judge "
+            f"{judge_model.name}, {cfg.rounds} rounds each, on {eval_cfg.device}, executor {executor} "
+            f"({parallel} at once) → {out_dir}, store {store_path}",
+            highlight=False,
+            soft_wrap=True,
+        )
         try:
             with RichSuiteProgress(console) as progress:
-                outcome = run_optimize_suite(problems, name=name, out_dir=out_dir, store=db, eval_config=eval_cfg,
-                                             loop_config=cfg, coder=coder_model, judge=judge_model,
-                                             device=eval_cfg.device, run_info=run_info, progress=progress,
-                                             executor=ex, parallel=parallel)
+                outcome = run_optimize_suite(
+                    problems,
+                    name=name,
+                    out_dir=out_dir,
+                    store=db,
+                    eval_config=eval_cfg,
+                    loop_config=cfg,
+                    coder=coder_model,
+                    judge=judge_model,
+                    device=eval_cfg.device,
+                    run_info=run_info,
+                    progress=progress,
+                    executor=ex,
+                    parallel=parallel,
+                )
         finally:
             ex.close()
-        _finish(outcome, db, name, Console(stderr=True) if quiet else console, t0, json_out=json_out, quiet=quiet,
-                extra={"executor": executor})
+        _finish(
+            outcome,
+            db,
+            name,
+            Console(stderr=True) if quiet else console,
+            t0,
+            json_out=json_out,
+            quiet=quiet,
+            extra={"executor": executor},
+        )
     finally:
         db.close()

@@ -106,8 +106,8 @@ class EvalConfig:
     # writable (the only limit for CUDA, whose driver reserves huge address space); see
     # engine/isolation/containment.py and docs/SANDBOX.md. What was in force: metadata["isolation"].
     memory_limit_mb: int | None = None
-    profile: "ProfileConfig" = field(default_factory=lambda: ProfileConfig())
-    build: "BuildConfig" = field(default_factory=lambda: BuildConfig())
+    profile: ProfileConfig = field(default_factory=lambda: ProfileConfig())
+    build: BuildConfig = field(default_factory=lambda: BuildConfig())
     numerics: NumericsConfig = field(default_factory=lambda: NumericsConfig())
     guards: GuardConfig = field(default_factory=lambda: GuardConfig())
 
@@ -115,7 +115,7 @@ class EvalConfig:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "EvalConfig":
+    def from_dict(cls, data: dict[str, Any]) -> EvalConfig:
         data = dict(data)
         data["timeouts"] = StageTimeouts(**data.get("timeouts", {}))
         data["timing"] = TimingConfig(**data.get("timing", {}))
@@ -141,8 +141,9 @@ class EvalConfig:
         if self.sandbox not in ("auto", "bwrap", "none"):
             raise ValueError(f"--sandbox must be auto, bwrap or none (got {self.sandbox!r})")
         if self.memory_limit_mb is not None and self.memory_limit_mb < 0:
-            raise ValueError(f"memory_limit_mb must be 0 (no limit), a positive number of MiB or unset "
-                             f"(got {self.memory_limit_mb})")
+            raise ValueError(
+                f"memory_limit_mb must be 0 (no limit), a positive number of MiB or unset (got {self.memory_limit_mb})"
+            )
         if self.verdict not in ("strict", "calibrated"):
             raise ValueError(f"--verdict must be strict or calibrated (got {self.verdict!r})")
         if self.shapes not in ("check", "strict", "off"):
@@ -211,8 +212,14 @@ GUARD_FLAGS = (
     "memory_error",  # an out-of-bounds or misaligned access under compute-sanitizer (EvalConfig.sanitize)
 )
 # Flags that report a fact about the problem or the machine, never the candidate's fault.
-REPORT_ONLY_FLAGS = ("no_custom_kernel", "lower_precision_suspected", "degenerate_reference", "timing_unstable",
-                     "faster_than_hardware", "shape_specific")
+REPORT_ONLY_FLAGS = (
+    "no_custom_kernel",
+    "lower_precision_suspected",
+    "degenerate_reference",
+    "timing_unstable",
+    "faster_than_hardware",
+    "shape_specific",
+)
 
 
 @dataclass

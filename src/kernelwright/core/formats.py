@@ -41,9 +41,7 @@ def _parse(text: str, path: Path, what: str) -> ast.Module:
     try:
         return ast.parse(text, filename=str(path))
     except SyntaxError as exc:
-        raise FormatError(
-            f"{what} {path} is not valid Python (line {exc.lineno}: {exc.msg}); fix the syntax"
-        ) from None
+        raise FormatError(f"{what} {path} is not valid Python (line {exc.lineno}: {exc.msg}); fix the syntax") from None
 
 
 def _read(path: str | Path, what: str) -> SourceFile:

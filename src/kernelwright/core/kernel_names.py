@@ -27,14 +27,48 @@ UNKNOWN = "unknown"
 
 # Namespaces / prefixes of kernels that PyTorch (or a library it calls) launches.
 _PYTORCH_PATTERNS = [
-    r"\bat::", r"\bc10::", r"\btorch::", r"\bat_cuda_detail::", r"\bpytorch_flash::", r"\bfmha_",
-    r"\bcutlass::", r"\bcutlass3x_", r"\bcublas", r"\bcublasLt", r"\bcudnn", r"\bcub::", r"\bthrust::",
-    r"^nvjet_", r"\bnvjet_", r"\bsm\d+_xmma_", r"^(?:ampere|volta|turing|hopper|sm\d+)_[sdhb]?gemm",
-    r"^(?:ampere|volta|turing|hopper)_", r"\bgemv2?[NT]?_kernel", r"\bgemvx?_kernel", r"\bsplitKreduce_kernel",
-    r"\bgemmk1_kernel", r"\bdot_kernel\b", r"\breduce_1Block_kernel", r"\bscal_kernel", r"\baxpy_kernel",
-    r"^triton_(?:poi|red|per|tem|for|mm|bmm)_", r"^triton__", r"^Memcpy", r"^Memset", r"^\[?memcpy", r"^\[?memset",
-    r"\bxmma_", r"^void (?:at|c10|cub|thrust)::", r"\bflash_fwd", r"\bflash_bwd", r"\bmemory_efficient_attention",
-    r"\bnchwToNhwc", r"\bnhwcToNchw", r"\bimplicit_convolve", r"\bcask_", r"\bgeneric_elementwise_kernel",
+    r"\bat::",
+    r"\bc10::",
+    r"\btorch::",
+    r"\bat_cuda_detail::",
+    r"\bpytorch_flash::",
+    r"\bfmha_",
+    r"\bcutlass::",
+    r"\bcutlass3x_",
+    r"\bcublas",
+    r"\bcublasLt",
+    r"\bcudnn",
+    r"\bcub::",
+    r"\bthrust::",
+    r"^nvjet_",
+    r"\bnvjet_",
+    r"\bsm\d+_xmma_",
+    r"^(?:ampere|volta|turing|hopper|sm\d+)_[sdhb]?gemm",
+    r"^(?:ampere|volta|turing|hopper)_",
+    r"\bgemv2?[NT]?_kernel",
+    r"\bgemvx?_kernel",
+    r"\bsplitKreduce_kernel",
+    r"\bgemmk1_kernel",
+    r"\bdot_kernel\b",
+    r"\breduce_1Block_kernel",
+    r"\bscal_kernel",
+    r"\baxpy_kernel",
+    r"^triton_(?:poi|red|per|tem|for|mm|bmm)_",
+    r"^triton__",
+    r"^Memcpy",
+    r"^Memset",
+    r"^\[?memcpy",
+    r"^\[?memset",
+    r"\bxmma_",
+    r"^void (?:at|c10|cub|thrust)::",
+    r"\bflash_fwd",
+    r"\bflash_bwd",
+    r"\bmemory_efficient_attention",
+    r"\bnchwToNhwc",
+    r"\bnhwcToNchw",
+    r"\bimplicit_convolve",
+    r"\bcask_",
+    r"\bgeneric_elementwise_kernel",
 ]
 _PYTORCH_RE = re.compile("|".join(f"(?:{p})" for p in _PYTORCH_PATTERNS))
 
@@ -60,7 +94,7 @@ def _demangle_head(name: str) -> str | None:
         while j < len(name) and name[j].isdigit():
             j += 1
         n = int(name[i:j])
-        last = name[j:j + n]
+        last = name[j : j + n]
         i = j + n
         if name[1:3] != "ZN":  # not nested: one identifier only
             break
@@ -121,8 +155,9 @@ def binary_has_symbol(binaries: Iterable[bytes], identifier: str) -> bool:
     return any(needle in b for b in binaries)
 
 
-def classify(name: str, candidate_kernels: set[str] | frozenset[str] = frozenset(),
-             binaries: Iterable[bytes] = ()) -> str:
+def classify(
+    name: str, candidate_kernels: set[str] | frozenset[str] = frozenset(), binaries: Iterable[bytes] = ()
+) -> str:
     """Origin of a kernel (or CPU op) name: "candidate", "pytorch" or "unknown"."""
     if name.startswith(_CPU_OP_PREFIX):
         return CANDIDATE

@@ -148,7 +148,7 @@ class EvalResult:
         return json.dumps(self.to_dict(), indent=indent, allow_nan=True)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "EvalResult":
+    def from_dict(cls, data: dict[str, Any]) -> EvalResult:
         data = dict(data)
         data["status"] = Status(data["status"])
         if data.get("error_stage") is not None:
@@ -168,7 +168,7 @@ class EvalResult:
         return cls(**data)
 
     @classmethod
-    def from_json(cls, text: str) -> "EvalResult":
+    def from_json(cls, text: str) -> EvalResult:
         return cls.from_dict(json.loads(text))
 
     # ---- views -------------------------------------------------------------------------
@@ -186,8 +186,12 @@ class EvalResult:
     def speedup_trusted(self) -> bool:
         """A speed-up to aggregate: measured, on a problem that is not degenerate, timed in stable conditions."""
         flags = self.flags()
-        return (self.speedup is not None and not self.degenerate_reference and "timing_unstable" not in flags
-                and "faster_than_hardware" not in flags)
+        return (
+            self.speedup is not None
+            and not self.degenerate_reference
+            and "timing_unstable" not in flags
+            and "faster_than_hardware" not in flags
+        )
 
     def to_kernelbench(self) -> dict[str, Any]:
         """The record in KernelBench's `KernelExecResult` shape, for tools that read that format."""
@@ -222,8 +226,10 @@ class EvalResult:
                 f"({self.speedup:.3g}x) on {self.device}"
             )
         first = self.error_log.strip().splitlines()[0] if self.error_log.strip() else ""
-        return f"{self.status.value}" + (f" [{self.error_stage.value}]" if self.error_stage else "") + (
-            f": {first}" if first else ""
+        return (
+            f"{self.status.value}"
+            + (f" [{self.error_stage.value}]" if self.error_stage else "")
+            + (f": {first}" if first else "")
         )
 
 

@@ -34,8 +34,15 @@ class Roofline:
         return asdict(self)
 
 
-def compute(flops: float, min_bytes: float, time_ms: float, peak_bytes_per_s: float,
-            peak_flops_per_s: float | None, peak_source: str = "", precision: str = "") -> Roofline:
+def compute(
+    flops: float,
+    min_bytes: float,
+    time_ms: float,
+    peak_bytes_per_s: float,
+    peak_flops_per_s: float | None,
+    peak_source: str = "",
+    precision: str = "",
+) -> Roofline:
     if time_ms <= 0:
         raise ValueError("time_ms must be positive")
     if peak_bytes_per_s <= 0:
@@ -48,11 +55,20 @@ def compute(flops: float, min_bytes: float, time_ms: float, peak_bytes_per_s: fl
     bound = "compute" if comp_s > mem_s else "memory"
     floor_s = max(mem_s, comp_s)
     return Roofline(
-        flops=float(flops), min_bytes=float(min_bytes), time_ms=float(time_ms),
-        peak_flops_per_s=peak_flops_per_s, peak_bytes_per_s=float(peak_bytes_per_s),
-        peak_source=peak_source, precision=precision, intensity=intensity, ridge=ridge, bound=bound,
-        floor_ms=floor_s * 1e3, fraction_of_floor=floor_s / t,
-        achieved_flops_per_s=flops / t, achieved_bytes_per_s=min_bytes / t,
+        flops=float(flops),
+        min_bytes=float(min_bytes),
+        time_ms=float(time_ms),
+        peak_flops_per_s=peak_flops_per_s,
+        peak_bytes_per_s=float(peak_bytes_per_s),
+        peak_source=peak_source,
+        precision=precision,
+        intensity=intensity,
+        ridge=ridge,
+        bound=bound,
+        floor_ms=floor_s * 1e3,
+        fraction_of_floor=floor_s / t,
+        achieved_flops_per_s=flops / t,
+        achieved_bytes_per_s=min_bytes / t,
     )
 
 

@@ -81,8 +81,12 @@ def read_settings_file(path: Path) -> dict[str, Any]:
     return data
 
 
-def load_settings(config_file: Path | None = None, overrides: dict[str, dict[str, Any]] | None = None,
-                  start: Path | None = None, search: bool = True) -> Settings:
+def load_settings(
+    config_file: Path | None = None,
+    overrides: dict[str, dict[str, Any]] | None = None,
+    start: Path | None = None,
+    search: bool = True,
+) -> Settings:
     """Defaults, then the settings file (`config_file`, or the one found from `start`), then `overrides`
     (the command line: {section: {key: value}}, same sections as the file). Validated."""
     settings = Settings()
@@ -103,20 +107,22 @@ def load_settings(config_file: Path | None = None, overrides: dict[str, dict[str
     return settings
 
 
-def apply_table(settings: Settings, table: dict[str, Any], label: str, base_dir: Path | None = None,
-                coerce: bool = True) -> None:
+def apply_table(
+    settings: Settings, table: dict[str, Any], label: str, base_dir: Path | None = None, coerce: bool = True
+) -> None:
     for section, values in table.items():
         if section not in SECTIONS:
-            raise SettingsError(f"{label}: unknown section [{section}]; known: "
-                                f"{', '.join(f'[{s}]' for s in SECTIONS)}")
+            raise SettingsError(f"{label}: unknown section [{section}]; known: {', '.join(f'[{s}]' for s in SECTIONS)}")
         if not isinstance(values, dict):
             raise SettingsError(f"{label}: '{section}' must be a table ([{section}]), not a value")
         target: Any = settings
         for attr in SECTIONS[section]:
             target = getattr(target, attr)
         if base_dir is not None:
-            values = {k: (str((base_dir / v).expanduser()) if (section, k) in PATH_KEYS and isinstance(v, str) else v)
-                      for k, v in values.items()}
+            values = {
+                k: (str((base_dir / v).expanduser()) if (section, k) in PATH_KEYS and isinstance(v, str) else v)
+                for k, v in values.items()
+            }
         _apply(target, values, section, label, coerce)
         settings.explicit |= _keys(section, values)
         if section == "model" and "prices" in values:
@@ -125,10 +131,14 @@ def apply_table(settings: Settings, table: dict[str, Any], label: str, base_dir:
 
 def _check_prices(prices: dict[str, Any], label: str) -> None:
     for model, price in prices.items():
-        if not (isinstance(price, dict) and set(price) == {"input", "output"}
-                and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in price.values())):
-            raise SettingsError(f"{label}: 'model.prices.{model}' must be {{input = USD/Mtok, output = USD/Mtok}} "
-                                f"(got {price!r})")
+        if not (
+            isinstance(price, dict)
+            and set(price) == {"input", "output"}
+            and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in price.values())
+        ):
+            raise SettingsError(
+                f"{label}: 'model.prices.{model}' must be {{input = USD/Mtok, output = USD/Mtok}} (got {price!r})"
+            )
 
 
 def _keys(prefix: str, values: dict[str, Any]) -> set[str]:

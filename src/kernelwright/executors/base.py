@@ -13,9 +13,10 @@ A task that the engine cannot run at all (an `EngineError`) resolves its future 
 from __future__ import annotations
 
 import concurrent.futures as cf
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 from kernelwright.core.config import EvalConfig
 from kernelwright.core.record import EvalResult
@@ -50,7 +51,7 @@ class Executor(Protocol):
     (the task cannot run) or `WorkerLost`. Executors that place work record it in
     `result.metadata["executor"]`: kind, host, gpu, worker, attempts, retried_after."""
 
-    def submit(self, task: EvalTask, on_stage: Callable[[str], None] | None = None) -> "cf.Future[EvalResult]": ...
+    def submit(self, task: EvalTask, on_stage: Callable[[str], None] | None = None) -> cf.Future[EvalResult]: ...
 
     def close(self) -> None: ...
 
@@ -67,7 +68,7 @@ class SerialExecutor:
         self._warm = WarmEvaluator(self.config, keep_warm=warm)
         self._lock = threading.Lock()  # submits from several threads take turns
 
-    def submit(self, task: EvalTask, on_stage: Callable[[str], None] | None = None) -> "cf.Future[EvalResult]":
+    def submit(self, task: EvalTask, on_stage: Callable[[str], None] | None = None) -> cf.Future[EvalResult]:
         fut: cf.Future[EvalResult] = cf.Future()
         fut.set_running_or_notify_cancel()
         try:
@@ -84,15 +85,19 @@ class SerialExecutor:
     def close(self) -> None:
         self._warm.close()
 
-    def __enter__(self) -> "SerialExecutor":
+    def __enter__(self) -> SerialExecutor:
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
 
 
-def run_task(evaluate: Callable[..., EvalResult], task: EvalTask, default: EvalConfig,
-             on_stage: Callable[[str], None] | None = None) -> EvalResult:
+def run_task(
+    evaluate: Callable[..., EvalResult],
+    task: EvalTask,
+    default: EvalConfig,
+    on_stage: Callable[[str], None] | None = None,
+) -> EvalResult:
     """Run one task through an `evaluate`-like callable (engine.evaluate or WarmEvaluator.evaluate)."""
     from dataclasses import replace
 
@@ -116,5 +121,12 @@ def placement(kind: str, gpu: str | None, **more: Any) -> dict[str, Any]:
     import os
     import socket
 
-    return {"kind": kind, "host": socket.gethostname(), "gpu": gpu or os.environ.get("CUDA_VISIBLE_DEVICES"),
-            "worker": f"pid{os.getpid()}", "attempts": 1, "retried_after": None, **more}
+    return {
+        "kind": kind,
+        "host": socket.gethostname(),
+        "gpu": gpu or os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "worker": f"pid{os.getpid()}",
+        "attempts": 1,
+        "retried_after": None,
+        **more,
+    }

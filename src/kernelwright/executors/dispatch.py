@@ -10,8 +10,9 @@ from __future__ import annotations
 import concurrent.futures as cf
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from kernelwright.executors.base import EvalTask
 

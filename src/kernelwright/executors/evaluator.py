@@ -7,8 +7,8 @@ round), and the executor spreads them over its GPUs.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from kernelwright.core.record import EvalResult
 from kernelwright.executors.base import EvalTask, Executor
@@ -20,11 +20,13 @@ class ExecutorEvaluator:
     def __init__(self, executor: Executor):
         self.executor = executor
 
-    def __call__(self, problem: Path, code: str, on_stage: Callable[[str], None],
-                 report_dir: Path | None) -> EvalResult:
+    def __call__(
+        self, problem: Path, code: str, on_stage: Callable[[str], None], report_dir: Path | None
+    ) -> EvalResult:
         key = f"{Path(problem).stem}/{hashlib.sha256(code.encode()).hexdigest()[:12]}"
-        return self.executor.submit(EvalTask(key=key, problem=Path(problem), candidate_text=code,
-                                             report_dir=report_dir), on_stage).result()
+        return self.executor.submit(
+            EvalTask(key=key, problem=Path(problem), candidate_text=code, report_dir=report_dir), on_stage
+        ).result()
 
     def close(self) -> None:
         self.executor.close()

@@ -30,26 +30,33 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import kernelwright
 from kernelwright.core.config import EvalConfig
 from kernelwright.core.record import EvalResult
 from kernelwright.engine import EngineError
 from kernelwright.executors import orphans
-from kernelwright.executors.dispatch import Job, SlotQueue, safe_stage
 from kernelwright.executors.base import WORKER_RETRIES, EvalTask, WorkerLost
+from kernelwright.executors.dispatch import Job, SlotQueue, safe_stage
 from kernelwright.executors.placement import CorePlan, TimingGate, default_build_workers, detect_gpus, plan_cores
-
 
 
 class _Worker:
     """One worker process, pinned to one GPU (and to its cores, when it has its own)."""
 
-    def __init__(self, slot: int, gpu: str | None, config: EvalConfig, cpus: set[int] | None, spares: int = 2,
-                 startup_cpus: set[int] | None = None):
+    def __init__(
+        self,
+        slot: int,
+        gpu: str | None,
+        config: EvalConfig,
+        cpus: set[int] | None,
+        spares: int = 2,
+        startup_cpus: set[int] | None = None,
+    ):
         self.tag = f"{os.getpid()}-{slot}-{uuid.uuid4().hex[:8]}"
         env = dict(os.environ)
         root = str(Path(kernelwright.__file__).resolve().parent.parent)
@@ -57,17 +64,28 @@ class _Worker:
         env[orphans.TAG_VAR] = self.tag
         if gpu is not None:
             env["CUDA_VISIBLE_DEVICES"] = gpu
-        self.proc = subprocess.Popen([sys.executable, "-u", "-m", "kernelwright.executors.worker"],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True, bufsize=1)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-u", "-m", "kernelwright.executors.worker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env,
+            text=True,
+            bufsize=1,
+        )
         if cpus and hasattr(os, "sched_setaffinity"):
             try:
                 os.sched_setaffinity(self.proc.pid, cpus)  # before its first child: they inherit it
             except OSError:
                 pass
         self.name = f"gpu{gpu if gpu is not None else '-'}/pid{self.proc.pid}"
-        self.send({"config": config.to_dict(), "spares": spares,
-                   "startup_cpus": sorted(startup_cpus) if cpus and startup_cpus else None,
-                   "home_cpus": sorted(cpus) if cpus and startup_cpus else None})
+        self.send(
+            {
+                "config": config.to_dict(),
+                "spares": spares,
+                "startup_cpus": sorted(startup_cpus) if cpus and startup_cpus else None,
+                "home_cpus": sorted(cpus) if cpus and startup_cpus else None,
+            }
+        )
 
     @property
     def pid(self) -> int:
@@ -144,9 +162,15 @@ class LocalExecutor(SlotQueue):
 
     kind = "local"
 
-    def __init__(self, config: EvalConfig | None = None, gpus: list[str] | None = None,
-                 build_workers: int | None = None, cores_per_gpu: int = 2, plan: CorePlan | None = None,
-                 spares: int = 2):
+    def __init__(
+        self,
+        config: EvalConfig | None = None,
+        gpus: list[str] | None = None,
+        build_workers: int | None = None,
+        cores_per_gpu: int = 2,
+        plan: CorePlan | None = None,
+        spares: int = 2,
+    ):
         self.config = config or EvalConfig()
         if gpus is None:
             gpus = detect_gpus() if self.config.device != "cpu" else []
@@ -154,8 +178,9 @@ class LocalExecutor(SlotQueue):
         self.plan = plan or plan_cores(len(slots), cores_per_gpu)
         self.gate = TimingGate(active=self.plan.scarce)
         self.host = socket.gethostname()
-        self._slots = [_Slot(i, g, self.plan.workers[i] if i < len(self.plan.workers) else None)
-                       for i, g in enumerate(slots)]
+        self._slots = [
+            _Slot(i, g, self.plan.workers[i] if i < len(self.plan.workers) else None) for i, g in enumerate(slots)
+        ]
         self._cv = threading.Condition()
         self._queue: list[Job] = []
         self._inflight = 0
@@ -181,7 +206,7 @@ class LocalExecutor(SlotQueue):
         return [s.gpu for s in self._slots]
 
     # -- the Executor interface --
-    def submit(self, task: EvalTask, on_stage: Callable[[str], None] | None = None) -> "cf.Future[EvalResult]":
+    def submit(self, task: EvalTask, on_stage: Callable[[str], None] | None = None) -> cf.Future[EvalResult]:
         if self._closing:
             raise RuntimeError("this executor is closed; submit before close()")
         fut: cf.Future[EvalResult] = cf.Future()
@@ -193,9 +218,11 @@ class LocalExecutor(SlotQueue):
         if self._builds is not None and same_cache:
             if on_stage:
                 safe_stage(on_stage, "prebuild")
-            self._builds.submit(task.problem, task.candidate_text,
-                                on_start=(lambda: safe_stage(on_stage, "building")) if on_stage else None
-                                ).add_done_callback(lambda f, job=job: self._built(job, f))
+            self._builds.submit(
+                task.problem,
+                task.candidate_text,
+                on_start=(lambda: safe_stage(on_stage, "building")) if on_stage else None,
+            ).add_done_callback(lambda f, job=job: self._built(job, f))
         else:
             self._mark_ready(job, None)
         return fut
@@ -223,15 +250,13 @@ class LocalExecutor(SlotQueue):
     def _built(self, job: Job, fut: cf.Future) -> None:
         try:
             pre = fut.result()
-            summary = {"ok": pre.ok, "wall_s": round(pre.wall_s, 3), "build_s": pre.build_s,
-                       "error": pre.error or None}
+            summary = {"ok": pre.ok, "wall_s": round(pre.wall_s, 3), "build_s": pre.build_s, "error": pre.error or None}
             job.memo = pre.memo
         except BaseException as exc:  # a prebuild is best effort: the evaluation builds and judges
             summary = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
         if job.on_stage:
             safe_stage(job.on_stage, "built")
         self._mark_ready(job, summary)
-
 
     # -- one attempt of one task on one worker --
     def _run(self, slot: _Slot, job: Job) -> None:
@@ -240,15 +265,23 @@ class LocalExecutor(SlotQueue):
         if slot.worker is None or not slot.worker.alive():
             if slot.worker is not None:
                 slot.worker.reap()
-            slot.worker = _Worker(slot.index, slot.gpu, self._pinned(self.config, slot), slot.cpus, self.spares,
-                                  self.plan.builds)
+            slot.worker = _Worker(
+                slot.index, slot.gpu, self._pinned(self.config, slot), slot.cpus, self.spares, self.plan.builds
+            )
         worker = slot.worker
         t = job.task
         with self._cv:
             self._running[t.key] = (slot.index, worker.pid, worker.tag)
-        sent = worker.send({"key": t.key, "problem": str(Path(t.problem).resolve()), "candidate_text": t.candidate_text,
-                            "config": cfg.to_dict(), "report_dir": str(t.report_dir) if t.report_dir else None,
-                            "trusted_memo": job.memo})
+        sent = worker.send(
+            {
+                "key": t.key,
+                "problem": str(Path(t.problem).resolve()),
+                "candidate_text": t.candidate_text,
+                "config": cfg.to_dict(),
+                "report_dir": str(t.report_dir) if t.report_dir else None,
+                "trusted_memo": job.memo,
+            }
+        )
         stage, timing, started = "startup", False, time.monotonic()
         try:
             while sent:
@@ -283,8 +316,11 @@ class LocalExecutor(SlotQueue):
         slot.worker = None
         note = f"worker {worker.name} on {self.host} {how} during stage '{stage}'"
         if job.attempts > WORKER_RETRIES:
-            job.future.set_exception(WorkerLost(
-                f"{t.key}: {note}, after a retry ({'; '.join(job.retried_after)}); the task was not evaluated"))
+            job.future.set_exception(
+                WorkerLost(
+                    f"{t.key}: {note}, after a retry ({'; '.join(job.retried_after)}); the task was not evaluated"
+                )
+            )
             return
         job.retried_after.append(note)
         job.avoid.add(slot.index)
@@ -297,9 +333,15 @@ class LocalExecutor(SlotQueue):
         return replace(cfg, visible_devices=slot.gpu, pass_env=pass_env)
 
     def _placement(self, slot: _Slot, worker: _Worker, job: Job, started: float) -> dict[str, Any]:
-        return {"kind": self.kind, "host": self.host, "gpu": slot.gpu, "worker": worker.name,
-                "attempts": job.attempts, "retried_after": list(job.retried_after) or None,
-                "cpus": sorted(slot.cpus) if slot.cpus else None, "prebuild": job.prebuild,
-                "queued_s": round(started - job.submitted, 3), "wall_s": round(time.monotonic() - started, 3)}
-
-
+        return {
+            "kind": self.kind,
+            "host": self.host,
+            "gpu": slot.gpu,
+            "worker": worker.name,
+            "attempts": job.attempts,
+            "retried_after": list(job.retried_after) or None,
+            "cpus": sorted(slot.cpus) if slot.cpus else None,
+            "prebuild": job.prebuild,
+            "queued_s": round(started - job.submitted, 3),
+            "wall_s": round(time.monotonic() - started, 3),
+        }

@@ -24,8 +24,9 @@ def detect_gpus() -> list[str]:
     if visible is not None:
         return [g.strip() for g in visible.split(",") if g.strip() and g.strip() != "-1"]
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=20)
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"], capture_output=True, text=True, timeout=20
+        )
     except (OSError, subprocess.SubprocessError):
         return []
     return [line.strip() for line in out.stdout.splitlines() if line.strip()] if out.returncode == 0 else []
@@ -51,20 +52,25 @@ class CorePlan:
         if self.scarce:
             return "cores shared; builds wait while a GPU is timed"
         return f"{len(self.builds or ())} build cores, " + ", ".join(
-            f"{len(c or ())} per GPU" for c in self.workers[:1])
+            f"{len(c or ())} per GPU" for c in self.workers[:1]
+        )
 
 
-def plan_cores(n_workers: int, cores_per_worker: int = 2, min_build_cores: int = 2,
-               available: list[int] | None = None) -> CorePlan:
+def plan_cores(
+    n_workers: int, cores_per_worker: int = 2, min_build_cores: int = 2, available: list[int] | None = None
+) -> CorePlan:
     """Give each GPU worker `cores_per_worker` cores of its own and builds the rest, when at least
     `min_build_cores` remain; otherwise pin nothing and gate builds on timing."""
-    cores = sorted(available if available is not None else
-                   (os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else range(os.cpu_count() or 1)))
+    cores = sorted(
+        available
+        if available is not None
+        else (os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else range(os.cpu_count() or 1))
+    )
     need = n_workers * cores_per_worker + min_build_cores
     if n_workers < 1 or len(cores) < need:
         return CorePlan([None] * max(n_workers, 0), None, True)
-    workers = [set(cores[i * cores_per_worker:(i + 1) * cores_per_worker]) for i in range(n_workers)]
-    return CorePlan(workers, set(cores[n_workers * cores_per_worker:]), False)
+    workers = [set(cores[i * cores_per_worker : (i + 1) * cores_per_worker]) for i in range(n_workers)]
+    return CorePlan(workers, set(cores[n_workers * cores_per_worker :]), False)
 
 
 def default_build_workers(plan: CorePlan, cores_per_build: int = 2) -> int:

@@ -33,16 +33,17 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from kernelwright.core.config import EvalConfig
 from kernelwright.core.record import EvalResult
 from kernelwright.engine import EngineError
 from kernelwright.executors import orphans
-from kernelwright.executors.dispatch import Job, SlotQueue, safe_stage
 from kernelwright.executors.base import WORKER_RETRIES, EvalTask, WorkerLost
+from kernelwright.executors.dispatch import Job, SlotQueue, safe_stage
 from kernelwright.executors.placement import TimingGate
 
 INSTALL_HINT = "--executor ray needs Ray, which is not installed; install it with: pip install 'kernelwright[ray]'"
@@ -59,6 +60,7 @@ def import_ray():
 
 # ---- what runs on the cluster ----------------------------------------------------------------
 
+
 class EvalActor:
     """One GPU's evaluation worker (decorated with `ray.remote` by `RayExecutor`)."""
 
@@ -71,8 +73,12 @@ class EvalActor:
         self.gpu = os.environ.get("CUDA_VISIBLE_DEVICES") or None  # Ray's choice for this actor
         self.config = self._pin(EvalConfig.from_dict(config))
         self.warm = WarmEvaluator(self.config)
-        self.info = {"host": socket.gethostname(), "gpu": self.gpu, "pid": os.getpid(),
-                     "node": ray.get_runtime_context().get_node_id()}
+        self.info = {
+            "host": socket.gethostname(),
+            "gpu": self.gpu,
+            "pid": os.getpid(),
+            "node": ray.get_runtime_context().get_node_id(),
+        }
         try:
             self.warm.prestart()
         except EngineError:
@@ -95,8 +101,9 @@ class EvalActor:
             problem.write_text(job["problem_text"])
             report = work / "report" if job.get("report_dir") else None
             cfg = self._pin(EvalConfig.from_dict(job["config"]))
-            task = EvalTask(key=job["key"], problem=problem, candidate_text=job["candidate_text"], config=cfg,
-                            report_dir=report)
+            task = EvalTask(
+                key=job["key"], problem=problem, candidate_text=job["candidate_text"], config=cfg, report_dir=report
+            )
             stages: queue.Queue = queue.Queue()
 
             def run() -> None:
@@ -132,8 +139,9 @@ def _collect(report: Path | None) -> dict[str, bytes]:
     return files
 
 
-def ray_prebuild(problem_name: str, problem_text: str, candidate_text: str, config: dict[str, Any],
-                 arch_list: str | None) -> dict[str, Any]:
+def ray_prebuild(
+    problem_name: str, problem_text: str, candidate_text: str, config: dict[str, Any], arch_list: str | None
+) -> dict[str, Any]:
     """A build as a CPU task: fills this node's build cache; a summary for the record."""
     from kernelwright.engine.prebuild import prebuild
 
@@ -142,8 +150,13 @@ def ray_prebuild(problem_name: str, problem_text: str, candidate_text: str, conf
         problem = work / problem_name
         problem.write_text(problem_text)
         pre = prebuild(problem, candidate_text, EvalConfig.from_dict(config), arch_list)
-        return {"ok": pre.ok, "wall_s": round(pre.wall_s, 3), "build_s": pre.build_s, "error": pre.error or None,
-                "host": socket.gethostname()}
+        return {
+            "ok": pre.ok,
+            "wall_s": round(pre.wall_s, 3),
+            "build_s": pre.build_s,
+            "error": pre.error or None,
+            "host": socket.gethostname(),
+        }
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -174,25 +187,34 @@ class RayExecutor(SlotQueue):
 
     kind = "ray"
 
-    def __init__(self, config: EvalConfig | None = None, address: str | None = None, workers: int | None = None,
-                 build: bool = True, gpus_per_worker: float = 1.0):
+    def __init__(
+        self,
+        config: EvalConfig | None = None,
+        address: str | None = None,
+        workers: int | None = None,
+        build: bool = True,
+        gpus_per_worker: float = 1.0,
+    ):
         ray = self.ray = import_ray()
         self.config = config or EvalConfig()
         self._owns_ray = False
         if not ray.is_initialized():
             try:
-                ray.init(address=address, include_dashboard=False, log_to_driver=False,
-                         runtime_env=_runtime_env())
+                ray.init(address=address, include_dashboard=False, log_to_driver=False, runtime_env=_runtime_env())
             except (ConnectionError, RuntimeError, ValueError) as exc:
-                raise EngineError(f"cannot reach the Ray cluster at {address or 'a new local Ray'} "
-                                  f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}); "
-                                  "check --ray-address") from None
+                raise EngineError(
+                    f"cannot reach the Ray cluster at {address or 'a new local Ray'} "
+                    f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}); "
+                    "check --ray-address"
+                ) from None
             self._owns_ray = True
         resources = ray.cluster_resources()
         n_gpus = int(resources.get("GPU", 0))
         self.gpus_per_worker = gpus_per_worker if n_gpus else 0.0
         if self.config.device == "cuda" and not n_gpus:
-            raise EngineError("--executor ray with --device cuda, but the Ray cluster has no GPU; add GPU nodes or use --device cpu")
+            raise EngineError(
+                "--executor ray with --device cuda, but the Ray cluster has no GPU; add GPU nodes or use --device cpu"
+            )
         n = workers or max(1, int(n_gpus // gpus_per_worker) if n_gpus else 1)
         self.gate = TimingGate(active=resources.get("CPU", 0) < 2 * n + 2)  # a small cluster: builds wait for timing
         self._actor_cls = ray.remote(num_cpus=0, num_gpus=self.gpus_per_worker, max_restarts=0)(EvalActor)
@@ -203,7 +225,9 @@ class RayExecutor(SlotQueue):
             from kernelwright.engine.build_arch import detect_arch_list
 
             self._arch = detect_arch_list()
-        self._builds = cf.ThreadPoolExecutor(max_workers=max(1, n), thread_name_prefix="kw-ray-build") if build else None
+        self._builds = (
+            cf.ThreadPoolExecutor(max_workers=max(1, n), thread_name_prefix="kw-ray-build") if build else None
+        )
         self._cv = threading.Condition()
         self._queue: list[Job] = []
         self._inflight = 0
@@ -221,7 +245,7 @@ class RayExecutor(SlotQueue):
         return len(self._slots)
 
     # -- the Executor interface --
-    def submit(self, task: EvalTask, on_stage: Callable[[str], None] | None = None) -> "cf.Future[EvalResult]":
+    def submit(self, task: EvalTask, on_stage: Callable[[str], None] | None = None) -> cf.Future[EvalResult]:
         if self._closing:
             raise RuntimeError("this executor is closed; submit before close()")
         fut: cf.Future[EvalResult] = cf.Future()
@@ -275,15 +299,15 @@ class RayExecutor(SlotQueue):
                 safe_stage(job.on_stage, "building")
             t = job.task
             cfg = (t.config or self.config).to_dict()
-            summary = self.ray.get(self._build.remote(Path(t.problem).name, Path(t.problem).read_text(),
-                                                      t.candidate_text, cfg, self._arch))
+            summary = self.ray.get(
+                self._build.remote(Path(t.problem).name, Path(t.problem).read_text(), t.candidate_text, cfg, self._arch)
+            )
         except Exception as exc:  # best effort: the evaluation builds and judges
             summary = {"ok": False, "error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
         finally:
             if job.on_stage:
                 safe_stage(job.on_stage, "built")
             self._mark_ready(job, summary)
-
 
     # -- actors --
     def _start_actor(self, slot: _Slot) -> None:
@@ -299,7 +323,9 @@ class RayExecutor(SlotQueue):
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         try:
-            ref = self._reap.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote(slot.tag)
+            ref = self._reap.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote(
+                slot.tag
+            )
             self.ray.get(ref, timeout=30)
         except Exception:
             pass
@@ -312,9 +338,14 @@ class RayExecutor(SlotQueue):
         if slot.actor is None:
             self._start_actor(slot)
         t = job.task
-        msg_job = {"key": t.key, "problem_name": Path(t.problem).name, "problem_text": Path(t.problem).read_text(),
-                   "candidate_text": t.candidate_text, "config": (t.config or self.config).to_dict(),
-                   "report_dir": str(t.report_dir) if t.report_dir else None}
+        msg_job = {
+            "key": t.key,
+            "problem_name": Path(t.problem).name,
+            "problem_text": Path(t.problem).read_text(),
+            "candidate_text": t.candidate_text,
+            "config": (t.config or self.config).to_dict(),
+            "report_dir": str(t.report_dir) if t.report_dir else None,
+        }
         stage, timing, started = "startup", False, time.monotonic()
         info = dict(slot.info)
         with self._cv:
@@ -337,11 +368,17 @@ class RayExecutor(SlotQueue):
                     if t.report_dir is not None:
                         _write_files(Path(t.report_dir), msg.get("files") or {})
                     result.metadata["executor"] = {
-                        "kind": self.kind, "host": info.get("host"), "gpu": info.get("gpu"),
-                        "worker": f"actor{slot.index}/pid{info.get('pid')}", "node": info.get("node"),
-                        "attempts": job.attempts, "retried_after": list(job.retried_after) or None,
-                        "prebuild": job.prebuild, "queued_s": round(started - job.submitted, 3),
-                        "wall_s": round(time.monotonic() - started, 3)}
+                        "kind": self.kind,
+                        "host": info.get("host"),
+                        "gpu": info.get("gpu"),
+                        "worker": f"actor{slot.index}/pid{info.get('pid')}",
+                        "node": info.get("node"),
+                        "attempts": job.attempts,
+                        "retried_after": list(job.retried_after) or None,
+                        "prebuild": job.prebuild,
+                        "queued_s": round(started - job.submitted, 3),
+                        "wall_s": round(time.monotonic() - started, 3),
+                    }
                     job.future.set_result(result)
                     return
                 elif "engine_error" in msg:
@@ -361,11 +398,16 @@ class RayExecutor(SlotQueue):
         # the actor (or its node) is gone mid-task
         self._reap_on(slot)
         slot.actor = None
-        note = (f"worker actor{slot.index}/pid{info.get('pid')} on {info.get('host')} (gpu {info.get('gpu')}) "
-                f"died ({how}) during stage '{stage}'")
+        note = (
+            f"worker actor{slot.index}/pid{info.get('pid')} on {info.get('host')} (gpu {info.get('gpu')}) "
+            f"died ({how}) during stage '{stage}'"
+        )
         if job.attempts > WORKER_RETRIES:
-            job.future.set_exception(WorkerLost(
-                f"{t.key}: {note}, after a retry ({'; '.join(job.retried_after)}); the task was not evaluated"))
+            job.future.set_exception(
+                WorkerLost(
+                    f"{t.key}: {note}, after a retry ({'; '.join(job.retried_after)}); the task was not evaluated"
+                )
+            )
             return
         job.retried_after.append(note)
         job.avoid.add(slot.index)
@@ -390,5 +432,3 @@ def _write_files(folder: Path, files: dict[str, bytes]) -> None:
             continue  # a name that climbs out of the report folder
         dest.parent.mkdir(parents=True, exist_ok=True)
         dest.write_bytes(data)
-
-

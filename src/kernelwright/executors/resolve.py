@@ -8,8 +8,13 @@ from kernelwright.executors.base import Executor, SerialExecutor
 KINDS = ("serial", "local", "ray")
 
 
-def make_executor(kind: str, config: EvalConfig, gpus: list[str] | None = None, ray_address: str | None = None,
-                  build_workers: int | None = None) -> Executor:
+def make_executor(
+    kind: str,
+    config: EvalConfig,
+    gpus: list[str] | None = None,
+    ray_address: str | None = None,
+    build_workers: int | None = None,
+) -> Executor:
     """Raises ValueError (bad option) or EngineError (Ray missing or unreachable), one line each."""
     if kind == "serial":
         if gpus and len(gpus) > 1:
@@ -26,6 +31,5 @@ def make_executor(kind: str, config: EvalConfig, gpus: list[str] | None = None, 
     if kind == "ray":
         from kernelwright.executors.ray_executor import RayExecutor
 
-        return RayExecutor(config, address=ray_address, workers=len(gpus) if gpus else None,
-                           build=build_workers != 0)
+        return RayExecutor(config, address=ray_address, workers=len(gpus) if gpus else None, build=build_workers != 0)
     raise ValueError(f"--executor must be one of {', '.join(KINDS)} (got {kind!r})")

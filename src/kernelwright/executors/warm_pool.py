@@ -27,8 +27,9 @@ import os
 import signal
 import threading
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from kernelwright.core.config import EvalConfig
 from kernelwright.core.record import EvalResult
@@ -37,8 +38,14 @@ from kernelwright.core.record import EvalResult
 class WarmPool:
     """Spares for one GPU's evaluations, which run one at a time (a GPU worker's loop)."""
 
-    def __init__(self, config: EvalConfig | None = None, size: int = 2, startup_cpus: set[int] | None = None,
-                 home_cpus: set[int] | None = None, pause_while_timing: bool | None = None):
+    def __init__(
+        self,
+        config: EvalConfig | None = None,
+        size: int = 2,
+        startup_cpus: set[int] | None = None,
+        home_cpus: set[int] | None = None,
+        pause_while_timing: bool | None = None,
+    ):
         self.config = config or EvalConfig()
         self.size = max(0, size)
         self.startup_cpus = startup_cpus or None
@@ -124,8 +131,15 @@ class WarmPool:
             return len(self._spares)
 
     # -- evaluations --
-    def evaluate(self, problem: str | Path, candidate: str | Path | None = None, config: EvalConfig | None = None,
-                 *, on_stage: Callable[[str], None] | None = None, **kwargs: Any) -> EvalResult:
+    def evaluate(
+        self,
+        problem: str | Path,
+        candidate: str | Path | None = None,
+        config: EvalConfig | None = None,
+        *,
+        on_stage: Callable[[str], None] | None = None,
+        **kwargs: Any,
+    ) -> EvalResult:
         """`engine.evaluate` on the oldest spare (a fresh child where none is left)."""
         from kernelwright.engine.evaluation import evaluate
 
@@ -175,7 +189,7 @@ class WarmPool:
         for spare in spares:
             spare.discard()
 
-    def __enter__(self) -> "WarmPool":
+    def __enter__(self) -> WarmPool:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -2,7 +2,8 @@
 
 It is trusted code (the engine, not a candidate): it keeps a `warm_pool.WarmPool` (spares
 started ahead, at least two, so a start-up never waits on the GPU's path) and runs the tasks its
-driver (`executors.local`) sends it, one at a time, each in the engine's own fresh, isolated child. It talks JSON lines: tasks in on stdin, messages out on a private copy of stdout
+driver (`executors.local`) sends it, one at a time, each in the engine's own fresh, isolated child.
+It talks JSON lines: tasks in on stdin, messages out on a private copy of stdout
 (anything else printed goes to stderr, so nothing can corrupt the channel):
 
     in : {"config": {...}, "spares": 2, "startup_cpus": [...], "home_cpus": [...]}   first line
@@ -54,9 +55,13 @@ def main() -> None:
             job = json.loads(line)
             if job.get("trusted_memo"):  # the driver built these calls: no builder needed here
                 trusted_builds.adopt(job["trusted_memo"])
-            task = EvalTask(key=job["key"], problem=Path(job["problem"]), candidate_text=job["candidate_text"],
-                            config=EvalConfig.from_dict(job["config"]),
-                            report_dir=Path(job["report_dir"]) if job.get("report_dir") else None)
+            task = EvalTask(
+                key=job["key"],
+                problem=Path(job["problem"]),
+                candidate_text=job["candidate_text"],
+                config=EvalConfig.from_dict(job["config"]),
+                report_dir=Path(job["report_dir"]) if job.get("report_dir") else None,
+            )
             try:
                 result = run_task(warm.evaluate, task, config, lambda stage: send(stage=stage))
             except EngineError as exc:

@@ -71,14 +71,19 @@ class Expectation:
 
     def sentence(self) -> str:
         """One line for the next Judge prompt: "in round 1 you expected 1.50x ..., measured 1.10x: missed"."""
-        expected = (f"expected {self.expected_speedup:.2f}x" if self.expected_speedup is not None
-                    else f"gave no number ({self.expected_text!r})")
+        expected = (
+            f"expected {self.expected_speedup:.2f}x"
+            if self.expected_speedup is not None
+            else f"gave no number ({self.expected_text!r})"
+        )
         base = f" ({self.baseline_speedup:.3f}x)" if self.baseline_speedup is not None else ""
         head = f"in round {self.judged_round} you {expected} over the round-{self.baseline_round} candidate{base}"
         if self.measured_over_baseline is None:
             return f"{head}; round {self.measured_round} did not measure it ({self.outcome})"
-        return (f"{head}; round {self.measured_round} measured {self.measured_over_baseline:.2f}x over it "
-                f"({self.measured_speedup:.3f}x overall): {self.outcome}")
+        return (
+            f"{head}; round {self.measured_round} measured {self.measured_over_baseline:.2f}x over it "
+            f"({self.measured_speedup:.3f}x overall): {self.outcome}"
+        )
 
 
 @dataclass
@@ -166,9 +171,11 @@ class RunState:
     @property
     def outcome(self) -> str:
         """finished | stopped (on an error, or with no model answer at all)."""
-        answered = any((r.coder is not None and r.coder.completion is not None)
-                       or (r.coder is None and r.result is not None)  # an evaluation with no model (suite eval)
-                       for r in self.rounds)
+        answered = any(
+            (r.coder is not None and r.coder.completion is not None)
+            or (r.coder is None and r.result is not None)  # an evaluation with no model (suite eval)
+            for r in self.rounds
+        )
         return "stopped" if self.error is not None or not answered else "finished"
 
     @property

@@ -71,14 +71,18 @@ def _ncu_kernel(k: dict[str, Any]) -> str:
     stalls = ", ".join(f"{r} {v:.3g}" for r, v in (k.get("top_stalls") or []))
     limits = k.get("occupancy_limiter")
     lines = [
-        f"- [{k['origin']}] {k['name'][:120]}: {k['duration_us']:.4g} us" if k.get("duration_us") is not None
+        f"- [{k['origin']}] {k['name'][:120]}: {k['duration_us']:.4g} us"
+        if k.get("duration_us") is not None
         else f"- [{k['origin']}] {k['name'][:120]}",
         f"  grid {k.get('grid_size') or '?'} block {k.get('block_size') or '?'}; "
         f"SM {_pct(k.get('sm_throughput_pct'))}, "
         f"memory {_pct(k.get('memory_throughput_pct'))} of peak; DRAM {_pct(k.get('dram_throughput_pct'))}"
-        + (f" ({k['dram_bandwidth_gbps']:.4g} GB/s, read {_mb(k.get('dram_read_bytes'))}, "
-           f"write {_mb(k.get('dram_write_bytes'))})"
-           if k.get("dram_bandwidth_gbps") is not None else ""),
+        + (
+            f" ({k['dram_bandwidth_gbps']:.4g} GB/s, read {_mb(k.get('dram_read_bytes'))}, "
+            f"write {_mb(k.get('dram_write_bytes'))})"
+            if k.get("dram_bandwidth_gbps") is not None
+            else ""
+        ),
         f"  occupancy {_pct(k.get('achieved_occupancy_pct'))} achieved / "
         f"{_pct(k.get('theoretical_occupancy_pct'))} theoretical"
         + (f" (limited by {limits})" if limits else "")
@@ -105,8 +109,10 @@ def profile_lines(p: dict[str, Any], torch_p: dict[str, Any] | None) -> list[str
     if p.get("source") == "ncu":
         ks = _dedupe(p.get("kernels", []))
         ks.sort(key=lambda k: (k["origin"] != "candidate", -(k.get("duration_us") or 0)))
-        out.append(f"Profile (Nsight Compute, {len(ks)} kernel(s) of the candidate's forward; "
-                   f"raw report {p.get('report_path')}):")
+        out.append(
+            f"Profile (Nsight Compute, {len(ks)} kernel(s) of the candidate's forward; "
+            f"raw report {p.get('report_path')}):"
+        )
         out += [_ncu_kernel(k) for k in ks[:MAX_KERNELS]]
         if torch_p:
             out += _torch_lines(torch_p, header="Whole forward (torch.profiler):")
@@ -131,8 +137,10 @@ def _torch_lines(p: dict[str, Any], header: str) -> list[str]:
         lines.append(f"- [{e['origin']}] {e['name'][:120]} x{e['count']}: {e['total_us']:.4g} us")
     inner = p.get("ops_called_by_candidate") or []
     if inner:
-        lines.append("  PyTorch ops inside the candidate's functions: " + ", ".join(
-            f"{e['name']} x{e['count']}" for e in inner[:5]))
+        lines.append(
+            "  PyTorch ops inside the candidate's functions: "
+            + ", ".join(f"{e['name']} x{e['count']}" for e in inner[:5])
+        )
     return lines
 
 

@@ -11,5 +11,4 @@ from kernelwright.models.base import (
 )
 from kernelwright.models.resolve import resolve_model
 
-__all__ = ["Attempt", "ChatModel", "Completion", "Message", "ModelError", "ModelSetupError", "Usage",
-           "resolve_model"]
+__all__ = ["Attempt", "ChatModel", "Completion", "Message", "ModelError", "ModelSetupError", "Usage", "resolve_model"]

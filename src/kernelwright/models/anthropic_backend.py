@@ -30,8 +30,9 @@ class AnthropicChat:
         key = os.environ.get(self.key_env)
         if not key:
             raise ModelSetupError(f"no API key for {self.name}: set {self.key_env}")
-        self.client = anthropic.Anthropic(api_key=key, base_url=config.base_url, max_retries=0,
-                                          timeout=config.retry.request_timeout_s)
+        self.client = anthropic.Anthropic(
+            api_key=key, base_url=config.base_url, max_retries=0, timeout=config.retry.request_timeout_s
+        )
 
     def _classify(self, exc: BaseException) -> Failure | None:
         return classify_sdk_error(exc, anthropic, self.config.retry.request_timeout_s, self.key_env, RETRYABLE_STATUS)
@@ -39,16 +40,29 @@ class AnthropicChat:
     def complete(self, messages: list[Message]) -> Completion:
         system = "\n\n".join(m["content"] for m in messages if m["role"] == "system")
         chat = [m for m in messages if m["role"] != "system"]
-        kwargs: dict = {"model": self.model, "messages": chat,
-                        "max_tokens": self.config.max_output_tokens or DEFAULT_MAX_TOKENS}
+        kwargs: dict = {
+            "model": self.model,
+            "messages": chat,
+            "max_tokens": self.config.max_output_tokens or DEFAULT_MAX_TOKENS,
+        }
         if system:
             kwargs["system"] = system
         if self.config.temperature is not None:
             kwargs["temperature"] = self.config.temperature
         response, attempts = call_with_retries(
-            lambda: self.client.messages.create(**kwargs), self._classify, self.config.retry, self.name,
-            limiter=self.limiter)
+            lambda: self.client.messages.create(**kwargs),
+            self._classify,
+            self.config.retry,
+            self.name,
+            limiter=self.limiter,
+        )
         text = "".join(getattr(block, "text", "") for block in response.content if block.type == "text")
         usage = Usage(response.usage.input_tokens or 0, response.usage.output_tokens or 0)
-        return Completion(text=text, usage=usage, model=response.model or self.model, attempts=attempts,
-                          cost_usd=self.prices.cost(self.model, usage), finish_reason=response.stop_reason)
+        return Completion(
+            text=text,
+            usage=usage,
+            model=response.model or self.model,
+            attempts=attempts,
+            cost_usd=self.prices.cost(self.model, usage),
+            finish_reason=response.stop_reason,
+        )

@@ -15,7 +15,7 @@ Message = dict[str, str]  # {"role": "system" | "user" | "assistant", "content":
 class ModelError(RuntimeError):
     """A model call failed for good (retries spent, or an error no retry can fix). One line."""
 
-    def __init__(self, message: str, attempts: list["Attempt"] | None = None):
+    def __init__(self, message: str, attempts: list[Attempt] | None = None):
         super().__init__(message)
         self.attempts = list(attempts or [])
 
@@ -37,7 +37,7 @@ class Usage:
     def total_tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
 
-    def __add__(self, other: "Usage") -> "Usage":
+    def __add__(self, other: Usage) -> Usage:
         return Usage(self.prompt_tokens + other.prompt_tokens, self.completion_tokens + other.completion_tokens)
 
 

@@ -62,14 +62,18 @@ def check_rules(code: str, backend: str) -> None:
         if isinstance(node, ast.If) and _is_main_guard(node.test):
             raise OutputRuleError(f'`if __name__ == "__main__":` at line {node.lineno}: no testing code in the answer')
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and (
-                node.name.startswith("test") or node.name in TEST_FUNCTIONS):
-            raise OutputRuleError(f"testing code: def {node.name} at line {node.lineno}; leave inputs and tests to the evaluator")
+            node.name.startswith("test") or node.name in TEST_FUNCTIONS
+        ):
+            raise OutputRuleError(
+                f"testing code: def {node.name} at line {node.lineno}; leave inputs and tests to the evaluator"
+            )
         if isinstance(node, ast.Assert):
             raise OutputRuleError(f"testing code: a top-level assert at line {node.lineno}")
         if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and not _is_build_call(node.value):
             raise OutputRuleError(
                 f"testing code: a top-level call `{ast.unparse(node.value.func)}(...)` at line {node.lineno}; "
-                "only imports, sources, load_inline and definitions run on import")
+                "only imports, sources, load_inline and definitions run on import"
+            )
     if not any(isinstance(n, ast.ClassDef) and n.name == "ModelNew" for n in tree.body):
         raise OutputRuleError("no class ModelNew in the code block: define class ModelNew(nn.Module)")
     _check_order(tree, backend)
@@ -77,7 +81,8 @@ def check_rules(code: str, backend: str) -> None:
 
 def _is_main_guard(test: ast.expr) -> bool:
     return (isinstance(test, ast.Compare) and isinstance(test.left, ast.Name) and test.left.id == "__name__") or (
-        isinstance(test, ast.Compare) and any(isinstance(c, ast.Name) and c.id == "__name__" for c in test.comparators))
+        isinstance(test, ast.Compare) and any(isinstance(c, ast.Name) and c.id == "__name__" for c in test.comparators)
+    )
 
 
 def _call_name(call: ast.Call) -> str:
@@ -106,8 +111,7 @@ def _sections(tree: ast.Module, backend: str) -> list[tuple[str, int]]:
             continue  # imports are checked below: none may come after the code that needs them
         if isinstance(node, ast.ClassDef) and node.name == "ModelNew":
             seen("class ModelNew", line)
-        elif isinstance(node, ast.FunctionDef) and any(
-                "jit" in ast.unparse(d) for d in node.decorator_list):
+        elif isinstance(node, ast.FunctionDef) and any("jit" in ast.unparse(d) for d in node.decorator_list):
             seen("@triton.jit kernels", line)
         elif isinstance(node, (ast.Assign, ast.AnnAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
@@ -129,18 +133,23 @@ def _sections(tree: ast.Module, backend: str) -> list[tuple[str, int]]:
 
 def _check_order(tree: ast.Module, backend: str) -> None:
     present = _sections(tree, backend)
-    for (a, la), (b, lb) in zip(present, present[1:]):
+    for (a, la), (b, lb) in zip(present, present[1:], strict=False):
         if lb < la:
-            raise OutputRuleError(f"sections out of order: {b} (line {lb}) comes before {a} (line {la}); "
-                                  f"the order is {', '.join(n for n, _ in present)}")
+            raise OutputRuleError(
+                f"sections out of order: {b} (line {lb}) comes before {a} (line {la}); "
+                f"the order is {', '.join(n for n, _ in present)}"
+            )
     if present:
         first_code = min(line for _, line in present)
         late = [n.lineno for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom)) and n.lineno > first_code]
         if late:
-            raise OutputRuleError(f"sections out of order: an import at line {late[0]} comes after the code; imports go first")
+            raise OutputRuleError(
+                f"sections out of order: an import at line {late[0]} comes after the code; imports go first"
+            )
 
 
 # ---- the Judge's answer --------------------------------------------------------------------
+
 
 @dataclass
 class FailureCritique:
@@ -161,8 +170,10 @@ class PerformanceCritique:
 
 
 ALIASES = {"optimization": "optimisation", "expected_effect": "expected_speedup", "fix_hint": "minimal_fix_hint"}
-REQUIRED = {FailureCritique: ("critical_issue", "why_it_matters", "minimal_fix_hint"),
-            PerformanceCritique: ("bottleneck", "optimisation", "expected_speedup")}
+REQUIRED = {
+    FailureCritique: ("critical_issue", "why_it_matters", "minimal_fix_hint"),
+    PerformanceCritique: ("bottleneck", "optimisation", "expected_speedup"),
+}
 _NUM = r"(\d+(?:\.\d+)?|\.\d+)"
 _RANGE_X = re.compile(_NUM + r"\s*x?\s*(?:-|–|to)\s*" + _NUM + r"\s*[x×]", re.I)
 _FACTOR = re.compile(_NUM + r"\s*[x×](?![a-z])", re.I)
@@ -183,10 +194,12 @@ def parse_judge(text: str, kind: type[FailureCritique] | type[PerformanceCritiqu
             if kind is PerformanceCritique:
                 raw = found["expected_speedup"]
                 why = found.get("why") or found.get("reason")
-                words = "; ".join(w for w in (raw.strip() if isinstance(raw, str) else "",
-                                              _as_text(why) if why else "") if w)
-                return PerformanceCritique(_as_text(found["bottleneck"]), _as_text(found["optimisation"]),
-                                           parse_speedup(raw), words)
+                words = "; ".join(
+                    w for w in (raw.strip() if isinstance(raw, str) else "", _as_text(why) if why else "") if w
+                )
+                return PerformanceCritique(
+                    _as_text(found["bottleneck"]), _as_text(found["optimisation"]), parse_speedup(raw), words
+                )
             return kind(**{k: _as_text(found[k]) for k in wanted})
     raise JudgeParseError(f"the Judge's answer holds no JSON object with the fields {', '.join(wanted)}")
 

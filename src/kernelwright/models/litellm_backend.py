@@ -55,12 +55,23 @@ class LiteLLMChat:
                 raise ModelSetupError(f"no API key for {self.name}: set {config.api_key_env}")
 
     def _classify(self, exc: BaseException) -> Failure | None:
-        return classify_sdk_error(exc, self.openai, self.config.retry.request_timeout_s, self.key_env, RETRYABLE_STATUS,
-                                  connection_hint=f" (is {self.config.base_url or self.provider} reachable?)")
+        return classify_sdk_error(
+            exc,
+            self.openai,
+            self.config.retry.request_timeout_s,
+            self.key_env,
+            RETRYABLE_STATUS,
+            connection_hint=f" (is {self.config.base_url or self.provider} reachable?)",
+        )
 
     def complete(self, messages: list[Message]) -> Completion:
-        kwargs: dict[str, Any] = {"model": self.model, "messages": messages, "num_retries": 0, "max_retries": 0,
-                                  "timeout": self.config.retry.request_timeout_s}
+        kwargs: dict[str, Any] = {
+            "model": self.model,
+            "messages": messages,
+            "num_retries": 0,
+            "max_retries": 0,
+            "timeout": self.config.retry.request_timeout_s,
+        }
         if self.config.base_url:
             kwargs["api_base"] = self.config.base_url
         if self.api_key:
@@ -69,12 +80,22 @@ class LiteLLMChat:
             kwargs["temperature"] = self.config.temperature
         if self.config.max_output_tokens is not None:
             kwargs["max_tokens"] = self.config.max_output_tokens
-        response, attempts = call_with_retries(lambda: self.litellm.completion(**kwargs), self._classify,
-                                               self.config.retry, self.name, limiter=self.limiter)
+        response, attempts = call_with_retries(
+            lambda: self.litellm.completion(**kwargs),
+            self._classify,
+            self.config.retry,
+            self.name,
+            limiter=self.limiter,
+        )
         choice = response.choices[0] if response.choices else None
         text = (choice.message.content or "") if choice else ""
         u = getattr(response, "usage", None)
         usage = Usage(getattr(u, "prompt_tokens", 0) or 0, getattr(u, "completion_tokens", 0) or 0)
-        return Completion(text=text, usage=usage, model=getattr(response, "model", None) or self.model,
-                          attempts=attempts, cost_usd=self.prices.cost(self.model, usage),
-                          finish_reason=choice.finish_reason if choice else None)
+        return Completion(
+            text=text,
+            usage=usage,
+            model=getattr(response, "model", None) or self.model,
+            attempts=attempts,
+            cost_usd=self.prices.cost(self.model, usage),
+            finish_reason=choice.finish_reason if choice else None,
+        )

@@ -37,12 +37,19 @@ class OpenAIChat:
                     "OpenAI-compatible server (vLLM, SGLang, Ollama)"
                 )
             key = LOCAL_KEY_PLACEHOLDER
-        self.client = openai.OpenAI(api_key=key, base_url=config.base_url, max_retries=0,
-                                    timeout=config.retry.request_timeout_s)
+        self.client = openai.OpenAI(
+            api_key=key, base_url=config.base_url, max_retries=0, timeout=config.retry.request_timeout_s
+        )
 
     def _classify(self, exc: BaseException) -> Failure | None:
-        return classify_sdk_error(exc, openai, self.config.retry.request_timeout_s, self.key_env, RETRYABLE_STATUS,
-                                  connection_hint=f" (is {self.config.base_url or 'the API'} reachable?)")
+        return classify_sdk_error(
+            exc,
+            openai,
+            self.config.retry.request_timeout_s,
+            self.key_env,
+            RETRYABLE_STATUS,
+            connection_hint=f" (is {self.config.base_url or 'the API'} reachable?)",
+        )
 
     def complete(self, messages: list[Message]) -> Completion:
         kwargs: dict = {"model": self.model, "messages": messages}
@@ -53,13 +60,22 @@ class OpenAIChat:
             key = "max_tokens" if self.config.base_url else "max_completion_tokens"
             kwargs[key] = self.config.max_output_tokens
         response, attempts = call_with_retries(
-            lambda: self.client.chat.completions.create(**kwargs), self._classify, self.config.retry, self.name,
-            limiter=self.limiter)
+            lambda: self.client.chat.completions.create(**kwargs),
+            self._classify,
+            self.config.retry,
+            self.name,
+            limiter=self.limiter,
+        )
         choice = response.choices[0] if response.choices else None
         text = (choice.message.content or "") if choice else ""
         u = response.usage
         usage = Usage(getattr(u, "prompt_tokens", 0) or 0, getattr(u, "completion_tokens", 0) or 0)
         answered_by = response.model or self.model
-        return Completion(text=text, usage=usage, model=answered_by, attempts=attempts,
-                          cost_usd=self.prices.cost(self.model, usage),
-                          finish_reason=choice.finish_reason if choice else None)
+        return Completion(
+            text=text,
+            usage=usage,
+            model=answered_by,
+            attempts=attempts,
+            cost_usd=self.prices.cost(self.model, usage),
+            finish_reason=choice.finish_reason if choice else None,
+        )

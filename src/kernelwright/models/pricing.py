@@ -83,8 +83,9 @@ def litellm_price(model: str) -> Price | None:
         entry = table.get(key)
         if isinstance(entry, dict) and entry.get("input_cost_per_token") is not None:
             try:
-                return Price(float(entry["input_cost_per_token"]) * 1e6,
-                             float(entry.get("output_cost_per_token") or 0) * 1e6)
+                return Price(
+                    float(entry["input_cost_per_token"]) * 1e6, float(entry.get("output_cost_per_token") or 0) * 1e6
+                )
             except (TypeError, ValueError):
                 return None
     return None
@@ -108,8 +109,12 @@ class PriceTable:
         self.litellm = prices is None if litellm is None else litellm
 
     @classmethod
-    def load(cls, path: str | Path | None = None, extra: dict[str, dict[str, float]] | None = None,
-             litellm: bool | None = None) -> "PriceTable":
+    def load(
+        cls,
+        path: str | Path | None = None,
+        extra: dict[str, dict[str, float]] | None = None,
+        litellm: bool | None = None,
+    ) -> PriceTable:
         """The built-in table, extended (and overridden) by the user's price file when one is given,
         then by `extra` (the settings file's [model.prices])."""
         table = cls(litellm=litellm)

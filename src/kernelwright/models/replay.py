@@ -29,11 +29,15 @@ class ReplayChat:
         if role not in RESPONSE_FILES:
             raise ModelSetupError(f"replay knows the roles {', '.join(RESPONSE_FILES)}, not {role!r}")
         if not self.run_dir.is_dir():
-            raise ModelSetupError(f"replay run directory not found: {self.run_dir}; pass a directory written by `kernelwright optimize`")
+            raise ModelSetupError(
+                f"replay run directory not found: {self.run_dir}; pass a directory written by `kernelwright optimize`"
+            )
         name = RESPONSE_FILES[role]
         self.responses = [d / name for d in round_dirs(self.run_dir) if (d / name).is_file()]
         if role == "coder" and not self.responses:
-            raise ModelSetupError(f"{self.run_dir} holds no recorded {role} responses (NNN_<hash>/{name}); pass a run directory")
+            raise ModelSetupError(
+                f"{self.run_dir} holds no recorded {role} responses (NNN_<hash>/{name}); pass a run directory"
+            )
         self.played = 0
 
     def skip(self, n: int) -> None:
@@ -45,5 +49,11 @@ class ReplayChat:
             raise AnswersExhausted(f"replay of {self.run_dir} has no more {self.role} responses ({self.played} played)")
         path = self.responses[self.played]
         self.played += 1
-        return Completion(text=path.read_text(), usage=Usage(), model=f"replay:{path.parent.name}",
-                          attempts=[Attempt(attempt=1, ok=True)], cost_usd=0.0, finish_reason="replay")
+        return Completion(
+            text=path.read_text(),
+            usage=Usage(),
+            model=f"replay:{path.parent.name}",
+            attempts=[Attempt(attempt=1, ok=True)],
+            cost_usd=0.0,
+            finish_reason="replay",
+        )

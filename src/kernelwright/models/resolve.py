@@ -29,7 +29,8 @@ def resolve_model(spec: str, role: str, config: ModelConfig, prices: PriceTable 
         if not config.base_url:
             raise ModelSetupError(
                 f"--{role} {spec!r}: unknown provider {provider!r}; known prefixes: "
-                f"{', '.join(p + ':' for p in PROVIDERS)} (or pass --base-url for a model served under that name)")
+                f"{', '.join(p + ':' for p in PROVIDERS)} (or pass --base-url for a model served under that name)"
+            )
     if not sep or provider not in PROVIDERS:
         provider, rest = "openai", spec  # a bare name (which may itself hold a colon, e.g. ollama's "qwen2.5:7b")
     if not rest:
@@ -61,8 +62,11 @@ def resolve_coders(spec: str, config: ModelConfig, k: int, prices: PriceTable | 
 
     if k <= 1 or spec.strip().startswith("replay:"):
         return [resolve_model(spec, "coder", config, prices)]
-    temps = [config.temperature] * k if config.temperature is not None else [
-        round(0.2 + 0.8 * i / (k - 1), 2) for i in range(k)]
+    temps = (
+        [config.temperature] * k
+        if config.temperature is not None
+        else [round(0.2 + 0.8 * i / (k - 1), 2) for i in range(k)]
+    )
     models = []
     for t in temps:
         model = resolve_model(spec, "coder", replace(config, temperature=t), prices)

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, TypeVar
+from typing import TypeVar
 
 from kernelwright.core.config import RetryPolicy
 from kernelwright.models.base import Attempt, ModelError
@@ -29,7 +30,7 @@ def call_with_retries(
     policy: RetryPolicy,
     what: str,
     sleep: Callable[[float], None] = time.sleep,
-    limiter: "EndpointLimiter | None" = None,
+    limiter: EndpointLimiter | None = None,
 ) -> tuple[T, list[Attempt]]:
     """Run `call` until it succeeds or the policy is spent. `classify` returns None for
     exceptions that are not the provider's (bugs), which then propagate unchanged.
@@ -51,8 +52,13 @@ def call_with_retries(
             failure = classify(exc)
             if failure is None:
                 raise
-            attempt = Attempt(attempt=n, ok=False, error=failure.message, status_code=failure.status_code,
-                              elapsed_s=round(time.monotonic() - t0, 3))
+            attempt = Attempt(
+                attempt=n,
+                ok=False,
+                error=failure.message,
+                status_code=failure.status_code,
+                elapsed_s=round(time.monotonic() - t0, 3),
+            )
             attempts.append(attempt)
             if not failure.retryable or n == policy.max_attempts:
                 tail = "" if not failure.retryable else f" (gave up after {n} attempts)"
@@ -84,8 +90,9 @@ def retry_after_header(headers) -> float | None:
         return None
 
 
-def classify_sdk_error(exc: BaseException, sdk, timeout_s: float, key_env: str, retryable_status: set[int],
-                       connection_hint: str = "") -> Failure | None:
+def classify_sdk_error(
+    exc: BaseException, sdk, timeout_s: float, key_env: str, retryable_status: set[int], connection_hint: str = ""
+) -> Failure | None:
     """A Failure for the errors the `openai` and `anthropic` clients share (same class names), else None."""
     from kernelwright.models.base import one_line
 
@@ -97,6 +104,10 @@ def classify_sdk_error(exc: BaseException, sdk, timeout_s: float, key_env: str, 
         code = exc.status_code
         retryable = code in retryable_status or code >= 500
         hint = f"; check {key_env}" if code in (401, 403) else ""
-        return Failure(retryable, f"{code} {type(exc).__name__}: {one_line(exc.message)}{hint}", code,
-                       retry_after_header(getattr(exc.response, "headers", None)))
+        return Failure(
+            retryable,
+            f"{code} {type(exc).__name__}: {one_line(exc.message)}{hint}",
+            code,
+            retry_after_header(getattr(exc.response, "headers", None)),
+        )
     return None

@@ -116,12 +116,15 @@ def build_comparison(datas: list[dict[str, Any]]) -> dict[str, Any]:
                     if k in ("coder", "judge", "device", "backend", "round_limit", "trials", "verdict")
                 },
             }
-            for lab, d in zip(labels, datas)
+            for lab, d in zip(labels, datas, strict=False)
         ],
         "labels": labels,
         "metrics": metrics,
         "tables": tables,
-        "fast_p_curves": {"p": grid, "fast_p": {lab: fast_p_curve(c, grid) for lab, c in zip(labels, counted)}},
+        "fast_p_curves": {
+            "p": grid,
+            "fast_p": {lab: fast_p_curve(c, grid) for lab, c in zip(labels, counted, strict=False)},
+        },
         "reports": datas,
     }
 

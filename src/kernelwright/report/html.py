@@ -10,9 +10,13 @@ from kernelwright.report import plots
 
 
 def render(data: dict[str, Any]) -> str:
-    env = jinja2.Environment(loader=jinja2.PackageLoader("kernelwright.report", "templates"),
-                             autoescape=jinja2.select_autoescape(["html", "j2"]), undefined=jinja2.StrictUndefined,
-                             trim_blocks=True, lstrip_blocks=True)
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("kernelwright.report", "templates"),
+        autoescape=jinja2.select_autoescape(["html", "j2"]),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
     m = data["metrics"]
     speedups = [p["speedup"] for p in data["problems"] if p["correct"] and p["speedup"] and not p["degenerate"]]
     figures = {
@@ -21,5 +25,6 @@ def render(data: dict[str, Any]) -> str:
         "verdicts": plots.verdict_mix(m["verdict_mix"]),
     }
     charts = {p["key"]: plots.rounds_chart(p["rounds"]) for p in data["problems"] if len(p["rounds"]) > 1}
-    return env.get_template("report.html.j2").render(data=data, m=m, figures=figures, charts=charts,
-                                                     colors=plots.VERDICT_COLORS)
+    return env.get_template("report.html.j2").render(
+        data=data, m=m, figures=figures, charts=charts, colors=plots.VERDICT_COLORS
+    )

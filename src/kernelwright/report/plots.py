@@ -8,9 +8,18 @@ import math
 import re
 from typing import Any
 
-VERDICT_COLORS = {"passed": "#2e7d32", "incorrect": "#f9a825", "compile_error": "#c62828", "runtime_error": "#ad1457",
-                  "timeout": "#6a1b9a", "crashed": "#4e342e", "format_error": "#7b1fa2", "model_error": "#546e7a",
-                  "no_candidate": "#9e9e9e", "not_run": "#bdbdbd"}
+VERDICT_COLORS = {
+    "passed": "#2e7d32",
+    "incorrect": "#f9a825",
+    "compile_error": "#c62828",
+    "runtime_error": "#ad1457",
+    "timeout": "#6a1b9a",
+    "crashed": "#4e342e",
+    "format_error": "#7b1fa2",
+    "model_error": "#546e7a",
+    "no_candidate": "#9e9e9e",
+    "not_run": "#bdbdbd",
+}
 
 
 def _plt():
@@ -19,8 +28,15 @@ def _plt():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    plt.rcParams.update({"svg.fonttype": "none", "svg.hashsalt": "kernelwright", "font.size": 9,
-                         "axes.spines.top": False, "axes.spines.right": False})
+    plt.rcParams.update(
+        {
+            "svg.fonttype": "none",
+            "svg.hashsalt": "kernelwright",
+            "font.size": 9,
+            "axes.spines.top": False,
+            "axes.spines.right": False,
+        }
+    )
     return plt
 
 
@@ -89,9 +105,15 @@ def rounds_chart(rounds: list[dict[str, Any]]) -> str:
     xs = [r["round"] for r in rounds]
     ys = [r["speedup"] if r["speedup"] is not None else 0.0 for r in rounds]
     ax.plot(xs, ys, color="#90a4ae", linewidth=1, zorder=1)
-    for r, y in zip(rounds, ys):
-        ax.scatter([r["round"]], [y], color=VERDICT_COLORS.get(r["verdict"], "#777"), s=36 if r["became_best"] else 18,
-                   marker="*" if r["became_best"] else "o", zorder=2)
+    for r, y in zip(rounds, ys, strict=False):
+        ax.scatter(
+            [r["round"]],
+            [y],
+            color=VERDICT_COLORS.get(r["verdict"], "#777"),
+            s=36 if r["became_best"] else 18,
+            marker="*" if r["became_best"] else "o",
+            zorder=2,
+        )
     ax.axhline(1.0, color="#bbb", linestyle="--", linewidth=0.8)
     ax.set_xticks(xs)
     ax.set_xlabel("round")
@@ -124,7 +146,7 @@ def speedup_compare(problems: list[str], labels: list[str], series: list[list[fl
     n, k = len(problems), max(len(labels), 1)
     fig, ax = plt.subplots(figsize=(max(4.8, 0.5 * n * k / 2 + 2.0), 2.8))
     width = 0.8 / k
-    for i, (label, values) in enumerate(zip(labels, series)):
+    for i, (label, values) in enumerate(zip(labels, series, strict=False)):
         xs = [j + (i - (k - 1) / 2) * width for j in range(n)]
         ys = [v if v else float("nan") for v in values]
         ax.bar(xs, ys, width=width, color=SERIES_COLORS[i % len(SERIES_COLORS)], label=label)

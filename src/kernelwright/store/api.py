@@ -49,7 +49,7 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(name)
 
 
-def open_store(path: str | Path | None = None, readonly: bool = True) -> "RunStore":
+def open_store(path: str | Path | None = None, readonly: bool = True) -> RunStore:
     """The run store at `path` (default: `default_store()`, made empty when there is none yet), for reading rows."""
     if path is None and not default_store().is_file():
         Store.open(default_store()).close()  # nothing run yet: an empty store, not an error
@@ -71,7 +71,7 @@ class RunStore:
     def close(self) -> None:
         self.store.close()
 
-    def __enter__(self) -> "RunStore":
+    def __enter__(self) -> RunStore:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -97,13 +97,22 @@ class RunStore:
         return _row(rows[0]) if rows else None
 
     def rounds(self, run_id: str) -> list[dict[str, Any]]:
-        return [_row(r) for r in self.store.query(
-            "SELECT r.*, c.code FROM rounds r LEFT JOIN candidates c ON c.hash = r.candidate_hash"
-            " WHERE r.run_id=? ORDER BY r.idx", (run_id,))]
+        return [
+            _row(r)
+            for r in self.store.query(
+                "SELECT r.*, c.code FROM rounds r LEFT JOIN candidates c ON c.hash = r.candidate_hash"
+                " WHERE r.run_id=? ORDER BY r.idx",
+                (run_id,),
+            )
+        ]
 
     def evaluations(self, run: str | None = None, suite: str | None = None, full: bool = True) -> list[dict[str, Any]]:
-        cols = "e.*" if full else "e.id, e.run_id, e.round_idx, e.candidate_hash, e.status, e.correct, e.speedup," \
-                                  " e.speedup_vs_compile, e.candidate_ms, e.reference_ms, e.device, e.degenerate"
+        cols = (
+            "e.*"
+            if full
+            else "e.id, e.run_id, e.round_idx, e.candidate_hash, e.status, e.correct, e.speedup,"
+            " e.speedup_vs_compile, e.candidate_ms, e.reference_ms, e.device, e.degenerate"
+        )
         sql = f"SELECT {cols}, r.problem, r.level, r.suite_id FROM evaluations e JOIN runs r ON r.id = e.run_id"
         if run is not None:
             rows = self.store.query(sql + " WHERE e.run_id=? ORDER BY e.round_idx", (run,))
@@ -129,13 +138,30 @@ class RunStore:
         else:
             one = self.run(target)
             if one is None:
-                raise StoreError(f"no suite or run named {target!r} in {self.store.path}; `kernelwright runs` lists them")
+                raise StoreError(
+                    f"no suite or run named {target!r} in {self.store.path}; `kernelwright runs` lists them"
+                )
             runs, missing = [one], []
         out = [self._problem(r) for r in runs]
         for m in missing:
-            out.append(dict(problem=m["problem"], level=m.get("level"), verdict="no_candidate", correct=False,
-                            speedup=None, speedup_vs_compile=None, verdicts=[], speedups=[], tokens=0, cost_usd=0.0,
-                            wall_s=None, degenerate=False, run_id=None, best_round=None))
+            out.append(
+                dict(
+                    problem=m["problem"],
+                    level=m.get("level"),
+                    verdict="no_candidate",
+                    correct=False,
+                    speedup=None,
+                    speedup_vs_compile=None,
+                    verdicts=[],
+                    speedups=[],
+                    tokens=0,
+                    cost_usd=0.0,
+                    wall_s=None,
+                    degenerate=False,
+                    run_id=None,
+                    best_round=None,
+                )
+            )
         return out
 
     def _problem(self, run: dict[str, Any]) -> dict[str, Any]:
@@ -148,11 +174,18 @@ class RunStore:
             best = max(correct, key=lambda e: (e["speedup"] is not None, e["speedup"] or 0.0), default=None)
         verdicts = [r["verdict"] for r in rounds]
         return dict(
-            problem=run["problem"], level=run["level"],
+            problem=run["problem"],
+            level=run["level"],
             verdict="passed" if best is not None else (verdicts[-1] if verdicts else "not_run"),
-            correct=best is not None, speedup=best["speedup"] if best else None,
+            correct=best is not None,
+            speedup=best["speedup"] if best else None,
             speedup_vs_compile=best["speedup_vs_compile"] if best else None,
-            verdicts=verdicts, speedups=[r["speedup"] for r in rounds], tokens=run["tokens"] or 0,
-            cost_usd=run["cost_usd"], wall_s=run["wall_s"],
-            degenerate=any(e["degenerate"] for e in evals.values()), run_id=run["id"],
-            best_round=best["round_idx"] if best else None)
+            verdicts=verdicts,
+            speedups=[r["speedup"] for r in rounds],
+            tokens=run["tokens"] or 0,
+            cost_usd=run["cost_usd"],
+            wall_s=run["wall_s"],
+            degenerate=any(e["degenerate"] for e in evals.values()),
+            run_id=run["id"],
+            best_round=best["round_idx"] if best else None,
+        )

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 SCHEMA_VERSION = 1
 
@@ -125,7 +125,7 @@ class Store:
         self.conn, self.path = conn, path
 
     @classmethod
-    def open(cls, path: str | Path, readonly: bool = False) -> "Store":
+    def open(cls, path: str | Path, readonly: bool = False) -> Store:
         path = Path(path)
         try:
             if readonly:
@@ -157,11 +157,13 @@ class Store:
             if row is None:
                 tx.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
             elif row[0] != SCHEMA_VERSION:
-                raise StoreError(f"the run store {self.path} has schema version {row[0]}, this kernelwright "
-                                 f"reads {SCHEMA_VERSION}; use a new --store")
+                raise StoreError(
+                    f"the run store {self.path} has schema version {row[0]}, this kernelwright "
+                    f"reads {SCHEMA_VERSION}; use a new --store"
+                )
 
     @contextmanager
-    def transaction(self) -> Iterator["_Tx"]:
+    def transaction(self) -> Iterator[_Tx]:
         """BEGIN IMMEDIATE ... COMMIT; a failure (or an interrupt) rolls the whole transaction back."""
         self.conn.execute("BEGIN IMMEDIATE")
         try:
@@ -181,7 +183,7 @@ class Store:
     def close(self) -> None:
         self.conn.close()
 
-    def __enter__(self) -> "Store":
+    def __enter__(self) -> Store:
         return self
 
     def __exit__(self, *exc) -> None:

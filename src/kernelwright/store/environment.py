@@ -48,5 +48,10 @@ def nvidia_driver() -> str | None:
 
 
 def host_environment() -> dict[str, str | None]:
-    return {"kernelwright": kernelwright.__version__, "commit": commit(), "driver": nvidia_driver(),
-            "python": platform.python_version(), "platform": platform.platform(terse=True)}
+    return {
+        "kernelwright": kernelwright.__version__,
+        "commit": commit(),
+        "driver": nvidia_driver(),
+        "python": platform.python_version(),
+        "platform": platform.platform(terse=True),
+    }

@@ -46,8 +46,15 @@ def finished_rounds(run_dir: Path) -> list[tuple[Path, dict[str, Any]]]:
     return out
 
 
-def index_run(store: Store, run_dir: str | Path, *, suite_id: str | None = None, problem: str | None = None,
-              level: str | None = None, kind: str | None = None) -> str:
+def index_run(
+    store: Store,
+    run_dir: str | Path,
+    *,
+    suite_id: str | None = None,
+    problem: str | None = None,
+    level: str | None = None,
+    kind: str | None = None,
+) -> str:
     """Index one run directory (an `optimize` run or one problem of a suite); returns the run's id."""
     run_dir = Path(run_dir).resolve()
     info = _load(run_dir / run_files.RUN_INFO) or {}
@@ -68,11 +75,29 @@ def index_run(store: Store, run_dir: str | Path, *, suite_id: str | None = None,
             "INSERT INTO runs (id, suite_id, kind, problem, level, problem_path, run_dir, coder, judge, state,"
             " stop_reason, rounds_run, best_round, best_speedup, tokens, cost_usd, wall_s, started, updated, info)"
             " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (run_id, suite_id, kind or info.get("kind", "optimize"), problem, level, info.get("problem"), str(run_dir),
-             info.get("coder"), info.get("judge"), summary.get("state", "running"), summary.get("stop_reason"),
-             len(rounds), best.get("round"), best.get("speedup"), tokens,
-             None if any(c is None for c in costs) else sum(costs), summary.get("wall_s"), info.get("started"),
-             now(), json.dumps(info)))
+            (
+                run_id,
+                suite_id,
+                kind or info.get("kind", "optimize"),
+                problem,
+                level,
+                info.get("problem"),
+                str(run_dir),
+                info.get("coder"),
+                info.get("judge"),
+                summary.get("state", "running"),
+                summary.get("stop_reason"),
+                len(rounds),
+                best.get("round"),
+                best.get("speedup"),
+                tokens,
+                None if any(c is None for c in costs) else sum(costs),
+                summary.get("wall_s"),
+                info.get("started"),
+                now(),
+                json.dumps(info),
+            ),
+        )
         for folder, rec in rounds:
             idx = int(rec["round"])
             chash = None
@@ -85,24 +110,51 @@ def index_run(store: Store, run_dir: str | Path, *, suite_id: str | None = None,
                 "INSERT INTO rounds (run_id, idx, dir, kind, verdict, speedup, became_best, best_decision,"
                 " candidate_hash, critique, judge_error, expectation, tokens, cost_usd, wall_s)"
                 " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                (run_id, idx, folder.name, rec.get("kind"), rec.get("verdict") or "not_run", rec.get("speedup"),
-                 int(bool(rec.get("became_best"))), rec.get("best_decision"), chash,
-                 json.dumps(rec.get("critique")) if rec.get("critique") else None, rec.get("judge_error"),
-                 json.dumps(rec.get("expectation")) if rec.get("expectation") else None,
-                 int(rec.get("tokens") or 0), rec.get("cost_usd"), rec.get("wall_s")))
+                (
+                    run_id,
+                    idx,
+                    folder.name,
+                    rec.get("kind"),
+                    rec.get("verdict") or "not_run",
+                    rec.get("speedup"),
+                    int(bool(rec.get("became_best"))),
+                    rec.get("best_decision"),
+                    chash,
+                    json.dumps(rec.get("critique")) if rec.get("critique") else None,
+                    rec.get("judge_error"),
+                    json.dumps(rec.get("expectation")) if rec.get("expectation") else None,
+                    int(rec.get("tokens") or 0),
+                    rec.get("cost_usd"),
+                    rec.get("wall_s"),
+                ),
+            )
             ev = _load(folder / run_files.EVAL)
             if ev is not None:
                 cur = tx.execute(
                     "INSERT INTO evaluations (run_id, round_idx, candidate_hash, status, correct, speedup,"
                     " speedup_vs_compile, candidate_ms, reference_ms, device, degenerate, record)"
                     " VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-                    (run_id, idx, chash, ev.get("status"), int(bool(ev.get("correct"))), ev.get("speedup"),
-                     ev.get("speedup_vs_compile"), ev.get("candidate_ms"), ev.get("reference_ms"), ev.get("device"),
-                     int(degenerate(ev)), json.dumps(ev)))
+                    (
+                        run_id,
+                        idx,
+                        chash,
+                        ev.get("status"),
+                        int(bool(ev.get("correct"))),
+                        ev.get("speedup"),
+                        ev.get("speedup_vs_compile"),
+                        ev.get("candidate_ms"),
+                        ev.get("reference_ms"),
+                        ev.get("device"),
+                        int(degenerate(ev)),
+                        json.dumps(ev),
+                    ),
+                )
                 prof = (ev.get("metadata") or {}).get("profile")
                 if prof:
-                    tx.execute("INSERT INTO profiles (evaluation_id, source, data) VALUES (?,?,?)",
-                               (cur.lastrowid, prof.get("source") if isinstance(prof, dict) else None, json.dumps(prof)))
+                    tx.execute(
+                        "INSERT INTO profiles (evaluation_id, source, data) VALUES (?,?,?)",
+                        (cur.lastrowid, prof.get("source") if isinstance(prof, dict) else None, json.dumps(prof)),
+                    )
             for role in ("coder", "judge"):
                 call = rec.get(role)
                 if not call:
@@ -111,7 +163,17 @@ def index_run(store: Store, run_dir: str | Path, *, suite_id: str | None = None,
                 tx.execute(
                     "INSERT INTO model_calls (run_id, round_idx, role, model, prompt_tokens, completion_tokens,"
                     " cost_usd, latency_s, attempts, error) VALUES (?,?,?,?,?,?,?,?,?,?)",
-                    (run_id, idx, role, call.get("model") or info.get(role), call.get("prompt_tokens"),
-                     call.get("completion_tokens"), call.get("cost_usd"),
-                     round(sum(float(a.get("elapsed_s") or 0) for a in attempts), 3), len(attempts), call.get("error")))
+                    (
+                        run_id,
+                        idx,
+                        role,
+                        call.get("model") or info.get(role),
+                        call.get("prompt_tokens"),
+                        call.get("completion_tokens"),
+                        call.get("cost_usd"),
+                        round(sum(float(a.get("elapsed_s") or 0) for a in attempts), 3),
+                        len(attempts),
+                        call.get("error"),
+                    ),
+                )
     return run_id

@@ -1,24 +1,24 @@
 """The run directory: everything a run did, in files a person can read (and replay can play).
 
-    RUN/
-      problem.py              the reference problem, as given
-      run.json                how the run was started (models, backend, device, settings)
-      000_<hash>/             one folder per round, in order; <hash> is the candidate's (or answer's)
-        coder_prompt.md       what the Coder was asked
-        coder_response.md     its raw answer (replay plays these back)
-        candidate.py          the code extracted from the answer (when there was a code block)
-        eval.json             the evaluation record (a format_error caught before the engine too)
-        judge_prompt.md       what the Judge was asked, when it was asked
-        judge_response.md     its raw answer
-        profile/              ncu's raw report (profile.ncu-rep), its CSV and log, when ncu profiled the round
-        round.json            kind, verdict, parsed critique, why it became (or did not become) the best,
-                              the Judge's earlier expected speedup against what this round measured,
-                              tokens, cost and every call attempt
-        candidates/           only when a round has several candidates (--candidates K): one folder
-          <i>_<hash>/         per Coder answer (coder_response.md, candidate.py, eval.json, profile/);
-                              the round's own files above are those of the one the Judge reviewed
-      best.py                 the fastest correct ModelNew so far, as a plain file
-      summary.json            best speedup and its round, every round's verdict, tokens, cost
+RUN/
+  problem.py              the reference problem, as given
+  run.json                how the run was started (models, backend, device, settings)
+  000_<hash>/             one folder per round, in order; <hash> is the candidate's (or answer's)
+    coder_prompt.md       what the Coder was asked
+    coder_response.md     its raw answer (replay plays these back)
+    candidate.py          the code extracted from the answer (when there was a code block)
+    eval.json             the evaluation record (a format_error caught before the engine too)
+    judge_prompt.md       what the Judge was asked, when it was asked
+    judge_response.md     its raw answer
+    profile/              ncu's raw report (profile.ncu-rep), its CSV and log, when ncu profiled the round
+    round.json            kind, verdict, parsed critique, why it became (or did not become) the best,
+                          the Judge's earlier expected speedup against what this round measured,
+                          tokens, cost and every call attempt
+    candidates/           only when a round has several candidates (--candidates K): one folder
+      <i>_<hash>/         per Coder answer (coder_response.md, candidate.py, eval.json, profile/);
+                          the round's own files above are those of the one the Judge reviewed
+  best.py                 the fastest correct ModelNew so far, as a plain file
+  summary.json            best speedup and its round, every round's verdict, tokens, cost
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ from typing import Any
 
 import kernelwright
 from kernelwright.core import run_files
-from kernelwright.core.run_files import BEST, RESPONSE_FILES, SUMMARY
 from kernelwright.core.record import EvalResult
+from kernelwright.core.run_files import BEST, RESPONSE_FILES, SUMMARY
 from kernelwright.loop.history import Expectation, ModelCall, Round, RunState
 from kernelwright.models.base import Attempt, Completion, Usage
 from kernelwright.models.extract import FailureCritique, PerformanceCritique
@@ -83,12 +83,18 @@ class RunDir:
         try:
             self.path.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise RunDirError(f"cannot create run directory {self.path} ({exc.strerror}); pass a writable --out") from None
+            raise RunDirError(
+                f"cannot create run directory {self.path} ({exc.strerror}); pass a writable --out"
+            ) from None
         self.problem = Path(problem)
         shutil.copyfile(self.problem, self.path / run_files.PROBLEM)
-        self.run_info = {"kernelwright": kernelwright.__version__, "problem": str(self.problem),
-                         "started": datetime.now().isoformat(timespec="seconds"),
-                         "environment": host_environment(), **run_info}
+        self.run_info = {
+            "kernelwright": kernelwright.__version__,
+            "problem": str(self.problem),
+            "started": datetime.now().isoformat(timespec="seconds"),
+            "environment": host_environment(),
+            **run_info,
+        }
         _write(self.path / run_files.RUN_INFO, _json(self.run_info))
         self.dirs: dict[int, str] = {}
 
@@ -140,8 +146,11 @@ class RunDir:
     # -- contents --
     @staticmethod
     def round_name(rnd: Round) -> str:
-        basis = rnd.code or (rnd.coder.response if rnd.coder and rnd.coder.response else None) or (
-            rnd.coder.prompt if rnd.coder else str(rnd.index))
+        basis = (
+            rnd.code
+            or (rnd.coder.response if rnd.coder and rnd.coder.response else None)
+            or (rnd.coder.prompt if rnd.coder else str(rnd.index))
+        )
         return f"{rnd.index:03d}_{hashlib.sha256(basis.encode()).hexdigest()[:8]}"
 
     def _round_record(self, rnd: Round) -> dict[str, Any]:
@@ -170,18 +179,31 @@ class RunDir:
             "wall_s": rnd.wall_s,
             "coder": rnd.coder.record() if rnd.coder else None,
             "judge": rnd.judge.record() if rnd.judge else None,
-        } | ({"chosen": rnd.chosen, "chosen_why": rnd.chosen_why, "candidates": [self._candidate_record(c) for c in rnd.candidates]}
-             if rnd.candidates else {})
+        } | (
+            {
+                "chosen": rnd.chosen,
+                "chosen_why": rnd.chosen_why,
+                "candidates": [self._candidate_record(c) for c in rnd.candidates],
+            }
+            if rnd.candidates
+            else {}
+        )
 
     @staticmethod
     def _candidate_record(cand) -> dict[str, Any]:
         basis = cand.code or (cand.coder.response if cand.coder and cand.coder.response else None) or str(cand.index)
         placed = (cand.result.metadata.get("executor") or {}) if cand.result is not None else {}
-        return {"index": cand.index, "dir": f"{run_files.CANDIDATES_DIR}/{run_files.candidate_dir_name(cand.index, basis)}",
-                "coder": cand.coder_name, "verdict": cand.verdict, "speedup": cand.speedup,
-                "summary": cand.result.summary_line() if cand.result else (cand.coder.error if cand.coder else ""),
-                "gpu": placed.get("gpu"), "host": placed.get("host"),
-                "call": cand.coder.record() if cand.coder else None}
+        return {
+            "index": cand.index,
+            "dir": f"{run_files.CANDIDATES_DIR}/{run_files.candidate_dir_name(cand.index, basis)}",
+            "coder": cand.coder_name,
+            "verdict": cand.verdict,
+            "speedup": cand.speedup,
+            "summary": cand.result.summary_line() if cand.result else (cand.coder.error if cand.coder else ""),
+            "gpu": placed.get("gpu"),
+            "host": placed.get("host"),
+            "call": cand.coder.record() if cand.coder else None,
+        }
 
     def write_summary(self, state: RunState, final: bool) -> dict[str, Any]:
         best = state.best
@@ -191,7 +213,9 @@ class RunDir:
             "stop_reason": state.stop_reason,
             "error": state.error,
             "rounds_run": len(state.rounds),
-            "best": None if best is None else {
+            "best": None
+            if best is None
+            else {
                 "round": best.index,
                 "dir": self.dirs.get(best.index),
                 "speedup": best.result.speedup,
@@ -201,14 +225,21 @@ class RunDir:
                 "file": BEST,
             },
             "rounds": [
-                {k: v for k, v in self._round_record(r).items() if k not in ("coder", "judge", "critique", "expectation", "candidates")}
+                {
+                    k: v
+                    for k, v in self._round_record(r).items()
+                    if k not in ("coder", "judge", "critique", "expectation", "candidates")
+                }
                 | {"expectation_outcome": r.expectation.outcome if r.expectation else None}
                 | {"attempts": {"coder": _attempts(r.coder), "judge": _attempts(r.judge)}}
                 | ({"candidate_verdicts": [c.verdict for c in r.candidates]} if r.candidates else {})
                 for r in state.rounds
             ],
-            "tokens": {"prompt": state.usage.prompt_tokens, "completion": state.usage.completion_tokens,
-                       "total": state.usage.total_tokens},
+            "tokens": {
+                "prompt": state.usage.prompt_tokens,
+                "completion": state.usage.completion_tokens,
+                "total": state.usage.total_tokens,
+            },
             "cost_usd": state.cost_usd,
             "unpriced_calls": state.unpriced_calls,
             "wall_s": round(state.wall_s, 3),
@@ -216,10 +247,9 @@ class RunDir:
         _write(self.path / SUMMARY, _json(summary))
         return summary
 
-
     # -- resume --
     @classmethod
-    def reopen(cls, path: str | Path) -> tuple["RunDir", list[Round]]:
+    def reopen(cls, path: str | Path) -> tuple[RunDir, list[Round]]:
         """A run directory written before, ready to record more rounds, and its finished rounds.
 
         A round folder without `round.json` is a round cut off mid-way (a kill), and a last round
@@ -230,7 +260,9 @@ class RunDir:
         path = Path(path)
         info_path = path / run_files.RUN_INFO
         if not info_path.is_file():
-            raise RunDirError(f"no {run_files.RUN_INFO} in {path}; pass a run directory written by `kernelwright optimize`")
+            raise RunDirError(
+                f"no {run_files.RUN_INFO} in {path}; pass a run directory written by `kernelwright optimize`"
+            )
         self = cls.__new__(cls)
         self.path = path
         self.run_info = json.loads(info_path.read_text())
@@ -247,6 +279,7 @@ class RunDir:
 
 
 # ---- reading a run directory back (resume) ----------------------------------------------------
+
 
 def load_rounds(run_dir: str | Path) -> list[Round]:
     """The finished rounds of a run directory as the loop's `Round`s (what `Forge.restore` takes).
@@ -272,10 +305,12 @@ def _round_from_files(folder: Path, rec: dict[str, Any]) -> Round:
         return p.read_text() if p.is_file() else None
 
     rnd = Round(index=int(rec["round"]), kind=rec.get("kind") or "first")
-    rnd.coder = _call_from_files("coder", rec.get("coder"), text(run_files.PROMPT_FILES["coder"]),
-                                 text(RESPONSE_FILES["coder"]))
-    rnd.judge = _call_from_files("judge", rec.get("judge"), text(run_files.PROMPT_FILES["judge"]),
-                                 text(RESPONSE_FILES["judge"]))
+    rnd.coder = _call_from_files(
+        "coder", rec.get("coder"), text(run_files.PROMPT_FILES["coder"]), text(RESPONSE_FILES["coder"])
+    )
+    rnd.judge = _call_from_files(
+        "judge", rec.get("judge"), text(run_files.PROMPT_FILES["judge"]), text(RESPONSE_FILES["judge"])
+    )
     rnd.code = text(run_files.CANDIDATE)
     ev = text(run_files.EVAL)
     rnd.result = EvalResult.from_json(ev) if ev is not None else None
@@ -294,7 +329,9 @@ def _round_from_files(folder: Path, rec: dict[str, Any]) -> Round:
     return rnd
 
 
-def _call_from_files(role: str, rec: dict[str, Any] | None, prompt: str | None, response: str | None) -> ModelCall | None:
+def _call_from_files(
+    role: str, rec: dict[str, Any] | None, prompt: str | None, response: str | None
+) -> ModelCall | None:
     if rec is None or prompt is None:
         return None
     call = ModelCall(role=role, prompt=prompt)
@@ -303,9 +340,13 @@ def _call_from_files(role: str, rec: dict[str, Any] | None, prompt: str | None, 
         call.error_attempts = list(rec.get("attempts") or [])
         return call
     call.completion = Completion(
-        text=response, usage=Usage(int(rec.get("prompt_tokens") or 0), int(rec.get("completion_tokens") or 0)),
-        model=rec.get("model") or "", attempts=[Attempt(**a) for a in rec.get("attempts") or []],
-        cost_usd=rec.get("cost_usd"), finish_reason=rec.get("finish_reason"))
+        text=response,
+        usage=Usage(int(rec.get("prompt_tokens") or 0), int(rec.get("completion_tokens") or 0)),
+        model=rec.get("model") or "",
+        attempts=[Attempt(**a) for a in rec.get("attempts") or []],
+        cost_usd=rec.get("cost_usd"),
+        finish_reason=rec.get("finish_reason"),
+    )
     return call
 
 

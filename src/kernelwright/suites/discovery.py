@@ -90,13 +90,17 @@ def discover(paths: list[str], only: list[str] | None = None, skip: list[str] | 
         if p.is_dir():
             found = _files_in(p)
             if not found:
-                raise SuiteError(f"{arg} holds no problem files (*.py) nor level folders; pass KernelBench/level1 or a folder of problems")
+                raise SuiteError(
+                    f"{arg} holds no problem files (*.py) nor level folders; pass KernelBench/level1 or a folder of problems"  # noqa: E501
+                )
             files += found
         elif p.is_file():
             files.append(p)
         else:
             hits = sorted(Path(h) for h in glob.glob(arg, recursive=True))
-            hits = [h for h in hits if h.is_file() and h.suffix == ".py"] + [f for h in hits if h.is_dir() for f in _files_in(h)]
+            hits = [h for h in hits if h.is_file() and h.suffix == ".py"] + [
+                f for h in hits if h.is_dir() for f in _files_in(h)
+            ]
             if not hits:
                 raise SuiteError(f"no problem files at {arg}; check the path or the glob")
             files += hits
@@ -104,10 +108,15 @@ def discover(paths: list[str], only: list[str] | None = None, skip: list[str] | 
     for f in files:
         prob = Problem(path=f.resolve(), name=f.stem, level=_level_of(f.resolve()))
         if prob.key in seen and seen[prob.key].path != prob.path:
-            raise SuiteError(f"two problems named {prob.key} ({seen[prob.key].path} and {prob.path}); pass one of them, or --skip one")
+            raise SuiteError(
+                f"two problems named {prob.key} ({seen[prob.key].path} and {prob.path}); pass one of them, or --skip one"  # noqa: E501
+            )
         seen[prob.key] = prob
-    problems = [p for p in seen.values()
-                if (not only or any(matches(p, o) for o in only)) and not any(matches(p, s) for s in (skip or []))]
+    problems = [
+        p
+        for p in seen.values()
+        if (not only or any(matches(p, o) for o in only)) and not any(matches(p, s) for s in (skip or []))
+    ]
     if not problems:
         raise SuiteError("no problems left after --only/--skip; check the names (a name, level1, an id, or a glob)")
     bad = []
@@ -117,12 +126,16 @@ def discover(paths: list[str], only: list[str] | None = None, skip: list[str] | 
         except (FileNotFoundError, formats.FormatError) as exc:
             bad.append(f"{p.key} ({str(exc).splitlines()[0]})")
     if bad:
-        raise SuiteError(f"not a KernelBench problem: {bad[0]}" + (f" and {len(bad) - 1} more" if len(bad) > 1 else "")
-                         + "; fix it or leave it out with --skip NAME")
+        raise SuiteError(
+            f"not a KernelBench problem: {bad[0]}"
+            + (f" and {len(bad) - 1} more" if len(bad) > 1 else "")
+            + "; fix it or leave it out with --skip NAME"
+        )
     return sorted(problems, key=_sort_key)
 
 
 # ---- candidates --------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Candidate:
@@ -150,7 +163,7 @@ def _from_records(records: list, where: str) -> dict[str, Candidate]:
     table: dict[str, Candidate] = {}
     for n, rec in enumerate(records, 1):
         if not isinstance(rec, dict) or not isinstance(rec.get("code"), str):
-            raise SuiteError(f"{where} record {n} is not {{\"problem\": ..., \"code\": ...}}; fix that record")
+            raise SuiteError(f'{where} record {n} is not {{"problem": ..., "code": ...}}; fix that record')
         keys = []
         if rec.get("problem") is not None:
             name = str(rec["problem"])
@@ -159,7 +172,7 @@ def _from_records(records: list, where: str) -> dict[str, Candidate]:
             level = re.sub(r"\D", "", str(rec["level"]))
             keys.append(f"level_{level}_problem_{rec['problem_id']}")
         if not keys:
-            raise SuiteError(f"{where} record {n} names no problem; add \"problem\" (or \"level\" and \"problem_id\")")
+            raise SuiteError(f'{where} record {n} names no problem; add "problem" (or "level" and "problem_id")')
         for k in keys:
             table.setdefault(k, Candidate(rec["code"], f"{where}:{n}"))  # the first sample of a problem wins
     return table
@@ -217,7 +230,9 @@ def load_candidates(source: str | Path) -> dict[str, Candidate]:
     raise SuiteError(f"{path} holds neither a mapping nor a list of records; see `kernelwright suite eval --help`")
 
 
-def match(problems: list[Problem], table: dict[str, Candidate]) -> tuple[list[tuple[Problem, Candidate]], list[Problem]]:
+def match(
+    problems: list[Problem], table: dict[str, Candidate]
+) -> tuple[list[tuple[Problem, Candidate]], list[Problem]]:
     """(problem, candidate) pairs, and the problems with no candidate."""
     pairs, missing = [], []
     for p in problems:

@@ -19,8 +19,12 @@ from typing import Any
 
 STATES = ("build queued", "building", "waiting for a GPU", "on the GPU", "done")
 
-_OF_STAGE = {"prebuild": "build queued", "building": "building", "built": "waiting for a GPU",
-             "queued": "waiting for a GPU"}
+_OF_STAGE = {
+    "prebuild": "build queued",
+    "building": "building",
+    "built": "waiting for a GPU",
+    "queued": "waiting for a GPU",
+}
 
 
 def state_of(stage: str) -> str:
@@ -70,5 +74,7 @@ class Pipeline:
 
     def line(self) -> str:
         c = self.counts()
-        return (f"builds queued {c['build queued']}, building {c['building']}, waiting {c['waiting for a GPU']}, "
-                f"on the GPU {c['on the GPU']}, done {c['done']}; GPU busy {100 * self.busy_share():.0f}%")
+        return (
+            f"builds queued {c['build queued']}, building {c['building']}, waiting {c['waiting for a GPU']}, "
+            f"on the GPU {c['on the GPU']}, done {c['done']}; GPU busy {100 * self.busy_share():.0f}%"
+        )

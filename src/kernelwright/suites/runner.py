@@ -18,10 +18,11 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 from kernelwright.core import run_files
 from kernelwright.core.config import EvalConfig, LoopConfig
@@ -71,8 +72,15 @@ class SuiteOutcome:
     notes: list[str] = field(default_factory=list)
 
 
-def register_suite(store: Store, name: str, kind: str, problems: list[str], out_dir: Path,
-                   candidates: str | None = None, info: dict[str, Any] | None = None) -> None:
+def register_suite(
+    store: Store,
+    name: str,
+    kind: str,
+    problems: list[str],
+    out_dir: Path,
+    candidates: str | None = None,
+    info: dict[str, Any] | None = None,
+) -> None:
     """Create the suite, or check that a rerun under this name is the same kind of suite."""
     with store.transaction() as tx:
         row = tx.execute("SELECT kind, out_dir FROM suites WHERE id=?", (name,)).fetchone()
@@ -80,10 +88,12 @@ def register_suite(store: Store, name: str, kind: str, problems: list[str], out_
             from kernelwright.suites.discovery import SuiteError
 
             raise SuiteError(f"suite {name!r} exists as a {row['kind']} suite in {row['out_dir']}; pass another --name")
-        tx.execute("INSERT INTO suites (id, kind, problems, candidates, out_dir, created, info) VALUES (?,?,?,?,?,?,?)"
-                   " ON CONFLICT(id) DO UPDATE SET problems=excluded.problems, candidates=excluded.candidates,"
-                   " info=excluded.info",
-                   (name, kind, json.dumps(problems), candidates, str(out_dir.resolve()), now(), json.dumps(info or {})))
+        tx.execute(
+            "INSERT INTO suites (id, kind, problems, candidates, out_dir, created, info) VALUES (?,?,?,?,?,?,?)"
+            " ON CONFLICT(id) DO UPDATE SET problems=excluded.problems, candidates=excluded.candidates,"
+            " info=excluded.info",
+            (name, kind, json.dumps(problems), candidates, str(out_dir.resolve()), now(), json.dumps(info or {})),
+        )
 
 
 def _summary(run_dir: Path) -> dict[str, Any]:
@@ -104,8 +114,9 @@ def died_before_the_candidate(result: EvalResult) -> bool:
     return result.status is Status.CRASHED and result.error_stage is Stage.STARTUP
 
 
-def once_more_if_died_early(executor: Executor, task: EvalTask, result: EvalResult,
-                            on_stage: Callable[[str], None] | None = None) -> EvalResult:
+def once_more_if_died_early(
+    executor: Executor, task: EvalTask, result: EvalResult, on_stage: Callable[[str], None] | None = None
+) -> EvalResult:
     if not died_before_the_candidate(result):
         return result
     again = executor.submit(task, on_stage=on_stage).result()
@@ -121,15 +132,25 @@ def needs_build(code: str) -> bool:
 
 # ---- suite eval --------------------------------------------------------------------------------
 
+
 def _evaluated_code(run_dir: Path) -> str | None:
     rounds = finished_rounds(run_dir)
     cand = run_dir / rounds[0][0].name / run_files.CANDIDATE if rounds else None
     return cand.read_text() if cand is not None and cand.is_file() else None
 
 
-def run_eval_suite(pairs: list[tuple[Problem, Candidate]], *, name: str, out_dir: Path, store: Store,
-                   config: EvalConfig, executor: Executor | None = None, build_workers: int = 1,
-                   build_pool: Any = None, progress: SuiteProgress | None = None) -> SuiteOutcome:
+def run_eval_suite(
+    pairs: list[tuple[Problem, Candidate]],
+    *,
+    name: str,
+    out_dir: Path,
+    store: Store,
+    config: EvalConfig,
+    executor: Executor | None = None,
+    build_workers: int = 1,
+    build_pool: Any = None,
+    progress: SuiteProgress | None = None,
+) -> SuiteOutcome:
     """Evaluate each problem's candidate once (no model). The suite must be registered.
 
     With a `SerialExecutor` (the default), candidates are evaluated one after the other, their
@@ -155,7 +176,9 @@ def run_eval_suite(pairs: list[tuple[Problem, Candidate]], *, name: str, out_dir
     pipeline = Pipeline(gpus=len(getattr(executor, "_slots", [])) or 1)
     try:
         if isinstance(executor, SerialExecutor):
-            _eval_one_by_one(todo, executor, store, name, config, outcome, progress, pipeline, build_workers, build_pool)
+            _eval_one_by_one(
+                todo, executor, store, name, config, outcome, progress, pipeline, build_workers, build_pool
+            )
         else:
             _eval_all_at_once(todo, executor, store, name, config, outcome, progress, pipeline)
     finally:
@@ -175,6 +198,7 @@ def _on_stage(progress: SuiteProgress, pipeline: Pipeline, prob: Problem) -> Cal
         show = getattr(progress, "pipeline", None)
         if show is not None:
             show(pipeline)
+
     return stage
 
 
@@ -185,11 +209,12 @@ def _eval_one_by_one(todo, executor, store, name, config, outcome, progress, pip
 
         pool = BuildPool(max_workers=build_workers, config=config)
     try:
-        builds: list[Future | None] = [pool.submit(p.path, c.text) if pool is not None and needs_build(c.text) else None
-                                       for p, c, _ in todo]
-        for (prob, _, _), build in zip(todo, builds):
+        builds: list[Future | None] = [
+            pool.submit(p.path, c.text) if pool is not None and needs_build(c.text) else None for p, c, _ in todo
+        ]
+        for (prob, _, _), build in zip(todo, builds, strict=False):
             pipeline.queued(prob.key, "build queued" if build is not None else "waiting for a GPU")
-        for (prob, cand, run_dir), build in zip(todo, builds):
+        for (prob, cand, run_dir), build in zip(todo, builds, strict=False):
             if build is not None:
                 progress.stage(prob, "waiting for its prebuild")
                 build.result()  # best effort: a failed prebuild is built again, and judged, by the evaluation
@@ -234,19 +259,38 @@ def _record_one(prob, cand, run_dir, task, fut, executor, store, name, config, o
         show(pipeline)
 
 
-def record_evaluation(store: Store, suite: str, prob: Problem, cand: Candidate, run_dir: Path, result: EvalResult,
-                      config: EvalConfig) -> None:
+def record_evaluation(
+    store: Store, suite: str, prob: Problem, cand: Candidate, run_dir: Path, result: EvalResult, config: EvalConfig
+) -> None:
     """One evaluated candidate as a one-round run directory, then indexed."""
     if run_dir.exists():
         shutil.rmtree(run_dir)  # an evaluation cut off before (or of another candidate): done again, whole
-    rd = RunDir(run_dir, prob.path, {"kind": "eval", "suite": suite, "candidate_source": cand.source,
-                                     "device": config.device, "trials": config.trials, "verdict": config.verdict})
+    rd = RunDir(
+        run_dir,
+        prob.path,
+        {
+            "kind": "eval",
+            "suite": suite,
+            "candidate_source": cand.source,
+            "device": config.device,
+            "trials": config.trials,
+            "verdict": config.verdict,
+        },
+    )
     passed = result.status is Status.PASSED
-    rnd = Round(index=0, kind="given", code=cand.text, result=result, evaluated=result.status is not Status.FORMAT_ERROR,
-                became_best=passed, best_decision="the given candidate" if passed else "",
-                wall_s=round(result.stage_times.total_s or 0.0, 3))
-    state = RunState(rounds=[rnd], best=rnd if passed else None, stop_reason="evaluated",
-                     started=time.monotonic() - rnd.wall_s)
+    rnd = Round(
+        index=0,
+        kind="given",
+        code=cand.text,
+        result=result,
+        evaluated=result.status is not Status.FORMAT_ERROR,
+        became_best=passed,
+        best_decision="the given candidate" if passed else "",
+        wall_s=round(result.stage_times.total_s or 0.0, 3),
+    )
+    state = RunState(
+        rounds=[rnd], best=rnd if passed else None, stop_reason="evaluated", started=time.monotonic() - rnd.wall_s
+    )
     rd.record_round(rnd, state)
     rd.finish(state)
     index_run(store, run_dir, suite_id=suite, problem=prob.name, level=prob.level, kind="eval")
@@ -254,23 +298,40 @@ def record_evaluation(store: Store, suite: str, prob: Problem, cand: Candidate, 
 
 # ---- suite optimize ----------------------------------------------------------------------------
 
+
 class ExecutorEvaluator:
     """The loop's Evaluator on top of an Executor: one task per candidate, waited for."""
 
     def __init__(self, executor: Executor, key: str):
         self.executor, self.key = executor, key
 
-    def __call__(self, problem: Path, code: str, on_stage: Callable[[str], None], report_dir: Path | None) -> EvalResult:
-        task = EvalTask(key=f"{self.key}/{code_hash(code)[:12]}", problem=problem, candidate_text=code,
-                        report_dir=report_dir)
-        return once_more_if_died_early(self.executor, task, self.executor.submit(task, on_stage=on_stage).result(),
-                                       on_stage)
+    def __call__(
+        self, problem: Path, code: str, on_stage: Callable[[str], None], report_dir: Path | None
+    ) -> EvalResult:
+        task = EvalTask(
+            key=f"{self.key}/{code_hash(code)[:12]}", problem=problem, candidate_text=code, report_dir=report_dir
+        )
+        return once_more_if_died_early(
+            self.executor, task, self.executor.submit(task, on_stage=on_stage).result(), on_stage
+        )
 
 
-def run_optimize_suite(problems: list[Problem], *, name: str, out_dir: Path, store: Store, eval_config: EvalConfig,
-                       loop_config: LoopConfig, coder, judge, device: str, run_info: dict[str, Any],
-                       executor: Executor | None = None, progress: SuiteProgress | None = None,
-                       parallel: int = 1) -> SuiteOutcome:
+def run_optimize_suite(
+    problems: list[Problem],
+    *,
+    name: str,
+    out_dir: Path,
+    store: Store,
+    eval_config: EvalConfig,
+    loop_config: LoopConfig,
+    coder,
+    judge,
+    device: str,
+    run_info: dict[str, Any],
+    executor: Executor | None = None,
+    progress: SuiteProgress | None = None,
+    parallel: int = 1,
+) -> SuiteOutcome:
     """The forge loop on every problem; finished problems are skipped, cut-off ones resumed.
 
     `parallel`: problems optimised at once (each in a thread, with a store connection of its
@@ -297,9 +358,22 @@ def run_optimize_suite(problems: list[Problem], *, name: str, out_dir: Path, sto
     def one(prob: Problem, run_dir: Path) -> None:
         db = store if parallel <= 1 else Store.open(store.path)
         try:
-            _optimize_problem(prob, run_dir, db, name=name, eval_config=eval_config, loop_config=loop_config,
-                              coder=coder, judge=judge, device=device, run_info=run_info, executor=executor,
-                              progress=progress, outcome=outcome, lock=lock)
+            _optimize_problem(
+                prob,
+                run_dir,
+                db,
+                name=name,
+                eval_config=eval_config,
+                loop_config=loop_config,
+                coder=coder,
+                judge=judge,
+                device=device,
+                run_info=run_info,
+                executor=executor,
+                progress=progress,
+                outcome=outcome,
+                lock=lock,
+            )
         finally:
             if db is not store:
                 db.close()
@@ -318,8 +392,23 @@ def run_optimize_suite(problems: list[Problem], *, name: str, out_dir: Path, sto
     return outcome
 
 
-def _optimize_problem(prob: Problem, run_dir: Path, store: Store, *, name, eval_config, loop_config, coder, judge,
-                      device, run_info, executor, progress, outcome: SuiteOutcome, lock) -> None:
+def _optimize_problem(
+    prob: Problem,
+    run_dir: Path,
+    store: Store,
+    *,
+    name,
+    eval_config,
+    loop_config,
+    coder,
+    judge,
+    device,
+    run_info,
+    executor,
+    progress,
+    outcome: SuiteOutcome,
+    lock,
+) -> None:
     from kernelwright.engine import EngineError
     from kernelwright.loop.forge import Forge
 
@@ -331,11 +420,18 @@ def _optimize_problem(prob: Problem, run_dir: Path, store: Store, *, name, eval_
             shutil.rmtree(run_dir)  # cut off before its run.json: nothing to keep
         rd = RunDir(run_dir, prob.path, {"kind": "optimize", "suite": name, **run_info})
     recorder = IndexingRecorder(rd, store, suite_id=name, problem=prob.name, level=prob.level, kind="optimize")
-    forge = Forge(prob.path, coder, judge, ExecutorEvaluator(executor, prob.key), loop_config, device=device,
-                  recorder=recorder,
-                  on_progress=lambda p, pr=prob: progress.stage(
-                      pr, f"round {p.round + 1}/{loop_config.rounds}: {p.stage}"
-                      + (f" ({p.verdict})" if p.verdict else "")))
+    forge = Forge(
+        prob.path,
+        coder,
+        judge,
+        ExecutorEvaluator(executor, prob.key),
+        loop_config,
+        device=device,
+        recorder=recorder,
+        on_progress=lambda p, pr=prob: progress.stage(
+            pr, f"round {p.round + 1}/{loop_config.rounds}: {p.stage}" + (f" ({p.verdict})" if p.verdict else "")
+        ),
+    )
     if rounds:
         forge.restore(rounds, wall_s=float(_summary(run_dir).get("wall_s") or 0.0))
         progress.note(f"{prob.key}: resumed after round {len(rounds) - 1}")
@@ -350,5 +446,8 @@ def _optimize_problem(prob: Problem, run_dir: Path, store: Store, *, name, eval_
     best = state.best
     with lock:
         outcome.ran.append(prob.key)
-    progress.done(prob, "passed" if best else (state.rounds[-1].verdict if state.rounds else "not_run"),
-                  best.speedup if best else None)
+    progress.done(
+        prob,
+        "passed" if best else (state.rounds[-1].verdict if state.rounds else "not_run"),
+        best.speedup if best else None,
+    )

@@ -121,7 +121,9 @@ class DegenerateDetector:
         if self.first_outputs is None:
             self.first_inputs, self.first_outputs = ins, outs
             return
-        if len(ins) != len(self.first_inputs) or any(not _same(a, b) for a, b in zip(ins, self.first_inputs, strict=False)):  # noqa: E501
+        if len(ins) != len(self.first_inputs) or any(
+            not _same(a, b) for a, b in zip(ins, self.first_inputs, strict=False)
+        ):  # noqa: E501
             self.inputs_differ = True
         if len(outs) != len(self.first_outputs) or any(
             not _same(a, b) for (_, a), (_, b) in zip(outs, self.first_outputs, strict=False)

@@ -204,7 +204,8 @@ def serve_window(
             leaves = [x for _, x in flatten(out)]
             slots = lout.views(rout, i)
             if len(leaves) != len(slots) or not all(
-                isinstance(x, torch.Tensor) and x.shape == s.shape and x.dtype == s.dtype for x, s in zip(leaves, slots, strict=False)  # noqa: E501
+                isinstance(x, torch.Tensor) and x.shape == s.shape and x.dtype == s.dtype
+                for x, s in zip(leaves, slots, strict=False)  # noqa: E501
             ):
                 mismatched += 1  # left unwritten: the judge finds the slot wrong
                 continue
@@ -372,7 +373,10 @@ class WindowTimer:
             try:
                 _sync(self.device)
                 t0 = time.perf_counter()
-                dup = [shared_region.attach(os.dup(r.fd), n, self.device) for r, n in zip(made, (in_bytes, out_bytes), strict=False)]  # noqa: E501
+                dup = [
+                    shared_region.attach(os.dup(r.fd), n, self.device)
+                    for r, n in zip(made, (in_bytes, out_bytes), strict=False)
+                ]  # noqa: E501
                 ms = (time.perf_counter() - t0) * 1e3
                 for r in dup:
                     r.close()

@@ -35,8 +35,10 @@ def check_prompt_dir(prompt_dir: str | Path) -> Path:
     known = set(bundled())
     unknown = sorted(p.name for p in folder.glob("*.j2") if p.name not in known)
     if unknown:
-        raise PromptDirError(f"prompt folder {folder}: {', '.join(unknown)} replace no template; "
-                             f"name files after the bundled ones: {', '.join(sorted(known))}")
+        raise PromptDirError(
+            f"prompt folder {folder}: {', '.join(unknown)} replace no template; "
+            f"name files after the bundled ones: {', '.join(sorted(known))}"
+        )
     return folder
 
 
