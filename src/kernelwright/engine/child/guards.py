@@ -8,10 +8,9 @@
 - `CallTracer`: during one guarded call, which Python code ran (code of the problem file:
   `calls_reference`), and whether a kernel of the candidate's own ran: a function of an extension
   it built, a Triton kernel it defined, a custom torch op, or (CUDA) a kernel named in its source.
-- `measure_escape_round` / `judge_escape`: per-call host time with a device-wide synchronise and
-  CUDA-event time of the same call, candidate and reference interleaved, in several windows
-  (work on side streams or deferred past the end event escapes the events; a busy GPU delays
-  honest calls in some windows, escaped work shows in every one).
+
+Work off the timed stream, or deferred past a call's end, needs no guard of its own any more: the
+judge's clock (`windows.py`) ends a window only after the outputs are committed and snapshotted.
 """
 
 from __future__ import annotations
@@ -376,112 +375,3 @@ def python_threads() -> set[threading.Thread]:
         for t in threading.enumerate()
         if t.is_alive() and not _library_thread(t) and not _torch_compile_pool_worker(t)
     }
-
-
-@dataclass
-class EscapeRound:
-    """One window of the timer-escape measurement: each call timed both ways at once (ms).
-
-    `host`: perf_counter from the moment the GPU has reached the start event (a wait for another
-    process's time slice before it is not counted) to after a device-wide synchronise;
-    `event`: CUDA events on the current stream around the same call. Candidate and reference
-    calls are interleaved, so load from other processes hits both alike.
-    """
-
-    cand_host: list[float]
-    cand_event: list[float]
-    ref_host: list[float]
-    ref_event: list[float]
-    empty_host: list[float]  # an empty call measured the same way: the synchronise's own cost
-
-    def summary(self) -> dict[str, float]:
-        """Escaped work is there on every call, a delay from other processes on some: the candidate's
-        host-only time is read at its low quartile, the reference's (the allowance) at its high one."""
-        import statistics as st
-
-        cx = [h - e for h, e in zip(self.cand_host, self.cand_event, strict=False)]
-        rx = [h - e for h, e in zip(self.ref_host, self.ref_event, strict=False)]
-        return {
-            "cand_event_ms": st.median(self.cand_event),
-            "cand_excess_ms": _quantile(cx, 0.25),
-            "ref_event_ms": st.median(self.ref_event),
-            "ref_excess_ms": _quantile(rx, 0.75),
-            "empty_ms": _quantile(self.empty_host, 0.75),
-        }
-
-
-def _quantile(xs: list[float], q: float) -> float:
-    s = sorted(xs)
-    return s[min(len(s) - 1, max(0, int(round(q * (len(s) - 1)))))] if s else 0.0
-
-
-@dataclass
-class EscapeVerdict:
-    escaped: bool
-    rounds: list[dict[str, float]]
-    detail: str = ""
-
-
-def round_escapes(r: dict[str, float], ratio: float, floor_ms: float) -> bool:
-    """Whether one round shows escaped work: the candidate's host-only time (host - event, same call;
-    low quartile) exceeds (ratio - 1) x its event median plus what the reference (or an empty call)
-    pays on the host in the same window (high quartile), plus a floor."""
-    allowance = max(r["empty_ms"], r["ref_excess_ms"]) + floor_ms
-    return r["cand_excess_ms"] > (ratio - 1.0) * r["cand_event_ms"] + allowance
-
-
-def judge_escape(rounds: list[EscapeRound], ratio: float, floor_ms: float = 0.05, confirm: int = 3) -> EscapeVerdict:
-    """Escaped work, confirmed: every one of `confirm` rounds must show it (an honest call delayed
-    by other processes on a shared GPU shows it in one window, escaped work in every window)."""
-    summaries = [r.summary() for r in rounds]
-    flags = [round_escapes(s, ratio, floor_ms) for s in summaries]
-    escaped = len(flags) >= confirm and all(flags)
-    detail = ""
-    if escaped:
-        worst = min(summaries, key=lambda s: s["cand_excess_ms"])  # the least damning round
-        detail = (
-            f"in each of {len(rounds)} windows one call spends {worst['cand_excess_ms']:.4g} ms or more on the "
-            f"host clock (device-wide synchronise) beyond its {worst['cand_event_ms']:.4g} ms between CUDA "
-            f"events on the current stream, measured on the same calls; the reference, interleaved, pays "
-            f"{worst['ref_excess_ms']:.4g} ms: work escapes the timer (a side stream, or work deferred past "
-            f"the end event)"
-        )
-    return EscapeVerdict(escaped, summaries, detail)
-
-
-def measure_escape_round(
-    cand_fn: Callable[[], Any], ref_fn: Callable[[], Any], device: torch.device, reps: int = 20
-) -> EscapeRound:
-    """Each call measured on the host clock and between CUDA events at once, candidate and
-    reference interleaved (see `EscapeRound`)."""
-
-    def one(f) -> tuple[float, float]:
-        torch.cuda.synchronize(device)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        # The host clock starts when the GPU has reached the start event: on a GPU shared with other
-        # processes our work may wait for its time slice before it, a wait the events never see.
-        t0 = time.perf_counter()
-        while not start.query() and time.perf_counter() - t0 < 1.0:
-            pass
-        t0 = time.perf_counter()
-        f()
-        end.record()
-        torch.cuda.synchronize(device)
-        host = (time.perf_counter() - t0) * 1e3
-        return host, start.elapsed_time(end)
-
-    r = EscapeRound([], [], [], [], [])
-    with torch.no_grad():
-        cand_fn()
-        ref_fn()
-        for _ in range(reps):
-            h, e = one(cand_fn)
-            r.cand_host.append(h)
-            r.cand_event.append(e)
-            h, e = one(ref_fn)
-            r.ref_host.append(h)
-            r.ref_event.append(e)
-            h, _ = one(lambda: None)
-            r.empty_host.append(h)
-    return r
