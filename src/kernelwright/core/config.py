@@ -60,7 +60,7 @@ class TimingConfig:
     # The judge's clock (engine/child/windows.py): windows of back-to-back calls on fresh inputs.
     windows: int = 5  # timed windows of each side (after one warm-up window)
     window_ms: float = 25.0  # the reference work one window aims at (sets = window_ms / reference time)
-    max_window_calls: int = 1024  # input sets per window at most
+    max_window_calls: int = 256  # input sets per window at most
     window_budget_mb: int = 0  # memory for a window's sets, outputs and snapshot (0: a share of what is free)
     window_deadline_s: float = 10.0  # a window ends within max(this, 100 x its reference time), or times out
     physics_margin: float = 0.7  # a time under this share of the roofline floor is faster than the hardware

@@ -41,6 +41,12 @@ def _nbytes(obj: Any) -> int:
     return sum(t.numel() * t.element_size() for _, t in flatten(obj) if isinstance(t, torch.Tensor))
 
 
+def _phase(phases: dict[str, float], name: str, t0: float) -> float:
+    now = time.perf_counter()
+    phases[name] = round(phases.get(name, 0.0) + now - t0, 4)
+    return now
+
+
 def _resolution(ref: Any) -> float:
     """The coarsest relative resolution among the reference's floating outputs (eps of its dtype)."""
     from kernelwright.engine.child.compare import flatten
@@ -148,6 +154,7 @@ def _run(judge: Judge, draw: Any, check: Any, deadline: Any, on_gpu: bool, cores
             compiled = None
     ref_ms: list[float] = []
     cand_ms: list[float] = []
+    phases: dict[str, float] = {}  # the judge's own time in the timing stage, by phase
     busy: list[float] = []  # cores other processes kept busy while the reference was timed (the runner idles then)
     runnable: list[float] = []
     comp_ms: list[float] = []
@@ -156,10 +163,13 @@ def _run(judge: Judge, draw: Any, check: Any, deadline: Any, on_gpu: bool, cores
     try:
         for r in range(plan.rounds + 1):
             warm = r == 0
+            t_phase = time.perf_counter()
             sets, layout = timer.pool(plan.warmup_calls if warm else plan.calls)
+            t_phase = _phase(phases, "draws", t_phase)
             monitor = stability.CpuLoadMonitor()
             r_ms, ref_outs = timer.reference_window(sets)
             monitor.tick()
+            t_phase = _phase(phases, "reference_windows", t_phase)
             if not warm:
                 b, q = monitor.others_busy_cores(), monitor.others_runnable()
                 if b is not None:
@@ -167,6 +177,7 @@ def _run(judge: Judge, draw: Any, check: Any, deadline: Any, on_gpu: bool, cores
                 if q is not None:
                     runnable.append(q)
             res = timer.candidate_window(sets, layout, ref_outs, expected_ms=r_ms * (50.0 if warm else 1.0))
+            t_phase = _phase(phases, "candidate_windows_and_checks", t_phase)
             bad += res.bad_slots
             checked += res.calls
             if compiled is not None:
@@ -248,6 +259,7 @@ def _run(judge: Judge, draw: Any, check: Any, deadline: Any, on_gpu: bool, cores
         "plan": plan.reasons,
         "estimate_ms": round(est_ms, 6),
         "threads": None if on_gpu else threads,
+        "judge_phases_s": phases,
         "attempts": 1,
         "unstable": reasons,
         "load": {
