@@ -26,7 +26,7 @@ HAS_BWRAP = shutil.which("bwrap") is not None
 
 
 def _config(base, sandbox: str = "none", device: str = "cpu"):
-    timing = dataclasses.replace(base.timing, windows=3, window_ms=10.0, window_deadline_s=3.0)
+    timing = dataclasses.replace(base.timing, windows=3, window_ms=30.0, window_deadline_s=3.0)
     return dataclasses.replace(base, device=device, sandbox=sandbox, trials=2, timing=timing)
 
 

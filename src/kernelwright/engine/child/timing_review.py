@@ -167,7 +167,7 @@ def _run(judge: Judge, draw: Any, check: Any, deadline: Any, on_gpu: bool, cores
             sets, layout = timer.pool(plan.warmup_calls if warm else plan.calls)
             t_phase = _phase(phases, "draws", t_phase)
             monitor = stability.CpuLoadMonitor()
-            r_ms, ref_outs = timer.reference_window(sets)
+            r_ms, ref_outs = timer.reference_window(sets, layout)
             monitor.tick()
             t_phase = _phase(phases, "reference_windows", t_phase)
             if not warm:
@@ -182,7 +182,7 @@ def _run(judge: Judge, draw: Any, check: Any, deadline: Any, on_gpu: bool, cores
             checked += res.calls
             if compiled is not None:
                 t_ms, _ = windows.WindowTimer(judge.handoff, device, draw, compiled, check, deadline).reference_window(
-                    sets
+                    sets, layout
                 )
                 if not warm:
                     comp_ms.append(t_ms)

@@ -302,8 +302,6 @@ class WindowTimer:
         self.check = check  # (candidate output, reference output) -> acceptable
         self.deadline_s = deadline_s  # (expected window seconds) -> how long to wait for `done`
         self.next_id = 0
-        self.copy_cache: dict[tuple[int, int], float] = {}
-        self.open_cache: dict[tuple[int, int], float] = {}
 
     # -- the reference ------------------------------------------------------------------------------
     def pool(self, calls: int) -> tuple[list[list[Any]], Layout]:
@@ -314,32 +312,41 @@ class WindowTimer:
                 raise WindowError("get_inputs() returns differently shaped inputs from one draw to the next")
         return sets, layout
 
-    def reference_window(self, sets: list[list[Any]]) -> tuple[float, list[Any]]:
-        from kernelwright.engine.child.trees import clone
-
-        staged = [clone(s) for s in sets]  # the reference may change its inputs in place
-        _sync(self.device)
-        outs = []
-        with torch.no_grad():
-            t0 = time.perf_counter()
-            for s in staged:
-                outs.append(self.reference(*s))
+    def reference_window(self, sets: list[list[Any]], layout: Layout | None = None) -> tuple[float, list[Any]]:
+        """The reference's time per call on `sets`, read from the same kind of memory the candidate
+        reads its inputs from (a fresh region: its placement changes a CPU's speed several-fold),
+        and its outputs, the truth for the candidate's window on the same sets."""
+        layout = layout or Layout.of_inputs(sets[0])
+        region = shared_region.create(len(sets) * layout.stride, self.device)
+        staged: list[list[Any]] = []
+        try:
+            for i, s in enumerate(sets):  # a copy: the reference may change its inputs in place
+                for dst, x in zip(layout.views(region, i), s, strict=True):
+                    if isinstance(x, torch.Tensor):
+                        dst.copy_(x)
+            staged = [layout.views(region, i) for i in range(len(sets))]
             _sync(self.device)
-            wall = time.perf_counter() - t0
+            outs = []
+            with torch.no_grad():
+                t0 = time.perf_counter()
+                for args in staged:
+                    outs.append(self.reference(*args))
+                _sync(self.device)
+                wall = time.perf_counter() - t0
+            outs = [_own(o) for o in outs]  # nothing of the region outlives it
+        finally:
+            del staged
+            region.close()
         return wall * 1e3 / len(sets), outs
 
-    # -- the copies a candidate window adds, on the judge's own memory --------------------------------
-    def copy_ms(self, calls: int, out_layout: Layout) -> float:
+    def copy_ms(self, calls: int, out_layout: Layout, repeats: int = 3) -> float:
         """The commit's own time, as the judge measures it on its own memory: every output copied
         into its slot of a fresh region, then the snapshot of the region (best of three)."""
-        key = (calls, out_layout.stride)
-        if key in self.copy_cache:
-            return self.copy_cache[key]
         outs = [torch.empty(out_layout.stride, dtype=torch.uint8, device=self.device) for _ in range(calls)]
         for o in outs:
             o.fill_(1)
         best = float("inf")
-        for _ in range(3):
+        for _ in range(repeats):
             region = shared_region.create(calls * out_layout.stride, self.device)
             try:
                 _sync(self.device)
@@ -357,19 +364,15 @@ class WindowTimer:
                 del snap
             finally:
                 region.close()
-        self.copy_cache[key] = best
         return best
 
-    def open_ms(self, calls: int, in_layout: Layout, out_layout: Layout) -> float:
+    def open_ms(self, calls: int, in_layout: Layout, out_layout: Layout, repeats: int = 3) -> float:
         """What a window costs the runner beyond its calls, measured by the judge alone: the two
         regions imported and mapped from their descriptors, a view made for every set's inputs and
         outputs (as the runner must), and a message's round trip to another thread (best of three)."""
         in_bytes, out_bytes = calls * in_layout.stride, calls * out_layout.stride
-        key = (calls, in_layout.stride, out_layout.stride)
-        if key in self.open_cache:
-            return self.open_cache[key]
         best = float("inf")
-        for _ in range(3):
+        for _ in range(repeats):
             made = [shared_region.create(n, self.device) for n in (in_bytes, out_bytes)]
             try:
                 _sync(self.device)
@@ -388,7 +391,6 @@ class WindowTimer:
                 for r in made:
                     r.close()
             best = min(best, ms + _round_trip_ms())
-        self.open_cache[key] = best
         return best
 
     # -- a candidate window -----------------------------------------------------------------------------
@@ -397,8 +399,6 @@ class WindowTimer:
     ) -> WindowResult:
         calls = len(sets)
         out_layout = Layout.of_outputs(ref_outs[0])
-        copy_ms = self.copy_ms(calls, out_layout)
-        open_ms = self.open_ms(calls, in_layout, out_layout)
         rin = shared_region.create(calls * in_layout.stride, self.device)
         rout = shared_region.create(calls * out_layout.stride, self.device)
         try:
@@ -434,6 +434,10 @@ class WindowTimer:
         finally:
             rin.close()
             rout.close()
+        # the judge's own measure of the same copies and the same opening, taken right after the
+        # window (so under the load the window saw), once each
+        copy_ms = self.copy_ms(calls, out_layout, repeats=1)
+        open_ms = self.open_ms(calls, in_layout, out_layout, repeats=1)
         # the commit and the snapshot are not the candidate's work: their measured time comes off,
         # but never more than the time after `computed` (work left running past it counts)
         wall_ms = (t_end - t0) * 1e3
@@ -552,6 +556,19 @@ def errors(cand: Any, ref: Any) -> tuple[float, float] | None:
         top = float(rf.abs().max()) or 1.0
         elem = max(elem, float(d.abs().max()) / top)
     return norm, elem
+
+
+def _own(out: Any) -> Any:
+    """`out` with every tensor that shares memory with something else copied into memory of its own."""
+    if isinstance(out, torch.Tensor):
+        return out.clone() if out._base is not None or not out.is_contiguous() else out
+    if isinstance(out, tuple):
+        return tuple(_own(x) for x in out)
+    if isinstance(out, list):
+        return [_own(x) for x in out]
+    if isinstance(out, dict):
+        return {k: _own(v) for k, v in out.items()}
+    return out
 
 
 def _rebuild(like: Any, leaves: list[torch.Tensor]) -> Any:
