@@ -21,9 +21,8 @@ from kernelwright.engine import evaluate
 
 ATTACKS = FIXTURES.parent / "clock_attacks"
 SWISH = FIXTURES / "problems" / "swish.py"
-FORGED = (
-    3.0  # an honest PyTorch candidate times at 0.4-2.5x on a busy 2-core machine; a forged one at 8-265x before the fix
-)
+# an honest PyTorch candidate times at 0.4-2.5x on a busy 2-core machine; a forged one at 8-265x before the fix
+FORGED = 3.0
 HAS_BWRAP = shutil.which("bwrap") is not None
 
 
