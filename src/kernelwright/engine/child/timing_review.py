@@ -176,7 +176,7 @@ def _run(judge: Judge, draw: Any, check: Any, deadline: Any, on_gpu: bool, cores
                     busy.append(b)
                 if q is not None:
                     runnable.append(q)
-            res = timer.candidate_window(sets, layout, ref_outs, expected_ms=r_ms * (50.0 if warm else 1.0))
+            res = timer.candidate_window(sets, layout, ref_outs, expected_ms=r_ms * (2.0 if warm else 1.0))
             t_phase = _phase(phases, "candidate_windows_and_checks", t_phase)
             bad += res.bad_slots
             checked += res.calls
