@@ -225,7 +225,7 @@ def _config_option():
         metavar="FILE",
         dir_okay=False,
         help="Settings file (default: the nearest kernelwright.toml, or pyproject.toml with "
-        "[tool.kernelwright], from the current directory up).",
+        "\\[tool.kernelwright], from the current directory up).",
     )
 
 
