@@ -457,8 +457,8 @@ def suite_optimize(
 ) -> None:
     """Run the forge loop (Coder, engine, Judge) on every problem of a suite."""
     from kernelwright.engine import EngineError
-    from kernelwright.engine import sandbox as sandbox_mod
     from kernelwright.engine.evaluation import check_device
+    from kernelwright.engine.isolation import sandbox as sandbox_mod
     from kernelwright.models import ModelSetupError, resolve_model
     from kernelwright.store.db import Store, StoreError
     from kernelwright.suites import discovery
