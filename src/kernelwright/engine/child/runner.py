@@ -269,6 +269,7 @@ class Runner:
 
     def build(self) -> bool:
         from kernelwright.engine.child import build, guards
+        from kernelwright.engine.child.problem_io import load_module
 
         self.stage("build")
         build.install_build_cache(
@@ -285,7 +286,7 @@ class Runner:
         self.threads_at_start = guards.python_threads()
         ok = True
         try:
-            self.candidate = _load_module(self.job["candidate_path"], "kw_candidate")
+            self.candidate = load_module(self.job["candidate_path"], "kw_candidate")
         except build.CandidateBuildError as exc:
             self.compile_error(exc)
             ok = False
@@ -674,16 +675,6 @@ class Runner:
             self.runtime_error(exc, "ModelNew failed while being profiled", "profile")
             return
         self.chan.send("profiled")
-
-
-def _load_module(path: str, name: str):
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def _detached_clone(obj: Any) -> Any:

@@ -40,23 +40,7 @@ import torch
 from kernelwright.engine.child import shared_region
 
 ALIGN = 256  # every tensor of a set starts on this byte boundary (any dtype, any vector width)
-_DTYPES = {
-    str(d).replace("torch.", ""): d
-    for d in (
-        torch.float64,
-        torch.float32,
-        torch.float16,
-        torch.bfloat16,
-        torch.complex64,
-        torch.complex128,
-        torch.int64,
-        torch.int32,
-        torch.int16,
-        torch.int8,
-        torch.uint8,
-        torch.bool,
-    )
-}
+from kernelwright.engine.child.wire import _DTYPES  # noqa: E402  (the dtypes that may cross the boundary)
 
 
 class WindowError(RuntimeError):
