@@ -59,11 +59,22 @@ def cli(*args: str) -> str:
     return result.output
 
 
+def loop_config(folder):
+    """These tests are about the loop, not the CPU's timing noise: the rowwise candidate is about 5x
+    slower than the fused one, but on a busy 2-core CI machine five timing windows can spread wider
+    than that, and the spread rule (tested on its own in test_forge_rules.py) would keep the slow one.
+    So the spread test is off here; the 2% minimum still decides."""
+    path = folder / "kernelwright.toml"
+    path.write_text("[loop]\nspread_factor = 0.0\n")
+    return path
+
+
 @pytest.fixture(scope="module")
 def recorded_run(tmp_path_factory, cache_dir):
     """`kernelwright optimize` through the CLI: wrong -> Judge -> repaired (slow) -> Judge -> fast
     -> Judge (told what it expected and what was measured) -> an answer with no code (no evaluation)."""
     out = tmp_path_factory.mktemp("runs") / "swish"
+    config = loop_config(tmp_path_factory.mktemp("config"))
     script = {
         "coder-model": [
             Reply(answer(LOOP / "cpp_swish_wrong.py")),
@@ -96,6 +107,8 @@ def recorded_run(tmp_path_factory, cache_dir):
                 "3",
                 "--out",
                 str(out),
+                "--config",
+                str(config),
             )
     finally:
         mp.undo()
@@ -201,6 +214,8 @@ def test_replay_of_the_recorded_run_reproduces_its_verdicts(recorded_run, tmp_pa
         "--out",
         str(again),
         "--no-profile",
+        "--config",
+        str(loop_config(tmp_path)),
     )
     first, second = read_summary(out), read_summary(again)
     assert [r["verdict"] for r in second["rounds"]] == [r["verdict"] for r in first["rounds"]]

@@ -110,7 +110,9 @@ def test_partial_bug_on_an_ill_conditioned_problem_is_incorrect(cfg, problem, ca
     assert "element by element" in r.error_log
     leaf = r.trials[0].extra["numerics"]["leaves"][0]
     assert leaf["within_factor"] and not leaf["within_distribution"]  # only the new test sees it
-    assert leaf["excess_share"] > 50 * leaf["excess_allowed"]
+    # far outside the allowance, which follows the reference's own out-of-tolerance share: that share
+    # moves with the judge's secret inputs (up to ~1e-3 of the elements here), so 10x, not a tuned 50x
+    assert leaf["excess_share"] > 10 * leaf["excess_allowed"]
 
 
 @pytest.mark.parametrize("problem,candidate", CORRECT, ids=[c.stem for _, c in CORRECT])
@@ -119,7 +121,9 @@ def test_correct_candidates_on_ill_conditioned_problems_still_pass(cfg, problem,
     assert r.status is Status.PASSED, r.error_log
     for t in r.trials:
         for leaf in t.extra["numerics"]["leaves"]:
-            assert leaf["excess_share"] == 0.0
+            # a different but correct order of operations may put a few elements past the reference's
+            # own deviation (a sequential scan: ~1e-6 of them on some secret inputs); within the allowance
+            assert leaf["within_distribution"] and leaf["excess_share"] <= leaf["excess_allowed"]
 
 
 def test_torch_compile_of_the_reference_passes_on_the_cpu(cfg):
