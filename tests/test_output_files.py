@@ -4,6 +4,7 @@ it is full, each read once by the judge and removed, nothing left behind after a
 from __future__ import annotations
 
 import errno
+import os
 
 import torch
 
@@ -17,7 +18,10 @@ from kernelwright.engine.child.runner import Runner
 
 
 def _ours() -> set[str]:
-    return {p.name for p in evaluation.SHM.glob("kw-out-*")} if evaluation.SHM.is_dir() else set()
+    """This process's output directories (named for its pid): other evaluators on the machine may
+    create and remove theirs meanwhile."""
+    pattern = f"kw-out-{os.getpid()}-*"
+    return {p.name for p in evaluation.SHM.glob(pattern)} if evaluation.SHM.is_dir() else set()
 
 
 def test_an_evaluation_leaves_no_output_directory_behind(cpu_config):

@@ -390,13 +390,23 @@ class Judge:
 
     def r_stage(self, msg) -> None:
         stage = msg.get("stage")
-        if stage in _STAGE_KEY:
-            now = time.monotonic()
-            prev = self.current_stage
-            if prev in self.stage_started:
-                setattr(self.rec.stage_times, _STAGE_KEY[prev], now - self.stage_started[prev])
-            self.stage_started[stage] = now
-            self.current_stage = stage
+        if isinstance(stage, str) and stage in _STAGE_KEY:
+            self.enter_stage(stage)
+
+    def enter_stage(self, stage: str) -> None:
+        """Close the current stage's span and open `stage`'s. A stage entered twice (correctness,
+        then timing in this process, then correctness again at other sizes) adds its spans up."""
+        self.close_stage()
+        self.stage_started[stage] = time.monotonic()
+        self.current_stage = stage
+
+    def close_stage(self) -> None:
+        prev = self.current_stage
+        started = self.stage_started.pop(prev, None)
+        if started is not None and prev in _STAGE_KEY:
+            key = _STAGE_KEY[prev]
+            before = getattr(self.rec.stage_times, key) or 0.0
+            setattr(self.rec.stage_times, key, before + time.monotonic() - started)
 
     def r_startup(self, msg) -> None:
         self.rec.device = _text(msg.get("device"), 200)
@@ -779,10 +789,13 @@ class Judge:
         from kernelwright.engine.child import timing_review
 
         t0 = time.perf_counter()
+        back_to = self.current_stage
+        self.enter_stage("timing")  # the runner no longer times: the timing stage is the judge's windows
         try:
             timing_review.run(self)
         finally:
             self.busy_s["timing_windows"] = self.busy_s.get("timing_windows", 0.0) + time.perf_counter() - t0
+            self.enter_stage(back_to)
 
     def evidence(self) -> None:
         """Device facts, the reference's work and the roofline of the judge's own candidate time."""
@@ -1076,9 +1089,7 @@ class Judge:
     def finish(self, ended: dict[str, Any]) -> EvalResult:
         """The final record. `ended`: how the runner ended, as the parent saw it."""
         rec = self.rec
-        now = time.monotonic()
-        if self.current_stage in self.stage_started and self.current_stage in _STAGE_KEY:
-            setattr(rec.stage_times, _STAGE_KEY[self.current_stage], now - self.stage_started[self.current_stage])
+        self.close_stage()
         from kernelwright.engine.child.verdict import Facts, decide
 
         first = self.first_failure

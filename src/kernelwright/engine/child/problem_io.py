@@ -77,7 +77,7 @@ class ProblemIO:
         """The problem's inputs for one seed, on the device: drawn there, or on the CPU and copied
         where get_inputs cannot run with the device as torch's default."""
         if self.on_device:
-            torch.manual_seed(seed)
+            seed_all(seed)
             try:
                 with torch.device(self.device):
                     inputs = self.problem.get_inputs()
@@ -87,7 +87,7 @@ class ProblemIO:
                 self.on_device = False
                 self.meta["inputs_drawn_on"] = "cpu"
                 self.meta["inputs_on_device_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
-        torch.manual_seed(seed)
+        seed_all(seed)
         return to_device(self.problem.get_inputs(), self.device)
 
     def construct(self, cls: type, seed: int) -> torch.nn.Module:
@@ -95,6 +95,18 @@ class ProblemIO:
         init_inputs = self.problem.get_init_inputs()
         torch.manual_seed(seed)
         return cls(*init_inputs).to(self.device).eval()
+
+
+def seed_all(seed: int) -> None:
+    """What `torch.manual_seed(seed)` does to every generator a problem can draw from, without its
+    cost where CUDA is not initialised: there torch queues a lazy CUDA seeding and records a stack
+    trace for it on every call (~0.2 ms; the timing windows draw thousands of input sets)."""
+    if torch.cuda.is_available() and not torch.cuda.is_initialized():
+        torch.manual_seed(seed)  # a GPU that may yet be used: let torch queue its seeding
+        return
+    torch.random.default_generator.manual_seed(seed)
+    if torch.cuda.is_available():
+        torch.cuda.manual_seed_all(seed)
 
 
 def fingerprint(inputs: Any) -> list[Any]:
