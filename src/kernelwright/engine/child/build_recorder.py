@@ -23,7 +23,8 @@ import json
 import os
 import sys
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NoReturn
 
 MAX_CALLS = 16
 
@@ -34,8 +35,8 @@ class _Stub:
     def __init__(self, name: str):
         self._name = name
 
-    def __getattr__(self, attr: str):
-        def not_built(*args, **kwargs):
+    def __getattr__(self, attr: str) -> Callable[..., NoReturn]:
+        def not_built(*args: Any, **kwargs: Any) -> NoReturn:
             raise RuntimeError(f"extension {self._name!r} was only recorded, not built")
 
         return not_built
@@ -58,7 +59,7 @@ def main(job_path: str) -> int:
 
     original = cpp_ext.load_inline
 
-    def record(*args, **kwargs):
+    def record(*args: Any, **kwargs: Any) -> _Stub:
         try:
             bound = inspect.signature(original).bind(*args, **kwargs)
             call = dict(bound.arguments)
