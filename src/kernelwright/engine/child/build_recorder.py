@@ -72,9 +72,11 @@ def main(job_path: str) -> int:
     cpp_ext.load_inline = record
     try:
         spec = importlib.util.spec_from_file_location("kw_candidate", job["candidate_path"])
-        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+        if spec is None or spec.loader is None:
+            raise ImportError(f"{job['candidate_path']} cannot be imported as a module")
+        module = importlib.util.module_from_spec(spec)
         sys.modules["kw_candidate"] = module
-        spec.loader.exec_module(module)  # type: ignore[union-attr]
+        spec.loader.exec_module(module)
     except BaseException:  # what came after the calls does not matter here
         pass
     send("final", record={"calls": calls})
