@@ -13,7 +13,7 @@ import time
 from rich.console import Console
 from rich.markup import escape
 from rich.panel import Panel
-from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
@@ -98,18 +98,23 @@ class EvalProgress:
             transient=True,
             disable=verbosity == QUIET,
         )
-        self.task = None
+        self.task: TaskID | None = None
 
     def __enter__(self) -> EvalProgress:
         self.progress.__enter__()
         self.task = self.progress.add_task("evaluating…", total=None)
         return self
 
+    @property
+    def _task(self) -> TaskID:
+        assert self.task is not None, "the display is used inside its `with` block"
+        return self.task
+
     def __exit__(self, *exc) -> None:
         self.progress.__exit__(*exc)
 
     def stage(self, name: str) -> None:
-        self.progress.update(self.task, description=f"evaluating: {name}…")
+        self.progress.update(self._task, description=f"evaluating: {name}…")
         if self.verbosity >= VERBOSE:
             self.console.print(f"  {name}… (at {_clock(time.monotonic() - self.started)})", highlight=False)
 
@@ -213,13 +218,18 @@ class LoopProgress:
             transient=True,
             disable=verbosity == QUIET,
         )
-        self.task = None
+        self.task: TaskID | None = None
         self.stage = None
 
     def __enter__(self) -> LoopProgress:
         self.progress.__enter__()
         self.task = self.progress.add_task("starting…", total=self.rounds, eta="")
         return self
+
+    @property
+    def _task(self) -> TaskID:
+        assert self.task is not None, "the display is used inside its `with` block"
+        return self.task
 
     def __exit__(self, *exc) -> None:
         self.progress.__exit__(*exc)
@@ -239,7 +249,7 @@ class LoopProgress:
         now = time.monotonic()
         if p.stage == "done":
             self.done += 1
-            self.progress.update(self.task, completed=self.done, eta=self.eta())
+            self.progress.update(self._task, completed=self.done, eta=self.eta())
             if self.verbosity == QUIET:
                 return
             style = _VERDICT_STYLE.get(p.verdict or "", "red")
@@ -258,7 +268,7 @@ class LoopProgress:
             return
         if p.stage == "coder":
             self.round_started = now
-        self.progress.update(self.task, description=f"{self._label(p.round)}: {p.stage}…{best}", eta=self.eta())
+        self.progress.update(self._task, description=f"{self._label(p.round)}: {p.stage}…{best}", eta=self.eta())
         if self.verbosity >= VERBOSE and p.stage != self.stage:
             self.console.print(
                 f"  {self._label(p.round)}: {p.stage}… (at {_clock(now - self.round_started)})", highlight=False

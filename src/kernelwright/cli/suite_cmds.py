@@ -27,6 +27,7 @@ from rich.progress import (
     MofNCompleteColumn,
     Progress,
     SpinnerColumn,
+    TaskID,
     TextColumn,
     TimeElapsedColumn,
     TimeRemainingColumn,
@@ -67,7 +68,7 @@ class RichSuiteProgress:
             console=console,
             transient=True,
         )
-        self.task = None
+        self.task: TaskID | None = None
 
     def __enter__(self):
         self.progress.__enter__()
@@ -86,8 +87,13 @@ class RichSuiteProgress:
             )
         self.task = self.progress.add_task("starting", total=total - already_done, mix="", pipe="")
 
+    @property
+    def _task(self) -> TaskID:
+        assert self.task is not None, "problems are shown after `start`"
+        return self.task
+
     def stage(self, problem, text: str) -> None:
-        self.progress.update(self.task, description=f"{problem.key}: {text}")
+        self.progress.update(self._task, description=f"{problem.key}: {text}")
 
     def done(self, problem, verdict: str, speedup: float | None) -> None:
         self.mix[verdict] += 1
@@ -95,7 +101,7 @@ class RichSuiteProgress:
         self.console.print(
             f"{problem.key}: [{_VERDICT_STYLE.get(verdict, 'red')}]{verdict}[/]{speed}", highlight=False, soft_wrap=True
         )
-        self.progress.update(self.task, advance=1, mix=self._mix())
+        self.progress.update(self._task, advance=1, mix=self._mix())
 
     def note(self, text: str) -> None:
         self.console.print(f"[dim]{text}[/]", highlight=False, soft_wrap=True)

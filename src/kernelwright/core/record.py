@@ -142,7 +142,7 @@ class EvalResult:
 
     # ---- serialisation -------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        return _plain(dataclasses.asdict(self))
+        return {k: _plain(v) for k, v in dataclasses.asdict(self).items()}
 
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent, allow_nan=True)

@@ -357,7 +357,7 @@ def _run(
     phases: dict[str, float] = {}  # the engine's own time, by phase (metadata["engine_phases_s"])
     t_phase = time.monotonic()
     own_spare = spare is None
-    if own_spare:  # the runner and judge start up (python, torch, CUDA) while the trusted builder works
+    if spare is None:  # the runner and judge start up (python, torch, CUDA) while the trusted builder works
         spare = _start_spare(config, sandbox_kind, workdir)
     out_dir = spare.out_dir
     files = {"out_dir": str(out_dir), "spill_dir": str(workdir / "out")}
@@ -386,17 +386,12 @@ def _run(
         job.update(trusted_builds.job_fields(trusted, workdir))
         phases["trusted_build"] = time.monotonic() - t_phase
     t_phase = time.monotonic()
-    runner = judge = None
-    judge_dir = None
-    if spare is not None:
-        env, judge_dir = spare.env, spare.judge_dir
-        if process.go(spare.runner, job) and spare.judge.alive():
-            runner, judge = spare.runner, spare.judge
-        else:  # it died while waiting: fresh children, as without a spare
-            spare.runner.stop()
-            spare.judge.stop()
-    if runner is None:
-        judge_dir = judge_dir or leftovers.make_dir("kw-judge-")
+    env, judge_dir = spare.env, spare.judge_dir
+    if process.go(spare.runner, job) and spare.judge.alive():
+        runner, judge = spare.runner, spare.judge
+    else:  # it died while waiting: fresh children, as without a spare
+        spare.runner.stop()
+        spare.judge.stop()
         runner, judge, env = _spawn_pair(config, sandbox_kind, workdir, job, judge_dir, out_dir)
     phases["start" if runner is not spare.runner else "hand_over"] = time.monotonic() - t_phase
     t_phase = time.monotonic()

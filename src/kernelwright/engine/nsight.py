@@ -36,6 +36,7 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -314,7 +315,7 @@ def to_kernel(launch: dict[str, Any], origin: str) -> NcuKernel:
 
 
 def kernels_from_csv(
-    text: str, candidate_kernels: set[str] = frozenset(), binaries: list[bytes] = ()
+    text: str, candidate_kernels: set[str] | frozenset[str] = frozenset(), binaries: Iterable[bytes] = ()
 ) -> list[NcuKernel]:
     from kernelwright.core.kernel_names import classify
 
@@ -453,7 +454,8 @@ def filter_metrics(metrics: list[str], known: set[str]) -> tuple[list[str], list
     """(kept, dropped). launch__* metrics are always kept; an implausibly short `known` keeps all."""
     if len(known) < 50:
         return list(metrics), []
-    kept, dropped = [], []
+    kept: list[str] = []
+    dropped: list[str] = []
     for m in metrics:
         (kept if m.startswith("launch__") or m.split(".")[0] in known else dropped).append(m)
     return kept, dropped
@@ -645,6 +647,7 @@ def attach(result, config, workdir: Path, env: dict[str, str], job: dict[str, An
     pc = config.profile
     torch_rec = result.metadata.get("profile")
     reason = None
+    ncu = None
     if pc.tool == "torch":
         reason = "profile tool is torch (config)"
     elif result.device_type != "cuda":
@@ -657,7 +660,7 @@ def attach(result, config, workdir: Path, env: dict[str, str], job: dict[str, An
                 if pc.ncu_path
                 else "ncu not found on PATH or in $CUDA_HOME/bin; install Nsight Compute for kernel metrics"
             )
-    if reason is None:
+    if reason is None and ncu is not None:  # ncu found, and no reason not to use it
         build_dirs = [b["dir"] for b in result.metadata.get("builds", []) if b.get("dir")]
         texts = kernel_names.candidate_texts(job.get("candidate_path"), build_dirs)
         known = kernel_names.candidate_kernel_names(texts)

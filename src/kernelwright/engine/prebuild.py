@@ -96,7 +96,7 @@ def prebuild(problem: str | Path, candidate_text: str, config: EvalConfig, arch_
     ok = any(m.get("type") == "built" for m in msgs) and all(isinstance(b, dict) and b.get("ok") for b in builds)
     err = ""
     if not ok:
-        fail = next((m for m in msgs if m.get("type") == "failure"), {})
+        fail: dict[str, Any] = next((m for m in msgs if m.get("type") == "failure"), {})
         log = (str(fail.get("log") or "") or log_tail or "").strip()
         err = log.splitlines()[0][:300] if log else ("timed out" if timed_out else "no report")
     return PrebuildResult(ok=ok, builds=builds, build_s=build_s, wall_s=time.monotonic() - t0, error=err)
@@ -125,7 +125,7 @@ class BuildPool:
         config: EvalConfig | None = None,
         arch_list: str | None = "auto",
         cpus: set[int] | None = None,
-        before: Callable[[], None] | None = None,
+        before: Callable[[], object] | None = None,
     ):
         self.config = config or EvalConfig()
         self.arch_list = detect_arch_list() if arch_list == "auto" else arch_list

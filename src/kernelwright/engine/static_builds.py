@@ -88,12 +88,12 @@ def scan(text: str) -> Scan:
     except SyntaxError:
         return out
     consts: dict[str, Any] = {}
-    for node in tree.body:  # module-level NAME = <resolvable>, in order; a later rebinding wins
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+    for stmt in tree.body:  # module-level NAME = <resolvable>, in order; a later rebinding wins
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
             try:
-                consts[node.targets[0].id] = _value(node.value, consts)
+                consts[stmt.targets[0].id] = _value(stmt.value, consts)
             except _Unresolved:
-                consts.pop(node.targets[0].id, None)
+                consts.pop(stmt.targets[0].id, None)
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call):
             continue
@@ -180,10 +180,10 @@ def _arguments(call: ast.Call, consts: dict[str, Any]) -> dict[str, Any]:
     if len(call.args) > len(INLINE_PARAMS):
         raise _Unresolved("too many positional arguments")
     kwargs = {INLINE_PARAMS[i]: _value(a, consts) for i, a in enumerate(call.args)}
-    for k in call.keywords:
-        if k.arg not in INLINE_PARAMS:
-            raise _Unresolved(f"unknown argument {k.arg!r}")
-        kwargs[k.arg] = _value(k.value, consts)
+    for kw in call.keywords:
+        if kw.arg not in INLINE_PARAMS:
+            raise _Unresolved(f"unknown argument {kw.arg!r}")
+        kwargs[kw.arg] = _value(kw.value, consts)
     for k in _IGNORED:
         kwargs.pop(k, None)
     for k in _STATIC_ONLY:
@@ -211,7 +211,9 @@ def _value(node: ast.expr, consts: dict[str, Any]) -> Any:
         return [_value(e, consts) for e in node.elts]
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
         left, right = _value(node.left, consts), _value(node.right, consts)
-        if isinstance(left, str) and isinstance(right, str) or isinstance(left, list) and isinstance(right, list):
+        if isinstance(left, str) and isinstance(right, str):
+            return left + right
+        if isinstance(left, list) and isinstance(right, list):
             return left + right
         raise _Unresolved("+ of mixed types")
     if (

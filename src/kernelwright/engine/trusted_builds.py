@@ -152,7 +152,7 @@ def build(
     }
     argv = sandbox.wrap(builder_argv(), sandbox_kind, workdir, [Path(config.cache_dir)])
     iso = isolation.prepare("cpu", sandbox_kind, config.memory_limit_mb)
-    done = process.run_to_end(
+    finished = process.run_to_end(
         argv,
         job,
         workdir,
@@ -163,16 +163,16 @@ def build(
         max_line=64 << 20,
     )
     out.wall_s = time.monotonic() - t0
-    record = next((m.get("record") for m in done.messages if m.get("type") == "final"), None)
-    if not isinstance(record, dict):
+    final = next((m.get("record") for m in finished.messages if m.get("type") == "final"), None)
+    if not isinstance(final, dict):
         why = (
             f"timed out after {config.timeouts.build:g} s"
-            if done.timed_out
-            else process.describe_signal(done.exit_code)
+            if finished.timed_out
+            else process.describe_signal(finished.exit_code)
         )
-        out.error = f"the trusted builder {why}: {done.log_tail.strip().splitlines()[-1:] or ''}"[:400]
+        out.error = f"the trusted builder {why}: {finished.log_tail.strip().splitlines()[-1:] or ''}"[:400]
         return out
-    for b in record.get("builds", []):
+    for b in final.get("builds", []):
         if not isinstance(b, dict):
             continue
         out.builds.append(b)

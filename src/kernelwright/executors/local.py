@@ -22,6 +22,7 @@ GPU is in its timing stage.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import functools
 import json
 import os
 import socket
@@ -33,7 +34,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import kernelwright
 from kernelwright.core.config import EvalConfig
@@ -72,6 +73,9 @@ class _Worker:
             text=True,
             bufsize=1,
         )
+        assert self.proc.stdin is not None and self.proc.stdout is not None  # both are pipes (above)
+        self._to_worker: IO[str] = self.proc.stdin
+        self._from_worker: IO[str] = self.proc.stdout
         if cpus and hasattr(os, "sched_setaffinity"):
             try:
                 os.sched_setaffinity(self.proc.pid, cpus)  # before its first child: they inherit it
@@ -96,8 +100,8 @@ class _Worker:
 
     def send(self, msg: dict[str, Any]) -> bool:
         try:
-            self.proc.stdin.write(json.dumps(msg) + "\n")
-            self.proc.stdin.flush()
+            self._to_worker.write(json.dumps(msg) + "\n")
+            self._to_worker.flush()
             return True
         except (BrokenPipeError, OSError, ValueError):
             return False
@@ -106,7 +110,7 @@ class _Worker:
         """The next message; None when the worker is gone."""
         while True:
             try:
-                line = self.proc.stdout.readline()
+                line = self._from_worker.readline()
             except (OSError, ValueError):
                 return None
             if not line:
@@ -130,7 +134,7 @@ class _Worker:
 
     def stop(self) -> None:
         try:
-            self.proc.stdin.close()
+            self._to_worker.close()
         except OSError:
             pass
         try:
@@ -222,7 +226,7 @@ class LocalExecutor(SlotQueue):
                 task.problem,
                 task.candidate_text,
                 on_start=(lambda: safe_stage(on_stage, "building")) if on_stage else None,
-            ).add_done_callback(lambda f, job=job: self._built(job, f))
+            ).add_done_callback(functools.partial(self._built, job))
         else:
             self._mark_ready(job, None)
         return fut

@@ -69,7 +69,9 @@ def plan_cores(
     need = n_workers * cores_per_worker + min_build_cores
     if n_workers < 1 or len(cores) < need:
         return CorePlan([None] * max(n_workers, 0), None, True)
-    workers = [set(cores[i * cores_per_worker : (i + 1) * cores_per_worker]) for i in range(n_workers)]
+    workers: list[set[int] | None] = [
+        set(cores[i * cores_per_worker : (i + 1) * cores_per_worker]) for i in range(n_workers)
+    ]
     return CorePlan(workers, set(cores[n_workers * cores_per_worker :]), False)
 
 

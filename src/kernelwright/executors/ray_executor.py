@@ -299,8 +299,10 @@ class RayExecutor(SlotQueue):
                 safe_stage(job.on_stage, "building")
             t = job.task
             cfg = (t.config or self.config).to_dict()
+            build = self._build
+            assert build is not None, "prebuilds are submitted only with builds on"
             summary = self.ray.get(
-                self._build.remote(Path(t.problem).name, Path(t.problem).read_text(), t.candidate_text, cfg, self._arch)
+                build.remote(Path(t.problem).name, Path(t.problem).read_text(), t.candidate_text, cfg, self._arch)
             )
         except Exception as exc:  # best effort: the evaluation builds and judges
             summary = {"ok": False, "error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}

@@ -185,7 +185,9 @@ class JudgeParseError(ValueError):
     """The Judge's answer holds no JSON object with the required fields."""
 
 
-def parse_judge(text: str, kind: type[FailureCritique] | type[PerformanceCritique]):
+def parse_judge(
+    text: str, kind: type[FailureCritique] | type[PerformanceCritique]
+) -> FailureCritique | PerformanceCritique:
     """The Judge's verdict from its answer: a JSON object, possibly fenced or wrapped in prose."""
     wanted = REQUIRED[kind]
     for obj in _json_objects(text):
@@ -200,7 +202,7 @@ def parse_judge(text: str, kind: type[FailureCritique] | type[PerformanceCritiqu
                 return PerformanceCritique(
                     _as_text(found["bottleneck"]), _as_text(found["optimisation"]), parse_speedup(raw), words
                 )
-            return kind(**{k: _as_text(found[k]) for k in wanted})
+            return FailureCritique(**{k: _as_text(found[k]) for k in wanted})  # the other kind
     raise JudgeParseError(f"the Judge's answer holds no JSON object with the fields {', '.join(wanted)}")
 
 

@@ -158,6 +158,7 @@ class RunDir:
         calls = [c for c in (*coder_calls, rnd.judge) if c is not None]
         tokens = sum(c.completion.usage.total_tokens for c in calls if c.completion)
         costs = [c.completion.cost_usd for c in calls if c.completion]
+        priced = [c for c in costs if c is not None]
         return {
             "round": rnd.index,
             "dir": self.dirs.get(rnd.index),
@@ -175,7 +176,7 @@ class RunDir:
             "critique": dataclasses.asdict(rnd.critique) if rnd.critique else None,
             "judge_error": rnd.judge_error,
             "tokens": tokens,
-            "cost_usd": None if any(c is None for c in costs) else sum(costs),
+            "cost_usd": sum(priced) if len(priced) == len(costs) else None,
             "wall_s": rnd.wall_s,
             "coder": rnd.coder.record() if rnd.coder else None,
             "judge": rnd.judge.record() if rnd.judge else None,
@@ -205,25 +206,29 @@ class RunDir:
             "call": cand.coder.record() if cand.coder else None,
         }
 
+    def _best_record(self, best: Round | None) -> dict[str, Any] | None:
+        if best is None:
+            return None
+        result = best.result
+        assert result is not None, "the best round is an evaluated, passed candidate"
+        return {
+            "round": best.index,
+            "dir": self.dirs.get(best.index),
+            "speedup": result.speedup,
+            "candidate_ms": result.candidate_ms,
+            "reference_ms": result.reference_ms,
+            "device": result.device,
+            "file": BEST,
+        }
+
     def write_summary(self, state: RunState, final: bool) -> dict[str, Any]:
-        best = state.best
         summary = {
             **self.run_info,
             "state": state.outcome if final else "running",  # finished | stopped (on an error, or no answer)
             "stop_reason": state.stop_reason,
             "error": state.error,
             "rounds_run": len(state.rounds),
-            "best": None
-            if best is None
-            else {
-                "round": best.index,
-                "dir": self.dirs.get(best.index),
-                "speedup": best.result.speedup,
-                "candidate_ms": best.result.candidate_ms,
-                "reference_ms": best.result.reference_ms,
-                "device": best.result.device,
-                "file": BEST,
-            },
+            "best": self._best_record(state.best),
             "rounds": [
                 {
                     k: v

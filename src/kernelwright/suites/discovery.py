@@ -120,11 +120,11 @@ def discover(paths: list[str], only: list[str] | None = None, skip: list[str] | 
     if not problems:
         raise SuiteError("no problems left after --only/--skip; check the names (a name, level1, an id, or a glob)")
     bad = []
-    for p in problems:
+    for problem in problems:
         try:
-            formats.load_problem(p.path)
+            formats.load_problem(problem.path)
         except (FileNotFoundError, formats.FormatError) as exc:
-            bad.append(f"{p.key} ({str(exc).splitlines()[0]})")
+            bad.append(f"{problem.key} ({str(exc).splitlines()[0]})")
     if bad:
         raise SuiteError(
             f"not a KernelBench problem: {bad[0]}"

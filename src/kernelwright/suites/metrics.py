@@ -90,6 +90,7 @@ def summarize(outcomes: list[ProblemOutcome]) -> SuiteMetrics:
     timed = [o.speedup for o in correct if o.speedup is not None]
     vs_compile = [o.speedup_vs_compile for o in correct if o.speedup_vs_compile is not None]
     costs = [o.cost_usd for o in counted]
+    priced = [c for c in costs if c is not None]
     walls = [o.wall_s for o in counted if o.wall_s is not None]
     return SuiteMetrics(
         problems=n,
@@ -104,6 +105,6 @@ def summarize(outcomes: list[ProblemOutcome]) -> SuiteMetrics:
         geomean_speedup_vs_compile=geomean(vs_compile),
         fast_p={_p_key(p): fast_p(counted, p) for p in FAST_P},
         tokens_per_problem=sum(o.tokens for o in counted) / n if n else 0.0,
-        cost_per_problem=(None if any(c is None for c in costs) else sum(costs) / n) if n else None,
+        cost_per_problem=(sum(priced) / n if len(priced) == len(costs) else None) if n else None,
         wall_s_per_problem=mean(walls),
     )

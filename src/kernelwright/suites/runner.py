@@ -28,6 +28,7 @@ from kernelwright.core import run_files
 from kernelwright.core.config import EvalConfig, LoopConfig
 from kernelwright.core.record import EvalResult, Stage, Status
 from kernelwright.executors.base import EvalTask, Executor, SerialExecutor
+from kernelwright.loop.history import Progress as LoopProgress
 from kernelwright.loop.history import Round, RunState
 from kernelwright.store.db import Store, now
 from kernelwright.store.indexer import code_hash, finished_rounds, index_run
@@ -420,6 +421,12 @@ def _optimize_problem(
             shutil.rmtree(run_dir)  # cut off before its run.json: nothing to keep
         rd = RunDir(run_dir, prob.path, {"kind": "optimize", "suite": name, **run_info})
     recorder = IndexingRecorder(rd, store, suite_id=name, problem=prob.name, level=prob.level, kind="optimize")
+
+    def on_progress(p: LoopProgress) -> None:
+        progress.stage(
+            prob, f"round {p.round + 1}/{loop_config.rounds}: {p.stage}" + (f" ({p.verdict})" if p.verdict else "")
+        )
+
     forge = Forge(
         prob.path,
         coder,
@@ -428,9 +435,7 @@ def _optimize_problem(
         loop_config,
         device=device,
         recorder=recorder,
-        on_progress=lambda p, pr=prob: progress.stage(
-            pr, f"round {p.round + 1}/{loop_config.rounds}: {p.stage}" + (f" ({p.verdict})" if p.verdict else "")
-        ),
+        on_progress=on_progress,
     )
     if rounds:
         forge.restore(rounds, wall_s=float(_summary(run_dir).get("wall_s") or 0.0))

@@ -22,11 +22,16 @@ import re
 import subprocess
 import sys
 import time
+import types
+from collections.abc import Callable, Iterable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import IO, TYPE_CHECKING, Any, NoReturn, TypeAlias
 
 from kernelwright.core.record import CompileIssue
+
+if TYPE_CHECKING:
+    from kernelwright.engine.child.lean_headers import LeanSources
 
 MAX_ISSUES = 10
 
@@ -47,6 +52,8 @@ class CandidateBuildError(RuntimeError):
 BUILD_LOG: list[dict[str, Any]] = []
 # (extension name, loaded module) of every successful build: the profiler labels their functions.
 BUILT_MODULES: list[tuple[str, Any]] = []
+# A build call's sources as the candidate passes them: a string or a list of strings (other items are skipped).
+_Sources: TypeAlias = str | Iterable[object] | None
 
 
 def pch_usable(kwargs: dict[str, Any]) -> bool:
@@ -131,31 +138,32 @@ def build_key(kind: str, name: str, payload: dict[str, Any], with_cuda: bool) ->
     return hashlib.sha256(blob.encode()).hexdigest()[:20]
 
 
-def _tolerate_read_only_torch(cpp_ext) -> None:
+def _tolerate_read_only_torch(cpp_ext: Any) -> None:
     """load_inline deletes a stale torch/extension.h.gch from torch's install; in the read-only
-    sandbox that raises EROFS. Skipping the deletion is safe: gcc ignores a PCH that does not match."""
+    sandbox that raises EROFS. Skipping the deletion is safe: gcc ignores a PCH that does not match.
+    `cpp_ext`: torch.utils.cpp_extension (typed Any, as all of torch is here)."""
     original = getattr(cpp_ext, "remove_extension_h_precompiler_headers", None)
     if original is None or getattr(original, "_kw_tolerant", False):
         return
 
-    def remove_extension_h_precompiler_headers():
+    def remove_extension_h_precompiler_headers() -> None:
         try:
             original()
         except OSError:
             pass
 
-    remove_extension_h_precompiler_headers._kw_tolerant = True
+    vars(remove_extension_h_precompiler_headers)["_kw_tolerant"] = True
     cpp_ext.remove_extension_h_precompiler_headers = remove_extension_h_precompiler_headers
 
 
 def install_build_cache(
-    cache_root: str | os.PathLike,
+    cache_root: str | os.PathLike[str],
     candidate_file: str | None,
     use_pch: bool = False,
     lean_headers: bool = False,
     *,
     verified: dict[str, str] | None = None,
-    private_root: str | os.PathLike | None = None,
+    private_root: str | os.PathLike[str] | None = None,
     publish: bool = False,
     failed: dict[str, str] | None = None,
 ) -> None:
@@ -198,11 +206,11 @@ def install_build_cache(
         kind: str,
         name: str,
         build_dir: Path,
-        call,
+        call: Callable[[Path], types.ModuleType],
         key: str,
         extra: dict[str, Any] | None = None,
         tentative: bool = False,
-    ):
+    ) -> types.ModuleType | None:
         """`call(directory)` builds and loads; `build_dir` is the call's directory in the shared cache."""
         entry: dict[str, Any] = {"kind": kind, "name": name, "key": key, "dir": str(build_dir), **(extra or {})}
         BUILD_LOG.append(entry)
@@ -211,8 +219,10 @@ def install_build_cache(
             output = (failed or {})[build_dir.name]
             entry["cache"] = "failed in the trusted build"
 
-            def call(_directory, output=output):  # the builder's compiler output, as if built here
+            def replay(_directory: Path, output: str = output) -> NoReturn:  # the builder's output, as if built here
                 raise RuntimeError(output)
+
+            call = replay
         elif private_root is not None:
             expected = (verified or {}).get(build_dir.name)
             if expected:
@@ -238,7 +248,14 @@ def install_build_cache(
             if lock is not None:
                 lock.close()
 
-    def _build_and_load(entry, name, build_dir, call, tentative, t0):
+    def _build_and_load(
+        entry: dict[str, Any],
+        name: str,
+        build_dir: Path,
+        call: Callable[[Path], types.ModuleType],
+        tentative: bool,
+        t0: float,
+    ) -> types.ModuleType | None:
         try:
             module = call(build_dir)
         except Exception as exc:
@@ -272,7 +289,9 @@ def install_build_cache(
         return module
 
     @functools.wraps(original_inline)
-    def load_inline(name, cpp_sources, cuda_sources=None, *args, **kwargs):
+    def load_inline(
+        name: str, cpp_sources: _Sources, cuda_sources: _Sources = None, *args: Any, **kwargs: Any
+    ) -> types.ModuleType | None:
         args, kwargs = _as_keywords(original_inline, args, kwargs)  # one key however the call was written
         _precheck_functions(original_inline, name, cpp_sources, cuda_sources, args, kwargs, candidate_file)
         with_cuda = bool(cuda_sources) or bool(kwargs.get("with_cuda"))
@@ -341,7 +360,7 @@ def install_build_cache(
         )
 
     @functools.wraps(original_load)
-    def load(name, sources, *args, **kwargs):
+    def load(name: str, sources: str | Iterable[str], *args: Any, **kwargs: Any) -> types.ModuleType | None:
         srcs = [sources] if isinstance(sources, str) else list(sources)
         contents = []
         for s in srcs:
@@ -395,8 +414,9 @@ def _record_artefact(build_dir: Path, name: str) -> str:
     manifest = build_dir / MANIFEST
     try:
         known = json.loads(manifest.read_text())
-        if isinstance(known, dict) and isinstance(known.get("sha256"), str):
-            return known["sha256"]
+        recorded = known.get("sha256") if isinstance(known, dict) else None
+        if isinstance(recorded, str):
+            return recorded
     except (OSError, ValueError):
         pass
     digest = _sha256(_artefact(build_dir, name))
@@ -409,7 +429,7 @@ def _record_artefact(build_dir: Path, name: str) -> str:
 TORCH_BATON = "lock"  # torch.utils.cpp_extension's FileBaton file inside a build directory
 
 
-def _hold_build_dir(build_dir: Path):
+def _hold_build_dir(build_dir: Path) -> IO[str] | None:
     """Take the flock beside `build_dir` (released by the kernel however its holder ends) and remove
     a stale torch baton inside it; returns the open lock file (close it to release), or None where
     flock is unavailable.
@@ -448,7 +468,9 @@ def _clear_unrecorded(build_dir: Path, name: str) -> None:
         build_dir.mkdir(parents=True, exist_ok=True)
 
 
-def _load_verified(name: str, build_dir: Path, expected: str, private_root: Path, entry: dict[str, Any]):
+def _load_verified(
+    name: str, build_dir: Path, expected: str, private_root: Path, entry: dict[str, Any]
+) -> types.ModuleType | None:
     """Load a copy of the shared artefact when its bytes hash to `expected`, else None (and say why).
 
     The copy is what gets hashed and loaded, so the shared file cannot change in between."""
@@ -467,7 +489,8 @@ def _load_verified(name: str, build_dir: Path, expected: str, private_root: Path
     _artefact(copy_dir, name).write_bytes(data)
     entry["cache"] = "verified"
     try:
-        return cpp_ext._import_module_from_library(name, str(copy_dir), True)
+        module: types.ModuleType = cpp_ext._import_module_from_library(name, str(copy_dir), True)
+        return module
     except Exception as exc:  # it built (the trusted builder never imports), but cannot be loaded
         text = load_failure_text(name, exc)
         issues = parse_compiler_output(text, None)
@@ -488,7 +511,9 @@ def _functions(module: Any) -> list[str]:
     return sorted(a for a in dir(module) if not a.startswith("_") and callable(getattr(module, a, None)))[:50]
 
 
-def _as_keywords(original, args: tuple, kwargs: dict[str, Any]) -> tuple[tuple, dict[str, Any]]:
+def _as_keywords(
+    original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """load_inline's positional extras as keywords, and arguments equal to their defaults dropped,
     so a call keys the same however it is written (the trusted builder calls with keywords)."""
     import inspect
@@ -534,7 +559,7 @@ _C_GLOBALS = frozenset(n for n in dir(__import__("math")) if not n.startswith("_
 }
 
 
-def undeclared_functions(cpp_sources, functions) -> list[str]:
+def undeclared_functions(cpp_sources: _Sources, functions: str | Iterable[object] | None) -> list[str]:
     """Names in load_inline's `functions` that no C++ source mentions at all.
 
     torch writes one binding per name into main.cpp, which holds `cpp_sources` and nothing of
@@ -571,7 +596,15 @@ def _functions_line(candidate_file: str | None, name: str) -> int | None:
     return None
 
 
-def _precheck_functions(original_inline, name, cpp_sources, cuda_sources, args, kwargs, candidate_file) -> None:
+def _precheck_functions(
+    original_inline: Callable[..., Any],
+    name: str,
+    cpp_sources: _Sources,
+    cuda_sources: _Sources,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    candidate_file: str | None,
+) -> None:
     """Raise CandidateBuildError at once (no compiler run) for a name in `functions` nothing declares."""
     import inspect
 
@@ -673,7 +706,9 @@ class _LeanBuildFailed(Exception):
 LEAN_FAILED = "kw-lean-failed.txt"
 
 
-def _lean_plan(cuda_sources, kwargs: dict[str, Any], args: tuple, original_inline):
+def _lean_plan(
+    cuda_sources: _Sources, kwargs: dict[str, Any], args: tuple[Any, ...], original_inline: Callable[..., Any]
+) -> LeanSources | None:
     """The lean rewrite of a load_inline call's CUDA sources, or None where it does not apply."""
     if not cuda_sources or args or kwargs.get("no_implicit_headers"):
         return None  # positional extra arguments: leave the call exactly as written
@@ -691,7 +726,7 @@ def _lean_plan(cuda_sources, kwargs: dict[str, Any], args: tuple, original_inlin
     return lean_cuda_sources(_as_list(cuda_sources), Path(cpp_ext._TORCH_PATH) / "include")
 
 
-def _as_list(src) -> list[str]:
+def _as_list(src: _Sources) -> list[str]:
     if not src:
         return []
     return [src] if isinstance(src, str) else [s for s in src if isinstance(s, str)]
@@ -714,7 +749,7 @@ _LINK_RE = re.compile(r"^(?P<msg>.*(?:undefined reference to|undefined symbol).*
 def parse_compiler_output(text: str, candidate_file: str | None) -> list[CompileIssue]:
     """The first errors of a build log, each located in the generated file and in the candidate."""
     issues: list[CompileIssue] = []
-    seen: set[tuple] = set()
+    seen: set[tuple[str | int, ...]] = set()
     locator = _CandidateLocator(candidate_file)
     for raw in text.splitlines():
         line = raw.strip()

@@ -23,7 +23,8 @@ import json
 import os
 import sys
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NoReturn
 
 MAX_CALLS = 16
 
@@ -34,8 +35,8 @@ class _Stub:
     def __init__(self, name: str):
         self._name = name
 
-    def __getattr__(self, attr: str):
-        def not_built(*args, **kwargs):
+    def __getattr__(self, attr: str) -> Callable[..., NoReturn]:
+        def not_built(*args: Any, **kwargs: Any) -> NoReturn:
             raise RuntimeError(f"extension {self._name!r} was only recorded, not built")
 
         return not_built
@@ -58,7 +59,7 @@ def main(job_path: str) -> int:
 
     original = cpp_ext.load_inline
 
-    def record(*args, **kwargs):
+    def record(*args: Any, **kwargs: Any) -> _Stub:
         try:
             bound = inspect.signature(original).bind(*args, **kwargs)
             call = dict(bound.arguments)
@@ -71,9 +72,11 @@ def main(job_path: str) -> int:
     cpp_ext.load_inline = record
     try:
         spec = importlib.util.spec_from_file_location("kw_candidate", job["candidate_path"])
-        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+        if spec is None or spec.loader is None:
+            raise ImportError(f"{job['candidate_path']} cannot be imported as a module")
+        module = importlib.util.module_from_spec(spec)
         sys.modules["kw_candidate"] = module
-        spec.loader.exec_module(module)  # type: ignore[union-attr]
+        spec.loader.exec_module(module)
     except BaseException:  # what came after the calls does not matter here
         pass
     send("final", record={"calls": calls})

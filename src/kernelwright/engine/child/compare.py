@@ -44,8 +44,8 @@ class CompareReport:
 
     @property
     def worst(self) -> LeafReport | None:
-        scored = [l for l in self.leaves if l.max_abs_err is not None]
-        return max(scored, key=lambda l: l.max_abs_err) if scored else None
+        scored = [(l.max_abs_err, l) for l in self.leaves if l.max_abs_err is not None]
+        return max(scored, key=lambda s: s[0])[1] if scored else None
 
 
 def flatten(obj: Any, name: str = "out") -> list[tuple[str, Any]]:
@@ -116,32 +116,34 @@ def compare_tensors(name: str, cand: torch.Tensor, ref: torch.Tensor, atol: floa
     max_abs = float(diff.max().item())
     mean_abs = float(diff.mean().item())
     worst_flat = int(diff.reshape(-1).argmax().item())
+    worst_index = _index(worst_flat, ref.shape)
     report = LeafReport(
         name,
         n_bad == 0,
         max_abs_err=max_abs,
         mean_abs_err=mean_abs,
-        worst_index=_index(worst_flat, ref.shape),
+        worst_index=worst_index,
         frac_out_of_tol=n_bad / numel,
         numel=numel,
     )
     if n_bad == 0:
         return report
-    n_nan, n_inf = (0, 0) if nan_bad is None else (int(nan_bad.sum().item()), int(inf_bad.sum().item()))
-    if n_nan or n_inf:
-        first = int((nan_bad | inf_bad).reshape(-1).nonzero()[0].item())
-        report.message = (
-            f"Output {name} has {n_nan} NaN and {n_inf} Inf values where the reference is finite "
-            f"(first at index {tuple(_index(first, ref.shape))}). "
-        )
-        report.worst_index = _index(first, ref.shape)
+    if nan_bad is not None and inf_bad is not None:  # some values were not finite
+        n_nan, n_inf = int(nan_bad.sum().item()), int(inf_bad.sum().item())
+        if n_nan or n_inf:
+            first = int((nan_bad | inf_bad).reshape(-1).nonzero()[0].item())
+            report.message = (
+                f"Output {name} has {n_nan} NaN and {n_inf} Inf values where the reference is finite "
+                f"(first at index {tuple(_index(first, ref.shape))}). "
+            )
+            worst_index = report.worst_index = _index(first, ref.shape)
     report.message += (
         f"Outputs are not close (atol={atol}, rtol={rtol}). max_abs_err={max_abs:.3e}, mean_abs_err={mean_abs:.3e}"
     )
     cval = c.reshape(-1)[worst_flat].item()
     rval = r.reshape(-1)[worst_flat].item()
     report.message += (
-        f"\n  worst element: {name}{tuple(report.worst_index)} candidate={cval:.6g} reference={rval:.6g}; "
+        f"\n  worst element: {name}{tuple(worst_index)} candidate={cval:.6g} reference={rval:.6g}; "
         f"{n_bad}/{numel} elements ({100.0 * n_bad / numel:.3g}%) out of tolerance"
     )
     return report

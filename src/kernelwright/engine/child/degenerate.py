@@ -49,7 +49,7 @@ class Fingerprint:
     lo: float  # min and max of the finite elements (NaN when none)
     hi: float
     nans: int
-    sample: tuple  # up to SAMPLE elements, evenly strided over the flattened tensor
+    sample: tuple[float, ...]  # up to SAMPLE elements, evenly strided over the flattened tensor
 
 
 def fingerprint(t: torch.Tensor) -> Fingerprint:
@@ -86,9 +86,12 @@ def fingerprint(t: torch.Tensor) -> Fingerprint:
     )
 
 
+def _extremes(f: Fingerprint) -> tuple[float | str, ...]:
+    return tuple("nan" if v != v else v for v in (f.lo, f.hi))
+
+
 def _same(a: Fingerprint, b: Fingerprint) -> bool:
     """Equal fingerprints (NaN extremes compare equal: all-NaN tensors alike)."""
-    ext = lambda f: tuple("nan" if v != v else v for v in (f.lo, f.hi))  # noqa: E731
     return (
         a.shape == b.shape
         and a.dtype == b.dtype
@@ -96,7 +99,7 @@ def _same(a: Fingerprint, b: Fingerprint) -> bool:
         and a.abs_total == b.abs_total
         and a.nans == b.nans
         and a.sample == b.sample
-        and ext(a) == ext(b)
+        and _extremes(a) == _extremes(b)
     )
 
 
@@ -118,15 +121,14 @@ class DegenerateDetector:
         ins = [fingerprint(t) for _, t in _tensors(inputs)]
         outs = [(n, fingerprint(t)) for n, t in _tensors(outputs)]
         self.trials += 1
-        if self.first_outputs is None:
+        first_inputs, first_outputs = self.first_inputs, self.first_outputs
+        if first_inputs is None or first_outputs is None:  # the first trial (both are set together)
             self.first_inputs, self.first_outputs = ins, outs
             return
-        if len(ins) != len(self.first_inputs) or any(
-            not _same(a, b) for a, b in zip(ins, self.first_inputs, strict=False)
-        ):  # noqa: E501
+        if len(ins) != len(first_inputs) or any(not _same(a, b) for a, b in zip(ins, first_inputs, strict=False)):
             self.inputs_differ = True
-        if len(outs) != len(self.first_outputs) or any(
-            not _same(a, b) for (_, a), (_, b) in zip(outs, self.first_outputs, strict=False)
+        if len(outs) != len(first_outputs) or any(
+            not _same(a, b) for (_, a), (_, b) in zip(outs, first_outputs, strict=False)
         ):
             self.outputs_identical = False
 

@@ -185,7 +185,7 @@ class _Mapped:
 
 
 def _index(device: torch.device) -> int:
-    return device.index if device.index is not None else torch.cuda.current_device()
+    return int(device.index) if device.index is not None else int(torch.cuda.current_device())
 
 
 def probe(device: torch.device) -> str:

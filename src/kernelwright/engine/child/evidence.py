@@ -15,15 +15,17 @@ the numbers for the roofline. torch + standard library only.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from kernelwright.core import kernel_names, roofline
+from kernelwright.core.config import EvalConfig
 from kernelwright.engine.child import gpu_facts, jsoncache
 
 MAX_ENTRIES = 40  # kernels / ops kept in the record (the rest are summed into "other")
@@ -67,7 +69,7 @@ def reference_work(ref_model: torch.nn.Module, inputs: Any) -> dict[str, Any]:
         if t.is_floating_point():
             p = _PRECISION.get(t.dtype, str(t.dtype))
             by_dtype[p] = by_dtype.get(p, 0) + t.numel() * t.element_size()
-    precision = max(by_dtype, key=by_dtype.get) if by_dtype else "fp32"
+    precision = max(by_dtype, key=lambda p: by_dtype[p]) if by_dtype else "fp32"
     return {
         "flops": int(counter.get_total_flops()),
         "flops_by_op": by_op,
@@ -79,17 +81,16 @@ def reference_work(ref_model: torch.nn.Module, inputs: Any) -> dict[str, Any]:
     }
 
 
-def _wrap(fn, label: str):
-    def labelled(*args, **kwargs):
+def _wrap(fn: Callable[..., Any], label: str) -> Callable[..., Any]:
+    def labelled(*args: Any, **kwargs: Any) -> Any:
         with torch.profiler.record_function(label):
             return fn(*args, **kwargs)
 
-    labelled.__wrapped__ = fn
-    return labelled
+    return functools.update_wrapper(labelled, fn, assigned=(), updated=())  # sets `__wrapped__` only
 
 
 @contextlib.contextmanager
-def label_candidate_calls(modules: list[tuple[str, Any]], candidate_module: Any = None):
+def label_candidate_calls(modules: list[tuple[str, Any]], candidate_module: Any = None) -> Iterator[int]:
     """While active, every function of the candidate's extensions runs inside a labelled range."""
     patched: list[tuple[Any, str, Any]] = []
     wrapped_by_id: dict[int, Any] = {}
@@ -99,7 +100,7 @@ def label_candidate_calls(modules: list[tuple[str, Any]], candidate_module: Any 
                 if attr.startswith("_"):
                     continue
                 fn = getattr(mod, attr, None)
-                if type(fn).__name__ != "builtin_function_or_method":
+                if not callable(fn) or type(fn).__name__ != "builtin_function_or_method":
                     continue
                 w = _wrap(fn, kernel_names.cpu_op_label(ext_name, attr))
                 wrapped_by_id[id(fn)] = w
@@ -186,7 +187,7 @@ def torch_profile(
 
     top = list(root.cpu_children) if root is not None else []
     ops = _aggregate((e.name, float(e.cpu_time_total), kernel_names.classify(e.name, known)) for e in top)
-    inner = []
+    inner: list[tuple[str, float, str]] = []
     for e in top:
         if e.name.startswith("kw::candidate:"):
             inner.extend((c.name, float(c.cpu_time_total), kernel_names.PYTORCH) for c in e.cpu_children)
@@ -210,7 +211,12 @@ def torch_profile(
 
 
 def cached_reference_work(
-    ref_model, inputs, problem_path: str | None, cache_dir: str, device: torch.device, problem_text: str | None = None
+    ref_model: torch.nn.Module,
+    inputs: Any,
+    problem_path: str | None,
+    cache_dir: str,
+    device: torch.device,
+    problem_text: str | None = None,
 ) -> dict[str, Any]:
     """`reference_work`, cached per problem text, device type and torch version.
 
@@ -240,11 +246,11 @@ def cached_reference_work(
 
 
 def collect(
-    cfg,
+    cfg: EvalConfig,
     device: torch.device,
-    ref_model,
-    cand_model,
-    inputs,
+    ref_model: torch.nn.Module,
+    cand_model: torch.nn.Module,
+    inputs: Any,
     candidate_ms: float | None,
     candidate_path: str | None,
     build_log: list[dict[str, Any]],

@@ -22,9 +22,12 @@ import sys
 import sysconfig
 import traceback
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kernelwright.core.record import Status
+
+if TYPE_CHECKING:
+    import torch
 
 _CUDA_ERROR_MARKS = (
     "CUDA error",
@@ -54,7 +57,7 @@ def _is_cuda_error(exc: BaseException) -> bool:
 _probes: dict[Any, Any] = {}
 
 
-def sync_and_check(device) -> None:
+def sync_and_check(device: torch.device | str) -> None:
     """Synchronise and surface a CUDA error the candidate left behind, as `PendingCudaError`.
 
     `torch.cuda.synchronize` reports errors of kernels that ran; a launch error (an invalid grid,
@@ -86,10 +89,12 @@ def _first_line(exc: BaseException) -> str:
 def _roots() -> tuple[str, ...]:
     import kernelwright
 
-    roots = [os.path.dirname(os.path.realpath(kernelwright.__file__))]
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        roots.append(os.path.dirname(os.path.realpath(torch.__file__)))
+    own = kernelwright.__file__
+    assert own is not None  # a regular package: imported from its __init__.py
+    roots = [os.path.dirname(os.path.realpath(own))]
+    torch_file = getattr(sys.modules.get("torch"), "__file__", None)
+    if torch_file is not None:
+        roots.append(os.path.dirname(os.path.realpath(torch_file)))
     for key in ("stdlib", "platstdlib", "purelib", "platlib"):
         p = sysconfig.get_paths().get(key)
         if p:

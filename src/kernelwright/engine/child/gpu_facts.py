@@ -12,6 +12,7 @@ import os
 import re
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -200,7 +201,7 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _best_time(fn, device: torch.device, reps: int) -> float:
+def _best_time(fn: Callable[[], object], device: torch.device, reps: int) -> float:
     fn()
     _sync(device)
     best = float("inf")

@@ -23,7 +23,7 @@ import threading
 import time
 import types
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -121,7 +121,7 @@ def _torch_own_wrapper(now: Any) -> bool:
 
 
 @contextlib.contextmanager
-def nan_fill(enabled: bool):
+def nan_fill(enabled: bool) -> Iterator[None]:
     """Fill uninitialised memory (torch.empty, empty_like, resize_) with NaN while enabled."""
     if not enabled:
         yield
@@ -226,7 +226,7 @@ class CallTracer:
         path = getattr(mod, "__file__", None) or ""
         return bool(path) and any(os.path.realpath(path).startswith(d + os.sep) for d in self.ext_dirs)
 
-    def _profile(self, frame, event, arg):
+    def _profile(self, frame: types.FrameType, event: str, arg: Any) -> None:
         if event == "call":
             code = frame.f_code
             fname = self._real(code.co_filename)
@@ -287,7 +287,7 @@ class CallTracer:
             if name not in self.facts.own_cuda_kernels:
                 self.facts.own_cuda_kernels.append(name)
 
-    def _read_profile(self, prof) -> None:
+    def _read_profile(self, prof: Any) -> None:
         for evt in prof.function_events:
             name = evt.name
             for k in getattr(evt, "kernels", None) or []:
@@ -347,7 +347,8 @@ def _library_thread(t: threading.Thread) -> bool:
     owner = getattr(target, "__self__", None)
     if owner is None or isinstance(owner, types.ModuleType) or not hasattr(target, "__func__"):
         return False
-    return (getattr(target.__func__, "__module__", "") or "").split(".")[0] in _LIBRARY_THREAD_MODULES
+    func = getattr(target, "__func__", None)
+    return (getattr(func, "__module__", "") or "").split(".")[0] in _LIBRARY_THREAD_MODULES
 
 
 def _torch_compile_pool_worker(t: threading.Thread) -> bool:
@@ -362,7 +363,7 @@ def _torch_compile_pool_worker(t: threading.Thread) -> bool:
     try:
         if pool is None or not pool.cache_info().currsize:  # never created: calling it would create it
             return False
-        ref = t._args[0]  # a weak reference to the thread's executor
+        ref = vars(t)["_args"][0]  # a weak reference to the thread's executor (Thread's private field)
         return ref() is pool()
     except Exception:
         return False

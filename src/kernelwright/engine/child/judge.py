@@ -22,7 +22,8 @@ import json
 import os
 import sys
 import traceback
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from kernelwright.core.config import EvalConfig
 from kernelwright.core.record import (
@@ -33,6 +34,13 @@ from kernelwright.core.record import (
     TrialRecord,
 )
 from kernelwright.engine.child.channel import Channel
+
+if TYPE_CHECKING:
+    import socket
+
+    import torch
+
+    from kernelwright.engine.child.numerics import NumericsReport
 
 
 class HandoffUnavailable(RuntimeError):
@@ -48,13 +56,14 @@ class ReferenceFailure(Exception):
         self.log = log
 
 
-_FAILURE_STATUSES = {
+# Looked up with whatever value the runner sent (any JSON value): keyed by object.
+_FAILURE_STATUSES: dict[object, Status] = {
     "compile_error": Status.COMPILE_ERROR,
     "runtime_error": Status.RUNTIME_ERROR,
     "format_error": Status.FORMAT_ERROR,
     "engine_error": Status.ENGINE_ERROR,
 }
-_STAGES = {s.value: s for s in Stage}
+_STAGES: dict[object, Stage] = {s.value: s for s in Stage}
 _STAGE_KEY = {
     "startup": "startup_s",
     "build": "build_s",
@@ -72,6 +81,12 @@ def _text(v: Any, limit: int = MAX_TEXT) -> str:
 
 def _num(v: Any) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def _dict_field(msg: dict[str, Any], key: str) -> dict[Any, Any]:
+    """`msg[key]` when it is a dict, else an empty one."""
+    v = msg.get(key)
+    return v if isinstance(v, dict) else {}
 
 
 def _plain_data(v: Any, depth: int = 0) -> Any:
@@ -94,7 +109,7 @@ class Judge:
         self.chan = chan
         self.take(job)
         self.started = False
-        self.handoff = None  # the socket on which the runner's device outputs arrive
+        self.handoff: socket.socket | None = None  # the socket on which the runner's device outputs arrive
         self.handoff_s = 0.0
         self.handoff_self_test = ""  # why this process could not import its own export ('' when it could)
         if handoff_fd is not None:
@@ -130,7 +145,7 @@ class Judge:
         self.facts: dict[str, Any] = {}
         self.oracle = None
         self.oracle_error = ""
-        self.ref_cache: dict[int, Any] = {}  # seed -> (reference output, oracle output)
+        self.ref_cache: dict[int, tuple[Any, Any, Any]] = {}  # seed -> (reference output, oracle output, inputs)
         self.verified: dict[int, Any] = {}  # seed -> a candidate output judged correct for its inputs
         from kernelwright.engine.child.degenerate import DegenerateDetector
 
@@ -142,7 +157,7 @@ class Judge:
         self.timing_asked = False
         self.done = False
         self.busy_s: dict[str, float] = {}
-        self.numerics = {
+        self.numerics: dict[str, float | str | bool | None] = {
             "verdict": self.cfg.verdict,
             "oracle": self.cfg.numerics.oracle,
             "oracle_dtype": self.cfg.numerics.oracle_dtype,
@@ -210,8 +225,8 @@ class Judge:
     def ask(self, what: str) -> None:
         self.chan.send("ask", what=what)
 
-    def reference(self, seed: int) -> tuple[Any, Any]:
-        """(reference output, oracle output or None) on the judge's own inputs for `seed`."""
+    def reference(self, seed: int) -> tuple[Any, Any, Any]:
+        """(reference output, oracle output or None, the inputs): the judge's own, for `seed`."""
         import torch
 
         from kernelwright.engine.child import numerics
@@ -270,17 +285,18 @@ class Judge:
             except OSError:
                 pass
 
-    def fetcher(self, name: str):
+    def fetcher(self, name: str) -> Callable[[int, int], torch.Tensor] | None:
         """Leaf i's bytes of output `name`, sent by the runner on the device (`device_handoff`)."""
-        if self.handoff is None or self.device.type != "cuda" or not self.cfg.device_handoff:
+        handoff = self.handoff
+        if handoff is None or self.device.type != "cuda" or not self.cfg.device_handoff:
             return None
         from kernelwright.engine.child import device_handoff
         from kernelwright.engine.child.wire import WireError
 
-        def fetch(i: int, nbytes: int):
+        def fetch(i: int, nbytes: int) -> torch.Tensor:
             t0 = time.monotonic()
             try:
-                return device_handoff.receive(self.handoff, f"{name}#{i}#{nbytes}", nbytes, self.device)
+                return device_handoff.receive(handoff, f"{name}#{i}#{nbytes}", nbytes, self.device)
             except (device_handoff.HandoffError, device_handoff.Unavailable) as exc:
                 if self.handoff_self_test:  # the judge's own side is broken: not the candidate's fault
                     raise HandoffUnavailable(
@@ -294,7 +310,7 @@ class Judge:
 
         return fetch
 
-    def compare(self, cand: Any, ref_out: Any, oracle_out: Any, localize: bool) -> tuple[bool, str, dict]:
+    def compare(self, cand: Any, ref_out: Any, oracle_out: Any, localize: bool) -> tuple[bool, str, dict[str, Any]]:
         """(passed, message, numerics evidence) under the configured verdict mode."""
         from kernelwright.engine.child import numerics
         from kernelwright.engine.child.compare import compare_outputs, structure_mismatch
@@ -320,19 +336,20 @@ class Judge:
             evidence.update(rep.to_dict())
             evidence["calibrated_passed"] = rep.passed
         use_cal = self.cfg.verdict == "calibrated" and rep is not None and rep.ok and strict.max_abs_err is not None
-        if use_cal:
-            passed, message = rep.passed, rep.message
+        cal = rep if use_cal else None  # the report the verdict follows, when calibrated
+        if cal is not None:
+            passed, message = cal.passed, cal.message
             structural = [leaf for leaf in strict.leaves if not leaf.passed and leaf.max_abs_err is None]
             if structural:
                 passed, message = False, strict.message
         else:
             passed, message = strict.passed, strict.message
-        evidence["_report"] = (strict, rep if use_cal else None)
+        evidence["_report"] = (strict, cal)
         if not passed and self.cfg.numerics.localize and localize:
-            message = self.localize(message, cand, oracle_out if use_cal else ref_out, rep if use_cal else None)
+            message = self.localize(message, cand, oracle_out if cal is not None else ref_out, cal)
         return passed, message, evidence
 
-    def localize(self, message: str, cand: Any, target: Any, rep) -> str:
+    def localize(self, message: str, cand: Any, target: Any, rep: NumericsReport | None) -> str:
         import torch
 
         from kernelwright.engine.child import localize, numerics
@@ -373,7 +390,9 @@ class Judge:
     # ---- the runner's reports ------------------------------------------------------------------------
     def on_runner(self, msg: dict[str, Any]) -> None:
         kind = msg.get("type")
-        handler = _HANDLERS.get(kind) if isinstance(kind, str) else None
+        if not isinstance(kind, str):
+            return
+        handler = _HANDLERS.get(kind)
         if handler is None:
             return
         t0 = time.perf_counter()
@@ -385,10 +404,10 @@ class Judge:
         finally:  # the judge's own time per kind of report (metadata["judge_busy_s"])
             self.busy_s[kind] = self.busy_s.get(kind, 0.0) + time.perf_counter() - t0
 
-    def r_prestarted(self, msg) -> None:
+    def r_prestarted(self, msg: dict[str, Any]) -> None:
         self.rec.metadata["prestarted"] = {"idle_s": _num(msg.get("idle_s")), "startup_s": _num(msg.get("startup_s"))}
 
-    def r_stage(self, msg) -> None:
+    def r_stage(self, msg: dict[str, Any]) -> None:
         stage = msg.get("stage")
         if isinstance(stage, str) and stage in _STAGE_KEY:
             self.enter_stage(stage)
@@ -408,7 +427,7 @@ class Judge:
             before = getattr(self.rec.stage_times, key) or 0.0
             setattr(self.rec.stage_times, key, before + time.monotonic() - started)
 
-    def r_startup(self, msg) -> None:
+    def r_startup(self, msg: dict[str, Any]) -> None:
         self.rec.device = _text(msg.get("device"), 200)
         self.rec.device_type = self.device.type
         self.rec.stage_times.startup_s = _num(msg.get("startup_s"))
@@ -418,10 +437,10 @@ class Judge:
             python=_text(msg.get("python"), 50),
         )
 
-    def r_build(self, msg) -> None:
+    def r_build(self, msg: dict[str, Any]) -> None:
         self.rec.metadata["builds"] = _plain_data(msg.get("builds") or [])
 
-    def r_compiled(self, msg) -> None:
+    def r_compiled(self, msg: dict[str, Any]) -> None:
         """The candidate imported: send every check at once (the runner answers in order)."""
         from kernelwright.engine.child import protocol
         from kernelwright.engine.child.problem_io import guard_seeds, trial_seed
@@ -459,7 +478,7 @@ class Judge:
             self.input_files[seed] = self.write_inputs(f"in_{len(self.input_files):03d}.kwt", inputs)
         return self.input_files[seed]
 
-    def r_failure(self, msg) -> None:
+    def r_failure(self, msg: dict[str, Any]) -> None:
         status = _FAILURE_STATUSES.get(msg.get("status"), Status.RUNTIME_ERROR)
         if msg.get("caught") is True:
             self.rec.metadata["build_failure_caught"] = True
@@ -481,7 +500,7 @@ class Judge:
             self.rec.compile_issues = issues
         self.set_verdict(status, _text(msg.get("log")), stage)
 
-    def r_call_error(self, msg) -> None:
+    def r_call_error(self, msg: dict[str, Any]) -> None:
         label = msg.get("label")
         if isinstance(label, str) and label.startswith("shape") and msg.get("probe") is True:
             return self.shape_error(label, _text(msg.get("message"), 500), lost=msg.get("lost") is True)
@@ -496,7 +515,7 @@ class Judge:
             )
         self.expected.clear()
 
-    def r_output(self, msg) -> None:
+    def r_output(self, msg: dict[str, Any]) -> None:
         label = msg.get("label")
         if isinstance(label, str) and label in self.expected and label.startswith("shape"):
             return self.shape_output(label, msg.get("file"))
@@ -589,6 +608,7 @@ class Judge:
         from kernelwright.engine.child import protocol
 
         self.ablation_asked = True
+        assert self.first_failure is not None, "asked after a failed trial"
         t, seed, _ = self.first_failure
         names = [n for n, p in self.ref_model.named_parameters() if p.is_floating_point()][:8]
         if not names:
@@ -603,7 +623,7 @@ class Judge:
         if not trial.passed and self.first_failure is None:
             self.first_failure = (trial.trial, trial.seed, trial.message)
 
-    def r_ablation(self, msg) -> None:
+    def r_ablation(self, msg: dict[str, Any]) -> None:
         import torch
 
         from kernelwright.engine.child.compare import compare_outputs, flatten
@@ -613,7 +633,7 @@ class Judge:
         if "ablation" not in self.expected:
             return
         self.expected.discard("ablation")
-        files = msg.get("files") if isinstance(msg.get("files"), dict) else {}
+        files = _dict_field(msg, "files")
         params = dict(self.ref_model.named_parameters())
         _, _, inputs = self.reference(self.ablation_seed)
         for name, file in list(files.items())[:8]:
@@ -643,7 +663,7 @@ class Judge:
                     p.copy_(saved)
         self.ask("stop")  # the verdict is known: nothing the runner does now can change it
 
-    def r_patched(self, msg) -> None:
+    def r_patched(self, msg: dict[str, Any]) -> None:
         names = [_text(n, 120) for n in (msg.get("names") or [])[:50]]
         if names:
             shown = ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
@@ -652,7 +672,7 @@ class Judge:
                 f"the candidate replaced {shown} ({_text(msg.get('when'), 80)}); the originals were put back",
             )
 
-    def r_guards(self, msg) -> None:
+    def r_guards(self, msg: dict[str, Any]) -> None:
         from kernelwright.engine.child import guards  # noqa: F401
         from kernelwright.engine.child.compare import flatten  # noqa: F401
         from kernelwright.engine.child.problem_io import guard_seeds  # noqa: F401
@@ -666,7 +686,7 @@ class Judge:
         finally:
             self.after_report()
 
-    def guards_report(self, msg) -> None:
+    def guards_report(self, msg: dict[str, Any]) -> None:
         from kernelwright.engine.child import guards
         from kernelwright.engine.child.compare import flatten
         from kernelwright.engine.child.problem_io import guard_seeds
@@ -680,8 +700,8 @@ class Judge:
             "output_changed_later",
             "background_threads",
         ]
-        facts = msg.get("facts") if isinstance(msg.get("facts"), dict) else {}
-        files = msg.get("files") if isinstance(msg.get("files"), dict) else {}
+        facts = _dict_field(msg, "facts")
+        files = _dict_field(msg, "files")
         self.facts["call"] = _plain_data({k: v for k, v in facts.items() if k != "aliases"})
         seeds = guard_seeds(self.secret)
         if facts.get("problem_code"):
@@ -855,7 +875,7 @@ class Judge:
             )
         return self._work
 
-    def r_evidence(self, msg) -> None:
+    def r_evidence(self, msg: dict[str, Any]) -> None:
         if "evidence" in self.expected:
             self.expected.discard("evidence")
             self.shapes_or_stop()
@@ -874,7 +894,7 @@ class Judge:
                 ):
                     self.rec.metadata[k] = _plain_data(v)
 
-    def r_done(self, msg) -> None:
+    def r_done(self, msg: dict[str, Any]) -> None:
         self.done = True
 
     # ---- other sizes of the problem (shapes.py) -------------------------------------------------------
@@ -1116,7 +1136,7 @@ class Judge:
         if rec.status is not Status.PASSED:  # a figure of a candidate that did not pass is no speed-up
             rec.candidate_ms = rec.speedup = rec.speedup_vs_compile = None
         numeric = [tr for tr in rec.trials if tr.max_abs_err is not None]
-        rec.max_abs_err = max((tr.max_abs_err for tr in numeric), default=None)
+        rec.max_abs_err = max((tr.max_abs_err for tr in rec.trials if tr.max_abs_err is not None), default=None)
         rec.mean_abs_err = (sum(tr.mean_abs_err or 0.0 for tr in numeric) / len(numeric)) if numeric else None
         self.degenerate_check()
         rec.metadata["guards"] = {
@@ -1180,8 +1200,7 @@ def main(argv: list[str] | None = None) -> int:
     spare = "--spare" in argv
     handoff = [int(a.split("=", 1)[1]) for a in argv if a.startswith("--handoff=")]
     device, fd = [a for a in argv if a != "--spare" and not a.startswith("--handoff=")][-2:]
-    fd = int(fd)
-    chan = Channel(fd)
+    chan = Channel(int(fd))
     judge = Judge({"config": {"device": device}}, chan, handoff[0] if handoff else None)
     try:
         judge.startup()

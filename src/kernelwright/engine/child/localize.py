@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Sequence
 
 import torch
 
@@ -21,7 +22,7 @@ MAX_FACTORISATIONS = 12
 STRUCTURAL_BUDGET_S = 1.5  # wall-clock budget for the structural search of one output
 
 
-def _idx(flat: int, shape) -> tuple[int, ...]:
+def _idx(flat: int, shape: Sequence[int]) -> tuple[int, ...]:
     out = []
     for n in reversed(shape):
         out.append(flat % n)
@@ -34,8 +35,8 @@ def _rel(x: torch.Tensor, y: torch.Tensor) -> float:
     fin = torch.isfinite(x) & torch.isfinite(y)
     if not bool(fin.any()):
         return math.inf
-    d = torch.linalg.vector_norm(torch.where(fin, x - y, torch.zeros_like(x))).item()
-    n = torch.linalg.vector_norm(torch.where(fin, y, torch.zeros_like(y))).item()
+    d = float(torch.linalg.vector_norm(torch.where(fin, x - y, torch.zeros_like(x))).item())
+    n = float(torch.linalg.vector_norm(torch.where(fin, y, torch.zeros_like(y))).item())
     if int(fin.sum().item()) < 0.99 * fin.numel():
         return math.inf
     return d / n if n > 0 else d
@@ -87,7 +88,7 @@ def _structural(c: torch.Tensor, t: torch.Tensor, direct: float) -> list[str]:
     found: list[str] = []
     deadline = time.monotonic() + STRUCTURAL_BUDGET_S
 
-    def close(x, y) -> bool:
+    def close(x: torch.Tensor, y: torch.Tensor) -> bool:
         if time.monotonic() > deadline:
             return False  # out of budget: report what was found so far
         # normwise close, and close element by element almost everywhere (a normwise match alone

@@ -35,7 +35,7 @@ import torch
 from kernelwright.engine.child.compare import flatten
 
 
-def _upcast(obj: Any, dtype: torch.dtype):
+def _upcast(obj: Any, dtype: torch.dtype) -> Any:
     if isinstance(obj, torch.Tensor):
         if obj.is_complex():
             return obj.detach().to(torch.complex128 if dtype == torch.float64 else torch.complex64)
@@ -61,7 +61,7 @@ def resolution_rtol(dtype: torch.dtype, rtol: float) -> float:
 
 def low_precision(dtype: torch.dtype) -> bool:
     """Floating point coarser than float32 (bf16, fp16, the float8 kinds)."""
-    return dtype.is_floating_point and torch.finfo(dtype).eps > torch.finfo(torch.float32).eps
+    return bool(dtype.is_floating_point and torch.finfo(dtype).eps > torch.finfo(torch.float32).eps)
 
 
 def oracle_dtype(name: str) -> torch.dtype:
@@ -73,7 +73,7 @@ def build_oracle(ref_model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Mod
     return copy.deepcopy(ref_model).to(dtype).eval()
 
 
-def run_oracle(oracle: torch.nn.Module, inputs: Any, dtype: torch.dtype):
+def run_oracle(oracle: torch.nn.Module, inputs: Any, dtype: torch.dtype) -> Any:
     """The oracle's output on `inputs` upcast to `dtype` (tensors created inside default to `dtype`)."""
     prev = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
@@ -206,7 +206,7 @@ def excess_share(
     ec = torch.where(fin, (c - o).abs(), zero)
     er = torch.where(fin, (r - o).abs(), zero)
     tol = atol + rtol * torch.where(fin, o.abs(), zero)
-    return float((ec > factor * torch.maximum(er, tol)).sum().item()) / o.numel()
+    return float((ec > factor * torch.maximum(er, tol)).sum().item()) / int(o.numel())
 
 
 def distribution_allowed(ref: Deviation, factor: float, floor: float) -> float:

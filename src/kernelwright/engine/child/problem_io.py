@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import platform
 import sys
+import types
 from typing import Any
 
 import torch
@@ -26,18 +27,18 @@ def guard_seeds(base: int) -> dict[str, int]:
     return {"call": g, "refill": g + 1, "after_timing": g + 2, "timing_b": g + 3}
 
 
-def load_module(path: str, name: str):
+def load_module(path: str, name: str) -> types.ModuleType:
     spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"{path} cannot be imported as a module (not a .py file)")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
 
 
-def load_source(source: str, filename: str, name: str):
+def load_source(source: str, filename: str, name: str) -> types.ModuleType:
     """A module from source text (the judge's copy of the problem: no file the runner could change)."""
-    import types
-
     module = types.ModuleType(name)
     module.__file__ = filename
     sys.modules[name] = module
@@ -47,7 +48,7 @@ def load_source(source: str, filename: str, name: str):
 
 def device_name(device: torch.device) -> str:
     if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
+        return str(torch.cuda.get_device_name(device))
     return f"cpu ({platform.machine()}, {torch.get_num_threads()} threads)"
 
 
@@ -114,7 +115,7 @@ def fingerprint(inputs: Any) -> list[Any]:
     the judge compares the runner's with its own to catch inputs that differ."""
     from kernelwright.engine.child.compare import flatten
 
-    out = []
+    out: list[Any] = []
     for _, x in flatten(inputs):
         if isinstance(x, torch.Tensor) and x.is_floating_point():  # float64 sums, no float64 copy
             x = x.detach()

@@ -72,16 +72,16 @@ class Stop:
     kind: ClassVar[str] = "stop"
 
 
-COMMANDS: dict[str, type] = {c.kind: c for c in (Construct, Call, Guards, Ablate, Profile, Stop)}
 Command = Construct | Call | Guards | Ablate | Profile | Stop
+COMMANDS: dict[str, type[Command]] = {c.kind: c for c in (Construct, Call, Guards, Ablate, Profile, Stop)}
 
 
 def to_line(cmd: Command) -> str:
     return json.dumps({"cmd": cmd.kind, **asdict(cmd)})
 
 
-def _typed(cls: type, raw: dict[str, Any]) -> Any:
-    kwargs = {}
+def _typed(cls: type[Command], raw: dict[str, Any]) -> Command | None:
+    kwargs: dict[str, Any] = {}
     for f in fields(cls):
         if f.name not in raw:
             continue
@@ -89,7 +89,7 @@ def _typed(cls: type, raw: dict[str, Any]) -> Any:
         want = {"str": str, "int": int, "bool": bool, "list[str]": list}.get(str(f.type), object)
         if want is int and isinstance(v, bool) or not isinstance(v, want):
             return None
-        if want is list:
+        if want is list and isinstance(v, list):
             v = [str(x)[:200] for x in v[:64]]
         kwargs[f.name] = v
     try:

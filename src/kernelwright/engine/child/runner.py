@@ -25,11 +25,20 @@ import os
 import select
 import sys
 import traceback
+from collections.abc import Callable
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kernelwright.core.config import EvalConfig
 from kernelwright.engine.child.channel import Channel
+
+if TYPE_CHECKING:
+    import socket
+
+    import torch
+
+    from kernelwright.engine.child import protocol
+    from kernelwright.engine.child.build import CandidateBuildError
 
 TRACEBACK_LINES = 40
 
@@ -68,7 +77,8 @@ class Runner:
         self.out_dir = job.get("out_dir") or os.getcwd()
         self._n_files = 0
         self._handoff_off = ""  # why device outputs go into the files instead ('' while they need not)
-        self._handoff_sock = None  # the runner's end of the device hand-off socket, opened at first use
+        # the runner's end of the device hand-off socket, opened at first use
+        self._handoff_sock: socket.socket | None = None
         self.started = False
         self.phases: dict[str, float] = {}  # seconds per phase of the runner's own work (sent with the timing)
         self.models: dict[str, Any] = {}  # ModelNew built for other sizes of the problem, by label (shapes.py)
@@ -146,7 +156,7 @@ class Runner:
             raise Stop() from exc
         return name
 
-    def shipper(self, name: str):
+    def shipper(self, name: str) -> Callable[[int, torch.Tensor], bool] | None:
         """How the bytes of this output's CUDA tensors reach the judge: on the device, beside the
         file (`device_handoff`), when the configuration allows it and this machine can export;
         None (in the file) otherwise or after the first failure."""
@@ -162,7 +172,7 @@ class Runner:
             return None
         from kernelwright.engine.child import device_handoff
 
-        def ship(i: int, t) -> bool:
+        def ship(i: int, t: torch.Tensor) -> bool:
             if self._handoff_off or t.device.type != "cuda":
                 return False
             try:
@@ -316,7 +326,9 @@ class Runner:
         self.chan.send("compiled")
         return True
 
-    def compile_error(self, exc, issues=None, caught: bool = False) -> None:
+    def compile_error(
+        self, exc: CandidateBuildError, issues: list[dict[str, Any]] | None = None, caught: bool = False
+    ) -> None:
         issues = issues if issues is not None else [asdict(i) for i in exc.issues]
         head = []
         for i in issues[:5]:
@@ -347,26 +359,29 @@ class Runner:
         checks, the pair's socket for timing windows."""
         from kernelwright.engine.child import protocol
 
-        handlers = {
-            protocol.Construct: self.construct,
-            protocol.Call: self.call_cmd,
-            protocol.Guards: self.guarded_calls,
-            protocol.Ablate: self.ablate,
-            protocol.Profile: self.evidence,
-        }
         self.chan.send("await")
         while True:
             cmd, window = self.next_command()
             if window is not None:
                 self.window(*window)
                 continue
-            if cmd is None:
-                continue
-            if isinstance(cmd, protocol.Stop):
-                raise Stop()
-            handlers[type(cmd)](cmd)
+            match cmd:
+                case None:
+                    continue
+                case protocol.Stop():
+                    raise Stop()
+                case protocol.Construct():
+                    self.construct(cmd)
+                case protocol.Call():
+                    self.call_cmd(cmd)
+                case protocol.Guards():
+                    self.guarded_calls(cmd)
+                case protocol.Ablate():
+                    self.ablate(cmd)
+                case protocol.Profile():
+                    self.evidence(cmd)
 
-    def next_command(self):
+    def next_command(self) -> tuple[protocol.Command | None, tuple[dict[str, Any], list[int]] | None]:
         """(command, None) from stdin, or (None, (header, fds)) for a window on the socket."""
         from kernelwright.engine.child import protocol, shared_region
 
@@ -400,7 +415,7 @@ class Runner:
         line, self._stdin_buf = buf.split(b"\n", 1)
         return protocol.parse_command(line.decode(errors="replace")), None
 
-    def pair_socket(self):
+    def pair_socket(self) -> socket.socket | None:
         fd = self.job.get("handoff_fd")
         if not isinstance(fd, int) or getattr(self, "_sock_closed", False):
             return None
@@ -423,7 +438,7 @@ class Runner:
             raise Stop()
         return read_tree(os.path.join(self.out_dir, safe), self.device)
 
-    def construct(self, cmd) -> None:
+    def construct(self, cmd: protocol.Construct) -> None:
         import torch
 
         if cmd.label:
@@ -443,7 +458,7 @@ class Runner:
         self.patches("at import or construction")
         self.chan.send("constructed")
 
-    def construct_other(self, cmd) -> None:
+    def construct_other(self, cmd: protocol.Construct) -> None:
         """One more ModelNew, for other sizes of the problem: a failure is that size's, not the verdict's."""
         import torch
 
@@ -492,7 +507,7 @@ class Runner:
         self.sync()
         return out
 
-    def call_cmd(self, cmd) -> None:
+    def call_cmd(self, cmd: protocol.Call) -> None:
         if cmd.probe:
             return self.probe(cmd)
         if not getattr(self, "_in_correctness", False):
@@ -512,7 +527,7 @@ class Runner:
         self.phase("output_writes", t0)
         self.patches("while ModelNew ran")
 
-    def probe(self, cmd) -> None:
+    def probe(self, cmd: protocol.Call) -> None:
         """A call at another size of the problem (`shapes.py`): its output, or its error as a
         `call_error` under its label; either way the runner goes on."""
         import torch
@@ -540,7 +555,7 @@ class Runner:
             self.chan.send("output", label=cmd.label, file=name)
         self.patches("while ModelNew ran")
 
-    def guarded_calls(self, cmd) -> None:
+    def guarded_calls(self, cmd: protocol.Guards) -> None:
         """The calls the judge's guards read: outputs of one traced call, the inputs after it, the
         output after the same tensors were refilled with new values, and the first output again."""
         import torch
@@ -555,8 +570,8 @@ class Runner:
                 candidate_text = f.read()
         except OSError:
             pass
-        ext_names = {b.get("name") for b in build.BUILD_LOG if b.get("name")}
-        ext_dirs = [b.get("dir") for b in build.BUILD_LOG if b.get("dir")]
+        ext_names = {b["name"] for b in build.BUILD_LOG if b.get("name")}
+        ext_dirs = [b["dir"] for b in build.BUILD_LOG if b.get("dir")]
         tracer = guards.CallTracer(
             self.job.get("problem_path") or "",
             self.job["candidate_path"],
@@ -591,7 +606,7 @@ class Runner:
         self.phase("guarded_calls", t_start)
         self.chan.send("guards", files=files, facts=facts)
 
-    def ablate(self, cmd) -> None:
+    def ablate(self, cmd: protocol.Ablate) -> None:
         """Each named parameter zeroed in ModelNew in turn, the output on `inputs` written (the
         judge compares it with its own reference with the same parameter zeroed)."""
         import torch
@@ -627,13 +642,15 @@ class Runner:
             self._in_timing = True
             self.stage("timing")
         try:
-            windows.serve_window(self.pair_socket(), header, fds, self.cand_model, self.device, max_bytes=1 << 40)
+            sock = self.pair_socket()
+            assert sock is not None  # the window came on it
+            windows.serve_window(sock, header, fds, self.cand_model, self.device, max_bytes=1 << 40)
         except Exception as exc:
             self.blame(exc, "ModelNew failed in a timing window", "timing")
             raise Stop() from None
         self.patches("during timing")
 
-    def evidence(self, cmd) -> None:
+    def evidence(self, cmd: protocol.Profile) -> None:
         from kernelwright.core.kernel_names import candidate_texts
         from kernelwright.engine.child import build, evidence
 

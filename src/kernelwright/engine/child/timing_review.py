@@ -11,7 +11,9 @@ speed-up untrusted: an impossible time means a forged timer or skipped work.
 
 from __future__ import annotations
 
+import socket
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -63,7 +65,8 @@ def _stats(samples: list[float], warmup: int) -> TimingStats:
 
 def run(judge: Judge) -> None:
     cfg, device = judge.cfg, judge.device
-    if judge.handoff is None:
+    sock = judge.handoff
+    if sock is None:
         judge.set_verdict(
             Status.ENGINE_ERROR,
             "The judge has no socket to the runner: timing windows cannot run "
@@ -105,12 +108,21 @@ def run(judge: Judge) -> None:
     if not on_gpu:  # one fixed thread count for both sides, recorded (the runner is told it too)
         torch.set_num_threads(threads)
     try:
-        _run(judge, draw, check, deadline, on_gpu, cores, threads)
+        _run(judge, sock, draw, check, deadline, on_gpu, cores, threads)
     finally:
         torch.set_num_threads(prev_threads)
 
 
-def _run(judge: Judge, draw: Any, check: Any, deadline: Any, on_gpu: bool, cores: int, threads: int) -> None:
+def _run(
+    judge: Judge,
+    sock: socket.socket,
+    draw: Callable[[], list[Any]],
+    check: Callable[[Any, Any], bool],
+    deadline: Callable[[float], float],
+    on_gpu: bool,
+    cores: int,
+    threads: int,
+) -> None:
     import os
     import statistics
 
@@ -119,7 +131,7 @@ def _run(judge: Judge, draw: Any, check: Any, deadline: Any, on_gpu: bool, cores
 
     cfg, device, rec = judge.cfg, judge.device, judge.rec
     timer = windows.WindowTimer(
-        judge.handoff, device, draw, judge.ref_model, check, deadline, threads=None if on_gpu else threads
+        sock, device, draw, judge.ref_model, check, deadline, threads=None if on_gpu else threads
     )
     # the reference's time per call, from the trials' inputs, sets the window's size
     _, _, inputs0 = judge.reference(trial_seed(judge.secret, 0))
@@ -181,7 +193,7 @@ def _run(judge: Judge, draw: Any, check: Any, deadline: Any, on_gpu: bool, cores
             bad += res.bad_slots
             checked += res.calls
             if compiled is not None:
-                t_ms, _ = windows.WindowTimer(judge.handoff, device, draw, compiled, check, deadline).reference_window(
+                t_ms, _ = windows.WindowTimer(sock, device, draw, compiled, check, deadline).reference_window(
                     sets, layout
                 )
                 if not warm:

@@ -439,6 +439,7 @@ class WindowTimer:
             cand = _rebuild(ref_outs[i], views)
             if not self.check(cand, ref_outs[i]):
                 bad += 1
+        runner_ms = reply.get("runner_ms")
         return WindowResult(
             calls=calls,
             wall_ms=wall_ms,
@@ -448,7 +449,7 @@ class WindowTimer:
             bad_slots=bad,
             after_ms=after_ms,
             open_to_computed_ms=(t_done - t0) * 1e3,
-            runner_ms=reply.get("runner_ms") if isinstance(reply.get("runner_ms"), dict) else {},
+            runner_ms=runner_ms if isinstance(runner_ms, dict) else {},
         )
 
     def _await_done(self, wid: int, limit_s: float) -> dict[str, Any]:

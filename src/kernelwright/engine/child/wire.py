@@ -21,7 +21,7 @@ import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import IO, Any
 
 import torch
 
@@ -99,7 +99,7 @@ def write_tree(path: str, obj: Any, ship: Callable[[int, torch.Tensor], bool] | 
     `ship(i, tensor)`: send leaf i's bytes beside the file (True) or not (False: written here)."""
     blobs: list[torch.Tensor] = []
     tree = _encode(obj, blobs)
-    sizes = [b.numel() * b.element_size() for b in blobs]
+    sizes: list[int] = [b.numel() * b.element_size() for b in blobs]
     handoff = [i for i, b in enumerate(blobs) if ship is not None and sizes[i] and ship(i, b)]
     header = json.dumps({"tree": tree, "sizes": sizes, "handoff": handoff}).encode() + b"\n"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
@@ -128,7 +128,7 @@ def _bytes_view(t: torch.Tensor, n: int) -> memoryview:
     return memoryview((ctypes.c_char * n).from_address(t.data_ptr())).cast("B")
 
 
-def _write_blob(f, b: torch.Tensor, n: int) -> None:
+def _write_blob(f: IO[bytes], b: torch.Tensor, n: int) -> None:
     flat = b.contiguous().reshape(-1).view(torch.uint8)  # kept alive until written
     if flat.device.type != "cpu":
         flat = _staging(n).copy_(flat)  # synchronous: written before the buffer's next use
@@ -182,6 +182,7 @@ def read_tree(
         blobs = []
         for i, n in enumerate(sizes):  # read straight into a tensor's memory: one copy from the file
             if i in beside:
+                assert fetch is not None  # checked above: a hand-off list comes with a fetch
                 blobs.append(fetch(i, n))
                 continue
             data = torch.empty(n, dtype=torch.uint8)
@@ -196,7 +197,7 @@ def _decode(node: Any, blobs: list[torch.Tensor], device: torch.device, depth: i
         raise WireError("output file structure is not valid")
     if "tensor" in node or "subclass" in node:
         idx = node.get("tensor", node.get("subclass"))
-        dtype = _DTYPES.get(node.get("dtype"))
+        dtype = _DTYPES.get(node["dtype"]) if "dtype" in node else None
         shape = node.get("shape")
         if (
             not isinstance(idx, int)

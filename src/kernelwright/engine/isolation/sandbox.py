@@ -21,6 +21,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from kernelwright.core.config import SandboxMode
@@ -80,7 +81,7 @@ def _python_paths() -> list[str]:
     return sorted(p for p in paths if os.path.isdir(p))
 
 
-def _bwrap_argv(bwrap: str, workdir: Path, writable: list[Path], read_only: list[Path] = ()) -> list[str]:
+def _bwrap_argv(bwrap: str, workdir: Path, writable: list[Path], read_only: Sequence[Path] = ()) -> list[str]:
     argv = [
         bwrap,
         "--die-with-parent",
@@ -173,7 +174,7 @@ def _under(path: str, dirs: list[str]) -> bool:
     return any(path == d or path.startswith(d.rstrip("/") + "/") for d in dirs)
 
 
-def wrap(argv: list[str], kind: str, workdir: Path, writable: list[Path], read_only: list[Path] = ()) -> list[str]:
+def wrap(argv: list[str], kind: str, workdir: Path, writable: list[Path], read_only: Sequence[Path] = ()) -> list[str]:
     """The command line that runs `argv` inside sandbox `kind`; `read_only` may lie inside `writable`."""
     if kind == "none":
         return argv
