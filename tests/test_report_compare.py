@@ -146,9 +146,8 @@ def test_the_comparison_and_the_report_render_in_headless_chromium(suites, tmp_p
     ).stdout
     summary = dom[dom.index('<table id="summary"') :]
     summary = summary[: summary.index("</table>")]
-    assert (
-        summary.count("<tr>") == 1 + 13
-    )  # problems, correct, rate, 4 fast_p, 3 speed-ups, tokens, cost, wall and "fast_1.5" in summary
+    # problems, correct, rate, correct at all sizes, 4 fast_p, 3 speed-ups, tokens, cost, wall
+    assert summary.count("<tr>") == 1 + 14 and "fast_1.5" in summary
     fast_2 = summary[summary.index("<td>fast_2</td>") :]
     assert fast_2[: fast_2.index("</tr>")].endswith('<td class="num best">33.3%</td>')  # the better value marked
     assert '<td class="num best">' not in summary[summary.index("<td>correct</td>") : summary.index("<td>fast_0</td>")]

@@ -1,12 +1,16 @@
 """Suite metrics against values computed by hand (KernelBench's fast_p: correct AND speedup > p,
-over ALL problems), and degenerate references counted apart in either of their two spellings."""
+over ALL problems), degenerate references counted apart in either of their two spellings, and
+kernels that hold at every size of the problem (size_robust) counted, with fast_p over them."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
 
+from kernelwright.core.record import EvalResult, Status
+from kernelwright.store.api import size_check
 from kernelwright.store.indexer import degenerate
 from kernelwright.suites.metrics import ProblemOutcome, fast_p, geomean, summarize
 
@@ -123,3 +127,84 @@ def test_untimed_correct_kernel_counts_for_fast_0_only():
 )
 def test_degenerate_flag_in_either_spelling(record, flagged):
     assert degenerate(record) is flagged
+
+
+# ---- kernels that hold at every size of the problem (the shapes check) -----------------------------
+
+
+def sized() -> list[ProblemOutcome]:
+    return [
+        ProblemOutcome("robust", verdict="passed", correct=True, speedup=1.8, size_robust=True),
+        ProblemOutcome(
+            "specific", verdict="passed", correct=True, speedup=3.0, size_robust=False, sizes_failed=["dim=1023"]
+        ),
+        ProblemOutcome("unchecked", verdict="passed", correct=True, speedup=1.2, size_robust=None),
+        ProblemOutcome("wrong", verdict="incorrect", correct=False, speedup=None),
+        ProblemOutcome("robust_slow", verdict="passed", correct=True, speedup=0.7, size_robust=True),
+    ]
+
+
+def test_size_robust_kernels_are_counted_and_fast_p_over_them_keeps_every_problem_in_the_denominator():
+    m = summarize(sized())
+    assert (m.correct, m.size_robust, m.size_specific, m.size_unchecked) == (4, 2, 1, 1)
+    # KernelBench's fast_p is unchanged: every correct kernel counts
+    assert m.fast_p == pytest.approx({"0": 4 / 5, "1": 3 / 5, "1.5": 2 / 5, "2": 1 / 5})
+    # over size-robust kernels only (robust 1.8x, robust_slow 0.7x), still out of all five problems
+    assert m.fast_p_size_robust == pytest.approx({"0": 2 / 5, "1": 1 / 5, "1.5": 1 / 5, "2": 0.0})
+    assert fast_p(sized(), 2, size_robust=True) == 0.0 and fast_p(sized(), 2) == pytest.approx(1 / 5)
+    assert m.to_dict()["fast_p_size_robust"]["1"] == pytest.approx(1 / 5)
+
+
+def test_an_incorrect_kernel_never_counts_as_size_robust():
+    """A record that says robust on a problem with no correct kernel counts for nothing."""
+    o = [ProblemOutcome("w", verdict="incorrect", correct=False, speedup=5.0, size_robust=True)]
+    m = summarize(o)
+    assert (m.size_robust, m.size_specific, m.size_unchecked) == (0, 0, 0)
+    assert m.fast_p_size_robust["0"] == 0.0
+
+
+def _passed(shapes: dict | None, flags: dict | None = None, status: Status = Status.PASSED) -> EvalResult:
+    meta: dict = {"guards": {"flags": flags or {}}}
+    if shapes is not None:
+        meta["shapes"] = shapes
+    return EvalResult(status=status, correct=status is Status.PASSED, speedup=1.5, metadata=meta)
+
+
+def _tried(*outcomes: bool | None) -> list[dict]:
+    return [{"name": f"dim={1000 + i}", "sizes": {"dim": 1000 + i}, "passed": p} for i, p in enumerate(outcomes)]
+
+
+@pytest.mark.parametrize(
+    "result, robust, failed",
+    [
+        (_passed({"mode": "check", "tried": _tried(True, True), "failed": []}), True, []),
+        (
+            _passed(
+                {"mode": "check", "tried": _tried(True, False), "failed": ["dim=1001"]},
+                {"shape_specific": "ModelNew is correct at the problem's own sizes (dim=1024) but not at dim=1001"},
+            ),
+            False,
+            ["dim=1001"],
+        ),
+        (_passed({"mode": "off"}), None, []),  # --shapes off
+        (_passed(None), None, []),  # a record from before the check, or a candidate stopped by a guard
+        (_passed({"mode": "check", "tried": [], "note": "no integer read: sizes written as literals"}), None, []),
+        (_passed({"mode": "check", "note": "the other sizes could not be derived: ValueError"}), None, []),
+        (_passed({"mode": "check", "tried": _tried(True, None), "failed": []}), None, []),  # a size not run
+        # --shapes strict: the failure is the verdict, and an incorrect kernel is not judged at other sizes
+        (
+            _passed({"mode": "strict", "tried": _tried(False), "failed": ["dim=1000"]}, status=Status.INCORRECT),
+            None,
+            ["dim=1000"],
+        ),
+    ],
+)
+def test_a_record_says_whether_its_kernel_holds_at_every_size(result, robust, failed):
+    assert result.size_robust is robust and result.sizes_failed == failed
+    # the same answer from the stored (JSON) record, as the store reads it
+    assert size_check(json.loads(result.to_json())) == (robust, failed)
+
+
+def test_a_stored_record_that_does_not_load_is_not_known():
+    assert size_check(None) == (None, [])
+    assert size_check({"status": "passed", "correct": True, "no_such_field": 1}) == (None, [])

@@ -25,8 +25,9 @@ def _x(v) -> str:
     return "-" if v is None else f"{v:.3f}x"
 
 
-def render_metrics(m, console: Console, title: str) -> None:
-    """The numbers people ask for first: correctness, fast_p, speed-ups, verdict mix, cost."""
+def render_metrics(m, console: Console, title: str, size_robust: bool = False) -> None:
+    """The numbers people ask for first: correctness, fast_p, speed-ups, verdict mix, cost.
+    `size_robust`: fast_p counts only kernels that hold at every size the shapes check tried."""
     t = Table(title=title, title_justify="left", show_header=False)
     t.add_column(style="dim")
     t.add_column()
@@ -36,7 +37,17 @@ def render_metrics(m, console: Console, title: str) -> None:
         + (f" (+{len(m.degenerate)} degenerate, counted apart: {', '.join(m.degenerate)})" if m.degenerate else ""),
     )
     t.add_row("correct", f"{m.correct} ({m.correctness_rate:.1%})")
-    t.add_row("fast_p", "  ".join(f"fast_{p} {v:.1%}" for p, v in m.fast_p.items()))
+    t.add_row(
+        "all sizes",
+        f"{m.size_robust} of {m.correct} correct kernels hold at every size"
+        f" ({m.size_specific} shape_specific, {m.size_unchecked} not checked)",
+    )
+    if size_robust:
+        t.add_row("fast_p", "  ".join(f"fast_{p} {v:.1%}" for p, v in m.fast_p_size_robust.items()))
+        t.add_row("", "fast_p counts only kernels that hold at every size")
+        t.add_row("fast_p (any size)", "  ".join(f"fast_{p} {v:.1%}" for p, v in m.fast_p.items()))
+    else:
+        t.add_row("fast_p", "  ".join(f"fast_{p} {v:.1%}" for p, v in m.fast_p.items()))
     t.add_row("speed-up (correct)", f"geomean {_x(m.geomean_speedup)}, mean {_x(m.mean_speedup)}")
     if m.geomean_speedup_vs_compile is not None:
         t.add_row(
@@ -67,6 +78,13 @@ def report_cmd(
     csv_out: Path = typer.Option(
         None, "--csv", metavar="FILE", help="Write one row per problem as CSV here; - prints it on stdout."
     ),
+    fast_p_size_robust: bool = typer.Option(
+        False,
+        "--fast-p-size-robust",
+        help="fast_p (cards, levels, plot; side by side: its rows and curves) counts only kernels that hold"
+        " at every size the shapes check tried (not flagged shape_specific, not unchecked); the page says so."
+        " The JSON has both either way.",
+    ),
 ) -> None:
     """Metrics of a run or a suite (fast_p, correctness, speed-ups, verdicts), as a page or exports;
     of several, side by side (a table per metric, and plots)."""
@@ -79,7 +97,7 @@ def report_cmd(
     if to_stdout and str(json_out) == str(csv_out):
         _fail("--json - and --csv - both print on stdout; write one of them to a file")
     try:
-        datas = [_load(t, store_path) for t in targets]
+        datas = [_load(t, store_path, "size_robust" if fast_p_size_robust else "all") for t in targets]
     except StoreError as exc:
         _fail(str(exc))
         return
@@ -90,7 +108,12 @@ def report_cmd(
         fields = set(ProblemOutcome.__dataclass_fields__)
         outcomes = [ProblemOutcome(**{k: v for k, v in p.items() if k in fields}) for p in data["problems"]]
         if not to_stdout:
-            render_metrics(summarize(outcomes), out_console(), title=f"{data['kind']} {data['target']}")
+            render_metrics(
+                summarize(outcomes),
+                out_console(),
+                title=f"{data['kind']} {data['target']}",
+                size_robust=fast_p_size_robust,
+            )
         from kernelwright.report.html import render
 
         page = lambda: render(data)  # noqa: E731
@@ -98,7 +121,7 @@ def report_cmd(
     else:
         from kernelwright.report import compare
 
-        comp = compare.build_comparison(datas)
+        comp = compare.build_comparison(datas, size_robust=fast_p_size_robust)
         if not to_stdout:
             render_comparison(comp, out_console())
         page = lambda: compare.render_html(comp)  # noqa: E731
@@ -114,7 +137,7 @@ def report_cmd(
         _fail(f"cannot write the report ({exc.strerror}: {exc.filename}); pass a writable path")
 
 
-def _load(target: str, store_path: Path) -> dict:
+def _load(target: str, store_path: Path, fast_p_counts: str = "all") -> dict:
     """One suite's or run's report data; a run directory is (re)indexed first."""
     from kernelwright.report import data as report_data
     from kernelwright.store.api import RunStore
@@ -128,7 +151,7 @@ def _load(target: str, store_path: Path) -> dict:
     with RunStore(Store.open(store_path, readonly=True)) as db:
         if db.suite(target) is None and db.run(target) is None:
             raise StoreError(f"no suite or run named {target!r} in {store_path}; `kernelwright runs` lists them")
-        return report_data.build(db, target)
+        return report_data.build(db, target, fast_p_counts)
 
 
 def render_comparison(comp: dict, console: Console) -> None:
@@ -148,6 +171,8 @@ def render_comparison(comp: dict, console: Console) -> None:
             ],
         )
     console.print(t)
+    if comp.get("fast_p_counts") == "size_robust":
+        console.print("fast_p counts only kernels that hold at every size", highlight=False, soft_wrap=True)
     speed = next(x for x in comp["tables"] if x["field"] == "speedup")
     p = Table(title="speed-up per problem", title_justify="left")
     p.add_column("problem")

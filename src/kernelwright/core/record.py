@@ -183,6 +183,29 @@ class EvalResult:
         return "degenerate_reference" in self.flags()
 
     @property
+    def sizes_failed(self) -> list[str]:
+        """The other sizes of the problem the kernel failed at (names such as "dim=1023"), from
+        metadata["shapes"]; empty when none failed or none was tried."""
+        shapes = self.metadata.get("shapes")
+        return [str(n) for n in (shapes.get("failed") or [])] if isinstance(shapes, dict) else []
+
+    @property
+    def size_robust(self) -> bool | None:
+        """Does the passed kernel hold at every size the shapes check tried? True: the check ran
+        and every size passed; False: flagged `shape_specific` (wrong at some size); None: not
+        known: the verdict is not passed, the check was off, the problem's sizes could not be
+        varied, or a size was not run."""
+        if self.status is not Status.PASSED or not self.correct:
+            return None
+        if "shape_specific" in self.flags() or self.sizes_failed:
+            return False
+        shapes = self.metadata.get("shapes")
+        if not isinstance(shapes, dict) or shapes.get("mode", "off") == "off":
+            return None
+        tried = shapes.get("tried") or []
+        return True if tried and all(isinstance(t, dict) and t.get("passed") is True for t in tried) else None
+
+    @property
     def speedup_trusted(self) -> bool:
         """A speed-up to aggregate: measured, on a problem that is not degenerate, timed in stable conditions."""
         flags = self.flags()

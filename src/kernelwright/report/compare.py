@@ -21,6 +21,7 @@ SUMMARY = [
     ("problems", "problems", "int", None),
     ("correct", "correct", "int", True),
     ("correctness rate", "correctness_rate", "pct", True),
+    ("correct at all sizes", "size_robust", "int", True),
 ]
 TAIL = [
     ("geomean speed-up (correct)", "geomean_speedup", "x", True),
@@ -65,12 +66,16 @@ def _best(values: list[Any], higher: bool | None, kind: str = "x") -> int | None
     return best[1]
 
 
-def build_comparison(datas: list[dict[str, Any]]) -> dict[str, Any]:
-    """The comparison of several reports' data (`report.data.build`), as one dict (the JSON export)."""
+def build_comparison(datas: list[dict[str, Any]], size_robust: bool = False) -> dict[str, Any]:
+    """The comparison of several reports' data (`report.data.build`), as one dict (the JSON export).
+    `size_robust`: the fast_p rows and curves count only kernels that hold at every size tried."""
     labels = _labels(datas)
     ms = [d["metrics"] for d in datas]
     rows: list[tuple[str, Any, str, bool | None]] = [(lab, key, fmt, hi) for lab, key, fmt, hi in SUMMARY]
-    rows += [(f"fast_{p}", ("fast_p", p), "pct", True) for p in ms[0]["fast_p"]]
+    if size_robust:
+        rows += [(f"fast_{p} (all sizes)", ("fast_p_size_robust", p), "pct", True) for p in ms[0]["fast_p"]]
+    else:
+        rows += [(f"fast_{p}", ("fast_p", p), "pct", True) for p in ms[0]["fast_p"]]
     rows += TAIL
     metrics = []
     for name, key, fmt, higher in rows:
@@ -121,9 +126,10 @@ def build_comparison(datas: list[dict[str, Any]]) -> dict[str, Any]:
         "labels": labels,
         "metrics": metrics,
         "tables": tables,
+        "fast_p_counts": "size_robust" if size_robust else "all",
         "fast_p_curves": {
             "p": grid,
-            "fast_p": {lab: fast_p_curve(c, grid) for lab, c in zip(labels, counted, strict=False)},
+            "fast_p": {lab: fast_p_curve(c, grid, size_robust) for lab, c in zip(labels, counted, strict=False)},
         },
         "reports": datas,
     }
@@ -167,6 +173,7 @@ def render_html(comp: dict[str, Any]) -> str:
     import jinja2
 
     from kernelwright.report import plots
+    from kernelwright.report.html import SIZE_ROBUST_TITLE
 
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("kernelwright.report", "templates"),
@@ -176,8 +183,9 @@ def render_html(comp: dict[str, Any]) -> str:
         lstrip_blocks=True,
     )
     speed = next(t for t in comp["tables"] if t["field"] == "speedup")
+    title = {"title": SIZE_ROBUST_TITLE} if comp.get("fast_p_counts") == "size_robust" else {}
     figures = {
-        "fast_p": plots.fast_p_compare(comp["fast_p_curves"]["p"], comp["fast_p_curves"]["fast_p"]),
+        "fast_p": plots.fast_p_compare(comp["fast_p_curves"]["p"], comp["fast_p_curves"]["fast_p"], **title),
         "speedups": plots.speedup_compare(
             [r["problem"] for r in speed["rows"]],
             comp["labels"],

@@ -1,6 +1,10 @@
 """A report's data, from the store: metrics, one row per problem, every round with the Judge's
 findings, the code and the diff from the round before. The same dict is the JSON export; the
-problem rows are the CSV export."""
+problem rows are the CSV export.
+
+`fast_p_counts` says which kernels the page's fast_p (cards, levels, plot) counts: "all" correct
+kernels (KernelBench's fast_p), or "size_robust": only those that hold at every size the shapes
+check tried. Both numbers are in the data either way."""
 
 from __future__ import annotations
 
@@ -19,6 +23,8 @@ CSV_COLUMNS = [
     "problem",
     "verdict",
     "correct",
+    "size_robust",
+    "sizes_failed",
     "speedup",
     "speedup_vs_compile",
     "candidate_ms",
@@ -87,7 +93,13 @@ def fast_p_grid(outcomes: list[ProblemOutcome]) -> list[float]:
     return [round(top * i / n, 4) for i in range(n + 1)]
 
 
-def build(db: RunStore, target: str) -> dict[str, Any]:
+FAST_P_COUNTS = ("all", "size_robust")
+
+
+def build(db: RunStore, target: str, fast_p_counts: str = "all") -> dict[str, Any]:
+    """The report's data; `fast_p_counts` ("all" or "size_robust"): the kernels the page's fast_p counts."""
+    if fast_p_counts not in FAST_P_COUNTS:
+        raise ValueError(f"fast_p_counts is one of {', '.join(FAST_P_COUNTS)}, not {fast_p_counts!r}")
     suite = db.suite(target)
     rows = db.problems(target)
     outcomes = [ProblemOutcome(**r) for r in rows]
@@ -162,7 +174,12 @@ def build(db: RunStore, target: str) -> dict[str, Any]:
         "environment": environment(db, runs),
         "metrics": summarize(outcomes).to_dict(),
         "levels": per_level(counted),
-        "fast_p_curve": {"p": grid, "fast_p": fast_p_curve(counted, grid)},
+        "fast_p_counts": fast_p_counts,
+        "fast_p_curve": {
+            "p": grid,
+            "fast_p": fast_p_curve(counted, grid),
+            "fast_p_size_robust": fast_p_curve(counted, grid, size_robust=True),
+        },
         "problems": problems,
     }
 
@@ -176,5 +193,12 @@ def to_csv(data: dict[str, Any]) -> str:
     w = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, extrasaction="ignore")
     w.writeheader()
     for p in data["problems"]:
-        w.writerow({**p, "rounds": len(p["rounds"]), "verdicts": " ".join(p["verdicts"])})
+        w.writerow(
+            {
+                **p,
+                "rounds": len(p["rounds"]),
+                "verdicts": " ".join(p["verdicts"]),
+                "sizes_failed": " ".join(p.get("sizes_failed") or []),
+            }
+        )
     return buf.getvalue()

@@ -8,6 +8,8 @@ import jinja2
 
 from kernelwright.report import plots
 
+SIZE_ROBUST_TITLE = "fast_p, all sizes: faster than p x"
+
 
 def render(data: dict[str, Any]) -> str:
     env = jinja2.Environment(
@@ -18,13 +20,17 @@ def render(data: dict[str, Any]) -> str:
         lstrip_blocks=True,
     )
     m = data["metrics"]
+    robust = data.get("fast_p_counts") == "size_robust"
+    curve = data["fast_p_curve"]
     speedups = [p["speedup"] for p in data["problems"] if p["correct"] and p["speedup"] and not p["degenerate"]]
     figures = {
         "distribution": plots.speedup_distribution(speedups),
-        "fast_p": plots.fast_p_curve(data["fast_p_curve"]["p"], data["fast_p_curve"]["fast_p"]),
+        "fast_p": plots.fast_p_curve(curve["p"], curve["fast_p_size_robust"], SIZE_ROBUST_TITLE)
+        if robust
+        else plots.fast_p_curve(curve["p"], curve["fast_p"]),
         "verdicts": plots.verdict_mix(m["verdict_mix"]),
     }
     charts = {p["key"]: plots.rounds_chart(p["rounds"]) for p in data["problems"] if len(p["rounds"]) > 1}
     return env.get_template("report.html.j2").render(
-        data=data, m=m, figures=figures, charts=charts, colors=plots.VERDICT_COLORS
+        data=data, m=m, robust=robust, figures=figures, charts=charts, colors=plots.VERDICT_COLORS
     )

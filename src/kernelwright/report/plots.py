@@ -74,7 +74,7 @@ def speedup_distribution(speedups: list[float]) -> str:
     return _svg(fig)
 
 
-def fast_p_curve(ps: list[float], values: list[float]) -> str:
+def fast_p_curve(ps: list[float], values: list[float], title: str = "fast_p: correct and faster than p x") -> str:
     plt = _plt()
     fig, ax = plt.subplots(figsize=(3.6, 2.4))
     ax.step(ps, values, where="post", color="#1565c0")
@@ -83,7 +83,7 @@ def fast_p_curve(ps: list[float], values: list[float]) -> str:
     ax.set_ylim(0, 1.02)
     ax.set_xlabel("p (speedup threshold)")
     ax.set_ylabel("fast_p")
-    ax.set_title("fast_p: correct and faster than p x")
+    ax.set_title(title)
     return _svg(fig)
 
 
@@ -124,7 +124,9 @@ def rounds_chart(rounds: list[dict[str, Any]]) -> str:
 SERIES_COLORS = ["#1565c0", "#e65100", "#2e7d32", "#6a1b9a", "#00838f", "#ad1457", "#5d4037", "#455a64"]
 
 
-def fast_p_compare(ps: list[float], curves: dict[str, list[float]]) -> str:
+def fast_p_compare(
+    ps: list[float], curves: dict[str, list[float]], title: str = "fast_p: correct and faster than p x"
+) -> str:
     """fast_p over p for several suites or runs, one line each."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(4.8, 2.8))
@@ -135,7 +137,7 @@ def fast_p_compare(ps: list[float], curves: dict[str, list[float]]) -> str:
     ax.set_ylim(0, 1.02)
     ax.set_xlabel("p (speedup threshold)")
     ax.set_ylabel("fast_p")
-    ax.set_title("fast_p: correct and faster than p x")
+    ax.set_title(title)
     ax.legend(fontsize=8, frameon=False)
     return _svg(fig)
 

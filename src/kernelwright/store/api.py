@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from kernelwright.core.record import EvalResult
 from kernelwright.store.db import Store, StoreError
 
 STORE_ENV = "KERNELWRIGHT_STORE"
@@ -54,6 +55,18 @@ def open_store(path: str | Path | None = None, readonly: bool = True) -> RunStor
     if path is None and not default_store().is_file():
         Store.open(default_store()).close()  # nothing run yet: an empty store, not an error
     return RunStore(Store.open(path or default_store(), readonly=readonly))
+
+
+def size_check(record: dict[str, Any] | None) -> tuple[bool | None, list[str]]:
+    """(`EvalResult.size_robust`, `EvalResult.sizes_failed`) of a stored record; a record that does
+    not load as an EvalResult is not known: (None, [])."""
+    if not record:
+        return None, []
+    try:
+        result = EvalResult.from_dict(record)
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None, []
+    return result.size_robust, result.sizes_failed
 
 
 def _row(r) -> dict[str, Any]:
@@ -160,6 +173,8 @@ class RunStore:
                     degenerate=False,
                     run_id=None,
                     best_round=None,
+                    size_robust=None,
+                    sizes_failed=[],
                 )
             )
         return out
@@ -173,6 +188,11 @@ class RunStore:
             correct = [e for e in evals.values() if e["correct"] and e["status"] == "passed"]
             best = max(correct, key=lambda e: (e["speedup"] is not None, e["speedup"] or 0.0), default=None)
         verdicts = [r["verdict"] for r in rounds]
+        robust: bool | None = None
+        failed: list[str] = []
+        if best is not None:  # the kept kernel's record: did it hold at the other sizes of the problem?
+            rows = self.store.query("SELECT record FROM evaluations WHERE id=?", (best["id"],))
+            robust, failed = size_check(_row(rows[0])["record"] if rows else None)
         return dict(
             problem=run["problem"],
             level=run["level"],
@@ -188,4 +208,6 @@ class RunStore:
             degenerate=any(e["degenerate"] for e in evals.values()),
             run_id=run["id"],
             best_round=best["round_idx"] if best else None,
+            size_robust=robust,
+            sizes_failed=failed,
         )

@@ -5,6 +5,12 @@ its last verdict. `fast_p` is KernelBench's: the share of ALL problems whose ker
 faster than p times the reference (speedup > p). A correct kernel without a timing (an untimed pass)
 counts for p = 0 only. Problems whose reference is flagged degenerate (the `degenerate_reference` guard) are
 counted apart: they are in `degenerate` and in no rate, mean or denominator.
+
+`size_robust`: does the problem's kernel hold at every other size of the problem the shapes check
+tried (`EvalResult.size_robust`)? True: checked and held everywhere; False: flagged
+`shape_specific`; None: not known (not correct, `--shapes off`, sizes that could not be varied).
+`fast_p_size_robust` is fast_p with only the kernels whose `size_robust` is True in the numerator,
+over the same denominator (all counted problems).
 """
 
 from __future__ import annotations
@@ -32,6 +38,8 @@ class ProblemOutcome:
     degenerate: bool = False
     run_id: str | None = None
     best_round: int | None = None
+    size_robust: bool | None = None  # the best correct kernel holds at every size tried (None: not known)
+    sizes_failed: list[str] = field(default_factory=list)  # the sizes it failed at, when flagged
 
 
 @dataclass
@@ -47,6 +55,10 @@ class SuiteMetrics:
     mean_speedup_vs_compile: float | None
     geomean_speedup_vs_compile: float | None
     fast_p: dict[str, float]  # "0", "1", "1.5", "2" -> share of all counted problems
+    size_robust: int  # correct kernels that hold at every size the shapes check tried
+    size_specific: int  # correct kernels wrong at some other size (flagged shape_specific)
+    size_unchecked: int  # correct kernels whose other sizes were not checked
+    fast_p_size_robust: dict[str, float]  # fast_p counting only size-robust kernels, same denominator
     tokens_per_problem: float
     cost_per_problem: float | None
     wall_s_per_problem: float | None
@@ -57,16 +69,23 @@ class SuiteMetrics:
         return asdict(self)
 
 
-def fast_p(outcomes: list[ProblemOutcome], p: float) -> float:
-    """Share of all problems with a correct kernel whose speedup exceeds p (KernelBench's fast_p)."""
+def fast_p(outcomes: list[ProblemOutcome], p: float, size_robust: bool = False) -> float:
+    """Share of all problems with a correct kernel whose speedup exceeds p (KernelBench's fast_p).
+    `size_robust`: count only kernels known to hold at every size tried; the denominator stays all problems."""
     if not outcomes:
         return 0.0
-    hits = sum(1 for o in outcomes if o.correct and (p == 0 or (o.speedup is not None and o.speedup > p)))
+    hits = sum(
+        1
+        for o in outcomes
+        if o.correct
+        and (not size_robust or o.size_robust is True)
+        and (p == 0 or (o.speedup is not None and o.speedup > p))
+    )
     return hits / len(outcomes)
 
 
-def fast_p_curve(outcomes: list[ProblemOutcome], ps: list[float]) -> list[float]:
-    return [fast_p(outcomes, p) for p in ps]
+def fast_p_curve(outcomes: list[ProblemOutcome], ps: list[float], size_robust: bool = False) -> list[float]:
+    return [fast_p(outcomes, p, size_robust) for p in ps]
 
 
 def mean(values: list[float]) -> float | None:
@@ -104,6 +123,10 @@ def summarize(outcomes: list[ProblemOutcome]) -> SuiteMetrics:
         mean_speedup_vs_compile=mean(vs_compile),
         geomean_speedup_vs_compile=geomean(vs_compile),
         fast_p={_p_key(p): fast_p(counted, p) for p in FAST_P},
+        size_robust=sum(1 for o in correct if o.size_robust is True),
+        size_specific=sum(1 for o in correct if o.size_robust is False),
+        size_unchecked=sum(1 for o in correct if o.size_robust is None),
+        fast_p_size_robust={_p_key(p): fast_p(counted, p, size_robust=True) for p in FAST_P},
         tokens_per_problem=sum(o.tokens for o in counted) / n if n else 0.0,
         cost_per_problem=(sum(priced) / n if len(priced) == len(costs) else None) if n else None,
         wall_s_per_problem=mean(walls),
