@@ -564,8 +564,7 @@ def _errors_stacked(cands: list[Any], refs: list[Any]) -> list[tuple[float, floa
         top = rf.abs().amax(dim=1)
         elem = torch.maximum(elem, d.abs().amax(dim=1) / torch.where(top > 0, top, one))
     return [
-        None if b else (float(x), float(y))
-        for b, x, y in zip(bad.tolist(), norm.tolist(), elem.tolist(), strict=True)
+        None if b else (float(x), float(y)) for b, x, y in zip(bad.tolist(), norm.tolist(), elem.tolist(), strict=True)
     ]
 
 
