@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelwright.core.config import EvalConfig, StageTimeouts
+from kernelwright.core.config import EvalConfig, StageTimeouts, TimingConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -68,6 +68,10 @@ def cpu_config(cache_dir) -> EvalConfig:
         cache_dir=cache_dir,
         # correctness includes the judge's reference and float64 oracle: seconds on a busy 2-core machine
         timeouts=StageTimeouts(startup=120, build=300, init=30, correctness=20, timing=30, profile=60),
+        # tests judge verdicts, not speed: three windows of at most 64 sets, no repeats on a noisy
+        # machine (a third of the timing stage's default cost). The defaults are timed by the
+        # benchmarks and by the tests that set their own (test_clock_attacks, test_timing_stability).
+        timing=TimingConfig(windows=3, max_window_calls=64, stability_retries=0),
     )
 
 

@@ -15,7 +15,7 @@ import time
 import pytest
 
 from conftest import FIXTURES
-from kernelwright.core.config import StageTimeouts
+from kernelwright.core.config import StageTimeouts, TimingConfig
 from kernelwright.core.record import Status
 from kernelwright.engine import evaluate
 
@@ -27,7 +27,8 @@ HAS_BWRAP = shutil.which("bwrap") is not None
 
 
 def _config(base, sandbox: str = "none", device: str = "cpu"):
-    timing = dataclasses.replace(base.timing, windows=3, window_ms=30.0, window_deadline_s=3.0)
+    # the protocol's own defaults (not the test fixture's cheaper ones), in shorter windows
+    timing = dataclasses.replace(TimingConfig(), windows=3, window_ms=30.0, window_deadline_s=3.0)
     return dataclasses.replace(base, device=device, sandbox=sandbox, trials=2, timing=timing)
 
 

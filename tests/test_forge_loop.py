@@ -65,7 +65,11 @@ def loop_config(folder):
     than that, and the spread rule (tested on its own in test_forge_rules.py) would keep the slow one.
     So the spread test is off here; the 2% minimum still decides."""
     path = folder / "kernelwright.toml"
-    path.write_text("[loop]\nspread_factor = 0.0\n")
+    path.write_text(
+        "[loop]\nspread_factor = 0.0\n"
+        # and the test fixture's cheaper timing (tests/conftest.py: cpu_config)
+        "[eval.timing]\nwindows = 3\nmax_window_calls = 64\nstability_retries = 0\n"
+    )
     return path
 
 
