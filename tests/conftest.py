@@ -56,6 +56,10 @@ def cache_dir(tmp_path_factory) -> str:
     if shared:
         os.makedirs(shared, exist_ok=True)
         return shared
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # pytest -n: the workers' base directories share a parent
+        d = tmp_path_factory.getbasetemp().parent / "kw-cache-shared"
+        d.mkdir(exist_ok=True)
+        return str(d)
     return str(tmp_path_factory.mktemp("kw-cache"))
 
 

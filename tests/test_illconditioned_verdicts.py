@@ -131,7 +131,8 @@ def test_torch_compile_of_the_reference_passes_on_the_cpu(cfg):
     cfg.timeouts.correctness = 300
     r = evaluate(MAMBA_SMALL, M2 / "mamba2_compiled.py", cfg)
     assert r.status is Status.PASSED, r.error_log
-    assert r.trials[0].extra["numerics"]["leaves"][0]["excess_share"] == 0.0
+    leaf = r.trials[0].extra["numerics"]["leaves"][0]  # a reordered but correct computation: within the allowance
+    assert leaf["within_distribution"] and leaf["excess_share"] <= leaf["excess_allowed"]
 
 
 def test_the_problems_are_ill_conditioned(cfg):

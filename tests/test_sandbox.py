@@ -109,6 +109,7 @@ def test_network_is_unreachable_in_the_sandbox(cpu_config):
 @needs_bwrap
 def test_timeout_still_kills_the_sandboxed_child(cpu_config):
     cpu_config.sandbox = "bwrap"
+    cpu_config.timeouts.correctness = 6  # the judge's own work on this tiny problem takes well under a second
     r = evaluate(ADD_ONE, CANDIDATES / "py_infinite_loop.py", cpu_config)
     assert r.status is Status.TIMEOUT and r.sandbox == "bwrap"
 

@@ -41,6 +41,7 @@ def test_a_spare_that_waited_longer_than_its_startup_budget_still_evaluates(cpu_
 
 
 def test_a_spare_applies_the_stage_limits_and_reports_crashes(cpu_config):
+    cpu_config.timeouts.correctness = 6  # the judge's own work on this tiny problem takes well under a second
     spare = prestart(cpu_config)
     r = evaluate(ADD_ONE, CAND / "py_infinite_loop.py", cpu_config, spare=spare)
     assert r.status is Status.TIMEOUT and r.error_stage is Stage.CORRECTNESS, r.error_log
