@@ -135,3 +135,28 @@ def test_a_hand_off_list_that_names_no_leaf_is_refused(tmp_path):
         except wire.WireError:
             continue
         raise AssertionError(f"hand-off list {bad!r} accepted")
+
+
+def test_an_input_file_changed_in_the_runners_directory_is_the_candidates_fault(tmp_path):
+    """The judge's input files lie where the candidate may write: one that no longer reads as the
+    judge wrote it (grown, cut) is a runtime error of the candidate, never an engine error."""
+    import pytest
+
+    from kernelwright.engine.child.runner import Stop
+
+    sent: list[tuple[str, dict]] = []
+
+    class _Chan(Channel):
+        def send(self, kind, **fields):
+            sent.append((kind, fields))
+
+    runner = Runner({"config": EvalConfig(device="cpu").to_dict(), "out_dir": str(tmp_path)}, _Chan(None))
+    runner.device = torch.device("cpu")
+    wire.write_tree(str(tmp_path / "in_000.kwt"), [torch.ones(1000)])
+    with open(tmp_path / "in_000.kwt", "ab") as f:
+        f.write(b"\0" * 4096)  # grown after the judge wrote it
+    with pytest.raises(Stop):
+        runner.read_inputs("in_000.kwt")
+    (kind, fields), *_ = sent
+    assert kind == "failure" and fields["status"] == "runtime_error"
+    assert "in_000.kwt was changed" in fields["log"]

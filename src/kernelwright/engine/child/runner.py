@@ -431,12 +431,23 @@ class Runner:
 
     def read_inputs(self, name: str) -> Any:
         from kernelwright.engine.child import protocol
-        from kernelwright.engine.child.wire import read_tree
+        from kernelwright.engine.child.wire import WireError, read_tree
 
         safe = protocol.safe_name(name)
         if safe is None:
             raise Stop()
-        return read_tree(os.path.join(self.out_dir, safe), self.device)
+        try:
+            return read_tree(os.path.join(self.out_dir, safe), self.device)
+        except WireError as exc:
+            # the judge writes its input files whole before it names them; this directory is the
+            # candidate's to write too, so a file that no longer reads as written was changed here
+            self.fail(
+                "runtime_error",
+                f"The judge's input file {safe} was changed in the evaluation's directory before it was "
+                f"read ({exc}); only code in the candidate's process writes there",
+                "correctness",
+            )
+            raise Stop() from None
 
     def construct(self, cmd: protocol.Construct) -> None:
         import torch
