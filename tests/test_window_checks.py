@@ -53,3 +53,17 @@ def test_integer_outputs_are_compared_exactly():
     cands = [r.clone() for r in refs]
     cands[1][0] += 1
     assert slot_errors(cands, refs) == [(0.0, 0.0), None, (0.0, 0.0)]
+
+
+def test_large_outputs_are_checked_in_chunks(monkeypatch):
+    from kernelwright.engine.child import windows
+
+    cands, refs = _slots(10)
+    cands[6] = (cands[6][0], torch.zeros(7))
+    want = windows.slot_errors(cands, refs)
+    monkeypatch.setattr(windows, "STACKED_CHECK_BYTES", 6 * 8 * 27 * 3)  # three slots a chunk
+    calls = []
+    real = windows._errors_stacked
+    monkeypatch.setattr(windows, "_errors_stacked", lambda c, r: calls.append(len(r)) or real(c, r))
+    assert windows.slot_errors(cands, refs) == want
+    assert calls == [3, 3, 3, 1]

@@ -502,14 +502,29 @@ class WindowTimeout(WindowError):
         self.limit_s = limit_s
 
 
+STACKED_CHECK_BYTES = 256 << 20  # the stacked check's float64 temporaries, at most (per chunk of slots)
+
+
 def slot_errors(cands: list[Any], refs: list[Any]) -> list[tuple[float, float] | None]:
     """`errors` of every slot (None for a slot that cannot be compared or raised): at once over the
     stacked slots where every output is the same floating-point leaves (a few tensor operations,
-    not a dozen and four synchronisations per slot), else one slot at a time."""
-    try:
-        batched = _errors_stacked(cands, refs)
-    except Exception:
-        batched = None
+    not a dozen and four synchronisations per slot), in chunks whose float64 temporaries stay under
+    STACKED_CHECK_BYTES (a window of 128 MB outputs would need tens of GB at once), else one slot
+    at a time."""
+    from kernelwright.engine.child.compare import flatten
+
+    per_slot = sum(x.numel() for _, x in flatten(refs[0]) if isinstance(x, torch.Tensor)) if refs else 0
+    chunk = max(1, STACKED_CHECK_BYTES // max(1, 6 * 8 * per_slot))  # ~6 float64 temporaries an element
+    batched: list[tuple[float, float] | None] | None = []
+    for i in range(0, len(refs), chunk):
+        try:
+            part = _errors_stacked(cands[i : i + chunk], refs[i : i + chunk])
+        except Exception:
+            part = None
+        if part is None or batched is None:
+            batched = None
+            break
+        batched += part
     if batched is not None:
         return batched
     out: list[tuple[float, float] | None] = []
