@@ -78,6 +78,36 @@ def test_infinite_loop_is_killed_at_the_stage_limit(cpu_config):
     assert r.stage_times.total_s < 60
 
 
+def test_a_call_that_never_returns_is_stopped_at_the_limit_the_reference_sets(cpu_config):
+    # the flat stage limit is far away; the reference (x + 1 on a small tensor) takes microseconds,
+    # so the correctness stage's limit is the floor
+    cpu_config.timeouts.correctness = 120
+    cpu_config.timeouts.call_floor = 5
+    r = ev(cpu_config, "py_infinite_loop.py")
+    assert r.status is Status.TIMEOUT and r.error_stage is Stage.CORRECTNESS
+    assert r.metadata["correctness_limit_s"] == 5
+    assert "after 5 s" in r.error_log
+    assert r.stage_times.correctness_s < 30
+
+
+def test_a_candidate_that_compiles_at_its_first_call_gets_the_jit_allowance(cpu_config):
+    cpu_config.timeouts.correctness = 120
+    cpu_config.timeouts.call_floor = 4
+    cpu_config.timeouts.jit_allowance = 3
+    text = (CANDIDATES / "py_infinite_loop.py").read_text() + "\n# forward = torch.compile(forward): a JIT\n"
+    r = evaluate(ADD_ONE, None, cpu_config, candidate_text=text)
+    assert r.status is Status.TIMEOUT and r.metadata["correctness_limit_s"] == 7
+    assert "after 7 s" in r.error_log
+
+
+def test_the_derived_limit_never_lengthens_the_stage(cpu_config):
+    cpu_config.timeouts.correctness = 3
+    cpu_config.timeouts.call_floor = 50
+    r = ev(cpu_config, "py_infinite_loop.py")
+    assert r.status is Status.TIMEOUT and r.metadata["correctness_limit_s"] == 3
+    assert "after 3 s" in r.error_log
+
+
 def test_os_exit_at_import_is_crashed(cpu_config):
     r = ev(cpu_config, "py_exit_at_import.py")
     assert r.status is Status.CRASHED and r.error_stage is Stage.BUILD

@@ -34,6 +34,13 @@ class StageTimeouts:
     build: float = 600.0  # import of the candidate, extension builds included
     init: float = 120.0  # constructing Model and ModelNew
     correctness: float = 180.0  # all trials
+    # A check that never returns is stopped sooner: the correctness stage (every trial and guarded
+    # call of the candidate) ends within max(call_floor, call_factor x the reference's own time for
+    # the same calls), plus jit_allowance where the candidate compiles at its first call (Triton,
+    # torch.compile), never later than `correctness`. call_factor = 0 keeps the flat limit.
+    call_floor: float = 10.0
+    call_factor: float = 100.0
+    jit_allowance: float = 120.0
     timing: float = 300.0
     profile: float = 300.0
 

@@ -8,6 +8,7 @@ Both are only parsed in the caller's process; they run in the evaluation child.
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,3 +77,14 @@ def check_candidate_text(text: str, path: Path | str = "<candidate>") -> None:
     names = _top_level_names(tree)
     if "ModelNew" not in names:
         raise FormatError(f"candidate {path} defines no class ModelNew; define class ModelNew(nn.Module)")
+
+
+_FIRST_CALL_JIT = re.compile(
+    r"^\s*(?:import\s+triton|from\s+triton\b)|\btorch\.compile\b|@\s*triton\.(?:jit|autotune)\b", re.MULTILINE
+)
+
+
+def compiles_at_first_call(text: str) -> bool:
+    """Whether a candidate's source compiles kernels at its first call (Triton's JIT and autotuning,
+    torch.compile): such a candidate's correctness stage gets the JIT allowance on top of its limit."""
+    return bool(_FIRST_CALL_JIT.search(text))

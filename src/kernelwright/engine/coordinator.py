@@ -4,9 +4,10 @@ The parent routes the runner's reports to the judge and the judge's requests (`t
 `stop`) back to the runner, and applies its own schedule of deadlines: the runner's stages are
 accepted once each and in order (startup, build, init, correctness, timing, profile), each with
 its budget from the moment it is announced, all within a hard total of the budgets' sum from the
-runner's spawn, so no message can extend an evaluation. A line longer than 1 MiB, or more messages
-than any honest run sends, ends the runner (a protocol violation). The one record returned is
-the judge's; the parent only says how the runner ended.
+runner's spawn, so no message can extend an evaluation. The judge (trusted) may shorten a stage's
+budget (`limit`: the correctness stage from the reference's own time), never lengthen it. A line
+longer than 1 MiB, or more messages than any honest run sends, ends the runner (a protocol
+violation). The one record returned is the judge's; the parent only says how the runner ended.
 """
 
 from __future__ import annotations
@@ -157,6 +158,12 @@ def coordinate(
                     if what == "stop":
                         runner_open = False
                         asked_stop = True
+                elif msg.get("type") == "limit":  # the judge shortens a stage (from the reference's time)
+                    st, secs = msg.get("stage"), msg.get("s")
+                    if st in budgets and isinstance(secs, (int, float)) and secs > 0:
+                        budgets[st] = min(budgets[st], float(secs))
+                        if st == stage:
+                            deadline = stage_began[stage] + budgets[stage]
                 elif msg.get("type") == "final":
                     record = msg.get("record")
         if not ready and not runner.alive():

@@ -366,6 +366,8 @@ def _run(
         "problem_source": Path(problem_path).read_text(),
         "problem_name": str(problem_path),
         "config": config.to_dict(),
+        # read here, by the parent: a candidate that compiles at its first call gets the JIT allowance
+        "candidate_jit": formats.compiles_at_first_call(cand_path.read_text(errors="replace")),
         **files,
     }
     trusted = None

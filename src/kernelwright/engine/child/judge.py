@@ -20,6 +20,7 @@ _T0 = time.perf_counter()
 import faulthandler  # noqa: E402
 import json
 import os
+import statistics
 import sys
 import traceback
 from collections.abc import Callable
@@ -34,6 +35,8 @@ from kernelwright.core.record import (
     TrialRecord,
 )
 from kernelwright.engine.child.channel import Channel
+
+GUARD_CALLS = 4  # the guards' two calls of the candidate, counted twice: one runs traced (slower)
 
 if TYPE_CHECKING:
     import socket
@@ -146,6 +149,7 @@ class Judge:
         self.oracle = None
         self.oracle_error = ""
         self.ref_cache: dict[int, tuple[Any, Any, Any]] = {}  # seed -> (reference output, oracle output, inputs)
+        self.ref_call_s: list[float] = []  # the reference's own time for each call the judge made of it
         self.verified: dict[int, Any] = {}  # seed -> a candidate output judged correct for its inputs
         from kernelwright.engine.child.degenerate import DegenerateDetector
 
@@ -237,9 +241,13 @@ class Judge:
             return self.ref_cache[seed]
         try:
             inputs = self.io.inputs(seed)
-            with torch.no_grad():
-                ref_out = self.ref_model(*clone(inputs))
+            args = clone(inputs)
             sync(self.device)
+            t0 = time.perf_counter()
+            with torch.no_grad():
+                ref_out = self.ref_model(*args)
+            sync(self.device)
+            self.ref_call_s.append(time.perf_counter() - t0)
         except Exception as exc:
             raise ReferenceFailure(_short_tb(exc)) from exc
         oracle_out = None
@@ -459,6 +467,22 @@ class Judge:
             self.expected.add("guards")
         for c in cmds:
             self.ask(protocol.to_line(c))
+        self.limit_correctness(calls=self.cfg.trials + (GUARD_CALLS if self.cfg.guards.enabled else 0))
+
+    def limit_correctness(self, calls: int) -> None:
+        """Shorten the correctness stage to what the reference's own time says the calls need
+        (StageTimeouts.call_floor, call_factor, jit_allowance): a kernel that never returns is
+        stopped within seconds, not at the flat stage limit."""
+        t = self.cfg.timeouts
+        if t.call_factor <= 0 or not self.ref_call_s:
+            return
+        per_call = statistics.median(self.ref_call_s[1:] or self.ref_call_s)  # the first call warms up
+        limit = max(t.call_floor, t.call_factor * per_call * calls)
+        if self.job.get("candidate_jit"):
+            limit += t.jit_allowance
+        limit = min(limit, t.correctness)
+        self.rec.metadata["correctness_limit_s"] = round(limit, 3)
+        self.chan.send("limit", stage="correctness", s=limit)
 
     def write_inputs(self, name: str, obj: Any) -> str:
         from kernelwright.engine.child.wire import write_tree

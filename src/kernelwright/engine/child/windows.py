@@ -173,16 +173,30 @@ def serve_window(
         regions.append(rout)
         t_mapped = time.perf_counter()
         outs = []
+        events = (
+            [torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)]
+            if device.type == "cuda"
+            else []
+        )
+        if events:
+            events[0].record()
         with torch.no_grad():
             for i in range(n):
                 outs.append(model(*lin.views(rin, i)))
+        t_launched = time.perf_counter()
+        if events:
+            events[1].record()
         _sync(device)
         t_computed = time.perf_counter()
-        # the runner's own account (evidence only: this process is the candidate's)
+        # the runner's own account (evidence only: this process is the candidate's): the calls'
+        # wall, how long they took to enqueue, and the device's own time for them
         reply["runner_ms"] = {
             "map": round((t_mapped - t_start) * 1e3, 4),
             "calls": round((t_computed - t_mapped) * 1e3, 4),
+            "enqueue": round((t_launched - t_mapped) * 1e3, 4),
         }
+        if events:
+            reply["runner_ms"]["device"] = round(events[0].elapsed_time(events[1]), 4)
         shared_region.send(sock, json.dumps({"done": header.get("id"), "phase": "computed"}).encode(), [])
         for i, out in enumerate(outs):  # the commit: every output into its slot, after the clock's `computed`
             leaves = [x for _, x in flatten(out)]
@@ -251,9 +265,11 @@ def plan(
     est_ms: float, set_bytes: int, out_bytes: int, budget_bytes: int, window_ms: float, rounds: int, max_calls: int
 ) -> Plan:
     """How many sets a window holds: enough for `window_ms` of reference work, no more than the
-    memory budget allows (the pool, the shared regions, the reference's outputs and the snapshot)."""
+    memory budget allows: per set, its inputs twice (the pool, the region; the reference's staging
+    copy is freed first) and its output six times (the reference's, the region, the snapshot, the
+    judge's measure of the commit, the runner's own)."""
     want = max(2, math.ceil(window_ms / max(est_ms, 1e-4)))
-    per_set = 3 * set_bytes + 4 * out_bytes
+    per_set = 2 * set_bytes + 6 * out_bytes
     fit = max(1, budget_bytes // max(per_set, 1))
     calls = int(min(want, fit, max_calls))
     reasons = []
@@ -324,29 +340,39 @@ class WindowTimer:
         return wall * 1e3 / len(sets), outs
 
     def copy_ms(self, calls: int, out_layout: Layout, repeats: int = 3) -> float:
-        """The commit's own time, as the judge measures it on its own memory: every output copied
-        into its slot of a fresh region, then the snapshot of the region (best of three)."""
+        """The commit's own time, as the judge measures it on its own memory, doing what the runner
+        and the judge do after `computed`: every output copied into its slot of a second mapping of
+        a fresh region (as the runner maps it), that mapping closed (the runner unmaps before it
+        answers), then the snapshot of the region (best of `repeats`). Making and freeing the region
+        itself is not timed: neither side does that inside a window."""
         outs = [torch.empty(out_layout.stride, dtype=torch.uint8, device=self.device) for _ in range(calls)]
         for o in outs:
             o.fill_(1)
+        nbytes = calls * out_layout.stride
+        sizes = [
+            math.prod(leaf[3]) * torch.empty(0, dtype=_DTYPES[leaf[2]]).element_size() for leaf in out_layout.leaves
+        ]
         best = float("inf")
         for _ in range(repeats):
-            region = shared_region.create(calls * out_layout.stride, self.device)
+            region = shared_region.create(nbytes, self.device)
+            mapped = None
             try:
+                mapped = shared_region.attach(os.dup(region.fd), nbytes, self.device)
                 _sync(self.device)
                 t0 = time.perf_counter()
                 for i, o in enumerate(outs):
                     base = i * out_layout.stride
-                    for leaf in out_layout.leaves:
-                        n = math.prod(leaf[3]) * torch.empty(0, dtype=_DTYPES[leaf[2]]).element_size()
-                        region.tensor[base + leaf[1] : base + leaf[1] + n].copy_(o[leaf[1] : leaf[1] + n])
+                    for leaf, n in zip(out_layout.leaves, sizes, strict=True):
+                        mapped.tensor[base + leaf[1] : base + leaf[1] + n].copy_(o[leaf[1] : leaf[1] + n])
                 _sync(self.device)
+                mapped.close()
                 snap = region.tensor.clone()
                 _sync(self.device)
-                region.close()  # the runner unmaps its regions before it answers `committed`
                 best = min(best, (time.perf_counter() - t0) * 1e3)
                 del snap
             finally:
+                if mapped is not None:
+                    mapped.close()
                 region.close()
         return best
 
