@@ -24,6 +24,8 @@ PAIRS = {
     "cuda_swish": ("examples/cuda_swish/problem.py", "examples/cuda_swish/candidate.py"),
     "mamba2_y": ("examples/mamba2_ssd/problem_y.py", "examples/mamba2_ssd/candidate_y.py"),
     "mamba2_state": ("examples/mamba2_ssd/problem_state.py", "examples/mamba2_ssd/candidate_state.py"),
+    "shapes_cuda": ("tests/fixtures/shapes/problem.py", "tests/fixtures/shapes/cuda_honest.py"),
+    "shapes_triton": ("tests/fixtures/shapes/problem.py", "tests/fixtures/shapes/triton_honest.py"),
     "cpu_swish": ("examples/cpu_swish/problem.py", "examples/cpu_swish/candidate.py"),
     "suite_swish": ("tests/fixtures/suite/level1/2_swish.py", "tests/fixtures/suite/candidates/2_swish.py"),
     "suite_softmax": (
@@ -73,6 +75,8 @@ def one(src: str, problem: str, candidate: str, device: str, extra: list[str]) -
         "flags": sorted(flags),
         "wall_s": round(wall, 2),
         "clock": (rec.get("metadata", {}).get("timing") or {}).get("clock", "runner events"),
+        "calls_per_window": (rec.get("metadata", {}).get("timing") or {}).get("calls_per_window"),
+        "windows": ((rec.get("metadata", {}).get("timing") or {}).get("windows") or [])[:3],
     }
 
 
