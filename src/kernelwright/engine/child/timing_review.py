@@ -153,6 +153,7 @@ def _run(
         cfg.timing.window_ms,
         cfg.timing.windows,
         cfg.timing.max_window_calls,
+        full_warmup=on_gpu,
     )
     compiled = None
     if cfg.timing.compare_compile:

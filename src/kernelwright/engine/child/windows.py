@@ -262,7 +262,14 @@ class Plan:
 
 
 def plan(
-    est_ms: float, set_bytes: int, out_bytes: int, budget_bytes: int, window_ms: float, rounds: int, max_calls: int
+    est_ms: float,
+    set_bytes: int,
+    out_bytes: int,
+    budget_bytes: int,
+    window_ms: float,
+    rounds: int,
+    max_calls: int,
+    full_warmup: bool = False,
 ) -> Plan:
     """How many sets a window holds: enough for `window_ms` of reference work, no more than the
     memory budget allows: per set, its inputs twice (the pool, the region; the reference's staging
@@ -278,7 +285,10 @@ def plan(
             f"{calls} sets per window (memory budget {budget_bytes >> 20} MiB; "
             f"{want} would make {window_ms:g} ms of reference work)"
         )
-    return Plan(calls=max(calls, 1), rounds=rounds, warmup_calls=min(max(calls, 1), 3), reasons=reasons)
+    # the warm-up window: on a GPU as large as the others, so that the runner's allocator holds a
+    # block for every output before the first timed window (else that window pays for cudaMalloc)
+    warmup = max(calls, 1) if full_warmup else min(max(calls, 1), 3)
+    return Plan(calls=max(calls, 1), rounds=rounds, warmup_calls=warmup, reasons=reasons)
 
 
 class WindowTimer:
