@@ -173,8 +173,11 @@ def _run(
     details: list[dict[str, Any]] = []
     bad = checked = 0
     try:
-        for r in range(plan.rounds + 1):
-            warm = r == 0
+        warmups = 1  # one warm-up window; a second one when the first one grows the windows
+        r = 0
+        while r < plan.rounds + warmups:
+            warm = r < warmups
+            r += 1
             t_phase = time.perf_counter()
             sets, layout = timer.pool(plan.warmup_calls if warm else plan.calls)
             t_phase = _phase(phases, "draws", t_phase)
@@ -199,6 +202,9 @@ def _run(
                 if not warm:
                     comp_ms.append(t_ms)
             if warm:
+                if warmups == 1 and windows.regrow(plan, res.per_call_ms, cfg.timing.window_ms):
+                    warmups = 2  # the runner's allocator gets the larger window's blocks before timing
+                    plan.warmup_calls = plan.calls if on_gpu else plan.warmup_calls
                 continue
             ref_ms.append(r_ms)
             cand_ms.append(res.per_call_ms)

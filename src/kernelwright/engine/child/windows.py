@@ -154,7 +154,6 @@ def serve_window(
 ) -> None:
     """Run one window the judge opened (the runner's side; it runs the candidate, so it decides
     nothing): map the regions, call once per set, copy each output into its slot, answer `done`."""
-    from kernelwright.engine.child.compare import flatten
 
     regions: list[shared_region.Region] = []
     mismatched = 0
@@ -201,17 +200,7 @@ def serve_window(
         if events:
             reply["runner_ms"]["device"] = round(events[0].elapsed_time(events[1]), 4)
         shared_region.send(sock, json.dumps({"done": header.get("id"), "phase": "computed"}).encode(), [])
-        for i, out in enumerate(outs):  # the commit: every output into its slot, after the clock's `computed`
-            leaves = [x for _, x in flatten(out)]
-            slots = lout.views(rout, i)
-            if len(leaves) != len(slots) or not all(
-                isinstance(x, torch.Tensor) and x.shape == s.shape and x.dtype == s.dtype
-                for x, s in zip(leaves, slots, strict=False)  # noqa: E501
-            ):
-                mismatched += 1  # left unwritten: the judge finds the slot wrong
-                continue
-            for x, s in zip(leaves, slots, strict=False):
-                s.copy_(x)
+        mismatched = commit(outs, lout, rout)  # after the clock's `computed`
         del outs, args
         _sync(device)
         reply["runner_ms"]["commit"] = round((time.perf_counter() - t_computed) * 1e3, 4)
@@ -231,6 +220,27 @@ def serve_window(
         shared_region.send(sock, json.dumps(reply).encode(), [])
     if failure is not None:
         raise failure
+
+
+def commit(outs: list[Any], layout: Layout, region: shared_region.Region) -> int:
+    """Every output into its slot of `region` (the runner's commit; the judge times the same code
+    on its own memory): the number of outputs left unwritten because their structure, a shape or a
+    dtype is not the reference's (the judge finds those slots wrong)."""
+    from kernelwright.engine.child.compare import flatten
+
+    mismatched = 0
+    for i, out in enumerate(outs):
+        leaves = [x for _, x in flatten(out)]
+        slots = layout.views(region, i)
+        if len(leaves) != len(slots) or not all(
+            isinstance(x, torch.Tensor) and x.shape == s.shape and x.dtype == s.dtype
+            for x, s in zip(leaves, slots, strict=False)
+        ):
+            mismatched += 1
+            continue
+        for x, s in zip(leaves, slots, strict=False):
+            s.copy_(x)
+    return mismatched
 
 
 def _sync_quietly(device: torch.device) -> None:
@@ -262,6 +272,23 @@ class Plan:
     rounds: int
     warmup_calls: int
     reasons: list[str] = field(default_factory=list)
+    limit: int = 0  # the most sets a window may hold (memory budget, max_window_calls)
+
+
+def regrow(plan: Plan, candidate_ms: float, window_ms: float) -> bool:
+    """After the warm-up window: a candidate much faster than the reference gets windows that hold
+    `window_ms` of its own work (within `plan.limit`), so that a window's fixed costs (mapping, the
+    hand-over, the commit's bookkeeping) are shared by enough of its calls. True when they grew."""
+    want = math.ceil(window_ms / max(candidate_ms, 1e-4))
+    grown = min(max(want, plan.calls), plan.limit or plan.calls)
+    if grown <= plan.calls:
+        return False
+    plan.reasons.append(
+        f"{grown} sets per window (the candidate's warm-up window took {candidate_ms:.4g} ms a call; "
+        f"{plan.calls} had been planned from the reference's time)"
+    )
+    plan.calls = grown
+    return True
 
 
 def plan(
@@ -291,7 +318,8 @@ def plan(
     # the warm-up window: on a GPU as large as the others, so that the runner's allocator holds a
     # block for every output before the first timed window (else that window pays for cudaMalloc)
     warmup = max(calls, 1) if full_warmup else min(max(calls, 1), 3)
-    return Plan(calls=max(calls, 1), rounds=rounds, warmup_calls=warmup, reasons=reasons)
+    limit = max(1, int(min(fit, max_calls)))
+    return Plan(calls=max(calls, 1), rounds=rounds, warmup_calls=warmup, reasons=reasons, limit=limit)
 
 
 class WindowTimer:
@@ -352,47 +380,41 @@ class WindowTimer:
             region.close()
         return wall * 1e3 / len(sets), outs
 
-    def copy_ms(self, calls: int, out_layout: Layout, repeats: int = 3) -> float:
-        """The commit's own time, as the judge measures it on its own memory, doing what the runner
-        and the judge do after `computed`: every output copied into its slot of a second mapping of
-        a fresh region (as the runner maps it), that mapping closed (the runner unmaps before it
-        answers), then the snapshot of the region (best of `repeats`). Making and freeing the region
-        itself is not timed: neither side does that inside a window."""
-        outs = [torch.empty(out_layout.stride, dtype=torch.uint8, device=self.device) for _ in range(calls)]
-        for o in outs:
-            o.fill_(1)
-        nbytes = calls * out_layout.stride
-        sizes = [
-            math.prod(leaf[3]) * torch.empty(0, dtype=_DTYPES[leaf[2]]).element_size() for leaf in out_layout.leaves
-        ]
+    def copy_ms(self, ref_outs: list[Any], out_layout: Layout, in_bytes: int, repeats: int = 3) -> float:
+        """The time after `computed` that is not the candidate's, as the judge measures it on its own
+        memory with the runner's own code: the commit of outputs like the window's (the reference's
+        own) into a second mapping of a fresh region, the runner's two mappings closed (it unmaps
+        before it answers), then the snapshot of the region (best of `repeats`). Making and freeing
+        the regions is not timed: neither side does that inside a window."""
+        nbytes = len(ref_outs) * out_layout.stride
         best = float("inf")
         for _ in range(repeats):
-            region = shared_region.create(nbytes, self.device)
-            mapped = None
+            made = [shared_region.create(n, self.device) for n in (in_bytes, nbytes)]
+            mapped: list[shared_region.Region] = []
             try:
-                mapped = shared_region.attach(os.dup(region.fd), nbytes, self.device)
+                mapped = [shared_region.attach(os.dup(r.fd), r.nbytes, self.device) for r in made]
                 _sync(self.device)
                 t0 = time.perf_counter()
-                for i, o in enumerate(outs):
-                    base = i * out_layout.stride
-                    for leaf, n in zip(out_layout.leaves, sizes, strict=True):
-                        mapped.tensor[base + leaf[1] : base + leaf[1] + n].copy_(o[leaf[1] : leaf[1] + n])
+                commit(ref_outs, out_layout, mapped[1])
                 _sync(self.device)
-                mapped.close()
-                snap = region.tensor.clone()
+                for m in mapped:
+                    m.close()
+                snap = made[1].tensor.clone()
                 _sync(self.device)
                 best = min(best, (time.perf_counter() - t0) * 1e3)
                 del snap
             finally:
-                if mapped is not None:
-                    mapped.close()
-                region.close()
+                for m in mapped:
+                    m.close()
+                for r in made:
+                    r.close()
         return best
 
     def open_ms(self, calls: int, in_layout: Layout, out_layout: Layout, repeats: int = 3) -> float:
-        """What a window costs the runner beyond its calls, measured by the judge alone: the two
-        regions imported and mapped from their descriptors, a view made for every set's inputs and
-        outputs (as the runner must), and a message's round trip to another thread (best of three)."""
+        """What a window costs the runner before its first call, measured by the judge alone: the two
+        regions imported and mapped from their descriptors, a view made for every set's inputs (as
+        the runner makes them), and a message's round trip to another thread (best of three). The
+        outputs' views are made in the commit, which `copy_ms` times."""
         in_bytes, out_bytes = calls * in_layout.stride, calls * out_layout.stride
         best = float("inf")
         for _ in range(repeats):
@@ -404,9 +426,7 @@ class WindowTimer:
                     shared_region.attach(os.dup(r.fd), n, self.device)
                     for r, n in zip(made, (in_bytes, out_bytes), strict=True)
                 )
-                for i in range(calls):
-                    in_layout.views(rin, i)
-                    out_layout.views(rout, i)
+                [in_layout.views(rin, i) for i in range(calls)]  # as the runner makes them before its calls
                 ms = (time.perf_counter() - t0) * 1e3
                 rin.close()
                 rout.close()
@@ -459,7 +479,7 @@ class WindowTimer:
             rout.close()
         # the judge's own measure of the same copies and the same opening, taken right after the
         # window (so under the load the window saw), once each
-        copy_ms = self.copy_ms(calls, out_layout, repeats=1)
+        copy_ms = self.copy_ms(ref_outs, out_layout, calls * in_layout.stride, repeats=1)
         open_ms = self.open_ms(calls, in_layout, out_layout, repeats=1)
         # the commit and the snapshot are not the candidate's work: their measured time comes off,
         # but never more than the time after `computed` (work left running past it counts)
