@@ -41,6 +41,7 @@ from typing import Any
 from kernelwright.core.config import EvalConfig
 from kernelwright.core.record import EvalResult
 from kernelwright.engine import EngineError
+from kernelwright.engine.resolve import resolve_config
 from kernelwright.executors import orphans
 from kernelwright.executors.base import WORKER_RETRIES, EvalTask, WorkerLost
 from kernelwright.executors.dispatch import Job, SlotQueue, safe_stage
@@ -196,7 +197,7 @@ class RayExecutor(SlotQueue):
         gpus_per_worker: float = 1.0,
     ):
         ray = self.ray = import_ray()
-        self.config = config or EvalConfig()
+        self.config = resolve_config(config or EvalConfig())  # on the driver: every node runs what it chose
         self._owns_ray = False
         if not ray.is_initialized():
             try:
