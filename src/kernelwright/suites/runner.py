@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 from kernelwright.core import run_files
 from kernelwright.core.config import EvalConfig, LoopConfig
-from kernelwright.core.record import EvalResult, Stage, Status
+from kernelwright.core.record import EvalResult, RoundVerdict, Stage, Status
 from kernelwright.executors.base import EvalTask, Executor, SerialExecutor
 from kernelwright.loop.history import Progress as LoopProgress
 from kernelwright.loop.history import Round, RunState
@@ -453,6 +453,6 @@ def _optimize_problem(
         outcome.ran.append(prob.key)
     progress.done(
         prob,
-        "passed" if best else (state.rounds[-1].verdict if state.rounds else "not_run"),
+        RoundVerdict.PASSED if best else (state.rounds[-1].verdict if state.rounds else RoundVerdict.NOT_RUN),
         best.speedup if best else None,
     )
