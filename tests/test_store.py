@@ -429,7 +429,7 @@ def test_a_child_that_died_in_start_up_is_evaluated_once_more_a_candidate_crash_
 
     from kernelwright.core.record import Stage
     from kernelwright.executors.base import EvalTask
-    from kernelwright.suites.runner import once_more_if_died_early
+    from kernelwright.suites.driver import once_more_if_died_early
 
     class Once:
         def __init__(self):

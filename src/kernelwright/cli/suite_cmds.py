@@ -293,7 +293,7 @@ def suite_eval(
     from kernelwright.engine.resolve import resolve_config
     from kernelwright.store.db import Store, StoreError
     from kernelwright.suites import discovery
-    from kernelwright.suites.runner import register_suite, run_eval_suite
+    from kernelwright.suites.driver import register_suite, run_eval_suite
 
     if len(paths) < 2:
         _fail("suite eval needs PROBLEMS and CANDIDATES; e.g. kernelwright suite eval KernelBench/level1 my_kernels/")
@@ -457,7 +457,7 @@ def suite_optimize(
     from kernelwright.models import ModelSetupError, resolve_model
     from kernelwright.store.db import Store, StoreError
     from kernelwright.suites import discovery
-    from kernelwright.suites.runner import register_suite, run_optimize_suite
+    from kernelwright.suites.driver import register_suite, run_optimize_suite
 
     settings = _settings(
         config,

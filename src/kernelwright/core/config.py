@@ -309,7 +309,7 @@ class ModelConfig:
     # prices in the settings file itself: {model: {"input": USD/Mtok, "output": USD/Mtok}}, over the file's
     prices: dict[str, dict[str, float]] = field(default_factory=dict)
     # a folder of .j2 files that replace the bundled prompt templates of the same name (coder_first.j2,
-    # judge_performance.j2, _backend.j2, ...); the others stay the bundled ones (models/prompts)
+    # llm_judge_performance.j2, _backend.j2, ...); the others stay the bundled ones (models/prompts)
     prompt_dir: str | None = None
 
 
