@@ -46,7 +46,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from kernelwright.core.config import EvalConfig  # noqa: E402
 from kernelwright.engine import evaluate, prestart  # noqa: E402
-from kernelwright.engine.prebuild import BuildPool  # noqa: E402
+from kernelwright.engine.build.prebuild import BuildPool  # noqa: E402
 from kernelwright.engine.resolve import resolve_config  # noqa: E402
 
 

@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from kernelwright.core.config import EvalConfig, LoopConfig  # noqa: E402
 from kernelwright.core.record import Status  # noqa: E402
-from kernelwright.engine.prebuild import BuildPool  # noqa: E402
+from kernelwright.engine.build.prebuild import BuildPool  # noqa: E402
 from kernelwright.engine.resolve import resolve_config  # noqa: E402
 from kernelwright.executors.base import EvalTask  # noqa: E402
 from kernelwright.executors.evaluator import ExecutorEvaluator  # noqa: E402

@@ -19,7 +19,8 @@ from pathlib import Path
 from kernelwright.core import formats
 from kernelwright.core.config import EvalConfig
 from kernelwright.core.record import EvalResult, Stage, Status
-from kernelwright.engine import build_arch, nsight, process, sanitizer, trusted_builds
+from kernelwright.engine import nsight, process, sanitizer
+from kernelwright.engine.build import build_arch, trusted_builds
 from kernelwright.engine.isolation import containment as isolation
 from kernelwright.engine.isolation import environment, leftovers, sandbox
 

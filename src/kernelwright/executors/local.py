@@ -196,7 +196,7 @@ class LocalExecutor(SlotQueue):
         self.spares = spares
         n_builds = default_build_workers(self.plan) if build_workers is None else build_workers
         if n_builds > 0:
-            from kernelwright.engine.prebuild import BuildPool
+            from kernelwright.engine.build.prebuild import BuildPool
 
             bcfg = self.config
             if self.plan.builds:  # builds have cores of their own: share them out

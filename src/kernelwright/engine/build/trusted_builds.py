@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from kernelwright.core.config import EvalConfig
-from kernelwright.engine import process, static_builds
+from kernelwright.engine import process
+from kernelwright.engine.build import static_builds
 from kernelwright.engine.isolation import containment as isolation
 from kernelwright.engine.isolation import sandbox
 
