@@ -46,7 +46,8 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from kernelwright.core.config import EvalConfig  # noqa: E402
 from kernelwright.engine import evaluate, prestart  # noqa: E402
-from kernelwright.engine.prebuild import BuildPool  # noqa: E402
+from kernelwright.engine.build.prebuild import BuildPool  # noqa: E402
+from kernelwright.engine.resolve import resolve_config  # noqa: E402
 
 
 def default_build(candidate: Path) -> float:
@@ -161,7 +162,7 @@ def main() -> int:
 
     cache = Path(tempfile.mkdtemp(prefix="kw-bench-cache-"))
     try:
-        cfg = EvalConfig(device=dev, cache_dir=str(cache))
+        cfg = resolve_config(EvalConfig(device=dev, cache_dir=str(cache)))
         res["cold"] = one_eval(args.problem, args.candidate, cfg)
         print(
             f"cold evaluation: build stage {res['cold']['build_stage_s']:.1f} s (pch={res['cold']['pch']}), "
@@ -192,7 +193,7 @@ def main() -> int:
 
     cache = Path(tempfile.mkdtemp(prefix="kw-bench-prebuild-"))
     try:
-        cfg = EvalConfig(device=dev, cache_dir=str(cache))
+        cfg = resolve_config(EvalConfig(device=dev, cache_dir=str(cache)))
         t0 = time.perf_counter()
         with BuildPool(max_workers=1, config=cfg) as pool:
             pre = pool.submit(args.problem, args.candidate.read_text()).result()
@@ -216,7 +217,7 @@ def main() -> int:
     if args.fallback:
         cache = Path(tempfile.mkdtemp(prefix="kw-bench-fallback-"))
         try:
-            cfg = EvalConfig(device=dev, cache_dir=str(cache))
+            cfg = resolve_config(EvalConfig(device=dev, cache_dir=str(cache)))
             fb = ROOT / "tests" / "fixtures" / "candidates" / "cuda_needs_full_headers.py"
             res["fallback"] = one_eval(ROOT / "tests" / "fixtures" / "problems" / "add_one.py", fb, cfg)
             print(

@@ -81,8 +81,9 @@ def prestarted_evals(
 
     from kernelwright.core.config import EvalConfig
     from kernelwright.engine import evaluate, prestart
+    from kernelwright.engine.resolve import resolve_config
 
-    cfg = EvalConfig(device=device, cache_dir=str(cache), device_handoff=handoff)
+    cfg = resolve_config(EvalConfig(device=device, cache_dir=str(cache), device_handoff=handoff))
     first = evaluate(problem, candidate, cfg)  # fills the build cache (its own children)
     if not first.correct:
         raise SystemExit(f"the example did not pass: {first.summary_line()}")

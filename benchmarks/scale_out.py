@@ -42,7 +42,8 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from kernelwright.core.config import EvalConfig, LoopConfig  # noqa: E402
 from kernelwright.core.record import Status  # noqa: E402
-from kernelwright.engine.prebuild import BuildPool  # noqa: E402
+from kernelwright.engine.build.prebuild import BuildPool  # noqa: E402
+from kernelwright.engine.resolve import resolve_config  # noqa: E402
 from kernelwright.executors.base import EvalTask  # noqa: E402
 from kernelwright.executors.evaluator import ExecutorEvaluator  # noqa: E402
 from kernelwright.executors.local import LocalExecutor  # noqa: E402
@@ -290,7 +291,7 @@ def main() -> None:
     gpus = parse_gpus(args.gpus) or detect_gpus()
     if not gpus:
         sys.exit("error: no GPU visible; pass --gpus 0,1 (with --device cpu for fake GPUs)")
-    config = EvalConfig(device=args.device, trials=args.trials)
+    config = resolve_config(EvalConfig(device=args.device, trials=args.trials))
     folder = Path(tempfile.mkdtemp(prefix="kw-scale-out-"))
     problems = problem_files(args.device, folder)
     candidates = candidate_files(args.device)

@@ -44,6 +44,7 @@ def main() -> int:
 
     from kernelwright.core.config import EvalConfig
     from kernelwright.engine import evaluate
+    from kernelwright.engine.resolve import resolve_config
 
     cfg = EvalConfig(device="cpu", trials=1)
     if args.cache:
@@ -59,7 +60,7 @@ def main() -> int:
     try:
         for i in range(args.runs):
             t0 = time.perf_counter()
-            r = evaluate(ex / "problem.py", ex / "candidate.py", cfg)
+            r = evaluate(ex / "problem.py", ex / "candidate.py", resolve_config(cfg))
             t = r.metadata.get("timing", {})
             ct, rt = r.candidate_timing, r.reference_timing
             row = {

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from kernelwright.core.config import EvalConfig, StageTimeouts, TimingConfig
+from kernelwright.engine.resolve import resolve_config
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -65,25 +66,30 @@ def cache_dir(tmp_path_factory) -> str:
 
 @pytest.fixture
 def cpu_config(cache_dir) -> EvalConfig:
-    """CPU evaluation with short stage limits, so a hung candidate costs seconds, not minutes."""
-    return EvalConfig(
-        device="cpu",
-        trials=3,
-        cache_dir=cache_dir,
-        # correctness includes the judge's reference and float64 oracle: seconds on a busy 2-core machine
-        timeouts=StageTimeouts(startup=120, build=300, init=30, correctness=20, timing=30, profile=60),
-        # tests judge verdicts, not speed: three windows of at most 64 sets, no repeats on a noisy
-        # machine (a third of the timing stage's default cost). The defaults are timed by the
-        # benchmarks and by the tests that set their own (test_clock_attacks, test_timing_stability).
-        timing=TimingConfig(windows=3, max_window_calls=64, stability_retries=0),
+    """CPU evaluation with short stage limits, so a hung candidate costs seconds, not minutes (the
+    sandbox resolved as an entry point does: bwrap where it runs)."""
+    return resolve_config(
+        EvalConfig(
+            device="cpu",
+            trials=3,
+            cache_dir=cache_dir,
+            # correctness includes the judge's reference and float64 oracle: seconds on a busy 2-core machine
+            timeouts=StageTimeouts(startup=120, build=300, init=30, correctness=20, timing=30, profile=60),
+            # tests judge verdicts, not speed: three windows of at most 64 sets, no repeats on a noisy
+            # machine (a third of the timing stage's default cost). The defaults are timed by the
+            # benchmarks and by the tests that set their own (test_clock_attacks, test_timing_stability).
+            timing=TimingConfig(windows=3, max_window_calls=64, stability_retries=0),
+        )
     )
 
 
 @pytest.fixture
 def cuda_config(cache_dir) -> EvalConfig:
-    return EvalConfig(
-        device="cuda",
-        trials=3,
-        cache_dir=cache_dir,
-        timeouts=StageTimeouts(startup=120, build=600, init=60, correctness=30, timing=120, profile=300),
+    return resolve_config(
+        EvalConfig(
+            device="cuda",
+            trials=3,
+            cache_dir=cache_dir,
+            timeouts=StageTimeouts(startup=120, build=600, init=60, correctness=30, timing=120, profile=300),
+        )
     )

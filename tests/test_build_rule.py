@@ -91,7 +91,7 @@ def test_a_main_cpp_error_fails_after_the_lean_build_alone(cuda_config, tmp_path
 
 
 def test_recorded_calls_are_checked_like_calls_read_from_the_text():
-    from kernelwright.engine import static_builds
+    from kernelwright.engine.build import static_builds
 
     ok, why = static_builds.check_recorded(
         {"name": "ext", "cpp_sources": "int f();", "functions": ["f"], "verbose": True}
@@ -110,8 +110,8 @@ def test_recorded_calls_are_checked_like_calls_read_from_the_text():
 
 @pytest.mark.slow
 def test_a_call_computed_at_run_time_is_built_by_the_trusted_builder_in_a_prebuild(cpu_config):
-    from kernelwright.engine import static_builds, trusted_builds
-    from kernelwright.engine.prebuild import prebuild
+    from kernelwright.engine.build import static_builds, trusted_builds
+    from kernelwright.engine.build.prebuild import prebuild
 
     text = (BF / "cpp_computed_sources.py").read_text()
     assert static_builds.scan(text).private and not static_builds.scan(text).calls  # the text alone: unresolved

@@ -122,7 +122,7 @@ def test_optimize_refuses_bad_profile_and_sandbox_options_in_one_line(tmp_path):
 
     for opts, words in (
         (["--sandbox", "docker"], "--sandbox must be auto, bwrap or none"),
-        (["--profile-tool", "nsys"], "profile tool must be auto, ncu or torch"),
+        (["--profile-tool", "nsys"], "profile.tool must be auto, ncu or torch"),
     ):
         res = CliRunner().invoke(
             app, ["optimize", str(ADD_ONE), "--coder", "m", "--device", "cpu", "--out", str(tmp_path / "r"), *opts]

@@ -94,12 +94,15 @@ def serial_verdicts(cache_dir):
 def _cpu(cache_dir):
     """The settings of conftest's cpu_config (a module-scoped fixture cannot use that one)."""
     from kernelwright.core.config import EvalConfig, StageTimeouts
+    from kernelwright.engine.resolve import resolve_config
 
-    return EvalConfig(
-        device="cpu",
-        trials=3,
-        cache_dir=cache_dir,
-        timeouts=StageTimeouts(startup=120, build=300, init=30, correctness=8, timing=30, profile=60),
+    return resolve_config(
+        EvalConfig(
+            device="cpu",
+            trials=3,
+            cache_dir=cache_dir,
+            timeouts=StageTimeouts(startup=120, build=300, init=30, correctness=8, timing=30, profile=60),
+        )
     )
 
 

@@ -13,8 +13,8 @@ from kernelwright.core.config import ProfileConfig
 from kernelwright.core.record import Status
 from kernelwright.engine import evaluate
 from kernelwright.engine import nsight as ncu
-from kernelwright.engine.prebuild import BuildPool
-from kernelwright.loop.judge_evidence import render_for_judge
+from kernelwright.engine.build.prebuild import BuildPool
+from kernelwright.loop.llm_judge_evidence import render_for_llm_judge
 
 NCU_FIX = FIXTURES / "ncu"
 CPU_EXAMPLE = EXAMPLES / "cpu_swish"
@@ -202,7 +202,7 @@ def test_cpp_candidate_profile_names_its_op_and_gets_a_roofline(cpu_config):
     assert rl["floor_ms"] == pytest.approx(work["min_bytes"] / bw * 1e3)
     assert rl["fraction_of_floor"] == pytest.approx(rl["floor_ms"] / r.candidate_ms)
 
-    text = render_for_judge(r)
+    text = render_for_llm_judge(r)
     assert "Roofline:" in text and "memory-bound" in text
     assert "kw::candidate:kw_example_swish_cpu.fused_swish_affine" in text
     assert "ncu unavailable: ncu profiles CUDA kernels" in text
@@ -215,7 +215,7 @@ def test_roofline_without_profile_is_the_default(cpu_config):
     assert "profile" not in r.metadata  # the kernel profile is opt-in
     assert r.metadata["roofline"]["bound"] == "memory"
     assert r.metadata["reference_work"]["min_bytes"] == 2 * 64 * 128 * 4
-    assert render_for_judge(r).startswith("Device: cpu")
+    assert render_for_llm_judge(r).startswith("Device: cpu")
 
 
 # ---- prebuilding -------------------------------------------------------------------------

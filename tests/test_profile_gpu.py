@@ -13,8 +13,8 @@ from kernelwright.core.config import ProfileConfig
 from kernelwright.core.record import Status
 from kernelwright.engine import evaluate
 from kernelwright.engine import nsight as ncu
-from kernelwright.engine.prebuild import BuildPool
-from kernelwright.loop.judge_evidence import render_for_judge
+from kernelwright.engine.build.prebuild import BuildPool
+from kernelwright.loop.llm_judge_evidence import render_for_llm_judge
 
 pytestmark = pytest.mark.gpu
 
@@ -66,7 +66,7 @@ def test_cuda_candidate_gets_an_ncu_profile_and_a_roofline(cuda_config, tmp_path
     assert 0.05 < rl["fraction_of_floor"] <= 1.2
     facts = r.metadata["gpu_facts"]
     assert facts["sm_count"] > 0 and facts["l2_bytes"] > 0 and facts["shared_mem_per_sm_bytes"] > 0
-    text = render_for_judge(r)
+    text = render_for_llm_judge(r)
     print(text)
     assert "Nsight Compute" in text and "Roofline:" in text and "swish_affine_kernel" in text
     assert r.stage_times.profile_s is not None
@@ -86,7 +86,7 @@ def test_torch_profiler_fallback_names_candidate_and_pytorch_kernels(cuda_config
     assert any(n.startswith("swish_affine_kernel") for n in origins.get("candidate", []))
     assert any("at::native" in n for n in origins.get("pytorch", []))  # fill (ones/zeros), mul, add
     assert not origins.get("unknown")
-    text = render_for_judge(r)
+    text = render_for_llm_judge(r)
     print(text)
     assert "ncu unavailable: ncu not found" in text and "[candidate] swish_affine_kernel" in text
     assert "[pytorch]" in text

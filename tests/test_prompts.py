@@ -38,10 +38,10 @@ def test_every_prompt_renders_for_every_backend(backend):
             problem_code="P",
         ),
         prompts.render(
-            "judge_failure", backend=backend, problem_code="P", code="C", result=failed, history=[], profile=""
+            "llm_judge_failure", backend=backend, problem_code="P", code="C", result=failed, history=[], profile=""
         ),
         prompts.render(
-            "judge_performance",
+            "llm_judge_performance",
             backend=backend,
             problem_code="P",
             code="C",
@@ -99,3 +99,11 @@ def test_repair_prompt_has_the_seed_layout():
 def test_a_missing_prompt_variable_is_an_error_not_a_blank():
     with pytest.raises(jinja2.UndefinedError):
         prompts.render("coder_first", backend="cuda", device="d")
+
+
+def test_a_prompt_folder_with_the_llm_judges_old_template_names_is_told_the_new_ones(tmp_path):
+    (tmp_path / "judge_failure.j2").write_text("x")
+    with pytest.raises(prompts.PromptDirError, match=r"rename judge_failure.j2 to llm_judge_failure.j2"):
+        prompts.check_prompt_dir(tmp_path)
+    (tmp_path / "judge_failure.j2").rename(tmp_path / "llm_judge_failure.j2")
+    assert prompts.check_prompt_dir(tmp_path) == tmp_path

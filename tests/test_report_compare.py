@@ -21,7 +21,7 @@ import kernelwright
 from conftest import ROOT
 from kernelwright.store.db import Store
 from kernelwright.store.indexer import index_run
-from kernelwright.suites.runner import register_suite
+from kernelwright.suites.driver import register_suite
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 

@@ -18,7 +18,7 @@ from kernelwright.cli.main import app
 from kernelwright.core.record import EvalResult
 from kernelwright.store.db import Store
 from kernelwright.store.indexer import index_run
-from kernelwright.suites.runner import register_suite
+from kernelwright.suites.driver import register_suite
 
 FLAG = "ModelNew is correct at the problem's own sizes (batch_size=16, dim=1024) but not at dim=1023 (wrong values)"
 

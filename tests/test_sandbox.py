@@ -15,6 +15,7 @@ from conftest import ADD_ONE, CANDIDATES, FIXTURES
 from kernelwright.core.record import Stage, Status
 from kernelwright.engine import EngineError, evaluate
 from kernelwright.engine.isolation import sandbox
+from kernelwright.engine.resolve import resolve_config
 
 
 def _bwrap_reason() -> str:
@@ -118,7 +119,7 @@ def test_bwrap_mode_without_bwrap_is_an_engine_error(cpu_config, monkeypatch):
     monkeypatch.setattr(sandbox.shutil, "which", lambda name: None)
     cpu_config.sandbox = "bwrap"
     with pytest.raises(EngineError, match="bubblewrap"):
-        evaluate(ADD_ONE, CANDIDATES / "py_correct.py", cpu_config)
+        resolve_config(cpu_config)  # at the entry point, before any child starts
     assert sandbox.resolve("auto") == "none"
 
 

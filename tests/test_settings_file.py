@@ -80,7 +80,7 @@ def test_without_a_file_the_defaults_hold(tmp_path):
         ),
         ("[model.retry]\nmax_attempt = 1\n", "unknown key 'model.retry.max_attempt'"),
         ('[eval]\ntrials = "five"\n', "'eval.trials' must be int (got 'five')"),
-        ('[eval]\ndevice = "tpu"\n', "'eval.device' must be one of auto, cuda, cpu (got 'tpu')"),
+        ('[eval]\ndevice = "tpu"\n', "'eval.device' must be auto, cuda or cpu (got 'tpu')"),
         ("[loop]\nrounds = 0\n", "--rounds must be at least 1 (got 0) (settings from"),
         ("[model.prices]\nm = {input = 1}\n", "'model.prices.m' must be {input = USD/Mtok, output = USD/Mtok}"),
         ("[eval\natol = 1\n", "is not valid TOML"),

@@ -18,10 +18,11 @@ import pytest
 
 from conftest import FIXTURES, ROOT
 from kernelwright.core.config import LoopConfig
-from kernelwright.core.record import EvalResult, Status, TimingStats
+from kernelwright.core.record import EvalResult, RoundVerdict, Status, TimingStats
 from kernelwright.loop.forge import Forge
 from kernelwright.models.base import Completion, Usage
 from kernelwright.store import open_store
+from kernelwright.store.api import result_of
 from kernelwright.store.db import SCHEMA_VERSION, Store, StoreError
 from kernelwright.store.indexer import index_run
 from kernelwright.store.rundir import RunDir, RunDirError, load_rounds, read_summary
@@ -343,6 +344,37 @@ def test_index_a_run_directory_and_read_it_back(tmp_path):
         ]
         (problem,) = api.problems(run_id)
         assert problem["verdicts"] == ["incorrect", "passed", "passed"] and problem["correct"]
+        assert all(isinstance(v, RoundVerdict) for v in [problem["verdict"], *problem["verdicts"]])
+        typed = result_of(api.evaluations(run=run_id)[1])
+        assert isinstance(typed, EvalResult) and typed.status is Status.PASSED and typed.speedup == 1.0
+
+
+def test_round_verdicts_are_every_status_and_why_a_round_has_no_evaluation():
+    """A round's verdict is its evaluation's Status, or one of three reasons it has none; the report
+    has a colour for each."""
+    from kernelwright.report.plots import VERDICT_COLORS
+
+    assert [RoundVerdict.of(s).value for s in Status] == [s.value for s in Status]
+    extra = {v.value for v in RoundVerdict} - {s.value for s in Status}
+    assert extra == {"model_error", "not_run", "no_candidate"}
+    assert set(VERDICT_COLORS) == set(RoundVerdict) and f"{RoundVerdict.NOT_RUN}" == "not_run"
+
+
+def test_the_indexer_reads_records_through_eval_result(tmp_path):
+    """The store's evaluation rows come from the typed record; an eval.json that does not load as an
+    EvalResult is not indexed (its round still is), as an unreadable one is not."""
+    rd = RunDir(tmp_path / "run", PROBLEM, {"coder": "coder", "judge": "judge"})
+    forge(rd, 2).run()
+    first, second = sorted(p for p in (tmp_path / "run").iterdir() if p.is_dir() and p.name[:3].isdigit())
+    broken = json.loads((second / "eval.json").read_text()) | {"no_such_field": 1}
+    (second / "eval.json").write_text(json.dumps(broken))
+    with Store.open(tmp_path / "kw.db") as db:
+        run_id = index_run(db, tmp_path / "run")
+    with open_store(tmp_path / "kw.db") as api:
+        assert [r["verdict"] for r in api.rounds(run_id)] == ["incorrect", "passed"]
+        (row,) = api.evaluations(run=run_id)
+        assert row["round_idx"] == 0 and row["status"] == "incorrect"
+        assert row["record"] == EvalResult.from_json((first / "eval.json").read_text()).to_dict()
 
 
 def test_a_problem_with_a_degenerate_reference_is_counted_apart(tmp_path):
@@ -397,7 +429,7 @@ def test_a_child_that_died_in_start_up_is_evaluated_once_more_a_candidate_crash_
 
     from kernelwright.core.record import Stage
     from kernelwright.executors.base import EvalTask
-    from kernelwright.suites.runner import once_more_if_died_early
+    from kernelwright.suites.driver import once_more_if_died_early
 
     class Once:
         def __init__(self):

@@ -20,7 +20,7 @@ from conftest import FIXTURES
 from kernelwright.cli.main import app
 from kernelwright.core.record import EvalResult
 from kernelwright.store import open_store
-from kernelwright.suites.runner import died_before_the_candidate
+from kernelwright.suites.driver import died_before_the_candidate
 
 SUITE = FIXTURES / "suite"
 EXPECTED = {

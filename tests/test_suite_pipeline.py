@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from conftest import ADD_ONE, CANDIDATES, FIXTURES
 from kernelwright.cli.main import app
 from kernelwright.core.record import Status
-from kernelwright.engine import trusted_builds
+from kernelwright.engine.build import trusted_builds
 from kernelwright.executors.base import EvalTask
 from kernelwright.executors.local import LocalExecutor
 from kernelwright.executors.warm_pool import WarmPool
@@ -53,12 +53,15 @@ def cli(*args: str, code: int = 0):
 
 def _cpu(cache_dir):
     from kernelwright.core.config import EvalConfig, StageTimeouts
+    from kernelwright.engine.resolve import resolve_config
 
-    return EvalConfig(
-        device="cpu",
-        trials=2,
-        cache_dir=cache_dir,
-        timeouts=StageTimeouts(startup=120, build=300, init=30, correctness=20, timing=30, profile=60),
+    return resolve_config(
+        EvalConfig(
+            device="cpu",
+            trials=2,
+            cache_dir=cache_dir,
+            timeouts=StageTimeouts(startup=120, build=300, init=30, correctness=20, timing=30, profile=60),
+        )
     )
 
 

@@ -16,6 +16,7 @@ from conftest import ADD_ONE, FIXTURES
 from kernelwright.core.config import StageTimeouts
 from kernelwright.core.record import Status
 from kernelwright.engine import evaluate
+from kernelwright.engine.resolve import resolve_config
 
 ATTACKS = FIXTURES.parent / "verdict_attacks"
 CANARY = "sk-canary-7f3a9c1e5b2d4680"
@@ -39,7 +40,7 @@ def assert_no_canary(r):
 
 @pytest.mark.parametrize("sandbox", ["none", "auto"])
 def test_a_log_replaced_by_a_link_to_the_environment_reads_nothing_back(cpu_config, canary_env, sandbox):
-    r = run(replace(cpu_config, sandbox=sandbox), "symlink_log.py")
+    r = run(resolve_config(replace(cpu_config, sandbox=sandbox)), "symlink_log.py")
     assert r.status is Status.RUNTIME_ERROR and "see the log" in r.error_log
     assert_no_canary(r)
 

@@ -27,18 +27,6 @@ from kernelwright.core.config import EvalConfig, Settings
 from kernelwright.core.record import EvalResult
 
 
-def resolve_device(device: str) -> str:
-    """`auto`: cuda when a GPU is visible, else cpu. cuda without a GPU raises EngineError."""
-    from kernelwright.engine.evaluation import check_device
-
-    if device == "auto":
-        import torch
-
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    check_device(device)
-    return device
-
-
 def evaluate(
     problem: str | Path,
     candidate: str | Path | None = None,
@@ -54,9 +42,9 @@ def evaluate(
 
     if (candidate is None) == (code is None):
         raise ValueError("pass the candidate as a file or as code=, one of the two")
-    config = dataclasses.replace(config or EvalConfig(), **options)
-    config.validate()
-    config.device = resolve_device(config.device)  # type: ignore[assignment]
+    from kernelwright.engine.resolve import resolve_config
+
+    config = resolve_config(dataclasses.replace(config or EvalConfig(), **options))
     return engine.evaluate(problem, candidate, config, candidate_text=code)
 
 
@@ -83,6 +71,7 @@ def optimize(
     arguments given here override it. `on_progress` receives each `loop.records.Progress`.
     """
     from kernelwright.core.settings_file import load_settings
+    from kernelwright.engine.resolve import resolve_config
     from kernelwright.loop.forge import Forge, engine_evaluator
     from kernelwright.models import resolve_model
     from kernelwright.models.resolve import resolve_coders
@@ -115,10 +104,10 @@ def optimize(
                 settings.explicit.add(f"{section if section != 'model' else 'loop.model'}.{key}")
         settings.validate()
     cfg, eval_cfg, model_cfg = settings.loop, settings.eval, settings.loop.model
-    eval_cfg.device = resolve_device(eval_cfg.device)  # type: ignore[assignment]
+    eval_cfg.profile.enabled = cfg.profile
+    eval_cfg = resolve_config(eval_cfg)
     if not settings.given("loop.backend"):
         cfg.backend = "cpp" if eval_cfg.device == "cpu" else "cuda"
-    eval_cfg.profile.enabled = cfg.profile
     if model_cfg.prompt_dir:
         from kernelwright.models.prompts import check_prompt_dir
 

@@ -166,9 +166,9 @@ def render_result(result: EvalResult, console: Console, evidence: bool = False, 
     for flag, advice in flags:  # soft-wrapped by the terminal: never cut mid-word
         console.print(f"[yellow]{flag}:[/] {escape(str(advice))}", highlight=False, soft_wrap=True)
     if evidence and result.status is Status.PASSED:
-        from kernelwright.loop.judge_evidence import render_for_judge
+        from kernelwright.loop.llm_judge_evidence import render_for_llm_judge
 
-        text = render_for_judge(result)
+        text = render_for_llm_judge(result)
         if text.strip():
             console.print(Panel(Text(text.rstrip()), title="hardware evidence", title_align="left", expand=False))
     if result.status is not Status.PASSED and result.error_log:

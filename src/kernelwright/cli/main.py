@@ -21,7 +21,7 @@ from rich.markup import escape
 import kernelwright
 from kernelwright.cli.exit_codes import ExitCode
 from kernelwright.cli.help import PlainCommand, PlainGroup
-from kernelwright.core.config import Settings
+from kernelwright.core.config import EvalConfig, Settings
 
 _Command, _Group = PlainCommand, PlainGroup  # help without type tags or markup loss (cli/help.py)
 
@@ -143,22 +143,15 @@ def _settings(config: Path | None, overrides: dict[str, dict[str, Any]]) -> Sett
         fail(str(exc))
 
 
-def _resolve_device(settings: Settings) -> str:
-    """`auto` becomes cuda when a GPU is visible, else cpu; cuda without a GPU is an error."""
+def _resolved(config: EvalConfig) -> EvalConfig:
+    """The evaluation's configuration with "auto" made concrete (engine/resolve.py); one line on error."""
     from kernelwright.engine import EngineError
-    from kernelwright.engine.evaluation import check_device
+    from kernelwright.engine.resolve import resolve_config
 
-    device = settings.eval.device
-    if device == "auto":
-        import torch
-
-        device = "cuda" if torch.cuda.is_available() else "cpu"
     try:
-        check_device(device)
+        return resolve_config(config)
     except EngineError as exc:
         fail(str(exc))
-    settings.eval.device = device  # type: ignore[assignment]
-    return device
 
 
 # ---- eval ---------------------------------------------------------------------------------------
@@ -246,9 +239,9 @@ def eval_cmd(
             }
         },
     )
-    cfg = settings.eval
     if not settings.given("eval.profile.roofline"):  # evidence (roofline, GPU facts) only where asked: --profile
-        cfg.profile.roofline = cfg.profile.enabled
+        settings.eval.profile.roofline = settings.eval.profile.enabled
+    cfg = _resolved(settings.eval)
     from kernelwright.cli.console import EvalProgress, out_console, render_result
     from kernelwright.engine import EngineError, evaluate, prestart
 
@@ -481,7 +474,6 @@ def run_optimize(
     """Set the run up from `settings` (one-line errors, exit 2), run it, say how it ended."""
     from kernelwright.cli.console import QUIET, LoopProgress, out_console, render_run, run_line
     from kernelwright.engine import EngineError
-    from kernelwright.engine.isolation import sandbox as sandbox_mod
     from kernelwright.executors.evaluator import ExecutorEvaluator
     from kernelwright.executors.placement import parse_gpus
     from kernelwright.executors.resolve import make_executor
@@ -498,13 +490,14 @@ def run_optimize(
         )
     if name is not None and (not name.strip() or "/" in name or "\\" in name or name.startswith(".")):
         fail(f"--name {name!r}: a run's name is one folder name; pass letters, digits, - or _")
-    device = _resolve_device(settings)
+    eval_cfg.profile.enabled = cfg.profile  # the raw ncu files of each round go to its folder (engine_evaluator)
+    asked_sandbox = eval_cfg.sandbox  # the run records what was asked; its evaluations, what ran
+    eval_cfg = _resolved(eval_cfg)  # bwrap asked for and missing: said before any model call
+    device = eval_cfg.device
     if not settings.given("loop.backend"):
         cfg.backend = "cpp" if device == "cpu" else "cuda"
-    eval_cfg.profile.enabled = cfg.profile  # the raw ncu files of each round go to its folder (engine_evaluator)
     evaluate = None
     try:
-        sandbox_mod.resolve(eval_cfg.sandbox)  # bwrap asked for and missing: say so before any model call
         if model_cfg.prompt_dir:  # a typo in a template's name: said now, not after the first round
             from kernelwright.models.prompts import check_prompt_dir
 
@@ -541,7 +534,7 @@ def run_optimize(
                 "verdict": eval_cfg.verdict,
                 "seed": eval_cfg.seed,
                 "profile": eval_cfg.profile.tool if cfg.profile else "off",
-                "sandbox": eval_cfg.sandbox,
+                "sandbox": asked_sandbox,
                 "min_improvement": cfg.min_improvement,
                 "spread_factor": cfg.spread_factor,
                 "settings_file": settings.source,
@@ -551,7 +544,7 @@ def run_optimize(
                 "gpus": gpus,
             },
         )
-    except (ValueError, EngineError, ModelSetupError, RunDirError, sandbox_mod.SandboxUnavailable) as exc:
+    except (ValueError, EngineError, ModelSetupError, RunDirError) as exc:
         if evaluate is not None:
             evaluate.close()  # workers of an executor already started
         fail(str(exc))

@@ -204,14 +204,6 @@ def _settings(config: Path | None, overrides: dict[str, dict]):
         _fail(str(exc))
 
 
-def _resolve_device(device: str) -> str:
-    if device == "auto":
-        import torch
-
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return device
-
-
 def _executor(kind: str, config: EvalConfig, gpus: str | None, ray_address: str | None, build_workers: int | None):
     """`--executor` and `--gpus` to an executor; a bad option is one line, exit 2."""
     from kernelwright.engine import EngineError
@@ -298,10 +290,10 @@ def suite_eval(
 ) -> None:
     """Evaluate existing candidates for every problem of a suite, with no model at all."""
     from kernelwright.engine import EngineError
-    from kernelwright.engine.evaluation import check_device
+    from kernelwright.engine.resolve import resolve_config
     from kernelwright.store.db import Store, StoreError
     from kernelwright.suites import discovery
-    from kernelwright.suites.runner import register_suite, run_eval_suite
+    from kernelwright.suites.driver import register_suite, run_eval_suite
 
     if len(paths) < 2:
         _fail("suite eval needs PROBLEMS and CANDIDATES; e.g. kernelwright suite eval KernelBench/level1 my_kernels/")
@@ -333,9 +325,7 @@ def suite_eval(
                 f"no candidate in {cand_arg} matches any of the {len(problems)} problems; "
                 "name candidate files like the problems (19_ReLU.py) or pass a mapping file"
             )
-        cfg.device = _resolve_device(cfg.device)  # type: ignore[assignment]
-        check_device(cfg.device)
-        cfg.validate()
+        cfg = resolve_config(cfg)
         name = name or default_name("eval", problem_args, cand_arg)
         if build_workers is None and executor == "serial":
             import os
@@ -463,12 +453,11 @@ def suite_optimize(
 ) -> None:
     """Run the forge loop (Coder, engine, Judge) on every problem of a suite."""
     from kernelwright.engine import EngineError
-    from kernelwright.engine.evaluation import check_device
-    from kernelwright.engine.isolation import sandbox as sandbox_mod
+    from kernelwright.engine.resolve import resolve_config
     from kernelwright.models import ModelSetupError, resolve_model
     from kernelwright.store.db import Store, StoreError
     from kernelwright.suites import discovery
-    from kernelwright.suites.runner import register_suite, run_optimize_suite
+    from kernelwright.suites.driver import register_suite, run_optimize_suite
 
     settings = _settings(
         config,
@@ -503,14 +492,12 @@ def suite_optimize(
                 "or set coder under [model] in kernelwright.toml"
             )
         problems = discovery.discover(problems_args, only, skip)
-        eval_cfg.device = _resolve_device(eval_cfg.device)  # type: ignore[assignment]
-        check_device(eval_cfg.device)
+        eval_cfg.profile.enabled = cfg.profile  # the Judge's evidence (the roofline stays on, as its default)
+        asked_sandbox = eval_cfg.sandbox  # the suite records what was asked; its evaluations, what ran
+        eval_cfg = resolve_config(eval_cfg)
         if not settings.given("loop.backend"):
             cfg.backend = "cpp" if eval_cfg.device == "cpu" else "cuda"
         cfg.validate()
-        eval_cfg.profile.enabled = cfg.profile  # the Judge's evidence (the roofline stays on, as its default)
-        eval_cfg.validate()
-        sandbox_mod.resolve(eval_cfg.sandbox)
         coder_model = resolve_model(model_cfg.coder, "coder", model_cfg)
         judge_model = resolve_model(model_cfg.judge or model_cfg.coder, "judge", model_cfg)
         name = name or default_name("optimize", problems_args)
@@ -525,7 +512,7 @@ def suite_optimize(
             "round_limit": cfg.rounds,
             "trials": eval_cfg.trials,
             "profile": "auto" if cfg.profile else "off",
-            "sandbox": eval_cfg.sandbox,
+            "sandbox": asked_sandbox,
             "executor": executor,
         }
         register_suite(db, name, "optimize", problems_args, out_dir, info=run_info)
@@ -535,7 +522,6 @@ def suite_optimize(
         StoreError,
         ModelSetupError,
         ValueError,
-        sandbox_mod.SandboxUnavailable,
     ) as exc:
         if ex is not None:
             ex.close()

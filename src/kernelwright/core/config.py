@@ -7,14 +7,20 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import types
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 Device = Literal["auto", "cuda", "cpu"]
 SandboxMode = Literal["auto", "bwrap", "none"]
+# What "auto" becomes at an entry point (kernelwright.engine.resolve); the engine takes only these.
+ResolvedDevice = Literal["cuda", "cpu"]
+ResolvedSandbox = Literal["bwrap", "none"]
 VerdictMode = Literal["strict", "calibrated"]
 ShapesMode = Literal["check", "strict", "off"]
+OracleDtype = Literal["float64", "float32"]
 
 
 def default_cache_dir() -> Path:
@@ -123,51 +129,42 @@ class EvalConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> EvalConfig:
-        data = dict(data)
-        data["timeouts"] = StageTimeouts(**data.get("timeouts", {}))
-        data["timing"] = TimingConfig(**data.get("timing", {}))
-        data["pass_env"] = tuple(data.get("pass_env", ()))
-        data["profile"] = ProfileConfig(**data.get("profile", {}))
-        data["build"] = BuildConfig(**data.get("build", {}))
-        data["numerics"] = NumericsConfig(**data.get("numerics", {}))
-        guards = dict(data.get("guards", {}))
-        if "fail_on" in guards:
-            guards["fail_on"] = tuple(guards["fail_on"])
-        data["guards"] = GuardConfig(**guards)
-        known = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
+        """The configuration `to_dict` wrote (JSON's lists become tuples, nested tables their
+        dataclasses); an unknown key or a value outside its field's type is a ValueError naming it."""
+        return build(cls, data)
 
     def validate(self) -> None:
         """Raise ValueError with a one-line message naming the fix."""
+        check_values(self)
         if self.trials < 1:
             raise ValueError(f"--trials must be at least 1 (got {self.trials})")
         if self.atol < 0 or self.rtol < 0:
             raise ValueError("--atol and --rtol must be non-negative")
-        if self.device not in ("auto", "cuda", "cpu"):
-            raise ValueError(f"--device must be cuda, cpu or auto (got {self.device!r})")
-        if self.sandbox not in ("auto", "bwrap", "none"):
-            raise ValueError(f"--sandbox must be auto, bwrap or none (got {self.sandbox!r})")
         if self.memory_limit_mb is not None and self.memory_limit_mb < 0:
             raise ValueError(
                 f"memory_limit_mb must be 0 (no limit), a positive number of MiB or unset (got {self.memory_limit_mb})"
             )
-        if self.verdict not in ("strict", "calibrated"):
-            raise ValueError(f"--verdict must be strict or calibrated (got {self.verdict!r})")
-        if self.shapes not in ("check", "strict", "off"):
-            raise ValueError(f"--shapes must be check, strict or off (got {self.shapes!r})")
         self.profile.validate()
         if self.numerics.factor < 1:
             raise ValueError(f"numerics.factor must be at least 1 (got {self.numerics.factor})")
         for name in ("excess_floor", "excess_floor_low"):
             if not 0 <= getattr(self.numerics, name) < 1:
                 raise ValueError(f"numerics.{name} must be in [0, 1) (got {getattr(self.numerics, name)})")
-        if self.numerics.oracle_dtype not in ("float64", "float32"):
-            raise ValueError(f"numerics.oracle_dtype must be float64 or float32 (got {self.numerics.oracle_dtype!r})")
         if self.timing.cpu_threads < 0:
             raise ValueError(f"timing.cpu_threads must be 0 (every core) or positive (got {self.timing.cpu_threads})")
         unknown = set(self.guards.fail_on) - set(GUARD_FLAGS)
         if unknown:
             raise ValueError(f"guards.fail_on names unknown guards {sorted(unknown)}; known: {', '.join(GUARD_FLAGS)}")
+
+    def check_resolved(self) -> None:
+        """Raise ValueError unless device and sandbox are concrete: "auto" is resolved once, at the
+        entry point (the command line, `kernelwright.evaluate`, an executor), never in the engine."""
+        for name in ("device", "sandbox"):
+            if getattr(self, name) == "auto":
+                raise ValueError(
+                    f"EvalConfig.{name} is 'auto' in the engine; resolve the configuration at the entry point "
+                    "(kernelwright.engine.resolve.resolve_config)"
+                )
 
 
 @dataclass
@@ -183,7 +180,7 @@ class NumericsConfig:
     """
 
     oracle: bool = True  # evaluate the oracle (the reference module and inputs upcast)
-    oracle_dtype: str = "float64"  # "float64" (default) or "float32" (for bf16/fp16 problems on a slow-fp64 GPU)
+    oracle_dtype: OracleDtype = "float64"  # float32: for bf16/fp16 problems on a slow-fp64 GPU
     factor: float = 8.0
     # The element-by-element test of the factor branch (docs/VERDICTS.md): a candidate may have at
     # most factor x the reference's share out of tolerance, plus this share, of elements whose error
@@ -262,8 +259,6 @@ class ProfileConfig:
     report_dir: str = ""  # where the raw ncu report and CSV are copied (a run directory); empty: the cache
 
     def validate(self) -> None:
-        if self.tool not in ("auto", "ncu", "torch"):
-            raise ValueError(f"profile tool must be auto, ncu or torch (got {self.tool!r})")
         if self.max_kernels < 1 or self.forward_runs < 1:
             raise ValueError("profile max_kernels and forward_runs must be at least 1")
 
@@ -321,7 +316,7 @@ class ModelConfig:
     # prices in the settings file itself: {model: {"input": USD/Mtok, "output": USD/Mtok}}, over the file's
     prices: dict[str, dict[str, float]] = field(default_factory=dict)
     # a folder of .j2 files that replace the bundled prompt templates of the same name (coder_first.j2,
-    # judge_performance.j2, _backend.j2, ...); the others stay the bundled ones (models/prompts)
+    # llm_judge_performance.j2, _backend.j2, ...); the others stay the bundled ones (models/prompts)
     prompt_dir: str | None = None
 
 
@@ -352,12 +347,11 @@ class LoopConfig:
 
     def validate(self) -> None:
         """Raise ValueError with a one-line message naming the fix."""
+        check_values(self)
         if self.rounds < 1:
             raise ValueError(f"--rounds must be at least 1 (got {self.rounds})")
         if self.candidates < 1:
             raise ValueError(f"--candidates must be at least 1 (got {self.candidates})")
-        if self.backend not in ("cuda", "triton", "cpp"):
-            raise ValueError(f"--backend must be cuda, triton or cpp (got {self.backend!r})")
         if self.target_speedup is not None and self.target_speedup <= 0:
             raise ValueError(f"--target-speedup must be positive (got {self.target_speedup})")
         if self.model.retry.max_attempts < 1:
@@ -389,3 +383,111 @@ class Settings:
     def validate(self) -> None:
         self.eval.validate()
         self.loop.validate()
+
+
+# ---- reading and checking a configuration, derived from its dataclasses' fields ---------------
+
+_Config = TypeVar("_Config")
+
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    if cls not in _HINTS:
+        _HINTS[cls] = typing.get_type_hints(cls)
+    return _HINTS[cls]
+
+
+def _choices(values: tuple[Any, ...]) -> str:
+    """('auto', 'cuda', 'cpu') -> 'auto, cuda or cpu'."""
+    names = [str(v) for v in values]
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
+
+
+def _field_names(cls: type) -> list[str]:
+    return [f.name for f in dataclasses.fields(cls) if f.init]
+
+
+def build(cls: type[_Config], data: dict[str, Any], where: str = "") -> _Config:
+    """`cls` from a plain table (JSON or TOML): each value checked against its field's type (see
+    `coerce`), nested tables built into their dataclasses; an unknown key is a ValueError."""
+    if not isinstance(data, dict):
+        raise ValueError(f"'{where}' must be a table of {cls.__name__}'s fields (got {data!r})")
+    hints, names = _hints(cls), _field_names(cls)
+    for key in data:
+        if key not in names:
+            raise ValueError(f"unknown key '{_dotted(where, key)}'; known: {', '.join(names)}")
+    return cls(**{k: coerce(v, hints[k], _dotted(where, k)) for k, v in data.items()})
+
+
+def _dotted(where: str, key: str) -> str:
+    return f"{where}.{key}" if where else key
+
+
+def coerce(value: Any, hint: Any, key: str) -> Any:
+    """`value` for a field of type `hint`: checked, and converted where JSON and TOML are narrower
+    (a list for a tuple, an int for a float, a table for a dataclass). ValueError naming `key` and
+    what it must be (a Literal's values) otherwise."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in (a for a in args if a is not type(None)):
+            try:
+                return coerce(value, arg, key)
+            except ValueError as exc:
+                errors.append(exc)
+        raise errors[0]
+    if origin is Literal:
+        if value not in args:
+            raise ValueError(f"'{key}' must be {_choices(args)} (got {value!r})")
+        return value
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        return value if isinstance(value, hint) else build(hint, value, key)
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+            raise ValueError(f"'{key}' must be a list of strings (got {value!r})")
+        return tuple(value)
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ValueError(f"'{key}' must be a table (got {value!r})")
+        return dict(value)
+    if hint is bool:
+        ok = isinstance(value, bool)
+    elif hint is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif hint is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        value = float(value) if ok else value
+    elif hint is str:
+        ok = isinstance(value, str)
+    else:
+        ok = True
+    if not ok:
+        raise ValueError(f"'{key}' must be {getattr(hint, '__name__', str(hint))} (got {value!r})")
+    return value
+
+
+def check_values(obj: Any, where: str = "") -> None:
+    """Every field of `obj` whose type is a Literal (optional or not) holds one of its values, nested
+    dataclasses included. ValueError: a top-level field is named as the command line's option
+    (`--sandbox`), a nested one by its key (`profile.tool`)."""
+    hints = _hints(type(obj))
+    for name in _field_names(type(obj)):
+        value, hint = getattr(obj, name), hints[name]
+        if dataclasses.is_dataclass(value):
+            check_values(value, _dotted(where, name))
+            continue
+        args = typing.get_args(hint)
+        if typing.get_origin(hint) in (typing.Union, types.UnionType):
+            if value is None:
+                continue
+            literals = [a for a in args if typing.get_origin(a) is Literal]
+            args = typing.get_args(literals[0]) if literals else ()
+        elif typing.get_origin(hint) is not Literal:
+            continue
+        if args and value not in args:
+            label = _dotted(where, name) if where else "--" + name.replace("_", "-")
+            raise ValueError(f"{label} must be {_choices(args)} (got {value!r})")

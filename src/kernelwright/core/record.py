@@ -34,6 +34,31 @@ class Status(str, Enum):
         return self.value
 
 
+class RoundVerdict(str, Enum):
+    """What a round of the loop, or a problem of a suite, came to: its evaluation's `Status`
+    (`RoundVerdict.of`), or why it has no evaluation. A type of its own, not members of `Status`:
+    `Status` is what an evaluation can end with, and no evaluation ends "model_error"."""
+
+    PASSED = "passed"
+    INCORRECT = "incorrect"
+    COMPILE_ERROR = "compile_error"
+    RUNTIME_ERROR = "runtime_error"
+    TIMEOUT = "timeout"
+    CRASHED = "crashed"
+    FORMAT_ERROR = "format_error"
+    ENGINE_ERROR = "engine_error"
+    MODEL_ERROR = "model_error"  # the Coder's call failed for good: nothing to evaluate
+    NOT_RUN = "not_run"  # no evaluation: no answer came (a replay at its end), or no round finished
+    NO_CANDIDATE = "no_candidate"  # a problem of a suite with no candidate given for it
+
+    @classmethod
+    def of(cls, status: Status) -> RoundVerdict:
+        return cls(status.value)
+
+    def __str__(self) -> str:  # pragma: no cover - trivial
+        return self.value
+
+
 class Stage(str, Enum):
     """Where in the evaluation something happened."""
 

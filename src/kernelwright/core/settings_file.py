@@ -29,12 +29,12 @@ from __future__ import annotations
 
 import dataclasses
 import tomllib
-import types
 import typing
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from kernelwright.core.config import Settings
+from kernelwright.core.config import coerce as coerce_field
 
 FILE_NAME = "kernelwright.toml"
 PYPROJECT = "pyproject.toml"
@@ -170,44 +170,9 @@ def _apply(obj: Any, values: dict[str, Any], where: str, label: str, coerce: boo
             setattr(obj, key, _coerce(value, hints[key], name, label) if coerce else value)
 
 
-def _type_name(hint: Any) -> str:
-    return getattr(hint, "__name__", str(hint))
-
-
 def _coerce(value: Any, hint: Any, name: str, label: str) -> Any:
     """`value` checked against the field's type (and converted where TOML's types are narrower)."""
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin in (typing.Union, types.UnionType):
-        errors = []
-        for arg in (a for a in args if a is not type(None)):
-            try:
-                return _coerce(value, arg, name, label)
-            except SettingsError as exc:
-                errors.append(exc)
-        raise errors[0]
-    if origin is Literal:
-        if value not in args:
-            raise SettingsError(f"{label}: '{name}' must be one of {', '.join(map(str, args))} (got {value!r})")
-        return value
-    if origin is tuple:
-        if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
-            raise SettingsError(f"{label}: '{name}' must be a list of strings (got {value!r})")
-        return tuple(value)
-    if origin is dict:
-        if not isinstance(value, dict):
-            raise SettingsError(f"{label}: '{name}' must be a table (got {value!r})")
-        return dict(value)
-    if hint is bool:
-        ok = isinstance(value, bool)
-    elif hint is int:
-        ok = isinstance(value, int) and not isinstance(value, bool)
-    elif hint is float:
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        value = float(value) if ok else value
-    elif hint is str:
-        ok = isinstance(value, str)
-    else:
-        ok = True
-    if not ok:
-        raise SettingsError(f"{label}: '{name}' must be {_type_name(hint)} (got {value!r})")
-    return value
+    try:
+        return coerce_field(value, hint, name)
+    except ValueError as exc:
+        raise SettingsError(f"{label}: {exc}") from None

@@ -19,7 +19,8 @@ from pathlib import Path
 from kernelwright.core import formats
 from kernelwright.core.config import EvalConfig
 from kernelwright.core.record import EvalResult, Stage, Status
-from kernelwright.engine import build_arch, nsight, process, sanitizer, trusted_builds
+from kernelwright.engine import nsight, process, sanitizer
+from kernelwright.engine.build import build_arch, trusted_builds
 from kernelwright.engine.isolation import containment as isolation
 from kernelwright.engine.isolation import environment, leftovers, sandbox
 
@@ -49,11 +50,14 @@ def evaluate(
 ) -> EvalResult:
     """Evaluate a candidate (a file, or its text) against a KernelBench problem in a fresh child.
 
+    `config`: resolved at the entry point (`engine/resolve.py`: no "auto" device or sandbox here);
+    None: the defaults, resolved.
+
     `spare`: a child started ahead of time by `prestart` for a compatible configuration (same
     device, cache, environment and sandbox); it is used for this evaluation (or stopped, when it
     does not fit or has died) and must not be used again. See `WarmEvaluator`.
     """
-    config = config or EvalConfig()
+    config = config or _defaults()
     leftovers.sweep_once()  # directories of evaluators that were killed outright
     try:
         _validate(config)
@@ -62,12 +66,11 @@ def evaluate(
         except (FileNotFoundError, formats.FormatError) as exc:
             raise EngineError(str(exc)) from None
         check_device(config.device)
-        sandbox_kind = _sandbox_kind(config)
     except EngineError:
         if spare is not None:
             spare.discard()
         raise
-    if spare is not None and (spare.key != _spawn_key(config, sandbox_kind) or not spare.alive()):
+    if spare is not None and (spare.key != _spawn_key(config) or not spare.alive()):
         spare.discard()
         spare = None
 
@@ -92,9 +95,9 @@ def evaluate(
                 atol=config.atol,
                 rtol=config.rtol,
                 seed=config.seed,
-                sandbox=sandbox_kind,
+                sandbox=config.sandbox,
             )
-        result = _run(prob.path, cand_path, config, workdir, sandbox_kind, on_stage, spare)
+        result = _run(prob.path, cand_path, config, workdir, on_stage, spare)
         spare = None  # _run took it
         return result
     finally:
@@ -107,7 +110,7 @@ def evaluate(
 # ---- spare children -------------------------------------------------------------------------
 
 
-def _spawn_key(config: EvalConfig, sandbox_kind: str) -> str:
+def _spawn_key(config: EvalConfig) -> str:
     """What a child is started with: a spare serves only evaluations that agree on all of it."""
     return json.dumps(
         [
@@ -115,7 +118,7 @@ def _spawn_key(config: EvalConfig, sandbox_kind: str) -> str:
             str(Path(config.cache_dir).resolve()),
             list(config.pass_env),
             config.build.max_jobs,
-            sandbox_kind,
+            config.sandbox,
             config.timeouts.startup,
             config.visible_devices,
             config.memory_limit_mb,  # limits are set at the spawn
@@ -159,11 +162,10 @@ class Spare:
 def prestart(config: EvalConfig | None = None) -> Spare:
     """Start a spare evaluation (runner and judge) for `config` now: they start up while the caller
     does other work."""
-    config = config or EvalConfig()
+    config = config or _defaults()
     _validate(config)
     leftovers.sweep_once()
-    sandbox_kind = _sandbox_kind(config)
-    spare = _start_spare(config, sandbox_kind, leftovers.make_dir("kw-eval-"))
+    spare = _start_spare(config, leftovers.make_dir("kw-eval-"))
     try:  # after the spawn: the children start up while this process imports torch to look for the GPU
         check_device(config.device)
     except EngineError:
@@ -172,16 +174,16 @@ def prestart(config: EvalConfig | None = None) -> Spare:
     return spare
 
 
-def _start_spare(config: EvalConfig, sandbox_kind: str, workdir: Path) -> Spare:
+def _start_spare(config: EvalConfig, workdir: Path) -> Spare:
     judge_dir = leftovers.make_dir("kw-judge-")
     out_dir = _out_dir(workdir)
     job = {"problem_path": "", "candidate_path": "", "config": config.to_dict()}
-    runner, judge, env = _spawn_pair(config, sandbox_kind, workdir, job, judge_dir, out_dir, spare=True)
-    return Spare(runner, judge, _spawn_key(config, sandbox_kind), workdir, judge_dir, env, out_dir)
+    runner, judge, env = _spawn_pair(config, workdir, job, judge_dir, out_dir, spare=True)
+    return Spare(runner, judge, _spawn_key(config), workdir, judge_dir, env, out_dir)
 
 
 def _spawn_pair(
-    config: EvalConfig, sandbox_kind: str, workdir: Path, job: dict, judge_dir: Path, out_dir: Path, spare: bool = False
+    config: EvalConfig, workdir: Path, job: dict, judge_dir: Path, out_dir: Path, spare: bool = False
 ) -> tuple[process.Child, process.Child, dict[str, str]]:
     """Runner and judge, with a socket between them for device outputs where the device is a GPU
     (`device_handoff`: the runner's CUDA outputs reach the judge without a trip through host memory)."""
@@ -190,9 +192,7 @@ def _spawn_pair(
     a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     ends: tuple[int | None, int | None] = (a.detach(), b.detach())
     try:
-        runner, env = _spawn_runner(
-            config, sandbox_kind, workdir, job, spare=spare, out_dir=out_dir, handoff_fd=ends[0]
-        )
+        runner, env = _spawn_runner(config, workdir, job, spare=spare, out_dir=out_dir, handoff_fd=ends[0])
     except BaseException:
         for fd in ends:
             if fd is not None:
@@ -241,7 +241,7 @@ class WarmEvaluator:
     """
 
     def __init__(self, config: EvalConfig | None = None, keep_warm: bool = True):
-        self.config = config or EvalConfig()
+        self.config = config or _defaults()
         self.keep_warm = keep_warm
         self._spare: Spare | None = None
 
@@ -284,23 +284,24 @@ class WarmEvaluator:
             pass
 
 
+def _defaults() -> EvalConfig:
+    """No configuration given: the defaults, resolved (engine/resolve.py)."""
+    from kernelwright.engine.resolve import resolve_config
+
+    return resolve_config(EvalConfig())
+
+
 def _validate(config: EvalConfig) -> None:
+    """A valid configuration, resolved at the entry point (no "auto" reaches the engine)."""
     try:
         config.validate()
+        config.check_resolved()
     except ValueError as exc:
-        raise EngineError(str(exc)) from None
-
-
-def _sandbox_kind(config: EvalConfig) -> str:
-    try:
-        return sandbox.resolve(config.sandbox)
-    except sandbox.SandboxUnavailable as exc:
         raise EngineError(str(exc)) from None
 
 
 def _spawn_runner(
     config: EvalConfig,
-    sandbox_kind: str,
     workdir: Path,
     job: dict,
     spare: bool = False,
@@ -319,8 +320,8 @@ def _spawn_runner(
         read_only = [trusted_builds.cache_root(config)]
         read_only[0].mkdir(parents=True, exist_ok=True)
     extra = [out_dir] if out_dir is not None and out_dir != workdir / "out" else []
-    argv = sandbox.wrap(process.child_argv("runner"), sandbox_kind, workdir, [cache_dir, *extra], read_only)
-    iso = isolation.prepare(config.device, sandbox_kind, config.memory_limit_mb)
+    argv = sandbox.wrap(process.child_argv("runner"), config.sandbox, workdir, [cache_dir, *extra], read_only)
+    iso = isolation.prepare(config.device, config.sandbox, config.memory_limit_mb)
     return process.spawn(argv, job, workdir, env, name="runner", spare=spare, isolation=iso, handoff_fd=handoff_fd), env
 
 
@@ -345,7 +346,6 @@ def _run(
     cand_path: Path,
     config: EvalConfig,
     workdir: Path,
-    sandbox_kind: str,
     on_stage: Callable[[str], None] | None,
     spare: Spare | None = None,
 ) -> EvalResult:
@@ -358,7 +358,7 @@ def _run(
     t_phase = time.monotonic()
     own_spare = spare is None
     if spare is None:  # the runner and judge start up (python, torch, CUDA) while the trusted builder works
-        spare = _start_spare(config, sandbox_kind, workdir)
+        spare = _start_spare(config, workdir)
     out_dir = spare.out_dir
     files = {"out_dir": str(out_dir), "spill_dir": str(workdir / "out")}
     job = {"problem_path": "", "candidate_path": str(cand_path), "config": config.to_dict(), **files}
@@ -377,7 +377,6 @@ def _run(
             trusted = trusted_builds.build(
                 cand_path.read_text(),
                 config,
-                sandbox_kind,
                 tdir,
                 environment.child_env(config, tdir / "tmp"),
                 build_arch.arch_list_for_config(config),
@@ -394,11 +393,11 @@ def _run(
     else:  # it died while waiting: fresh children, as without a spare
         spare.runner.stop()
         spare.judge.stop()
-        runner, judge, env = _spawn_pair(config, sandbox_kind, workdir, job, judge_dir, out_dir)
+        runner, judge, env = _spawn_pair(config, workdir, job, judge_dir, out_dir)
     phases["start" if runner is not spare.runner else "hand_over"] = time.monotonic() - t_phase
     t_phase = time.monotonic()
     iso = runner.isolation
-    init_reports = sandbox_kind == "bwrap" or (iso is not None and iso.pid_namespace)  # an init reports 128+N
+    init_reports = config.sandbox == "bwrap" or (iso is not None and iso.pid_namespace)  # an init reports 128+N
     try:
         outcome = coordinate(
             runner,
@@ -423,7 +422,7 @@ def _run(
     phases["evaluation"] = outcome.wall_s
     phases["verdict_after_runner"] = outcome.judge_tail_s
     phases["stop"] = time.monotonic() - t_phase - outcome.wall_s
-    result = _record(outcome, config, sandbox_kind)
+    result = _record(outcome, config)
     if own_spare:  # "prestarted" tells of a spare the caller started ahead, not of this overlap
         result.metadata.pop("prestarted", None)
     result.metadata["engine_phases_s"] = {k: round(v, 4) for k, v in phases.items()}
@@ -445,7 +444,7 @@ def _run(
             job,
             wrap=lambda a: sandbox.wrap(
                 a,
-                sandbox_kind,
+                config.sandbox,
                 workdir,
                 [cache_dir, report_dir],
                 # the shared builds stay read-only
@@ -461,7 +460,7 @@ def _run(
             dict(job, init_path=str(workdir / "in_init.kwt"), inputs_path=str(workdir / "in_000.kwt")),
             wrap=lambda a: sandbox.wrap(
                 a,
-                sandbox_kind,
+                config.sandbox,
                 workdir,
                 [cache_dir],
                 [trusted_builds.cache_root(config)] if config.build.trusted_cache else [],
@@ -470,7 +469,7 @@ def _run(
     return _redacted(result)
 
 
-def _record(outcome, config: EvalConfig, sandbox_kind: str) -> EvalResult:
+def _record(outcome, config: EvalConfig) -> EvalResult:
     """The judge's record, typed (an unknown key is the engine's error), with the parent's facts."""
     result = None
     if outcome.record is not None:
@@ -488,7 +487,7 @@ def _record(outcome, config: EvalConfig, sandbox_kind: str) -> EvalResult:
         )
         if outcome.judge_log.strip():
             result.metadata["engine_log"] = outcome.judge_log
-    result.sandbox = sandbox_kind
+    result.sandbox = config.sandbox
     result.exit_code = outcome.runner_exit
     result.stage_times.total_s = outcome.wall_s
     if result.status in (Status.CRASHED, Status.TIMEOUT, Status.RUNTIME_ERROR) and outcome.runner_log.strip():

@@ -40,6 +40,7 @@ import kernelwright
 from kernelwright.core.config import EvalConfig
 from kernelwright.core.record import EvalResult
 from kernelwright.engine import EngineError
+from kernelwright.engine.resolve import resolve_config
 from kernelwright.executors import orphans
 from kernelwright.executors.base import WORKER_RETRIES, EvalTask, WorkerLost
 from kernelwright.executors.dispatch import Job, SlotQueue, safe_stage
@@ -175,7 +176,7 @@ class LocalExecutor(SlotQueue):
         plan: CorePlan | None = None,
         spares: int = 2,
     ):
-        self.config = config or EvalConfig()
+        self.config = resolve_config(config or EvalConfig())  # "auto" made concrete once, for every worker
         if gpus is None:
             gpus = detect_gpus() if self.config.device != "cpu" else []
         slots: list[str | None] = list(gpus) or [None]
@@ -195,7 +196,7 @@ class LocalExecutor(SlotQueue):
         self.spares = spares
         n_builds = default_build_workers(self.plan) if build_workers is None else build_workers
         if n_builds > 0:
-            from kernelwright.engine.prebuild import BuildPool
+            from kernelwright.engine.build.prebuild import BuildPool
 
             bcfg = self.config
             if self.plan.builds:  # builds have cores of their own: share them out

@@ -33,6 +33,7 @@ from typing import Any
 
 from kernelwright.core.config import EvalConfig
 from kernelwright.core.record import EvalResult
+from kernelwright.engine.resolve import resolve_config
 
 
 class WarmPool:
@@ -46,7 +47,7 @@ class WarmPool:
         home_cpus: set[int] | None = None,
         pause_while_timing: bool | None = None,
     ):
-        self.config = config or EvalConfig()
+        self.config = resolve_config(config or EvalConfig())  # "auto" made concrete once (engine/resolve.py)
         self.size = max(0, size)
         self.startup_cpus = startup_cpus or None
         self.home_cpus = home_cpus or None

@@ -35,7 +35,8 @@ def main() -> None:
         out.flush()
 
     from kernelwright.core.config import EvalConfig
-    from kernelwright.engine import EngineError, trusted_builds
+    from kernelwright.engine import EngineError
+    from kernelwright.engine.build import trusted_builds
     from kernelwright.executors.base import EvalTask, run_task
     from kernelwright.executors.warm_pool import WarmPool
 

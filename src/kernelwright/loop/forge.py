@@ -27,7 +27,7 @@ from kernelwright.core import run_files
 from kernelwright.core.config import EvalConfig, LoopConfig
 from kernelwright.core.record import EvalResult, Status
 from kernelwright.loop.history import Candidate, Expectation, ModelCall, NoRecorder, Progress, Recorder, Round, RunState
-from kernelwright.loop.judge_evidence import render_for_judge
+from kernelwright.loop.llm_judge_evidence import render_for_llm_judge
 from kernelwright.models import prompts
 from kernelwright.models.base import AnswersExhausted, ChatModel, ModelError
 from kernelwright.models.extract import (
@@ -288,7 +288,7 @@ class Forge:
             kind: type = PerformanceCritique
             last = rnd.expectation if rnd.expectation and rnd.expectation.measured_over_baseline is not None else None
             prompt = self._render(
-                "judge_performance",
+                "llm_judge_performance",
                 backend=self.config.backend,
                 problem_code=self.problem_code,
                 code=target.code,
@@ -301,7 +301,7 @@ class Forge:
         else:
             kind = FailureCritique
             prompt = self._render(
-                "judge_failure",
+                "llm_judge_failure",
                 backend=self.config.backend,
                 problem_code=self.problem_code,
                 code=rnd.code,
@@ -567,4 +567,4 @@ def _history_entry(rnd: Round) -> dict[str, Any]:
 
 def _profile_text(result: EvalResult | None) -> str:
     """The hardware evidence the engine attached (GPU facts, roofline, kernel profile), as text."""
-    return render_for_judge(result) if result is not None else ""
+    return render_for_llm_judge(result) if result is not None else ""

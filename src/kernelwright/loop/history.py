@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from kernelwright.core.record import EvalResult, Status
+from kernelwright.core.record import EvalResult, RoundVerdict, Status
 from kernelwright.models.base import Completion, Usage
 from kernelwright.models.extract import FailureCritique, PerformanceCritique
 
@@ -112,10 +112,10 @@ class _Outcome:
     result: EvalResult | None
 
     @property
-    def verdict(self) -> str:
+    def verdict(self) -> RoundVerdict:
         if self.result is not None:
-            return self.result.status.value
-        return "model_error" if self.coder and self.coder.error else "not_run"
+            return RoundVerdict.of(self.result.status)
+        return RoundVerdict.MODEL_ERROR if self.coder and self.coder.error else RoundVerdict.NOT_RUN
 
     @property
     def speedup(self) -> float | None:

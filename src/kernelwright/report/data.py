@@ -15,7 +15,8 @@ import json
 from datetime import datetime
 from typing import Any
 
-from kernelwright.store.api import RunStore
+from kernelwright.core.record import EvalResult, RoundVerdict, Status
+from kernelwright.store.api import RunStore, result_of
 from kernelwright.suites.metrics import ProblemOutcome, fast_p_curve, summarize
 
 CSV_COLUMNS = [
@@ -42,16 +43,16 @@ CSV_COLUMNS = [
 ENV_KEYS = ("device", "driver", "torch", "cuda", "python", "kernelwright", "commit", "platform")
 
 
-def reason(record: dict[str, Any] | None) -> str | None:
+def reason(result: EvalResult | None) -> str | None:
     """Why an evaluation failed, in one line: the first line of its error log that says something."""
-    if not record or record.get("status") == "passed":
+    if result is None or result.status is Status.PASSED:
         return None
-    for line in (record.get("error_log") or "").splitlines():
+    for line in result.error_log.splitlines():
         line = " ".join(line.split())
         if line and not line.startswith(("Traceback", "File ", "^")):
             return (line[:157] + "...") if len(line) > 160 else line
-    stage = record.get("error_stage")
-    return f"{record.get('status')}" + (f" in stage {stage}" if stage else "")
+    stage = result.error_stage
+    return f"{result.status}" + (f" in stage {stage}" if stage else "")
 
 
 def environment(db: RunStore, runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -65,10 +66,12 @@ def environment(db: RunStore, runs: list[dict[str, Any]]) -> dict[str, Any]:
         if info.get("kernelwright"):
             env.setdefault("kernelwright", info["kernelwright"])
         for e in db.evaluations(run=run["id"]):
-            rec = e.get("record") or {}
-            meta = rec.get("metadata") or {}
+            result = result_of(e)
+            if result is None:
+                continue
+            meta = result.metadata
             for key, value in (
-                ("device", rec.get("device")),
+                ("device", result.device),
                 ("torch", meta.get("torch_version")),
                 ("cuda", meta.get("cuda_version")),
                 ("python", meta.get("python")),
@@ -149,9 +152,10 @@ def build(db: RunStore, target: str, fast_p_counts: str = "all") -> dict[str, An
         if row["correct"]:
             timed = next((e for e in evals if e["round_idx"] == row["best_round"]), {})
         elif evals:
-            error = (evals[-1]["record"].get("error_log") or "").strip()[:4000]
-            why = reason(evals[-1]["record"])
-        elif row["verdict"] == "no_candidate":
+            last = result_of(evals[-1])
+            error = last.error_log.strip()[:4000] if last is not None else None
+            why = reason(last)
+        elif row["verdict"] == RoundVerdict.NO_CANDIDATE:
             why = "no candidate for this problem"
         problems.append(
             {

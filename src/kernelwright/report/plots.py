@@ -8,17 +8,20 @@ import math
 import re
 from typing import Any
 
-VERDICT_COLORS = {
-    "passed": "#2e7d32",
-    "incorrect": "#f9a825",
-    "compile_error": "#c62828",
-    "runtime_error": "#ad1457",
-    "timeout": "#6a1b9a",
-    "crashed": "#4e342e",
-    "format_error": "#7b1fa2",
-    "model_error": "#546e7a",
-    "no_candidate": "#9e9e9e",
-    "not_run": "#bdbdbd",
+from kernelwright.core.record import RoundVerdict
+
+VERDICT_COLORS: dict[str, str] = {  # a colour for every verdict a round or a problem can have
+    RoundVerdict.PASSED: "#2e7d32",
+    RoundVerdict.INCORRECT: "#f9a825",
+    RoundVerdict.COMPILE_ERROR: "#c62828",
+    RoundVerdict.RUNTIME_ERROR: "#ad1457",
+    RoundVerdict.TIMEOUT: "#6a1b9a",
+    RoundVerdict.CRASHED: "#4e342e",
+    RoundVerdict.FORMAT_ERROR: "#7b1fa2",
+    RoundVerdict.ENGINE_ERROR: "#37474f",
+    RoundVerdict.MODEL_ERROR: "#546e7a",
+    RoundVerdict.NO_CANDIDATE: "#9e9e9e",
+    RoundVerdict.NOT_RUN: "#bdbdbd",
 }
 
 

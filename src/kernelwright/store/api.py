@@ -5,7 +5,7 @@
     db.suites()                      # every suite: name, kind, problems, settings
     db.runs(suite="kb-l1")           # every run (one per problem of a suite), with its best result
     db.problems("kb-l1")             # one row per problem: best correct speedup, verdicts round by round
-    db.evaluations(suite="kb-l1")    # every evaluation, the full record under "record"
+    db.evaluations(suite="kb-l1")    # every evaluation, the full record under "record" (typed: `result_of(row)`)
     db.rounds(run_id)                # one run's rounds, the Judge's findings included
 
 `target` (for `problems`) is a suite's name or a run's id (its run directory).
@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from kernelwright.core.record import EvalResult
+from kernelwright.core.record import EvalResult, RoundVerdict, Status
 from kernelwright.store.db import Store, StoreError
 
 STORE_ENV = "KERNELWRIGHT_STORE"
@@ -57,14 +57,27 @@ def open_store(path: str | Path | None = None, readonly: bool = True) -> RunStor
     return RunStore(Store.open(path or default_store(), readonly=readonly))
 
 
+def load_record(record: dict[str, Any] | None) -> EvalResult | None:
+    """A stored evaluation record, read through `EvalResult.from_dict`; None when there is none or it
+    does not load as one (a file written by hand, a field no longer in the record)."""
+    if not record:
+        return None
+    try:
+        return EvalResult.from_dict(record)
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None
+
+
+def result_of(row: dict[str, Any]) -> EvalResult | None:
+    """The typed record of a row of `RunStore.evaluations()` (None: it does not load, see `load_record`)."""
+    return load_record(row.get("record"))
+
+
 def size_check(record: dict[str, Any] | None) -> tuple[bool | None, list[str]]:
     """(`EvalResult.size_robust`, `EvalResult.sizes_failed`) of a stored record; a record that does
     not load as an EvalResult is not known: (None, [])."""
-    if not record:
-        return None, []
-    try:
-        result = EvalResult.from_dict(record)
-    except (ValueError, TypeError, KeyError, AttributeError):
+    result = load_record(record)
+    if result is None:
         return None, []
     return result.size_robust, result.sizes_failed
 
@@ -161,7 +174,7 @@ class RunStore:
                 dict(
                     problem=m["problem"],
                     level=m.get("level"),
-                    verdict="no_candidate",
+                    verdict=RoundVerdict.NO_CANDIDATE,
                     correct=False,
                     speedup=None,
                     speedup_vs_compile=None,
@@ -184,10 +197,10 @@ class RunStore:
         evals = {e["round_idx"]: e for e in self.evaluations(run=run["id"], full=False)}
         # the run's best (the kernel the loop kept: best.py), else the fastest correct evaluation
         best = evals.get(run["best_round"]) if run["best_round"] is not None else None
-        if best is None or not (best["correct"] and best["status"] == "passed"):
-            correct = [e for e in evals.values() if e["correct"] and e["status"] == "passed"]
+        if best is None or not (best["correct"] and best["status"] == Status.PASSED):
+            correct = [e for e in evals.values() if e["correct"] and e["status"] == Status.PASSED]
             best = max(correct, key=lambda e: (e["speedup"] is not None, e["speedup"] or 0.0), default=None)
-        verdicts = [r["verdict"] for r in rounds]
+        verdicts = [RoundVerdict(r["verdict"]) for r in rounds]
         robust: bool | None = None
         failed: list[str] = []
         if best is not None:  # the kept kernel's record: did it hold at the other sizes of the problem?
@@ -196,7 +209,7 @@ class RunStore:
         return dict(
             problem=run["problem"],
             level=run["level"],
-            verdict="passed" if best is not None else (verdicts[-1] if verdicts else "not_run"),
+            verdict=RoundVerdict.PASSED if best is not None else (verdicts[-1] if verdicts else RoundVerdict.NOT_RUN),
             correct=best is not None,
             speedup=best["speedup"] if best else None,
             speedup_vs_compile=best["speedup_vs_compile"] if best else None,

@@ -2,7 +2,9 @@
 for it. The files are the source; indexing twice gives the same rows.
 
 A round folder counts once its `round.json` is written (the run directory writes it last, whole);
-a folder without one is a round that was cut off and is not indexed.
+a folder without one is a round that was cut off and is not indexed. A round's verdict is read as a
+`RoundVerdict`, its evaluation (`eval.json`) through `EvalResult.from_dict`: a record that does not
+load as one is not indexed, as an unreadable file is not.
 """
 
 from __future__ import annotations
@@ -13,16 +15,16 @@ from pathlib import Path
 from typing import Any
 
 from kernelwright.core import run_files
+from kernelwright.core.record import EvalResult, RoundVerdict
 from kernelwright.models.replay import round_dirs
 from kernelwright.store.db import Store, now
 from kernelwright.store.rundir import problem_name
 
 
-def degenerate(record: dict[str, Any]) -> bool:
-    """Does an evaluation record flag its problem's reference as degenerate (the `degenerate_reference` guard)?"""
-    meta = record.get("metadata") or {}
-    flags = ((meta.get("guards") or {}).get("flags") or {}) if isinstance(meta.get("guards"), dict) else {}
-    return bool(flags.get("degenerate_reference") or meta.get("degenerate_reference"))
+def degenerate(result: EvalResult) -> bool:
+    """Does an evaluation flag its problem's reference as degenerate: the `degenerate_reference` guard,
+    or the same finding under metadata["degenerate_reference"]?"""
+    return bool(result.flags().get("degenerate_reference") or result.metadata.get("degenerate_reference"))
 
 
 def code_hash(code: str) -> str:
@@ -33,6 +35,17 @@ def _load(path: Path) -> dict[str, Any] | None:
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError):
+        return None
+
+
+def _result(path: Path) -> EvalResult | None:
+    """An evaluation record file, typed; None when it is unreadable or does not load as an EvalResult."""
+    data = _load(path)
+    if not isinstance(data, dict):
+        return None
+    try:
+        return EvalResult.from_dict(data)
+    except (ValueError, TypeError, KeyError, AttributeError):
         return None
 
 
@@ -115,7 +128,7 @@ def index_run(
                     idx,
                     folder.name,
                     rec.get("kind"),
-                    rec.get("verdict") or "not_run",
+                    RoundVerdict(rec.get("verdict") or RoundVerdict.NOT_RUN).value,
                     rec.get("speedup"),
                     int(bool(rec.get("became_best"))),
                     rec.get("best_decision"),
@@ -128,7 +141,7 @@ def index_run(
                     rec.get("wall_s"),
                 ),
             )
-            ev = _load(folder / run_files.EVAL)
+            ev = _result(folder / run_files.EVAL)
             if ev is not None:
                 cur = tx.execute(
                     "INSERT INTO evaluations (run_id, round_idx, candidate_hash, status, correct, speedup,"
@@ -138,18 +151,18 @@ def index_run(
                         run_id,
                         idx,
                         chash,
-                        ev.get("status"),
-                        int(bool(ev.get("correct"))),
-                        ev.get("speedup"),
-                        ev.get("speedup_vs_compile"),
-                        ev.get("candidate_ms"),
-                        ev.get("reference_ms"),
-                        ev.get("device"),
+                        ev.status.value,
+                        int(ev.correct),
+                        ev.speedup,
+                        ev.speedup_vs_compile,
+                        ev.candidate_ms,
+                        ev.reference_ms,
+                        ev.device,
                         int(degenerate(ev)),
-                        json.dumps(ev),
+                        json.dumps(ev.to_dict(), allow_nan=True),
                     ),
                 )
-                prof = (ev.get("metadata") or {}).get("profile")
+                prof = ev.metadata.get("profile")
                 if prof:
                     tx.execute(
                         "INSERT INTO profiles (evaluation_id, source, data) VALUES (?,?,?)",

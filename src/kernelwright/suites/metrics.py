@@ -19,6 +19,8 @@ import math
 from collections import Counter
 from dataclasses import dataclass, field
 
+from kernelwright.core.record import RoundVerdict
+
 FAST_P = (0.0, 1.0, 1.5, 2.0)
 
 
@@ -26,11 +28,11 @@ FAST_P = (0.0, 1.0, 1.5, 2.0)
 class ProblemOutcome:
     problem: str
     level: str | None = None
-    verdict: str = "not_run"  # passed when any evaluation passed, else the last evaluation's verdict
+    verdict: RoundVerdict = RoundVerdict.NOT_RUN  # passed when any evaluation passed, else the last round's verdict
     correct: bool = False
     speedup: float | None = None  # of the best correct kernel, over eager
     speedup_vs_compile: float | None = None  # of the same kernel, over torch.compile (when timed)
-    verdicts: list[str] = field(default_factory=list)  # every evaluation's verdict, in order
+    verdicts: list[RoundVerdict] = field(default_factory=list)  # every round's verdict, in order
     speedups: list[float | None] = field(default_factory=list)  # every round's (None unless passed)
     tokens: int = 0
     cost_usd: float | None = 0.0  # None: some call had no known price
@@ -116,8 +118,8 @@ def summarize(outcomes: list[ProblemOutcome]) -> SuiteMetrics:
         degenerate=sorted(o.problem for o in outcomes if o.degenerate),
         correct=len(correct),
         correctness_rate=len(correct) / n if n else 0.0,
-        verdict_mix=dict(Counter(o.verdict for o in counted).most_common()),
-        evaluation_mix=dict(Counter(v for o in counted for v in o.verdicts).most_common()),
+        verdict_mix=dict(Counter(str(o.verdict) for o in counted).most_common()),
+        evaluation_mix=dict(Counter(str(v) for o in counted for v in o.verdicts).most_common()),
         mean_speedup=mean(timed),
         geomean_speedup=geomean(timed),
         mean_speedup_vs_compile=mean(vs_compile),

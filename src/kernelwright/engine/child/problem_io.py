@@ -53,8 +53,9 @@ def device_name(device: torch.device) -> str:
 
 
 def resolve_device(want: str) -> torch.device:
-    if want == "auto":
-        want = "cuda" if torch.cuda.is_available() else "cpu"
+    """The torch device of the evaluation's device, resolved by the parent ("auto" never reaches a child)."""
+    if want not in ("cuda", "cpu"):
+        raise RuntimeError(f"device {want!r} reached the evaluation child unresolved; the parent resolves it")
     if want == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("CUDA requested but not available in the evaluation child")
     return torch.device(want)

@@ -147,14 +147,17 @@ def annotate(result: Any, iso: Isolation | None) -> None:
 _HOST_OOM_SIGNS = ("MemoryError", "Cannot allocate memory", "can't allocate memory", "std::bad_alloc")
 
 
-def prepare(device: str, sandbox_kind: str, memory_limit_mb: int | None) -> Isolation:
-    """The isolation for one child of an evaluation on `device` in sandbox `sandbox_kind`."""
-    iso = Isolation(eval_id=secrets.token_hex(12), sandbox=sandbox_kind, _parent_pid=os.getpid())
+def prepare(device: str, sandbox: str, memory_limit_mb: int | None) -> Isolation:
+    """The isolation for one child of an evaluation on `device` in `sandbox` (both resolved at the
+    entry point: "auto" is an error here)."""
+    if device not in ("cuda", "cpu") or sandbox not in ("bwrap", "none"):
+        raise ValueError(f"isolation for device {device!r}, sandbox {sandbox!r}: resolve the configuration first")
+    iso = Isolation(eval_id=secrets.token_hex(12), sandbox=sandbox, _parent_pid=os.getpid())
     _libc()  # loaded here: the forked child only calls it
     limit = auto_memory_limit_mb() if memory_limit_mb is None else (memory_limit_mb or None)
     iso.memory_limit_mb = limit
     iso.rlimits = {"RLIMIT_CORE": 0, "RLIMIT_FSIZE": FILE_SIZE_LIMIT_MB << 20}
-    cuda = device == "cuda" or (device == "auto" and bool(glob.glob("/dev/nvidia[0-9]*")))
+    cuda = device == "cuda"
     mechanisms = []
     if limit and not cuda:
         iso.rlimits["RLIMIT_AS"] = limit << 20
@@ -178,7 +181,7 @@ def prepare(device: str, sandbox_kind: str, memory_limit_mb: int | None) -> Isol
         iso.notes.append(
             "no process-count limit (RLIMIT_NPROC counts all of the user's processes; no writable pids cgroup)"
         )
-    if sandbox_kind == "bwrap":
+    if sandbox == "bwrap":
         iso.pid_namespace = iso.caps_dropped = True  # bwrap's --unshare-pid, its own /proc, --cap-drop ALL
     else:
         prefix, why_not = pid_namespace_prefix()

@@ -24,15 +24,18 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from kernelwright.core.config import SandboxMode
+from kernelwright.core.config import ResolvedSandbox, SandboxMode
 
 
 class SandboxUnavailable(RuntimeError):
     pass
 
 
-def resolve(mode: SandboxMode) -> str:
-    """The sandbox that will actually be used for `mode`."""
+def resolve(mode: SandboxMode) -> ResolvedSandbox:
+    """The sandbox that will actually be used for `mode` (called at the entry points, through
+    `kernelwright.engine.resolve`)."""
+    if mode not in ("auto", "bwrap", "none"):
+        raise SandboxUnavailable(f"--sandbox must be auto, bwrap or none (got {mode!r})")
     if mode == "none":
         return "none"
     bwrap = shutil.which("bwrap")
@@ -175,7 +178,8 @@ def _under(path: str, dirs: list[str]) -> bool:
 
 
 def wrap(argv: list[str], kind: str, workdir: Path, writable: list[Path], read_only: Sequence[Path] = ()) -> list[str]:
-    """The command line that runs `argv` inside sandbox `kind`; `read_only` may lie inside `writable`."""
+    """The command line that runs `argv` inside sandbox `kind` (bwrap or none: "auto" was resolved at
+    the entry point); `read_only` may lie inside `writable`."""
     if kind == "none":
         return argv
     if kind == "bwrap":
@@ -183,7 +187,9 @@ def wrap(argv: list[str], kind: str, workdir: Path, writable: list[Path], read_o
         if bwrap is None:
             raise SandboxUnavailable("bubblewrap disappeared; install it or use --sandbox none")
         return _bwrap_argv(bwrap, workdir, writable, read_only) + ["--"] + argv
-    raise SandboxUnavailable(f"unknown sandbox {kind!r}; use auto, bwrap or none")
+    raise SandboxUnavailable(
+        f"sandbox {kind!r} reached the engine unresolved; resolve the configuration first (kernelwright.engine.resolve)"
+    )
 
 
 def child_exit_code(code: int | None) -> int | None:

@@ -14,7 +14,9 @@ from pathlib import Path
 import jinja2
 
 TEMPLATE_DIR = Path(__file__).resolve().parent
-TEMPLATES = ("coder_first", "coder_repair", "coder_optimise", "judge_failure", "judge_performance")
+TEMPLATES = ("coder_first", "coder_repair", "coder_optimise", "llm_judge_failure", "llm_judge_performance")
+# Templates that had another name: a prompt folder that still uses it is told the new one.
+RENAMED = {"judge_failure.j2": "llm_judge_failure.j2", "judge_performance.j2": "llm_judge_performance.j2"}
 
 
 class PromptDirError(ValueError):
@@ -34,6 +36,9 @@ def check_prompt_dir(prompt_dir: str | Path) -> Path:
         raise PromptDirError(f"prompt folder {folder} not found; set model.prompt_dir to a folder of .j2 files")
     known = set(bundled())
     unknown = sorted(p.name for p in folder.glob("*.j2") if p.name not in known)
+    renamed = [f"{name} to {RENAMED[name]}" for name in unknown if name in RENAMED]
+    if renamed:
+        raise PromptDirError(f"prompt folder {folder}: rename {', '.join(renamed)} (the LLM Judge's templates)")
     if unknown:
         raise PromptDirError(
             f"prompt folder {folder}: {', '.join(unknown)} replace no template; "

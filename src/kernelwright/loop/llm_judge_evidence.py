@@ -1,7 +1,7 @@
-"""Compact text of a correct candidate's hardware evidence for the Judge's performance prompt:
+"""Compact text of a correct candidate's hardware evidence for the LLM Judge's performance prompt:
 GPU facts, the roofline line, and the kernel profile (ncu metrics, or torch.profiler's list).
 
-`render_for_judge(result)` returns a short string (about 10-25 lines); empty when the record
+`render_for_llm_judge(result)` returns a short string (about 10-25 lines); empty when the record
 holds no such evidence. Standard library only.
 """
 
@@ -144,7 +144,7 @@ def _torch_lines(p: dict[str, Any], header: str) -> list[str]:
     return lines
 
 
-def render_for_judge(result: Any) -> str:
+def render_for_llm_judge(result: Any) -> str:
     """GPU facts, roofline and profile of an EvalResult (or its dict), as short text."""
     meta = result.get("metadata", {}) if isinstance(result, dict) else (result.metadata or {})
     lines: list[str] = []

@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from kernelwright.core.config import EvalConfig
-from kernelwright.engine import process, static_builds
+from kernelwright.engine import process
+from kernelwright.engine.build import static_builds
 from kernelwright.engine.isolation import containment as isolation
 from kernelwright.engine.isolation import sandbox
 
@@ -76,7 +77,6 @@ def cache_root(config: EvalConfig) -> Path:
 def build(
     candidate_text: str,
     config: EvalConfig,
-    sandbox_kind: str,
     workdir: Path,
     env: dict[str, str],
     arch_list: str | None = None,
@@ -100,7 +100,7 @@ def build(
     with _KNOWN_LOCK:
         recorded = _RECORDED.get(text_key)
     if recorded is None and record and computed:
-        recorded, refused = record_calls(candidate_text, config, sandbox_kind, workdir / "recorder", env)
+        recorded, refused = record_calls(candidate_text, config, workdir / "recorder", env)
         with _KNOWN_LOCK:
             _RECORDED[text_key] = recorded
         out.private = [p for p in out.private if p not in computed] + refused
@@ -150,8 +150,8 @@ def build(
         "use_pch": config.build.use_pch,
         "lean_headers": config.build.lean_headers,
     }
-    argv = sandbox.wrap(builder_argv(), sandbox_kind, workdir, [Path(config.cache_dir)])
-    iso = isolation.prepare("cpu", sandbox_kind, config.memory_limit_mb)
+    argv = sandbox.wrap(builder_argv(), config.sandbox, workdir, [Path(config.cache_dir)])
+    iso = isolation.prepare("cpu", config.sandbox, config.memory_limit_mb)
     finished = process.run_to_end(
         argv,
         job,
@@ -220,7 +220,7 @@ def adopt(memo: dict[str, Any]) -> None:
 
 
 def record_calls(
-    candidate_text: str, config: EvalConfig, sandbox_kind: str, workdir: Path, env: dict[str, str]
+    candidate_text: str, config: EvalConfig, workdir: Path, env: dict[str, str]
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """The load_inline calls the candidate's module-level code makes (`child/build_recorder.py`, in
     the sandbox, no GPU), each checked as hostile input: (accepted calls, why each other was refused)."""
@@ -230,9 +230,9 @@ def record_calls(
     cand.write_text(candidate_text)
     env = dict(env, TMPDIR=str(workdir / "tmp"), CUDA_VISIBLE_DEVICES="")
     argv = sandbox.wrap(
-        [sys.executable, "-u", "-m", "kernelwright.engine.child.build_recorder"], sandbox_kind, workdir, []
+        [sys.executable, "-u", "-m", "kernelwright.engine.child.build_recorder"], config.sandbox, workdir, []
     )
-    iso = isolation.prepare("cpu", sandbox_kind, config.memory_limit_mb)
+    iso = isolation.prepare("cpu", config.sandbox, config.memory_limit_mb)
     done = process.run_to_end(
         argv,
         {"candidate_path": str(cand)},

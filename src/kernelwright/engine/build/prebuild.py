@@ -1,7 +1,7 @@
 """Prebuilding candidates on the CPU while the GPU evaluates: `BuildPool(max_workers).submit(...)`.
 
 With the trusted cache (`BuildConfig.trusted_cache`, the default), a prebuild is the trusted
-builder (`engine/trusted_builds.py`): the candidate's statically known `load_inline` calls are
+builder (`engine/build/trusted_builds.py`): the candidate's statically known `load_inline` calls are
 built into the shared cache by a child that never imports the candidate; a call it cannot resolve
 is left to the evaluation (which builds it privately), and the prebuild says so (`ok` False).
 Without it, a prebuild is the evaluation child in `build_only` mode: it imports the candidate (so
@@ -28,10 +28,12 @@ from typing import Any
 
 from kernelwright.core import formats
 from kernelwright.core.config import EvalConfig
-from kernelwright.engine import process, trusted_builds
-from kernelwright.engine.build_arch import detect_arch_list
+from kernelwright.engine import process
+from kernelwright.engine.build import trusted_builds
+from kernelwright.engine.build.build_arch import detect_arch_list
 from kernelwright.engine.isolation import leftovers, sandbox
 from kernelwright.engine.isolation.environment import child_env
+from kernelwright.engine.resolve import resolve_config
 
 
 @dataclass
@@ -65,10 +67,9 @@ def prebuild(problem: str | Path, candidate_text: str, config: EvalConfig, arch_
         env["CUDA_VISIBLE_DEVICES"] = ""
         if arch_list:
             env["TORCH_CUDA_ARCH_LIST"] = arch_list
-        kind = sandbox.resolve(config.sandbox)
         if config.build.trusted_cache:
             trusted = trusted_builds.build(
-                candidate_text, config, kind, workdir / "trusted-build", env, arch_list, record=True
+                candidate_text, config, workdir / "trusted-build", env, arch_list, record=True
             )  # calls computed at run time too: recorded off the GPU's path
             failed = [b for b in trusted.builds if not b.get("ok")]
             err = (
@@ -84,7 +85,7 @@ def prebuild(problem: str | Path, candidate_text: str, config: EvalConfig, arch_
                 error=err[:300],
                 memo=trusted.memo,
             )
-        argv = sandbox.wrap(process.child_argv(), kind, workdir, [cache_dir])
+        argv = sandbox.wrap(process.child_argv(), config.sandbox, workdir, [cache_dir])
         cfg = replace(config, device="cpu").to_dict()
         job = {"problem_path": str(prob_copy), "candidate_path": str(cand), "config": cfg, "mode": "build_only"}
         msgs, timed_out, log_tail, build_s = _run_build(
@@ -127,7 +128,7 @@ class BuildPool:
         cpus: set[int] | None = None,
         before: Callable[[], object] | None = None,
     ):
-        self.config = config or EvalConfig()
+        self.config = config or resolve_config(EvalConfig())
         self.arch_list = detect_arch_list() if arch_list == "auto" else arch_list
         self.before = before
         self._pool = ThreadPoolExecutor(

@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 from kernelwright.core import run_files
 from kernelwright.core.config import EvalConfig, LoopConfig
-from kernelwright.core.record import EvalResult, Stage, Status
+from kernelwright.core.record import EvalResult, RoundVerdict, Stage, Status
 from kernelwright.executors.base import EvalTask, Executor, SerialExecutor
 from kernelwright.loop.history import Progress as LoopProgress
 from kernelwright.loop.history import Round, RunState
@@ -206,7 +206,7 @@ def _on_stage(progress: SuiteProgress, pipeline: Pipeline, prob: Problem) -> Cal
 def _eval_one_by_one(todo, executor, store, name, config, outcome, progress, pipeline, build_workers, build_pool):
     pool = build_pool
     if pool is None and build_workers > 0 and any(needs_build(c.text) for _, c, _ in todo):
-        from kernelwright.engine.prebuild import BuildPool
+        from kernelwright.engine.build.prebuild import BuildPool
 
         pool = BuildPool(max_workers=build_workers, config=config)
     try:
@@ -453,6 +453,6 @@ def _optimize_problem(
         outcome.ran.append(prob.key)
     progress.done(
         prob,
-        "passed" if best else (state.rounds[-1].verdict if state.rounds else "not_run"),
+        RoundVerdict.PASSED if best else (state.rounds[-1].verdict if state.rounds else RoundVerdict.NOT_RUN),
         best.speedup if best else None,
     )
