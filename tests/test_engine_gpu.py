@@ -13,12 +13,12 @@ pytestmark = pytest.mark.gpu
 CUDA_EXAMPLE = EXAMPLES / "cuda_swish"
 
 
-def test_bundled_cuda_candidate_passes_and_is_timed_with_events(cuda_config):
+def test_bundled_cuda_candidate_passes_and_is_timed_by_the_judge(cuda_config):
     cuda_config.timing.compare_compile = True
     r = evaluate(CUDA_EXAMPLE / "problem.py", CUDA_EXAMPLE / "candidate.py", cuda_config)
     assert r.status is Status.PASSED, r.error_log
     assert r.device_type == "cuda" and r.device
-    assert r.candidate_timing.clock == "cuda_event" and r.candidate_timing.l2_flush
+    assert r.candidate_timing.clock == "judge_window" and r.metadata["timing"]["calls_per_window"] > 1
     assert r.speedup > 1.0  # one pass instead of four over 128 MiB
     assert r.compile_reference_ms is not None or "compile_reference_error" in r.metadata
     lean = r.metadata["builds"][0]["lean_headers"]

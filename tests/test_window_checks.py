@@ -67,3 +67,25 @@ def test_large_outputs_are_checked_in_chunks(monkeypatch):
     monkeypatch.setattr(windows, "_errors_stacked", lambda c, r: calls.append(len(r)) or real(c, r))
     assert windows.slot_errors(cands, refs) == want
     assert calls == [3, 3, 3, 1]
+
+
+def test_windows_grow_after_the_warm_up_for_a_candidate_much_faster_than_its_reference():
+    from kernelwright.engine.child import windows
+
+    p = windows.plan(
+        est_ms=2.0, set_bytes=1 << 20, out_bytes=1 << 20, budget_bytes=1 << 30, window_ms=25, rounds=5, max_calls=256
+    )
+    assert p.calls == 13 and p.limit == 128  # 25 ms of reference work; the budget holds 128 sets
+    assert windows.regrow(p, candidate_ms=0.1, window_ms=25) and p.calls == 128  # capped by the budget
+    assert "warm-up" in p.reasons[-1]
+    q = windows.plan(2.0, 1 << 20, 1 << 20, 1 << 30, 25, 5, 256)
+    assert not windows.regrow(q, candidate_ms=3.0, window_ms=25) and q.calls == 13  # never shrinks
+
+
+def test_an_allocation_refused_by_the_driver_or_torch_is_out_of_memory():
+    from kernelwright.engine.child.device_handoff import Unavailable
+    from kernelwright.engine.child.timing_review import _out_of_memory
+
+    assert _out_of_memory(Unavailable("cuMemCreate failed: CUDA_ERROR_OUT_OF_MEMORY (2)"))
+    assert _out_of_memory(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"))
+    assert not _out_of_memory(RuntimeError("ModelNew failed in a timing window"))

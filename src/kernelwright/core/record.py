@@ -117,7 +117,7 @@ class TimingStats:
     p90_ms: float
     iterations: int
     warmup: int
-    clock: str  # "cuda_event" | "perf_counter"
+    clock: str  # "judge_window" (the judge's windows); older records: "cuda_event" | "perf_counter"
     l2_flush: bool
     statistic: str = "median"
 

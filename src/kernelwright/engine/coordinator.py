@@ -4,10 +4,11 @@ The parent routes the runner's reports to the judge and the judge's requests (`t
 `stop`) back to the runner, and applies its own schedule of deadlines: the runner's stages are
 accepted once each and in order (startup, build, init, correctness, timing, profile), each with
 its budget from the moment it is announced, all within a hard total of the budgets' sum from the
-runner's spawn, so no message can extend an evaluation. The judge (trusted) may shorten a stage's
-budget (`limit`: the correctness stage from the reference's own time), never lengthen it. A line
-longer than 1 MiB, or more messages than any honest run sends, ends the runner (a protocol
-violation). The one record returned is the judge's; the parent only says how the runner ended.
+runner's spawn, so no message can extend an evaluation. The judge (trusted) may also set a limit
+between two of the runner's reports in a stage (`limit`: in correctness, from the reference's own
+time), which only ever ends a stage sooner. A line longer than 1 MiB, or more messages than any
+honest run sends, ends the runner (a protocol violation). The one record returned is the judge's;
+the parent only says how the runner ended.
 """
 
 from __future__ import annotations
@@ -96,10 +97,19 @@ def coordinate(
     pending = list(runner.pending)
     runner.pending = []
 
+    # the judge's per-report limits: stage -> (the most seconds between two of the runner's reports
+    # in that stage, extra seconds before its first one); the stage's flat budget still holds
+    report_limits: dict[str, tuple[float, float]] = {}
+    last_report = time.monotonic()
+    reported_in_stage = False
+    limit_hit = 0.0  # the limit that ended the runner (seconds), when it was one of those
+
     def forward(msg: dict[str, Any]) -> None:
-        nonlocal stage, deadline
+        nonlocal stage, deadline, last_report, reported_in_stage
         kind = msg.get("type")
         now = time.monotonic()
+        last_report = now
+        reported_in_stage = kind != "stage"
         if kind == "stage":
             new = msg.get("stage")
             if new in STAGE_ORDER and STAGE_ORDER.index(new) > STAGE_ORDER.index(stage):
@@ -120,8 +130,15 @@ def coordinate(
     while runner_open:
         now = time.monotonic()
         limit = min(deadline, hard_deadline)
+        per_report = 0.0
+        if stage in report_limits:
+            between, first = report_limits[stage]
+            per_report = between + (0.0 if reported_in_stage else first)
+            limit = min(limit, last_report + per_report)
         if now >= limit:
             timed_out = stage
+            if per_report and limit == last_report + per_report:
+                limit_hit = per_report
             break
         fds = [runner.read_fd] + ([judge.read_fd] if not judge_gone else [])
         import select
@@ -158,12 +175,16 @@ def coordinate(
                     if what == "stop":
                         runner_open = False
                         asked_stop = True
-                elif msg.get("type") == "limit":  # the judge shortens a stage (from the reference's time)
-                    st, secs = msg.get("stage"), msg.get("s")
-                    if st in budgets and isinstance(secs, (int, float)) and secs > 0:
-                        budgets[st] = min(budgets[st], float(secs))
-                        if st == stage:
-                            deadline = stage_began[stage] + budgets[stage]
+                elif msg.get("type") == "limit":  # the judge's limit between reports (from the reference's time)
+                    st, secs, first = msg.get("stage"), msg.get("s"), msg.get("first_extra_s", 0.0)
+                    if (
+                        st in budgets
+                        and isinstance(secs, (int, float))
+                        and secs > 0
+                        and isinstance(first, (int, float))
+                        and first >= 0
+                    ):
+                        report_limits[st] = (float(secs), float(first))
                 elif msg.get("type") == "final":
                     record = msg.get("record")
         if not ready and not runner.alive():
@@ -219,7 +240,8 @@ def coordinate(
         "cmd": "ended",
         "stage": stage,
         "timed_out_stage": timed_out or None,
-        "limit_s": budgets.get(timed_out, 0.0),
+        "limit_s": limit_hit or budgets.get(timed_out, 0.0),
+        "limit_kind": "report" if limit_hit else "stage",
         "exit_code": exit_code,
         "how": how,
         "protocol": protocol or None,

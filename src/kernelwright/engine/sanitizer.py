@@ -26,6 +26,7 @@ from typing import Any
 from kernelwright.core.record import Stage, Status
 
 MAX_ERRORS = 20  # memcheck's --print-limit, and the errors kept in the record
+PADDING_BYTES = 4096  # memcheck's --padding: unallocated bytes after every allocation
 
 _HEAD = re.compile(r"(Invalid|Misaligned) (__\w+__|\w+) (read|write|atomic)\w* of size (\d+)")
 _AT_PC = re.compile(r"^at (0x[0-9a-fA-F]+) in (.+)$")  # at 0xc8 in [file:line:]kernel
@@ -130,6 +131,10 @@ def run(
             "memcheck",
             "--print-limit",
             str(MAX_ERRORS),
+            # a guard after every allocation: small cudaMallocs are packed back to back, so a read
+            # just past one tensor would land in the next one and look valid without it
+            "--padding",
+            str(PADDING_BYTES),
             "--target-processes",
             "all",
             "--show-backtrace",

@@ -467,22 +467,23 @@ class Judge:
             self.expected.add("guards")
         for c in cmds:
             self.ask(protocol.to_line(c))
-        self.limit_correctness(calls=self.cfg.trials + (GUARD_CALLS if self.cfg.guards.enabled else 0))
+        self.limit_correctness(calls=GUARD_CALLS if self.cfg.guards.enabled else 1)
 
     def limit_correctness(self, calls: int) -> None:
-        """Shorten the correctness stage to what the reference's own time says the calls need
-        (StageTimeouts.call_floor, call_factor, jit_allowance): a kernel that never returns is
-        stopped within seconds, not at the flat stage limit."""
+        """The most time a correctness command of the runner (a trial: one call; the guards: `calls`)
+        may take before its report, from the reference's own time (StageTimeouts.call_floor,
+        call_factor; jit_allowance before the first report of a candidate that compiles at its first
+        call): a kernel that never returns is stopped within seconds, not at the stage's flat limit."""
         t = self.cfg.timeouts
         if t.call_factor <= 0 or not self.ref_call_s:
             return
         per_call = statistics.median(self.ref_call_s[1:] or self.ref_call_s)  # the first call warms up
-        limit = max(t.call_floor, t.call_factor * per_call * calls)
-        if self.job.get("candidate_jit"):
-            limit += t.jit_allowance
-        limit = min(limit, t.correctness)
+        limit = min(max(t.call_floor, t.call_factor * per_call * calls), t.correctness)
+        first = t.jit_allowance if self.job.get("candidate_jit") else 0.0
         self.rec.metadata["correctness_limit_s"] = round(limit, 3)
-        self.chan.send("limit", stage="correctness", s=limit)
+        if first:
+            self.rec.metadata["correctness_first_call_extra_s"] = first
+        self.chan.send("limit", stage="correctness", s=limit, first_extra_s=first)
 
     def write_inputs(self, name: str, obj: Any) -> str:
         from kernelwright.engine.child.wire import write_tree
@@ -1149,6 +1150,7 @@ class Judge:
             timed=rec.candidate_timing is not None,
             runner_timed_out_stage=ended.get("timed_out_stage") or None,
             runner_limit_s=float(ended.get("limit_s") or 0),
+            runner_limit_kind="report" if ended.get("limit_kind") == "report" else "stage",
             protocol_violation=_text(ended["protocol"]) if ended.get("protocol") else None,
             runner_finished=self.done,
             runner_ended_how=str(ended.get("how") or ""),

@@ -34,9 +34,16 @@ def _budget_bytes(judge: Judge) -> int:
     if judge.device.type == "cuda":
         free, _ = torch.cuda.mem_get_info(judge.device)
         # windows of a memory-bound problem are as long as this allows: each hand-over's fixed cost
-        # is shared by more calls (the plan counts the runner's outputs too)
-        return int(free * 0.6)
+        # is shared by more calls (the plan counts the runner's outputs too; a window that finds the
+        # memory taken meanwhile, by other evaluations on the device, is halved and run again)
+        return int(free * 0.5)
     return 1 << 30
+
+
+def _out_of_memory(exc: BaseException) -> bool:
+    """A device or host allocation refused (torch's, or the driver's for a window's region)."""
+    text = str(exc)
+    return isinstance(exc, torch.OutOfMemoryError) or "OUT_OF_MEMORY" in text or "out of memory" in text
 
 
 def _nbytes(obj: Any) -> int:
@@ -174,24 +181,36 @@ def _run(
     bad = checked = 0
     try:
         warmups = 1  # one warm-up window; a second one when the first one grows the windows
-        r = 0
+        r = shrunk = 0
         while r < plan.rounds + warmups:
             warm = r < warmups
-            r += 1
             t_phase = time.perf_counter()
-            sets, layout = timer.pool(plan.warmup_calls if warm else plan.calls)
-            t_phase = _phase(phases, "draws", t_phase)
-            monitor = stability.CpuLoadMonitor()
-            r_ms, ref_outs = timer.reference_window(sets, layout)
-            monitor.tick()
-            t_phase = _phase(phases, "reference_windows", t_phase)
+            try:
+                sets, layout = timer.pool(plan.warmup_calls if warm else plan.calls)
+                t_phase = _phase(phases, "draws", t_phase)
+                monitor = stability.CpuLoadMonitor()
+                r_ms, ref_outs = timer.reference_window(sets, layout)
+                monitor.tick()
+                t_phase = _phase(phases, "reference_windows", t_phase)
+                res = timer.candidate_window(sets, layout, ref_outs, expected_ms=r_ms * (2.0 if warm else 1.0))
+            except Exception as exc:  # memory other evaluations took since the plan: smaller windows
+                if not _out_of_memory(exc) or plan.calls <= 1 or shrunk >= 6:
+                    raise
+                shrunk += 1
+                sets = ref_outs = []
+                if on_gpu:
+                    torch.cuda.empty_cache()
+                plan.calls = plan.limit = max(1, plan.calls // 2)
+                plan.warmup_calls = min(plan.warmup_calls, plan.calls)
+                plan.reasons.append(f"{plan.calls} sets per window (out of device memory with twice as many)")
+                continue
+            r += 1
             if not warm:
                 b, q = monitor.others_busy_cores(), monitor.others_runnable()
                 if b is not None:
                     busy.append(b)
                 if q is not None:
                     runnable.append(q)
-            res = timer.candidate_window(sets, layout, ref_outs, expected_ms=r_ms * (2.0 if warm else 1.0))
             t_phase = _phase(phases, "candidate_windows_and_checks", t_phase)
             bad += res.bad_slots
             checked += res.calls

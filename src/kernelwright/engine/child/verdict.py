@@ -46,6 +46,7 @@ class Facts:
     timed: bool = False  # the judge's timing windows produced a figure
     runner_timed_out_stage: str | None = None
     runner_limit_s: float = 0.0
+    runner_limit_kind: str = "stage"  # "report": the judge's limit between two reports (a call that never returns)
     protocol_violation: str | None = None
     runner_finished: bool = True  # it said `done` (or was told to stop)
     runner_ended_how: str = ""  # "was killed by SIGSEGV", ... ('' when it exited by itself or was stopped)
@@ -56,6 +57,13 @@ class Facts:
 def decide(f: Facts) -> Failure:
     """The verdict for `f`, by the precedence in the module's docstring."""
     stage = _STAGES.get(f.runner_stage)
+    if f.runner_timed_out_stage and f.runner_limit_kind == "report":
+        return Failure(
+            Status.TIMEOUT,
+            f"Timed out in stage '{f.runner_timed_out_stage}': a call of the candidate did not return within "
+            f"{f.runner_limit_s:g} s (the limit its reference's own time sets); the process group was killed.",
+            _STAGES.get(f.runner_timed_out_stage),
+        )
     if f.runner_timed_out_stage:
         return Failure(
             Status.TIMEOUT,
