@@ -286,6 +286,14 @@ def test_the_run_survives_rate_limits_server_errors_bad_answers_and_timeouts(cpu
     assert (tmp_path / "run" / "best.py").read_text() == (CANDIDATES / "py_correct.py").read_text()
 
 
+def gpu_loop_config(folder):
+    """The loop's spread rule off (tested in test_forge_rules.py): the two passing rounds differ by
+    about 1.3x, inside the spread of short GPU windows, and this test is about keeping the faster."""
+    path = folder / "kernelwright.toml"
+    path.write_text("[loop]\nspread_factor = 0.0\n")
+    return path
+
+
 @pytest.mark.gpu
 @pytest.mark.slow
 def test_a_replayed_cuda_run_verifies_a_speedup_on_the_gpu(tmp_path, monkeypatch, cache_dir):
@@ -307,6 +315,8 @@ def test_a_replayed_cuda_run_verifies_a_speedup_on_the_gpu(tmp_path, monkeypatch
         "3",
         "--out",
         str(out),
+        "--config",
+        str(gpu_loop_config(tmp_path)),
     )
     summary = read_summary(out)
     assert [r["verdict"] for r in summary["rounds"]] == ["incorrect", "passed", "passed"], summary["rounds"]

@@ -99,6 +99,8 @@ def test_an_out_of_bounds_read_that_passes_is_a_memory_error_under_sanitize(cuda
     assert san["ran"] is True and "note" not in san, san
     if bad:
         assert r.status is Status.INCORRECT and "memory_error" in r.metadata["guards"]["flags"]
-        assert "swish_scale_neighbour_kernel" in r.error_log and "out of bounds" in r.error_log
+        assert "swish_scale_neighbour_kernel" in r.error_log, san["errors"]
+        # memcheck names an out-of-bounds access either way (the wording moves between its versions)
+        assert "out of bounds" in r.error_log or "after the nearest allocation" in r.error_log, san["errors"]
     else:
         assert r.status is Status.PASSED and san["errors"] == [] and san["error_summary"] == 0
