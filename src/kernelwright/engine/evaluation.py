@@ -21,6 +21,7 @@ from kernelwright.core.config import EvalConfig
 from kernelwright.core.record import EvalResult, Stage, Status
 from kernelwright.engine import nsight, process, sanitizer
 from kernelwright.engine.build import build_arch, trusted_builds
+from kernelwright.engine.child import protocol
 from kernelwright.engine.isolation import containment as isolation
 from kernelwright.engine.isolation import environment, leftovers, sandbox
 
@@ -362,14 +363,15 @@ def _run(
     out_dir = spare.out_dir
     files = {"out_dir": str(out_dir), "spill_dir": str(workdir / "out")}
     job = {"problem_path": "", "candidate_path": str(cand_path), "config": config.to_dict(), **files}
-    judge_job = {
-        "problem_source": Path(problem_path).read_text(),
-        "problem_name": str(problem_path),
-        "config": config.to_dict(),
+    judge_job = protocol.JudgeJob(
+        config=config.to_dict(),
+        problem_source=Path(problem_path).read_text(),
+        problem_name=str(problem_path),
+        out_dir=files["out_dir"],
+        spill_dir=files["spill_dir"],
         # read here, by the parent: a candidate that compiles at its first call gets the JIT allowance
-        "candidate_jit": formats.compiles_at_first_call(cand_path.read_text(errors="replace")),
-        **files,
-    }
+        candidate_jit=formats.compiles_at_first_call(cand_path.read_text(errors="replace")),
+    ).to_json()
     trusted = None
     if config.build.trusted_cache:  # build what can be built without running the candidate
         tdir = workdir / "trusted-build"

@@ -120,14 +120,12 @@ class Judge:
 
             self.handoff = socket.socket(fileno=handoff_fd)
 
-    def take(self, job: dict[str, Any]) -> None:
-        self.job = job
-        self.cfg = (
-            EvalConfig.from_dict(job["config"])
-            if "seed" in job["config"]
-            else EvalConfig(device=job["config"]["device"])
-        )
-        self.out_dir = job.get("out_dir") or os.getcwd()
+    def take(self, raw: dict[str, Any]) -> None:
+        from kernelwright.engine.child.protocol import JudgeJob
+
+        job = self.job = JudgeJob.from_json(raw)
+        self.cfg = EvalConfig.from_dict(job.config) if "seed" in job.config else EvalConfig(device=job.config["device"])
+        self.out_dir = job.out_dir or os.getcwd()
         self.rec = EvalResult(status=Status.RUNTIME_ERROR, atol=self.cfg.atol, rtol=self.cfg.rtol, seed=self.cfg.seed)
         self.rec.metadata = {}
         # Every input the candidate is judged on derives from this secret, drawn fresh for each
@@ -197,9 +195,7 @@ class Judge:
         from kernelwright.engine.child.problem_io import ProblemIO, load_source
 
         try:
-            self.problem = load_source(
-                self.job["problem_source"], self.job.get("problem_name", "problem.py"), "kw_problem"
-            )
+            self.problem = load_source(self.job.problem_source, self.job.problem_name, "kw_problem")
             self.io = ProblemIO(self.problem, self.device, self.cfg.inputs_on_device, self.rec.metadata)
             self.ref_model = self.io.construct(self.problem.Model, self.cfg.seed)
             torch.manual_seed(self.cfg.seed)
@@ -282,7 +278,7 @@ class Judge:
         # keeps a candidate from making the judge read gigabytes it wrote on purpose
         limit = 4 * getattr(self, "largest_bytes", 0) + (64 << 20)
         path = os.path.join(self.out_dir, name)
-        spill = self.job.get("spill_dir")
+        spill = self.job.spill_dir
         if spill and not os.path.lexists(path):  # the runner spilled it to the disk (memory full)
             path = os.path.join(spill, name)
         try:
@@ -479,7 +475,7 @@ class Judge:
             return
         per_call = statistics.median(self.ref_call_s[1:] or self.ref_call_s)  # the first call warms up
         limit = min(max(t.call_floor, t.call_factor * per_call * calls), t.correctness)
-        first = t.jit_allowance if self.job.get("candidate_jit") else 0.0
+        first = t.jit_allowance if self.job.candidate_jit else 0.0
         self.rec.metadata["correctness_limit_s"] = round(limit, 3)
         if first:
             self.rec.metadata["correctness_first_call_extra_s"] = first
@@ -896,7 +892,7 @@ class Judge:
                 None,
                 self.cfg.cache_dir,
                 self.device,
-                problem_text=self.job.get("problem_source", ""),
+                problem_text=self.job.problem_source,
             )
         return self._work
 

@@ -30,6 +30,7 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from kernelwright.core.config import EvalConfig
+from kernelwright.engine.child import protocol
 from kernelwright.engine.child.channel import Channel
 
 if TYPE_CHECKING:
@@ -69,12 +70,12 @@ class Stop(Exception):
 
 
 class Runner:
-    def __init__(self, job: dict[str, Any], chan: Channel):
-        self.job = job
+    def __init__(self, job: protocol.RunnerJob | dict[str, Any], chan: Channel):
+        self.job = job if isinstance(job, protocol.RunnerJob) else protocol.RunnerJob.from_json(job)
         self.chan = chan
-        self.cfg = EvalConfig.from_dict(job["config"])
+        self.cfg = EvalConfig.from_dict(self.job.config)
         self.meta: dict[str, Any] = {}
-        self.out_dir = job.get("out_dir") or os.getcwd()
+        self.out_dir = self.job.out_dir or os.getcwd()
         self._n_files = 0
         self._handoff_off = ""  # why device outputs go into the files instead ('' while they need not)
         # the runner's end of the device hand-off socket, opened at first use
@@ -116,7 +117,7 @@ class Runner:
         b = faults.classify(
             exc,
             device.type if device is not None else "cpu",
-            self.job.get("problem_path"),
+            self.job.problem_path,
             short_tb(exc),
             candidate_objects=objs,
         )
@@ -131,7 +132,7 @@ class Runner:
 
         self._n_files += 1
         name = f"out_{self._n_files:03d}_{label}.kwt"
-        dirs = [self.out_dir] + ([self.job["spill_dir"]] if self.job.get("spill_dir") else [])
+        dirs = [self.out_dir] + ([self.job.spill_dir] if self.job.spill_dir else [])
         try:
             for i, d in enumerate(dirs):  # memory-backed first; the disk when it is full
                 path = os.path.join(d, name)
@@ -210,7 +211,7 @@ class Runner:
         from kernelwright.engine.child.problem_io import device_name, resolve_device
 
         self.stage("startup")
-        if self.job.get("mode") == "build_only":
+        if self.job.mode == "build_only":
             self.device = torch.device("cpu")  # compilation needs no GPU
         else:
             self.device = resolve_device(self.cfg.device)
@@ -239,7 +240,7 @@ class Runner:
         if self.device.type == "cuda":
             torch.empty(1, device=self.device)
             torch.cuda.synchronize(self.device)
-            if isinstance(self.job.get("handoff_fd"), int):  # the driver's calls for device outputs, loaded now
+            if isinstance(self.job.handoff_fd, int):  # the driver's calls for device outputs, loaded now
                 from kernelwright.engine.child import device_handoff
 
                 why = device_handoff.probe(self.device)
@@ -262,7 +263,7 @@ class Runner:
                 self.startup()
             if not self.build():
                 return
-            mode = self.job.get("mode", "evaluate")
+            mode = self.job.mode
             if mode == "build_only":
                 self.chan.send("built")
                 return
@@ -284,19 +285,19 @@ class Runner:
         self.stage("build")
         build.install_build_cache(
             os.path.join(self.cfg.cache_dir, "builds"),
-            self.job["candidate_path"],
+            self.job.candidate_path,
             use_pch=self.cfg.build.use_pch,
             lean_headers=self.cfg.build.lean_headers,
             # load only verified artefacts of the shared cache, build the rest privately
-            verified=self.job.get("verified_builds"),
-            private_root=self.job.get("private_builds"),
-            failed=self.job.get("failed_builds"),
+            verified=self.job.verified_builds,
+            private_root=self.job.private_builds or None,
+            failed=self.job.failed_builds,
         )
         self.snapshot = guards.FunctionSnapshot() if self.cfg.guards.enabled else None
         self.threads_at_start = guards.python_threads()
         ok = True
         try:
-            self.candidate = load_module(self.job["candidate_path"], "kw_candidate")
+            self.candidate = load_module(self.job.candidate_path, "kw_candidate")
         except build.CandidateBuildError as exc:
             self.compile_error(exc)
             ok = False
@@ -418,7 +419,7 @@ class Runner:
         return protocol.parse_command(line.decode(errors="replace")), None
 
     def pair_socket(self) -> socket.socket | None:
-        fd = self.job.get("handoff_fd")
+        fd = self.job.handoff_fd
         if not isinstance(fd, int) or getattr(self, "_sock_closed", False):
             return None
         if self._handoff_sock is None:
@@ -579,15 +580,15 @@ class Runner:
         inputs = self.read_inputs(cmd.inputs)
         candidate_text = ""
         try:
-            with open(self.job["candidate_path"]) as f:
+            with open(self.job.candidate_path) as f:
                 candidate_text = f.read()
         except OSError:
             pass
         ext_names = {b["name"] for b in build.BUILD_LOG if b.get("name")}
         ext_dirs = [b["dir"] for b in build.BUILD_LOG if b.get("dir")]
         tracer = guards.CallTracer(
-            self.job.get("problem_path") or "",
-            self.job["candidate_path"],
+            self.job.problem_path or "",
+            self.job.candidate_path,
             ext_names,
             ext_dirs,
             candidate_text,
@@ -676,7 +677,7 @@ class Runner:
                 self.cand_model,
                 inputs,
                 self.device,
-                candidate_texts(self.job["candidate_path"], build_dirs),
+                candidate_texts(self.job.candidate_path, build_dirs),
                 build_dirs,
                 build.BUILT_MODULES,
                 self.candidate,
@@ -693,8 +694,8 @@ class Runner:
 
         self.stage("profile")
         try:
-            init = read_tree(self.job["init_path"], self.device)
-            inputs = read_tree(self.job["inputs_path"], self.device)
+            init = read_tree(self.job.init_path, self.device)
+            inputs = read_tree(self.job.inputs_path, self.device)
             torch.manual_seed(self.cfg.seed)
             model = self.candidate.ModelNew(*init).to(self.device).eval()
             with torch.no_grad():
@@ -719,6 +720,16 @@ def _detached_clone(obj: Any) -> Any:
     return obj
 
 
+def _read_job(path: str) -> protocol.RunnerJob:
+    """The job file the parent wrote, typed and checked; a malformed one ends the runner (exit 2)."""
+    try:
+        with open(path) as f:
+            return protocol.RunnerJob.from_json(json.load(f))
+    except (OSError, ValueError) as exc:  # JobError is a ValueError
+        print(f"runner: unreadable job {path}: {exc}", file=sys.stderr, flush=True)
+        os._exit(2)
+
+
 def main(argv: list[str] | None = None) -> int:
     """`runner.py JOB.json`, or `runner.py --spare JOB.json`: a spare starts up, says `ready`, waits
     for a line on stdin, then re-reads JOB.json (now the real job) and runs it."""
@@ -726,9 +737,8 @@ def main(argv: list[str] | None = None) -> int:
     faulthandler.enable()
     spare = argv[0] == "--spare"
     job_path = argv[-1]
-    with open(job_path) as f:
-        job = json.load(f)
-    chan = Channel(job.get("fd"), job.get("record_path"))
+    job = _read_job(job_path)
+    chan = Channel(job.fd, job.record_path or None)
     runner = Runner(job, chan)
     if spare:
         try:
@@ -744,11 +754,10 @@ def main(argv: list[str] | None = None) -> int:
                 os._exit(0)
         except Stop:
             os._exit(0)
-        with open(job_path) as f:
-            job = json.load(f)
+        job = _read_job(job_path)
         runner.job = job
-        runner.cfg = EvalConfig.from_dict(job["config"])
-        runner.out_dir = job.get("out_dir") or os.getcwd()
+        runner.cfg = EvalConfig.from_dict(job.config)
+        runner.out_dir = job.out_dir or os.getcwd()
         chan.send("prestarted", idle_s=round(time.perf_counter() - t_ready, 3), startup_s=t_ready - _T0)
     runner.run()
     sys.stdout.flush()
