@@ -10,6 +10,10 @@ __all__ = ["evaluate", "EngineError", "prestart", "WarmEvaluator"]
 
 
 def __getattr__(name: str):
+    if name == "EngineError":
+        from kernelwright.engine.errors import EngineError
+
+        return EngineError
     if name in __all__:
         from kernelwright.engine import evaluation as _evaluation
 

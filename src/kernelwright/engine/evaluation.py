@@ -22,22 +22,10 @@ from kernelwright.core.record import EvalResult, Stage, Status
 from kernelwright.engine import nsight, process, sanitizer
 from kernelwright.engine.build import build_arch, trusted_builds
 from kernelwright.engine.child import protocol
+from kernelwright.engine.errors import EngineError
 from kernelwright.engine.isolation import containment as isolation
 from kernelwright.engine.isolation import environment, leftovers, sandbox
-
-
-class EngineError(RuntimeError):
-    """The evaluation could not run at all (not a verdict on the candidate). One line, names the fix."""
-
-
-def check_device(device: str) -> None:
-    if device == "cuda":
-        import torch
-
-        if not torch.cuda.is_available():
-            raise EngineError(
-                "--device cuda was asked for but no CUDA GPU is visible; use --device cpu or run on a GPU machine"
-            )
+from kernelwright.engine.resolve import check_device, resolve_config
 
 
 def evaluate(
@@ -287,8 +275,6 @@ class WarmEvaluator:
 
 def _defaults() -> EvalConfig:
     """No configuration given: the defaults, resolved (engine/resolve.py)."""
-    from kernelwright.engine.resolve import resolve_config
-
     return resolve_config(EvalConfig())
 
 

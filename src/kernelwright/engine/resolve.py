@@ -16,11 +16,22 @@ import copy
 import glob
 
 from kernelwright.core.config import Device, EvalConfig, ResolvedDevice, ResolvedSandbox, SandboxMode
-from kernelwright.engine.evaluation import EngineError, check_device
+from kernelwright.engine.errors import EngineError
 from kernelwright.engine.isolation import sandbox
 
 # Device nodes without which the CUDA driver sees no GPU (Linux; /dev/dxg under WSL 2).
 _GPU_NODES = ("/dev/nvidia[0-9]*", "/dev/dxg")
+
+
+def check_device(device: str) -> None:
+    """cuda asked for where torch sees no GPU is an EngineError."""
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise EngineError(
+                "--device cuda was asked for but no CUDA GPU is visible; use --device cpu or run on a GPU machine"
+            )
 
 
 def resolve_device(device: Device) -> ResolvedDevice:
