@@ -63,9 +63,26 @@ def cache_dir(tmp_path_factory) -> str:
     return str(tmp_path_factory.mktemp("kw-cache"))
 
 
+@pytest.fixture(scope="session")
+def small_swish(tmp_path_factory) -> Path:
+    """examples/cpu_swish/problem.py at batch 16 instead of 1024: the same features, so the example's
+    candidate and its build (one entry in the cache) are the same. For tests about builds, caches and
+    records, not about that size: an evaluation of the full size costs ~6 s more on a 2-core machine."""
+    text = (EXAMPLES / "cpu_swish" / "problem.py").read_text()
+    assert "\nbatch = 1024\n" in text, "the example's batch changed: update this fixture"
+    path = tmp_path_factory.mktemp("small-swish") / "problem.py"
+    path.write_text(text.replace("\nbatch = 1024\n", "\nbatch = 16\n"))
+    return path
+
+
 @pytest.fixture
 def cpu_config(cache_dir) -> EvalConfig:
     """CPU evaluation with short stage limits, so a hung candidate costs seconds, not minutes."""
+    return make_cpu_config(cache_dir)
+
+
+def make_cpu_config(cache_dir: str) -> EvalConfig:
+    """`cpu_config`'s settings, for a fixture of a wider scope (one evaluation several tests read)."""
     return EvalConfig(
         device="cpu",
         trials=3,

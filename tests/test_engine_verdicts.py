@@ -148,13 +148,15 @@ def test_reference_that_raises_is_blamed_on_the_problem(cpu_config, tmp_path):
 
 
 # ---- C++ candidates (built once per session, then cached) ----------------------------------
+# The example's candidate on its problem at batch 16 (conftest's small_swish): what is asserted here
+# does not depend on the size; the example at its own size is evaluated in test_cheats.py.
 
 CPU_EXAMPLE = EXAMPLES / "cpu_swish"
 
 
 @pytest.mark.slow
-def test_bundled_cpp_candidate_passes_and_is_timed(cpu_config):
-    r = evaluate(CPU_EXAMPLE / "problem.py", CPU_EXAMPLE / "candidate.py", cpu_config)
+def test_bundled_cpp_candidate_passes_and_is_timed(cpu_config, small_swish):
+    r = evaluate(small_swish, CPU_EXAMPLE / "candidate.py", cpu_config)
     assert r.status is Status.PASSED, r.error_log
     assert r.speedup is not None and r.speedup > 0
     builds = r.metadata["builds"]
@@ -162,9 +164,9 @@ def test_bundled_cpp_candidate_passes_and_is_timed(cpu_config):
 
 
 @pytest.mark.slow
-def test_unchanged_extension_is_not_rebuilt(cpu_config):
-    first = evaluate(CPU_EXAMPLE / "problem.py", CPU_EXAMPLE / "candidate.py", cpu_config)
-    second = evaluate(CPU_EXAMPLE / "problem.py", CANDIDATES / "cpp_wrong.py", cpu_config)
+def test_unchanged_extension_is_not_rebuilt(cpu_config, small_swish):
+    first = evaluate(small_swish, CPU_EXAMPLE / "candidate.py", cpu_config)
+    second = evaluate(small_swish, CANDIDATES / "cpp_wrong.py", cpu_config)
     assert first.status is Status.PASSED
     assert second.metadata["builds"][0]["cached"] is True
     assert second.metadata["builds"][0]["key"] == first.metadata["builds"][0]["key"]
