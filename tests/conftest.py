@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 from pathlib import Path
 
@@ -37,6 +39,48 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+# ---- under pytest -n: a test marked `alone` runs with no other test at the same time -------------
+
+
+@contextlib.contextmanager
+def _turn(lock_dir: Path, alone: bool):
+    """A readers-writer lock over flock, fair to the writer: every test passes the turnstile, an
+    `alone` test keeps it (no new test starts) until the tests already running have ended."""
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    with open(lock_dir / "turnstile", "a") as turnstile, open(lock_dir / "room", "a") as room:
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(room, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        finally:
+            if not alone:
+                fcntl.flock(turnstile, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(room, fcntl.LOCK_UN)
+            if alone:
+                fcntl.flock(turnstile, fcntl.LOCK_UN)
+
+
+def _alone(item) -> bool:
+    if item.get_closest_marker("skip") is not None:  # skipped before it starts (a gpu test here)
+        return False
+    # marked, or a test of the GPU: the device to itself (its timings, its memory)
+    return item.get_closest_marker("alone") is not None or item.get_closest_marker("gpu") is not None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Setup, call and teardown of a test marked `alone` (it times, or asserts what timing decides)
+    while no other pytest worker runs a test: a second worker's load is not what it measures."""
+    if not hasattr(item.config, "workerinput"):  # not under pytest -n: one test at a time anyway
+        return (yield)
+    # the workers' base directories share a parent (as the build cache in `cache_dir`)
+    lock_dir = item.config._tmp_path_factory.getbasetemp().parent / "kw-alone-lock"
+    with _turn(lock_dir, alone=_alone(item)):
+        return (yield)
 
 
 @pytest.fixture(autouse=True)

@@ -149,6 +149,7 @@ def burner():
             p.terminate()
 
 
+@pytest.mark.alone  # its burner is all the load there is (and it would slow another worker's test)
 def test_a_run_on_a_busy_machine_says_its_speedup_is_not_to_be_trusted(cpu_config, burner):
     ex = EXAMPLES / "cpu_swish"
     cpu_config.trials = 1
