@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 from pathlib import Path
 
@@ -40,6 +42,49 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+# ---- under pytest -n: a test marked `alone` runs with no other test at the same time -------------
+
+
+@contextlib.contextmanager
+def _turn(lock_dir: Path, alone: bool):
+    """A readers-writer lock over flock, fair to the writer: every test passes the turnstile, an
+    `alone` test keeps it (no new test starts) until the tests already running have ended."""
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    with open(lock_dir / "turnstile", "a") as turnstile, open(lock_dir / "room", "a") as room:
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(room, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        finally:
+            if not alone:
+                fcntl.flock(turnstile, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(room, fcntl.LOCK_UN)
+            if alone:
+                fcntl.flock(turnstile, fcntl.LOCK_UN)
+
+
+def _alone(item) -> bool:
+    if item.get_closest_marker("skip") is not None:  # skipped before it starts (a gpu test here)
+        return False
+    # marked: what it asserts depends on timing. (gpu tests run side by side on the device, -n 8:
+    # the windows halve when another evaluation took the memory, and their timings are not asserted)
+    return item.get_closest_marker("alone") is not None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Setup, call and teardown of a test marked `alone` (it times, or asserts what timing decides)
+    while no other pytest worker runs a test: a second worker's load is not what it measures."""
+    if not hasattr(item.config, "workerinput"):  # not under pytest -n: one test at a time anyway
+        return (yield)
+    # the workers' base directories share a parent (as the build cache in `cache_dir`)
+    lock_dir = item.config._tmp_path_factory.getbasetemp().parent / "kw-alone-lock"
+    with _turn(lock_dir, alone=_alone(item)):
+        return (yield)
+
+
 @pytest.fixture(autouse=True)
 def _private_store(tmp_path_factory, monkeypatch):
     """Every test's default run store is its own file, never the user's real one in their home."""
@@ -64,10 +109,27 @@ def cache_dir(tmp_path_factory) -> str:
     return str(tmp_path_factory.mktemp("kw-cache"))
 
 
+@pytest.fixture(scope="session")
+def small_swish(tmp_path_factory) -> Path:
+    """examples/cpu_swish/problem.py at batch 16 instead of 1024: the same features, so the example's
+    candidate and its build (one entry in the cache) are the same. For tests about builds, caches and
+    records, not about that size: an evaluation of the full size costs ~6 s more on a 2-core machine."""
+    text = (EXAMPLES / "cpu_swish" / "problem.py").read_text()
+    assert "\nbatch = 1024\n" in text, "the example's batch changed: update this fixture"
+    path = tmp_path_factory.mktemp("small-swish") / "problem.py"
+    path.write_text(text.replace("\nbatch = 1024\n", "\nbatch = 16\n"))
+    return path
+
+
 @pytest.fixture
 def cpu_config(cache_dir) -> EvalConfig:
-    """CPU evaluation with short stage limits, so a hung candidate costs seconds, not minutes (the
-    sandbox resolved as an entry point does: bwrap where it runs)."""
+    """CPU evaluation with short stage limits, so a hung candidate costs seconds, not minutes."""
+    return make_cpu_config(cache_dir)
+
+
+def make_cpu_config(cache_dir: str) -> EvalConfig:
+    """`cpu_config`'s settings, for a fixture of a wider scope (one evaluation several tests read),
+    resolved as an entry point resolves them (the sandbox: bwrap where it runs)."""
     return resolve_config(
         EvalConfig(
             device="cpu",

@@ -24,6 +24,8 @@ SWISH = FIXTURES / "problems" / "swish.py"
 # an honest PyTorch candidate times at 0.4-2.5x on a busy 2-core machine; a forged one at 8-265x before the fix
 FORGED = 3.0
 HAS_BWRAP = shutil.which("bwrap") is not None
+# speed-ups compared with a threshold: measured with no other test loading the machine
+pytestmark = pytest.mark.alone
 
 
 def _config(base, sandbox: str = "none", device: str = "cpu"):

@@ -13,7 +13,7 @@ from dataclasses import replace
 
 import pytest
 
-from conftest import ADD_ONE, CANDIDATES, EXAMPLES
+from conftest import ADD_ONE, CANDIDATES, EXAMPLES, make_cpu_config
 from kernelwright.core.record import Status
 from kernelwright.engine import EngineError
 from kernelwright.engine.isolation.environment import child_env, child_environment
@@ -92,18 +92,11 @@ def serial_verdicts(cache_dir):
 
 
 def _cpu(cache_dir):
-    """The settings of conftest's cpu_config (a module-scoped fixture cannot use that one)."""
-    from kernelwright.core.config import EvalConfig, StageTimeouts
-    from kernelwright.engine.resolve import resolve_config
-
-    return resolve_config(
-        EvalConfig(
-            device="cpu",
-            trials=3,
-            cache_dir=cache_dir,
-            timeouts=StageTimeouts(startup=120, build=300, init=30, correctness=8, timing=30, profile=60),
-        )
-    )
+    """The settings of conftest's cpu_config (a module-scoped fixture cannot use that one), its
+    cheaper timing included (these tests compare verdicts and placements, not times)."""
+    cfg = make_cpu_config(cache_dir)
+    cfg.timeouts.correctness = 8
+    return cfg
 
 
 # ---- placement ---------------------------------------------------------------------------------

@@ -120,6 +120,7 @@ def recorded_run(tmp_path_factory, cache_dir):
 
 
 @pytest.mark.slow
+@pytest.mark.alone  # the first to use recorded_run, which times the rowwise and the fused candidate
 @needs_openai
 def test_loop_repairs_then_speeds_up_and_keeps_the_fastest(recorded_run):
     out, server, output = recorded_run
@@ -197,6 +198,7 @@ def test_loop_repairs_then_speeds_up_and_keeps_the_fastest(recorded_run):
 
 
 @pytest.mark.slow
+@pytest.mark.alone  # the best round is decided by timing again
 @needs_openai
 def test_replay_of_the_recorded_run_reproduces_its_verdicts(recorded_run, tmp_path, monkeypatch, cache_dir):
     out, _, _ = recorded_run

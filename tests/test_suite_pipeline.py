@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import pytest
 from typer.testing import CliRunner
 
-from conftest import ADD_ONE, CANDIDATES, FIXTURES
+from conftest import ADD_ONE, CANDIDATES, FIXTURES, make_cpu_config
 from kernelwright.cli.main import app
 from kernelwright.core.record import Status
 from kernelwright.engine.build import trusted_builds
@@ -52,17 +52,10 @@ def cli(*args: str, code: int = 0):
 
 
 def _cpu(cache_dir):
-    from kernelwright.core.config import EvalConfig, StageTimeouts
-    from kernelwright.engine.resolve import resolve_config
-
-    return resolve_config(
-        EvalConfig(
-            device="cpu",
-            trials=2,
-            cache_dir=cache_dir,
-            timeouts=StageTimeouts(startup=120, build=300, init=30, correctness=20, timing=30, profile=60),
-        )
-    )
+    """conftest's cpu_config (its cheaper timing: these tests are about the pipeline, not times), two trials."""
+    cfg = make_cpu_config(cache_dir)
+    cfg.trials = 2
+    return cfg
 
 
 def test_suite_eval_json_config_and_no_evidence_stage(tmp_path, cache_dir, monkeypatch):

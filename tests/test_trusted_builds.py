@@ -150,9 +150,9 @@ def own_cache(poison_cache_dir, cpu_config):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", _modes())
-def test_a_poisoned_cache_entry_is_never_loaded(cpu_config, own_cache, mode):
+def test_a_poisoned_cache_entry_is_never_loaded(cpu_config, own_cache, mode, small_swish):
     cpu_config.sandbox = mode
-    first = evaluate(SWISH / "problem.py", SWISH / "candidate.py", cpu_config)
+    first = evaluate(small_swish, SWISH / "candidate.py", cpu_config)
     assert first.status is Status.PASSED, first.error_log
     (b,) = first.metadata["builds"]
     assert b["cache"] == "verified" and first.metadata["trusted_build"]["verified"] == 1
@@ -165,11 +165,11 @@ def test_a_poisoned_cache_entry_is_never_loaded(cpu_config, own_cache, mode):
     assert attack.status is Status.PASSED, attack.error_log
     if mode == "bwrap":  # the shared builds are mounted read-only for the candidate
         assert artefact.read_bytes() == good
-        second = evaluate(SWISH / "problem.py", SWISH / "candidate.py", cpu_config)
+        second = evaluate(small_swish, SWISH / "candidate.py", cpu_config)
         assert second.status is Status.PASSED and second.metadata["builds"][0]["cache"] == "verified"
         return
     assert artefact.read_bytes() != good, "the attack did not land: the test proves nothing"
-    second = evaluate(SWISH / "problem.py", SWISH / "candidate.py", cpu_config)
+    second = evaluate(small_swish, SWISH / "candidate.py", cpu_config)
     assert second.status is Status.PASSED, second.error_log
     (b2,) = second.metadata["builds"]
     assert b2["cache"] == "rejected: hash mismatch" and b2["ok"] and not b2["cached"]
@@ -179,7 +179,7 @@ def test_a_poisoned_cache_entry_is_never_loaded(cpu_config, own_cache, mode):
 
 
 @pytest.mark.slow
-def test_a_forbidden_flag_is_built_privately_and_never_published(cpu_config, own_cache):
+def test_a_forbidden_flag_is_built_privately_and_never_published(cpu_config, own_cache, small_swish):
     text = (
         (SWISH / "candidate.py")
         .read_text()
@@ -187,7 +187,7 @@ def test_a_forbidden_flag_is_built_privately_and_never_published(cpu_config, own
     )
     assert "-Wl,-O1" in text
     published = set((own_cache / "builds").glob("kw_example_swish_cpu*"))  # the example's own, built as written
-    r = evaluate(SWISH / "problem.py", None, cpu_config, candidate_text=text)
+    r = evaluate(small_swish, None, cpu_config, candidate_text=text)
     assert r.status is Status.PASSED, r.error_log
     (b,) = r.metadata["builds"]
     assert b["cache"] == "private" and b["ok"]

@@ -93,6 +93,7 @@ def test_a_tuple_where_the_reference_returns_a_tensor_is_a_structure_mismatch(cp
     assert_no_canary(r)
 
 
+@pytest.mark.alone  # a speed-up compared with a threshold
 def test_replaying_outputs_keyed_on_version_gains_nothing_in_the_timed_calls(cpu_config, canary_env):
     """Every timed call gets a new tensor over inputs never seen before: the replay never hits, so
     the candidate is timed doing its (slow) honest work, and every timed output is right."""
