@@ -194,7 +194,9 @@ def _run(
                 t_phase = _phase(phases, "reference_windows", t_phase)
                 res = timer.candidate_window(sets, layout, ref_outs, expected_ms=r_ms * (2.0 if warm else 1.0))
             except Exception as exc:  # memory other evaluations took since the plan: smaller windows
-                if not _out_of_memory(exc) or plan.calls <= 1 or shrunk >= 6:
+                # (the judge's own allocations only: a candidate that failed in its window, out of
+                # memory or not, is the runner's error and ended the runner)
+                if isinstance(exc, windows.WindowError) or not _out_of_memory(exc) or plan.calls <= 1 or shrunk >= 6:
                     raise
                 shrunk += 1
                 sets = ref_outs = []
