@@ -109,12 +109,14 @@ def coordinate(
         kind = msg.get("type")
         now = time.monotonic()
         last_report = now
-        reported_in_stage = kind != "stage"
+        if kind != "stage":
+            reported_in_stage = True
         if kind == "stage":
             new = msg.get("stage")
             if new in STAGE_ORDER and STAGE_ORDER.index(new) > STAGE_ORDER.index(stage):
                 stage = new
                 stage_began[stage] = now
+                reported_in_stage = False  # the JIT allowance: before the first report of a stage, once
                 deadline = now + budgets[stage]
                 if on_stage:
                     on_stage(stage)
