@@ -9,6 +9,7 @@
 #                                           #    mamba-final: the benchmark, then the tests in $KW_TESTS_LIMIT s)
 #   bash scripts/device_checks.sh profile   # ~4 min: Nsight Compute of paths 2 and 5 at l2048 (fp32, bf16): what limits them
 #   bash scripts/device_checks.sh path5     # ~8 min: Mamba-2 gpu tests (path 5 included), paths 2 and 5 at every shape, ncu of both at l2048 fp32
+#   bash scripts/device_checks.sh corpus    # $KW_CORPUS_LIMIT (500) s: `suite eval` of the corpus in .corpus (benchmarks/corpus_suite.py)
 #   bash scripts/device_checks.sh quick     # ~4 min: no tests; paths $KW_PATHS (2,5,6) timed at l2048 (n 128, 64), ncu counts of $KW_NCU_PATHS (5)
 #
 # Carry .deb (bubblewrap for the sandbox tests) with every call, and .scratch/mamba/whl for `mamba`.
@@ -52,6 +53,11 @@ handoff)
     step handoff_tests 180 python3 -m pytest -m gpu tests/test_device_handoff_gpu.py -v -p no:cacheprovider
     step overhead_handoff 150 python3 benchmarks/overhead_anatomy.py --device cuda --repeats 3 --skip-pieces
     step overhead_files 150 python3 benchmarks/overhead_anatomy.py --device cuda --repeats 3 --skip-pieces --files
+    ;;
+corpus)  # a published corpus unpacked into .corpus (benchmarks/corpus_suite.py unpack; carry .corpus)
+    step corpus "$((${KW_CORPUS_LIMIT:-500} + 60))" python3 benchmarks/corpus_suite.py run .corpus \
+        --levels "${KW_LEVELS:-1}" --limit "${KW_N:-100}" --name "${KW_NAME:-corpus}" --time-limit "${KW_CORPUS_LIMIT:-500}" \
+        -- ${KW_SUITE_ARGS:-}
     ;;
 suite)
     step gpu_suite "${KW_SUITE_LIMIT:-560}" python3 -m pytest -m gpu -n 8 -p no:cacheprovider --durations=25

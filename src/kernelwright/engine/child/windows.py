@@ -343,6 +343,35 @@ class WindowTimer:
         self.check = check  # (a slot's errors against its reference output, that output) -> acceptable
         self.deadline_s = deadline_s  # (expected window seconds) -> how long to wait for `done`
         self.next_id = 0
+        # Regions the runner never gets (the reference's staging, the judge's own measures of the
+        # window's copies and opening), kept from one window to the next on the CPU: making a
+        # region (a memfd, its pages allocated and zeroed) was most of a small problem's timing
+        # stage, five times a window. Not on a GPU, where keeping them would take memory from the
+        # windows (`plan` counts the window's own regions only).
+        self._keep = device.type == "cpu"
+        self._scratch: dict[str, shared_region.Region] = {}
+
+    def _private(self, role: str, nbytes: int) -> shared_region.Region:
+        """A region of `nbytes` the runner never sees, for `role`: kept and reused on the CPU."""
+        if not self._keep:
+            return shared_region.create(nbytes, self.device)
+        kept = self._scratch.get(role)
+        if kept is not None and kept.nbytes == nbytes:
+            return kept
+        if kept is not None:
+            kept.close()
+        self._scratch[role] = shared_region.create(nbytes, self.device)
+        return self._scratch[role]
+
+    def _release(self, region: shared_region.Region) -> None:
+        if not any(region is r for r in self._scratch.values()):
+            region.close()
+
+    def close(self) -> None:
+        """Free the kept regions (the end of the timing stage)."""
+        for r in self._scratch.values():
+            r.close()
+        self._scratch.clear()
 
     # -- the reference ------------------------------------------------------------------------------
     def pool(self, calls: int) -> tuple[list[list[Any]], Layout]:
@@ -358,7 +387,7 @@ class WindowTimer:
         reads its inputs from (a fresh region: its placement changes a CPU's speed several-fold),
         and its outputs, the truth for the candidate's window on the same sets."""
         layout = layout or Layout.of_inputs(sets[0])
-        region = shared_region.create(len(sets) * layout.stride, self.device)
+        region = self._private("in", len(sets) * layout.stride)
         staged: list[list[Any]] = []
         try:
             for i, s in enumerate(sets):  # a copy: the reference may change its inputs in place
@@ -377,7 +406,7 @@ class WindowTimer:
             outs = [_own(o) for o in outs]  # nothing of the region outlives it
         finally:
             del staged
-            region.close()
+            self._release(region)
         return wall * 1e3 / len(sets), outs
 
     def copy_ms(self, ref_outs: list[Any], out_layout: Layout, in_bytes: int, repeats: int = 3) -> float:
@@ -389,7 +418,7 @@ class WindowTimer:
         nbytes = len(ref_outs) * out_layout.stride
         best = float("inf")
         for _ in range(repeats):
-            made = [shared_region.create(n, self.device) for n in (in_bytes, nbytes)]
+            made = [self._private(role, n) for role, n in (("in", in_bytes), ("out", nbytes))]
             mapped: list[shared_region.Region] = []
             try:
                 mapped = [shared_region.attach(os.dup(r.fd), r.nbytes, self.device) for r in made]
@@ -407,7 +436,7 @@ class WindowTimer:
                 for m in mapped:
                     m.close()
                 for r in made:
-                    r.close()
+                    self._release(r)
         return best
 
     def open_ms(self, calls: int, in_layout: Layout, out_layout: Layout, repeats: int = 3) -> float:
@@ -418,7 +447,7 @@ class WindowTimer:
         in_bytes, out_bytes = calls * in_layout.stride, calls * out_layout.stride
         best = float("inf")
         for _ in range(repeats):
-            made = [shared_region.create(n, self.device) for n in (in_bytes, out_bytes)]
+            made = [self._private(role, n) for role, n in (("in", in_bytes), ("out", out_bytes))]
             try:
                 _sync(self.device)
                 t0 = time.perf_counter()
@@ -432,7 +461,7 @@ class WindowTimer:
                 rout.close()
             finally:
                 for r in made:
-                    r.close()
+                    self._release(r)
             best = min(best, ms + _round_trip_ms(SPIN_S if self.device.type == "cuda" else 0.0))
         return best
 
@@ -592,14 +621,22 @@ class WindowTimeout(WindowError):
 STACKED_CHECK_BYTES = 256 << 20  # the stacked check's float64 temporaries, at most (per chunk of slots)
 
 
-def slot_errors(cands: list[Any], refs: list[Any]) -> list[tuple[float, float] | None]:
-    """`errors` of every slot (None for a slot that cannot be compared or raised): at once over the
-    stacked slots where every output is the same floating-point leaves (a few tensor operations,
-    not a dozen and four synchronisations per slot), in chunks whose float64 temporaries stay under
-    STACKED_CHECK_BYTES (a window of 128 MB outputs would need tens of GB at once), else one slot
-    at a time."""
+def slot_errors(cands: list[Any], refs: list[Any], stacked: bool | None = None) -> list[tuple[float, float] | None]:
+    """`errors` of every slot (None for a slot that cannot be compared or raised). On a GPU
+    (`stacked` None: where the reference's outputs are) at once over the stacked slots where every
+    output is the same floating-point leaves (a few tensor operations, not a dozen and four
+    synchronisations per slot), in chunks whose float64 temporaries stay under STACKED_CHECK_BYTES
+    (a window of 128 MB outputs would need tens of GB at once); on the CPU, and where the slots
+    cannot be stacked, one slot at a time (stacking copies every output once more, and on the CPU
+    the copies cost more than the synchronisations they save: two thirds of a small problem's
+    timing stage went into stacked float64 checks)."""
     from kernelwright.engine.child.compare import flatten
 
+    if stacked is None:
+        first = next((x for _, x in flatten(refs[0]) if isinstance(x, torch.Tensor)), None) if refs else None
+        stacked = first is not None and first.device.type != "cpu"
+    if not stacked:
+        return _one_by_one(cands, refs)
     per_slot = sum(x.numel() for _, x in flatten(refs[0]) if isinstance(x, torch.Tensor)) if refs else 0
     chunk = max(1, STACKED_CHECK_BYTES // max(1, 6 * 8 * per_slot))  # ~6 float64 temporaries an element
     batched: list[tuple[float, float] | None] | None = []
@@ -614,6 +651,10 @@ def slot_errors(cands: list[Any], refs: list[Any]) -> list[tuple[float, float] |
         batched += part
     if batched is not None:
         return batched
+    return _one_by_one(cands, refs)
+
+
+def _one_by_one(cands: list[Any], refs: list[Any]) -> list[tuple[float, float] | None]:
     out: list[tuple[float, float] | None] = []
     for c, r in zip(cands, refs, strict=True):
         try:
@@ -689,6 +730,10 @@ def errors(cand: Any, ref: Any) -> tuple[float, float] | None:
             if not torch.equal(c.to(r.dtype), r):
                 return None
             continue
+        quick = _finite_leaf_errors(c, r)
+        if quick is not None:
+            norm, elem = max(norm, quick[0]), max(elem, quick[1])
+            continue
         c64, r64 = (
             c.to(torch.float64 if not r.is_complex() else torch.complex128),
             r.to(torch.float64 if not r.is_complex() else torch.complex128),
@@ -706,6 +751,27 @@ def errors(cand: Any, ref: Any) -> tuple[float, float] | None:
         top = float(rf.abs().max()) or 1.0
         elem = max(elem, float(d.abs().max()) / top)
     return norm, elem
+
+
+def _finite_leaf_errors(c: torch.Tensor, r: torch.Tensor) -> tuple[float, float] | None:
+    """`errors` of one real floating-point leaf where both sides are finite everywhere, in the
+    leaf's own precision (float32 for float32 and narrower; float64 stays float64): a third of the
+    float64 path's memory traffic. None where a difference or a norm is not finite (a non-finite
+    value on either side, or an overflow): the caller takes the exact float64 path then. The
+    judge's bound for timed outputs comes from this same function, with 16x room above it."""
+    if r.is_complex() or c.is_complex() or not r.numel():
+        return None
+    wd = torch.float64 if r.dtype == torch.float64 else torch.float32
+    rw = r if r.dtype == wd else r.to(wd)
+    cw = c if (c.dtype == wd and c.device == r.device) else c.to(device=r.device, dtype=wd)
+    d = cw - rw  # non-finite wherever either side is (inf - inf, nan - x): the exact path decides then
+    if not bool(torch.isfinite(d).all()):
+        return None
+    nd, nr = float(torch.linalg.vector_norm(d)), float(torch.linalg.vector_norm(rw))
+    dmax, top = float(d.abs().max()), float(rw.abs().max())
+    if not all(math.isfinite(v) for v in (nd, nr, dmax, top)):
+        return None
+    return nd / (nr or 1.0), dmax / (top or 1.0)
 
 
 def _own(out: Any) -> Any:

@@ -1,0 +1,285 @@
+"""A published corpus through `kernelwright suite eval`: wall per problem, where it goes, verdicts.
+
+The corpus is not in this repository (its code is another team's): give the path of a JSON file
+in CUDA-L1's release format (`{"1": [{"task_id", "ref_code", "custom_code"}, ...], "2": ...}`,
+for example `optimized_cuda_code/h100_xsm.json` of github.com/deepreinforce-ai/CUDA-L1) and,
+optionally, a KernelBench checkout for the problems' names (`KernelBench/levelN/<id>_<name>.py`).
+
+    # unpack: problems/levelN/<name>.py (the released reference code) and candidates/levelN/<name>.py
+    python3 benchmarks/corpus_suite.py unpack h100_xsm.json --out corpus [--kernelbench KB] [--levels 1]
+    # run: `kernelwright suite eval` on the unpacked set, then read every record it wrote
+    python3 benchmarks/corpus_suite.py run corpus --levels 1 [--limit 100] [-- extra suite eval options]
+    # summarise a finished (or resumed) run again, from its records only
+    python3 benchmarks/corpus_suite.py summary corpus
+
+`run` writes corpus_suite.json and corpus_suite.md (into $OUT when set, else the corpus folder):
+the suite's wall over the problems it ran, the median and p90 wall per problem, each stage's median
+(start-up, build, init, correctness, timing, profile), the GPU's busy share as the suite reported
+it, the verdict mix, how many passed kernels hold at every other size (`size_robust`) and how many
+are `shape_specific`, and the problems whose build failed or timed out. A rerun with the same
+`--name` resumes (the store skips what is finished); the summary counts what the records hold.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections import Counter
+from datetime import UTC, datetime
+from pathlib import Path
+
+STAGES = ("startup_s", "build_s", "init_s", "correctness_s", "timing_s", "profile_s", "total_s")
+
+
+def _names(kernelbench: Path | None, level: str) -> dict[int, str]:
+    """task id -> KernelBench's file stem for that level (`1_Square_matrix_multiplication_`)."""
+    folder = kernelbench / "KernelBench" / f"level{level}" if kernelbench else None
+    if folder is None or not folder.is_dir():
+        return {}
+    out: dict[int, str] = {}
+    for path in folder.glob("*.py"):
+        m = re.match(r"(\d+)_", path.name)
+        if m:
+            out[int(m.group(1))] = path.stem
+    return out
+
+
+def unpack(json_path: Path, out: Path, kernelbench: Path | None, levels: list[str]) -> int:
+    data = json.loads(json_path.read_text())
+    count = 0
+    for level, entries in sorted(data.items()):
+        if levels and level not in levels:
+            continue
+        names = _names(kernelbench, level)
+        problems = out / "problems" / f"level{level}"
+        candidates = out / "candidates" / f"level{level}"
+        problems.mkdir(parents=True, exist_ok=True)
+        candidates.mkdir(parents=True, exist_ok=True)
+        for entry in entries:
+            if not entry.get("ref_code") or not entry.get("custom_code"):
+                continue
+            task = int(entry["task_id"])
+            stem = names.get(task, f"{task}_task")
+            (problems / f"{stem}.py").write_text(entry["ref_code"])
+            (candidates / f"{stem}.py").write_text(entry["custom_code"])
+            count += 1
+    print(f"unpacked {count} problem/candidate pairs into {out}")
+    return count
+
+
+def _records(run_root: Path, since: float = 0.0) -> list[dict]:
+    """Every evaluation record under the suite's run folder (one eval.json per evaluation), written
+    after `since` (a resumed run counts only what it ran itself), with the time it was written."""
+    out = []
+    for path in sorted(run_root.rglob("eval.json")):
+        try:
+            written = path.stat().st_mtime
+            if written < since:
+                continue
+            out.append({"path": str(path.relative_to(run_root)), "_written": written, **json.loads(path.read_text())})
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def _pct(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
+
+
+def summarise(records: list[dict], suite_json: dict | None) -> dict:
+    stages = {
+        s: [float(r["stage_times"][s]) for r in records if (r.get("stage_times") or {}).get(s) is not None]
+        for s in STAGES
+    }
+    flags: Counter = Counter()
+    robust = {"size_robust": 0, "shape_specific": 0, "unknown": 0}
+    for r in records:
+        guards = (r.get("metadata") or {}).get("guards") or {}
+        flags.update((guards.get("flags") or {}).keys())
+        if r.get("status") == "passed" and r.get("correct"):
+            shapes = (r.get("metadata") or {}).get("shapes") or {}
+            tried = shapes.get("tried") or [] if isinstance(shapes, dict) else []
+            if "shape_specific" in (guards.get("flags") or {}) or (isinstance(shapes, dict) and shapes.get("failed")):
+                robust["shape_specific"] += 1
+            elif tried and all(isinstance(t, dict) and t.get("passed") is True for t in tried):
+                robust["size_robust"] += 1
+            else:
+                robust["unknown"] += 1
+    build_fail = [r["path"] for r in records if r.get("status") == "compile_error"]
+    caught = [r["path"] for r in records if (r.get("metadata") or {}).get("build_failure_caught")]
+    totals = stages["total_s"]
+    # the pipeline's pace: seconds between one record and the next (builds overlap, so this, not an
+    # evaluation's own total, is what a suite of N problems costs per problem)
+    written = sorted(r["_written"] for r in records if "_written" in r)
+    gaps = [b - a for a, b in zip(written, written[1:], strict=False)]
+    work = sum((r.get("stage_times") or {}).get("correctness_s") or 0.0 for r in records) + sum(
+        (r.get("stage_times") or {}).get("timing_s") or 0.0 for r in records
+    )
+    summary = {
+        "evaluations": len(records),
+        "verdicts": dict(Counter(r.get("status") for r in records).most_common()),
+        "wall_per_problem_s": {
+            "median": statistics.median(totals) if totals else None,
+            "p90": _pct(totals, 0.9),
+            "max": max(totals) if totals else None,
+        },
+        "seconds_between_records": {
+            "median": round(statistics.median(gaps), 2) if gaps else None,
+            "mean": round((written[-1] - written[0]) / len(gaps), 2) if gaps else None,
+        },
+        "correctness_plus_timing_s": round(work, 1),
+        "stage_median_s": {s: (round(statistics.median(v), 3) if v else None) for s, v in stages.items()},
+        "stage_sum_s": {s: round(sum(v), 1) for s, v in stages.items()},
+        "flags": dict(flags.most_common()),
+        "passed_kernels_by_size": robust,
+        "compile_errors": build_fail,
+        "build_failures_caught": caught,
+    }
+    if suite_json:
+        summary["suite_wall_s"] = suite_json.get("wall_s")
+        summary["pipeline"] = {k: v for k, v in suite_json.items() if k in ("pipeline", "gpu_busy", "busy_share")}
+        ran = len(suite_json.get("ran") or [])
+        if ran:
+            summary["suite_wall_per_problem_s"] = round(float(suite_json.get("wall_s") or 0.0) / ran, 3)
+        if suite_json.get("wall_s"):
+            summary["gpu_busy_share"] = round(work / float(suite_json["wall_s"]), 3)
+    return summary
+
+
+def _write(summary: dict, out_dir: Path) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "corpus_suite.json").write_text(json.dumps(summary, indent=2, default=str))
+    lines = [f"# corpus suite ({summary.get('when', '')}, {summary.get('device', '')})", ""]
+    for key, value in summary.items():
+        if key in ("when", "device"):
+            continue
+        lines.append(f"- **{key}**: {json.dumps(value, default=str)}")
+    (out_dir / "corpus_suite.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+def _device() -> str:
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True, timeout=20
+        )
+        if out.returncode == 0 and out.stdout.strip():
+            return out.stdout.strip().splitlines()[0]
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return f"cpu ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
+
+
+def run(
+    corpus: Path, levels: list[str], limit: int | None, name: str, extra: list[str], time_limit: float | None
+) -> int:
+    problems = [corpus / "problems" / f"level{lv}" for lv in levels]
+    cands = corpus / "candidates"
+    # one candidates folder for every level: link the chosen levels' files side by side
+    flat = corpus / "candidates_flat"
+    flat.mkdir(exist_ok=True)
+    chosen: list[str] = []
+    for lv in levels:
+        files = sorted((cands / f"level{lv}").glob("*.py"), key=lambda p: int(p.name.split("_")[0]))
+        for f in files:
+            target = flat / f.name
+            if not target.exists():
+                target.write_text(f.read_text())
+            chosen.append(f.stem)
+    if limit:
+        chosen = chosen[:limit]
+    only: list[str] = []
+    for stem in chosen:
+        only += ["--only", stem]
+    out_root = corpus / "runs" / name
+    store = corpus / "runs" / "store.db"
+    cmd = [
+        sys.executable, "-c", "from kernelwright.cli.main import main; main()", "suite", "eval",
+        *map(str, problems), str(flat),
+        "--name", name, "--out", str(out_root), "--store", str(store), "--json", *only, *extra,
+    ]  # fmt: skip
+    t0 = time.monotonic()
+    started = time.time()
+    log = (Path(os.environ["OUT"]) if os.environ.get("OUT") else corpus) / "corpus_suite.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "w") as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, start_new_session=True)
+        try:
+            stdout, _ = proc.communicate(timeout=time_limit)
+        except subprocess.TimeoutExpired:
+            # stopped as a user's Ctrl-C stops it: what finished is in the records and the store
+            os.killpg(proc.pid, signal.SIGINT)
+            try:
+                stdout, _ = proc.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                stdout, _ = proc.communicate()
+    wall = time.monotonic() - t0
+    suite_json = None
+    for line in (stdout or "").splitlines()[::-1]:
+        try:
+            suite_json = json.loads(line)
+            break
+        except ValueError:
+            continue
+    summary = {
+        "when": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "device": _device(),
+        "command": "kernelwright suite eval ... " + " ".join(extra),
+        "problems_asked": len(chosen),
+        "exit_code": proc.returncode,
+        "process_wall_s": round(wall, 1),
+        "stopped_at_time_limit": bool(time_limit and wall >= time_limit),
+        **summarise(_records(out_root, since=started), suite_json),
+    }
+    _write(summary, Path(os.environ["OUT"]) if os.environ.get("OUT") else corpus)
+    return 0 if proc.returncode in (0, 1) else proc.returncode
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    u = sub.add_parser("unpack")
+    u.add_argument("json", type=Path)
+    u.add_argument("--out", type=Path, required=True)
+    u.add_argument("--kernelbench", type=Path)
+    u.add_argument("--levels", default="")
+    r = sub.add_parser("run")
+    r.add_argument("corpus", type=Path)
+    r.add_argument("--levels", default="1")
+    r.add_argument("--limit", type=int)
+    r.add_argument("--name", default="corpus")
+    r.add_argument("--time-limit", type=float, help="stop the suite after this many seconds (as Ctrl-C does)")
+    r.add_argument("extra", nargs=argparse.REMAINDER)
+    s = sub.add_parser("summary")
+    s.add_argument("corpus", type=Path)
+    s.add_argument("--name", default="corpus")
+    args = ap.parse_args()
+    if args.cmd == "unpack":
+        levels = [v for v in args.levels.split(",") if v]
+        return 0 if unpack(args.json, args.out, args.kernelbench, levels) else 2
+    if args.cmd == "run":
+        extra = [a for a in args.extra if a != "--"]
+        levels = [v for v in args.levels.split(",") if v]
+        return run(args.corpus, levels, args.limit, args.name, extra, args.time_limit)
+    summary = {
+        "when": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        **summarise(_records(args.corpus / "runs" / args.name), None),
+    }
+    _write(summary, args.corpus)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
