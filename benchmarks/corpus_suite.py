@@ -261,16 +261,16 @@ def main() -> int:
     r.add_argument("--limit", type=int)
     r.add_argument("--name", default="corpus")
     r.add_argument("--time-limit", type=float, help="stop the suite after this many seconds (as Ctrl-C does)")
-    r.add_argument("extra", nargs=argparse.REMAINDER)
     s = sub.add_parser("summary")
     s.add_argument("corpus", type=Path)
     s.add_argument("--name", default="corpus")
-    args = ap.parse_args()
+    argv = sys.argv[1:]
+    extra = argv[argv.index("--") + 1 :] if "--" in argv else []  # options passed on to `suite eval`
+    args = ap.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
     if args.cmd == "unpack":
         levels = [v for v in args.levels.split(",") if v]
         return 0 if unpack(args.json, args.out, args.kernelbench, levels) else 2
     if args.cmd == "run":
-        extra = [a for a in args.extra if a != "--"]
         levels = [v for v in args.levels.split(",") if v]
         return run(args.corpus, levels, args.limit, args.name, extra, args.time_limit)
     summary = {

@@ -244,6 +244,14 @@ def _cache_file(cache_dir: str, facts: dict[str, Any]) -> Path:
     return Path(cache_dir) / "device_peaks" / f"{slug}.json"
 
 
+def forget_measured(device: torch.device, cache_dir: str) -> None:
+    """Drop the cached measured peaks of `device` (they proved too low: the next `collect` measures)."""
+    try:
+        _cache_file(cache_dir, device_facts(device)).unlink()
+    except OSError:
+        pass
+
+
 def collect(device: torch.device, cache_dir: str, measure: bool = True) -> dict[str, Any]:
     """Device facts, datasheet peaks when the device is known, and measured peaks (cached)."""
     facts = device_facts(device)

@@ -337,6 +337,19 @@ def physics(judge: Judge, inputs: Any) -> None:
             "fraction_of_floor": r.fraction_of_floor,
             "peak_source": source,
         }
+        if not peaks_hold(judge.rec.reference_ms, r.floor_ms):
+            # the reference itself beat the floor: the peaks are no ceiling (a measurement taken on
+            # a loaded machine, a wrong datasheet): nothing is flagged, and a measured peak is
+            # measured again by the next evaluation
+            judge.facts["physics"] = (
+                f"not checked: the reference ran in {judge.rec.reference_ms:.4g} ms, under the floor of "
+                f"{r.floor_ms:.4g} ms the peaks ({source}) give"
+            )
+            if source == "measured":
+                from kernelwright.engine.child import gpu_facts
+
+                gpu_facts.forget_measured(judge.device, judge.cfg.cache_dir)
+            return
         if judge.rec.candidate_ms < judge.cfg.timing.physics_margin * r.floor_ms:
             judge.flag(
                 "faster_than_hardware",
@@ -346,3 +359,9 @@ def physics(judge: Judge, inputs: Any) -> None:
             )
     except Exception as exc:
         judge.facts["physics"] = f"not checked: {type(exc).__name__}: {str(exc)[:200]}"
+
+
+def peaks_hold(reference_ms: float | None, floor_ms: float) -> bool:
+    """Are the peaks a ceiling? Not when the reference, timed by the judge, ran faster than the
+    floor they give: then no candidate can be judged against them."""
+    return reference_ms is None or reference_ms >= floor_ms

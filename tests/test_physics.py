@@ -1,0 +1,71 @@
+"""The physics check (`faster_than_hardware`) trusts its peaks only while they are a ceiling: an honest
+candidate is never flagged because a measured peak came out low (a measurement taken while the
+machine was busy is cached, and every later evaluation read it)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from kernelwright import api
+from kernelwright.engine.child import gpu_facts
+from kernelwright.engine.child.timing_review import peaks_hold
+
+MATMUL = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, a, b):
+        return torch.matmul(a, b)
+
+
+N = 384
+
+
+def get_inputs():
+    return [torch.randn(N, N), torch.randn(N, N)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+CANDIDATE = """import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def forward(self, a, b):
+        return torch.mm(a, b)
+"""
+
+
+def test_peaks_hold_only_while_the_reference_does_not_beat_their_floor():
+    assert peaks_hold(2.0, 1.0) and peaks_hold(1.0, 1.0) and peaks_hold(None, 5.0)
+    assert not peaks_hold(0.5, 1.0)
+
+
+def test_an_honest_candidate_is_not_flagged_by_a_measured_peak_that_came_out_low(tmp_path, cpu_config):
+    problem, cand = tmp_path / "problem.py", tmp_path / "candidate.py"
+    problem.write_text(MATMUL)
+    cand.write_text(CANDIDATE)
+    cache = tmp_path / "cache"
+    peaks = cache / "device_peaks"
+    peaks.mkdir(parents=True)
+    # what a measurement on a loaded machine leaves in the cache, under every thread count's name
+    low = {"copy_bandwidth_bytes_per_s": 1e6, "matmul_fp32_flops_per_s": 1e6, "matmul_n": 1024}
+    for threads in range(1, (os.cpu_count() or 1) + 1):
+        facts = {"name": f"cpu ({os.uname().machine})", "threads": threads}
+        gpu_facts._cache_file(str(cache), facts).write_text(json.dumps(low))
+    before = sorted(p.name for p in peaks.glob("*.json"))
+    cfg = cpu_config
+    cfg.cache_dir = str(cache)
+    r = api.evaluate(problem, cand, config=cfg)
+    assert r.status.value == "passed", r.error_log
+    assert "faster_than_hardware" not in r.flags()
+    physics = r.metadata["guards"].get("facts", {}).get("physics") or r.metadata.get("physics")
+    assert isinstance(physics, str) and physics.startswith("not checked: the reference ran in"), physics
+    after = sorted(p.name for p in Path(peaks).glob("*.json"))
+    assert len(after) == len(before) - 1  # the low measurement the judge read is gone: measured again next time
