@@ -125,3 +125,66 @@ def test_a_call_computed_at_run_time_is_built_by_the_trusted_builder_in_a_prebui
     assert tb["remembered"] and tb["recorded"] == 1 and tb["private"] == []  # no builder, nothing private
     assert r.metadata["builds"][0]["cache"] == "verified"  # the evaluation loaded the trusted build
     trusted_builds.forget()
+
+
+LAZY = {
+    # the extension is built in ModelNew.__init__, from sources put together there
+    "init": """import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+SRC = "torch::Tensor add_one(torch::Tensor x) { return torch::relu(x) + 1; }"
+
+
+def _header():
+    return "#include <torch/extension.h>"
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ext = load_inline(name="kw_lazy_init", cpp_sources=_header() + "\\n" + SRC,
+                               functions=["add_one"])
+
+    def forward(self, x):
+        return self.ext.add_one(x)
+""",
+    # built at the first call, through a global set on first use (how many published kernels do it)
+    "first call": """import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+_ext = None
+
+
+def _get():
+    global _ext
+    if _ext is None:
+        body = "torch::Tensor add_one(torch::Tensor x) { return torch::relu(x) + 1; }"
+        parts = ["#include <torch/extension.h>", body]
+        _ext = load_inline(name="kw_lazy_call", cpp_sources="\\n".join(parts), functions=["add_one"])
+    return _ext
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return _get().add_one(x)
+""",
+}
+
+
+@pytest.mark.parametrize("where", sorted(LAZY))
+def test_a_build_made_in_init_or_at_the_first_call_is_recorded_given_the_problem(cpu_config, tmp_path, where):
+    """The build recorder constructs ModelNew and calls it once on the CPU (given the problem): the
+    builds made there reach the trusted builder, checked as hostile input like any recorded call."""
+    from kernelwright.engine.build import static_builds, trusted_builds
+    from kernelwright.engine.isolation.environment import child_env
+
+    text = LAZY[where]
+    assert static_builds.scan(text).private  # the text alone: not resolved
+    env = child_env(cpu_config, tmp_path / "tmp")
+    alone, _ = trusted_builds.record_calls(text, cpu_config, tmp_path / "a", env)
+    assert alone == []  # its module-level code builds nothing
+    calls, refused = trusted_builds.record_calls(text, cpu_config, tmp_path / "b", env, ADD_ONE.read_text())
+    assert refused == [] and [c["name"] for c in calls] == ["kw_lazy_" + ("init" if where == "init" else "call")]
+    assert calls[0]["functions"] == ["add_one"] and "torch::relu(x) + 1" in calls[0]["cpp_sources"]

@@ -69,8 +69,14 @@ def prebuild(problem: str | Path, candidate_text: str, config: EvalConfig, arch_
             env["TORCH_CUDA_ARCH_LIST"] = arch_list
         if config.build.trusted_cache:
             trusted = trusted_builds.build(
-                candidate_text, config, workdir / "trusted-build", env, arch_list, record=True
-            )  # calls computed at run time too: recorded off the GPU's path
+                candidate_text,
+                config,
+                workdir / "trusted-build",
+                env,
+                arch_list,
+                record=True,
+                problem_text=_read(prob.path),
+            )  # calls computed at run time too (at import, in __init__, at the first call): recorded off the GPU's path
             failed = [b for b in trusted.builds if not b.get("ok")]
             err = (
                 trusted.error
@@ -162,3 +168,10 @@ def _pin_thread(cpus: set[int] | None) -> None:
     """Pin the calling thread (Linux: affinity is per thread, and inherited by the processes it starts)."""
     if cpus and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, cpus)
+
+
+def _read(problem: str | Path) -> str | None:
+    try:
+        return Path(problem).read_text()
+    except OSError:
+        return None

@@ -81,6 +81,7 @@ def build(
     env: dict[str, str],
     arch_list: str | None = None,
     record: bool = False,
+    problem_text: str | None = None,
 ) -> TrustedBuilds:
     """Build the candidate's statically known extensions in a trusted child; never raises for the candidate.
 
@@ -88,7 +89,8 @@ def build(
     builder sees the GPU hidden and builds for `arch_list`, the value the evaluation child sets).
     `record`: where some calls' arguments are computed at run time, run the candidate's
     module-level code in the build recorder first (`record_calls`; a prebuild does, off the
-    GPU's path) and build the calls it made too. Calls recorded once for a candidate's text (here,
+    GPU's path) and build the calls it made too; given `problem_text`, the recorder also constructs
+    ModelNew and calls it once on the CPU, for the builds made there. Calls recorded once for a candidate's text (here,
     or `adopt`ed) are built by every later `build` of the same text, recorder or not.
     """
     t0 = time.monotonic()
@@ -100,7 +102,7 @@ def build(
     with _KNOWN_LOCK:
         recorded = _RECORDED.get(text_key)
     if recorded is None and record and computed:
-        recorded, refused = record_calls(candidate_text, config, workdir / "recorder", env)
+        recorded, refused = record_calls(candidate_text, config, workdir / "recorder", env, problem_text)
         with _KNOWN_LOCK:
             _RECORDED[text_key] = recorded
         out.private = [p for p in out.private if p not in computed] + refused
@@ -220,14 +222,19 @@ def adopt(memo: dict[str, Any]) -> None:
 
 
 def record_calls(
-    candidate_text: str, config: EvalConfig, workdir: Path, env: dict[str, str]
+    candidate_text: str, config: EvalConfig, workdir: Path, env: dict[str, str], problem_text: str | None = None
 ) -> tuple[list[dict[str, Any]], list[str]]:
-    """The load_inline calls the candidate's module-level code makes (`child/build_recorder.py`, in
-    the sandbox, no GPU), each checked as hostile input: (accepted calls, why each other was refused)."""
+    """The load_inline calls the candidate's code makes (`child/build_recorder.py`, in the sandbox,
+    no GPU): at import, and given the problem, in `ModelNew.__init__` and its first call on the CPU;
+    each checked as hostile input: (accepted calls, why each other was refused)."""
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "tmp").mkdir(exist_ok=True)
     cand = workdir / "candidate.py"
     cand.write_text(candidate_text)
+    job: dict[str, Any] = {"candidate_path": str(cand)}
+    if problem_text is not None:
+        (workdir / "problem.py").write_text(problem_text)
+        job["problem_path"] = str(workdir / "problem.py")
     env = dict(env, TMPDIR=str(workdir / "tmp"), CUDA_VISIBLE_DEVICES="")
     argv = sandbox.wrap(
         [sys.executable, "-u", "-m", "kernelwright.engine.child.build_recorder"], config.sandbox, workdir, []
@@ -235,7 +242,7 @@ def record_calls(
     iso = isolation.prepare("cpu", config.sandbox, config.memory_limit_mb)
     done = process.run_to_end(
         argv,
-        {"candidate_path": str(cand)},
+        job,
         workdir,
         env,
         config.timeouts.startup + config.timeouts.init,
@@ -245,6 +252,8 @@ def record_calls(
     )
     record = next((m.get("record") for m in done.messages if m.get("type") == "final"), None)
     raw = record.get("calls") if isinstance(record, dict) else None
+    if raw is None:  # stopped before its final record: the calls it reported on the way
+        raw = [m.get("call") for m in done.messages if m.get("type") == "call"]
     accepted, refused = [], []
     for call in (raw if isinstance(raw, list) else [])[:16]:
         kwargs, why = static_builds.check_recorded(call)

@@ -12,7 +12,17 @@ the parent treats what it reports as hostile input (`static_builds.check_recorde
 argument and flag allow-lists as a call read from the text). The trusted builder then builds the
 accepted calls into the shared cache, as it builds the static ones.
 
-Reports on the job's `fd`: one final record `{"calls": [{load_inline keyword arguments}, ...]}`.
+Many candidates build lazily: in `ModelNew.__init__`, or at the first `forward` (a global
+extension set on first use). Where the job names the problem (`problem_path`: the reference the
+Coder was shown, no secret), the recorder then goes on: it constructs `ModelNew` from the problem's
+`get_init_inputs()` and calls it once on `get_inputs()` (on the CPU, seeded with 0), recording every
+call made on the way and stopping at the first error (a recorded extension's functions raise, a
+CUDA tensor cannot be made here). Best effort: a candidate whose CPU path never builds (one that
+checks `x.is_cuda` first) still builds in its evaluation.
+
+Reports on the job's `fd`: a `call` message per recorded call as it is made (a recorder stopped at
+its time limit has still reported those), then one final record
+`{"calls": [{load_inline keyword arguments}, ...]}`.
 """
 
 from __future__ import annotations
@@ -67,6 +77,7 @@ def main(job_path: str) -> int:
             call = {}
         if call and len(calls) < MAX_CALLS:
             calls.append(call)
+            send("call", call=call)
         return _Stub(str(call.get("name", "extension")))
 
     cpp_ext.load_inline = record
@@ -78,9 +89,32 @@ def main(job_path: str) -> int:
         sys.modules["kw_candidate"] = module
         spec.loader.exec_module(module)
     except BaseException:  # what came after the calls does not matter here
-        pass
+        module = None
+    if module is not None and job.get("problem_path"):
+        _construct_and_call(module, job["problem_path"])
     send("final", record={"calls": calls})
     return 0
+
+
+def _construct_and_call(candidate: Any, problem_path: str) -> None:
+    """ModelNew from the problem's init inputs, then one call on its inputs (CPU, seed 0): the
+    builds made lazily are recorded on the way. Stops quietly at the first error."""
+    try:
+        import torch
+
+        spec = importlib.util.spec_from_file_location("kw_problem", problem_path)
+        if spec is None or spec.loader is None:
+            return
+        problem = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(problem)
+        torch.manual_seed(0)
+        model = candidate.ModelNew(*problem.get_init_inputs())
+        torch.manual_seed(0)
+        inputs = problem.get_inputs()
+        with torch.no_grad():
+            model(*inputs)
+    except BaseException:
+        pass
 
 
 if __name__ == "__main__":
