@@ -210,16 +210,6 @@ def torch_profile(
     return rec
 
 
-def _work_key(problem_text: str, device: torch.device) -> str:
-    return hashlib.sha256(problem_text.encode() + f"|{device.type}|{torch.__version__}".encode()).hexdigest()[:20]
-
-
-def reference_work_cached(problem_text: str, cache_dir: str, device: torch.device) -> bool:
-    """Is `cached_reference_work` of this problem text a cache hit (no FLOP counter needed)?"""
-    path = Path(cache_dir) / "reference_work" / f"{_work_key(problem_text, device)}.json"
-    return isinstance(jsoncache.read(path), dict)
-
-
 def cached_reference_work(
     ref_model: torch.nn.Module,
     inputs: Any,
@@ -234,7 +224,8 @@ def cached_reference_work(
     """
     key = None
     if problem_text is not None:
-        key = _work_key(problem_text, device)
+        blob = problem_text.encode() + f"|{device.type}|{torch.__version__}".encode()
+        key = hashlib.sha256(blob).hexdigest()[:20]
     elif problem_path:
         try:
             blob = Path(problem_path).read_bytes() + f"|{device.type}|{torch.__version__}".encode()

@@ -193,15 +193,10 @@ class Judge:
 
     def warm_in_background(self) -> None:
         """The FLOP counter's first use (the physics check counts the reference's work with it)
-        imports torch._dynamo: 3-5 s, once per process, at the end of every evaluation of a problem
-        whose work is not cached yet. Started here, in a thread, once the problem is loaded, while
-        the runner builds and imports; only where the check will need it (timing on, the work not
-        cached). The timing stage waits for it (`warmed`): no import runs beside a timing window."""
-        from kernelwright.engine.child import evidence
-
-        if self._warming is not None or not self.cfg.time_candidate:
-            return
-        if evidence.reference_work_cached(self.job.problem_source, self.cfg.cache_dir, self.device):
+        imports torch._dynamo: 3-5 s, once per process, at the end of every evaluation of a new
+        problem. Started here, in a thread, while the job and the runner's build are on their way;
+        the timing stage waits for it (`warmed`) so that no import runs beside a timing window."""
+        if self._warming is not None:
             return
 
         def warm() -> None:
@@ -1263,6 +1258,7 @@ def main(argv: list[str] | None = None) -> int:
         os._exit(3)
     if spare:
         chan.send("ready")
+    judge.warm_in_background()
     line = sys.stdin.readline()
     if not line.strip():
         os._exit(0)
@@ -1270,8 +1266,6 @@ def main(argv: list[str] | None = None) -> int:
         judge.take(json.loads(line))
         loaded = judge.load_problem()
         chan.send("loaded", ok=loaded)
-        if loaded:
-            judge.warm_in_background()
         if not loaded:
             judge.ask("stop")
         ended: dict[str, Any] = {}
