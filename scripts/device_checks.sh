@@ -60,8 +60,10 @@ corpus)  # a published corpus unpacked into .corpus (benchmarks/corpus_suite.py 
         -- ${KW_SUITE_ARGS:-}
     ;;
 suite)
-    step gpu_suite "${KW_SUITE_LIMIT:-560}" python3 -m pytest -m gpu -n 8 -p no:cacheprovider --durations=25
+    # -v: each test's name and outcome as it ends (a run stopped at the limit prints no summary)
+    step gpu_suite "${KW_SUITE_LIMIT:-560}" python3 -m pytest -m gpu -n 8 -v -p no:cacheprovider --durations=25
     grep -E "timer_escape|FAILED|ERROR" "$OUT/gpu_suite.log" | head -40 >"$OUT/gpu_suite_failures.txt"
+    grep -cE " PASSED " "$OUT/gpu_suite.log" >"$OUT/gpu_suite_passed_count.txt"
     ;;
 mamba|mamba-tests|mamba-bench|mamba-final)  # mamba_ssm's pure-Python wheel (see benchmarks/mamba2_ssd.py), carried in .scratch/mamba/whl
     if ls .scratch/mamba/whl/*.whl >/dev/null 2>&1; then
