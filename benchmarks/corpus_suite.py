@@ -157,6 +157,37 @@ def summarise(records: list[dict], suite_json: dict | None) -> dict:
     return summary
 
 
+def rows(records: list[dict]) -> list[dict]:
+    """One compact line per evaluation: what it was, where its time went, what it said."""
+    out = []
+    for r in sorted(records, key=lambda r: r.get("_written", 0.0)):
+        m = r.get("metadata") or {}
+        t = m.get("timing") or {}
+        first = (r.get("error_log") or "").strip().splitlines()
+        out.append(
+            {
+                "problem": str(r.get("path", "")).split("/")[1] if "/" in str(r.get("path", "")) else r.get("path"),
+                "status": r.get("status"),
+                "speedup": r.get("speedup"),
+                "error": first[0][:200] if first else "",
+                "stages": {k: round(v, 2) for k, v in (r.get("stage_times") or {}).items() if v},
+                "idle_s": (m.get("prestarted") or {}).get("idle_s"),
+                "engine": m.get("engine_phases_s"),
+                "judge_busy": m.get("judge_busy_s"),
+                "timing": {
+                    "calls": t.get("calls_per_window"),
+                    "windows": len(t.get("windows") or []),
+                    "phases": t.get("judge_phases_s"),
+                    "attempts": t.get("attempts"),
+                },
+                "trusted_build_s": (m.get("trusted_build") or {}).get("wall_s"),
+                "flags": sorted(((m.get("guards") or {}).get("flags") or {}).keys()),
+                "written": round(r.get("_written", 0.0), 2),
+            }
+        )
+    return out
+
+
 def _write(summary: dict, out_dir: Path) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "corpus_suite.json").write_text(json.dumps(summary, indent=2, default=str))
@@ -243,7 +274,9 @@ def run(
         "stopped_at_time_limit": bool(time_limit and wall >= time_limit),
         **summarise(_records(out_root, since=started), suite_json),
     }
-    _write(summary, Path(os.environ["OUT"]) if os.environ.get("OUT") else corpus)
+    dest = Path(os.environ["OUT"]) if os.environ.get("OUT") else corpus
+    (dest / "corpus_rows.json").write_text(json.dumps(rows(_records(out_root, since=started)), indent=1, default=str))
+    _write(summary, dest)
     return 0 if proc.returncode in (0, 1) else proc.returncode
 
 
