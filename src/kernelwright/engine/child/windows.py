@@ -343,11 +343,12 @@ class WindowTimer:
         self.check = check  # (a slot's errors against its reference output, that output) -> acceptable
         self.deadline_s = deadline_s  # (expected window seconds) -> how long to wait for `done`
         self.next_id = 0
-        # Regions the runner never gets (the reference's staging, the judge's own measures of the
-        # window's copies and opening), kept from one window to the next on the CPU: making a
-        # region (a memfd, its pages allocated and zeroed) was most of a small problem's timing
-        # stage, five times a window. Not on a GPU, where keeping them would take memory from the
-        # windows (`plan` counts the window's own regions only).
+        # The regions of the judge's own measures of a window's copies and opening (the runner
+        # never gets them), kept from one window to the next on the CPU: making a region (a memfd,
+        # its pages allocated and zeroed) four times a window was a good part of a small problem's
+        # timing stage. Not the reference's staging region: it stays fresh, as the candidate's
+        # inputs are (where memory was placed changes a CPU's speed). Not on a GPU, where keeping
+        # them would take memory from the windows (`plan` counts the window's own regions only).
         self._keep = device.type == "cpu"
         self._scratch: dict[str, shared_region.Region] = {}
 
@@ -387,7 +388,7 @@ class WindowTimer:
         reads its inputs from (a fresh region: its placement changes a CPU's speed several-fold),
         and its outputs, the truth for the candidate's window on the same sets."""
         layout = layout or Layout.of_inputs(sets[0])
-        region = self._private("in", len(sets) * layout.stride)
+        region = shared_region.create(len(sets) * layout.stride, self.device)  # fresh, as the candidate's
         staged: list[list[Any]] = []
         try:
             for i, s in enumerate(sets):  # a copy: the reference may change its inputs in place
@@ -406,7 +407,7 @@ class WindowTimer:
             outs = [_own(o) for o in outs]  # nothing of the region outlives it
         finally:
             del staged
-            self._release(region)
+            region.close()
         return wall * 1e3 / len(sets), outs
 
     def copy_ms(self, ref_outs: list[Any], out_layout: Layout, in_bytes: int, repeats: int = 3) -> float:
