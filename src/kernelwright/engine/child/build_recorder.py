@@ -37,6 +37,7 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 MAX_CALLS = 16
+CONSTRUCT_AND_CALL_S = 30  # the construct-and-call step stops here (between two Python steps)
 
 
 class _Stub:
@@ -99,6 +100,13 @@ def main(job_path: str) -> int:
 def _construct_and_call(candidate: Any, problem_path: str) -> None:
     """ModelNew from the problem's init inputs, then one call on its inputs (CPU, seed 0): the
     builds made lazily are recorded on the way. Stops quietly at the first error."""
+    import signal
+
+    def stop(signum: int, frame: Any) -> None:
+        raise TimeoutError("the recorder's construct-and-call step took too long")
+
+    signal.signal(signal.SIGALRM, stop)
+    signal.alarm(CONSTRUCT_AND_CALL_S)  # a big problem's forward on the CPU: the prebuild must not wait for it
     try:
         import torch
 
@@ -115,6 +123,8 @@ def _construct_and_call(candidate: Any, problem_path: str) -> None:
             model(*inputs)
     except BaseException:
         pass
+    finally:
+        signal.alarm(0)
 
 
 if __name__ == "__main__":
