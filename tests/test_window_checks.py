@@ -25,7 +25,7 @@ def test_all_at_once_equals_slot_by_slot():
     nan[0, 0] = float("nan")
     cands[7] = (nan, cands[7][1])  # non-finite where the reference is finite
     refs[9] = (torch.zeros(4, 5), refs[9][1])  # an all-zero reference leaf: scale 1, as errors() takes it
-    got = slot_errors(cands, refs, stacked=True)  # (float64, as on a GPU) against errors() in float32
+    got = slot_errors(cands, refs)  # stacked, in float64, against errors() in float32
     want = [errors(c, r) for c, r in zip(cands, refs, strict=True)]
     assert slot_errors(cands, refs, stacked=False) == want  # slot by slot: errors() itself
     assert got[7] is None and want[7] is None

@@ -195,11 +195,7 @@ class Judge:
         """The FLOP counter's first use (the physics check counts the reference's work with it)
         imports torch._dynamo: 3-5 s, once per process, at the end of every evaluation of a new
         problem. Started here, in a thread, while the job and the runner's build are on their way;
-        the timing stage waits for it (`warmed`) so that no import runs beside a timing window.
-        On the device, 2026-11-26 (H200, the gpu suite, 8 workers): with it, 166 of 192 tests ran
-        in 560 s and none failed; without it (and with the warm-up started after the problem
-        loads instead), 57 in 536-585 s, with failures: the first use, eight judges at once, took
-        the timing stage past its limit (my reading; the runs' summaries were lost)."""
+        the timing stage waits for it (`warmed`) so that no import runs beside a timing window."""
         if self._warming is not None:
             return
 

@@ -218,11 +218,9 @@ def _run(
             bad += res.bad_slots
             checked += res.calls
             if compiled is not None:
-                compiled_timer = windows.WindowTimer(sock, device, draw, compiled, check, deadline)
-                try:
-                    t_ms, _ = compiled_timer.reference_window(sets, layout)
-                finally:
-                    compiled_timer.close()
+                t_ms, _ = windows.WindowTimer(sock, device, draw, compiled, check, deadline).reference_window(
+                    sets, layout
+                )
                 if not warm:
                     comp_ms.append(t_ms)
             if warm:
@@ -250,7 +248,6 @@ def _run(
             )
             del sets, ref_outs
     except windows.WindowTimeout as exc:
-        timer.close()
         judge.set_verdict(
             Status.TIMEOUT,
             f"Timed out in stage 'timing': {exc} (a kernel or loop that never returns, or work that never finishes)",
@@ -259,11 +256,9 @@ def _run(
         judge.ask("stop")
         return
     except windows.WindowError as exc:
-        timer.close()
         judge.set_verdict(Status.RUNTIME_ERROR, str(exc), Stage.TIMING)
         judge.ask("stop")
         return
-    timer.close()
     judge.checked.append("timed_output_mismatch")
     judge.facts["timed_calls_checked"] = checked
     if bad:

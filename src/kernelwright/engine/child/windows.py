@@ -343,36 +343,6 @@ class WindowTimer:
         self.check = check  # (a slot's errors against its reference output, that output) -> acceptable
         self.deadline_s = deadline_s  # (expected window seconds) -> how long to wait for `done`
         self.next_id = 0
-        # The regions of the judge's own measures of a window's copies and opening (the runner
-        # never gets them), kept from one window to the next on the CPU: making a region (a memfd,
-        # its pages allocated and zeroed) four times a window was a good part of a small problem's
-        # timing stage. Not the reference's staging region: it stays fresh, as the candidate's
-        # inputs are (where memory was placed changes a CPU's speed). Not on a GPU, where keeping
-        # them would take memory from the windows (`plan` counts the window's own regions only).
-        self._keep = False  # kept on the CPU, they moved the honest control's figures (slot_errors): not yet
-        self._scratch: dict[str, shared_region.Region] = {}
-
-    def _private(self, role: str, nbytes: int) -> shared_region.Region:
-        """A region of `nbytes` the runner never sees, for `role`: kept and reused on the CPU."""
-        if not self._keep:
-            return shared_region.create(nbytes, self.device)
-        kept = self._scratch.get(role)
-        if kept is not None and kept.nbytes == nbytes:
-            return kept
-        if kept is not None:
-            kept.close()
-        self._scratch[role] = shared_region.create(nbytes, self.device)
-        return self._scratch[role]
-
-    def _release(self, region: shared_region.Region) -> None:
-        if not any(region is r for r in self._scratch.values()):
-            region.close()
-
-    def close(self) -> None:
-        """Free the kept regions (the end of the timing stage)."""
-        for r in self._scratch.values():
-            r.close()
-        self._scratch.clear()
 
     # -- the reference ------------------------------------------------------------------------------
     def pool(self, calls: int) -> tuple[list[list[Any]], Layout]:
@@ -388,7 +358,7 @@ class WindowTimer:
         reads its inputs from (a fresh region: its placement changes a CPU's speed several-fold),
         and its outputs, the truth for the candidate's window on the same sets."""
         layout = layout or Layout.of_inputs(sets[0])
-        region = shared_region.create(len(sets) * layout.stride, self.device)  # fresh, as the candidate's
+        region = shared_region.create(len(sets) * layout.stride, self.device)
         staged: list[list[Any]] = []
         try:
             for i, s in enumerate(sets):  # a copy: the reference may change its inputs in place
@@ -419,7 +389,7 @@ class WindowTimer:
         nbytes = len(ref_outs) * out_layout.stride
         best = float("inf")
         for _ in range(repeats):
-            made = [self._private(role, n) for role, n in (("in", in_bytes), ("out", nbytes))]
+            made = [shared_region.create(n, self.device) for n in (in_bytes, nbytes)]
             mapped: list[shared_region.Region] = []
             try:
                 mapped = [shared_region.attach(os.dup(r.fd), r.nbytes, self.device) for r in made]
@@ -437,7 +407,7 @@ class WindowTimer:
                 for m in mapped:
                     m.close()
                 for r in made:
-                    self._release(r)
+                    r.close()
         return best
 
     def open_ms(self, calls: int, in_layout: Layout, out_layout: Layout, repeats: int = 3) -> float:
@@ -448,7 +418,7 @@ class WindowTimer:
         in_bytes, out_bytes = calls * in_layout.stride, calls * out_layout.stride
         best = float("inf")
         for _ in range(repeats):
-            made = [self._private(role, n) for role, n in (("in", in_bytes), ("out", out_bytes))]
+            made = [shared_region.create(n, self.device) for n in (in_bytes, out_bytes)]
             try:
                 _sync(self.device)
                 t0 = time.perf_counter()
@@ -462,7 +432,7 @@ class WindowTimer:
                 rout.close()
             finally:
                 for r in made:
-                    self._release(r)
+                    r.close()
             best = min(best, ms + _round_trip_ms(SPIN_S if self.device.type == "cuda" else 0.0))
         return best
 
@@ -622,22 +592,14 @@ class WindowTimeout(WindowError):
 STACKED_CHECK_BYTES = 256 << 20  # the stacked check's float64 temporaries, at most (per chunk of slots)
 
 
-def slot_errors(cands: list[Any], refs: list[Any], stacked: bool | None = None) -> list[tuple[float, float] | None]:
-    """`errors` of every slot (None for a slot that cannot be compared or raised). On a GPU
-    (`stacked` None: where the reference's outputs are) at once over the stacked slots where every
-    output is the same floating-point leaves (a few tensor operations, not a dozen and four
-    synchronisations per slot), in chunks whose float64 temporaries stay under STACKED_CHECK_BYTES
-    (a window of 128 MB outputs would need tens of GB at once); on the CPU, and where the slots
-    cannot be stacked, one slot at a time (stacking copies every output once more, and on the CPU
-    the copies cost more than the synchronisations they save: two thirds of a small problem's
-    timing stage went into stacked float64 checks)."""
+def slot_errors(cands: list[Any], refs: list[Any], stacked: bool = True) -> list[tuple[float, float] | None]:
+    """`errors` of every slot (None for a slot that cannot be compared or raised): with `stacked`,
+    at once over the stacked slots where every output is the same floating-point leaves (a few
+    tensor operations, not a dozen and four synchronisations per slot), in chunks whose float64
+    temporaries stay under STACKED_CHECK_BYTES (a window of 128 MB outputs would need tens of GB at
+    once); otherwise, and where the slots cannot be stacked, one slot at a time with `errors`."""
     from kernelwright.engine.child.compare import flatten
 
-    if stacked is None:
-        # stacked on the CPU too: checked one by one there, the timing stage was 40% shorter, but
-        # the reference (timed in this process between the checks) measured up to 2x slower, so
-        # that an honest copy of the reference came out at 0.9-3.2x (2026-11-26, 2-core machine)
-        stacked = True
     if not stacked:
         return _one_by_one(cands, refs)
     per_slot = sum(x.numel() for _, x in flatten(refs[0]) if isinstance(x, torch.Tensor)) if refs else 0
