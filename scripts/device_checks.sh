@@ -3,7 +3,7 @@
 # device tool (at most 10 minutes). Logs go under $OUT (the device tool brings them back).
 #
 #   bash scripts/device_checks.sh handoff   # ~6 min: device hand-off tests, overhead with and without it
-#   bash scripts/device_checks.sh suite     # ~8 min: the whole gpu suite, 8 workers (run it three times)
+#   bash scripts/device_checks.sh suite     # ~8 min: the whole gpu suite, 8 workers (KW_PYTEST_ARGS: more pytest arguments)
 #   bash scripts/device_checks.sh mamba     # >10 min now: Mamba-2 gpu tests, paths $KW_PATHS (2,5) at l2048, the side-by-side benchmark
 #                                           #   (mamba-tests: the first two only, ~5 min; mamba-bench: the benchmark only, ~9 min;
 #                                           #    mamba-final: the benchmark, then the tests in $KW_TESTS_LIMIT s)
@@ -61,7 +61,7 @@ corpus)  # a published corpus unpacked into .corpus (benchmarks/corpus_suite.py 
     ;;
 suite)
     # -v: each test's name and outcome as it ends (a run stopped at the limit prints no summary)
-    step gpu_suite "${KW_SUITE_LIMIT:-560}" python3 -m pytest -m gpu -n 8 -v -p no:cacheprovider --durations=25
+    step gpu_suite "${KW_SUITE_LIMIT:-560}" python3 -m pytest -m gpu -n 8 -v -p no:cacheprovider --durations=25 ${KW_PYTEST_ARGS:-}
     grep -E "timer_escape|FAILED|ERROR" "$OUT/gpu_suite.log" | head -40 >"$OUT/gpu_suite_failures.txt"
     grep -cE " PASSED " "$OUT/gpu_suite.log" >"$OUT/gpu_suite_passed_count.txt"
     ;;

@@ -87,6 +87,18 @@ def test_window_tricks_fail_on_their_outputs(cpu_config, name):
     assert "timed_output_mismatch" in flags(r), flags(r)
 
 
+@pytest.mark.parametrize("sandbox", SANDBOXES)
+def test_work_hidden_in_the_commit_behind_slowed_measures_counts(cpu_config, sandbox):
+    """Every timed call returns at once and the work runs inside the runner's commit, after
+    `computed`; then busy processes load every core while the judge measures what a commit costs,
+    so that the measure (what comes off the window) swallows the work. The judge measures before
+    the window, where the runner cannot tell its moment from the reference's window, and takes off
+    at most twice the stage's smallest measure: the deferred work is counted (7.9x before)."""
+    r = run(_config(cpu_config, sandbox), "inflate_measures.py")
+    assert r.status is Status.PASSED, r.error_log
+    assert r.speedup is not None and r.speedup < 1.5, r.speedup
+
+
 def test_device_hog_while_idle_is_caught(cpu_config):
     """Loading the machine while the judge times the reference: the thread that does it is seen."""
     r = run(_config(cpu_config), "hold_device.py")
@@ -111,7 +123,15 @@ def test_window_that_never_closes_times_out(cpu_config):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize(
-    "name", ["honest.py", "replay_by_content.py", "rewrite_report.py", "swap_clock.py", "slow_reference.py"]
+    "name",
+    [
+        "honest.py",
+        "replay_by_content.py",
+        "rewrite_report.py",
+        "swap_clock.py",
+        "slow_reference.py",
+        "inflate_measures.py",
+    ],
 )
 def test_gpu_timing_forgeries_get_no_speedup(cpu_config, name):
     r = run(_config(cpu_config, device="cuda"), name)

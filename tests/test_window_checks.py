@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernelwright.engine.child.windows import errors, slot_errors
+from kernelwright.engine.child.windows import Measures, ceiling, errors, slot_errors
 
 
 def _slots(n: int = 12) -> tuple[list, list]:
@@ -113,3 +113,14 @@ def test_errors_in_the_outputs_own_precision_agree_with_float64(dtype):
     assert errors(c, both_inf) is None  # the pattern differs
     huge = torch.full((4,), 3e38)
     assert errors(-huge, huge) == pytest.approx((2.0, 2.0))  # the difference overflows float32: exact path
+
+
+def test_what_a_window_takes_off_is_bounded_by_the_stages_smallest_measure():
+    """A measure the runner managed to slow (load when it expects the judge to measure) can only be
+    larger than the truth: what comes off a window is at most twice the smallest per-call measure
+    of the stage, however large that window's own measure was."""
+    seen = [Measures(copy_ms=1.0, open_ms=0.5), Measures(copy_ms=40.0, open_ms=9.0), Measures(1.2, 0.4)]
+    cap = ceiling(seen)
+    assert cap == Measures(copy_ms=2.0, open_ms=0.8)
+    assert ceiling([]) is None
+    assert Measures(64.0, 32.0).per_call(32) == Measures(2.0, 1.0)

@@ -177,6 +177,7 @@ def _run(
     phases: dict[str, float] = {}  # the judge's own time in the timing stage, by phase
     busy: list[float] = []  # cores other processes kept busy while the reference was timed (the runner idles then)
     runnable: list[float] = []
+    seen: list[windows.Measures] = []  # the judge's per-call measures of the windows' own costs
     comp_ms: list[float] = []
     details: list[dict[str, Any]] = []
     bad = checked = 0
@@ -189,11 +190,23 @@ def _run(
             try:
                 sets, layout = timer.pool(plan.warmup_calls if warm else plan.calls)
                 t_phase = _phase(phases, "draws", t_phase)
+                # the load other processes make is read over the reference's window and the judge's
+                # measures of the window's own costs, taken right after it (the runner waits then)
                 monitor = stability.CpuLoadMonitor()
                 r_ms, ref_outs = timer.reference_window(sets, layout)
                 monitor.tick()
+                measured = timer.measures(sets, layout, ref_outs)
+                load_seen = monitor.others_busy_cores(), monitor.others_runnable()
                 t_phase = _phase(phases, "reference_windows", t_phase)
-                res = timer.candidate_window(sets, layout, ref_outs, expected_ms=r_ms * (2.0 if warm else 1.0))
+                seen.append(measured.per_call(len(sets)))
+                res = timer.candidate_window(
+                    sets,
+                    layout,
+                    ref_outs,
+                    expected_ms=r_ms * (2.0 if warm else 1.0),
+                    measures=measured,
+                    ceiling=windows.ceiling(seen),
+                )
             except Exception as exc:  # memory other evaluations took since the plan: smaller windows
                 # (the judge's own allocations only: a candidate that failed in its window, out of
                 # memory or not, is the runner's error and ended the runner)
@@ -209,7 +222,7 @@ def _run(
                 continue
             r += 1
             if not warm:
-                b, q = monitor.others_busy_cores(), monitor.others_runnable()
+                b, q = load_seen
                 if b is not None:
                     busy.append(b)
                 if q is not None:

@@ -267,6 +267,27 @@ class WindowResult:
 
 
 @dataclass
+class Measures:
+    """The judge's own measure of a window's costs that are not the candidate's work (ms)."""
+
+    copy_ms: float  # the commit of the outputs into their slots, the runner's unmapping, the snapshot
+    open_ms: float  # mapping the regions, every set's views, a message's round trip
+
+    def per_call(self, calls: int) -> Measures:
+        return Measures(self.copy_ms / max(calls, 1), self.open_ms / max(calls, 1))
+
+
+def ceiling(seen: list[Measures], factor: float = 2.0) -> Measures | None:
+    """What a window may have taken off per call: `factor` x the smallest per-call measure of the
+    stage so far (each of `seen` is per call). A process that slows the judge's measures (a burst
+    of load when it expects them) can only make them larger; the smallest is the closest to the
+    truth, and the factor leaves room for the honest spread from one window to the next."""
+    if not seen:
+        return None
+    return Measures(factor * min(m.copy_ms for m in seen), factor * min(m.open_ms for m in seen))
+
+
+@dataclass
 class Plan:
     calls: int  # sets per window
     rounds: int
@@ -437,9 +458,28 @@ class WindowTimer:
         return best
 
     # -- a candidate window -----------------------------------------------------------------------------
+    def measures(self, sets: list[list[Any]], in_layout: Layout, ref_outs: list[Any]) -> Measures:
+        """The judge's own measure of what a window of these sets costs that is not the candidate's
+        work (the commit and snapshot, the opening), taken before the window opens: the runner
+        then waits for it, and the moment is one it cannot tell from the reference's window just
+        before it (load it makes then falls on that window too, where the judge looks for load)."""
+        calls, out_layout = len(sets), Layout.of_outputs(ref_outs[0])
+        copy = self.copy_ms(ref_outs, out_layout, calls * in_layout.stride, repeats=1)
+        return Measures(copy_ms=copy, open_ms=self.open_ms(calls, in_layout, out_layout, repeats=1))
+
     def candidate_window(
-        self, sets: list[list[Any]], in_layout: Layout, ref_outs: list[Any], expected_ms: float
+        self,
+        sets: list[list[Any]],
+        in_layout: Layout,
+        ref_outs: list[Any],
+        expected_ms: float,
+        measures: Measures,
+        ceiling: Measures | None = None,
     ) -> WindowResult:
+        """One window of the candidate's calls on `sets`, timed by the judge. What comes off its wall
+        time is `measures` (taken before it), never more than `ceiling` (per call: a share of the
+        smallest measures of the stage, so a measure the runner managed to slow cannot hide its
+        work) and never more than the phase it belongs to."""
         calls = len(sets)
         out_layout = Layout.of_outputs(ref_outs[0])
         rin = shared_region.create(calls * in_layout.stride, self.device)
@@ -477,10 +517,9 @@ class WindowTimer:
         finally:
             rin.close()
             rout.close()
-        # the judge's own measure of the same copies and the same opening, taken right after the
-        # window (so under the load the window saw), once each
-        copy_ms = self.copy_ms(ref_outs, out_layout, calls * in_layout.stride, repeats=1)
-        open_ms = self.open_ms(calls, in_layout, out_layout, repeats=1)
+        copy_ms, open_ms = measures.copy_ms, measures.open_ms
+        if ceiling is not None:
+            copy_ms, open_ms = min(copy_ms, ceiling.copy_ms * calls), min(open_ms, ceiling.open_ms * calls)
         # the commit and the snapshot are not the candidate's work: their measured time comes off,
         # but never more than the time after `computed` (work left running past it counts)
         wall_ms = (t_end - t0) * 1e3
