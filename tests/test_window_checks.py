@@ -124,3 +124,18 @@ def test_what_a_window_takes_off_is_bounded_by_the_stages_smallest_measure():
     assert cap == Measures(copy_ms=2.0, open_ms=0.8)
     assert ceiling([]) is None
     assert Measures(64.0, 32.0).per_call(32) == Measures(2.0, 1.0)
+
+
+def test_a_scalar_output_is_timed_like_any_other(cpu_config):
+    """A loss returns a 0-dim tensor: its slot in a window's output region is a view of shape ()
+    (the judge had failed on it with an engine error, found on a published corpus)."""
+    from conftest import FIXTURES
+
+    from kernelwright.core.record import Status
+    from kernelwright.engine import evaluate
+
+    text = "import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n"
+    text += "    def forward(self, p, t):\n        d = p - t\n        return (d * d).mean()\n"
+    r = evaluate(FIXTURES / "problems" / "mse_loss.py", None, cpu_config, candidate_text=text)
+    assert r.status is Status.PASSED, r.error_log
+    assert r.speedup is not None and r.metadata["timing"]["windows"], r.metadata.get("timing")

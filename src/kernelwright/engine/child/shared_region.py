@@ -41,7 +41,8 @@ class Region:
             n *= int(s)
         if offset % itemsize or offset < 0 or offset + n * itemsize > self.nbytes:
             raise ValueError("a view outside the region or misaligned")
-        return self.tensor[offset : offset + n * itemsize].view(dtype).view(*shape)
+        # a tuple, not unpacked: a 0-dim leaf (a scalar output, `x.sum()`) has the shape ()
+        return self.tensor[offset : offset + n * itemsize].view(dtype).view(tuple(int(s) for s in shape))
 
     def close(self) -> None:
         for c in reversed(self._closers):
