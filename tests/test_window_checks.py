@@ -130,7 +130,6 @@ def test_a_scalar_output_is_timed_like_any_other(cpu_config):
     """A loss returns a 0-dim tensor: its slot in a window's output region is a view of shape ()
     (the judge had failed on it with an engine error, found on a published corpus)."""
     from conftest import FIXTURES
-
     from kernelwright.core.record import Status
     from kernelwright.engine import evaluate
 
@@ -139,3 +138,16 @@ def test_a_scalar_output_is_timed_like_any_other(cpu_config):
     r = evaluate(FIXTURES / "problems" / "mse_loss.py", None, cpu_config, candidate_text=text)
     assert r.status is Status.PASSED, r.error_log
     assert r.speedup is not None and r.metadata["timing"]["windows"], r.metadata.get("timing")
+
+
+def test_the_judges_reference_cache_is_bounded_by_memory():
+    """The judge keeps the reference's outputs of recent seeds, at most nine and at most a share of
+    the device's memory, oldest out first (four 4 GiB outputs and their 8 GiB float64 oracles had
+    filled an H200 and ended the evaluation as an engine error)."""
+    from kernelwright.engine.child.judge import bounded_cache
+
+    mb = [torch.zeros(1 << 18) for _ in range(5)]  # 1 MiB each
+    cache = {seed: (mb[seed], None, [mb[seed]]) for seed in range(5)}  # 2 MiB an entry
+    assert list(bounded_cache(cache, 5 << 20)) == [3, 4]
+    assert list(bounded_cache(cache, 1 << 20)) == [4]  # the newest stays, whatever its size
+    assert list(bounded_cache(cache, 1 << 30, most=3)) == [2, 3, 4]

@@ -93,6 +93,36 @@ def _dict_field(msg: dict[str, Any], key: str) -> dict[Any, Any]:
     return v if isinstance(v, dict) else {}
 
 
+def tensor_bytes(tree: Any) -> int:
+    import torch
+
+    from kernelwright.engine.child.compare import flatten
+
+    return sum(t.numel() * t.element_size() for _, t in flatten(tree) if isinstance(t, torch.Tensor))
+
+
+def bounded_cache(cache: dict[int, Any], budget_bytes: int, most: int = 9) -> dict[int, Any]:
+    """`cache` (oldest first) without its oldest entries, until it holds at most `most` entries
+    and `budget_bytes` of tensors; the newest entry is always kept."""
+    keys = list(cache)
+    sizes = {k: tensor_bytes(cache[k]) for k in keys}
+    while len(keys) > 1 and (len(keys) > most or sum(sizes[k] for k in keys) > budget_bytes):
+        keys.pop(0)
+    return {k: cache[k] for k in keys}
+
+
+def _memory_bytes(device: Any) -> int:
+    """The device's memory (a CUDA device's total; the machine's RAM for the CPU)."""
+    import torch
+
+    try:
+        if device.type == "cuda":
+            return int(torch.cuda.get_device_properties(device).total_memory)
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (OSError, ValueError, RuntimeError, AttributeError):
+        return 8 << 30
+
+
 def _plain_data(v: Any, depth: int = 0) -> Any:
     """A copy of untrusted JSON data with bounded depth and string sizes."""
     if depth > 8:
@@ -262,17 +292,28 @@ class Judge:
 
         if seed in self.ref_cache:
             return self.ref_cache[seed]
-        try:
-            inputs = self.io.inputs(seed)
-            args = clone(inputs)
-            sync(self.device)
-            t0 = time.perf_counter()
-            with torch.no_grad():
-                ref_out = self.ref_model(*args)
-            sync(self.device)
-            self.ref_call_s.append(time.perf_counter() - t0)
-        except Exception as exc:
-            raise ReferenceFailure(_short_tb(exc)) from exc
+        for attempt in (0, 1):
+            try:
+                inputs = self.io.inputs(seed)
+                args = clone(inputs)
+                sync(self.device)
+                t0 = time.perf_counter()
+                with torch.no_grad():
+                    ref_out = self.ref_model(*args)
+                sync(self.device)
+                self.ref_call_s.append(time.perf_counter() - t0)
+                break
+            except torch.OutOfMemoryError as exc:
+                # what the judge keeps of earlier seeds is the first to go (a problem whose outputs
+                # take gigabytes: the device ran out with the cache full)
+                if attempt or not self.ref_cache:
+                    raise ReferenceFailure(_short_tb(exc)) from exc
+                inputs = args = None
+                self.ref_cache = {}
+                if self.device.type == "cuda":
+                    torch.cuda.empty_cache()
+            except Exception as exc:
+                raise ReferenceFailure(_short_tb(exc)) from exc
         oracle_out = None
         if self.cfg.numerics.oracle and not self.oracle_error:
             try:
@@ -283,15 +324,12 @@ class Judge:
                 sync(self.device)
             except Exception as exc:
                 self.oracle_error = f"{type(exc).__name__}: {str(exc)[:300]}"
-        self.ref_cache = (
-            {seed: (ref_out, oracle_out, inputs)}
-            if len(self.ref_cache) > 8
-            else {**self.ref_cache, seed: (ref_out, oracle_out, inputs)}
+        # at most 9 seeds, and at most a sixth of the device's memory: a problem whose output is
+        # 4 GiB and its float64 oracle 8 GiB had filled an H200 with nine
+        self.ref_cache = bounded_cache(
+            {**self.ref_cache, seed: (ref_out, oracle_out, inputs)}, _memory_bytes(self.device) // 6
         )
-        from kernelwright.engine.child.compare import flatten
-
-        sizes = [t.numel() * t.element_size() for _, t in flatten((ref_out, inputs)) if isinstance(t, torch.Tensor)]
-        self.largest_bytes = max(getattr(self, "largest_bytes", 0), sum(sizes))
+        self.largest_bytes = max(getattr(self, "largest_bytes", 0), tensor_bytes((ref_out, inputs)))
         return ref_out, oracle_out, inputs
 
     def read(self, name: Any) -> Any:
