@@ -182,6 +182,8 @@ def rows(records: list[dict]) -> list[dict]:
                 },
                 "trusted_build_s": (m.get("trusted_build") or {}).get("wall_s"),
                 "flags": sorted(((m.get("guards") or {}).get("flags") or {}).keys()),
+                # a shape-specific kernel's sizes and what happened there (the flag's own words)
+                "shape_specific": (((m.get("guards") or {}).get("flags") or {}).get("shape_specific") or "")[:600],
                 "written": round(r.get("_written", 0.0), 2),
             }
         )
