@@ -283,6 +283,24 @@ def test_a_call_keys_the_same_however_it_is_written(fake_build):
     assert fake.dirs[0] == fake.dirs[1]  # the trusted builder calls with keywords, candidates often do not
 
 
+def test_a_call_keys_the_same_where_torchs_pch_can_be_used_and_where_it_cannot(fake_build, monkeypatch):
+    """The trusted builder can write torch's install (its precompiled header is used), the
+    sandboxed runner cannot: the same call must get the same key on both sides, or every call with
+    torch's default flags is built again in the evaluation (found on a published corpus on an H200)."""
+    import torch.utils.cpp_extension as cpp_ext
+
+    from kernelwright.engine.child import build
+
+    dirs = []
+    for usable in (True, False):
+        monkeypatch.setattr(build, "pch_usable", lambda kwargs, usable=usable: usable)
+        monkeypatch.setattr(build, "_prepare_pch", lambda: True)
+        fake = fake_build(use_pch=True)
+        cpp_ext.load_inline(name="e", cpp_sources="int f();", functions=["f"])
+        dirs += fake.dirs
+    assert len(dirs) == 2 and dirs[0] == dirs[1], dirs
+
+
 def test_the_evaluation_loads_a_matching_artefact_and_builds_a_mismatching_one_privately(fake_build, tmp_path):
     import hashlib
 

@@ -295,9 +295,9 @@ def install_build_cache(
         args, kwargs = _as_keywords(original_inline, args, kwargs)  # one key however the call was written
         _precheck_functions(original_inline, name, cpp_sources, cuda_sources, args, kwargs, candidate_file)
         with_cuda = bool(cuda_sources) or bool(kwargs.get("with_cuda"))
-        pch = use_pch and pch_usable(kwargs) and _prepare_pch()
-        if pch:
-            kwargs["use_pch"] = True
+        # the key before the PCH is added: whether torch's PCH can be used here (a writable torch
+        # install) is this process's, not the call's; the trusted builder has it and the sandboxed
+        # runner does not, and with it in the key every such call was built again privately
         payload = {
             "cpp": cpp_sources,
             "cuda": cuda_sources,
@@ -305,6 +305,9 @@ def install_build_cache(
             "kwargs": {k: v for k, v in kwargs.items() if k not in ("verbose", "build_directory")},
         }
         key = build_key("inline", name, payload, with_cuda)
+        pch = use_pch and pch_usable(kwargs) and _prepare_pch()
+        if pch:
+            kwargs["use_pch"] = True
         extra: dict[str, Any] = {"pch": pch}
         lean = _lean_plan(cuda_sources, kwargs, args, original_inline) if lean_headers else None
         if lean is not None:
