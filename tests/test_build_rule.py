@@ -149,6 +149,26 @@ class ModelNew(nn.Module):
     def forward(self, x):
         return self.ext.add_one(x)
 """,
+    # built in __init__ only where CUDA is there (a guard many published kernels have; the recorder
+    # sees no GPU, so it answers that CUDA is available)
+    "init if cuda": """import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+SRC = "torch::Tensor add_one(torch::Tensor x) { return torch::relu(x) + 1; }"
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ext = None
+        if torch.cuda.is_available():
+            src = "#include <torch/extension.h>\\n" + SRC
+            self.ext = load_inline(name="kw_lazy_init_if_cuda", cpp_sources=src, functions=["add_one"])
+
+    def forward(self, x):
+        return self.ext.add_one(x) if self.ext is not None and x.is_cuda else torch.relu(x) + 1
+""",
     # built at the first call, through a global set on first use (how many published kernels do it)
     "first call": """import torch
 import torch.nn as nn
@@ -186,5 +206,6 @@ def test_a_build_made_in_init_or_at_the_first_call_is_recorded_given_the_problem
     alone, _ = trusted_builds.record_calls(text, cpu_config, tmp_path / "a", env)
     assert alone == []  # its module-level code builds nothing
     calls, refused = trusted_builds.record_calls(text, cpu_config, tmp_path / "b", env, ADD_ONE.read_text())
-    assert refused == [] and [c["name"] for c in calls] == ["kw_lazy_" + ("init" if where == "init" else "call")]
+    names = {"init": "kw_lazy_init", "init if cuda": "kw_lazy_init_if_cuda", "first call": "kw_lazy_call"}
+    assert refused == [] and [c["name"] for c in calls] == [names[where]]
     assert calls[0]["functions"] == ["add_one"] and "torch::relu(x) + 1" in calls[0]["cpp_sources"]

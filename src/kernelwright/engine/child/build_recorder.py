@@ -17,8 +17,10 @@ extension set on first use). Where the job names the problem (`problem_path`: th
 Coder was shown, no secret), the recorder then goes on: it constructs `ModelNew` from the problem's
 `get_init_inputs()` and calls it once on `get_inputs()` (on the CPU, seeded with 0), recording every
 call made on the way and stopping at the first error (a recorded extension's functions raise, a
-CUDA tensor cannot be made here). Best effort: a candidate whose CPU path never builds (one that
-checks `x.is_cuda` first) still builds in its evaluation.
+CUDA tensor cannot be made here). `torch.cuda.is_available()` answers True here, for candidates
+that build only where CUDA is. Best effort: a candidate whose CPU path never builds (one that
+checks `x.is_cuda` first) still builds in its evaluation, and so does one whose extension's name
+changes from process to process (`f"ext_{id(self)}"`).
 
 Reports on the job's `fd`: a `call` message per recorded call as it is made (a recorder stopped at
 its time limit has still reported those), then one final record
@@ -82,6 +84,11 @@ def main(job_path: str) -> int:
         return _Stub(str(call.get("name", "extension")))
 
     cpp_ext.load_inline = record
+    # no GPU is visible here, yet many candidates build only `if torch.cuda.is_available()`: the
+    # recorder answers yes, so that those calls are made (what fails after them does not matter)
+    import torch
+
+    torch.cuda.is_available = lambda: True
     try:
         spec = importlib.util.spec_from_file_location("kw_candidate", job["candidate_path"])
         if spec is None or spec.loader is None:
