@@ -296,3 +296,44 @@ def test_suite_eval_of_jsonl_records(tmp_path, cache_dir, monkeypatch):
             "1_add_one": "passed",
             "2_swish": "no_candidate",
         }
+
+
+def test_ctrl_c_stops_a_suite_at_once_and_keeps_what_is_recorded(tmp_path, cache_dir):
+    """Ctrl-C (SIGINT to the foreground group) while a suite runs: the CLI stops within seconds,
+    says how many problems the store holds and how to go on, exits 130, and leaves no process
+    behind (it had waited for every queued evaluation, ~30 s, and its workers printed tracebacks)."""
+    import os
+    import signal
+    import sys
+    import time
+
+    env = dict(os.environ, KERNELWRIGHT_CACHE=cache_dir, COLUMNS="200")
+    args = [sys.executable, "-m", "kernelwright.cli.main", "suite", "eval", str(SUITE / "level1")]
+    args += [str(SUITE / "candidates"), "--device", "cpu", "--trials", "2", "--name", "ctrl-c"]
+    args += ["--out", str(tmp_path / "out"), "--store", str(tmp_path / "kw.db")]
+    proc = subprocess.Popen(
+        args,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # its own group, as a terminal's foreground job
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    assert proc.stdout is not None
+    lines = []
+    for line in proc.stdout:  # the first problem's verdict: the suite is under way
+        lines.append(line)
+        if re.match(r"level1/\S+: ", line):
+            break
+    t0 = time.monotonic()
+    os.killpg(proc.pid, signal.SIGINT)
+    out = "".join(lines) + proc.stdout.read()
+    code = proc.wait(timeout=60)
+    stopped_s = time.monotonic() - t0
+    assert code == 130, out
+    assert stopped_s < 10, (stopped_s, out)
+    assert re.search(r"interrupted after \d+ s: [1-6] problem\(s\) of suite ctrl-c are in the store", out), out
+    assert "Traceback" not in out, out
+    left = subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True, text=True).stdout.split()
+    assert left == [], left

@@ -33,6 +33,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from kernelwright.cli.exit_codes import ExitCode
 from kernelwright.core.config import EvalConfig
 
 app = typer.Typer(
@@ -125,6 +126,42 @@ def _store_and_out(store: Path | None, out: Path | None, name: str):
     from kernelwright.store.api import DEFAULT_STORE
 
     return (store or DEFAULT_STORE), (out or Path("runs") / "suites" / name)
+
+
+def _close(ex, interrupted: bool) -> None:
+    """Close the executor; after Ctrl-C, at once (a second Ctrl-C meanwhile is not a traceback)."""
+    import signal
+
+    if not interrupted:
+        ex.close()
+        return
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    ex.close(cancel=True)
+
+
+def _interrupted(store_obj, name: str, console: Console, t0: float) -> None:
+    """Ctrl-C: what the store holds, how to go on, exit 130. The process ends here (`os._exit`):
+    a prebuild still compiling would otherwise hold it until it finished (its children end with
+    it: they are killed when their parent dies)."""
+    import os
+    import sys
+
+    from kernelwright.store.api import RunStore
+
+    done = len(RunStore(store_obj).problems(name))
+    Console(stderr=True).print(
+        f"interrupted after {time.monotonic() - t0:.0f} s: {done} problem(s) of suite {name} are in the store; "
+        "run the same command again to go on (what is finished is skipped)",
+        highlight=False,
+        soft_wrap=True,
+    )
+    try:
+        store_obj.close()
+    except Exception:
+        pass
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(int(ExitCode.INTERRUPTED))
 
 
 def _finish(
@@ -366,6 +403,7 @@ def suite_eval(
     )
     t0 = time.monotonic()
     try:
+        interrupted = False
         try:
             with RichSuiteProgress(console) as progress:
                 outcome = run_eval_suite(
@@ -378,8 +416,12 @@ def suite_eval(
                     build_workers=build_workers or 0,
                     progress=progress,
                 )
+        except KeyboardInterrupt:
+            interrupted = True
         finally:
-            ex.close()
+            _close(ex, interrupted)
+        if interrupted:
+            _interrupted(db, name, console, t0)
         _finish(
             outcome,
             db,
@@ -539,6 +581,7 @@ def suite_optimize(
             highlight=False,
             soft_wrap=True,
         )
+        interrupted = False
         try:
             with RichSuiteProgress(console) as progress:
                 outcome = run_optimize_suite(
@@ -556,8 +599,12 @@ def suite_optimize(
                     executor=ex,
                     parallel=parallel,
                 )
+        except KeyboardInterrupt:
+            interrupted = True
         finally:
-            ex.close()
+            _close(ex, interrupted)
+        if interrupted:
+            _interrupted(db, name, console, t0)
         _finish(
             outcome,
             db,

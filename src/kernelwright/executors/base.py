@@ -54,7 +54,14 @@ class Executor(Protocol):
 
     def submit(self, task: EvalTask, on_stage: Callable[[str], None] | None = None) -> cf.Future[EvalResult]: ...
 
-    def close(self) -> None: ...
+    def close(self, cancel: bool = False) -> None:
+        """Wait for everything submitted, then stop; `cancel` (Ctrl-C): stop at once, the tasks
+        not yet done resolve with `Interrupted`."""
+        ...
+
+
+class Interrupted(Exception):
+    """A task the executor was closed with `cancel=True` before it had finished."""
 
 
 class SerialExecutor:
@@ -83,8 +90,8 @@ class SerialExecutor:
                 raise
         return fut
 
-    def close(self) -> None:
-        self._warm.close()
+    def close(self, cancel: bool = False) -> None:
+        self._warm.close()  # its tasks ran in submit(): nothing is left to cancel
 
     def __enter__(self) -> SerialExecutor:
         return self

@@ -41,6 +41,7 @@ class SlotQueue:
     _slots: list[Any]
     _closing: bool
     _inflight: int
+    _cancelled: bool = False
 
     def _run(self, slot: Any, job: Job) -> None:  # pragma: no cover - each executor's own
         raise NotImplementedError
@@ -54,6 +55,9 @@ class SlotQueue:
         n = len(self._slots)
         with self._cv:
             while True:
+                if self._cancelled:  # a task put back after its worker was killed is not run again
+                    self._fail_queued_locked()
+                    return None
                 for i, job in enumerate(self._queue):
                     if job.ready and (slot.index not in job.avoid or len(job.avoid) >= n):
                         self._inflight += 1
@@ -61,6 +65,22 @@ class SlotQueue:
                 if self._closing and not self._queue and self._inflight == 0:
                     return None
                 self._cv.wait()
+
+    def _cancel(self) -> None:
+        """Ctrl-C: no queued task starts, each resolves with `Interrupted` (the executor then ends
+        the tasks that are running: `close(cancel=True)`)."""
+        with self._cv:
+            self._cancelled = self._closing = True
+            self._fail_queued_locked()
+            self._cv.notify_all()
+
+    def _fail_queued_locked(self) -> None:
+        from kernelwright.executors.base import Interrupted
+
+        jobs, self._queue = self._queue, []
+        for job in jobs:
+            if not job.future.done():
+                job.future.set_exception(Interrupted(f"{job.task.key}: interrupted before it ran"))
 
     def _drain(self) -> None:
         """Let the slots finish every queued task, then wait for their threads to end."""

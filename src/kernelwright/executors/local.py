@@ -232,17 +232,24 @@ class LocalExecutor(SlotQueue):
             self._mark_ready(job, None)
         return fut
 
-    def close(self) -> None:
-        """Wait for everything submitted, then stop the workers and the build pool."""
+    def close(self, cancel: bool = False) -> None:
+        """Wait for everything submitted, then stop the workers and the build pool. `cancel`
+        (Ctrl-C): queued tasks never start, running ones are stopped with their worker (its
+        evaluation's processes go with it), and each resolves with `Interrupted`."""
         if self._closed:
             return
+        if cancel:
+            self._cancel()
+            for slot in self._slots:
+                if slot.worker is not None and slot.worker.alive():
+                    slot.worker.proc.kill()  # its `_run` sees the worker gone and gives the task up
         self._drain()
         for slot in self._slots:
             if slot.worker is not None:
                 slot.worker.stop()
                 slot.worker = None
         if self._builds is not None:
-            self._builds.shutdown(wait=True)
+            self._builds.shutdown(wait=not cancel)
         self._closed = True
 
     # -- for tests and benchmarks --
@@ -319,6 +326,11 @@ class LocalExecutor(SlotQueue):
         # the worker is gone mid-task
         how = worker.reap()
         slot.worker = None
+        if self._cancelled:
+            from kernelwright.executors.base import Interrupted
+
+            job.future.set_exception(Interrupted(f"{t.key}: interrupted during stage '{stage}'"))
+            return
         note = f"worker {worker.name} on {self.host} {how} during stage '{stage}'"
         if job.attempts > WORKER_RETRIES:
             job.future.set_exception(

@@ -262,12 +262,20 @@ class RayExecutor(SlotQueue):
             self._mark_ready(job, None)
         return fut
 
-    def close(self) -> None:
+    def close(self, cancel: bool = False) -> None:
         if self._closed:
             return
+        if cancel:  # Ctrl-C: nothing queued starts; the actors (and what they run) are killed below
+            self._cancel()
+            for slot in self._slots:
+                if slot.actor is not None:
+                    try:
+                        self.ray.kill(slot.actor)
+                    except Exception:
+                        pass
         self._drain()
         if self._builds is not None:
-            self._builds.shutdown(wait=True)
+            self._builds.shutdown(wait=not cancel, cancel_futures=cancel)
         for slot in self._slots:
             if slot.actor is not None:
                 try:

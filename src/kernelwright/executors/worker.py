@@ -22,11 +22,15 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 
 
 def main() -> None:
+    # Ctrl-C reaches the whole foreground group: the executor that started this worker decides
+    # (it kills the worker when the user stops), so the worker does not die on it with a traceback
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     out = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # print() of anything below lands on stderr, never on the channel
 
