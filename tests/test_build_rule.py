@@ -190,6 +190,26 @@ class ModelNew(nn.Module):
     def forward(self, x):
         return _get().add_one(x)
 """,
+    # the device chosen at import, a tensor made there: told that CUDA is available, the recorder
+    # cannot import it (no GPU here), so it imports it as it is, and the first call still builds
+    "first call, device at import": """import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+ONE = torch.ones(1, device=DEVICE)
+_ext = None
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        global _ext
+        if _ext is None:
+            src = "#include <torch/extension.h>\\n"
+            src += "torch::Tensor add_one(torch::Tensor x) { return torch::relu(x) + 1; }"
+            _ext = load_inline(name="kw_lazy_device", cpp_sources=src, functions=["add_one"])
+        return _ext.add_one(x)
+""",
 }
 
 
@@ -207,5 +227,6 @@ def test_a_build_made_in_init_or_at_the_first_call_is_recorded_given_the_problem
     assert alone == []  # its module-level code builds nothing
     calls, refused = trusted_builds.record_calls(text, cpu_config, tmp_path / "b", env, ADD_ONE.read_text())
     names = {"init": "kw_lazy_init", "init if cuda": "kw_lazy_init_if_cuda", "first call": "kw_lazy_call"}
+    names["first call, device at import"] = "kw_lazy_device"
     assert refused == [] and [c["name"] for c in calls] == [names[where]]
     assert calls[0]["functions"] == ["add_one"] and "torch::relu(x) + 1" in calls[0]["cpp_sources"]

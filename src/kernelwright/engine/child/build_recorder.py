@@ -85,19 +85,24 @@ def main(job_path: str) -> int:
 
     cpp_ext.load_inline = record
     # no GPU is visible here, yet many candidates build only `if torch.cuda.is_available()`: the
-    # recorder answers yes, so that those calls are made (what fails after them does not matter)
+    # recorder answers yes, so that those calls are made (what fails after them does not matter);
+    # a module that cannot be imported so (CUDA tensors made at import) is imported as it is
     import torch
 
-    torch.cuda.is_available = lambda: True
-    try:
-        spec = importlib.util.spec_from_file_location("kw_candidate", job["candidate_path"])
-        if spec is None or spec.loader is None:
-            raise ImportError(f"{job['candidate_path']} cannot be imported as a module")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["kw_candidate"] = module
-        spec.loader.exec_module(module)
-    except BaseException:  # what came after the calls does not matter here
-        module = None
+    really_available = torch.cuda.is_available
+    module = None
+    for pretend in (True, False):
+        torch.cuda.is_available = (lambda: True) if pretend else really_available
+        try:
+            spec = importlib.util.spec_from_file_location("kw_candidate", job["candidate_path"])
+            if spec is None or spec.loader is None:
+                raise ImportError(f"{job['candidate_path']} cannot be imported as a module")
+            module = importlib.util.module_from_spec(spec)
+            sys.modules["kw_candidate"] = module
+            spec.loader.exec_module(module)
+            break
+        except BaseException:  # what came after the calls does not matter here
+            module = None
     if module is not None and job.get("problem_path"):
         _construct_and_call(module, job["problem_path"])
     send("final", record={"calls": calls})
