@@ -20,7 +20,7 @@ from kernelwright.engine.isolation.environment import child_env, child_environme
 from kernelwright.executors import orphans
 from kernelwright.executors.base import EvalTask, SerialExecutor, WorkerLost
 from kernelwright.executors.local import LocalExecutor
-from kernelwright.executors.placement import TimingGate, default_spares, parse_gpus, plan_cores
+from kernelwright.executors.placement import TimingGate, parse_gpus, plan_cores
 
 # Passes only in a child pinned to one of the fake GPUs: the pinning is checked by the verdict.
 PINNED = """import os
@@ -107,8 +107,6 @@ def test_cores_are_split_only_where_the_machine_has_cores_to_spare():
     assert plan.workers == [{0, 1}, {2, 3}] and plan.builds == set(range(4, 16)) and not plan.scarce
     small = plan_cores(2, cores_per_worker=2, available=[0, 1])
     assert small.scarce and small.builds is None and small.workers == [None, None]
-    # spares per GPU worker: four where they start on cores of their own, two where cores are scarce
-    assert default_spares(plan) == 4 and default_spares(small) == 2
 
 
 def test_the_timing_gate_holds_a_build_while_a_gpu_is_timed():

@@ -44,14 +44,7 @@ from kernelwright.engine.resolve import resolve_config
 from kernelwright.executors import orphans
 from kernelwright.executors.base import WORKER_RETRIES, EvalTask, WorkerLost
 from kernelwright.executors.dispatch import Job, SlotQueue, safe_stage
-from kernelwright.executors.placement import (
-    CorePlan,
-    TimingGate,
-    default_build_workers,
-    default_spares,
-    detect_gpus,
-    plan_cores,
-)
+from kernelwright.executors.placement import CorePlan, TimingGate, default_build_workers, detect_gpus, plan_cores
 
 
 class _Worker:
@@ -169,7 +162,6 @@ class LocalExecutor(SlotQueue):
     e.g. `device="cpu"`: one unpinned worker). `build_workers`: concurrent prebuilds (0: none; None:
     sized to the machine, `placement.default_build_workers`). `cores_per_gpu`: cores kept for each
     GPU worker when the machine has enough. `spares`: warm evaluations kept ready per GPU worker
-    (default: `placement.default_spares`)
     (`warm_pool.WarmPool`; they start up on the build cores where there are some).
     """
 
@@ -182,7 +174,7 @@ class LocalExecutor(SlotQueue):
         build_workers: int | None = None,
         cores_per_gpu: int = 2,
         plan: CorePlan | None = None,
-        spares: int | None = None,
+        spares: int = 2,
     ):
         self.config = resolve_config(config or EvalConfig())  # "auto" made concrete once, for every worker
         if gpus is None:
@@ -201,7 +193,7 @@ class LocalExecutor(SlotQueue):
         self._closing = False
         self._closed = False
         self._builds = None
-        self.spares = default_spares(self.plan) if spares is None else spares
+        self.spares = spares
         n_builds = default_build_workers(self.plan) if build_workers is None else build_workers
         if n_builds > 0:
             from kernelwright.engine.build.prebuild import BuildPool

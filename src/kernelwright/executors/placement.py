@@ -84,15 +84,6 @@ def default_build_workers(plan: CorePlan, cores_per_build: int = 2) -> int:
     return max(1, min(4, (os.cpu_count() or 1) // 4))
 
 
-def default_spares(plan: CorePlan) -> int:
-    """Warm evaluations kept ready per GPU worker. Two where cores are scarce (a spare's start-up
-    competes with the evaluation it waits beside); where spares start on cores of their own, four:
-    a GPU spare starts in 3-5 s (python, torch, the CUDA context) and an evaluation of a published
-    kernel takes 2-3 s, so two of them were rarely ready when taken (CUDA-L1's level 2 on an H200:
-    most spares waited 0.0 s, their start-up on the GPU's path)."""
-    return 2 if plan.scarce or not plan.builds else 4
-
-
 class TimingGate:
     """How many GPUs are in their timing stage; `wait_clear` holds a new build back while any is.
 
