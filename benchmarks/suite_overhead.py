@@ -92,7 +92,7 @@ def write_suite(root: Path) -> tuple[Path, Path]:
     return probs, cands
 
 
-def run(executor: str, probs: Path, cands: Path, work: Path, trials: int, tag: str) -> dict:
+def run(executor: str, probs: Path, cands: Path, work: Path, trials: int, tag: str, shapes: str | None = None) -> dict:
     env = {**os.environ, "KERNELWRIGHT_CACHE": str(work / "cache"), "PYTHONPATH": str(ROOT / "src"), "COLUMNS": "160"}
     t0 = time.perf_counter()
     out = subprocess.run(
@@ -117,6 +117,7 @@ def run(executor: str, probs: Path, cands: Path, work: Path, trials: int, tag: s
             str(work / tag),
             "--store",
             str(work / f"{tag}.db"),
+            *(["--shapes", shapes] if shapes else []),
         ],
         capture_output=True,
         text=True,
@@ -134,6 +135,7 @@ def run(executor: str, probs: Path, cands: Path, work: Path, trials: int, tag: s
     total = [r["stage_times"]["total_s"] or 0.0 for r in recs]
     return {
         "executor": executor,
+        "shapes": shapes or "check",
         "problems": n,
         "verdicts": sorted({r["status"] for r in recs}),
         "suite_wall_s": summary["wall_s"],
@@ -175,6 +177,7 @@ def main() -> None:
     ap.add_argument("--executors", default="local,serial", help="comma-separated: local, serial")
     ap.add_argument("--repeat", type=int, default=1, help="runs per executor (a fresh store each)")
     ap.add_argument("--trials", type=int, default=5)
+    ap.add_argument("--shapes", default=None, help="check, strict or off (the suite's own default: check)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     args = ap.parse_args()
     res = {
@@ -188,7 +191,7 @@ def main() -> None:
         probs, cands = write_suite(work / "suite")
         for executor in args.executors.split(","):
             for i in range(args.repeat):
-                r = run(executor.strip(), probs, cands, work, args.trials, f"{executor.strip()}-{i}")
+                r = run(executor.strip(), probs, cands, work, args.trials, f"{executor.strip()}-{i}", args.shapes)
                 r["run"] = i + 1
                 res["runs"].append(r)
                 print(json.dumps(r), flush=True)

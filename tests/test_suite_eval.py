@@ -182,6 +182,7 @@ def test_suite_eval_bad_input_is_one_line_and_exit_2(tmp_path):
         (["suite", "eval", str(tmp_path / "none"), str(SUITE / "candidates")], "no problem files at"),
         (["suite", "eval", str(SUITE / "level1"), str(tmp_path)], "no candidate in"),
         (["suite", "eval", str(SUITE / "level1"), str(SUITE / "candidates"), "--only", "level7"], "no problems left"),
+        (["suite", "eval", str(SUITE / "level1"), str(SUITE / "candidates"), "--shapes", "some"], "--shapes must be"),
     ]:
         out = cli(*args, "--device", "cpu", "--store", str(tmp_path / "kw.db"), code=2)
         assert message in out and "Traceback" not in out

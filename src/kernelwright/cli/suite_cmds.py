@@ -293,6 +293,12 @@ def suite_eval(
     atol: float = typer.Option(None, help="Absolute tolerance (default 1e-3)."),
     rtol: float = typer.Option(None, help="Relative tolerance (default 1e-3)."),
     verdict: str = typer.Option(None, help="calibrated or strict (docs/VERDICTS.md; default calibrated)."),
+    shapes: str = typer.Option(
+        None,
+        metavar="check|strict|off",
+        help="Also judge a passed candidate at other sizes of its problem (default check: a failure there "
+        "is flagged shape_specific; strict: it fails; off: not checked).",
+    ),
     compare_compile: bool = typer.Option(
         None, "--compare-compile/--no-compare-compile", help="Also time torch.compile of each reference."
     ),
@@ -345,6 +351,7 @@ def suite_eval(
                 "rtol": rtol,
                 "sandbox": sandbox,
                 "verdict": verdict,
+                "shapes": shapes,
                 "timing": {"compare_compile": compare_compile},
                 "profile": {"enabled": profile},
             }
