@@ -24,8 +24,8 @@ SWISH = FIXTURES / "problems" / "swish.py"
 # an honest PyTorch candidate times at 0.4-2.5x on a busy 2-core machine; a forged one at 8-265x before the fix
 FORGED = 3.0
 HAS_BWRAP = shutil.which("bwrap") is not None
-# speed-ups compared with a threshold: measured with no other test loading the machine
-pytestmark = pytest.mark.alone
+# a test that compares a speed-up with a threshold runs `alone` (no other test loading the machine);
+# those that assert a verdict (incorrect, timeout) run beside the others
 
 
 def _config(base, sandbox: str = "none", device: str = "cpu"):
@@ -49,6 +49,7 @@ def not_forged(r) -> bool:
 SANDBOXES = ["none", pytest.param("bwrap", marks=pytest.mark.skipif(not HAS_BWRAP, reason="bubblewrap not installed"))]
 
 
+@pytest.mark.alone
 @pytest.mark.parametrize("sandbox", SANDBOXES)
 def test_honest_control_passes_at_about_1x(cpu_config, sandbox):
     r = run(_config(cpu_config, sandbox), "honest.py")
@@ -58,6 +59,7 @@ def test_honest_control_passes_at_about_1x(cpu_config, sandbox):
     assert "timed_output_mismatch" not in flags(r) and "faster_than_hardware" not in flags(r), flags(r)
 
 
+@pytest.mark.alone
 @pytest.mark.parametrize("sandbox", SANDBOXES)
 @pytest.mark.parametrize("name", ["replay_by_content.py", "rewrite_report.py", "swap_clock.py", "slow_reference.py"])
 def test_timing_forgeries_get_no_speedup(cpu_config, sandbox, name):
@@ -76,6 +78,7 @@ def test_predicted_test_set_fails(cpu_config, sandbox):
     assert not any(t.passed for t in r.trials)
 
 
+@pytest.mark.alone  # a deferral's race with the snapshot: load could move it
 @pytest.mark.parametrize("name", ["poison_shared_inputs.py", "skip_work.py", "deferred_output.py"])
 def test_window_tricks_fail_on_their_outputs(cpu_config, name):
     """Writing every input set of a window through the shared storage, skipping work in a burst,
@@ -87,6 +90,7 @@ def test_window_tricks_fail_on_their_outputs(cpu_config, name):
     assert "timed_output_mismatch" in flags(r), flags(r)
 
 
+@pytest.mark.alone
 @pytest.mark.parametrize("sandbox", SANDBOXES)
 def test_work_hidden_in_the_commit_behind_slowed_measures_counts(cpu_config, sandbox):
     """Every timed call returns at once and the work runs inside the runner's commit, after
@@ -99,6 +103,7 @@ def test_work_hidden_in_the_commit_behind_slowed_measures_counts(cpu_config, san
     assert r.speedup is not None and r.speedup < 1.5, r.speedup
 
 
+@pytest.mark.alone
 def test_device_hog_while_idle_is_caught(cpu_config):
     """Loading the machine while the judge times the reference: the thread that does it is seen."""
     r = run(_config(cpu_config), "hold_device.py")
