@@ -198,6 +198,7 @@ def test_loop_repairs_then_speeds_up_and_keeps_the_fastest(recorded_run):
 
 
 @pytest.mark.slow
+@pytest.mark.alone  # its rounds run under the loop's short stage limits: beside another test a round timed out
 @needs_openai
 def test_replay_of_the_recorded_run_reproduces_its_verdicts(recorded_run, tmp_path, monkeypatch, cache_dir):
     out, _, _ = recorded_run
