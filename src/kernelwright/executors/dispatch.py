@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kernelwright.executors.base import EvalTask
+from kernelwright.executors.base import EvalTask, Interrupted
 
 
 @dataclass
@@ -75,8 +75,6 @@ class SlotQueue:
             self._cv.notify_all()
 
     def _fail_queued_locked(self) -> None:
-        from kernelwright.executors.base import Interrupted
-
         jobs, self._queue = self._queue, []
         for job in jobs:
             if not job.future.done():

@@ -42,7 +42,7 @@ from kernelwright.core.record import EvalResult
 from kernelwright.engine import EngineError
 from kernelwright.engine.resolve import resolve_config
 from kernelwright.executors import orphans
-from kernelwright.executors.base import WORKER_RETRIES, EvalTask, WorkerLost
+from kernelwright.executors.base import WORKER_RETRIES, EvalTask, Interrupted, WorkerLost
 from kernelwright.executors.dispatch import Job, SlotQueue, safe_stage
 from kernelwright.executors.placement import CorePlan, TimingGate, default_build_workers, detect_gpus, plan_cores
 
@@ -327,8 +327,6 @@ class LocalExecutor(SlotQueue):
         how = worker.reap()
         slot.worker = None
         if self._cancelled:
-            from kernelwright.executors.base import Interrupted
-
             job.future.set_exception(Interrupted(f"{t.key}: interrupted during stage '{stage}'"))
             return
         note = f"worker {worker.name} on {self.host} {how} during stage '{stage}'"

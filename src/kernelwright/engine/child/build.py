@@ -295,9 +295,9 @@ def install_build_cache(
         args, kwargs = _as_keywords(original_inline, args, kwargs)  # one key however the call was written
         _precheck_functions(original_inline, name, cpp_sources, cuda_sources, args, kwargs, candidate_file)
         with_cuda = bool(cuda_sources) or bool(kwargs.get("with_cuda"))
-        # the key before the PCH is added: whether torch's PCH can be used here (a writable torch
-        # install) is this process's, not the call's; the trusted builder has it and the sandboxed
-        # runner does not, and with it in the key every such call was built again privately
+        # the key is the call's own, taken before the PCH is added: whether torch's PCH can be used
+        # (a writable torch install) belongs to the process, and the trusted builder and the
+        # sandboxed runner must key the same call the same way
         payload = {
             "cpp": cpp_sources,
             "cuda": cuda_sources,

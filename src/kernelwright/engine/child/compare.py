@@ -64,6 +64,11 @@ def flatten(obj: Any, name: str = "out") -> list[tuple[str, Any]]:
     return [(name, obj)]
 
 
+def tensor_bytes(obj: Any) -> int:
+    """The bytes of every tensor leaf of `obj` (as `flatten` finds them)."""
+    return sum(t.numel() * t.element_size() for _, t in flatten(obj) if isinstance(t, torch.Tensor))
+
+
 def describe(obj: Any) -> str:
     if isinstance(obj, torch.Tensor):
         return f"tensor{tuple(obj.shape)} {str(obj.dtype).replace('torch.', '')}"

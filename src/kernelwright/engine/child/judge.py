@@ -93,17 +93,11 @@ def _dict_field(msg: dict[str, Any], key: str) -> dict[Any, Any]:
     return v if isinstance(v, dict) else {}
 
 
-def tensor_bytes(tree: Any) -> int:
-    import torch
-
-    from kernelwright.engine.child.compare import flatten
-
-    return sum(t.numel() * t.element_size() for _, t in flatten(tree) if isinstance(t, torch.Tensor))
-
-
 def bounded_cache(cache: dict[int, Any], budget_bytes: int, most: int = 9) -> dict[int, Any]:
     """`cache` (oldest first) without its oldest entries, until it holds at most `most` entries
     and `budget_bytes` of tensors; the newest entry is always kept."""
+    from kernelwright.engine.child.compare import tensor_bytes
+
     keys = list(cache)
     sizes = {k: tensor_bytes(cache[k]) for k in keys}
     while len(keys) > 1 and (len(keys) > most or sum(sizes[k] for k in keys) > budget_bytes):
@@ -324,11 +318,13 @@ class Judge:
                 sync(self.device)
             except Exception as exc:
                 self.oracle_error = f"{type(exc).__name__}: {str(exc)[:300]}"
-        # at most 9 seeds, and at most a sixth of the device's memory: a problem whose output is
-        # 4 GiB and its float64 oracle 8 GiB had filled an H200 with nine
+        # at most 9 seeds, and at most a sixth of the device's memory (one seed's outputs and their
+        # float64 oracle can take gigabytes)
         self.ref_cache = bounded_cache(
             {**self.ref_cache, seed: (ref_out, oracle_out, inputs)}, _memory_bytes(self.device) // 6
         )
+        from kernelwright.engine.child.compare import tensor_bytes
+
         self.largest_bytes = max(getattr(self, "largest_bytes", 0), tensor_bytes((ref_out, inputs)))
         return ref_out, oracle_out, inputs
 

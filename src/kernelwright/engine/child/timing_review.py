@@ -20,6 +20,7 @@ import torch
 
 from kernelwright.core.record import Stage, Status, TimingStats
 from kernelwright.engine.child import windows
+from kernelwright.engine.child.compare import tensor_bytes
 
 if TYPE_CHECKING:
     from kernelwright.engine.child.judge import Judge
@@ -44,12 +45,6 @@ def _out_of_memory(exc: BaseException) -> bool:
     """A device or host allocation refused (torch's, or the driver's for a window's region)."""
     text = str(exc)
     return isinstance(exc, torch.OutOfMemoryError) or "OUT_OF_MEMORY" in text or "out of memory" in text
-
-
-def _nbytes(obj: Any) -> int:
-    from kernelwright.engine.child.compare import flatten
-
-    return sum(t.numel() * t.element_size() for _, t in flatten(obj) if isinstance(t, torch.Tensor))
 
 
 def _phase(phases: dict[str, float], name: str, t0: float) -> float:
@@ -155,8 +150,8 @@ def _run(
     ref0 = judge.reference(trial_seed(judge.secret, 0))[0]
     plan = windows.plan(
         est_ms,
-        _nbytes(inputs0),
-        _nbytes(ref0),
+        tensor_bytes(inputs0),
+        tensor_bytes(ref0),
         _budget_bytes(judge),
         cfg.timing.window_ms,
         cfg.timing.windows,
