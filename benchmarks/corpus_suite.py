@@ -181,6 +181,13 @@ def rows(records: list[dict]) -> list[dict]:
                     "attempts": t.get("attempts"),
                 },
                 "trusted_build_s": (m.get("trusted_build") or {}).get("wall_s"),
+                # why a build ran on the GPU's path: what the prebuild said, what the evaluation's builder did
+                "prebuild": (m.get("executor") or {}).get("prebuild"),
+                "trusted": {k: v for k, v in (m.get("trusted_build") or {}).items() if k != "builds"},
+                "builds": [
+                    {k: b.get(k) for k in ("name", "cache", "built_as", "ok", "build_s") if b.get(k) is not None}
+                    for b in m.get("builds") or []
+                ],
                 "flags": sorted(((m.get("guards") or {}).get("flags") or {}).keys()),
                 # a shape-specific kernel's sizes and what happened there (the flag's own words)
                 "shape_specific": (((m.get("guards") or {}).get("flags") or {}).get("shape_specific") or "")[:600],

@@ -224,6 +224,12 @@ def test_a_compile_error_is_reported_from_the_trusted_build_without_a_second_bui
     first = r.compile_issues[0]  # located in the candidate as when the evaluation built it itself
     assert "one_constant_never_declared" in first.message and first.candidate_line == 15
     assert b["dir"].startswith(str(own_cache / "builds"))  # the builder's directory: nothing was built privately
+    # the same calls again (a retry, the same candidate in another round): the failure is remembered,
+    # not compiled again (the builder's whole run, 15-50 s for published CUDA kernels, on the GPU's path)
+    again = evaluate(ADD_ONE, CANDIDATES / "cpp_compile_error.py", cpu_config)
+    assert again.status is Status.COMPILE_ERROR and again.metadata["trusted_build"].get("remembered"), again.metadata
+    assert again.metadata["builds"][0]["cache"] == "failed in the trusted build"
+    assert again.compile_issues[0].candidate_line == 15
 
 
 # ---- the loading side, with torch's build faked (no compiler) ----------------------------------
@@ -331,6 +337,37 @@ def test_the_evaluation_loads_a_matching_artefact_and_builds_a_mismatching_one_p
     fake = fake_build(verified={}, private_root=private)  # not prebuilt: private
     cpp_ext.load_inline(name="e", cpp_sources="int g();", functions=["g"])
     assert build.BUILD_LOG[0]["cache"] == "private" and fake.dirs[0].startswith(str(private))
+
+
+def test_a_call_made_under_a_name_of_its_own_process_loads_the_build_of_the_same_call(fake_build, tmp_path):
+    """Published kernels name their extension per process (`f"ext_{id(self)}"`): the recorder's call
+    and the evaluation's differ only in the name. The evaluation loads the trusted build of the same
+    sources and flags (or replays its failure); other sources under the same name do not match."""
+    import torch.utils.cpp_extension as cpp_ext
+
+    from kernelwright.engine.child import build
+
+    fake = fake_build(publish=True)
+    cpp_ext.load_inline(name="ext_1401", cpp_sources="int f();", functions=["f"])
+    shared = Path(fake.dirs[0])
+    sha = build._record_artefact(shared, "ext_1401")
+    private = tmp_path / "private"
+
+    fake = fake_build(verified={shared.name: sha}, private_root=private)
+    mod = cpp_ext.load_inline(name="ext_2207", cpp_sources="int f();", functions=["f"])
+    (entry,) = build.BUILD_LOG
+    assert entry["cache"] == "verified" and entry["built_as"] == "ext_1401" and not fake.dirs
+    assert mod.f() == f"loaded {private / ('verified-' + shared.name)}"
+
+    fake = fake_build(verified={shared.name: sha}, private_root=private)  # other code, the same name
+    cpp_ext.load_inline(name="ext_1401", cpp_sources="int g();", functions=["g"])
+    assert build.BUILD_LOG[0]["cache"] == "private" and fake.dirs[0].startswith(str(private))
+
+    failed = {shared.name: "Error building extension 'ext_1401': f.cpp:1: error: expected ';'"}
+    fake = fake_build(failed=failed, private_root=private)
+    with pytest.raises(build.CandidateBuildError, match="expected ';'"):
+        cpp_ext.load_inline(name="ext_3302", cpp_sources="int f();", functions=["f"])
+    assert build.BUILD_LOG[0]["cache"] == "failed in the trusted build" and not fake.dirs
 
 
 def test_the_trusted_builder_rebuilds_an_entry_without_a_hash_record(fake_build):

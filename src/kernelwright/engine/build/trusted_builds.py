@@ -35,11 +35,12 @@ from kernelwright.engine.isolation import sandbox
 BUILDS_SUBDIR = "builds"
 _KNOWN: dict[tuple[str, str], str] = {}  # (cache root, entry directory) -> sha256 learned by this process
 _KNOWN_LOCK = threading.Lock()
-# The calls this process has seen built, all of them with success: (cache root, calls, build
-# settings) -> (verified, builds). An evaluation whose calls are all here needs no builder
-# process (its start-up, a torch import, is most of a cached evaluation's overhead): the hashes
-# are this process's own, and the evaluation child still checks the bytes before it loads.
-_DONE: dict[str, tuple[dict[str, str], list[dict[str, Any]]]] = {}
+# The calls this process has seen built, each with success or with the compiler's error:
+# (cache root, calls, build settings) -> (verified, failed, builds). An evaluation whose calls are
+# all here needs no builder process (its start-up, a torch import, is most of a cached
+# evaluation's overhead, and a failing build is its compiler's whole run again): the hashes are
+# this process's own, and the evaluation child still checks the bytes before it loads.
+_DONE: dict[str, tuple[dict[str, str], dict[str, str], list[dict[str, Any]]]] = {}
 # Calls recorded from a candidate's running code (`record_calls`), by the sha256 of its text.
 _RECORDED: dict[str, list[dict[str, Any]]] = {}
 
@@ -54,7 +55,7 @@ class TrustedBuilds:
     error: str = ""  # the builder itself failed (then the evaluation builds everything privately)
     remembered: bool = False  # every call was built before by this process: no builder was started
     recorded: int = 0  # calls with arguments computed at run time, recorded from the candidate's code (`record_calls`)
-    memo: dict[str, Any] | None = None  # every call built: what `adopt` teaches another trusted process
+    memo: dict[str, Any] | None = None  # every call built or failed: what `adopt` teaches another trusted process
 
     def describe(self) -> dict[str, Any]:
         """The record's `metadata["trusted_build"]`."""
@@ -130,13 +131,15 @@ def build(
     with _KNOWN_LOCK:
         done = _DONE.get(memo_key)
     if done is not None and all((root / d).is_dir() for d in done[0]):
-        out.verified, out.builds = dict(done[0]), [dict(b, cached=True) for b in done[1]]
+        out.verified, out.failed = dict(done[0]), dict(done[1])
+        out.builds = [dict(b, cached=True) for b in done[2]]
         out.remembered = True
         out.memo = {
             "key": memo_key,
             "root": str(root.resolve()),
             "verified": dict(done[0]),
-            "builds": done[1],
+            "failed": dict(done[1]),
+            "builds": done[2],
             "recorded": {text_key: recorded} if recorded else {},
         }
         out.wall_s = time.monotonic() - t0
@@ -184,13 +187,16 @@ def build(
                 out.verified[d] = _KNOWN.setdefault((str(root.resolve()), d), digest)
         elif not b.get("ok") and isinstance(d, str) and "/" not in d and isinstance(b.get("output"), str):
             out.failed[d] = b["output"]
-    if out.builds and len(out.verified) == len(out.builds) == len(calls):
-        with _KNOWN_LOCK:  # every call built: the next evaluation of the same calls skips the builder
-            _DONE[memo_key] = (dict(out.verified), [dict(b) for b in out.builds])
+    if out.builds and len(out.verified) + len(out.failed) == len(out.builds) == len(calls):
+        # every call built or failed in its compiler: the next evaluation of the same calls skips the
+        # builder (a failure is the compiler's answer to these sources and flags with this toolchain)
+        with _KNOWN_LOCK:
+            _DONE[memo_key] = (dict(out.verified), dict(out.failed), [dict(b) for b in out.builds])
         out.memo = {
             "key": memo_key,
             "root": str(root.resolve()),
             "verified": dict(out.verified),
+            "failed": dict(out.failed),
             "builds": [dict(b) for b in out.builds],
             "recorded": {text_key: recorded} if recorded else {},
         }
@@ -207,6 +213,7 @@ def adopt(memo: dict[str, Any]) -> None:
     try:
         key, root = str(memo["key"]), str(memo["root"])
         verified = {str(d): str(h) for d, h in dict(memo["verified"]).items() if "/" not in str(d)}
+        failed = {str(d): str(o) for d, o in dict(memo.get("failed") or {}).items() if "/" not in str(d)}
         builds = [dict(b) for b in memo["builds"] if isinstance(b, dict)]
     except (KeyError, TypeError, ValueError, AttributeError):
         return
@@ -216,7 +223,7 @@ def adopt(memo: dict[str, Any]) -> None:
         recorded[str(text_key)] = accepted
     with _KNOWN_LOCK:
         verified = {d: _KNOWN.setdefault((root, d), h) for d, h in verified.items()}
-        _DONE.setdefault(key, (verified, builds))
+        _DONE.setdefault(key, (verified, failed, builds))
         for text_key, accepted in recorded.items():
             _RECORDED.setdefault(text_key, accepted)
 

@@ -1,8 +1,8 @@
 """Building a candidate's extensions: a content-addressed build cache and readable compiler errors.
 
 `install_build_cache` wraps `torch.utils.cpp_extension.load_inline` (and `load`) before the
-candidate is imported. Each call gets its own build directory named by a hash of everything
-that decides the binary: the sources, the flags, the module name and the toolchain. So two
+candidate is imported. Each call gets its own build directory named by its extension's name and a
+hash of everything that decides the binary: the sources, the flags and the toolchain. So two
 candidates that both say `load_inline(name="my_ext", ...)` with different code never load each
 other's module, and an unchanged extension is not rebuilt.
 
@@ -129,9 +129,12 @@ def toolchain_fingerprint(with_cuda: bool) -> dict[str, str]:
     return fp
 
 
-def build_key(kind: str, name: str, payload: dict[str, Any], with_cuda: bool) -> str:
+def build_key(kind: str, payload: dict[str, Any], with_cuda: bool) -> str:
+    """The call's key: what decides the binary except the extension's name, which only names the
+    module (its directory is `{name}-{key}`). Calls alike but for a name made per process
+    (`f"ext_{id(self)}"`) share a key, so one trusted build serves them all (see `_same_build`)."""
     blob = json.dumps(
-        {"kind": kind, "name": name, "payload": payload, "toolchain": toolchain_fingerprint(with_cuda)},
+        {"kind": kind, "payload": payload, "toolchain": toolchain_fingerprint(with_cuda)},
         sort_keys=True,
         default=repr,
     )
@@ -215,8 +218,9 @@ def install_build_cache(
         entry: dict[str, Any] = {"kind": kind, "name": name, "key": key, "dir": str(build_dir), **(extra or {})}
         BUILD_LOG.append(entry)
         t0 = time.perf_counter()
-        if private_root is not None and build_dir.name in (failed or {}):
-            output = (failed or {})[build_dir.name]
+        failed_as = _same_build(failed or {}, build_dir.name, key) if private_root is not None else None
+        if failed_as is not None:
+            output = (failed or {})[failed_as]
             entry["cache"] = "failed in the trusted build"
 
             def replay(_directory: Path, output: str = output) -> NoReturn:  # the builder's output, as if built here
@@ -224,9 +228,13 @@ def install_build_cache(
 
             call = replay
         elif private_root is not None:
-            expected = (verified or {}).get(build_dir.name)
-            if expected:
-                module = _load_verified(name, build_dir, expected, Path(private_root), entry)
+            built_as = _same_build(verified or {}, build_dir.name, key)
+            if built_as is not None:
+                built_name = built_as[: -len(key) - 1]
+                if built_name != name:  # the same call under a name of this process's own
+                    entry["built_as"] = built_name
+                expected = (verified or {})[built_as]
+                module = _load_verified(built_name, root / built_as, expected, Path(private_root), entry)
                 if module is not None:
                     entry.update(ok=True, cached=True, build_s=time.perf_counter() - t0, functions=_functions(module))
                     BUILT_MODULES.append((name, module))
@@ -304,7 +312,7 @@ def install_build_cache(
             "args": args,
             "kwargs": {k: v for k, v in kwargs.items() if k not in ("verbose", "build_directory")},
         }
-        key = build_key("inline", name, payload, with_cuda)
+        key = build_key("inline", payload, with_cuda)
         pch = use_pch and pch_usable(kwargs) and _prepare_pch()
         if pch:
             kwargs["use_pch"] = True
@@ -312,7 +320,7 @@ def install_build_cache(
         lean = _lean_plan(cuda_sources, kwargs, args, original_inline) if lean_headers else None
         if lean is not None:
             lean_payload = dict(payload, cuda=lean.cuda_sources, lean=True)
-            lean_key = build_key("inline", name, lean_payload, with_cuda)
+            lean_key = build_key("inline", lean_payload, with_cuda)
             lean_dir = root / f"{name}-{lean_key}"
             failed_marker = lean_dir / LEAN_FAILED
             if failed_marker.exists():  # this source needs more than the lean headers: known already
@@ -377,7 +385,7 @@ def install_build_cache(
             "args": args,
             "kwargs": {k: v for k, v in kwargs.items() if k not in ("verbose", "build_directory")},
         }
-        key = build_key("load", name, payload, with_cuda)
+        key = build_key("load", payload, with_cuda)
         build_dir = root / f"{name}-{key}"
         if private_root is None:
             build_dir.mkdir(parents=True, exist_ok=True)
@@ -394,6 +402,17 @@ def install_build_cache(
 
 
 # ---- the trusted cache --------------------------------------------------------------------
+
+
+def _same_build(table: dict[str, str], dir_name: str, key: str) -> str | None:
+    """The directory in `table` (the parent's verified or failed builds) for this call: its own,
+    else one of the same key under another name (the trusted builder saw the call made with a name
+    that changes from process to process). The artefact is then loaded under the name it was built
+    with: the module's Python name differs, its code is the same call's."""
+    if dir_name in table:
+        return dir_name
+    return next((d for d in sorted(table) if d.endswith(f"-{key}") and len(d) > len(key) + 1), None)
+
 
 MANIFEST = "kw-artefact.json"  # {"artefact": file name, "sha256": ...}, written by the trusted builder
 

@@ -19,8 +19,9 @@ Coder was shown, no secret), the recorder then goes on: it constructs `ModelNew`
 call made on the way and stopping at the first error (a recorded extension's functions raise, a
 CUDA tensor cannot be made here). `torch.cuda.is_available()` answers True here, for candidates
 that build only where CUDA is. Best effort: a candidate whose CPU path never builds (one that
-checks `x.is_cuda` first) still builds in its evaluation, and so does one whose extension's name
-changes from process to process (`f"ext_{id(self)}"`).
+checks `x.is_cuda` first) still builds in its evaluation. One whose extension's name changes from
+process to process (`f"ext_{id(self)}"`) is served all the same: a build's key leaves the name out
+(`child/build.py`, `_same_build`).
 
 Reports on the job's `fd`: a `call` message per recorded call as it is made (a recorder stopped at
 its time limit has still reported those), then one final record
