@@ -3,6 +3,7 @@ engine/build/trusted_builds.py, engine/child/trusted_builder.py, the loading sid
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -158,8 +159,15 @@ def test_a_poisoned_cache_entry_is_never_loaded(cpu_config, own_cache, mode, sma
     assert b["cache"] == "verified" and first.metadata["trusted_build"]["verified"] == 1
     entry = own_cache / "builds" / Path(b["dir"]).name
     artefact = next(entry.glob("kw_example_swish_cpu*.so"))
-    good = artefact.read_bytes()
+    good, manifest = artefact.read_bytes(), (entry / "kw-artefact.json").read_text()
+    try:
+        _poison_and_evaluate_again(cpu_config, own_cache, mode, small_swish, artefact, good)
+    finally:  # the module's cache as it was: under `none` a new process trusts the rewritten manifest
+        artefact.write_bytes(good)
+        (entry / "kw-artefact.json").write_text(manifest)
 
+
+def _poison_and_evaluate_again(cpu_config, own_cache, mode, small_swish, artefact, good):
     attacker = (FIXTURES / "host_attacks" / "poison_build_cache.py").read_text().replace("__CACHE__", str(own_cache))
     attack = evaluate(ADD_ONE, None, cpu_config, candidate_text=attacker)
     assert attack.status is Status.PASSED, attack.error_log
@@ -176,6 +184,29 @@ def test_a_poisoned_cache_entry_is_never_loaded(cpu_config, own_cache, mode, sma
     # no builder ran for the second (its calls were built before by this process): the bytes are still checked
     assert second.metadata["trusted_build"].get("remembered") is True
     assert str(own_cache / "builds") not in b2["dir"]  # built privately, in the evaluation's own directory
+
+
+@pytest.mark.slow
+def test_a_fresh_process_starts_no_builder_for_calls_an_earlier_one_built(cpu_config, own_cache, small_swish):
+    """One `kernelwright eval` after another: the second process reads what the first built from the
+    cache's memo (a builder's start is a torch import, 3-5 s of a cached evaluation), unless a
+    hash it names is no longer the one the entry's manifest holds."""
+    cpu_config.sandbox = "none"
+    first = evaluate(small_swish, SWISH / "candidate.py", cpu_config)
+    assert first.status is Status.PASSED, first.error_log
+    (memo,) = (own_cache / "builds" / trusted_builds.MEMO_DIR).glob("done-*.json")
+    trusted_builds.forget()  # a new process
+    second = evaluate(small_swish, SWISH / "candidate.py", cpu_config)
+    assert second.status is Status.PASSED, second.error_log
+    assert second.metadata["trusted_build"].get("remembered") is True  # no builder was started
+
+    data = json.loads(memo.read_text())
+    data["verified"] = {d: "0" * 64 for d in data["verified"]}  # names hashes the entries do not hold
+    memo.write_text(json.dumps(data))
+    trusted_builds.forget()
+    third = evaluate(small_swish, SWISH / "candidate.py", cpu_config)
+    assert third.status is Status.PASSED, third.error_log
+    assert not third.metadata["trusted_build"].get("remembered")  # the builder ran, and said what it holds
 
 
 @pytest.mark.slow

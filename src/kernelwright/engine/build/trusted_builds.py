@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sys
 import threading
 import time
@@ -29,6 +30,7 @@ from typing import Any
 from kernelwright.core.config import EvalConfig
 from kernelwright.engine import process
 from kernelwright.engine.build import static_builds
+from kernelwright.engine.child.build import MANIFEST
 from kernelwright.engine.isolation import containment as isolation
 from kernelwright.engine.isolation import sandbox
 
@@ -102,10 +104,13 @@ def build(
     computed = [p for p in scan.private if "computed at run time" in p]
     with _KNOWN_LOCK:
         recorded = _RECORDED.get(text_key)
+    if recorded is None and computed:  # recorded by an earlier process (a prebuild, another eval)
+        recorded = _read_recorded(config, text_key)
     if recorded is None and record and computed:
         recorded, refused = record_calls(candidate_text, config, workdir / "recorder", env, problem_text)
         with _KNOWN_LOCK:
             _RECORDED[text_key] = recorded
+        _write_memo(cache_root(config) / MEMO_DIR / f"recorded-{text_key}.json", {"calls": recorded})
         out.private = [p for p in out.private if p not in computed] + refused
     if recorded:
         extra = [c for c in recorded if c not in calls]
@@ -130,6 +135,8 @@ def build(
     )
     with _KNOWN_LOCK:
         done = _DONE.get(memo_key)
+    if done is None:  # built by an earlier process of this machine (a fresh `kernelwright eval`)
+        done = _read_done(root, memo_key)
     if done is not None and all((root / d).is_dir() for d in done[0]):
         out.verified, out.failed = dict(done[0]), dict(done[1])
         out.builds = [dict(b, cached=True) for b in done[2]]
@@ -192,6 +199,7 @@ def build(
         # builder (a failure is the compiler's answer to these sources and flags with this toolchain)
         with _KNOWN_LOCK:
             _DONE[memo_key] = (dict(out.verified), dict(out.failed), [dict(b) for b in out.builds])
+        _write_done(root, memo_key, _DONE[memo_key])
         out.memo = {
             "key": memo_key,
             "root": str(root.resolve()),
@@ -269,6 +277,94 @@ def record_calls(
         elif kwargs not in accepted:
             accepted.append(kwargs)
     return accepted, refused
+
+
+# ---- what earlier processes of this machine built, kept beside the cache --------------------
+#
+# A fresh process (one `kernelwright eval`) would start the builder, a torch import, only to find
+# every call built already. Each trusted process writes what it learned into `<cache>/builds/
+# .memo/` (the builds a set of calls made, the calls a candidate's text was recorded making),
+# keyed by those calls and a stamp of the toolchain; a later process reads it instead. The same
+# trust as the entries' own manifests, which a new process already trusts (module docstring):
+# under bubblewrap nothing a candidate runs can write the cache; a memo whose entries' manifests
+# no longer hold the hashes it names is ignored, and the evaluation child still checks the bytes
+# of what it loads. Recorded calls read back are checked as hostile input again.
+
+MEMO_DIR = ".memo"
+
+
+def _toolchain_stamp() -> str:
+    """What a changed toolchain changes, found without importing torch: the versions of torch and
+    the compilers' files (path, size, mtime). A new toolchain reads no memo of the old one."""
+    import importlib.metadata
+    import shutil
+
+    parts = []
+    try:
+        parts.append(importlib.metadata.version("torch"))
+    except importlib.metadata.PackageNotFoundError:
+        parts.append("no torch")
+    cuda_home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "/usr/local/cuda"
+    for tool in (os.environ.get("CXX") or "c++", os.path.join(cuda_home, "bin", "nvcc")):
+        path = shutil.which(tool) or tool
+        try:
+            st = os.stat(os.path.realpath(path))
+            parts.append(f"{os.path.realpath(path)}:{st.st_size}:{int(st.st_mtime)}")
+        except OSError:
+            parts.append(f"{tool}: none")
+    return "|".join(parts)
+
+
+def _memo_path(root: Path, memo_key: str) -> Path:
+    digest = hashlib.sha256(f"{memo_key}\n{_toolchain_stamp()}".encode()).hexdigest()[:32]
+    return root / MEMO_DIR / f"done-{digest}.json"
+
+
+def _write_memo(path: Path, data: dict[str, Any]) -> None:
+    """Best effort, atomic (a reader sees the whole file or none)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
+        tmp.write_text(json.dumps(data, default=repr))
+        os.replace(tmp, path)
+    except OSError:
+        pass
+
+
+def _write_done(root: Path, memo_key: str, done: tuple[dict[str, str], dict[str, str], list[dict[str, Any]]]) -> None:
+    verified, failed, builds = done
+    _write_memo(_memo_path(root, memo_key), {"verified": verified, "failed": failed, "builds": builds})
+
+
+def _read_done(root: Path, memo_key: str) -> tuple[dict[str, str], dict[str, str], list[dict[str, Any]]] | None:
+    """An earlier process's builds of these calls, when every verified entry's manifest still holds
+    the hash it names; the hashes are then learned as `build` learns the builder's."""
+    try:
+        data = json.loads(_memo_path(root, memo_key).read_text())
+        verified = {str(d): str(h) for d, h in dict(data["verified"]).items() if "/" not in str(d)}
+        failed = {str(d): str(o) for d, o in dict(data.get("failed") or {}).items() if "/" not in str(d)}
+        builds = [dict(b) for b in data["builds"] if isinstance(b, dict)]
+        for d, h in verified.items():
+            if json.loads((root / d / MANIFEST).read_text()).get("sha256") != h:
+                return None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    with _KNOWN_LOCK:
+        verified = {d: _KNOWN.setdefault((str(root.resolve()), d), h) for d, h in verified.items()}
+        _DONE.setdefault(memo_key, (verified, failed, builds))
+    return verified, failed, builds
+
+
+def _read_recorded(config: EvalConfig, text_key: str) -> list[dict[str, Any]] | None:
+    try:
+        data = json.loads((cache_root(config) / MEMO_DIR / f"recorded-{text_key}.json").read_text())
+        calls = data["calls"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    accepted = [kw for kw, _ in map(static_builds.check_recorded, calls if isinstance(calls, list) else []) if kw]
+    with _KNOWN_LOCK:
+        _RECORDED.setdefault(text_key, accepted)
+    return accepted
 
 
 def builder_argv() -> list[str]:
