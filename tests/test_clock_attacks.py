@@ -97,10 +97,14 @@ def test_work_hidden_in_the_commit_behind_slowed_measures_counts(cpu_config, san
     `computed`; then busy processes load every core while the judge measures what a commit costs,
     so that the measure (what comes off the window) swallows the work. The judge measures before
     the window, where the runner cannot tell its moment from the reference's window, and takes off
-    at most twice the stage's smallest measure: the deferred work is counted (7.9x before)."""
+    at most twice the stage's smallest measure: the deferred work is counted (7.9x before). On a
+    machine loaded from outside (other tests, 2-3 busy loops) honest and hostile figures alike swing
+    from 0.15x to 22x, and every one of them is `timing_unstable`: what must never happen is a
+    speed-up the record trusts."""
     r = run(_config(cpu_config, sandbox), "inflate_measures.py")
     assert r.status is Status.PASSED, r.error_log
-    assert r.speedup is not None and r.speedup < 1.5, r.speedup
+    assert r.speedup is not None
+    assert r.speedup < 1.5 or not r.speedup_trusted, (r.speedup, flags(r))
 
 
 @pytest.mark.alone
