@@ -325,6 +325,8 @@ def _spawn_judge(
         name="judge",
         spare=spare,
         handoff_fd=handoff_fd,
+        # a CPU judge forks from a process that imported torch once (a GPU judge starts as a spare, off the path)
+        fork=config.fork_judge and config.device == "cpu",
     )
 
 

@@ -26,7 +26,7 @@ LOG_TAIL_BYTES = 64 * 1024
 LOG_TAIL_LINES = 40
 
 
-def kill_group(proc: subprocess.Popen) -> None:
+def kill_group(proc: Any) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -41,7 +41,7 @@ def kill_group(proc: subprocess.Popen) -> None:
 class Child:
     """A started child: its process, the read end of its report pipe, its log descriptor."""
 
-    proc: subprocess.Popen
+    proc: Any  # subprocess.Popen, or zygote.ForkedJudge (the same interface, as used here)
     read_fd: int
     log_fd: int
     workdir: Path
@@ -166,13 +166,15 @@ def spawn(
     spare: bool = False,
     isolation: Any = None,
     handoff_fd: int | None = None,
+    fork: bool = False,
 ) -> Child:
     """Start a child on `job` (written to workdir/NAME_job.json). A `spare` starts up and waits
     for a line on its stdin; its job file is re-read then, so the job can be written later.
     With `job` None no file is written: the child gets its report descriptor as its last argument
     and its job on stdin (the judge, whose job must not lie where the runner could change it).
     `handoff_fd`: its end of the socket on which device outputs pass from runner to judge
-    (inherited; closed here after the spawn)."""
+    (inherited; closed here after the spawn). `fork`: a judge (`job` None, no isolation) forked from
+    the zygote that imported torch once (`engine/zygote.py`), where it can; else exec'd as any child."""
     read_fd, write_fd = os.pipe()
     os.set_inheritable(read_fd, False)
     log_fd = _create_log(workdir / f"{name}.log")
@@ -186,7 +188,12 @@ def spawn(
         argv = argv + [str(job_path)]
     if isolation is not None:  # PID namespace prefix, the evaluation's marker variable
         argv, env = isolation.command(argv), isolation.environment(env)
-    proc = subprocess.Popen(
+    proc: Any = None
+    if fork and job is None and isolation is None:
+        from kernelwright.engine import zygote
+
+        proc = zygote.spawn(argv[len(child_argv("judge")) :], workdir, env, log_fd, write_fd, handoff_fd)
+    proc = proc or subprocess.Popen(
         argv,
         cwd=str(workdir),
         env=env,

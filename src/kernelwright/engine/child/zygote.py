@@ -1,0 +1,161 @@
+"""The judge's zygote: a process that has imported torch and the judge once, and forks a judge per
+evaluation (a fresh judge's start is a torch import: 1.5 s of CPU on a 2-core machine, once per
+evaluation, and as much for the runner beside it).
+
+    python -m kernelwright.engine.child.zygote SOCKET_FD
+
+Trusted code only: the zygote never runs candidate code and never sees a job (the judge's job
+comes on the forked judge's own stdin, after the fork). It serves one parent (`engine/zygote.py`)
+over a SOCK_SEQPACKET socket: each request is a JSON object `{"argv": [...], "cwd": ..., "env":
+{...}}` with four descriptors (the judge's stdin, its log, its report pipe, a status pipe) and
+optionally a fifth (the hand-off socket); the answer is `{"pid": N}`. The forked judge starts a
+session of its own (the parent kills its group as it kills an exec'd child's), takes the request's
+directory and environment, and runs `judge.main`. When a judge ends, the zygote writes its exit
+code (as `subprocess.Popen.returncode` has it) on its status pipe. The zygote ends when its
+parent closes the socket (or dies: it asks for SIGKILL then).
+
+Where it is used: the judges of CPU evaluations. A GPU judge is not forked (CUDA must not be
+initialised before a fork, and a GPU evaluation's judge starts as a spare, off the path); the
+runner is never forked from a shared process (under bubblewrap it starts in a sandbox of its own).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import select
+import signal
+import socket
+import struct
+import sys
+from typing import Any
+
+MAX_FDS = 5
+
+
+def _die_with_parent() -> None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _child(request: dict[str, Any], fds: list[int], sock: socket.socket, others: list[int]) -> None:
+    """In the forked judge: never returns. `others`: the other judges' status pipes (the zygote's)."""
+    code = 70
+    try:
+        sock.close()
+        for fd in others:
+            os.close(fd)
+        os.setsid()
+        stdin_r, log_fd, report_w = fds[0], fds[1], fds[2]
+        os.close(fds[3])  # the status pipe is the zygote's to write
+        os.dup2(stdin_r, 0)
+        os.dup2(log_fd, 1)
+        os.dup2(log_fd, 2)
+        for fd in (stdin_r, log_fd):
+            if fd > 2:
+                os.close(fd)
+        os.set_inheritable(report_w, False)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update({str(k): str(v) for k, v in dict(request["env"]).items()})
+        import tempfile
+
+        tempfile.tempdir = None  # TMPDIR is the judge's own now
+        sys.stdin = open(0, encoding="utf-8", closefd=False)  # noqa: SIM115 - the judge's stdin for its life
+        sys.stdout = open(1, "w", buffering=1, encoding="utf-8", closefd=False)  # noqa: SIM115
+        sys.stderr = open(2, "w", buffering=1, encoding="utf-8", closefd=False)  # noqa: SIM115
+        from kernelwright.engine.child import judge
+
+        argv = [str(a) for a in request["argv"]]
+        sys.argv = ["kernelwright.engine.child.judge", *argv]
+        code = judge.main(argv) or 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+        code = 3
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    _die_with_parent()
+    sock = socket.socket(fileno=int(argv[0]))
+    import torch  # noqa: F401 - what every judge would import: once, here
+
+    from kernelwright.engine.child import judge  # noqa: F401
+
+    status: dict[int, int] = {}  # judge pid -> write end of its status pipe
+    signal.signal(signal.SIGCHLD, lambda *_: None)  # wakes the select below
+    while True:
+        _reap(status)
+        try:
+            ready, _, _ = select.select([sock], [], [], 0.2)
+        except InterruptedError:
+            continue
+        if not ready:
+            continue
+        try:
+            data, ancdata, _, _ = sock.recvmsg(1 << 20, socket.CMSG_SPACE(MAX_FDS * 4))
+        except InterruptedError:
+            continue
+        if not data:  # the parent is gone
+            return 0
+        fds: list[int] = []
+        for level, kind, payload in ancdata:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds += list(struct.unpack(f"{len(payload) // 4}i", payload[: len(payload) // 4 * 4]))
+        try:
+            request = json.loads(data)
+            if len(fds) < 4:
+                raise ValueError(f"{len(fds)} descriptors, 4 needed")
+        except ValueError as exc:
+            for fd in fds:
+                os.close(fd)
+            sock.send(json.dumps({"error": str(exc)}).encode())
+            continue
+        if len(fds) > 4:  # the hand-off socket: the judge is told its number, as an exec'd judge is
+            request["argv"] = [f"--handoff={fds[4]}" if str(a).startswith("--handoff=") else a for a in request["argv"]]
+        # the report descriptor's number in the judge: the judge reads it from its argv (the last item)
+        request["argv"] = list(request["argv"][:-1]) + [str(fds[2])]
+        pid = os.fork()
+        if pid == 0:
+            _child(request, fds, sock, list(status.values()))
+        for i, fd in enumerate(fds):
+            if i != 3:
+                os.close(fd)
+        status[pid] = fds[3]
+        sock.send(json.dumps({"pid": pid}).encode())
+
+
+def _reap(status: dict[int, int]) -> None:
+    while True:
+        try:
+            pid, st = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        fd = status.pop(pid, None)
+        if fd is not None:
+            try:
+                os.write(fd, struct.pack("i", os.waitstatus_to_exitcode(st)))
+            except OSError:
+                pass
+            os.close(fd)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

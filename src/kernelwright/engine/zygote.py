@@ -1,0 +1,184 @@
+"""Judges forked from a zygote that imported torch once (`engine/child/zygote.py`), for CPU evaluations.
+
+A CPU evaluation starts two children, each importing torch (1.5 s of CPU each on a 2-core machine):
+the runner, which runs the candidate and is started fresh (in its sandbox), and the judge, which
+runs no candidate code and can be forked from a process that has imported it already. One zygote
+per parent process and judge environment, started at the first CPU judge and stopped with the
+parent (`close_all`, at exit; it also dies with its parent). `spawn` returns a `ForkedJudge`, which
+stands in for the `subprocess.Popen` of an exec'd judge wherever `process.Child` uses one.
+
+`EvalConfig.fork_judge` (on by default) switches it; a zygote that cannot start or answer is given
+up for the rest of the process, and judges are exec'd as before.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import select
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import IO
+
+# variables that differ from one evaluation to the next: set in the forked judge, not in the zygote
+_PER_JUDGE = ("TMPDIR",)
+_ZYGOTES: dict[tuple[tuple[str, str], ...], _Zygote] = {}
+_LOCK = threading.Lock()
+_BROKEN: list[str] = []  # why forking was given up in this process (then judges are exec'd)
+
+
+class ForkedJudge:
+    """The parts of `subprocess.Popen` that `process.Child` and the coordinator use, for a judge the
+    zygote forked: its exit code comes on a status pipe the zygote writes when it reaps it."""
+
+    def __init__(self, pid: int, stdin: IO[bytes], status_fd: int):
+        self.pid = pid
+        self.stdin: IO[bytes] | None = stdin
+        self.returncode: int | None = None
+        self._status_fd = status_fd
+        self.args = ["judge", str(pid)]
+
+    def _read_status(self, timeout: float | None) -> int | None:
+        if self.returncode is not None:
+            return self.returncode
+        ready, _, _ = select.select([self._status_fd], [], [], timeout)
+        if not ready:
+            return None
+        data = os.read(self._status_fd, 4)
+        if len(data) == 4:
+            self.returncode = struct.unpack("i", data)[0]
+        elif _alive(self.pid):  # the zygote is gone, the judge is not: ask the kernel from now on
+            return None
+        else:
+            self.returncode = -signal.SIGKILL
+        os.close(self._status_fd)
+        self._status_fd = -1
+        return self.returncode
+
+    def poll(self) -> int | None:
+        if self._status_fd < 0 and self.returncode is None:
+            return None if _alive(self.pid) else self._lost()
+        return self._read_status(0)
+
+    def wait(self, timeout: float | None = None) -> int:
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = None if end is None else max(0.0, end - time.monotonic())
+            code = self._read_status(left) if self._status_fd >= 0 else self.poll()
+            if code is not None:
+                return code
+            if end is not None and time.monotonic() >= end:
+                raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
+            if self._status_fd < 0:
+                time.sleep(0.05)
+
+    def _lost(self) -> int:
+        self.returncode = -signal.SIGKILL
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.returncode is None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
+
+
+class _Zygote:
+    def __init__(self, env: dict[str, str]):
+        parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.sock = parent_end
+        self.lock = threading.Lock()
+        fd = child_end.fileno()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-u", "-m", "kernelwright.engine.child.zygote", str(fd)],
+            env=env,
+            pass_fds=(fd,),
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        child_end.close()
+
+    def spawn(
+        self, argv: list[str], cwd: Path, env: dict[str, str], log_fd: int, report_w: int, handoff_fd: int | None
+    ) -> ForkedJudge:
+        stdin_r, stdin_w = os.pipe()
+        status_r, status_w = os.pipe()
+        fds = [stdin_r, log_fd, report_w, status_w] + ([handoff_fd] if handoff_fd is not None else [])
+        request = json.dumps({"argv": argv, "cwd": str(cwd), "env": env}).encode()
+        try:
+            with self.lock:
+                self.sock.sendmsg(
+                    [request], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack(f"{len(fds)}i", *fds))]
+                )
+                ready, _, _ = select.select([self.sock], [], [], 60)
+                answer = json.loads(self.sock.recv(1 << 16) or b"{}") if ready else {}
+        finally:
+            os.close(stdin_r)
+            os.close(status_w)
+        pid = answer.get("pid")
+        if not isinstance(pid, int) or pid <= 0:
+            os.close(stdin_w)
+            os.close(status_r)
+            raise OSError(f"the judge's zygote did not fork: {answer.get('error') or 'no answer'}")
+        return ForkedJudge(pid, open(stdin_w, "wb"), status_r)  # noqa: SIM115 - the judge's stdin for its life
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        finally:
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def spawn(
+    argv: list[str], cwd: Path, env: dict[str, str], log_fd: int, report_w: int, handoff_fd: int | None
+) -> ForkedJudge | None:
+    """A judge forked with `argv` (judge.py's own arguments, the report descriptor last); None
+    where forking is given up in this process (the caller then execs the judge)."""
+    if _BROKEN:
+        return None
+    base = {k: v for k, v in env.items() if k not in _PER_JUDGE}
+    key = tuple(sorted(base.items()))
+    try:
+        with _LOCK:
+            zygote = _ZYGOTES.get(key)
+            if zygote is None or zygote.proc.poll() is not None:
+                zygote = _ZYGOTES[key] = _Zygote(dict(base, TMPDIR=tempfile.gettempdir()))
+        return zygote.spawn(argv, cwd, env, log_fd, report_w, handoff_fd)
+    except (OSError, ValueError) as exc:
+        _BROKEN.append(f"{type(exc).__name__}: {exc}")
+        return None
+
+
+def close_all() -> None:
+    with _LOCK:
+        zygotes = list(_ZYGOTES.values())
+        _ZYGOTES.clear()
+    for z in zygotes:
+        try:
+            z.close()
+        except OSError:
+            pass
+
+
+atexit.register(close_all)
