@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from conftest import ADD_ONE, CANDIDATES
 from kernelwright.engine.isolation import leftovers
 
@@ -30,6 +32,7 @@ def _age(path: Path, seconds: float) -> None:
         os.utime(p, (past, past), follow_symlinks=False)
 
 
+@pytest.mark.alone  # a new process beside it sweeps once at its first evaluation: it could take these first
 def test_a_killed_evaluators_directories_are_swept_and_a_live_ones_are_not(tmp_path, cache_dir):
     env = dict(os.environ, TMPDIR=str(tmp_path))
     proc = subprocess.Popen(

@@ -49,6 +49,7 @@ def _child(request: dict[str, Any], fds: list[int], sock: socket.socket, others:
         sock.close()
         for fd in others:
             os.close(fd)
+        _die_with_parent()  # with the zygote, which dies with the evaluator (a fork clears the setting)
         os.setsid()
         stdin_r, log_fd, report_w = fds[0], fds[1], fds[2]
         os.close(fds[3])  # the status pipe is the zygote's to write
