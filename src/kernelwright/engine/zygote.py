@@ -53,15 +53,13 @@ class ForkedJudge:
         if not ready:
             return None
         data = os.read(self._status_fd, 4)
-        if len(data) == 4:
-            self.returncode = struct.unpack("i", data)[0]
-        elif _alive(self.pid):  # the zygote is gone, the judge is not: ask the kernel from now on
-            return None
-        else:
-            self.returncode = -signal.SIGKILL
         os.close(self._status_fd)
         self._status_fd = -1
-        return self.returncode
+        if len(data) == 4:
+            self.returncode = struct.unpack("i", data)[0]
+        elif not _alive(self.pid):  # the zygote is gone, and so is the judge
+            self.returncode = -signal.SIGKILL
+        return self.returncode  # None: the zygote is gone, the judge is not (`poll` asks the kernel from now on)
 
     def poll(self) -> int | None:
         if self._status_fd < 0 and self.returncode is None:
