@@ -130,6 +130,43 @@ def test_a_call_computed_at_run_time_is_built_by_the_trusted_builder_in_a_prebui
     trusted_builds.forget()
 
 
+@pytest.mark.slow
+def test_a_load_of_files_the_candidate_writes_is_built_by_the_trusted_builder_in_a_prebuild(cpu_config):
+    from kernelwright.engine.build import static_builds, trusted_builds
+    from kernelwright.engine.build.prebuild import prebuild
+
+    text = (BF / "cpp_load_written_files.py").read_text()
+    assert any("load(...)" in p for p in static_builds.scan(text).private)  # the text alone: not buildable
+    trusted_builds.forget()
+    pre = prebuild(ADD_ONE, text, cpu_config, None)
+    assert pre.ok, pre.error
+    assert [b["name"] for b in pre.builds] == ["kw_test_load_written"] and pre.builds[0]["ok"]
+    r = evaluate(ADD_ONE, None, cpu_config, candidate_text=text)
+    assert r.status is Status.PASSED, r.error_log
+    tb = r.metadata["trusted_build"]
+    assert tb["remembered"] and tb["recorded"] == 1 and tb["private"] == []
+    (loaded,) = r.metadata["builds"]
+    assert loaded["kind"] == "load" and loaded["cache"] == "verified"  # nothing built on the GPU's path
+    trusted_builds.forget()
+
+
+def test_recorded_load_calls_are_checked_as_hostile_input():
+    from kernelwright.engine.build import static_builds
+
+    ok = {"name": "ext", "load_sources": [["k.cu", "__global__ void f() {}"], ["b.cpp", "int g();"]]}
+    assert static_builds.check_recorded(ok) == (ok, "")
+    for call, reason in [
+        (dict(ok, load_sources=[["../../etc/x.cpp", ""]]), "plain C/C++/CUDA file name"),
+        (dict(ok, load_sources=[["k.so", ""]]), "plain C/C++/CUDA file name"),
+        (dict(ok, load_sources=[["k.cu", ""], ["k.cu", ""]]), "twice"),
+        (dict(ok, load_sources=[]), "no source files"),
+        (dict(ok, extra_cflags=["-fplugin=/tmp/p.so"]), "not allowed"),
+        (dict(ok, sources=["k.cu"]), "unknown argument"),
+    ]:
+        kwargs, why = static_builds.check_recorded(call)
+        assert kwargs is None and reason in why, (call, why)
+
+
 LAZY = {
     # the extension is built in ModelNew.__init__, from sources put together there
     "init": """import torch

@@ -8,9 +8,10 @@ into the shared build cache. A call whose arguments are computed at run time (f-
 of files, functions) is recorded by a prebuild instead (`child/build_recorder.py` runs the
 candidate's module-level code with `load_inline` replaced, sandboxed, no GPU; each call it reports
 is checked by `check_recorded`, the same rules as here) and built by the trusted builder too.
-Any `load(...)` (its sources are files the candidate writes), a call with a flag outside the
-allow-list below, and a computed call no prebuild recorded are built by the evaluation itself,
-in a private directory used once and never published (`engine/child/build.py`).
+A `load(...)` (its sources are files the candidate writes) is recorded the same way, its files read
+when the call is made (`check_recorded` allows plain C/C++/CUDA file names only). A call with a flag
+outside the allow-list below, and a computed call or `load` no prebuild recorded, are built by the
+evaluation itself, in a private directory used once and never published (`engine/child/build.py`).
 
 Flags are allow-listed, because a flag can make the compiler run a program or load a library of
 the candidate's choice, or read a file the candidate wrote, in the process that writes the
@@ -99,7 +100,9 @@ def scan(text: str) -> Scan:
             continue
         fname = _callee(node.func)
         if fname == "load":
-            out.private.append(f"line {node.lineno}: load(...) builds files the candidate writes")
+            out.private.append(
+                f"line {node.lineno}: load(...) builds files the candidate writes (recorded at run time)"
+            )
         if fname != "load_inline":
             continue
         try:
@@ -115,6 +118,55 @@ def scan(text: str) -> Scan:
     return out
 
 
+# load()'s parameters (torch 2.x), for a recorded call; its sources come as `load_sources`
+LOAD_PARAMS = (
+    "name",
+    "load_sources",
+    "extra_cflags",
+    "extra_cuda_cflags",
+    "extra_ldflags",
+    "extra_include_paths",
+    "build_directory",
+    "verbose",
+    "with_cuda",
+    "is_python_module",
+    "keep_intermediates",
+)
+_SOURCE_FILE = re.compile(r"[A-Za-z0-9_][\w.-]*\.(c|cc|cpp|cxx|cu|cuh|h|hpp)")
+
+
+def _check_recorded_load(call: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
+    """A recorded `load(name, sources=[files])`: its files as [name, text] pairs (plain names, one
+    of each, C/C++/CUDA sources and headers), the other arguments as for load_inline."""
+    kwargs: dict[str, Any] = {}
+    for k, v in call.items():
+        if k not in LOAD_PARAMS:
+            return None, f"unknown argument {k!r}"
+        if not _plain(v):
+            return None, f"{k} is not plain data"
+        kwargs[k] = v
+    for k in _IGNORED:
+        kwargs.pop(k, None)
+    if not isinstance(kwargs.get("name"), str) or not re.fullmatch(r"[A-Za-z_]\w*", kwargs["name"]):
+        return None, "the extension name is not a plain identifier"
+    files = kwargs.get("load_sources")
+    if not isinstance(files, list) or not files or len(files) > 16:
+        return None, "load() with no source files (or more than 16)"
+    names = []
+    for item in files:
+        if not (isinstance(item, list) and len(item) == 2 and all(isinstance(x, str) for x in item)):
+            return None, "a load() source is not a [file name, text] pair"
+        if not _SOURCE_FILE.fullmatch(item[0]):
+            return None, f"load() source {item[0][:60]!r} is not a plain C/C++/CUDA file name"
+        names.append(item[0])
+    if len(set(names)) != len(names):
+        return None, "load() names a source file twice"
+    if kwargs.get("is_python_module") is False:
+        return None, "is_python_module=False"
+    problem = flag_problem(kwargs)
+    return (None, problem) if problem else (kwargs, "")
+
+
 def check_recorded(call: Any) -> tuple[dict[str, Any] | None, str]:
     """A load_inline call recorded from the candidate's running code (`child/build_recorder.py`),
     checked as hostile input: (its keyword arguments, "") when the trusted builder may build it,
@@ -122,6 +174,8 @@ def check_recorded(call: Any) -> tuple[dict[str, Any] | None, str]:
     JSON values, a plain identifier for the name, and the flag allow-list."""
     if not isinstance(call, dict) or not call:
         return None, "not a call"
+    if "load_sources" in call:
+        return _check_recorded_load(call)
     kwargs: dict[str, Any] = {}
     for k, v in call.items():
         if k not in INLINE_PARAMS:

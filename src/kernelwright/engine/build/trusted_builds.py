@@ -101,7 +101,7 @@ def build(
     out = TrustedBuilds(private=scan.private)
     calls = [c.kwargs for c in scan.calls]
     text_key = hashlib.sha256(candidate_text.encode()).hexdigest()
-    computed = [p for p in scan.private if "computed at run time" in p]
+    computed = [p for p in scan.private if "computed at run time" in p or "recorded at run time" in p]
     with _KNOWN_LOCK:
         recorded = _RECORDED.get(text_key)
     if recorded is None and computed:  # recorded by an earlier process (a prebuild, another eval)
@@ -194,7 +194,8 @@ def build(
                 out.verified[d] = _KNOWN.setdefault((str(root.resolve()), d), digest)
         elif not b.get("ok") and isinstance(d, str) and "/" not in d and isinstance(b.get("output"), str):
             out.failed[d] = b["output"]
-    if out.builds and len(out.verified) + len(out.failed) == len(out.builds) == len(calls):
+    settled = len(out.verified) + len(out.failed) + sum(1 for b in out.builds if not b.get("ok") and b.get("load"))
+    if out.builds and settled == len(out.builds) == len(calls):
         # every call built or failed in its compiler: the next evaluation of the same calls skips the
         # builder (a failure is the compiler's answer to these sources and flags with this toolchain)
         with _KNOWN_LOCK:

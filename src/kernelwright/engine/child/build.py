@@ -372,6 +372,7 @@ def install_build_cache(
 
     @functools.wraps(original_load)
     def load(name: str, sources: str | Iterable[str], *args: Any, **kwargs: Any) -> types.ModuleType | None:
+        args, kwargs = _as_keywords(original_load, args, kwargs, after=2)  # as the trusted builder calls it
         srcs = [sources] if isinstance(sources, str) else list(sources)
         contents = []
         for s in srcs:
@@ -534,14 +535,15 @@ def _functions(module: Any) -> list[str]:
 
 
 def _as_keywords(
-    original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], after: int = 3
 ) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """load_inline's positional extras as keywords, and arguments equal to their defaults dropped,
-    so a call keys the same however it is written (the trusted builder calls with keywords)."""
+    """load_inline's (or load's) positional extras as keywords, and arguments equal to their defaults
+    dropped, so a call keys the same however it is written (the trusted builder calls with keywords).
+    `after`: the parameters taken before the extras (name, cpp, cuda; for load: name, sources)."""
     import inspect
 
     try:
-        params = list(inspect.signature(original).parameters.values())[3:]  # after name, cpp, cuda
+        params = list(inspect.signature(original).parameters.values())[after:]
     except (TypeError, ValueError):
         return args, kwargs
     if len(args) > len(params):

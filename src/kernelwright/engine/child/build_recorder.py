@@ -1,4 +1,4 @@
-"""The build recorder: the `load_inline` calls a candidate makes when its module-level code runs.
+"""The build recorder: the `load_inline` (and `load`) calls a candidate makes when its code runs.
 
     python -m kernelwright.engine.child.build_recorder JOB.json
 
@@ -84,7 +84,28 @@ def main(job_path: str) -> int:
             send("call", call=call)
         return _Stub(str(call.get("name", "extension")))
 
+    original_load = cpp_ext.load
+
+    def record_load(*args: Any, **kwargs: Any) -> _Stub:
+        """load(name, sources=[files]): the files are read now (the candidate has just written them)
+        and recorded by name and text; the trusted builder writes them into a directory of its own."""
+        try:
+            call = dict(inspect.signature(original_load).bind(*args, **kwargs).arguments)
+            sources = call.pop("sources")
+            files = []
+            for path in [sources] if isinstance(sources, str) else list(sources):
+                with open(path, errors="replace") as f:
+                    files.append([os.path.basename(str(path)), f.read()])
+            call["load_sources"] = files
+        except (TypeError, OSError, KeyError):
+            call = {}
+        if call and len(calls) < MAX_CALLS:
+            calls.append(call)
+            send("call", call=call)
+        return _Stub(str(call.get("name", "extension")))
+
     cpp_ext.load_inline = record
+    cpp_ext.load = record_load
     # no GPU is visible here, yet many candidates build only `if torch.cuda.is_available()`: the
     # recorder answers yes, so that those calls are made (what fails after them does not matter);
     # a module that cannot be imported so (CUDA tensors made at import) is imported as it is

@@ -55,7 +55,10 @@ def main(job_path: str) -> int:
         before = len(build.BUILD_LOG)
         error = ""
         try:
-            cpp_ext.load_inline(**call)
+            if "load_sources" in call:  # a recorded load() of files the candidate wrote: written here
+                _load_from_files(cpp_ext, call, job["cache_root"])
+            else:
+                cpp_ext.load_inline(**call)
         except Exception as exc:  # the evaluation builds it again, privately, and reports the error
             error = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
         done = [e for e in build.BUILD_LOG[before:] if e.get("ok")]
@@ -75,7 +78,9 @@ def main(job_path: str) -> int:
         else:
             failed = [e for e in build.BUILD_LOG[before:] if e.get("ok") is False and e.get("output")]
             res = {"name": call.get("name"), "ok": False, "error": error or "the build failed"}
-            if failed:  # the compiler's verdict: the evaluation reports it without building again
+            if "load_sources" in call:  # files only the candidate's directory may complete (a header it
+                res["load"] = True  # wrote beside them): never replayed, the evaluation builds it itself
+            elif failed:  # the compiler's verdict: the evaluation reports it without building again
                 res.update(
                     key=failed[-1].get("key"),
                     dir=os.path.basename(failed[-1]["dir"]),
@@ -84,6 +89,23 @@ def main(job_path: str) -> int:
             results.append(res)
     send("final", record={"builds": results})
     return 0
+
+
+def _load_from_files(cpp_ext: Any, call: dict[str, Any], cache_root: str) -> None:
+    """`load(name, sources=[...])` on the files the recorder read from the candidate's directory
+    (`load_sources`: [file name, text] pairs, checked by `static_builds.check_recorded`), written into
+    a directory of this builder's own: the cache keys a load() call by its files' contents."""
+    import tempfile
+
+    kwargs = {k: v for k, v in call.items() if k != "load_sources"}
+    with tempfile.TemporaryDirectory(prefix="kw-load-sources-") as d:
+        paths = []
+        for file_name, text in call["load_sources"]:
+            path = os.path.join(d, os.path.basename(str(file_name)))
+            with open(path, "w") as f:
+                f.write(str(text))
+            paths.append(path)
+        cpp_ext.load(sources=paths, **kwargs)
 
 
 if __name__ == "__main__":
