@@ -504,3 +504,19 @@ def test_a_build_in_progress_is_waited_for_not_broken_into(monkeypatch, tmp_path
     (build_dir / "lock").unlink()  # the live builder finishes ...
     holder.close()  # ... and lets go
     assert done.wait(10) and baton.dirs == [str(build_dir)]
+
+
+def test_only_a_compilers_own_diagnostic_outlives_the_process(tmp_path):
+    """A failed build is kept for later processes only as the compiler's verdict on the sources: a
+    compiler killed for memory, or a full disk, is built again by the next process."""
+    for output, kept in [
+        ("main.cpp:3:1: error: expected ';' before '}' token", True),
+        ('cuda.cu(12): error: identifier "N" is undefined', True),
+        ("c++: fatal error: Killed signal terminated program cc1plus", False),
+        ("ninja: build stopped: subcommand failed.", False),
+        ("cuda.cu:1: fatal error: error writing to /tmp/ccX.s: No space left on device", False),
+    ]:
+        root = tmp_path / str(abs(hash(output)))
+        trusted_builds._write_done(root, "calls", ({}, {"e-0123": output}, [{"name": "e", "ok": False}]))
+        assert (trusted_builds._read_done(root, "calls") is not None) is kept, output
+    trusted_builds.forget()

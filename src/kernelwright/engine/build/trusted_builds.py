@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import sys
 import threading
 import time
@@ -292,6 +293,8 @@ def record_calls(
 # of what it loads. Recorded calls read back are checked as hostile input again.
 
 MEMO_DIR = ".memo"
+_DIAGNOSTIC = re.compile(r"(^|\s|:)(fatal )?error( [A-Z]*\d+)?:", re.MULTILINE)
+_TRANSIENT = re.compile(r"Killed signal|No space left|Cannot allocate memory|virtual memory exhausted|out of memory")
 
 
 def _toolchain_stamp() -> str:
@@ -334,6 +337,10 @@ def _write_memo(path: Path, data: dict[str, Any]) -> None:
 
 def _write_done(root: Path, memo_key: str, done: tuple[dict[str, str], dict[str, str], list[dict[str, Any]]]) -> None:
     verified, failed, builds = done
+    # a failure outlives this process only as the compiler's own diagnostic: a compiler killed for
+    # memory or a full disk says no `error:`, and is built again by the next process
+    if any(not _DIAGNOSTIC.search(output) or _TRANSIENT.search(output) for output in failed.values()):
+        return
     _write_memo(_memo_path(root, memo_key), {"verified": verified, "failed": failed, "builds": builds})
 
 
