@@ -17,18 +17,41 @@ def test_forked_and_started_judges_give_the_same_verdicts(cpu_config):
         seen = {}
         for fork in (True, False):
             cpu_config.fork_judge = fork
+            if fork:
+                _forked(cpu_config)  # the zygote is ready
             r = evaluate(ADD_ONE, CANDIDATES / candidate, cpu_config)
             assert r.status is status, r.error_log
             seen[fork] = r.metadata["judge_process"]
         assert seen == {True: "forked", False: "started"}, seen
 
 
-def test_one_zygote_serves_many_evaluations(cpu_config):
-    evaluate(ADD_ONE, CANDIDATES / "py_correct.py", cpu_config)
+def _forked(cpu_config) -> dict:
+    """An evaluation whose judge was forked (the first ones of a new zygote are exec'd while it
+    imports torch: the caller never waits for it)."""
+    for _ in range(20):
+        r = evaluate(ADD_ONE, CANDIDATES / "py_correct.py", cpu_config)
+        assert r.status is Status.PASSED, r.error_log
+        if r.metadata["judge_process"] == "forked":
+            return r.metadata
+        time.sleep(0.5)
+    raise AssertionError("no judge was forked in 20 evaluations")
+
+
+def test_one_zygote_serves_many_evaluations_and_their_caches(cpu_config, tmp_path):
+    _forked(cpu_config)
     pids = {z.proc.pid for z in zygote._ZYGOTES.values()}
+    cpu_config.cache_dir = str(tmp_path / "another-cache")  # per-judge variables: the same zygote
+    _forked(cpu_config)
+    assert {z.proc.pid for z in zygote._ZYGOTES.values()} == pids
+    assert len(zygote._ZYGOTES) <= zygote.MAX_ZYGOTES
+
+
+def test_a_zygote_not_yet_ready_never_makes_the_caller_wait(cpu_config):
+    """Its first judge is exec'd while it imports torch (a prestarted spare must not wait for it)."""
+    zygote.close_all()
     r = evaluate(ADD_ONE, CANDIDATES / "py_correct.py", cpu_config)
-    assert r.status is Status.PASSED and r.metadata["judge_process"] == "forked"
-    assert {z.proc.pid for z in zygote._ZYGOTES.values()} == pids and len(pids) == 1
+    assert r.status is Status.PASSED and r.metadata["judge_process"] == "started"
+    assert _forked(cpu_config)["judge_process"] == "forked"
 
 
 def test_a_forked_judge_that_is_killed_is_seen_to_die(cpu_config, tmp_path):
@@ -38,9 +61,14 @@ def test_a_forked_judge_that_is_killed_is_seen_to_die(cpu_config, tmp_path):
     cpu_config.fork_judge = True
     env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": os.environ.get("PYTHONPATH", ""), "TMPDIR": str(tmp_path)}
     env["PYTHONPATH"] = str(CANDIDATES.parents[2] / "src") + os.pathsep + env["PYTHONPATH"]
-    child = process.spawn(
-        process.child_argv("judge") + ["cpu", "--spare"], None, tmp_path, env, name="judge", fork=True
-    )
+    for _ in range(100):  # the zygote's first judges are exec'd while it imports torch
+        child = process.spawn(
+            process.child_argv("judge") + ["cpu", "--spare"], None, tmp_path, env, name="judge", fork=True
+        )
+        if type(child.proc).__name__ == "ForkedJudge":
+            break
+        child.stop()
+        time.sleep(0.2)
     assert type(child.proc).__name__ == "ForkedJudge"
     assert child.wait_ready(60), child.log_tail()
     assert child.proc.poll() is None

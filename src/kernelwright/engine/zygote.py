@@ -28,8 +28,10 @@ import time
 from pathlib import Path
 from typing import IO
 
-# variables that differ from one evaluation to the next: set in the forked judge, not in the zygote
-_PER_JUDGE = ("TMPDIR",)
+# variables that differ from one evaluation (or configuration) to the next and are read when used,
+# not at import: set in the forked judge, not in the zygote (one zygote serves them all)
+_PER_JUDGE = ("TMPDIR", "TRITON_CACHE_DIR", "CUDA_CACHE_PATH", "MAX_JOBS")
+MAX_ZYGOTES = 2  # one per judge environment, the least recently used stopped beyond this (each holds torch)
 _ZYGOTES: dict[tuple[tuple[str, str], ...], _Zygote] = {}
 _LOCK = threading.Lock()
 _BROKEN: list[str] = []  # why forking was given up in this process (then judges are exec'd)
@@ -112,6 +114,18 @@ class _Zygote:
             start_new_session=True,
         )
         child_end.close()
+        self.ready = False
+        self.used = time.monotonic()
+
+    def is_ready(self) -> bool:
+        """Has it imported torch and the judge (its first message)? Never waits."""
+        if not self.ready:
+            with self.lock:
+                if not self.ready and select.select([self.sock], [], [], 0)[0]:
+                    self.ready = json.loads(self.sock.recv(1 << 16) or b"{}").get("ready") is True
+                    if not self.ready:
+                        raise OSError("the judge's zygote ended before it was ready")
+        return self.ready
 
     def spawn(
         self, argv: list[str], cwd: Path, env: dict[str, str], log_fd: int, report_w: int, handoff_fd: int | None
@@ -158,10 +172,19 @@ def spawn(
     base = {k: v for k, v in env.items() if k not in _PER_JUDGE}
     key = tuple(sorted(base.items()))
     try:
+        stale = []
         with _LOCK:
             zygote = _ZYGOTES.get(key)
             if zygote is None or zygote.proc.poll() is not None:
                 zygote = _ZYGOTES[key] = _Zygote(dict(base, TMPDIR=tempfile.gettempdir()))
+            zygote.used = time.monotonic()
+            while len(_ZYGOTES) > MAX_ZYGOTES:
+                oldest = min(_ZYGOTES, key=lambda k: _ZYGOTES[k].used)
+                stale.append(_ZYGOTES.pop(oldest))
+        for z in stale:
+            z.close()
+        if not zygote.is_ready():  # still importing torch: this judge is exec'd, the next may be forked
+            return None
         return zygote.spawn(argv, cwd, env, log_fd, report_w, handoff_fd)
     except (OSError, ValueError) as exc:
         _BROKEN.append(f"{type(exc).__name__}: {exc}")

@@ -98,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from kernelwright.engine.child import judge  # noqa: F401
 
+    sock.send(b'{"ready": true}')  # until this comes, the parent execs its judges (it never waits for us)
     status: dict[int, int] = {}  # judge pid -> write end of its status pipe
     signal.signal(signal.SIGCHLD, lambda *_: None)  # wakes the select below
     while True:
