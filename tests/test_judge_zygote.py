@@ -47,11 +47,33 @@ def test_one_zygote_serves_many_evaluations_and_their_caches(cpu_config, tmp_pat
 
 
 def test_a_zygote_not_yet_ready_never_makes_the_caller_wait(cpu_config):
-    """Its first judge is exec'd while it imports torch (a prestarted spare must not wait for it)."""
+    """One evaluation alone starts no zygote; the next starts it and is exec'd while it imports
+    torch (a prestarted spare must not wait for it); a later one is forked."""
     zygote.close_all()
-    r = evaluate(ADD_ONE, CANDIDATES / "py_correct.py", cpu_config)
-    assert r.status is Status.PASSED and r.metadata["judge_process"] == "started"
+    zygote._ASKED.clear()
+    for _ in range(2):
+        r = evaluate(ADD_ONE, CANDIDATES / "py_correct.py", cpu_config)
+        assert r.status is Status.PASSED and r.metadata["judge_process"] == "started"
+    assert len(zygote._ZYGOTES) == 1
     assert _forked(cpu_config)["judge_process"] == "forked"
+
+
+def test_one_eval_from_the_cli_leaves_nothing_on_its_output(tmp_path, cache_dir):
+    """A process that ends while its zygote imports torch: the zygote says nothing on the caller's
+    terminal and ends."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]); import conftest; from pathlib import Path;"
+        "from kernelwright.engine import evaluate; cfg = conftest.make_cpu_config(sys.argv[2]);"
+        "[evaluate(conftest.ADD_ONE, conftest.CANDIDATES / 'py_correct.py', cfg) for _ in range(2)]"
+    )
+    tests = str(CANDIDATES.parents[1])
+    res = subprocess.run(
+        [sys.executable, "-c", code, tests, cache_dir], capture_output=True, text=True, timeout=300, cwd=tmp_path
+    )
+    assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
 
 
 def test_a_forked_judge_that_is_killed_is_seen_to_die(cpu_config, tmp_path):

@@ -34,6 +34,7 @@ _PER_JUDGE = ("TMPDIR", "TRITON_CACHE_DIR", "CUDA_CACHE_PATH", "MAX_JOBS")
 MAX_ZYGOTES = 2  # one per judge environment, the least recently used stopped beyond this (each holds torch)
 _ZYGOTES: dict[tuple[tuple[str, str], ...], _Zygote] = {}
 _LOCK = threading.Lock()
+_ASKED: dict[tuple[tuple[str, str], ...], int] = {}  # judges asked for, by environment
 _BROKEN: list[str] = []  # why forking was given up in this process (then judges are exec'd)
 
 
@@ -111,6 +112,8 @@ class _Zygote:
             env=env,
             pass_fds=(fd,),
             stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,  # never the caller's terminal: a zygote in trouble is one that is
+            stderr=subprocess.DEVNULL,  # not ready, and judges are exec'd
             start_new_session=True,
         )
         child_end.close()
@@ -175,6 +178,9 @@ def spawn(
         stale = []
         with _LOCK:
             zygote = _ZYGOTES.get(key)
+            _ASKED[key] = _ASKED.get(key, 0) + 1
+            if _ASKED[key] < 2:  # one evaluation alone (one `kernelwright eval`) starts no zygote
+                return None
             if zygote is None or zygote.proc.poll() is not None:
                 zygote = _ZYGOTES[key] = _Zygote(dict(base, TMPDIR=tempfile.gettempdir()))
             zygote.used = time.monotonic()

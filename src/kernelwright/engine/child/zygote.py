@@ -98,7 +98,10 @@ def main(argv: list[str] | None = None) -> int:
 
     from kernelwright.engine.child import judge  # noqa: F401
 
-    sock.send(b'{"ready": true}')  # until this comes, the parent execs its judges (it never waits for us)
+    try:
+        sock.send(b'{"ready": true}')  # until this comes, the parent execs its judges (it never waits for us)
+    except OSError:  # the parent is gone already
+        return 0
     status: dict[int, int] = {}  # judge pid -> write end of its status pipe
     signal.signal(signal.SIGCHLD, lambda *_: None)  # wakes the select below
     while True:
@@ -113,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
             data, ancdata, _, _ = sock.recvmsg(1 << 20, socket.CMSG_SPACE(MAX_FDS * 4))
         except InterruptedError:
             continue
+        except OSError:  # the parent is gone
+            return 0
         if not data:  # the parent is gone
             return 0
         fds: list[int] = []
@@ -126,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as exc:
             for fd in fds:
                 os.close(fd)
-            sock.send(json.dumps({"error": str(exc)}).encode())
+            _answer(sock, {"error": str(exc)})
             continue
         if len(fds) > 4:  # the hand-off socket: the judge is told its number, as an exec'd judge is
             request["argv"] = [f"--handoff={fds[4]}" if str(a).startswith("--handoff=") else a for a in request["argv"]]
@@ -139,7 +144,14 @@ def main(argv: list[str] | None = None) -> int:
             if i != 3:
                 os.close(fd)
         status[pid] = fds[3]
-        sock.send(json.dumps({"pid": pid}).encode())
+        _answer(sock, {"pid": pid})
+
+
+def _answer(sock: socket.socket, msg: dict[str, Any]) -> None:
+    try:
+        sock.send(json.dumps(msg).encode())
+    except OSError:  # the parent is gone: the loop's next receive ends the zygote
+        pass
 
 
 def _reap(status: dict[int, int]) -> None:
