@@ -46,6 +46,7 @@ def _child(request: dict[str, Any], fds: list[int], sock: socket.socket, others:
     """In the forked judge: never returns. `others`: the other judges' status pipes (the zygote's)."""
     code = 70
     try:
+        signal.set_wakeup_fd(-1)
         sock.close()
         for fd in others:
             os.close(fd)
@@ -103,14 +104,24 @@ def main(argv: list[str] | None = None) -> int:
     except OSError:  # the parent is gone already
         return 0
     status: dict[int, int] = {}  # judge pid -> write end of its status pipe
-    signal.signal(signal.SIGCHLD, lambda *_: None)  # wakes the select below
+    # a judge's end wakes the select below at once (its exit code is what the parent waits for)
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_r, False)
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
     while True:
         _reap(status)
         try:
-            ready, _, _ = select.select([sock], [], [], 0.2)
+            ready, _, _ = select.select([sock.fileno(), wake_r], [], [], 1.0)
         except InterruptedError:
             continue
-        if not ready:
+        if wake_r in ready:
+            try:
+                os.read(wake_r, 4096)
+            except BlockingIOError:
+                pass
+        if sock.fileno() not in ready:
             continue
         try:
             data, ancdata, _, _ = sock.recvmsg(1 << 20, socket.CMSG_SPACE(MAX_FDS * 4))
@@ -139,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         request["argv"] = list(request["argv"][:-1]) + [str(fds[2])]
         pid = os.fork()
         if pid == 0:
-            _child(request, fds, sock, list(status.values()))
+            _child(request, fds, sock, [*status.values(), wake_r, wake_w])
         for i, fd in enumerate(fds):
             if i != 3:
                 os.close(fd)
