@@ -154,13 +154,13 @@ class _Zygote:
             raise OSError(f"the judge's zygote did not fork: {answer.get('error') or 'no answer'}")
         return ForkedJudge(pid, open(stdin_w, "wb"), status_r)  # noqa: SIM115 - the judge's stdin for its life
 
-    def close(self) -> None:
+    def close(self, now: bool = True) -> None:
+        """No more judges from it. `now` (this process is ending): it is killed, and the judges it
+        forked with it; else it ends by itself once they have."""
         try:
             self.sock.close()
         finally:
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
+            if now:
                 self.proc.kill()
                 self.proc.wait()
 
@@ -188,7 +188,7 @@ def spawn(
                 oldest = min(_ZYGOTES, key=lambda k: _ZYGOTES[k].used)
                 stale.append(_ZYGOTES.pop(oldest))
         for z in stale:
-            z.close()
+            z.close(now=False)  # a judge it forked may still be running
         if not zygote.is_ready():  # still importing torch: this judge is exec'd, the next may be forked
             return None
         return zygote.spawn(argv, cwd, env, log_fd, report_w, handoff_fd)

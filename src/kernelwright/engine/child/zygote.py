@@ -29,6 +29,7 @@ import signal
 import socket
 import struct
 import sys
+import time
 from typing import Any
 
 MAX_FDS = 5
@@ -129,8 +130,8 @@ def main(argv: list[str] | None = None) -> int:
             continue
         except OSError:  # the parent is gone
             return 0
-        if not data:  # the parent is gone
-            return 0
+        if not data:  # the parent closed: no more judges; those still running end as they would
+            return _outlive(status)
         fds: list[int] = []
         for level, kind, payload in ancdata:
             if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
@@ -156,6 +157,14 @@ def main(argv: list[str] | None = None) -> int:
                 os.close(fd)
         status[pid] = fds[3]
         _answer(sock, {"pid": pid})
+
+
+def _outlive(status: dict[int, int]) -> int:
+    """Stay until the judges this zygote forked have ended (they die with it)."""
+    while status:
+        _reap(status)
+        time.sleep(0.05)
+    return 0
 
 
 def _answer(sock: socket.socket, msg: dict[str, Any]) -> None:
