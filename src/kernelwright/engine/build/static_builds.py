@@ -135,12 +135,12 @@ LOAD_PARAMS = (
 _SOURCE_FILE = re.compile(r"[A-Za-z0-9_][\w.-]*\.(c|cc|cpp|cxx|cu|cuh|h|hpp)")
 
 
-def _check_recorded_load(call: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
-    """A recorded `load(name, sources=[files])`: its files as [name, text] pairs (plain names, one
-    of each, C/C++/CUDA sources and headers), the other arguments as for load_inline."""
+def _known_plain_named(call: dict[str, Any], params: tuple[str, ...]) -> tuple[dict[str, Any] | None, str]:
+    """A recorded call's arguments when each is a known parameter with a plain JSON value and the
+    name is a plain identifier (the arguments the builder decides dropped), else (None, why)."""
     kwargs: dict[str, Any] = {}
     for k, v in call.items():
-        if k not in LOAD_PARAMS:
+        if k not in params:
             return None, f"unknown argument {k!r}"
         if not _plain(v):
             return None, f"{k} is not plain data"
@@ -149,6 +149,15 @@ def _check_recorded_load(call: dict[str, Any]) -> tuple[dict[str, Any] | None, s
         kwargs.pop(k, None)
     if not isinstance(kwargs.get("name"), str) or not re.fullmatch(r"[A-Za-z_]\w*", kwargs["name"]):
         return None, "the extension name is not a plain identifier"
+    return kwargs, ""
+
+
+def _check_recorded_load(call: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
+    """A recorded `load(name, sources=[files])`: its files as [name, text] pairs (plain names, one
+    of each, C/C++/CUDA sources and headers), the other arguments as for load_inline."""
+    kwargs, why = _known_plain_named(call, LOAD_PARAMS)
+    if kwargs is None:
+        return None, why
     files = kwargs.get("load_sources")
     if not isinstance(files, list) or not files or len(files) > 16:
         return None, "load() with no source files (or more than 16)"
@@ -176,21 +185,13 @@ def check_recorded(call: Any) -> tuple[dict[str, Any] | None, str]:
         return None, "not a call"
     if "load_sources" in call:
         return _check_recorded_load(call)
-    kwargs: dict[str, Any] = {}
-    for k, v in call.items():
-        if k not in INLINE_PARAMS:
-            return None, f"unknown argument {k!r}"
-        if not _plain(v):
-            return None, f"{k} is not plain data"
-        kwargs[k] = v
-    for k in _IGNORED:
-        kwargs.pop(k, None)
+    kwargs, why = _known_plain_named(call, INLINE_PARAMS)
+    if kwargs is None:
+        return None, why
     for k in _STATIC_ONLY:
         if kwargs.get(k):
             return None, f"{k} is not supported by the trusted builder"
         kwargs.pop(k, None)
-    if not isinstance(kwargs.get("name"), str) or not re.fullmatch(r"[A-Za-z_]\w*", kwargs["name"]):
-        return None, "the extension name is not a plain identifier"
     for k in ("cpp_sources", "cuda_sources"):
         v = kwargs.get(k)
         if (
