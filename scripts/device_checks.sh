@@ -10,6 +10,7 @@
 #   bash scripts/device_checks.sh profile   # ~4 min: Nsight Compute of paths 2 and 5 at l2048 (fp32, bf16): what limits them
 #   bash scripts/device_checks.sh path5     # ~8 min: Mamba-2 gpu tests (path 5 included), paths 2 and 5 at every shape, ncu of both at l2048 fp32
 #   bash scripts/device_checks.sh corpus    # $KW_CORPUS_LIMIT (500) s: `suite eval` of the corpus in .corpus (benchmarks/corpus_suite.py)
+#   bash scripts/device_checks.sh fresh     # ~3 min: `kernelwright eval` of examples/cuda_swish in fresh CLI processes, cold then cached (records in $OUT)
 #   bash scripts/device_checks.sh quick     # ~4 min: no tests; paths $KW_PATHS (2,5,6) timed at l2048 (n 128, 64), ncu counts of $KW_NCU_PATHS (5)
 #
 # Carry .deb (bubblewrap for the sandbox tests) with every call, and .scratch/mamba/whl for `mamba`.
@@ -58,6 +59,18 @@ corpus)  # a published corpus unpacked into .corpus (benchmarks/corpus_suite.py 
     step corpus "$((${KW_CORPUS_LIMIT:-500} + 60))" python3 benchmarks/corpus_suite.py run .corpus \
         --levels "${KW_LEVELS:-1}" --limit "${KW_N:-100}" --name "${KW_NAME:-corpus}" --time-limit "${KW_CORPUS_LIMIT:-500}" \
         -- ${KW_SUITE_ARGS:-}
+    ;;
+fresh)  # one `kernelwright eval` in a fresh CLI process, cuda_swish: once to fill the build cache, then cached
+    for i in 0 1 2; do
+        step "fresh_eval_$i" 240 bash -c "TIMEFORMAT='wall %R s'; time python3 -c 'from kernelwright.cli.main import main; main()' \
+            eval examples/cuda_swish/problem.py examples/cuda_swish/candidate.py --json > $OUT/fresh_eval_$i.json"
+    done
+    python3 -X importtime -c 'import kernelwright.cli.main' 2>&1 | sort -t'|' -k2 -n | tail -15 >"$OUT/cli_importtime.txt"
+    ;;
+corpus+fresh)  # the two above, fresh first (bounded), then the corpus with what is left
+    bash "$0" fresh
+    bash "$0" corpus
+    exit 0
     ;;
 suite)
     # -v: each test's name and outcome as it ends (a run stopped at the limit prints no summary)
@@ -142,5 +155,5 @@ for f in "$OUT"/*.log "$OUT"/*.txt; do
     cat "$f" >>"$OUT/all.log.tmp"
     rm -f "$f"
 done
-[ -f "$OUT/all.log.tmp" ] && mv "$OUT/all.log.tmp" "$OUT/all.log"
+[ -f "$OUT/all.log.tmp" ] && cat "$OUT/all.log.tmp" >>"$OUT/all.log" && rm -f "$OUT/all.log.tmp"
 exit 0
