@@ -48,7 +48,7 @@ def test_one_zygote_serves_many_evaluations_and_their_caches(cpu_config, tmp_pat
 
 def test_a_zygote_not_yet_ready_never_makes_the_caller_wait(cpu_config):
     """One evaluation alone starts no zygote; the next starts it and is exec'd while it imports
-    torch (a prestarted spare must not wait for it); a later one is forked."""
+    torch (an evaluation never waits for it); a later one is forked."""
     zygote.close_all()
     zygote._ASKED.clear()
     for _ in range(2):
@@ -99,3 +99,22 @@ def test_a_forked_judge_that_is_killed_is_seen_to_die(cpu_config, tmp_path):
     assert child.proc.wait(timeout=10) == -signal.SIGKILL
     assert time.monotonic() - t0 < 5 and child.proc.poll() == -signal.SIGKILL
     child.stop()
+
+
+def test_a_spare_waits_for_the_zygote_so_its_import_never_runs_beside_the_next_evaluation(cpu_config):
+    """The loop's spare (started after an evaluation, off the path) is the zygote's first judge: it
+    waits for the zygote's torch import instead of running a judge's import beside it, so the next
+    evaluation is timed with neither running (the README's optimize example: its second round's
+    timing had overlapped the zygote's import, `timing_unstable`)."""
+    from kernelwright.engine import WarmEvaluator
+
+    zygote.close_all()
+    zygote._ASKED.clear()
+    with WarmEvaluator(cpu_config) as warm:
+        first = warm.evaluate(ADD_ONE, CANDIDATES / "py_correct.py")
+        assert first.metadata["judge_process"] == "started"  # one evaluation alone: no zygote yet
+        zyg = next(iter(zygote._ZYGOTES.values()))
+        assert zyg.ready  # the spare started after it waited for the import to end
+        second = warm.evaluate(ADD_ONE, CANDIDATES / "py_correct.py")
+    assert second.status is Status.PASSED, second.error_log
+    assert second.metadata["judge_process"] == "forked"

@@ -163,16 +163,23 @@ def prestart(config: EvalConfig | None = None) -> Spare:
     return spare
 
 
-def _start_spare(config: EvalConfig, workdir: Path) -> Spare:
+def _start_spare(config: EvalConfig, workdir: Path, ahead: bool = True) -> Spare:
+    """`ahead`: started before its evaluation (off the path), not by the evaluation itself."""
     judge_dir = leftovers.make_dir("kw-judge-")
     out_dir = _out_dir(workdir)
     job = {"problem_path": "", "candidate_path": "", "config": config.to_dict()}
-    runner, judge, env = _spawn_pair(config, workdir, job, judge_dir, out_dir, spare=True)
+    runner, judge, env = _spawn_pair(config, workdir, job, judge_dir, out_dir, spare=True, ahead=ahead)
     return Spare(runner, judge, _spawn_key(config), workdir, judge_dir, env, out_dir)
 
 
 def _spawn_pair(
-    config: EvalConfig, workdir: Path, job: dict, judge_dir: Path, out_dir: Path, spare: bool = False
+    config: EvalConfig,
+    workdir: Path,
+    job: dict,
+    judge_dir: Path,
+    out_dir: Path,
+    spare: bool = False,
+    ahead: bool = False,
 ) -> tuple[process.Child, process.Child, dict[str, str]]:
     """Runner and judge, with a socket between them for device outputs where the device is a GPU
     (`device_handoff`: the runner's CUDA outputs reach the judge without a trip through host memory)."""
@@ -188,7 +195,7 @@ def _spawn_pair(
                 os.close(fd)
         raise
     try:
-        judge = _spawn_judge(config, judge_dir, env, spare=spare, handoff_fd=ends[1])
+        judge = _spawn_judge(config, judge_dir, env, spare=spare, handoff_fd=ends[1], ahead=ahead)
     except BaseException:
         if ends[1] is not None:
             os.close(ends[1])
@@ -313,10 +320,17 @@ def _spawn_runner(
 
 
 def _spawn_judge(
-    config: EvalConfig, judge_dir: Path, env: dict[str, str], spare: bool = False, handoff_fd: int | None = None
+    config: EvalConfig,
+    judge_dir: Path,
+    env: dict[str, str],
+    spare: bool = False,
+    handoff_fd: int | None = None,
+    ahead: bool = False,
 ) -> process.Child:
     """Start the judge: it runs no candidate code, gets its job on stdin, and keeps its files in a
-    directory of its own (none of them in the runner's reach under bubblewrap)."""
+    directory of its own (none of them in the runner's reach under bubblewrap). `ahead` (a spare
+    started before its evaluation): a zygote still importing torch is waited for, so that its
+    import ends before the next evaluation instead of running beside its timed windows."""
     return process.spawn(
         process.child_argv("judge") + [config.device],
         None,
@@ -327,6 +341,7 @@ def _spawn_judge(
         handoff_fd=handoff_fd,
         # a CPU judge forks from a process that imported torch once (a GPU judge starts as a spare, off the path)
         fork=config.fork_judge and config.device == "cpu",
+        fork_wait_s=process.SPARE_WAITS_FOR_ZYGOTE_S if ahead else 0.0,
     )
 
 
@@ -347,7 +362,7 @@ def _run(
     t_phase = time.monotonic()
     own_spare = spare is None
     if spare is None:  # the runner and judge start up (python, torch, CUDA) while the trusted builder works
-        spare = _start_spare(config, workdir)
+        spare = _start_spare(config, workdir, ahead=False)
     out_dir = spare.out_dir
     files = {"out_dir": str(out_dir), "spill_dir": str(workdir / "out")}
     job = {"problem_path": "", "candidate_path": str(cand_path), "config": config.to_dict(), **files}

@@ -153,6 +153,9 @@ def _create_log(path: Path) -> int:
         return os.open(path, flags, 0o600)
 
 
+# A judge started ahead of its evaluation waits this long for a zygote still importing torch
+# (engine/zygote.py): it is off the path, and the import would otherwise run beside the next timing
+SPARE_WAITS_FOR_ZYGOTE_S = 20.0
 SPAWN_FIELDS = ("fd", "handoff_fd")  # a job file's descriptors: fixed at the spawn, kept by `go`
 
 
@@ -167,6 +170,7 @@ def spawn(
     isolation: Any = None,
     handoff_fd: int | None = None,
     fork: bool = False,
+    fork_wait_s: float = 0.0,
 ) -> Child:
     """Start a child on `job` (written to workdir/NAME_job.json). A `spare` starts up and waits
     for a line on its stdin; its job file is re-read then, so the job can be written later.
@@ -174,7 +178,8 @@ def spawn(
     and its job on stdin (the judge, whose job must not lie where the runner could change it).
     `handoff_fd`: its end of the socket on which device outputs pass from runner to judge
     (inherited; closed here after the spawn). `fork`: a judge (`job` None, no isolation) forked from
-    the zygote that imported torch once (`engine/zygote.py`), where it can; else exec'd as any child."""
+    the zygote that imported torch once (`engine/zygote.py`), where it can; else exec'd as any child
+    (`fork_wait_s`: how long a zygote still importing torch is waited for first)."""
     read_fd, write_fd = os.pipe()
     os.set_inheritable(read_fd, False)
     log_fd = _create_log(workdir / f"{name}.log")
@@ -192,7 +197,15 @@ def spawn(
     if fork and job is None and isolation is None:
         from kernelwright.engine import zygote
 
-        proc = zygote.spawn(argv[len(child_argv("judge")) :], workdir, env, log_fd, write_fd, handoff_fd)
+        proc = zygote.spawn(
+            argv[len(child_argv("judge")) :],
+            workdir,
+            env,
+            log_fd,
+            write_fd,
+            handoff_fd,
+            wait_s=fork_wait_s,
+        )
     proc = proc or subprocess.Popen(
         argv,
         cwd=str(workdir),

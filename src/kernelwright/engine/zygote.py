@@ -120,11 +120,11 @@ class _Zygote:
         self.ready = False
         self.used = time.monotonic()
 
-    def is_ready(self) -> bool:
-        """Has it imported torch and the judge (its first message)? Never waits."""
+    def is_ready(self, wait_s: float = 0.0) -> bool:
+        """Has it imported torch and the judge (its first message)? Waits up to `wait_s` for it."""
         if not self.ready:
             with self.lock:
-                if not self.ready and select.select([self.sock], [], [], 0)[0]:
+                if not self.ready and select.select([self.sock], [], [], wait_s)[0]:
                     self.ready = json.loads(self.sock.recv(1 << 16) or b"{}").get("ready") is True
                     if not self.ready:
                         raise OSError("the judge's zygote ended before it was ready")
@@ -166,10 +166,19 @@ class _Zygote:
 
 
 def spawn(
-    argv: list[str], cwd: Path, env: dict[str, str], log_fd: int, report_w: int, handoff_fd: int | None
+    argv: list[str],
+    cwd: Path,
+    env: dict[str, str],
+    log_fd: int,
+    report_w: int,
+    handoff_fd: int | None,
+    wait_s: float = 0.0,
 ) -> ForkedJudge | None:
     """A judge forked with `argv` (judge.py's own arguments, the report descriptor last); None
-    where forking is given up in this process (the caller then execs the judge)."""
+    where forking is given up in this process (the caller then execs the judge). `wait_s`: how long
+    a zygote still importing torch may be waited for (a spare's judge, off every evaluation's path:
+    the zygote's import then ends before the next evaluation starts, instead of running beside its
+    timed windows); 0 for a judge an evaluation waits for, which is exec'd meanwhile."""
     if _BROKEN:
         return None
     base = {k: v for k, v in env.items() if k not in _PER_JUDGE}
@@ -189,7 +198,7 @@ def spawn(
                 stale.append(_ZYGOTES.pop(oldest))
         for z in stale:
             z.close(now=False)  # a judge it forked may still be running
-        if not zygote.is_ready():  # still importing torch: this judge is exec'd, the next may be forked
+        if not zygote.is_ready(wait_s):  # still importing torch: this judge is exec'd, the next may be forked
             return None
         return zygote.spawn(argv, cwd, env, log_fd, report_w, handoff_fd)
     except (OSError, ValueError) as exc:
