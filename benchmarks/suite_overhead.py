@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -147,8 +148,23 @@ def run(executor: str, probs: Path, cands: Path, work: Path, trials: int, tag: s
         "ratio": round(summary["wall_s"] / sum(work_s), 3),
         "cli_ratio": round(cli_wall / sum(work_s), 3),
         "prestarted_idle_s": [((r["metadata"].get("prestarted") or {}).get("idle_s")) for r in recs],
+        # where an evaluation's time goes besides the work (the stages' sums over the problems)
+        "stages_sum_s": {
+            k: round(sum((r["stage_times"].get(k) or 0.0) for r in recs), 3)
+            for k in ("startup_s", "build_s", "init_s", "correctness_s", "timing_s", "profile_s", "total_s")
+        },
+        "engine_phases_sum_s": _phase_sums(recs),
         "load_avg_1min_after": load,
     }
+
+
+def _phase_sums(recs: list[dict]) -> dict[str, float]:
+    sums: dict[str, float] = {}
+    for r in recs:
+        for k, v in (r.get("metadata", {}).get("engine_phases_s") or {}).items():
+            if isinstance(v, (int, float)):
+                sums[k] = round(sums.get(k, 0.0) + v, 3)
+    return sums
 
 
 def table(res: dict) -> str:
@@ -195,6 +211,8 @@ def main() -> None:
                 r["run"] = i + 1
                 res["runs"].append(r)
                 print(json.dumps(r), flush=True)
+        if os.environ.get("KW_KEEP_RECORDS"):  # every record, for a look at where the time went
+            shutil.copytree(work, args.out / "work", dirs_exist_ok=True, ignore=shutil.ignore_patterns("*.so", "*.o"))
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "suite_overhead.json").write_text(json.dumps(res, indent=1) + "\n")
     (args.out / "suite_overhead.md").write_text(table(res) + "\n")

@@ -212,6 +212,13 @@ def eval_cmd(
         help="Exit 3 when the verdict is one of these (for CI), e.g. "
         "incorrect,compile_error,runtime_error,timeout,crashed; 'failed': any but passed.",
     ),
+    use_server: bool = typer.Option(
+        True,
+        "--server/--no-server",
+        metavar="",
+        help="Hand the evaluation to a running `kernelwright serve` for the device, where one "
+        "answers (its spares are warm: no start-up on the path); --no-server: always here.",
+    ),
     config: Path = _config_option(),
     quiet: bool = _quiet_option(),
     verbose: bool = _verbose_option(),
@@ -243,16 +250,14 @@ def eval_cmd(
         settings.eval.profile.roofline = settings.eval.profile.enabled
     cfg = _resolved(settings.eval)
     from kernelwright.cli.console import EvalProgress, out_console, render_result
-    from kernelwright.engine import EngineError, evaluate, prestart
+    from kernelwright.engine import EngineError
 
     try:
-        # the child starts up (python, torch, CUDA) while this process checks the problem and the device
-        spare = prestart(cfg)
         if json_out:
-            result = evaluate(problem, candidate, cfg, spare=spare)
+            result = _evaluate_here_or_served(problem, candidate, cfg, use_server, None)
         else:
             with EvalProgress(err, verbosity) as progress:
-                result = evaluate(problem, candidate, cfg, spare=spare, on_stage=progress.stage)
+                result = _evaluate_here_or_served(problem, candidate, cfg, use_server, progress.stage)
     except EngineError as exc:
         fail(str(exc))
     if json_out:
@@ -261,6 +266,25 @@ def eval_cmd(
         render_result(result, out_console(), evidence=cfg.profile.enabled, verbosity=verbosity)
     if result.status.value in failing:
         raise typer.Exit(int(ExitCode.VERDICT))
+
+
+def _evaluate_here_or_served(problem: Path, candidate: Path, cfg: EvalConfig, use_server: bool, on_stage):
+    """The evaluation by a running `kernelwright serve` for the device where one answers, else here."""
+    from kernelwright.engine import evaluate, prestart
+
+    if use_server:
+        from kernelwright.executors.eval_server import ServerRefused, submit
+
+        try:
+            served = submit(problem, candidate, cfg, on_stage=on_stage)
+        except ServerRefused as exc:
+            err.print(f"[yellow]note:[/] the running server did not take the job ({exc}); evaluating here")
+            served = None
+        if served is not None:
+            return served
+    # the child starts up (python, torch, CUDA) while this process checks the problem and the device
+    spare = prestart(cfg)
+    return evaluate(problem, candidate, cfg, spare=spare, on_stage=on_stage)
 
 
 def _verdicts(fail_on: str | None) -> set[str]:
@@ -595,10 +619,11 @@ def run_optimize(
 
 
 # whole suites, the run store's listing and reports: commands in their own modules
-from kernelwright.cli import report_cmds, suite_cmds  # noqa: E402
+from kernelwright.cli import report_cmds, serve_cmds, suite_cmds  # noqa: E402
 
 app.add_typer(suite_cmds.app, name="suite")
 report_cmds.register(app)
+serve_cmds.register(app)
 
 
 def main() -> None:

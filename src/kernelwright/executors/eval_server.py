@@ -1,0 +1,290 @@
+"""`kernelwright serve`: evaluations handed over by other CLI processes, run on spares already warm.
+
+A fresh `kernelwright eval` starts its runner and judge (python, torch, the CUDA context, the
+profiler the guards use) on its own path: several seconds before its first trial, every time. A
+server keeps a `WarmPool` (two spares by default) for one device; `kernelwright eval` hands it the
+job over a Unix socket and gets the record back, so its own wall is its start-up and the
+evaluation itself. Nothing about the evaluation changes: every candidate still gets a fresh runner
+and a fresh judge (a spare serves one evaluation), in the same sandbox, under the same budgets.
+
+Trust: the socket lies in the user's own cache directory (mode 0700) and the server serves only
+its own user (the peer's uid, `SO_PEERCRED`); it runs code of the same installation as the client
+(`code_stamp`: a client built from other code evaluates by itself), and evaluations are run one at
+a time, in the order they come. What a job carries is what `evaluate` takes: the problem's and the
+candidate's paths (absolute) and the full configuration. The server's environment is the one the
+children are started from (the client's variables do not travel).
+
+Protocol: one JSON line from the client (`stamp`, `problem`, `candidate`, `config`); then lines
+from the server, `{"stage": ...}` as the evaluation goes, and last `{"result": <the record>}`,
+`{"error": <the engine's one-line error>}` or `{"refused": <why>}`. A server that ends before the
+last line (killed, stopped) leaves the client to evaluate by itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import select
+import signal
+import socket
+import struct
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import kernelwright
+from kernelwright.core.config import EvalConfig, default_cache_dir
+from kernelwright.core.record import EvalResult
+
+MAX_JOB_BYTES = 1 << 20
+_SUN_PATH_MAX = 100  # AF_UNIX paths are limited to 107 bytes; longer cache paths get a short name
+
+
+class ServerRefused(RuntimeError):
+    """The server answered but would not run this job (another installation's code, another user)."""
+
+
+def socket_path(device: str) -> Path:
+    """Where the server for `device` ("cuda" or "cpu") listens: in the user's cache directory."""
+    base = default_cache_dir()
+    path = base / "serve" / f"eval-{device}.sock"
+    if len(str(path)) <= _SUN_PATH_MAX:
+        return path
+    digest = hashlib.sha1(str(base).encode()).hexdigest()[:12]
+    return Path(tempfile.gettempdir()) / f"kw-serve-{os.getuid()}" / f"{digest}-{device}.sock"
+
+
+def code_stamp() -> str:
+    """This installation's code (every module's path, size and modification time): a server and a
+    client agree on it, or the client does not hand its job over."""
+    root = Path(kernelwright.__file__).resolve().parent
+    h = hashlib.sha1(kernelwright.__version__.encode())
+    for p in sorted(root.rglob("*.py")):
+        try:
+            st = p.stat()
+        except OSError:
+            continue
+        h.update(f"{p.relative_to(root)}:{st.st_size}:{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()
+
+
+def _send(conn: socket.socket, msg: dict[str, Any]) -> None:
+    conn.sendall(json.dumps(msg, default=str).encode() + b"\n")
+
+
+def _lines(conn: socket.socket, deadline: float | None = None):
+    """The JSON lines the other end sends (a line that is not JSON ends the stream)."""
+    buf = b""
+    while True:
+        while b"\n" in buf:
+            line, buf = buf.split(b"\n", 1)
+            try:
+                yield json.loads(line)
+            except ValueError:
+                return
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([conn], [], [], left)[0]:
+                return
+        chunk = conn.recv(1 << 16)
+        if not chunk:
+            return
+        buf += chunk
+        if len(buf) > MAX_JOB_BYTES:
+            return
+
+
+# ---- the client -----------------------------------------------------------------------------------
+
+
+def submit(
+    problem: Path,
+    candidate: Path,
+    config: EvalConfig,
+    on_stage: Callable[[str], None] | None = None,
+    path: Path | None = None,
+) -> EvalResult | None:
+    """The evaluation, run by the server for `config.device`; None where there is none to run it
+    (no socket, nobody listening, or it ended before its answer): the caller then evaluates by
+    itself. An engine error the server met is raised as `EngineError`, as `evaluate` raises it;
+    a job the server refused raises `ServerRefused`."""
+    from kernelwright.engine import EngineError
+
+    path = path or socket_path(config.device)
+    if not path.exists():
+        return None
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.settimeout(2.0)
+        try:
+            conn.connect(str(path))
+        except OSError:  # a socket left by a server that is gone
+            return None
+        conn.settimeout(None)
+        job = {
+            "stamp": code_stamp(),
+            "problem": str(Path(problem).resolve()),
+            "candidate": str(Path(candidate).resolve()),
+            "config": config.to_dict(),
+        }
+        try:
+            _send(conn, job)
+        except OSError:
+            return None
+        for msg in _lines(conn):
+            if not isinstance(msg, dict):
+                return None
+            if "stage" in msg:
+                if on_stage is not None:
+                    on_stage(str(msg["stage"]))
+            elif "result" in msg:
+                return EvalResult.from_dict(msg["result"])
+            elif "error" in msg:
+                raise EngineError(str(msg["error"]))
+            elif "refused" in msg:
+                raise ServerRefused(str(msg["refused"]))
+        return None  # the server ended first
+    finally:
+        conn.close()
+
+
+# ---- the server -----------------------------------------------------------------------------------
+
+
+class EvalServer:
+    """Evaluations for one device, one at a time, on a `WarmPool` of `spares`."""
+
+    def __init__(self, config: EvalConfig, path: Path | None = None, spares: int = 2, idle_s: float = 1800.0):
+        from kernelwright.executors.warm_pool import WarmPool
+
+        self.config = config
+        self.path = path or socket_path(config.device)
+        self.idle_s = idle_s
+        self.stamp = code_stamp()
+        self.served = 0
+        self._stop = threading.Event()
+        self._listener = self._bind()
+        self.pool = WarmPool(config, size=spares)
+        self.pool.prestart()
+
+    def _bind(self) -> socket.socket:
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        os.chmod(self.path.parent, 0o700)
+        if self.path.exists():
+            probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                probe.settimeout(2.0)
+                probe.connect(str(self.path))
+            except OSError:
+                self.path.unlink()  # left by a server that is gone
+            else:
+                raise OSError(f"a server already listens on {self.path} (stop it first, or use it)")
+            finally:
+                probe.close()
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o177)
+        try:
+            listener.bind(str(self.path))
+        finally:
+            os.umask(old)
+        listener.listen(16)
+        return listener
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def serve_forever(self, on_job: Callable[[dict[str, Any]], None] | None = None) -> int:
+        """Serve until `stop`, a signal (SIGTERM, SIGINT) or `idle_s` without a job; the jobs served."""
+        last = time.monotonic()
+        try:
+            while not self._stop.is_set():
+                left = self.idle_s - (time.monotonic() - last)
+                if left <= 0:
+                    break
+                if not select.select([self._listener], [], [], min(left, 0.5))[0]:
+                    continue
+                conn, _ = self._listener.accept()
+                try:
+                    self._handle(conn, on_job)
+                finally:
+                    conn.close()
+                last = time.monotonic()
+        finally:
+            self.close()
+        return self.served
+
+    def _handle(self, conn: socket.socket, on_job: Callable[[dict[str, Any]], None] | None) -> None:
+        from kernelwright.engine import EngineError
+
+        try:
+            creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+            _, uid, _ = struct.unpack("3i", creds)
+        except OSError:
+            uid = -1
+        if uid != os.getuid():
+            _send(conn, {"refused": "this server serves its own user only"})
+            return
+        job = next(_lines(conn, deadline=time.monotonic() + 10.0), None)
+        if not isinstance(job, dict):
+            return
+        if job.get("stamp") != self.stamp:
+            _send(conn, {"refused": "the server runs other kernelwright code (restart it: kernelwright serve)"})
+            return
+        try:
+            config = EvalConfig.from_dict(job["config"])
+            problem, candidate = Path(str(job["problem"])), Path(str(job["candidate"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            _send(conn, {"refused": f"malformed job ({exc})"})
+            return
+        if on_job is not None:
+            on_job(job)
+
+        def stage(s: str) -> None:
+            try:
+                _send(conn, {"stage": s})
+            except OSError:
+                pass  # the client is gone: the evaluation still ends (and is not recorded there)
+
+        try:
+            result = self.pool.evaluate(problem, candidate, config, on_stage=stage)
+        except EngineError as exc:
+            self._answer(conn, {"error": str(exc)})
+            return
+        self.served += 1
+        result.metadata["served"] = {"server_pid": os.getpid(), "job": self.served}
+        self._answer(conn, {"result": result.to_dict()})
+
+    @staticmethod
+    def _answer(conn: socket.socket, msg: dict[str, Any]) -> None:
+        try:
+            _send(conn, msg)
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        try:
+            self._listener.close()
+        finally:
+            try:
+                self.path.unlink()
+            except OSError:
+                pass
+            self.pool.close()
+
+
+def run_server(server: EvalServer, on_job: Callable[[dict[str, Any]], None] | None = None) -> int:
+    """`serve_forever` with SIGTERM and SIGINT stopping it cleanly (the socket removed, the spares stopped)."""
+
+    def _stop(*_: Any) -> None:
+        server.stop()
+
+    old = {s: signal.signal(s, _stop) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        return server.serve_forever(on_job)
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)

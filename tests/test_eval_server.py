@@ -1,0 +1,203 @@
+"""`kernelwright serve` (executors/eval_server.py): `kernelwright eval` hands its job to a running
+server for its device and gets the same record; no server, a dead one's socket, another
+installation's server or another user's process: the client evaluates by itself, or is refused."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ADD_ONE, CANDIDATES, ROOT, make_cpu_config
+from kernelwright.core.record import Status
+from kernelwright.executors import eval_server
+
+
+def _env(cache: Path) -> dict[str, str]:
+    # a cache of the test's own: the server's socket lies in it, so no other test's eval finds it
+    return dict(os.environ, PYTHONPATH=str(ROOT / "src"), KERNELWRIGHT_CACHE=str(cache), COLUMNS="200")
+
+
+def _kw(*args: str, cache: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "kernelwright.cli.main", *map(str, args)],
+        env=_env(cache),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def _socket_for(cache: Path, device: str = "cpu") -> Path:
+    old = os.environ.get("KERNELWRIGHT_CACHE")
+    os.environ["KERNELWRIGHT_CACHE"] = str(cache)
+    try:
+        return eval_server.socket_path(device)
+    finally:
+        if old is None:
+            os.environ.pop("KERNELWRIGHT_CACHE")
+        else:
+            os.environ["KERNELWRIGHT_CACHE"] = old
+
+
+def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 60) -> None:
+    end = time.monotonic() + timeout
+    while not path.exists():
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        assert time.monotonic() < end, "the server never listened"
+        time.sleep(0.1)
+
+
+def _record(proc: subprocess.CompletedProcess) -> dict:
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_eval_is_served_by_a_running_server_and_the_server_stops_cleanly(tmp_path):
+    cache = tmp_path / "cache"
+    path = _socket_for(cache)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "kernelwright.cli.main", "serve", "--device", "cpu", "--spares", "1"],
+        env=_env(cache),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        _wait_for(path, server)
+        assert oct(path.parent.stat().st_mode & 0o777) == "0o700"
+        args = ("eval", ADD_ONE, CANDIDATES / "py_correct.py", "--device", "cpu", "--trials", "2", "--json")
+        served = _record(_kw(*args, cache=cache))
+        assert served["status"] == Status.PASSED.value
+        assert served["metadata"]["served"]["server_pid"] == server.pid
+        assert served["metadata"]["prestarted"]  # its children had started before the job came
+        wrong = _record(_kw("eval", ADD_ONE, CANDIDATES / "py_wrong.py", "--device", "cpu", "--json", cache=cache))
+        assert wrong["status"] == Status.INCORRECT.value and wrong["metadata"]["served"]["job"] == 2
+        here = _record(_kw(*args, "--no-server", cache=cache))
+        assert here["status"] == Status.PASSED.value and "served" not in here["metadata"]
+    finally:
+        server.send_signal(signal.SIGTERM)
+        _, err = server.communicate(timeout=60)
+    assert server.returncode == 0, err
+    assert "stopped after 2 evaluation(s)" in err
+    assert not path.exists()  # its socket removed: the next eval evaluates by itself at once
+
+
+def test_a_socket_left_by_a_dead_server_is_passed_over_and_replaced(tmp_path, cpu_config):
+    cache = tmp_path / "cache"
+    path = _socket_for(cache)
+    path.parent.mkdir(parents=True, mode=0o700)
+    dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    dead.bind(str(path))
+    dead.close()  # the file stays, nobody listens (a server killed with SIGKILL)
+    cpu_config.cache_dir = str(cache)
+    assert eval_server.submit(ADD_ONE, CANDIDATES / "py_correct.py", cpu_config, path=path) is None
+    server = eval_server.EvalServer(cpu_config, path=path, spares=0, idle_s=5)
+    try:
+        assert path.exists() and server.path == path
+        with pytest.raises(OSError, match="already listens"):
+            eval_server.EvalServer(cpu_config, path=path, spares=0)
+    finally:
+        server.close()
+    assert not path.exists()
+
+
+def test_a_server_of_other_code_refuses_the_job_and_the_client_says_so(tmp_path, cpu_config):
+    path = tmp_path / "s.sock"
+    server = eval_server.EvalServer(cpu_config, path=path, spares=0, idle_s=30)
+    server.stamp = "another installation"
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        with pytest.raises(eval_server.ServerRefused, match="other kernelwright code"):
+            eval_server.submit(ADD_ONE, CANDIDATES / "py_correct.py", cpu_config, path=path)
+    finally:
+        server.stop()
+        thread.join(30)
+    assert server.served == 0 and not path.exists()
+
+
+def test_the_cli_evaluates_by_itself_when_the_server_refuses(tmp_path):
+    """A server that refuses (here: one of other code) costs the user nothing but a note."""
+    cache = tmp_path / "cache"
+    path = _socket_for(cache)
+    cfg = make_cpu_config(str(cache))
+    server = eval_server.EvalServer(cfg, path=path, spares=0, idle_s=60)
+    server.stamp = "another installation"
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        res = _kw(
+            "eval", ADD_ONE, CANDIDATES / "py_correct.py", "--device", "cpu", "--trials", "1", "--json", cache=cache
+        )
+    finally:
+        server.stop()
+        thread.join(30)
+    rec = _record(res)
+    assert rec["status"] == Status.PASSED.value and "served" not in rec["metadata"]
+    assert "did not take the job" in res.stderr and "evaluating here" in res.stderr
+
+
+@pytest.mark.skipif(os.getuid() != 0 or shutil.which("setpriv") is None, reason="needs root to act as another user")
+def test_another_users_process_is_refused_even_where_it_can_reach_the_socket(tmp_path, cpu_config):
+    import tempfile
+
+    path = Path(tempfile.mkdtemp(prefix="kw-serve-test-")) / "open" / "s.sock"
+    server = eval_server.EvalServer(cpu_config, path=path, spares=0, idle_s=30)
+    for d in (path.parent.parent, path.parent):
+        os.chmod(d, 0o755)
+    os.chmod(path, 0o777)  # as if the directory's mode had been loosened: the peer's uid still counts
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    client = (
+        f"import socket, json; s = socket.socket(socket.AF_UNIX); s.connect({str(path)!r}); "
+        "s.sendall(json.dumps({'stamp': 'x'}).encode() + b'\\n'); print(s.recv(4096).decode())"
+    )
+    try:
+        out = subprocess.run(
+            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c", client],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        server.stop()
+        thread.join(30)
+    shutil.rmtree(path.parent.parent, ignore_errors=True)
+    assert "its own user only" in out.stdout, out.stderr
+    assert server.served == 0
+
+
+def test_an_idle_server_stops_by_itself(tmp_path):
+    cache = tmp_path / "cache"
+    path = _socket_for(cache)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kernelwright.cli.main",
+            "serve",
+            "--device",
+            "cpu",
+            "--spares",
+            "1",
+            "--idle-minutes",
+            "0.03",
+        ],
+        env=_env(cache),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert res.returncode == 0, res.stderr
+    assert "stopped after 0 evaluation(s)" in res.stderr and not path.exists()
