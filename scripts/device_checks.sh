@@ -11,6 +11,7 @@
 #   bash scripts/device_checks.sh path5     # ~8 min: Mamba-2 gpu tests (path 5 included), paths 2 and 5 at every shape, ncu of both at l2048 fp32
 #   bash scripts/device_checks.sh corpus    # $KW_CORPUS_LIMIT (500) s: `suite eval` of the corpus in .corpus (benchmarks/corpus_suite.py)
 #   bash scripts/device_checks.sh fresh     # ~3 min: `kernelwright eval` of examples/cuda_swish in fresh CLI processes, cold then cached (records in $OUT)
+#   bash scripts/device_checks.sh served    # ~2 min: the same evals handed to a running `kernelwright serve` (cached build first: run `fresh` before)
 #   bash scripts/device_checks.sh quick     # ~4 min: no tests; paths $KW_PATHS (2,5,6) timed at l2048 (n 128, 64), ncu counts of $KW_NCU_PATHS (5)
 #
 # Carry .deb (bubblewrap for the sandbox tests) with every call, and .scratch/mamba/whl for `mamba`.
@@ -66,6 +67,20 @@ fresh)  # one `kernelwright eval` in a fresh CLI process, cuda_swish: once to fi
             eval examples/cuda_swish/problem.py examples/cuda_swish/candidate.py --json > $OUT/fresh_eval_$i.json"
     done
     python3 -X importtime -c 'import kernelwright.cli.main' 2>&1 | sort -t'|' -k2 -n | tail -15 >"$OUT/cli_importtime.txt"
+    ;;
+served)  # the same evals handed to a running `kernelwright serve` (its spares warm), then --no-server again
+    python3 -c 'from kernelwright.cli.main import main; main()' serve --device cuda --idle-minutes 10 >"$OUT/serve.log" 2>&1 &
+    SERVER=$!
+    for _ in $(seq 1 600); do [ -S "$HOME/.cache/kernelwright/serve/eval-cuda.sock" ] && break; sleep 0.1; done
+    sleep "${KW_SERVE_WARM_S:-15}"  # its spares start up (as they would between a user's commands)
+    for i in 0 1 2; do
+        step "served_eval_$i" 240 bash -c "TIMEFORMAT='wall %R s'; time python3 -c 'from kernelwright.cli.main import main; main()' \
+            eval examples/cuda_swish/problem.py examples/cuda_swish/candidate.py --json > $OUT/served_eval_$i.json"
+        sleep 3
+    done
+    kill -TERM "$SERVER"; wait "$SERVER"
+    step "unserved_eval" 240 bash -c "TIMEFORMAT='wall %R s'; time python3 -c 'from kernelwright.cli.main import main; main()' \
+        eval examples/cuda_swish/problem.py examples/cuda_swish/candidate.py --json > $OUT/unserved_eval.json"
     ;;
 corpus+fresh)  # the two above, fresh first (bounded), then the corpus with what is left
     bash "$0" fresh

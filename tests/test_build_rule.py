@@ -145,9 +145,39 @@ def test_a_load_of_files_the_candidate_writes_is_built_by_the_trusted_builder_in
     assert r.status is Status.PASSED, r.error_log
     tb = r.metadata["trusted_build"]
     assert tb["remembered"] and tb["recorded"] == 1 and tb["private"] == []
-    (loaded,) = r.metadata["builds"]
+    first, loaded = r.metadata["builds"]  # its first try, before it wrote the file, fails at once
+    assert first["ok"] is False and not first.get("build_s")
     assert loaded["kind"] == "load" and loaded["cache"] == "verified"  # nothing built on the GPU's path
     trusted_builds.forget()
+
+
+@pytest.mark.slow
+def test_a_recorded_load_that_fails_in_its_compiler_is_replayed_not_built_again(cpu_config):
+    """CUDA-L1's `75_` on the H100 (2026-11-26): its recorded load() failed in the trusted builder,
+    and the evaluation compiled it again for 13.5 s on the GPU's path before the same failure."""
+    from kernelwright.engine.build import trusted_builds
+    from kernelwright.engine.build.prebuild import prebuild
+
+    text = (BF / "cpp_load_written_broken.py").read_text()
+    trusted_builds.forget()
+    pre = prebuild(ADD_ONE, text, cpu_config, None)
+    (built,) = pre.builds
+    assert built["name"] == "kw_test_load_broken" and not built["ok"] and "blockIdx" in built["output"]
+    r = evaluate(ADD_ONE, None, cpu_config, candidate_text=text)
+    assert r.status is Status.COMPILE_ERROR, r.error_log  # caught, with a fallback: one rule (VERDICTS.md)
+    (replayed,) = r.metadata["builds"]
+    assert replayed["kind"] == "load" and replayed["cache"] == "failed in the trusted build"
+    trusted_builds.forget()
+
+
+def test_a_recorded_load_is_replayed_only_where_the_builder_had_every_file_it_includes():
+    from kernelwright.engine.child.trusted_builder import _self_contained
+
+    own = {"name": "e", "load_sources": [["k.cu", '#include "k.h"\n#include <torch/extension.h>'], ["k.h", ""]]}
+    assert _self_contained(own)
+    beside = {"name": "e", "load_sources": [["k.cu", '  #  include "helpers.cuh"\n']]}  # written beside, not recorded
+    assert not _self_contained(beside)
+    assert not _self_contained(dict(own, extra_include_paths=["/tmp/inc"]))
 
 
 def test_recorded_load_calls_are_checked_as_hostile_input():

@@ -374,12 +374,12 @@ def install_build_cache(
     def load(name: str, sources: str | Iterable[str], *args: Any, **kwargs: Any) -> types.ModuleType | None:
         args, kwargs = _as_keywords(original_load, args, kwargs, after=2)  # as the trusted builder calls it
         srcs = [sources] if isinstance(sources, str) else list(sources)
-        contents = []
+        contents = []  # each file's name too: the same text in a .cpp and in a .cu builds differently
         for s in srcs:
             try:
-                contents.append(Path(s).read_text())
+                contents.append([os.path.basename(str(s)), Path(s).read_text()])
             except OSError:
-                contents.append(f"<unreadable {s}>")
+                contents.append([os.path.basename(str(s)), f"<unreadable {s}>"])
         with_cuda = any(str(s).endswith(".cu") for s in srcs) or bool(kwargs.get("with_cuda"))
         payload = {
             "sources": contents,

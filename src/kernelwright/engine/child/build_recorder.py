@@ -92,13 +92,17 @@ def main(job_path: str) -> int:
         try:
             call = dict(inspect.signature(original_load).bind(*args, **kwargs).arguments)
             sources = call.pop("sources")
-            files = []
-            for path in [sources] if isinstance(sources, str) else list(sources):
-                with open(path, errors="replace") as f:
-                    files.append([os.path.basename(str(path)), f.read()])
+        except (TypeError, KeyError):
+            call, sources = {}, []
+        files = []
+        for path in [sources] if isinstance(sources, str) else list(sources):
+            # a file not written yet fails here as it fails in torch's own load (which reads every
+            # source first): a candidate that writes its files in the `except` of a first attempt
+            # then makes the call worth recording
+            with open(path, errors="replace") as f:
+                files.append([os.path.basename(str(path)), f.read()])
+        if call:
             call["load_sources"] = files
-        except (TypeError, OSError, KeyError):
-            call = {}
         if call and len(calls) < MAX_CALLS:
             calls.append(call)
             send("call", call=call)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 from typing import Any
@@ -78,8 +79,8 @@ def main(job_path: str) -> int:
         else:
             failed = [e for e in build.BUILD_LOG[before:] if e.get("ok") is False and e.get("output")]
             res = {"name": call.get("name"), "ok": False, "error": error or "the build failed"}
-            if "load_sources" in call:  # files only the candidate's directory may complete (a header it
-                res["load"] = True  # wrote beside them): never replayed, the evaluation builds it itself
+            if "load_sources" in call and not _self_contained(call):  # files the candidate's directory may
+                res["load"] = True  # complete (a header it wrote beside them): the evaluation builds it itself
             elif failed:  # the compiler's verdict: the evaluation reports it without building again
                 res.update(
                     key=failed[-1].get("key"),
@@ -89,6 +90,19 @@ def main(job_path: str) -> int:
             results.append(res)
     send("final", record={"builds": results})
     return 0
+
+
+_QUOTED_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', re.MULTILINE)
+
+
+def _self_contained(call: dict[str, Any]) -> bool:
+    """Did the builder have every file this recorded load() could read? Each `#include "..."` of
+    its sources names one of them, and no include path of the candidate's is given: then its
+    compiler's failure is the candidate's own, and replayed like a load_inline's."""
+    if call.get("extra_include_paths"):
+        return False
+    names = {os.path.basename(str(n)) for n, _ in call["load_sources"]}
+    return all(inc in names for _, text in call["load_sources"] for inc in _QUOTED_INCLUDE.findall(str(text)))
 
 
 def _load_from_files(cpp_ext: Any, call: dict[str, Any], cache_root: str) -> None:
