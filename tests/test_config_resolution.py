@@ -36,12 +36,75 @@ def test_device_resolution(monkeypatch, asked, nodes, gpu, expected):
     import torch
 
     monkeypatch.setattr(resolution.glob, "glob", lambda pattern: ["/dev/nvidia0"] if nodes else [])
+    monkeypatch.setattr(resolution, "_gpu_without_torch", lambda: None)  # the driver cannot tell: torch is asked
     monkeypatch.setattr(torch.cuda, "is_available", lambda: gpu)
     if expected in ("cpu", "cuda"):
         assert resolve_device(asked) == expected
     else:
         with pytest.raises(EngineError, match=expected):
             resolve_device(asked)
+
+
+@pytest.mark.parametrize(
+    ("version_py", "expected"),
+    [
+        ("cuda: Optional[str] = '13.0'\nhip: Optional[str] = None\n", (13, 0)),
+        ("cuda = '12.4'\n", (12, 4)),
+        ("cuda: Optional[str] = None\nhip: Optional[str] = None\n", False),
+        ("cuda: Optional[str] = None\nhip: Optional[str] = '6.2.4'\n", None),  # ROCm: torch is asked
+        ("__version__ = '2.13.0'\n", None),
+    ],
+)
+def test_torchs_cuda_build_is_read_without_importing_it(monkeypatch, tmp_path, version_py, expected):
+    import importlib.machinery
+
+    (tmp_path / "version.py").write_text(version_py)
+    spec = importlib.machinery.ModuleSpec("torch", None, is_package=True)
+    spec.submodule_search_locations = [str(tmp_path)]
+    monkeypatch.setattr(resolution.importlib.util, "find_spec", lambda name: spec)
+    assert resolution._torch_cuda_build() == expected
+
+
+class _FakeDriver:
+    def __init__(self, init=0, version=13000, count=1):
+        self.init, self.version, self.count = init, version, count
+
+    def cuInit(self, flags):
+        return self.init
+
+    def cuDriverGetVersion(self, ref):
+        ref._obj.value = self.version
+        return 0
+
+    def cuDeviceGetCount(self, ref):
+        ref._obj.value = self.count
+        return 0
+
+
+@pytest.mark.parametrize(
+    ("driver", "build", "expected"),
+    [
+        (_FakeDriver(), (13, 0), True),
+        (_FakeDriver(count=0), (13, 0), False),
+        (_FakeDriver(init=100), (13, 0), None),  # CUDA_ERROR_NO_DEVICE and the like: torch is asked
+        (_FakeDriver(version=12080), (13, 0), None),  # a driver older than the build: torch decides
+        (OSError("libcuda.so.1: cannot open shared object file"), (13, 0), False),
+        (_FakeDriver(), False, False),  # a CPU build of torch never sees a GPU
+    ],
+)
+def test_the_gpu_is_asked_of_the_driver_not_of_torch(monkeypatch, driver, build, expected):
+    import sys
+
+    def cdll(name):
+        if isinstance(driver, OSError):
+            raise driver
+        return driver
+
+    monkeypatch.setattr(resolution, "_torch_cuda_build", lambda: build)
+    monkeypatch.setattr(resolution.ctypes, "CDLL", cdll)
+    had_torch = "torch" in sys.modules
+    assert resolution._gpu_without_torch() is expected
+    assert ("torch" in sys.modules) == had_torch
 
 
 # (asked, bwrap on PATH, why it cannot run ('' when it can)) -> sandbox, or the error's words
