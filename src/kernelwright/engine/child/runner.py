@@ -390,13 +390,8 @@ class Runner:
         while b"\n" not in buf:
             sock = self.pair_socket()
             fds = [0] + ([sock.fileno()] if sock is not None else [])
-            # between timing windows on a GPU, and after the judge's `wake` (sent as it prepares a
-            # window), polled: the next window's hand-over without a wake-up from a sleeping core
-            spin = (
-                windows.SPIN_S
-                if (getattr(self, "_in_timing", False) or getattr(self, "_woken", False)) and self.device.type == "cuda"
-                else 0.0
-            )
+            # between timing windows on a GPU, polled (the next window's hand-over without a wake-up)
+            spin = windows.SPIN_S if getattr(self, "_in_timing", False) and self.device.type == "cuda" else 0.0
             ready = windows.wait_readable(fds, None, spin)
             if sock is not None and sock.fileno() in ready:
                 data, got = shared_region.recv(sock)
@@ -412,8 +407,6 @@ class Runner:
                 if isinstance(header, dict) and "window" in header and len(got) == 2:
                     self._stdin_buf = buf
                     return None, (header, got)
-                if isinstance(header, dict) and "wake" in header:
-                    self._woken = True  # a window is being prepared: poll for it from now on
                 for fd in got:
                     os.close(fd)
                 continue

@@ -510,11 +510,6 @@ class WindowTimer:
         work) and never more than the phase it belongs to."""
         calls = len(sets)
         out_layout = Layout.of_outputs(ref_outs[0])
-        if self.device.type == "cuda":  # the runner may sleep between windows: it polls from here on,
-            try:  # so the window's hand-over is not a core's wake-up (0.4-0.6 ms a window on an H100)
-                shared_region.send(self.sock, json.dumps({"wake": self.next_id}).encode(), [])
-            except OSError:
-                pass  # a runner that is gone fails the window below
         rin = shared_region.create(calls * in_layout.stride, self.device)
         rout = shared_region.create(calls * out_layout.stride, self.device)
         try:
