@@ -225,10 +225,12 @@ class EvalServer:
             _, uid, _ = struct.unpack("3i", creds)
         except OSError:
             uid = -1
-        if uid != os.getuid():
-            _send(conn, {"refused": "this server serves its own user only"})
-            return
+        # the job's line first, whoever sent it: a client reads its answer after sending, and an
+        # answer written before its line arrived could meet a closed socket (a broken pipe there)
         job = next(_lines(conn, deadline=time.monotonic() + 10.0), None)
+        if uid != os.getuid():
+            self._answer(conn, {"refused": "this server serves its own user only"})
+            return
         if not isinstance(job, dict):
             return
         if job.get("stamp") != self.stamp:
