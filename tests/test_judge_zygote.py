@@ -118,3 +118,26 @@ def test_a_spare_waits_for_the_zygote_so_its_import_never_runs_beside_the_next_e
         second = warm.evaluate(ADD_ONE, CANDIDATES / "py_correct.py")
     assert second.status is Status.PASSED, second.error_log
     assert second.metadata["judge_process"] == "forked"
+
+
+def test_a_zygote_outlives_the_thread_that_asked_for_it(cpu_config):
+    """A zygote dies with the thread that started it (its parent-death signal): started by a thread
+    that then ended, as a Ray actor's task thread does, it took its forked judges with it (the Ray
+    executor's test: judges killed by SIGKILL without a record). Every zygote is started by one
+    long-lived thread instead."""
+    import threading
+
+    zygote.close_all()
+    zygote._ASKED.clear()
+
+    def two_evaluations() -> None:  # the second one starts the zygote
+        for _ in range(2):
+            evaluate(ADD_ONE, CANDIDATES / "py_correct.py", cpu_config)
+
+    t = threading.Thread(target=two_evaluations)
+    t.start()
+    t.join()
+    assert zygote._ZYGOTES
+    time.sleep(1.0)  # a parent-death signal would have come by now
+    assert all(z.proc.poll() is None for z in zygote._ZYGOTES.values())
+    assert _forked(cpu_config)["judge_process"] == "forked"

@@ -16,6 +16,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import queue
 import select
 import signal
 import socket
@@ -25,6 +26,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
@@ -165,6 +167,40 @@ class _Zygote:
                 self.proc.wait()
 
 
+_OWNER: list[tuple[threading.Thread, queue.Queue]] = []
+
+
+def _on_owner_thread(make: Callable[[], _Zygote]) -> _Zygote:
+    """`make()` run on the one long-lived thread that starts every zygote of this process. A zygote
+    dies with the *thread* that started it (its parent-death signal): one started by a thread that
+    then ended, as a Ray actor's task thread does, took every judge it had forked with it (judges
+    killed by SIGKILL without a record, `test_ray_executor_...`)."""
+    with _LOCK:
+        if not _OWNER or not _OWNER[0][0].is_alive():
+            jobs: queue.Queue = queue.Queue()
+
+            def serve() -> None:
+                while True:
+                    fn, box, done = jobs.get()
+                    try:
+                        box.append(fn())
+                    except BaseException as exc:  # handed back to the caller
+                        box.append(exc)
+                    done.set()
+
+            owner = threading.Thread(target=serve, name="kw-zygote-owner", daemon=True)
+            owner.start()
+            _OWNER[:] = [(owner, jobs)]
+        jobs = _OWNER[0][1]
+    box: list = []
+    done = threading.Event()
+    jobs.put((make, box, done))
+    done.wait()
+    if isinstance(box[0], BaseException):
+        raise box[0]
+    return box[0]
+
+
 def spawn(
     argv: list[str],
     cwd: Path,
@@ -190,8 +226,18 @@ def spawn(
             _ASKED[key] = _ASKED.get(key, 0) + 1
             if _ASKED[key] < 2:  # one evaluation alone (one `kernelwright eval`) starts no zygote
                 return None
-            if zygote is None or zygote.proc.poll() is not None:
-                zygote = _ZYGOTES[key] = _Zygote(dict(base, TMPDIR=tempfile.gettempdir()))
+            make = zygote is None or zygote.proc.poll() is not None
+        if make:
+            zygote_env = dict(base, TMPDIR=tempfile.gettempdir())
+            made = _on_owner_thread(lambda: _Zygote(zygote_env))
+            with _LOCK:
+                zygote = _ZYGOTES.get(key)
+                if zygote is None or zygote.proc.poll() is not None:
+                    zygote = _ZYGOTES[key] = made
+                else:  # another thread made one meanwhile
+                    made.close()
+        with _LOCK:
+            assert zygote is not None
             zygote.used = time.monotonic()
             while len(_ZYGOTES) > MAX_ZYGOTES:
                 oldest = min(_ZYGOTES, key=lambda k: _ZYGOTES[k].used)
