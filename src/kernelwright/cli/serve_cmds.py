@@ -25,9 +25,7 @@ def serve_cmd(
 ) -> None:
     """Serve `kernelwright eval` of this user on warm evaluations for one device, until Ctrl-C.
 
-    `kernelwright eval` hands its job to the server for its device where one runs (--no-server:
-    never), and gets the same record: every candidate still gets a fresh runner and judge, in the
-    same sandbox; only their start-up happened before the job came.
+    Each eval hands its job here (--no-server: never) and gets the same record, from a fresh runner and judge.
     """
     from kernelwright.cli.main import _resolved, _settings, fail
     from kernelwright.executors.eval_server import EvalServer, run_server
