@@ -123,10 +123,13 @@ class _Zygote:
         self.used = time.monotonic()
 
     def is_ready(self, wait_s: float = 0.0) -> bool:
-        """Has it imported torch and the judge (its first message)? Waits up to `wait_s` for it."""
+        """Has it imported torch and the judge (its first message)? Waits up to `wait_s` for it,
+        without the lock (a judge asked for meanwhile with no wait is exec'd, never held back)."""
+        if not self.ready and wait_s > 0:
+            select.select([self.sock], [], [], wait_s)
         if not self.ready:
             with self.lock:
-                if not self.ready and select.select([self.sock], [], [], wait_s)[0]:
+                if not self.ready and select.select([self.sock], [], [], 0)[0]:
                     self.ready = json.loads(self.sock.recv(1 << 16) or b"{}").get("ready") is True
                     if not self.ready:
                         raise OSError("the judge's zygote ended before it was ready")
