@@ -529,9 +529,10 @@ class WindowTimer:
                 "outputs": out_layout.to_json(),
                 "threads": self.threads,
             }
+            payload = json.dumps(header).encode()  # made before the clock starts: not the candidate's time
             t0 = time.perf_counter()
             try:
-                shared_region.send(self.sock, json.dumps(header).encode(), [rin.fd, rout.fd])
+                shared_region.send(self.sock, payload, [rin.fd, rout.fd])
             except OSError as exc:
                 raise WindowError(f"the runner's end of the window socket is gone ({exc.strerror or exc})") from None
             limit = self.deadline_s(expected_ms * calls / 1e3)
