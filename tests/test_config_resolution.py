@@ -86,7 +86,8 @@ class _FakeDriver:
     [
         (_FakeDriver(), (13, 0), True),
         (_FakeDriver(count=0), (13, 0), False),
-        (_FakeDriver(init=100), (13, 0), None),  # CUDA_ERROR_NO_DEVICE and the like: torch is asked
+        (_FakeDriver(init=100), (13, 0), False),  # CUDA_ERROR_NO_DEVICE: none visible
+        (_FakeDriver(init=3), (13, 0), None),  # CUDA_ERROR_NOT_INITIALIZED and the like: torch is asked
         (_FakeDriver(version=12080), (13, 0), None),  # a driver older than the build: torch decides
         (OSError("libcuda.so.1: cannot open shared object file"), (13, 0), False),
         (_FakeDriver(), False, False),  # a CPU build of torch never sees a GPU

@@ -23,6 +23,8 @@ from kernelwright.core.config import Device, EvalConfig, ResolvedDevice, Resolve
 from kernelwright.engine.errors import EngineError
 from kernelwright.engine.isolation import sandbox
 
+_CUDA_ERROR_NO_DEVICE = 100  # cuInit's answer where no device is visible
+
 # Device nodes without which the CUDA driver sees no GPU (Linux; /dev/dxg under WSL 2).
 _GPU_NODES = ("/dev/nvidia[0-9]*", "/dev/dxg")
 
@@ -60,7 +62,10 @@ def _gpu_without_torch() -> bool | None:
     except OSError:
         return False  # no driver: torch sees no GPU either
     count, version = ctypes.c_int(0), ctypes.c_int(0)
-    if lib.cuInit(0) != 0 or lib.cuDriverGetVersion(ctypes.byref(version)) != 0:
+    rc = lib.cuInit(0)
+    if rc == _CUDA_ERROR_NO_DEVICE:  # none visible (CUDA_VISIBLE_DEVICES="" among others)
+        return False
+    if rc != 0 or lib.cuDriverGetVersion(ctypes.byref(version)) != 0:
         return None
     if version.value // 1000 < build[0]:
         return None
