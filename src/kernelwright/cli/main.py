@@ -278,7 +278,7 @@ def _evaluate_here_or_served(problem: Path, candidate: Path, cfg: EvalConfig, us
         try:
             served = submit(problem, candidate, cfg, on_stage=on_stage)
         except ServerRefused as exc:
-            err.print(f"[yellow]note:[/] the running server did not take the job ({exc}); evaluating here")
+            err.print(f"[yellow]note:[/] the running server did not take the job ({escape(str(exc))}); evaluating here")
             served = None
         if served is not None:
             return served
