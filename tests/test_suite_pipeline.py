@@ -192,7 +192,8 @@ def test_warm_pool_keeps_two_spares_and_hands_a_ready_one_over(cache_dir):
         while pool.spares() < 2 and time.monotonic() < deadline:
             time.sleep(0.1)
         assert pool.spares() == 2
-        time.sleep(3.0)  # they start up (python, torch) before the first candidate comes
+        for spare in list(pool._spares):  # they start up (python, torch) before the first candidate comes
+            assert spare.wait_ready(120)  # (a fixed sleep was too short beside other tests on two cores)
         first = pool.evaluate(ADD_ONE, None, cfg, candidate_text=text)
         second = pool.evaluate(ADD_ONE, None, cfg, candidate_text=text)
         deadline = time.monotonic() + 60
