@@ -234,13 +234,13 @@ class EvalServer:
         if not isinstance(job, dict):
             return
         if job.get("stamp") != self.stamp:
-            _send(conn, {"refused": "the server runs other kernelwright code (restart it: kernelwright serve)"})
+            self._answer(conn, {"refused": "the server runs other kernelwright code (restart it: kernelwright serve)"})
             return
         try:
             config = EvalConfig.from_dict(job["config"])
             problem, candidate = Path(str(job["problem"])), Path(str(job["candidate"]))
         except (KeyError, TypeError, ValueError) as exc:
-            _send(conn, {"refused": f"malformed job ({exc})"})
+            self._answer(conn, {"refused": f"malformed job ({exc})"})
             return
         if on_job is not None:
             on_job(job)
