@@ -152,6 +152,19 @@ def submit(
         conn.close()
 
 
+def _private_dir(folder: Path) -> None:
+    """Create `folder` readable by its owner only; a folder that exists is left as it is, unless it is
+    the server's own (`.../serve` or `kw-serve-<uid>`, ours), which is tightened to 0700. A socket named
+    in a shared folder (/tmp) must not change that folder's mode; the socket itself is 0600 and the
+    server answers its own uid only, whatever the folder allows."""
+    if not folder.exists():
+        folder.mkdir(parents=True, mode=0o700)
+        os.chmod(folder, 0o700)  # mkdir's mode passes through the umask
+        return
+    if folder.name in ("serve", f"kw-serve-{os.getuid()}") and folder.stat().st_uid == os.getuid():
+        os.chmod(folder, 0o700)
+
+
 # ---- the server -----------------------------------------------------------------------------------
 
 
@@ -172,8 +185,7 @@ class EvalServer:
         self.pool.prestart()
 
     def _bind(self) -> socket.socket:
-        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        os.chmod(self.path.parent, 0o700)
+        _private_dir(self.path.parent)
         if self.path.exists():
             probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
