@@ -2,8 +2,9 @@
 
 Each file in tests/clock_attacks/ is a candidate for tests/fixtures/problems/swish.py whose honest
 path is plain PyTorch (a speed-up of about 1x); its trick tries to make it look much faster from
-inside the candidate's process (README there). The five classes of the clock issue run under
-both isolation modes on the CPU; on a GPU (`gpu` tests) they run with CUDA tensors.
+inside the candidate's process (README there). The five classes of the clock issue run on the CPU,
+under both isolation modes where the mode could matter (the control, the predicted test set, work
+hidden behind loaded cores); on a GPU (`gpu` tests) they run with CUDA tensors.
 """
 
 from __future__ import annotations
@@ -60,12 +61,13 @@ def test_honest_control_passes_at_about_1x(cpu_config, sandbox):
 
 
 @pytest.mark.alone
-@pytest.mark.parametrize("sandbox", SANDBOXES)
 @pytest.mark.parametrize("name", ["replay_by_content.py", "rewrite_report.py", "swap_clock.py", "slow_reference.py"])
-def test_timing_forgeries_get_no_speedup(cpu_config, sandbox, name):
+def test_timing_forgeries_get_no_speedup(cpu_config, name):
     """Replay keyed on content, a rewritten report channel, a swapped clock, a slowed reference:
-    every timed call has inputs never seen before, and the clock and the reference live in the judge."""
-    r = run(_config(cpu_config, sandbox), name)
+    every timed call has inputs never seen before, and the clock and the reference live in the judge.
+    Tricks inside the candidate's own process, which the sandbox does not change: run in the
+    sandbox the machine has (both modes: the control above, and the tests that reach other processes)."""
+    r = run(_config(cpu_config, "bwrap" if HAS_BWRAP else "none"), name)
     assert not_forged(r), (r.status, r.speedup, r.error_log)
 
 

@@ -280,6 +280,10 @@ class BuildConfig:
     """
 
     use_pch: bool = True
+    # C++-only load_inline calls with their own simple flags (-O3, -march=native, ...): a precompiled
+    # <torch/extension.h> per flag set, made by the trusted builder at the set's second build and kept
+    # in the build cache (engine/child/flag_pch.py; some hundreds of MB each); at most this many, 0: none
+    flag_pch_keep: int = 3
     max_jobs: int = 0
     lean_headers: bool = True
     # The trusted build cache (docs/SANDBOX.md): the candidate's statically known load_inline calls

@@ -161,6 +161,7 @@ def build(
         "cache_root": str(root),
         "calls": calls,
         "use_pch": config.build.use_pch,
+        "flag_pch_keep": config.build.flag_pch_keep,
         "lean_headers": config.build.lean_headers,
     }
     argv = sandbox.wrap(builder_argv(), config.sandbox, workdir, [Path(config.cache_dir)])

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, NoReturn, TypeAlias
 
 from kernelwright.core.record import CompileIssue
+from kernelwright.engine.child import flag_pch
 
 if TYPE_CHECKING:
     from kernelwright.engine.child.lean_headers import LeanSources
@@ -169,12 +170,15 @@ def install_build_cache(
     private_root: str | os.PathLike[str] | None = None,
     publish: bool = False,
     failed: dict[str, str] | None = None,
+    flag_pch_keep: int = 0,
 ) -> None:
     """Route every load_inline/load call to a build directory keyed by content.
 
     With `use_pch`, load_inline calls that keep torch's default C++ flags get `use_pch=True`
     (see `pch_usable`). torch deletes its PCH whenever a build does not use it; that deletion
     is switched off here, so one candidate with its own flags does not cost the next one a rebuild.
+    In the trusted builder (`publish`), calls with their own simple flags get a header made for
+    those flags, kept in the shared cache (`flag_pch.py`, at most `flag_pch_keep`; 0: none).
     With `lean_headers`, CUDA sources are first built with lean torch headers (see
     `lean_headers.py`); when that build fails the source is built as written, and a marker in the
     lean build's directory makes the next evaluation of the same source skip the lean attempt.
@@ -361,6 +365,12 @@ def install_build_cache(
         build_dir = root / f"{name}-{key}"
         if private_root is None:
             build_dir.mkdir(parents=True, exist_ok=True)
+        flags = flag_pch.accepted(kwargs, with_cuda) if use_pch and flag_pch_keep > 0 and publish else None
+        if flags and not any(build_dir.glob(f"{name}*.so")):  # a compile to come, with the call's own flags:
+            here = flag_pch.header_dir(flags, flag_pch_keep, root / flag_pch.SUBDIR)  # a header of its own
+            if here is not None:
+                kwargs["extra_include_paths"] = [str(here)]
+                extra["pch"] = "flags"
         return _run(
             "inline",
             name,

@@ -50,6 +50,7 @@ def main(job_path: str) -> int:
         use_pch=job.get("use_pch", False),
         lean_headers=job.get("lean_headers", False),
         publish=True,
+        flag_pch_keep=job.get("flag_pch_keep", 0),
     )
     results = []
     for call in job["calls"]:
@@ -74,6 +75,7 @@ def main(job_path: str) -> int:
                     "cached": bool(e.get("cached")),
                     "sha256": e.get("sha256"),
                     "build_s": round(e.get("build_s") or 0.0, 3),
+                    "pch": e.get("pch", False),  # torch's header (True), one for the call's flags ("flags")
                 }
             )
         else:
