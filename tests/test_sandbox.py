@@ -14,7 +14,7 @@ import pytest
 from conftest import ADD_ONE, CANDIDATES, FIXTURES
 from kernelwright.core.record import Stage, Status
 from kernelwright.engine import EngineError, evaluate
-from kernelwright.engine.isolation import sandbox
+from kernelwright.engine.isolation import environment, sandbox
 from kernelwright.engine.resolve import resolve_config
 
 
@@ -206,3 +206,19 @@ def test_the_memory_limit_holds_in_the_sandbox(cpu_config):
     assert r.status is Status.RUNTIME_ERROR, r.error_log
     assert r.error_log.startswith("The evaluation's memory limit is 2048 MiB"), r.error_log
     assert r.metadata["isolation"]["sandbox"] == "bwrap" and r.metadata["isolation"]["pid_namespace"]
+
+
+@needs_bwrap
+def test_the_judges_compiler_caches_are_out_of_the_runners_reach(cpu_config, tmp_path):
+    """The runner's Triton/CUDA caches lie in the shared cache directory, which its sandbox writes;
+    the judge's (where torch.compile of the reference would find its kernels) are read-only there."""
+    cpu_config.cache_dir, cpu_config.sandbox, cpu_config.time_candidate = str(tmp_path / "cache"), "bwrap", False
+    r = evaluate(ADD_ONE, None, cpu_config, candidate_text=_attack("plant_judge_cache"))
+    assert r.status is Status.PASSED, r.error_log
+    judge = tmp_path / "cache" / environment.JUDGE_CACHE_SUBDIR
+    assert judge.is_dir() and not list(judge.rglob("planted*"))
+    assert list((tmp_path / "cache" / "triton").glob("planted*"))  # the control: its own cache takes the plant
+    env = environment.judge_env(environment.child_env(cpu_config, tmp_path / "t"), cpu_config, tmp_path / "j")
+    for var in ("TRITON_CACHE_DIR", "CUDA_CACHE_PATH", "TORCHINDUCTOR_CACHE_DIR"):
+        assert env[var].startswith(str(judge) + os.sep), (var, env[var])
+    assert env["TMPDIR"] == str(tmp_path / "j")

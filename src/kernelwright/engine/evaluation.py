@@ -294,6 +294,19 @@ def _validate(config: EvalConfig) -> None:
         raise EngineError(str(exc)) from None
 
 
+def _read_only_for_candidates(config: EvalConfig) -> list[Path]:
+    """What a sandboxed child that runs candidate code reads but never writes in the cache directory
+    (its writable part is the candidate's own caches): the shared builds, which only the trusted
+    builder writes, and the judge's compiler caches (`environment.judge_env`). Created here: bwrap
+    binds only what exists."""
+    read_only = [Path(config.cache_dir) / environment.JUDGE_CACHE_SUBDIR]
+    if config.build.trusted_cache:
+        read_only.append(trusted_builds.cache_root(config))
+    for d in read_only:
+        d.mkdir(parents=True, exist_ok=True)
+    return read_only
+
+
 def _spawn_runner(
     config: EvalConfig,
     workdir: Path,
@@ -309,10 +322,7 @@ def _spawn_runner(
     for sub in ("tmp", "out"):
         (workdir / sub).mkdir(exist_ok=True)
     env = environment.child_env(config, workdir / "tmp")
-    read_only = []
-    if config.build.trusted_cache:  # the runner reads the shared builds, never writes them
-        read_only = [trusted_builds.cache_root(config)]
-        read_only[0].mkdir(parents=True, exist_ok=True)
+    read_only = _read_only_for_candidates(config)
     extra = [out_dir] if out_dir is not None and out_dir != workdir / "out" else []
     argv = sandbox.wrap(process.child_argv("runner"), config.sandbox, workdir, [cache_dir, *extra], read_only)
     iso = isolation.prepare(config.device, config.sandbox, config.memory_limit_mb)
@@ -335,7 +345,7 @@ def _spawn_judge(
         process.child_argv("judge") + [config.device],
         None,
         judge_dir,
-        dict(env, TMPDIR=str(judge_dir)),
+        environment.judge_env(env, config, judge_dir),
         name="judge",
         spare=spare,
         handoff_fd=handoff_fd,
@@ -453,8 +463,7 @@ def _run(
                 config.sandbox,
                 workdir,
                 [cache_dir, report_dir],
-                # the shared builds stay read-only
-                [trusted_builds.cache_root(config)] if config.build.trusted_cache else [],
+                _read_only_for_candidates(config),
             ),
         )
     if config.sanitize and result.status is Status.PASSED:  # one forward under memcheck (engine/sanitizer.py)
@@ -469,7 +478,7 @@ def _run(
                 config.sandbox,
                 workdir,
                 [cache_dir],
-                [trusted_builds.cache_root(config)] if config.build.trusted_cache else [],
+                _read_only_for_candidates(config),
             ),
         )
     return _redacted(result)

@@ -32,7 +32,7 @@ from typing import IO
 
 # variables that differ from one evaluation (or configuration) to the next and are read when used,
 # not at import: set in the forked judge, not in the zygote (one zygote serves them all)
-_PER_JUDGE = ("TMPDIR", "TRITON_CACHE_DIR", "CUDA_CACHE_PATH", "MAX_JOBS")
+_PER_JUDGE = ("TMPDIR", "TRITON_CACHE_DIR", "CUDA_CACHE_PATH", "TORCHINDUCTOR_CACHE_DIR", "MAX_JOBS")
 MAX_ZYGOTES = 2  # one per judge environment, the least recently used stopped beyond this (each holds torch)
 _ZYGOTES: dict[tuple[tuple[str, str], ...], _Zygote] = {}
 _LOCK = threading.Lock()

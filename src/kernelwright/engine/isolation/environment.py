@@ -134,3 +134,21 @@ def child_env(config: EvalConfig, tmp: Path) -> dict[str, str]:
     if config.visible_devices is not None:
         env["CUDA_VISIBLE_DEVICES"] = config.visible_devices
     return env
+
+
+JUDGE_CACHE_SUBDIR = "judge"  # in the cache: the judge's compiler caches, read-only in the runner's sandbox
+
+
+def judge_env(runner_env: dict[str, str], config: EvalConfig, judge_dir: Path) -> dict[str, str]:
+    """The judge's environment: the runner's, with its files in its own directory and its compiler
+    caches (Triton's, CUDA's JIT, inductor's for `compare_compile`) where no runner writes. The
+    runner's caches lie in the shared cache directory, which its sandbox can write: a kernel planted
+    there under the key of the reference's compiled kernel would be the judge's reference."""
+    own = Path(config.cache_dir) / JUDGE_CACHE_SUBDIR
+    return dict(
+        runner_env,
+        TMPDIR=str(judge_dir),
+        TRITON_CACHE_DIR=str(own / "triton"),
+        CUDA_CACHE_PATH=str(own / "nv"),
+        TORCHINDUCTOR_CACHE_DIR=str(own / "inductor"),
+    )
