@@ -52,7 +52,7 @@ def test_an_honest_candidate_is_not_flagged_by_a_measured_peak_that_came_out_low
     problem.write_text(MATMUL)
     cand.write_text(CANDIDATE)
     cache = tmp_path / "cache"
-    peaks = cache / "device_peaks"
+    peaks = gpu_facts._cache_file(str(cache), {"name": "x"}).parent
     peaks.mkdir(parents=True)
     # what a measurement on a loaded machine leaves in the cache, under every thread count's name
     low = {"copy_bandwidth_bytes_per_s": 1e6, "matmul_fp32_flops_per_s": 1e6, "matmul_n": 1024}

@@ -211,12 +211,18 @@ def test_the_memory_limit_holds_in_the_sandbox(cpu_config):
 @needs_bwrap
 def test_the_judges_compiler_caches_are_out_of_the_runners_reach(cpu_config, tmp_path):
     """The runner's Triton/CUDA caches lie in the shared cache directory, which its sandbox writes;
-    the judge's (where torch.compile of the reference would find its kernels) are read-only there."""
-    cpu_config.cache_dir, cpu_config.sandbox, cpu_config.time_candidate = str(tmp_path / "cache"), "bwrap", False
+    the judge's (its compiler caches, where torch.compile of the reference would find its kernels,
+    and the JSON it reads back: device peaks, the reference's FLOP count) are read-only there."""
+    cpu_config.cache_dir, cpu_config.sandbox = str(tmp_path / "cache"), "bwrap"
+    judge = tmp_path / "cache" / environment.JUDGE_CACHE_SUBDIR
+    # an honest evaluation first: the judge caches its device peaks and the reference's FLOP count
+    assert evaluate(ADD_ONE, CANDIDATES / "py_correct.py", cpu_config).status is Status.PASSED
+    cached = {p: p.read_text() for p in judge.rglob("*.json")}
+    assert {p.parent.name for p in cached} == {"device_peaks", "reference_work"}, cached
+    cpu_config.time_candidate = False
     r = evaluate(ADD_ONE, None, cpu_config, candidate_text=_attack("plant_judge_cache"))
     assert r.status is Status.PASSED, r.error_log
-    judge = tmp_path / "cache" / environment.JUDGE_CACHE_SUBDIR
-    assert judge.is_dir() and not list(judge.rglob("planted*"))
+    assert not list(judge.rglob("planted*")) and {p: p.read_text() for p in judge.rglob("*.json")} == cached
     assert list((tmp_path / "cache" / "triton").glob("planted*"))  # the control: its own cache takes the plant
     env = environment.judge_env(environment.child_env(cpu_config, tmp_path / "t"), cpu_config, tmp_path / "j")
     for var in ("TRITON_CACHE_DIR", "CUDA_CACHE_PATH", "TORCHINDUCTOR_CACHE_DIR"):

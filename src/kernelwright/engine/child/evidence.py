@@ -232,7 +232,7 @@ def cached_reference_work(
             key = hashlib.sha256(blob).hexdigest()[:20]
         except OSError:
             key = None
-    path = Path(cache_dir) / "reference_work" / f"{key}.json" if key else None
+    path = Path(cache_dir) / jsoncache.JUDGE_CACHE_SUBDIR / "reference_work" / f"{key}.json" if key else None
     if path is not None:
         work = jsoncache.read(path)
         if isinstance(work, dict):

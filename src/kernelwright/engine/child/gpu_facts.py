@@ -241,7 +241,7 @@ def _cache_file(cache_dir: str, facts: dict[str, Any]) -> Path:
         f"{facts.get('name')}-{facts.get('compute_capability', '')}-{facts.get('threads', '')}-torch{torch.__version__}"
     )
     slug = re.sub(r"[^A-Za-z0-9._-]+", "_", key)
-    return Path(cache_dir) / "device_peaks" / f"{slug}.json"
+    return Path(cache_dir) / jsoncache.JUDGE_CACHE_SUBDIR / "device_peaks" / f"{slug}.json"
 
 
 def forget_measured(device: torch.device, cache_dir: str) -> None:

@@ -11,6 +11,11 @@ import os
 from pathlib import Path
 from typing import Any
 
+# The judge's part of the cache directory: its measured device peaks, the reference's FLOP counts,
+# its compiler caches. Every sandboxed child that runs candidate code has it read-only (the rest
+# of the cache directory it can write): what the judge reads back there decides flags.
+JUDGE_CACHE_SUBDIR = "judge"
+
 
 def read(path: Path) -> Any | None:
     try:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import kernelwright
 from kernelwright.core.config import EvalConfig
+from kernelwright.engine.child import jsoncache
 
 # Names passed through as they are (exact names, or prefixes ending in "_").
 _ALLOWED_EXACT = {
@@ -136,7 +137,7 @@ def child_env(config: EvalConfig, tmp: Path) -> dict[str, str]:
     return env
 
 
-JUDGE_CACHE_SUBDIR = "judge"  # in the cache: the judge's compiler caches, read-only in the runner's sandbox
+JUDGE_CACHE_SUBDIR = jsoncache.JUDGE_CACHE_SUBDIR  # in the cache: the judge's, read-only in the runner's sandbox
 
 
 def judge_env(runner_env: dict[str, str], config: EvalConfig, judge_dir: Path) -> dict[str, str]:
