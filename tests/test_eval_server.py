@@ -210,3 +210,20 @@ def test_an_idle_server_stops_by_itself(tmp_path):
     )
     assert res.returncode == 0, res.stderr
     assert "stopped after 0 evaluation(s)" in res.stderr and not path.exists()
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs util-linux's unshare")
+def test_a_client_in_other_namespaces_is_told_apart_from_one_in_the_servers(tmp_path):
+    """The server refuses a job from a process of another mount/PID/network/user namespace (a
+    sandboxed candidate of the same uid): `_other_namespace` names the first that differs."""
+    assert eval_server._other_namespace(os.getpid()) == ""
+    assert eval_server._other_namespace(0) != ""  # no peer pid: refused
+    proc = subprocess.Popen(["unshare", "--user", "--map-root-user", "--mount", "sleep", "30"])
+    try:
+        end = time.monotonic() + 10
+        while time.monotonic() < end and eval_server._other_namespace(proc.pid) == "":
+            time.sleep(0.05)  # unshare enters its namespaces before it execs sleep
+        assert eval_server._other_namespace(proc.pid) in ("mnt", "user")
+    finally:
+        proc.kill()
+        proc.wait()

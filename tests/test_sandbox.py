@@ -228,3 +228,28 @@ def test_the_judges_compiler_caches_are_out_of_the_runners_reach(cpu_config, tmp
     for var in ("TRITON_CACHE_DIR", "CUDA_CACHE_PATH", "TORCHINDUCTOR_CACHE_DIR"):
         assert env[var].startswith(str(judge) + os.sep), (var, env[var])
     assert env["TMPDIR"] == str(tmp_path / "j")
+
+
+@needs_bwrap
+def test_the_users_evaluation_server_takes_no_job_from_inside_the_sandbox(cpu_config, tmp_path):
+    """`kernelwright serve` listens in the user's cache directory, which the runner's sandbox can
+    write; a job from there (a candidate of the attacker's, with `sandbox: none`) would run outside
+    every sandbox. The server takes jobs only from its own namespaces, and the sandbox covers the
+    sockets it finds in the directories it binds."""
+    import threading
+
+    from kernelwright.executors import eval_server
+
+    marker = tmp_path / "escaped"
+    cpu_config.cache_dir, cpu_config.sandbox, cpu_config.time_candidate = str(tmp_path / "cache"), "bwrap", False
+    server = eval_server.EvalServer(cpu_config, path=tmp_path / "cache" / "serve" / "eval-cpu.sock", spares=0)
+    served: list = []
+    thread = threading.Thread(target=server.serve_forever, args=(served.append,), daemon=True)
+    thread.start()
+    try:
+        r = evaluate(ADD_ONE, None, cpu_config, candidate_text=_attack("reach_the_eval_server", marker=marker))
+    finally:
+        server.stop()
+        thread.join(30)
+    assert r.status is Status.PASSED, r.error_log
+    assert not marker.exists() and served == []

@@ -165,6 +165,23 @@ def _private_dir(folder: Path) -> None:
         os.chmod(folder, 0o700)
 
 
+_NAMESPACES = ("mnt", "pid", "net", "user")
+
+
+def _other_namespace(pid: int) -> str:
+    """The first of the client's namespaces that is not the server's ('' where all are): the socket
+    lies in the user's cache directory, which an evaluation's sandbox binds writable, so a candidate
+    of the same uid can reach it from inside bubblewrap (other mount, PID and network namespaces)
+    and hand over a job with `sandbox: none`. The pid is the kernel's (SO_PEERCRED), taken at connect."""
+    for ns in _NAMESPACES:
+        try:
+            if pid <= 0 or os.readlink(f"/proc/{pid}/ns/{ns}") != os.readlink(f"/proc/self/ns/{ns}"):
+                return ns
+        except OSError:
+            return ns
+    return ""
+
+
 # ---- the server -----------------------------------------------------------------------------------
 
 
@@ -234,14 +251,21 @@ class EvalServer:
 
         try:
             creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-            _, uid, _ = struct.unpack("3i", creds)
+            pid, uid, _ = struct.unpack("3i", creds)
         except OSError:
-            uid = -1
+            pid, uid = 0, -1
         # the job's line first, whoever sent it: a client reads its answer after sending, and an
         # answer written before its line arrived could meet a closed socket (a broken pipe there)
         job = next(_lines(conn, deadline=time.monotonic() + 10.0), None)
         if uid != os.getuid():
             self._answer(conn, {"refused": "this server serves its own user only"})
+            return
+        other = _other_namespace(pid)
+        if other:  # a sandboxed child of an evaluation (bwrap, or --sandbox none's PID namespace)
+            self._answer(
+                conn,
+                {"refused": f"this server serves clients of its own namespaces only (the client's {other} differs)"},
+            )
             return
         if not isinstance(job, dict):
             return

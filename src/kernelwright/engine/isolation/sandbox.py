@@ -127,10 +127,13 @@ def _bwrap_argv(bwrap: str, workdir: Path, writable: list[Path], read_only: Sequ
         ro = os.path.realpath(r)
         argv += ["--ro-bind", ro, ro]
     # The host's Unix sockets that are still visible: a read-only mount does not stop connect(),
-    # so each is covered by /dev/null (connect() then fails with ECONNREFUSED).
-    keep = [os.path.realpath(w) for w in [workdir, *writable]] + ["/dev", "/proc", "/sys"]  # own /dev, /proc
+    # so each is covered by /dev/null (connect() then fails with ECONNREFUSED). Those in the
+    # writable directories too (the user's cache holds `kernelwright serve`'s socket); only the
+    # child's own directory, made for it, has none of the host's.
+    keep = [os.path.realpath(workdir), "/dev", "/proc", "/sys"]  # its own /dev and /proc
+    shown = [os.path.realpath(p) for p in [*writable, *read_only]]  # bound back, under a hidden directory or not
     for sock in host_unix_sockets():
-        if not _under(sock, hidden) and not _under(sock, keep):
+        if (_under(sock, shown) or not _under(sock, hidden)) and not _under(sock, keep):
             argv += ["--ro-bind", "/dev/null", sock]
     for h in hidden:
         argv += ["--remount-ro", h]
