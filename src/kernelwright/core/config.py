@@ -282,7 +282,7 @@ class BuildConfig:
     use_pch: bool = True
     # C++-only load_inline calls with their own simple flags (-O3, -march=native, ...): a precompiled
     # <torch/extension.h> per flag set, made by the trusted builder at the set's second build and kept
-    # in the build cache (engine/child/flag_pch.py; some hundreds of MB each); at most this many, 0: none
+    # in the build cache (engine/child/flag_pch.py; 0.8 GB each with torch 2.13); at most this many, 0: none
     flag_pch_keep: int = 3
     max_jobs: int = 0
     lean_headers: bool = True
