@@ -8,13 +8,14 @@ import shutil
 import socket
 import threading
 import uuid
+from pathlib import Path
 
 import pytest
 
 from conftest import ADD_ONE, CANDIDATES, FIXTURES
 from kernelwright.core.record import Stage, Status
 from kernelwright.engine import EngineError, evaluate
-from kernelwright.engine.isolation import environment, sandbox
+from kernelwright.engine.isolation import environment, leftovers, sandbox
 from kernelwright.engine.resolve import resolve_config
 
 
@@ -253,3 +254,47 @@ def test_the_users_evaluation_server_takes_no_job_from_inside_the_sandbox(cpu_co
         thread.join(30)
     assert r.status is Status.PASSED, r.error_log
     assert not marker.exists() and served == []
+
+
+@pytest.mark.parametrize("mode", ["none", pytest.param("bwrap", marks=needs_bwrap)])
+def test_links_left_by_the_candidate_do_not_turn_the_copies_on_the_user(cpu_config, tmp_path, mode, monkeypatch):
+    """The parent copies the judge's first inputs into the runner's directory for the profiler: it
+    neither follows a link the candidate left there (a clobber of the user's file) nor reads the
+    user's file through a link that replaced the judge's input (handed to candidate code next)."""
+    victim, secret = tmp_path / "victim", tmp_path / "secret"
+    victim.write_text("the user's file")
+    secret.write_text("TOKEN-4f2a")
+    cpu_config.sandbox, cpu_config.keep_workdir = mode, True
+    cpu_config.profile.enabled = True  # the copy is made for the profiler's child
+    cpu_config.cache_dir = str(tmp_path / "cache")
+    made: list[Path] = []
+    make_dir = leftovers.make_dir
+    monkeypatch.setattr(leftovers, "make_dir", lambda *a, **k: made.append(make_dir(*a, **k)) or made[-1])
+    try:
+        text = _attack("clobber_through_links", victim=victim, secret=secret)
+        r = evaluate(ADD_ONE, None, cpu_config, candidate_text=text)
+        assert r.status is Status.PASSED, r.error_log
+        assert victim.read_bytes() == b"the user's file"
+        (workdir,) = [d for d in made if d.name.startswith("kw-eval-")]
+        copied = [f for f in workdir.glob("in_*.kwt") if not f.is_symlink()]
+        assert all(b"TOKEN-4f2a" not in f.read_bytes() for f in copied), copied
+    finally:
+        for d in made:
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def test_the_profilers_log_is_read_through_its_descriptor_never_through_a_link(tmp_path):
+    """ncu's and compute-sanitizer's log lies where the candidate under them can write: a link left
+    there is not followed (the user's file kept), and a link that replaced the log while the child
+    ran reads back as the log, not as the file it names."""
+    from kernelwright.engine import nsight
+
+    victim, secret, log = tmp_path / "victim", tmp_path / "secret", tmp_path / "ncu.log"
+    victim.write_text("the user's file")
+    secret.write_text("TOKEN-9c1d")
+    log.symlink_to(victim)
+    swap = f"echo profiled; rm -f {log}; ln -s {secret} {log}"
+    rc, out, timed_out = nsight._run(["sh", "-c", swap], dict(os.environ), tmp_path, 30, log)
+    assert rc == 0 and not timed_out
+    assert victim.read_text() == "the user's file"
+    assert "profiled" in out and "TOKEN-9c1d" not in out

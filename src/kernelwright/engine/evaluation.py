@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import socket
+import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -202,6 +203,38 @@ def _spawn_pair(
         runner.stop()
         raise
     return runner, judge, env
+
+
+def _copy_without_links(src_dir: Path, dst_dir: Path, name: str) -> bool:
+    """Copy `name` from `src_dir` to `dst_dir`, both the candidate's to write (the runner's output
+    directory and its own): no link is followed at either end, nor a linked directory, and only a
+    regular file is read. A link the candidate left would otherwise make this process (the user's
+    rights, no sandbox) overwrite the file it names, or read the user's file into the directory the
+    next child of this candidate sees. False where nothing was copied."""
+    flags_dir = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+    fds: list[int] = []
+    try:
+        src = os.open(src_dir, flags_dir)
+        fds.append(src)
+        dst = os.open(dst_dir, flags_dir)
+        fds.append(dst)
+        inp = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=src)
+        fds.append(inp)
+        if not stat.S_ISREG(os.fstat(inp).st_mode):
+            return False
+        try:
+            os.unlink(name, dir_fd=dst)
+        except FileNotFoundError:
+            pass
+        out = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=dst)
+        with os.fdopen(out, "wb") as w, os.fdopen(os.dup(inp), "rb") as r:
+            shutil.copyfileobj(r, w)
+        return True
+    except OSError:
+        return False
+    finally:
+        for fd in fds:
+            os.close(fd)
 
 
 SHM = Path("/dev/shm")
@@ -427,10 +460,7 @@ def _run(
         judge.stop()
         if config.profile.enabled or config.sanitize:  # the judge's first inputs, for ncu / compute-sanitizer
             for name in ("in_init.kwt", "in_000.kwt"):
-                try:
-                    shutil.copyfile(Path(out_dir) / name, workdir / name)
-                except OSError:
-                    pass
+                _copy_without_links(Path(out_dir), workdir, name)
         _remove_out_dir(out_dir, workdir)
         if not config.keep_workdir:
             shutil.rmtree(judge_dir, ignore_errors=True)

@@ -375,8 +375,16 @@ def find_ncu(hint: str = "") -> str | None:
 
 
 def _run(cmd: list[str], env: dict[str, str], cwd: Path, timeout: float, log: Path) -> tuple[int | None, str, bool]:
-    """Run in its own process group; kill the group past `timeout`. (returncode, output, timed_out)."""
-    with open(log, "wb") as out:
+    """Run in its own process group; kill the group past `timeout`. (returncode, output, timed_out).
+
+    The log lies where the child (candidate code, under ncu or compute-sanitizer) can write: it is
+    made fresh (never through a link left there) and read back through this process's descriptor,
+    never by its path, so a link that replaced it cannot turn this into a read of the user's file
+    into the record."""
+    from kernelwright.engine.process import _create_log
+
+    fd = _create_log(log)
+    with os.fdopen(fd, "w+b") as out:
         proc = subprocess.Popen(
             cmd,
             cwd=str(cwd),
@@ -398,7 +406,9 @@ def _run(cmd: list[str], env: dict[str, str], cwd: Path, timeout: float, log: Pa
             except (ProcessLookupError, PermissionError):
                 pass
             proc.wait()
-    return rc, log.read_text(errors="replace"), timed_out
+        out.seek(0)
+        text = out.read().decode(errors="replace")
+    return rc, text, timed_out
 
 
 LOCK_PATH = "/tmp/kernelwright-ncu.lock"
