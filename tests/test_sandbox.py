@@ -298,3 +298,23 @@ def test_the_profilers_log_is_read_through_its_descriptor_never_through_a_link(t
     assert rc == 0 and not timed_out
     assert victim.read_text() == "the user's file"
     assert "profiled" in out and "TOKEN-9c1d" not in out
+
+
+def test_the_profiler_reads_only_build_directories_the_runner_could_have_built(tmp_path, cpu_config):
+    """The kernel names for ncu come from the reported builds' files, read by the parent: a `dir`
+    the runner's report names outside the build cache and the evaluation's directory (the user's
+    file, or a link to it) is not read."""
+    from kernelwright.engine import nsight
+
+    cpu_config.cache_dir = str(tmp_path / "cache")
+    own = tmp_path / "cache" / "builds" / "kw_ext-0123"
+    private = tmp_path / "work" / "private-builds" / "kw_ext-4567"
+    for d in (own, private):
+        d.mkdir(parents=True)
+    secret = tmp_path / "secret"
+    secret.write_text("TOKEN")
+    (tmp_path / "work" / "link").symlink_to(tmp_path)
+    reported = [{"dir": str(d)} for d in (own, private, secret, tmp_path, tmp_path / "work" / "link", "/etc")]
+    reported += [{"dir": 7}, "garbage", {}]
+    got = nsight._own_build_dirs(reported, cpu_config, tmp_path / "work")
+    assert got == [os.path.realpath(own), os.path.realpath(private)]

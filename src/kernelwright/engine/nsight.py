@@ -374,6 +374,23 @@ def find_ncu(hint: str = "") -> str | None:
     return None
 
 
+def _own_build_dirs(builds: Any, config: Any, workdir: Path) -> list[str]:
+    """The build directories the runner reported, where they are build directories: under the
+    shared build cache or the evaluation's own directory, and directories. The runner's report is
+    the candidate's to write; this process reads the files in them (kernel names), and a `dir` that
+    named the user's file would otherwise be read here."""
+    roots = [os.path.realpath(Path(config.cache_dir) / "builds"), os.path.realpath(workdir)]
+    out = []
+    for b in builds if isinstance(builds, list) else []:
+        d = b.get("dir") if isinstance(b, dict) else None
+        if not isinstance(d, str) or not d:
+            continue
+        real = os.path.realpath(d)
+        if any(real.startswith(r + os.sep) for r in roots) and os.path.isdir(real) and not os.path.islink(d):
+            out.append(real)
+    return out
+
+
 def _run(cmd: list[str], env: dict[str, str], cwd: Path, timeout: float, log: Path) -> tuple[int | None, str, bool]:
     """Run in its own process group; kill the group past `timeout`. (returncode, output, timed_out).
 
@@ -671,7 +688,7 @@ def attach(result, config, workdir: Path, env: dict[str, str], job: dict[str, An
                 else "ncu not found on PATH or in $CUDA_HOME/bin; install Nsight Compute for kernel metrics"
             )
     if reason is None and ncu is not None:  # ncu found, and no reason not to use it
-        build_dirs = [b["dir"] for b in result.metadata.get("builds", []) if b.get("dir")]
+        build_dirs = _own_build_dirs(result.metadata.get("builds", []), config, workdir)
         texts = kernel_names.candidate_texts(job.get("candidate_path"), build_dirs)
         known = kernel_names.candidate_kernel_names(texts)
         report_dir = (
