@@ -19,6 +19,7 @@ from pathlib import Path
 
 from kernelwright.core import formats
 from kernelwright.core.config import EvalConfig
+from kernelwright.core.printable import printable
 from kernelwright.core.record import EvalResult, Stage, Status
 from kernelwright.engine import nsight, process, sanitizer
 from kernelwright.engine.build import build_arch, trusted_builds
@@ -80,7 +81,7 @@ def evaluate(
         except formats.FormatError as exc:
             return EvalResult(
                 status=Status.FORMAT_ERROR,
-                error_log=str(exc),
+                error_log=printable(str(exc)),
                 error_stage=Stage.STARTUP,
                 atol=config.atol,
                 rtol=config.rtol,
@@ -542,8 +543,6 @@ def _record(outcome, config: EvalConfig) -> EvalResult:
 
 
 def _redacted(result: EvalResult) -> EvalResult:
-    """The record with every value of the caller's secret-looking variables blanked out."""
-    values = environment.secret_values()
-    if not values:
-        return result
-    return EvalResult.from_dict(environment.redact(result.to_dict(), values))
+    """The record with every value of the caller's secret-looking variables blanked out, and every
+    control character written out (`core/printable.py`: much of its text is the candidate's)."""
+    return EvalResult.from_dict(printable(environment.redact(result.to_dict(), environment.secret_values())))
