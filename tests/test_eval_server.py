@@ -227,3 +227,52 @@ def test_a_client_in_other_namespaces_is_told_apart_from_one_in_the_servers(tmp_
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_client_that_goes_away_takes_its_evaluation_with_it(tmp_path, cpu_config):
+    """Ctrl-C on a served `kernelwright eval`: the client closes its socket, and the server stops the
+    evaluation (a candidate that never returns, here) at once instead of at its stage limit, then
+    serves the next job."""
+    cpu_config.cache_dir = str(tmp_path / "cache")
+    cpu_config.timeouts.correctness = 60  # the limit the hung candidate would otherwise run to
+    server = eval_server.EvalServer(cpu_config, path=tmp_path / "s.sock", spares=1, idle_s=120)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        end = time.monotonic() + 60
+        while server.pool.spares() < 1 and time.monotonic() < end:
+            time.sleep(0.1)  # a spare ready: a cancel stops the children the evaluation took from it
+        job = {
+            "stamp": server.stamp,
+            "config": cpu_config.to_dict(),
+            "problem": str(ADD_ONE),
+            "candidate": str(CANDIDATES / "py_infinite_loop.py"),
+        }
+        client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        client.connect(str(tmp_path / "s.sock"))
+        client.sendall(json.dumps(job).encode() + b"\n")
+        seen = b""
+        while b'"correctness"' not in seen:  # the candidate is in its endless forward now
+            chunk = client.recv(4096)
+            assert chunk, seen
+            seen += chunk
+        closed = time.monotonic()
+        client.close()
+        while server.cancelled == 0 and time.monotonic() < closed + 20:
+            time.sleep(0.05)
+        assert server.cancelled == 1 and time.monotonic() - closed < 10
+        res = eval_server.submit(ADD_ONE, CANDIDATES / "py_correct.py", cpu_config, path=tmp_path / "s.sock")
+        assert res is not None and res.status is Status.PASSED, res
+    finally:
+        server.stop()
+        thread.join(30)
+
+
+def test_a_job_read_back_from_json_fits_the_servers_spares(cpu_config):
+    """A served job's configuration comes from JSON (its 120 read back as 120.0): a spare started
+    for the server's own configuration must still serve it."""
+    from kernelwright.core.config import EvalConfig
+    from kernelwright.engine.evaluation import _spawn_key
+
+    cpu_config.timeouts.startup = 120
+    assert _spawn_key(EvalConfig.from_dict(json.loads(json.dumps(cpu_config.to_dict())))) == _spawn_key(cpu_config)

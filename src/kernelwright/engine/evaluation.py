@@ -110,7 +110,7 @@ def _spawn_key(config: EvalConfig) -> str:
             list(config.pass_env),
             config.build.max_jobs,
             config.sandbox,
-            config.timeouts.startup,
+            float(config.timeouts.startup),  # 120 and 120.0 alike (a configuration read back from JSON)
             config.visible_devices,
             config.memory_limit_mb,  # limits are set at the spawn
             config.device_handoff,  # its socket too

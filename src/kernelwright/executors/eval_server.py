@@ -165,6 +165,16 @@ def _private_dir(folder: Path) -> None:
         os.chmod(folder, 0o700)
 
 
+def _closed_by_peer(conn: socket.socket) -> bool:
+    """Has the client closed its end (or reset it)? It sends nothing after its job line."""
+    try:
+        if not select.select([conn], [], [], 0)[0]:
+            return False
+        return conn.recv(1, socket.MSG_PEEK) == b""
+    except OSError:
+        return True
+
+
 _NAMESPACES = ("mnt", "pid", "net", "user")
 
 
@@ -196,6 +206,7 @@ class EvalServer:
         self.idle_s = idle_s
         self.stamp = code_stamp()
         self.served = 0
+        self.cancelled = 0  # evaluations stopped because their client went away
         self._stop = threading.Event()
         self._listener = self._bind()
         self.pool = WarmPool(config, size=spares)
@@ -285,12 +296,30 @@ class EvalServer:
             try:
                 _send(conn, {"stage": s})
             except OSError:
-                pass  # the client is gone: the evaluation still ends (and is not recorded there)
+                pass  # the client is gone: the watcher below stops the evaluation
 
+        done = threading.Event()
+        gone = threading.Event()
+
+        def watch() -> None:  # a client that goes away (Ctrl-C) takes its evaluation with it
+            while not done.wait(0.2):
+                if _closed_by_peer(conn):
+                    gone.set()
+                    self.pool.cancel()
+                    return
+
+        watcher = threading.Thread(target=watch, name="kw-serve-watch", daemon=True)
+        watcher.start()
         try:
             result = self.pool.evaluate(problem, candidate, config, on_stage=stage)
         except EngineError as exc:
             self._answer(conn, {"error": str(exc)})
+            return
+        finally:
+            done.set()
+            watcher.join()
+        if gone.is_set():
+            self.cancelled += 1
             return
         self.served += 1
         result.metadata["served"] = {"server_pid": os.getpid(), "job": self.served}

@@ -65,6 +65,7 @@ class WarmPool:
         self._closed = False
         self._start_failed = False  # the last start raised EngineError: takes do not wait for the starter
         self.started = 0  # spares started (for tests and benchmarks)
+        self._current: Any = None  # the spare the running evaluation took (`cancel`)
 
     # -- spares --
     def prestart(self) -> None:
@@ -146,6 +147,7 @@ class WarmPool:
 
         self.prestart()
         spare = self._take()
+        self._current = spare
 
         def stage(s: str) -> None:
             if s == "timing":
@@ -160,8 +162,22 @@ class WarmPool:
         try:
             return evaluate(problem, candidate, config or self.config, spare=spare, on_stage=stage, **kwargs)
         finally:
+            self._current = None
             self._pause(False)
             self._not_timing.set()
+
+    def cancel(self) -> bool:
+        """Stop the evaluation running on a spare now (its caller is gone): its runner's and judge's
+        process groups are killed, so `evaluate` returns at once with a record nobody reads. False
+        where the evaluation runs on children of its own (no spare was ready) or none runs."""
+        spare = self._current
+        if spare is None:
+            return False
+        from kernelwright.engine.process import kill_group
+
+        for child in (spare.runner, spare.judge):
+            kill_group(child.proc)
+        return True
 
     def _pause(self, on: bool) -> None:
         """Pause (SIGSTOP) or resume (SIGCONT) the spares in the pool, where asked to."""
