@@ -62,6 +62,23 @@ def test_a_flag_set_is_recorded_at_its_first_build_and_made_at_its_second(tmp_pa
     assert not (here / "torch" / "extension.h.gch").exists()
 
 
+def test_a_header_the_compiler_will_not_make_is_tried_once(tmp_path, monkeypatch):
+    import subprocess
+
+    tries = []
+
+    def failing_make(flags, here):
+        tries.append(flags)
+        raise subprocess.CalledProcessError(1, ["c++"])
+
+    monkeypatch.setattr(flag_pch, "_make", failing_make)
+    monkeypatch.setattr("torch.utils.cpp_extension.check_compiler_is_gcc", lambda _c: True)
+    root = tmp_path / "kw-pch"
+    for _ in range(4):
+        assert flag_pch.header_dir(LLM_FLAGS, 2, root) is None
+    assert len(tries) == 1 and (root / flag_pch._key(LLM_FLAGS) / flag_pch.FAILED).exists()
+
+
 def test_a_build_that_finds_the_header_being_made_goes_on_without_it(tmp_path, monkeypatch):
     import fcntl
 

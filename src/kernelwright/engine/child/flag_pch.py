@@ -45,6 +45,7 @@ SIMPLE_FLAG = re.compile(
 DEFAULT_KEEP = 3
 SUBDIR = "kw-pch"  # in the build cache's root: never a build's own directory (those are NAME-KEY)
 SEEN = "seen"  # a flag set's first build leaves this file; its second makes the header
+FAILED = "failed"  # the header could not be made for this flag set (why): its builds go on without
 
 
 def _torch_include() -> Path:
@@ -132,13 +133,19 @@ def header_dir(flags: list[str], keep: int, root: Path) -> Path | None:
         if not (here / SEEN).exists():
             (here / SEEN).write_text(" ".join(flags))
             return None
+        if (here / FAILED).exists():
+            return None  # the compiler would not make one for these flags: not tried at every build
         with open(here / "lock", "w") as lock:
             try:
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 return None  # another build is making it: this one goes on without
             if not pch.exists():
-                _make(flags, here)
+                try:
+                    _make(flags, here)
+                except (OSError, subprocess.SubprocessError) as exc:
+                    (here / FAILED).write_text(f"{type(exc).__name__}: {exc}"[:2000])
+                    return None
         _forget_old(root, keep)
         return here if pch.exists() else None
     except (OSError, subprocess.SubprocessError, ImportError):
