@@ -10,6 +10,7 @@ from pathlib import Path
 
 import kernelwright
 from kernelwright.core.config import EvalConfig
+from kernelwright.core.printable import map_strings
 from kernelwright.engine.child import jsoncache
 
 # Names passed through as they are (exact names, or prefixes ending in "_").
@@ -95,18 +96,14 @@ def redact(obj, values: list[str]):
     """`obj` (a string, or JSON-like data) with every secret value replaced by [redacted]."""
     if not values:
         return obj
-    if isinstance(obj, str):
+
+    def blank(text: str) -> str:
         for v in values:
-            if v in obj:
-                obj = obj.replace(v, REDACTED)
-        return obj
-    if isinstance(obj, dict):
-        return {redact(k, values): redact(v, values) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [redact(v, values) for v in obj]
-    if isinstance(obj, tuple):
-        return tuple(redact(v, values) for v in obj)
-    return obj
+            if v in text:
+                text = text.replace(v, REDACTED)
+        return text
+
+    return map_strings(obj, blank)
 
 
 def _package_root() -> str:
