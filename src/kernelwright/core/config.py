@@ -111,8 +111,12 @@ class EvalConfig:
     device_handoff: bool = True
     # A CPU evaluation's judge is forked from a process of this one that imported torch once
     # (engine/zygote.py) rather than started fresh: a torch import less per evaluation (1.5 s of
-    # CPU on a 2-core machine). The judge runs no candidate code; the runner is always started fresh.
+    # CPU on a 2-core machine). The judge runs no candidate code.
     fork_judge: bool = True
+    # A CPU evaluation's runner forked from a zygote that imported torch once inside the runner's
+    # sandbox (engine/runner_fork.py), which confines each fork in namespaces of its own; where the
+    # kernel refuses that (or with False), the runner is started fresh in its own sandbox.
+    fork_runner: bool = True
     # Names of extra environment variables to pass to the child (on top of the safe allow-list).
     pass_env: tuple[str, ...] = ()
     # The GPU(s) the evaluation child may see (CUDA_VISIBLE_DEVICES), set by an executor that pins

@@ -21,7 +21,7 @@ from kernelwright.core import formats
 from kernelwright.core.config import EvalConfig
 from kernelwright.core.printable import printable
 from kernelwright.core.record import EvalResult, Stage, Status
-from kernelwright.engine import nsight, process, sanitizer
+from kernelwright.engine import nsight, process, runner_fork, sanitizer
 from kernelwright.engine.build import build_arch, trusted_builds
 from kernelwright.engine.child import protocol
 from kernelwright.engine.errors import EngineError
@@ -65,7 +65,7 @@ def evaluate(
         spare.discard()
         spare = None
 
-    workdir = spare.workdir if spare else leftovers.make_dir("kw-eval-")
+    workdir = spare.workdir if spare else _new_workdir(config)
     try:
         if candidate_text is None:
             if candidate is None:
@@ -156,7 +156,7 @@ def prestart(config: EvalConfig | None = None) -> Spare:
     config = config or _defaults()
     _validate(config)
     leftovers.sweep_once()
-    spare = _start_spare(config, leftovers.make_dir("kw-eval-"))
+    spare = _start_spare(config, _new_workdir(config))
     try:  # after the spawn: the children start up while this process imports torch to look for the GPU
         check_device(config.device)
     except EngineError:
@@ -168,7 +168,7 @@ def prestart(config: EvalConfig | None = None) -> Spare:
 def _start_spare(config: EvalConfig, workdir: Path, ahead: bool = True) -> Spare:
     """`ahead`: started before its evaluation (off the path), not by the evaluation itself."""
     judge_dir = leftovers.make_dir("kw-judge-")
-    out_dir = _out_dir(workdir)
+    out_dir = runner_fork.out_dir(config, workdir) or _out_dir(workdir)
     job = {"problem_path": "", "candidate_path": "", "config": config.to_dict()}
     runner, judge, env = _spawn_pair(config, workdir, job, judge_dir, out_dir, spare=True, ahead=ahead)
     return Spare(runner, judge, _spawn_key(config), workdir, judge_dir, env, out_dir)
@@ -190,7 +190,7 @@ def _spawn_pair(
     a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     ends: tuple[int | None, int | None] = (a.detach(), b.detach())
     try:
-        runner, env = _spawn_runner(config, workdir, job, spare=spare, out_dir=out_dir, handoff_fd=ends[0])
+        runner, env = _spawn_runner(config, workdir, job, spare=spare, out_dir=out_dir, handoff_fd=ends[0], ahead=ahead)
     except BaseException:
         for fd in ends:
             if fd is not None:
@@ -240,6 +240,11 @@ def _copy_without_links(src_dir: Path, dst_dir: Path, name: str) -> bool:
 
 SHM = Path("/dev/shm")
 SHM_MIN_FREE = 8 << 30  # a memory-backed output directory only where this much is free
+
+
+def _new_workdir(config: EvalConfig) -> Path:
+    """An evaluation's directory: where its runner can be forked from a zygote, inside that zygote's base."""
+    return runner_fork.workdir(config) or leftovers.make_dir("kw-eval-")
 
 
 def _out_dir(workdir: Path) -> Path:
@@ -348,6 +353,7 @@ def _spawn_runner(
     spare: bool = False,
     out_dir: Path | None = None,
     handoff_fd: int | None = None,
+    ahead: bool = False,
 ):
     """Start the runner in `workdir` (its TMPDIR inside it; its outputs in `out_dir`, by default
     inside it too): (child, environment)."""
@@ -360,7 +366,27 @@ def _spawn_runner(
     extra = [out_dir] if out_dir is not None and out_dir != workdir / "out" else []
     argv = sandbox.wrap(process.child_argv("runner"), config.sandbox, workdir, [cache_dir, *extra], read_only)
     iso = isolation.prepare(config.device, config.sandbox, config.memory_limit_mb)
-    return process.spawn(argv, job, workdir, env, name="runner", spare=spare, isolation=iso, handoff_fd=handoff_fd), env
+
+    wait_s = process.SPARE_WAITS_FOR_ZYGOTE_S if ahead else 0.0  # a spare's runner: off the path
+
+    def forker(args: list[str], child_env: dict[str, str], log_fd: int, report_w: int):
+        out = out_dir or workdir / "out"
+        return runner_fork.spawn(
+            config, workdir, out, child_env, read_only, args, log_fd, report_w, handoff_fd, iso, wait_s
+        )
+
+    child = process.spawn(
+        argv,
+        job,
+        workdir,
+        env,
+        name="runner",
+        spare=spare,
+        isolation=iso,
+        handoff_fd=handoff_fd,
+        forker=forker if runner_fork.applies(config) else None,
+    )
+    return child, env
 
 
 def _spawn_judge(

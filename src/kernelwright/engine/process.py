@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -171,6 +172,7 @@ def spawn(
     handoff_fd: int | None = None,
     fork: bool = False,
     fork_wait_s: float = 0.0,
+    forker: Callable[[list[str], dict[str, str], int, int], Any] | None = None,
 ) -> Child:
     """Start a child on `job` (written to workdir/NAME_job.json). A `spare` starts up and waits
     for a line on its stdin; its job file is re-read then, so the job can be written later.
@@ -179,7 +181,9 @@ def spawn(
     `handoff_fd`: its end of the socket on which device outputs pass from runner to judge
     (inherited; closed here after the spawn). `fork`: a judge (`job` None, no isolation) forked from
     the zygote that imported torch once (`engine/zygote.py`), where it can; else exec'd as any child
-    (`fork_wait_s`: how long a zygote still importing torch is waited for first)."""
+    (`fork_wait_s`: how long a zygote still importing torch is waited for first). `forker`: a
+    runner forked from its zygote (`engine/runner_fork.py`), called with the child's own arguments,
+    its environment, its log and its report descriptor; where it returns None, the child is exec'd."""
     read_fd, write_fd = os.pipe()
     os.set_inheritable(read_fd, False)
     log_fd = _create_log(workdir / f"{name}.log")
@@ -191,9 +195,13 @@ def spawn(
         job_path = workdir / f"{name}_job.json"
         job_path.write_text(json.dumps(dict(job, fd=write_fd, **extra)))
         argv = argv + [str(job_path)]
+    proc: Any = None
+    if forker is not None and job is not None:
+        proc = forker(
+            argv[len(child_argv("runner")) :], isolation.environment(env) if isolation else env, log_fd, write_fd
+        )
     if isolation is not None:  # PID namespace prefix, the evaluation's marker variable
         argv, env = isolation.command(argv), isolation.environment(env)
-    proc: Any = None
     if fork and job is None and isolation is None:
         from kernelwright.engine import zygote
 

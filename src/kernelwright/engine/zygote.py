@@ -95,6 +95,22 @@ class ForkedJudge:
                 pass
 
 
+def _placed(creds: socket.socket, place: Callable[[int], None]) -> int:
+    """The fork's process id as this process sees it (the kernel's, attached to its first word on
+    `creds`), after `place(pid)`; then the fork is told to go on."""
+    creds.settimeout(30)
+    data, ancdata, _, _ = creds.recvmsg(16, socket.CMSG_SPACE(12))
+    pid = 0
+    for level, kind, payload in ancdata:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS and len(payload) >= 12:
+            pid = struct.unpack("3i", payload[:12])[0]
+    if data != b"pid" or pid <= 0:
+        raise OSError("the fork ended before it was confined")
+    place(pid)
+    creds.send(b"go")
+    return pid
+
+
 def _alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -104,44 +120,79 @@ def _alive(pid: int) -> bool:
 
 
 class _Zygote:
-    def __init__(self, env: dict[str, str]):
+    """One zygote process: `entry` "judge" (exec'd as it is) or "runner" (`argv_wrap`: its sandbox)."""
+
+    def __init__(
+        self,
+        env: dict[str, str],
+        entry: str = "judge",
+        argv_wrap: Callable[[list[str]], list[str]] | None = None,
+        cwd: Path | None = None,
+        extra_args: tuple[str, ...] = (),
+    ):
         parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.sock = parent_end
         self.lock = threading.Lock()
         fd = child_end.fileno()
+        argv = [sys.executable, "-u", "-m", "kernelwright.engine.child.zygote", str(fd), entry, *extra_args]
         self.proc = subprocess.Popen(
-            [sys.executable, "-u", "-m", "kernelwright.engine.child.zygote", str(fd)],
+            argv_wrap(argv) if argv_wrap is not None else argv,
             env=env,
+            cwd=str(cwd) if cwd is not None else None,
             pass_fds=(fd,),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,  # never the caller's terminal: a zygote in trouble is one that is
-            stderr=subprocess.DEVNULL,  # not ready, and judges are exec'd
+            stderr=subprocess.DEVNULL,  # not ready, and its children are exec'd
             start_new_session=True,
         )
         child_end.close()
         self.ready = False
         self.used = time.monotonic()
+        self.env = dict(env)  # what its forks share (a runner zygote's: without the per-runner variables)
+        self.current: ForkedJudge | None = None  # a runner zygote's one fork at a time
 
     def is_ready(self, wait_s: float = 0.0) -> bool:
-        """Has it imported torch and the judge (its first message)? Waits up to `wait_s` for it,
-        without the lock (a judge asked for meanwhile with no wait is exec'd, never held back)."""
+        """Has it imported torch and its entry (its first message)? Waits up to `wait_s` for it,
+        without the lock (a child asked for meanwhile with no wait is exec'd, never held back)."""
         if not self.ready and wait_s > 0:
             select.select([self.sock], [], [], wait_s)
         if not self.ready:
             with self.lock:
                 if not self.ready and select.select([self.sock], [], [], 0)[0]:
-                    self.ready = json.loads(self.sock.recv(1 << 16) or b"{}").get("ready") is True
+                    first = json.loads(self.sock.recv(1 << 16) or b"{}")
+                    self.ready = first.get("ready") is True
                     if not self.ready:
-                        raise OSError("the judge's zygote ended before it was ready")
+                        raise OSError(f"the zygote cannot serve: {first.get('why') or 'it ended before it was ready'}")
         return self.ready
 
+    def busy(self) -> bool:
+        return self.current is not None and self.current.poll() is None
+
     def spawn(
-        self, argv: list[str], cwd: Path, env: dict[str, str], log_fd: int, report_w: int, handoff_fd: int | None
+        self,
+        argv: list[str],
+        cwd: Path,
+        env: dict[str, str],
+        log_fd: int,
+        report_w: int,
+        handoff_fd: int | None,
+        extra: dict | None = None,
+        place: Callable[[int], None] | None = None,
     ) -> ForkedJudge:
+        """A fork running `argv`. `place` (a runner): the fork first says its process id on a socket
+        of its own (the kernel attaches it, as this process sees it), `place(pid)` runs, then the
+        fork goes on; the returned child's pid is that one."""
         stdin_r, stdin_w = os.pipe()
         status_r, status_w = os.pipe()
+        names = ["handoff"] if handoff_fd is not None else []
         fds = [stdin_r, log_fd, report_w, status_w] + ([handoff_fd] if handoff_fd is not None else [])
-        request = json.dumps({"argv": argv, "cwd": str(cwd), "env": env}).encode()
+        creds = theirs = None
+        if place is not None:
+            creds, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            creds.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+            names.append("creds")
+            fds.append(theirs.fileno())
+        request = json.dumps({"argv": argv, "cwd": str(cwd), "env": env, "fd_names": names, **(extra or {})}).encode()
         try:
             with self.lock:
                 self.sock.sendmsg(
@@ -152,12 +203,25 @@ class _Zygote:
         finally:
             os.close(stdin_r)
             os.close(status_w)
+            if theirs is not None:
+                theirs.close()
         pid = answer.get("pid")
-        if not isinstance(pid, int) or pid <= 0:
+        try:
+            if not isinstance(pid, int) or pid <= 0:
+                raise OSError(f"the zygote did not fork: {answer.get('error') or 'no answer'}")
+            if creds is not None and place is not None:
+                pid = _placed(creds, place)
+        except BaseException:
             os.close(stdin_w)
             os.close(status_r)
-            raise OSError(f"the judge's zygote did not fork: {answer.get('error') or 'no answer'}")
-        return ForkedJudge(pid, open(stdin_w, "wb"), status_r)  # noqa: SIM115 - the judge's stdin for its life
+            raise
+        finally:
+            if creds is not None:
+                creds.close()
+        child = ForkedJudge(pid, open(stdin_w, "wb"), status_r)  # noqa: SIM115 - the child's stdin for its life
+        if place is not None:
+            self.current = child
+        return child
 
     def close(self, now: bool = True) -> None:
         """No more judges from it. `now` (this process is ending): it is killed, and the judges it

@@ -84,9 +84,14 @@ def _python_paths() -> list[str]:
     return sorted(p for p in paths if os.path.isdir(p))
 
 
-def _bwrap_argv(bwrap: str, workdir: Path, writable: list[Path], read_only: Sequence[Path] = ()) -> list[str]:
-    argv = [
-        bwrap,
+def _bwrap_argv(
+    bwrap: str, workdir: Path, writable: list[Path], read_only: Sequence[Path] = (), nested_user: bool = False
+) -> list[str]:
+    argv = [bwrap]
+    if nested_user:  # the runner's zygote: its forks make user namespaces of their own (confine.py),
+        # which may map only a uid other than 0 without capabilities: root runs as another uid inside
+        argv += ["--unshare-user"] + (["--uid", "1000", "--gid", "1000"] if os.geteuid() == 0 else [])
+    argv += [
         "--die-with-parent",
         "--unshare-net",
         "--unshare-pid",
@@ -180,16 +185,24 @@ def _under(path: str, dirs: list[str]) -> bool:
     return any(path == d or path.startswith(d.rstrip("/") + "/") for d in dirs)
 
 
-def wrap(argv: list[str], kind: str, workdir: Path, writable: list[Path], read_only: Sequence[Path] = ()) -> list[str]:
+def wrap(
+    argv: list[str],
+    kind: str,
+    workdir: Path,
+    writable: list[Path],
+    read_only: Sequence[Path] = (),
+    nested_user: bool = False,
+) -> list[str]:
     """The command line that runs `argv` inside sandbox `kind` (bwrap or none: "auto" was resolved at
-    the entry point); `read_only` may lie inside `writable`."""
+    the entry point); `read_only` may lie inside `writable`. `nested_user`: its processes may make
+    user namespaces of their own (the runner's zygote)."""
     if kind == "none":
         return argv
     if kind == "bwrap":
         bwrap = shutil.which("bwrap")
         if bwrap is None:
             raise SandboxUnavailable("bubblewrap disappeared; install it or use --sandbox none")
-        return _bwrap_argv(bwrap, workdir, writable, read_only) + ["--"] + argv
+        return _bwrap_argv(bwrap, workdir, writable, read_only, nested_user) + ["--"] + argv
     raise SandboxUnavailable(
         f"sandbox {kind!r} reached the engine unresolved; resolve the configuration first (kernelwright.engine.resolve)"
     )
