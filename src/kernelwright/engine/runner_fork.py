@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import atexit
 import os
-import shutil
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -49,8 +47,12 @@ class _Set:
     work_base: Path
     out_base: Path | None
     zygotes: list[zygotes._Zygote] = field(default_factory=list)
-    asked: int = 0  # runners asked for
+    cache_dir: Path = Path()
     used: float = field(default_factory=time.monotonic)
+
+    @property
+    def writable(self) -> list[Path]:
+        return [self.cache_dir, *([self.out_base] if self.out_base is not None else [])]
 
     def close(self) -> None:
         for z in self.zygotes:
@@ -62,6 +64,7 @@ class _Set:
 
 
 _SETS: dict[tuple, _Set] = {}
+_DIRS: dict[tuple, int] = {}  # evaluation directories asked for, by configuration
 
 
 def _key(config: EvalConfig) -> tuple:
@@ -85,7 +88,7 @@ def _set_for(config: EvalConfig) -> _Set:
                     out_base = leftovers.make_dir("kw-out-", SHM)
             except OSError:
                 pass
-            s = _SETS[key] = _Set(leftovers.make_dir("kw-eval-"), out_base)
+            s = _SETS[key] = _Set(leftovers.make_dir("kw-eval-"), out_base, cache_dir=Path(config.cache_dir))
             while len(_SETS) > MAX_KEYS:
                 oldest = min(_SETS, key=lambda k: _SETS[k].used)
                 stale.append(_SETS.pop(oldest))
@@ -99,8 +102,13 @@ def workdir(config: EvalConfig) -> Path | None:
     """A fresh evaluation directory inside the forked runners' base (None: runners are exec'd)."""
     if not applies(config):
         return None
+    key = _key(config)
+    with _LOCK:
+        _DIRS[key] = _DIRS.get(key, 0) + 1
+        if _DIRS[key] < 2:  # its runner is exec'd (one `kernelwright eval` starts no zygote): a directory as ever
+            return None
     s = _set_for(config)
-    return Path(tempfile.mkdtemp(prefix="ev-", dir=s.work_base))
+    return Path(leftovers.make_dir("kw-eval-", s.work_base))
 
 
 def out_dir(config: EvalConfig, workdir: Path) -> Path | None:
@@ -110,7 +118,7 @@ def out_dir(config: EvalConfig, workdir: Path) -> Path | None:
         return None
     if s.out_base is None:
         return workdir / "out"
-    return Path(tempfile.mkdtemp(prefix="out-", dir=s.out_base))
+    return Path(leftovers.make_dir("kw-out-", s.out_base))
 
 
 def spawn(
@@ -129,9 +137,9 @@ def spawn(
     """A runner forked for this evaluation (a `ForkedJudge`, which stands in for its Popen), or None
     (the caller execs it): forking does not apply, the directories are not the base's, every
     zygote of this configuration is busy or still starting, or forking was given up. The first
-    runner of a configuration is exec'd and starts no zygote (one `kernelwright eval` would pay for
-    a second torch import beside its runner's); `wait_s`: how long a zygote still importing torch
-    is waited for (a spare's runner, off the path)."""
+    evaluation of a configuration gets no directory in the base (`workdir`), so its runner is exec'd
+    and starts no zygote (one `kernelwright eval` would pay a second torch import beside it).
+    `wait_s`: how long a zygote still importing torch is waited for (a spare's runner, off the path)."""
     if not applies(config):
         return None
     s = _SETS.get(_key(config))
@@ -143,11 +151,17 @@ def spawn(
             return None
         covers.append([str(SHM), [str(out_dir)]])  # and a /dev/shm of its own
     base_env = {k: v for k, v in env.items() if k not in _PER_RUNNER}
+    bwrap = config.sandbox == "bwrap"
+    spec = {
+        "covers": covers,
+        "rlimits": dict(iso.rlimits),
+        "proc": "try" if bwrap else "required",  # confine.py says why
+        "network": bwrap,  # without a sandbox an exec'd runner has the host's network: so does a fork
+        "sockets": sandbox.sockets_to_cover(s.work_base, s.writable, read_only) if bwrap else [],
+    }
+    targets = {"report": report_w, **({"handoff": handoff_fd} if handoff_fd is not None else {})}
     try:
         with _LOCK:
-            s.asked += 1
-            if s.asked < 2:
-                return None
             z = next((z for z in s.zygotes if z.proc.poll() is None and not z.busy()), None)
             if z is None:
                 s.zygotes = [z for z in s.zygotes if z.proc.poll() is None]
@@ -155,38 +169,35 @@ def spawn(
                     return None
                 z = zygotes._on_owner_thread(lambda: _start(config, s, base_env, read_only))
                 s.zygotes.append(z)
-            z.current = z.current if z.busy() else None
-        if not z.is_ready(wait_s):  # still importing torch: this runner is exec'd, the next one forked
-            return None
-        if z.env != base_env:  # a configuration this key does not tell apart: not this zygote
-            return None
-        spec = {
-            "covers": covers,
-            "rlimits": dict(iso.rlimits),
-            "proc": "try" if config.sandbox == "bwrap" else "required",
-        }
-        targets = {"report": report_w, **({"handoff": handoff_fd} if handoff_fd is not None else {})}
-        child = z.spawn(
-            argv,
-            workdir,
-            env,
-            log_fd,
-            report_w,
-            handoff_fd,
-            extra={"confine": spec, "fd_targets": targets},
-            place=lambda pid: _place(iso, pid),
-        )
-        iso.pid_namespace = iso.caps_dropped = True  # its own (confine.py), whatever `prepare` found
-        iso.notes = [n for n in iso.notes if not n.startswith("no PID namespace")]
-        iso.notes.append("runner forked from a zygote that imported torch once, confined in namespaces of its own")
-        return child
+            z.reserved = True  # this thread's until its fork is made (or not)
+        try:
+            if not z.is_ready(wait_s):  # still importing torch: this runner is exec'd, the next one forked
+                return None
+            if z.env != base_env:  # a configuration the key does not tell apart: not this zygote's
+                return None
+            child = z.spawn(
+                argv,
+                workdir,
+                env,
+                log_fd,
+                report_w,
+                handoff_fd,
+                extra={"confine": spec, "fd_targets": targets},
+                place=lambda pid: _place(iso, pid),
+            )
+        finally:
+            z.reserved = False
     except (OSError, ValueError) as exc:
         _BROKEN.append(f"{type(exc).__name__}: {exc}")
         return None
+    iso.pid_namespace = iso.caps_dropped = True  # its own (confine.py), whatever `prepare` found
+    iso.notes = [n for n in iso.notes if not n.startswith("no PID namespace")]
+    iso.notes.append("runner forked from a zygote that imported torch once, confined in namespaces of its own")
+    return child
 
 
 def _start(config: EvalConfig, s: _Set, base_env: dict[str, str], read_only: list[Path]) -> zygotes._Zygote:
-    writable = [Path(config.cache_dir), *([s.out_base] if s.out_base is not None else [])]
+    writable = s.writable
     env = dict(base_env, TMPDIR=str(s.work_base))
     z = zygotes._Zygote(
         env,
@@ -215,9 +226,18 @@ def close_all() -> None:
         _SETS.clear()
     for s in sets:
         s.close()
-        shutil.rmtree(s.work_base, ignore_errors=True)
-        if s.out_base is not None:
-            shutil.rmtree(s.out_base, ignore_errors=True)
+        for base in (s.work_base, s.out_base):  # evaluations remove their own directories (or keep them: kept)
+            if base is not None:
+                try:
+                    base.rmdir()
+                except OSError:
+                    pass
+
+
+def bases() -> list[Path]:
+    """The base folders this process made for its forked runners' directories."""
+    with _LOCK:
+        return [b for s in _SETS.values() for b in (s.work_base, s.out_base) if b is not None]
 
 
 def broken() -> list[str]:

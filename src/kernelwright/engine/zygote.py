@@ -150,6 +150,7 @@ class _Zygote:
         self.used = time.monotonic()
         self.env = dict(env)  # what its forks share (a runner zygote's: without the per-runner variables)
         self.current: ForkedJudge | None = None  # a runner zygote's one fork at a time
+        self.reserved = False  # a runner is being forked from it
 
     def is_ready(self, wait_s: float = 0.0) -> bool:
         """Has it imported torch and its entry (its first message)? Waits up to `wait_s` for it,
@@ -166,7 +167,7 @@ class _Zygote:
         return self.ready
 
     def busy(self) -> bool:
-        return self.current is not None and self.current.poll() is None
+        return self.reserved or (self.current is not None and self.current.poll() is None)
 
     def spawn(
         self,

@@ -24,6 +24,7 @@ Standard library only (the child's rule).
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import resource
 import signal
@@ -99,14 +100,29 @@ def _relay(pid: int, signal_as_code: bool) -> None:
     os._exit(os.waitstatus_to_exitcode(status))
 
 
-def _namespaces() -> None:
+def _namespaces(network: bool) -> None:
     uid, gid = os.geteuid(), os.getegid()
-    flags = _CLONE_NEWUSER | _CLONE_NEWNS | _CLONE_NEWPID | _CLONE_NEWIPC | _CLONE_NEWNET | _CLONE_NEWUTS
+    flags = _CLONE_NEWUSER | _CLONE_NEWNS | _CLONE_NEWPID
+    if network:  # and IPC, UTS: what bwrap unshares (without it, as an exec'd runner: the host's)
+        flags |= _CLONE_NEWIPC | _CLONE_NEWNET | _CLONE_NEWUTS
     _check(_c().unshare(flags), "unshare")
     _write("/proc/self/setgroups", "deny")
     _write("/proc/self/uid_map", f"{uid} {uid} 1")
     _write("/proc/self/gid_map", f"{gid} {gid} 1")
     _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
+    if network:
+        _loopback_up()
+
+
+def _loopback_up() -> None:
+    """The new network namespace's loopback up, as bwrap leaves its own (no other interface)."""
+    import fcntl
+    import socket
+    import struct
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        flags = 0x1 | 0x8 | 0x40  # IFF_UP | IFF_LOOPBACK | IFF_RUNNING
+        fcntl.ioctl(s.fileno(), 0x8914, struct.pack("16sH14x", b"lo", flags))  # SIOCSIFFLAGS
 
 
 def _cover(cover: str, keep: list[str]) -> None:
@@ -120,6 +136,15 @@ def _cover(cover: str, keep: list[str]) -> None:
     finally:
         for fd in fds:
             os.close(fd)
+
+
+def _null_over(path: str) -> None:
+    """/dev/null bound over the socket at `path` (connect() then fails), where this sandbox shows one."""
+    try:
+        _mount("/dev/null", path, None, _MS_BIND)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOENT, errno.ENOTDIR, errno.EACCES):  # not there: nothing to reach
+            raise
 
 
 def _drop_privileges(rlimits: dict[str, int]) -> None:
@@ -138,13 +163,16 @@ def _drop_privileges(rlimits: dict[str, int]) -> None:
 def enter(spec: dict[str, Any], placed: Callable[[], None] = lambda: None) -> None:
     """Confine this process (a fresh fork, single-threaded) as the module says; returns in the
     confined runner. `spec`: {"covers": [[cover, [keep, ...]], ...], "rlimits": {...}, "proc":
-    "required" | "try"}. `placed` runs once the namespaces and mounts are made, before the
+    "required" | "try", "network": bool (new network, IPC and UTS namespaces), "sockets": [path, ...]
+    (covered by /dev/null)}. `placed` runs once the namespaces and mounts are made, before the
     namespace's first process: the evaluator places this process (its cgroup) then, and what it
     forks inherits that."""
     _die_with_parent()
-    _namespaces()
+    _namespaces(bool(spec.get("network", True)))
     for cover, keep in spec.get("covers", []):
         _cover(str(cover), [str(k) for k in keep])
+    for sock in spec.get("sockets", []):  # the host's sockets made since the sandbox started
+        _null_over(str(sock))
     placed()
     init = os.fork()  # PID 1 of the new namespace
     if init:

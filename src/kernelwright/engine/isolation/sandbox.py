@@ -110,11 +110,7 @@ def _bwrap_argv(
     ]
     for node in sorted(glob.glob("/dev/nvidia*")):  # GPU device nodes only (nvidiactl, nvidia0.., uvm, caps)
         argv += ["--dev-bind", node, node]
-    hidden = ["/tmp", "/var/tmp", *_SOCKET_DIRS]
-    home = os.path.expanduser("~")
-    if home not in ("/", "") and os.path.isdir(home):
-        hidden.append(os.path.realpath(home))
-    hidden = [h for h in dict.fromkeys(os.path.realpath(h) for h in hidden) if os.path.isdir(h)]
+    hidden = _hidden_dirs()
     for h in hidden:
         argv += ["--tmpfs", h]
     # what the child must still read, if it sat under a hidden directory
@@ -135,17 +131,37 @@ def _bwrap_argv(
     # so each is covered by /dev/null (connect() then fails with ECONNREFUSED). Those in the
     # writable directories too (the user's cache holds `kernelwright serve`'s socket); only the
     # child's own directory, made for it, has none of the host's.
-    keep = [os.path.realpath(workdir), "/dev", "/proc", "/sys"]  # its own /dev and /proc
-    shown = [os.path.realpath(p) for p in [*writable, *read_only]]  # bound back, under a hidden directory or not
-    for sock in host_unix_sockets():
-        if (_under(sock, shown) or not _under(sock, hidden)) and not _under(sock, keep):
-            argv += ["--ro-bind", "/dev/null", sock]
+    for sock in sockets_to_cover(workdir, writable, read_only):
+        argv += ["--ro-bind", "/dev/null", sock]
     for h in hidden:
         argv += ["--remount-ro", h]
     if os.geteuid() == 0:
         argv += ["--cap-drop", "ALL"]
     argv += ["--chdir", os.path.realpath(workdir)]
     return argv
+
+
+def _hidden_dirs() -> list[str]:
+    """What the sandbox hides behind empty mounts: /tmp, /var/tmp, the socket folders, $HOME."""
+    hidden = ["/tmp", "/var/tmp", *_SOCKET_DIRS]
+    home = os.path.expanduser("~")
+    if home not in ("/", "") and os.path.isdir(home):
+        hidden.append(os.path.realpath(home))
+    return [h for h in dict.fromkeys(os.path.realpath(h) for h in hidden) if os.path.isdir(h)]
+
+
+def sockets_to_cover(workdir: Path, writable: Sequence[Path], read_only: Sequence[Path] = ()) -> list[str]:
+    """The host's Unix sockets a sandbox with these directories would still show (each is then
+    covered by /dev/null). Read now: a long-lived sandbox (the runner's zygote) covers at each fork
+    the sockets made since it started (`engine/child/confine.py`)."""
+    hidden = _hidden_dirs()
+    keep = [os.path.realpath(workdir), "/dev", "/proc", "/sys"]  # its own /dev and /proc
+    shown = [os.path.realpath(p) for p in [*writable, *read_only]]  # bound back, under a hidden directory or not
+    return [
+        sock
+        for sock in host_unix_sockets()
+        if (_under(sock, shown) or not _under(sock, hidden)) and not _under(sock, keep)
+    ]
 
 
 # Where daemons put their sockets (D-Bus, systemd, docker, nvidia-persistenced, databases): hidden
