@@ -499,6 +499,7 @@ def _run(
         result.metadata.pop("prestarted", None)
     result.metadata["engine_phases_s"] = {k: round(v, 4) for k, v in phases.items()}
     result.metadata["judge_process"] = "forked" if type(judge.proc).__name__ == "ForkedJudge" else "started"
+    result.metadata["runner_process"] = "forked" if type(runner.proc).__name__ == "ForkedJudge" else "started"
     isolation.annotate(result, iso)  # metadata["isolation"], the memory-limit note
     if trusted is not None:
         result.metadata["trusted_build"] = trusted.describe()

@@ -197,9 +197,8 @@ def spawn(
         argv = argv + [str(job_path)]
     proc: Any = None
     if forker is not None and job is not None:
-        proc = forker(
-            argv[len(child_argv("runner")) :], isolation.environment(env) if isolation else env, log_fd, write_fd
-        )
+        own_env = isolation.environment(env) if isolation is not None else env
+        proc = forker(own_arguments(argv, name), own_env, log_fd, write_fd)
     if isolation is not None:  # PID namespace prefix, the evaluation's marker variable
         argv, env = isolation.command(argv), isolation.environment(env)
     if fork and job is None and isolation is None:
@@ -239,11 +238,26 @@ def go(child: Child, job: dict[str, Any], name: str = "runner") -> bool:
     try:
         current = json.loads(job_path.read_text())
         current["fd"]  # a job file without its report descriptor is not a spare's
-        job_path.write_text(json.dumps(dict(job, **{k: current[k] for k in SPAWN_FIELDS if k in current})))
+        _write_whole(job_path, json.dumps(dict(job, **{k: current[k] for k in SPAWN_FIELDS if k in current})))
     except (OSError, ValueError, KeyError):
         return False
     child.started = time.monotonic()  # its budgets run from its job, not from its spawn
     return child.send("go")
+
+
+def own_arguments(argv: list[str], entry: str) -> list[str]:
+    """The child's own arguments in a command line that may be wrapped (bwrap ... -- python -m ...)."""
+    module = f"kernelwright.engine.child.{entry}"
+    at = max(i for i, a in enumerate(argv) if a == module)
+    return argv[at + 1 :]
+
+
+def _write_whole(path: Path, text: str) -> None:
+    """`text` at `path`, whole or not at all for a reader at any moment: a forked spare reads its
+    job file milliseconds after its spawn, as its real job is being written over it."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
 
 
 def child_argv(entry: str = "runner") -> list[str]:
