@@ -52,8 +52,23 @@ def _names(kernelbench: Path | None, level: str) -> dict[int, str]:
     return out
 
 
+def _read_release(json_path: Path) -> dict:
+    """CUDA-L1's release as `{"1": [...], "2": ...}`, from its JSON file or from its later JSON-lines
+    form (one `{"level_id", "task_id", "ref_code", "custom_code", ...}` per line)."""
+    text = json_path.read_text()
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        data: dict[str, list] = {}
+        for line in text.splitlines():
+            if line.strip():
+                row = json.loads(line)
+                data.setdefault(str(row["level_id"]), []).append(row)
+        return data
+
+
 def unpack(json_path: Path, out: Path, kernelbench: Path | None, levels: list[str]) -> int:
-    data = json.loads(json_path.read_text())
+    data = _read_release(json_path)
     count = 0
     for level, entries in sorted(data.items()):
         if levels and level not in levels:

@@ -53,8 +53,12 @@ def _evaluate_in_a_process(
         return out, None
 
 
-def _no_namespace_no_cgroup(monkeypatch):
-    """Take away the PID namespace and the cgroup, as on a host that allows neither: the sweep is left."""
+def _no_namespace_no_cgroup(monkeypatch, cfg=None):
+    """Take away the PID namespace and the cgroup, as on a host that allows neither: the sweep is left.
+    (There a forked runner's zygote finds its confinement refused and runners are exec'd: `cfg`'s
+    runners are exec'd here.)"""
+    if cfg is not None:
+        cfg.fork_runner = False
     monkeypatch.setattr(containment, "pid_namespace_prefix", lambda: ([], "disabled by the test"))
     monkeypatch.setattr(containment, "_cgroup_parents", lambda: ([], "disabled by the test"))
 
@@ -109,7 +113,7 @@ def _processes_with(token: str) -> list[int]:
 @pytest.mark.parametrize("containment", ["default", "sweep only"])
 def test_no_process_outlives_the_evaluation(cpu_config, tmp_path, monkeypatch, containment):
     if containment == "sweep only":
-        _no_namespace_no_cgroup(monkeypatch)
+        _no_namespace_no_cgroup(monkeypatch, cpu_config)
     marker, token = tmp_path / "escaped", f"kw-escape-{uuid.uuid4().hex}"
     cpu_config.sandbox, cpu_config.time_candidate = "none", False
     r = evaluate(ADD_ONE, None, cpu_config, candidate_text=_attack("setsid_grandchild", marker=marker, token=token))
