@@ -11,12 +11,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from test_sandbox import needs_bwrap
 
 from conftest import ADD_ONE, CANDIDATES, FIXTURES
 from kernelwright.core.record import Status
 from kernelwright.engine import evaluate, runner_fork
 from kernelwright.engine.child import confine
-from test_sandbox import needs_bwrap
 
 SANDBOXES = [pytest.param("bwrap", marks=needs_bwrap), "none"]
 
@@ -69,7 +69,7 @@ def test_a_forked_runner_sees_nothing_of_the_other_evaluations(cpu_config, sandb
         r = evaluate(ADD_ONE, None, cpu_config, candidate_text=text)
         assert r.metadata["runner_process"] == "forked"
         assert r.status is Status.PASSED, r.error_log
-    for round_ in range(2):  # the first round starts a second zygote; in the second both runners are forked
+    for _round in range(2):  # the first round starts a second zygote; in the second both runners are forked
         with ThreadPoolExecutor(2) as pool:
             both = list(pool.map(lambda _: evaluate(ADD_ONE, None, cpu_config, candidate_text=text), range(2)))
         # an exec'd runner without bubblewrap sees the host's /tmp and /dev/shm (`--sandbox none`)
