@@ -41,8 +41,13 @@ STAGES = ("startup_s", "build_s", "init_s", "correctness_s", "timing_s", "profil
 
 def _names(kernelbench: Path | None, level: str) -> dict[int, str]:
     """task id -> KernelBench's file stem for that level (`1_Square_matrix_multiplication_`)."""
-    folder = kernelbench / "KernelBench" / f"level{level}" if kernelbench else None
-    if folder is None or not folder.is_dir():
+    if kernelbench is None:
+        return {}
+    # the repository's root, or its KernelBench/ folder
+    tries = (kernelbench / "KernelBench" / f"level{level}", kernelbench / f"level{level}")
+    folder = next((f for f in tries if f.is_dir()), None)
+    if folder is None:
+        print(f"no level{level} folder in {kernelbench} or {kernelbench / 'KernelBench'}: problems named <id>_task")
         return {}
     out: dict[int, str] = {}
     for path in folder.glob("*.py"):
