@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import re
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,9 +39,20 @@ def _top_level_names(tree: ast.Module) -> dict[str, ast.AST]:
     return names
 
 
+_AST_LOCK = threading.Lock()
+
+
+def parse_python(text: str, filename: str = "<unknown>") -> ast.Module:
+    """`ast.parse`, one thread at a time: CPython 3.11's parser keeps its recursion depth in
+    process-wide state, and two threads parsing at once fail with "SystemError: AST constructor
+    recursion depth mismatch" (two evaluations of a suite started together hit it)."""
+    with _AST_LOCK:
+        return ast.parse(text, filename=filename)
+
+
 def _parse(text: str, path: Path, what: str) -> ast.Module:
     try:
-        return ast.parse(text, filename=str(path))
+        return parse_python(text, filename=str(path))
     except SyntaxError as exc:
         raise FormatError(f"{what} {path} is not valid Python (line {exc.lineno}: {exc.msg}); fix the syntax") from None
 

@@ -14,6 +14,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from kernelwright.core.formats import parse_python
+
 FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:\n[ \t]*```|\Z)", re.S)
 TEST_FUNCTIONS = {"get_inputs", "get_init_inputs"}
 PYTHON_TAGS = {"", "python", "py", "python3"}
@@ -55,7 +57,7 @@ def extract_code(text: str, backend: str) -> str:
 
 def check_rules(code: str, backend: str) -> None:
     try:
-        tree = ast.parse(code)
+        tree = parse_python(code)
     except SyntaxError as exc:
         raise OutputRuleError(f"the code block is not valid Python (line {exc.lineno}: {exc.msg})") from None
     for node in tree.body:

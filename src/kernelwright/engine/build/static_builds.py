@@ -37,6 +37,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from kernelwright.core import formats
+
 # load_inline's parameters, in order (torch 2.x); only these are passed on.
 INLINE_PARAMS = (
     "name",
@@ -85,7 +87,7 @@ def scan(text: str) -> Scan:
     """The candidate's build calls: those the trusted builder may build, and why the others may not."""
     out = Scan()
     try:
-        tree = ast.parse(text)
+        tree = formats.parse_python(text)
     except SyntaxError:
         return out
     consts: dict[str, Any] = {}

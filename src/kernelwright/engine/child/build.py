@@ -28,6 +28,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, NoReturn, TypeAlias
 
+from kernelwright.core.formats import parse_python
 from kernelwright.core.record import CompileIssue
 from kernelwright.engine.child import flag_pch
 
@@ -619,7 +620,7 @@ def _functions_line(candidate_file: str | None, name: str) -> int | None:
     if not candidate_file:
         return None
     try:
-        tree = ast.parse(Path(candidate_file).read_text())
+        tree = parse_python(Path(candidate_file).read_text())
     except (OSError, SyntaxError):
         return None
     for node in ast.walk(tree):
@@ -844,7 +845,7 @@ class _CandidateLocator:
         if not candidate_file:
             return
         try:
-            tree = ast.parse(Path(candidate_file).read_text())
+            tree = parse_python(Path(candidate_file).read_text())
         except (OSError, SyntaxError):
             return
         for node in ast.walk(tree):
