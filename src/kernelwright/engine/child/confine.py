@@ -102,6 +102,10 @@ def _relay(pid: int, signal_as_code: bool) -> None:
 
 def _namespaces(network: bool) -> None:
     uid, gid = os.geteuid(), os.getegid()
+    # dumpable while it writes its own id maps (the zygote is not: a process that is not dumpable
+    # does not own its /proc/self files, and a user other than root could not write them); no
+    # other candidate can see it meanwhile (its own PID namespace and /proc, or another bubblewrap)
+    _check(_c().prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0), "PR_SET_DUMPABLE")
     flags = _CLONE_NEWUSER | _CLONE_NEWNS | _CLONE_NEWPID
     if network:  # and IPC, UTS: what bwrap unshares (without it, as an exec'd runner: the host's)
         flags |= _CLONE_NEWIPC | _CLONE_NEWNET | _CLONE_NEWUTS
@@ -169,6 +173,9 @@ def enter(spec: dict[str, Any], placed: Callable[[], None] = lambda: None) -> No
     forks inherits that."""
     _die_with_parent()
     _namespaces(bool(spec.get("network", True)))
+    # not dumpable before its namespace's first process exists (and after its id maps are written:
+    # a process that is not dumpable no longer owns its /proc/self files)
+    _check(_c().prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0), "PR_SET_DUMPABLE")
     for cover, keep in spec.get("covers", []):
         _cover(str(cover), [str(k) for k in keep])
     for sock in spec.get("sockets", []):  # the host's sockets made since the sandbox started
@@ -176,7 +183,6 @@ def enter(spec: dict[str, Any], placed: Callable[[], None] = lambda: None) -> No
     placed()
     init = os.fork()  # PID 1 of the new namespace
     if init:
-        _c().prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
         _relay(init, signal_as_code=False)
     _die_with_parent()
     try:
