@@ -54,10 +54,12 @@ class _Set:
     def writable(self) -> list[Path]:
         return [self.cache_dir, *([self.out_base] if self.out_base is not None else [])]
 
-    def close(self) -> None:
+    def close(self, now: bool = True) -> None:
+        """`now` (the process is ending): the zygotes are killed; else each ends once its fork has
+        (an evaluation of this configuration may still be running)."""
         for z in self.zygotes:
             try:
-                z.close()
+                z.close(now=now)
             except OSError:
                 pass
         self.zygotes.clear()
@@ -94,7 +96,7 @@ def _set_for(config: EvalConfig) -> _Set:
                 stale.append(_SETS.pop(oldest))
         s.used = time.monotonic()
     for old in stale:
-        old.close()
+        old.close(now=False)
     return s
 
 
