@@ -62,7 +62,7 @@ def _from_checkout(root: Path, level: int, pid: int, source: str) -> Path:
 
 def _dataset_rows(data_file: Path | None, source: str, level: int) -> list[dict[str, Any]]:
     try:
-        import datasets  # type: ignore[import-untyped]
+        import datasets
     except ImportError:
         raise KernelBenchError(
             f"--kernelbench {source}: reading a dataset needs the datasets package; "
