@@ -239,6 +239,28 @@ class ModelNew(nn.Module):
     def forward(self, x):
         return self.ext.add_one(x) if self.ext is not None and x.is_cuda else torch.relu(x) + 1
 """,
+    # CUDA tensors made in __init__ before the build (a weight's sums moved with .cuda(), a buffer
+    # on device="cuda", the module moved with .to): the shape of CUDA-L1's 23_Conv3d_GroupNorm_Mean,
+    # which the recorder never reached; it makes them on the CPU now
+    "init, cuda tensors first": """import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4).to("cuda")
+        self.sums = self.lin.weight.sum(dim=-1).contiguous().cuda()
+        self.scratch = torch.zeros(4, device=torch.device("cuda", torch.cuda.current_device()))
+        torch.cuda.synchronize()
+        src = "#include <torch/extension.h>\\n"
+        src += "torch::Tensor add_one(torch::Tensor x) { return torch::relu(x) + 1; }"
+        self.ext = load_inline(name="kw_lazy_cuda_first", cpp_sources=src, functions=["add_one"])
+
+    def forward(self, x):
+        return self.ext.add_one(x)
+""",
     # built at the first call, through a global set on first use (how many published kernels do it)
     "first call": """import torch
 import torch.nn as nn
@@ -297,6 +319,7 @@ def test_a_build_made_in_init_or_at_the_first_call_is_recorded_given_the_problem
     assert alone == []  # its module-level code builds nothing
     calls, refused = trusted_builds.record_calls(text, cpu_config, tmp_path / "b", env, ADD_ONE.read_text())
     names = {"init": "kw_lazy_init", "init if cuda": "kw_lazy_init_if_cuda", "first call": "kw_lazy_call"}
+    names["init, cuda tensors first"] = "kw_lazy_cuda_first"
     names["first call, device at import"] = "kw_lazy_device"
     assert refused == [] and [c["name"] for c in calls] == [names[where]]
     assert calls[0]["functions"] == ["add_one"] and "torch::relu(x) + 1" in calls[0]["cpp_sources"]

@@ -16,12 +16,12 @@ Many candidates build lazily: in `ModelNew.__init__`, or at the first `forward` 
 extension set on first use). Where the job names the problem (`problem_path`: the reference the
 Coder was shown, no secret), the recorder then goes on: it constructs `ModelNew` from the problem's
 `get_init_inputs()` and calls it once on `get_inputs()` (on the CPU, seeded with 0), recording every
-call made on the way and stopping at the first error (a recorded extension's functions raise, a
-CUDA tensor cannot be made here). `torch.cuda.is_available()` answers True here, for candidates
-that build only where CUDA is. Best effort: a candidate whose CPU path never builds (one that
-checks `x.is_cuda` first) still builds in its evaluation. One whose extension's name changes from
-process to process (`f"ext_{id(self)}"`) is served all the same: a build's key leaves the name out
-(`child/build.py`, `_same_build`).
+call made on the way and stopping at the first error (a recorded extension's functions raise).
+`torch.cuda.is_available()` answers True here, for candidates that build only where CUDA is, and
+what they ask for on CUDA is made on the CPU (`_pretend_cuda`). Best effort: a candidate whose CPU
+path never builds (one that checks `x.is_cuda` first) still builds in its evaluation. One whose
+extension's name changes from process to process (`f"ext_{id(self)}"`) is served all the same: a
+build's key leaves the name out (`child/build.py`, `_same_build`).
 
 Reports on the job's `fd`: a `call` message per recorded call as it is made (a recorder stopped at
 its time limit has still reported those), then one final record
@@ -119,6 +119,7 @@ def main(job_path: str) -> int:
     module = None
     for pretend in (True, False):
         torch.cuda.is_available = (lambda: True) if pretend else really_available
+        cuda_as_cpu = _pretend_cuda(torch) if pretend else None
         try:
             spec = importlib.util.spec_from_file_location("kw_candidate", job["candidate_path"])
             if spec is None or spec.loader is None:
@@ -129,10 +130,54 @@ def main(job_path: str) -> int:
             break
         except BaseException:  # what came after the calls does not matter here
             module = None
+            if cuda_as_cpu is not None:
+                cuda_as_cpu.__exit__(None, None, None)
+                cuda_as_cpu = None
     if module is not None and job.get("problem_path"):
         _construct_and_call(module, job["problem_path"])
     send("final", record={"calls": calls})
     return 0
+
+
+def _pretend_cuda(torch: Any) -> Any:
+    """Until the recorder ends: tensors and modules asked for on CUDA stay on the CPU (`.cuda()`,
+    `.to("cuda")`, `device="cuda"` in a factory), and the few torch.cuda questions a candidate asks
+    before it builds are answered as a GPU would. Many candidates make a CUDA tensor in `__init__`
+    before their build (a weight moved with `.cuda()`): without this the recorder stops there, and
+    the build lands on the GPU's path in the evaluation. Best effort; what fails later does not matter."""
+    from torch.overrides import TorchFunctionMode
+
+    def is_cuda(value: Any) -> bool:
+        if isinstance(value, torch.device):
+            return bool(value.type == "cuda")
+        return isinstance(value, str) and value.split(":")[0] == "cuda"
+
+    class CudaAsCpu(TorchFunctionMode):  # type: ignore[misc]
+        def __torch_function__(
+            self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
+        ) -> Any:
+            kwargs = dict(kwargs or {})
+            name = getattr(func, "__name__", "")
+            if name == "cuda" and args and isinstance(args[0], torch.Tensor):
+                return args[0]
+            if is_cuda(kwargs.get("device")):
+                kwargs["device"] = "cpu"
+            kwargs.pop("pin_memory", None)
+            if name == "to":
+                args = tuple("cpu" if is_cuda(a) else a for a in args)
+            return func(*args, **kwargs)
+
+    for attr, answer in (
+        ("current_device", lambda: 0),
+        ("device_count", lambda: 1),
+        ("synchronize", lambda *a, **k: None),
+        ("get_device_capability", lambda *a, **k: (9, 0)),
+        ("get_device_name", lambda *a, **k: "the build recorder's pretend GPU"),
+    ):
+        setattr(torch.cuda, attr, answer)
+    mode = CudaAsCpu()
+    mode.__enter__()
+    return mode
 
 
 def _construct_and_call(candidate: Any, problem_path: str) -> None:
