@@ -12,6 +12,10 @@ import pytest
 from kernelwright.core.config import EvalConfig, StageTimeouts, TimingConfig
 from kernelwright.engine.resolve import resolve_config
 
+# a test's `kernelwright eval` on a GPU would otherwise leave a server of warm evaluations behind it
+# (ServeConfig.autostart); the tests of that server set it themselves
+os.environ["KERNELWRIGHT_SERVE_AUTOSTART"] = "never"
+
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 EXAMPLES = ROOT / "examples"

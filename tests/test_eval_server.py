@@ -22,15 +22,21 @@ from kernelwright.core.record import Status
 from kernelwright.executors import eval_server
 
 
-def _env(cache: Path) -> dict[str, str]:
+def _env(cache: Path, autostart: str = "never") -> dict[str, str]:
     # a cache of the test's own: the server's socket lies in it, so no other test's eval finds it
-    return dict(os.environ, PYTHONPATH=str(ROOT / "src"), KERNELWRIGHT_CACHE=str(cache), COLUMNS="200")
+    return dict(
+        os.environ,
+        PYTHONPATH=str(ROOT / "src"),
+        KERNELWRIGHT_CACHE=str(cache),
+        COLUMNS="400",
+        KERNELWRIGHT_SERVE_AUTOSTART=autostart,
+    )
 
 
-def _kw(*args: str, cache: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+def _kw(*args: str, cache: Path, timeout: float = 300, autostart: str = "never") -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "kernelwright.cli.main", *map(str, args)],
-        env=_env(cache),
+        env=_env(cache, autostart),
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -91,6 +97,113 @@ def test_eval_is_served_by_a_running_server_and_the_server_stops_cleanly(tmp_pat
     assert server.returncode == 0, err
     assert "stopped after 2 evaluation(s)" in err
     assert not path.exists()  # its socket removed: the next eval evaluates by itself at once
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:  # a zombie (its parent, the first CLI process, is gone) is not alive
+        return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_an_eval_that_found_no_server_starts_one_the_next_eval_is_served_and_stop_ends_it(tmp_path):
+    """serve.autostart: the first eval evaluates by itself and then starts a server in the background
+    (a session of its own, outliving the CLI process); the next fresh eval is served by it, on a spare
+    started before it came; `serve --stop` ends it."""
+    cache = tmp_path / "cache"
+    path = _socket_for(cache)
+    settings = tmp_path / "kernelwright.toml"
+    settings.write_text('[serve]\nautostart = "always"\nspares = 1\nidle_minutes = 5\n')
+    args = ("eval", ADD_ONE, CANDIDATES / "py_correct.py", "--device", "cpu", "--trials", "2", "--config", settings)
+    first = _kw(*args, cache=cache)  # the environment says never; the settings file, always
+    assert first.returncode == 0, first.stderr
+    assert "started `kernelwright serve` for cpu in the background" in first.stderr
+    assert "stops after 5 idle minutes" in first.stderr
+    assert "kernelwright serve --stop" in first.stderr
+    end = time.monotonic() + 60
+    while not path.exists():
+        assert time.monotonic() < end, (cache / "serve").exists() and list((cache / "serve").iterdir())
+        time.sleep(0.1)
+    second = _record(_kw(*args, "--json", cache=cache))
+    assert second["status"] == Status.PASSED.value
+    pid = second["metadata"]["served"]["server_pid"]
+    assert second["metadata"]["prestarted"] and _alive(pid)
+    assert os.getsid(pid) == pid  # a session of its own: the terminal's Ctrl-C does not reach it
+    stopped = _kw("serve", "--stop", "--device", "cpu", cache=cache)
+    assert stopped.returncode == 0 and f"stopped the server for cpu (pid {pid})" in stopped.stderr, stopped.stderr
+    end = time.monotonic() + 30
+    while _alive(pid):
+        assert time.monotonic() < end, "the server did not end after --stop"
+        time.sleep(0.1)
+    assert not path.exists()
+    log = next((cache / "serve").glob("*.log")).read_text()
+    assert f"pid {pid} stopped after 1 evaluation(s)" in log
+    again = _kw("serve", "--stop", "--device", "cpu", cache=cache)
+    assert again.returncode == 0 and "no server for cpu answered" in again.stderr
+
+
+def test_a_server_of_other_code_is_stopped_and_replaced_by_the_next_eval(tmp_path, cpu_config):
+    """A server left from before an upgrade (another code stamp) refuses the job; the CLI stops it,
+    evaluates by itself, and starts one of its own code."""
+    cache = tmp_path / "cache"
+    path = _socket_for(cache)
+    server = subprocess.Popen(
+        [sys.executable, "-c", _OLD_SERVER, str(path), str(cache)],
+        env=_env(cache),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        _wait_for(path, server)
+        args = ("eval", ADD_ONE, CANDIDATES / "py_correct.py", "--device", "cpu", "--trials", "2")
+        proc = _kw(*args, cache=cache, autostart="always")
+        assert proc.returncode == 0, proc.stderr
+        assert "stopped the server (it ran other kernelwright code)" in proc.stderr
+        assert server.wait(timeout=30) == 0  # the old one ended cleanly
+        assert "started `kernelwright serve` for cpu" in proc.stderr
+        end = time.monotonic() + 60
+        log = cache / "serve" / "eval-cpu.log"
+        while not (log.exists() and " serving cpu on " in log.read_text()):
+            assert time.monotonic() < end, log.exists() and log.read_text()
+            time.sleep(0.1)
+        assert f"pid {server.pid} " not in log.read_text()
+    finally:
+        if server.poll() is None:
+            server.kill()
+        _kw("serve", "--stop", "--device", "cpu", cache=cache)
+
+
+@pytest.mark.parametrize(
+    ("autostart", "device", "starts"),
+    [("cuda", "cuda", True), ("cuda", "cpu", False), ("always", "cpu", True), ("never", "cuda", False)],
+)
+def test_which_evals_start_a_server(monkeypatch, cpu_config, autostart, device, starts):
+    """serve.autostart: `cuda` (the default) starts one after a GPU eval only; `always`, `never`."""
+    from dataclasses import replace
+
+    from kernelwright.cli import main as cli
+    from kernelwright.core.config import ServeConfig
+
+    started = []
+    monkeypatch.setattr(eval_server, "start_detached", lambda cfg, spares, idle_s: started.append(cfg) or Path("log"))
+    cli._start_server(replace(cpu_config, device=device), ServeConfig(autostart=autostart), quiet=True)
+    assert bool(started) is starts
+
+
+# a server whose code stamp is another installation's (as after an upgrade); one spare, and stops when asked
+_OLD_SERVER = """
+import sys
+from pathlib import Path
+from kernelwright.engine.resolve import resolve_config
+from kernelwright.core.config import EvalConfig
+from kernelwright.executors.eval_server import EvalServer, run_server
+server = EvalServer(resolve_config(EvalConfig(device="cpu", cache_dir=sys.argv[2])), path=Path(sys.argv[1]), spares=1)
+server.stamp = "an older installation"
+run_server(server)
+"""
 
 
 def test_a_socket_left_by_a_dead_server_is_passed_over_and_replaced(tmp_path, cpu_config):

@@ -21,7 +21,7 @@ from rich.markup import escape
 import kernelwright
 from kernelwright.cli.exit_codes import ExitCode
 from kernelwright.cli.help import PlainCommand, PlainGroup
-from kernelwright.core.config import EvalConfig, Settings
+from kernelwright.core.config import EvalConfig, ServeConfig, Settings
 
 _Command, _Group = PlainCommand, PlainGroup  # help without type tags or markup loss (cli/help.py)
 
@@ -217,7 +217,9 @@ def eval_cmd(
         "--server/--no-server",
         metavar="",
         help="Hand the evaluation to a running `kernelwright serve` for the device, where one "
-        "answers (its spares are warm: no start-up on the path); --no-server: always here.",
+        "answers (its spares are warm: no start-up on the path); where none does, start one in the "
+        "background after this evaluation (serve.autostart: on a GPU by default; it stops after "
+        "serve.idle_minutes idle). --no-server: always here, and start none.",
     ),
     config: Path = _config_option(),
     quiet: bool = _quiet_option(),
@@ -252,14 +254,17 @@ def eval_cmd(
     from kernelwright.cli.console import EvalProgress, out_console, render_result
     from kernelwright.engine import EngineError
 
+    served = [False]
     try:
         if json_out:
-            result = _evaluate_here_or_served(problem, candidate, cfg, use_server, None)
+            result = _evaluate_here_or_served(problem, candidate, cfg, use_server, None, served)
         else:
             with EvalProgress(err, verbosity) as progress:
-                result = _evaluate_here_or_served(problem, candidate, cfg, use_server, progress.stage)
+                result = _evaluate_here_or_served(problem, candidate, cfg, use_server, progress.stage, served)
     except EngineError as exc:
         fail(str(exc))
+    if use_server and not served[0]:
+        _start_server(cfg, settings.serve, quiet=verbosity < 0)
     if json_out:
         sys.stdout.write(result.to_json() + "\n")
     else:
@@ -268,23 +273,56 @@ def eval_cmd(
         raise typer.Exit(int(ExitCode.VERDICT))
 
 
-def _evaluate_here_or_served(problem: Path, candidate: Path, cfg: EvalConfig, use_server: bool, on_stage):
-    """The evaluation by a running `kernelwright serve` for the device where one answers, else here."""
+def _evaluate_here_or_served(
+    problem: Path, candidate: Path, cfg: EvalConfig, use_server: bool, on_stage, served: list[bool]
+):
+    """The evaluation by a running `kernelwright serve` for the device where one answers, else here.
+    `served[0]`: a server answered (or one runs that must not be replaced: another user's, another
+    namespace's)."""
     from kernelwright.engine import evaluate, prestart
 
     if use_server:
-        from kernelwright.executors.eval_server import ServerRefused, submit
+        from kernelwright.executors.eval_server import ServerRefused, stop_server, submit
 
         try:
-            served = submit(problem, candidate, cfg, on_stage=on_stage)
+            result = submit(problem, candidate, cfg, on_stage=on_stage)
         except ServerRefused as exc:
-            err.print(f"[yellow]note:[/] the running server did not take the job ({escape(str(exc))}); evaluating here")
-            served = None
-        if served is not None:
-            return served
+            if exc.stale and stop_server(cfg.device) is not None:  # other code of this user's: replaced after
+                err.print("[yellow]note:[/] stopped the server (it ran other kernelwright code); evaluating here")
+            else:
+                served[0] = True
+                err.print(
+                    f"[yellow]note:[/] the running server did not take the job ({escape(str(exc))}); evaluating here"
+                )
+            result = None
+        if result is not None:
+            served[0] = True
+            return result
     # the child starts up (python, torch, CUDA) while this process checks the problem and the device
     spare = prestart(cfg)
     return evaluate(problem, candidate, cfg, spare=spare, on_stage=on_stage)
+
+
+def _start_server(cfg: EvalConfig, serve: ServeConfig, quiet: bool) -> None:
+    """After an evaluation no server took: a server for the device in the background, where
+    `serve.autostart` asks for one (`--no-server` never gets here)."""
+    if serve.autostart == "never" or (serve.autostart == "cuda" and cfg.device != "cuda"):
+        return
+    from kernelwright.executors.eval_server import start_detached
+
+    try:
+        log = start_detached(cfg, spares=serve.spares, idle_s=serve.idle_minutes * 60)
+    except OSError as exc:  # the evaluation is done and printed: a server that cannot start is only a note
+        err.print(f"[yellow]note:[/] no evaluation server started ({escape(str(exc))})")
+        return
+    if not quiet:
+        err.print(
+            f"[dim]started `kernelwright serve` for {cfg.device} in the background: the next eval skips its "
+            f"start-up; it stops after {serve.idle_minutes:g} idle minutes (now: kernelwright serve --stop; "
+            f'never: --no-server or serve.autostart = "never"; log {log})[/]',
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 def _verdicts(fail_on: str | None) -> set[str]:

@@ -22,14 +22,24 @@ def serve_cmd(
     config: Path = typer.Option(
         None, "--config", metavar="FILE", dir_okay=False, help="Settings file (default: as `kernelwright eval`)."
     ),
+    stop: bool = typer.Option(
+        False,
+        "--stop",
+        help="Stop the running server for the device (one that `kernelwright eval` started, or this command's).",
+    ),
 ) -> None:
     """Serve `kernelwright eval` of this user on warm evaluations for one device, until Ctrl-C.
 
     Each eval hands its job here (--no-server: never) and gets the same record, from a fresh runner and judge.
     """
     from kernelwright.cli.main import _resolved, _settings, fail
-    from kernelwright.executors.eval_server import EvalServer, run_server
+    from kernelwright.executors.eval_server import EvalServer, run_server, stop_server
 
+    if stop:
+        cfg = _resolved(_settings(config, {"eval": {"device": device, "sandbox": sandbox}}).eval)
+        pid = stop_server(cfg.device)
+        err.print(f"stopped the server for {cfg.device} (pid {pid})" if pid else f"no server for {cfg.device} answered")
+        return
     if spares < 1:
         fail(f"--spares must be at least 1 (got {spares})")
     if idle_minutes < 0:

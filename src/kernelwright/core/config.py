@@ -374,6 +374,36 @@ class LoopConfig:
             raise ValueError(f"expectation_tolerance must be in [0, 1) (got {self.expectation_tolerance})")
 
 
+# ---- the evaluation server (`kernelwright serve`, started by `kernelwright eval` where asked) --------
+
+ServeAutostart = Literal["cuda", "always", "never"]
+
+
+def _autostart_default() -> ServeAutostart:
+    """`KERNELWRIGHT_SERVE_AUTOSTART` overrides the default (the test suite sets `never`: a test's eval
+    must not leave a server behind)."""
+    env = os.environ.get("KERNELWRIGHT_SERVE_AUTOSTART", "cuda")
+    return env if env in ("cuda", "always", "never") else "cuda"  # type: ignore[return-value]
+
+
+@dataclass
+class ServeConfig:
+    """The server of warm evaluations (`executors/eval_server.py`). A `kernelwright eval` that found
+    none for its device starts one after its own evaluation (`autostart`: on a GPU by default, where
+    a fresh runner and judge cost most), so the next eval of this user skips their start-up; it stops
+    after `idle_minutes` without a job (`kernelwright serve --stop` at once; `eval --no-server`: never)."""
+
+    autostart: ServeAutostart = field(default_factory=_autostart_default)
+    idle_minutes: float = 10.0  # a started server's own; `kernelwright serve` in a terminal: 30
+    spares: int = 2  # evaluations kept started up ahead of their jobs
+
+    def validate(self) -> None:
+        if self.spares < 1:
+            raise ValueError(f"serve.spares must be at least 1 (got {self.spares})")
+        if self.idle_minutes <= 0:
+            raise ValueError(f"serve.idle_minutes must be more than 0 (got {self.idle_minutes})")
+
+
 @dataclass
 class Settings:
     """Everything one command runs with: the evaluation and the loop (with its models).
@@ -385,6 +415,7 @@ class Settings:
 
     eval: EvalConfig = field(default_factory=EvalConfig)
     loop: LoopConfig = field(default_factory=LoopConfig)
+    serve: ServeConfig = field(default_factory=ServeConfig)
     source: str | None = None  # the settings file read, if any
     explicit: set[str] = field(default_factory=set)  # "section.key" set by the file or the command line
 
@@ -395,6 +426,7 @@ class Settings:
     def validate(self) -> None:
         self.eval.validate()
         self.loop.validate()
+        self.serve.validate()
 
 
 # ---- reading and checking a configuration, derived from its dataclasses' fields ---------------

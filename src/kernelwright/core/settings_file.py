@@ -15,6 +15,8 @@ the one typed configuration (`core.config.Settings`). Standard library only (`to
     [eval]                                   # -> EvalConfig (and its tables: [eval.timeouts], [eval.numerics], ...)
     atol = 1e-2
     rtol = 1e-2
+    [serve]                                  # -> ServeConfig (the server `kernelwright eval` starts)
+    autostart = "never"
 
 Where: `--config FILE`, else the nearest `kernelwright.toml` in the current directory or one of
 its parents, else the nearest `pyproject.toml` there that has a `[tool.kernelwright]` table
@@ -39,7 +41,12 @@ from kernelwright.core.config import coerce as coerce_field
 FILE_NAME = "kernelwright.toml"
 PYPROJECT = "pyproject.toml"
 # file section -> attribute path inside Settings
-SECTIONS: dict[str, tuple[str, ...]] = {"eval": ("eval",), "loop": ("loop",), "model": ("loop", "model")}
+SECTIONS: dict[str, tuple[str, ...]] = {
+    "eval": ("eval",),
+    "loop": ("loop",),
+    "model": ("loop", "model"),
+    "serve": ("serve",),
+}
 PATH_KEYS = {("model", "price_file"), ("model", "prompt_dir"), ("eval", "cache_dir")}
 
 

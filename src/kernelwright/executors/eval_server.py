@@ -17,7 +17,12 @@ children are started from (the client's variables do not travel).
 Protocol: one JSON line from the client (`stamp`, `problem`, `candidate`, `config`); then lines
 from the server, `{"stage": ...}` as the evaluation goes, and last `{"result": <the record>}`,
 `{"error": <the engine's one-line error>}` or `{"refused": <why>}`. A server that ends before the
-last line (killed, stopped) leaves the client to evaluate by itself.
+last line (killed, stopped) leaves the client to evaluate by itself. `{"stop": true}` (`kernelwright
+serve --stop`) is answered `{"stopped": <pid>}`, and the server stops.
+
+Started by `kernelwright eval` (`start_detached`, `ServeConfig.autostart`): an eval that found no
+server for its device starts one after its own evaluation, in a session of its own, which stops
+after `ServeConfig.idle_minutes` without a job; its log is next to its socket.
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ import select
 import signal
 import socket
 import struct
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -45,7 +52,12 @@ _SUN_PATH_MAX = 100  # AF_UNIX paths are limited to 107 bytes; longer cache path
 
 
 class ServerRefused(RuntimeError):
-    """The server answered but would not run this job (another installation's code, another user)."""
+    """The server answered but would not run this job (another installation's code, another user).
+    `stale`: it runs other code of this user's (an upgrade, an edit); `stop_server` may end it."""
+
+    def __init__(self, message: str, stale: bool = False):
+        super().__init__(message)
+        self.stale = stale
 
 
 def socket_path(device: str) -> Path:
@@ -146,10 +158,63 @@ def submit(
             elif "error" in msg:
                 raise EngineError(str(msg["error"]))
             elif "refused" in msg:
-                raise ServerRefused(str(msg["refused"]))
+                raise ServerRefused(str(msg["refused"]), stale=msg.get("why") == "stamp")
         return None  # the server ended first
     finally:
         conn.close()
+
+
+def stop_server(device: str, path: Path | None = None, wait_s: float = 10.0) -> int | None:
+    """Ask the server for `device` to stop (it answers its own user in its own namespaces only, of
+    any code version); its process id once its socket is gone, None where none answered."""
+    path = path or socket_path(device)
+    if not path.exists():
+        return None
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.settimeout(2.0)
+        try:
+            conn.connect(str(path))
+            _send(conn, {"stop": True})
+        except OSError:
+            return None
+        answer = next(_lines(conn, deadline=time.monotonic() + wait_s), None)
+    finally:
+        conn.close()
+    if not isinstance(answer, dict) or "stopped" not in answer:
+        return None
+    end = time.monotonic() + wait_s
+    while path.exists() and time.monotonic() < end:  # it closes its spares, then unlinks the socket
+        time.sleep(0.05)
+    return int(answer["stopped"])
+
+
+def start_detached(config: EvalConfig, spares: int, idle_s: float) -> Path:
+    """A server for `config.device`, started in the background in a session of its own (it outlives
+    this process, and stops after `idle_s` without a job); its log's path. A second one started
+    beside a running server finds the socket taken and ends at once (its log says so)."""
+    path = socket_path(config.device)
+    _private_dir(path.parent)
+    job = path.with_name(path.name.replace(".sock", "") + "-start.json")
+    log = path.with_name(path.name.replace(".sock", "") + ".log")
+    data = json.dumps({"config": config.to_dict(), "spares": spares, "idle_s": idle_s}).encode()
+    fd = os.open(job, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+    try:  # the server gets this process's umask, not one for private files (its children make folders)
+        subprocess.Popen(
+            [sys.executable, "-m", "kernelwright.executors.eval_server", str(job)],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=out,
+            start_new_session=True,
+            close_fds=True,
+            cwd="/",
+        )
+    finally:
+        os.close(out)
+    return log
 
 
 def _private_dir(folder: Path) -> None:
@@ -209,8 +274,13 @@ class EvalServer:
         self.cancelled = 0  # evaluations stopped because their client went away
         self._stop = threading.Event()
         self._listener = self._bind()
-        self.pool = WarmPool(config, size=spares)
-        self.pool.prestart()
+        try:
+            self.pool = WarmPool(config, size=spares)
+            self.pool.prestart()
+        except BaseException:  # no server after all: its socket goes with it
+            self._listener.close()
+            self.path.unlink(missing_ok=True)
+            raise
 
     def _bind(self) -> socket.socket:
         _private_dir(self.path.parent)
@@ -280,8 +350,13 @@ class EvalServer:
             return
         if not isinstance(job, dict):
             return
+        if job.get("stop") is True:  # `kernelwright serve --stop`, or a client of newer code replacing it
+            self._answer(conn, {"stopped": os.getpid()})
+            self.stop()
+            return
         if job.get("stamp") != self.stamp:
-            self._answer(conn, {"refused": "the server runs other kernelwright code (restart it: kernelwright serve)"})
+            why = "the server runs other kernelwright code (stop it: kernelwright serve --stop)"
+            self._answer(conn, {"refused": why, "why": "stamp"})
             return
         try:
             config = EvalConfig.from_dict(job["config"])
@@ -355,3 +430,26 @@ def run_server(server: EvalServer, on_job: Callable[[dict[str, Any]], None] | No
     finally:
         for s, h in old.items():
             signal.signal(s, h)
+
+
+def main(argv: list[str]) -> int:
+    """`python -m kernelwright.executors.eval_server START.json`: the server `start_detached` asked for."""
+    from kernelwright.engine import EngineError
+
+    job_path = Path(argv[-1])
+    try:
+        job = json.loads(job_path.read_text())
+        job_path.unlink()
+        config = EvalConfig.from_dict(job["config"])
+        server = EvalServer(config, spares=int(job["spares"]), idle_s=float(job["idle_s"]))
+    except (OSError, ValueError, KeyError, TypeError, EngineError) as exc:
+        print(f"{time.strftime('%F %T')} not started: {exc}", flush=True)
+        return 1
+    print(f"{time.strftime('%F %T')} pid {os.getpid()} serving {config.device} on {server.path}", flush=True)
+    served = run_server(server)
+    print(f"{time.strftime('%F %T')} pid {os.getpid()} stopped after {served} evaluation(s)", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
