@@ -367,7 +367,8 @@ def install_build_cache(
         if private_root is None:
             build_dir.mkdir(parents=True, exist_ok=True)
         flags = flag_pch.accepted(kwargs, with_cuda) if use_pch and flag_pch_keep > 0 and publish else None
-        if flags and not any(build_dir.glob(f"{name}*.so")):  # a compile to come, with the call's own flags:
+        # a compile to come, with the call's own flags (or torch's, where its own header cannot be made here)
+        if flags is not None and not any(build_dir.glob(f"{name}*.so")):
             here = flag_pch.header_dir(flags, flag_pch_keep, root / flag_pch.SUBDIR)  # a header of its own
             if here is not None:
                 kwargs["extra_include_paths"] = [str(here)]

@@ -1,7 +1,10 @@
-"""Precompiled <torch/extension.h> for load_inline calls with their own C++ flags.
+"""Precompiled <torch/extension.h> for load_inline calls with their own C++ flags (and torch's
+default flags where torch's own header cannot be made).
 
 torch keeps one precompiled header per installation, for its default flags (`use_pch`, see
-`build.pch_usable`). A candidate that passes `extra_cflags=["-O3", ...]`, as most hand-written
+`build.pch_usable`), next to its header: the trusted builder's sandbox has torch's installation
+read-only, so there the default flags (the empty set) get a header here too, made at their first
+build. A candidate that passes `extra_cflags=["-O3", ...]`, as most hand-written
 and LLM-written C++ extensions do, gets none: parsing <torch/extension.h> is about half of such a
 build (24 s against 12 s for a one-function extension on a 2-core machine). Here each flag set
 gets its own header, in a directory of its own that goes first on the include path:
@@ -69,10 +72,14 @@ def _std_flag() -> str:
 
 
 def accepted(kwargs: dict[str, Any], with_cuda: bool) -> list[str] | None:
-    """The flags of a load_inline call that gets a header of its own, else None."""
+    """The flags of a load_inline call that gets a header of its own, else None. A call with torch's
+    default flags that does not get torch's own PCH (`use_pch` not set: torch's include directory is
+    read-only, as in the trusted builder's sandbox) gets the empty flag set's header: `[]`."""
     flags = kwargs.get("extra_cflags")
     if with_cuda or "use_pch" in kwargs or kwargs.get("extra_include_paths"):
         return None  # a CUDA build's host pass is not checked yet; a call's own include paths may shadow torch's
+    if flags is None or (isinstance(flags, (list, tuple)) and not flags):
+        return []
     if not isinstance(flags, (list, tuple)) or not flags or len(flags) > 32:
         return None
     if not all(isinstance(f, str) and SIMPLE_FLAG.fullmatch(f) for f in flags):
@@ -130,7 +137,7 @@ def header_dir(flags: list[str], keep: int, root: Path) -> Path | None:
             os.utime(here)  # recently used
             return here
         here.mkdir(parents=True, exist_ok=True)
-        if not (here / SEEN).exists():
+        if flags and not (here / SEEN).exists():  # torch's default flags (`[]`): every such call's, made at once
             (here / SEEN).write_text(" ".join(flags))
             return None
         if (here / FAILED).exists():
