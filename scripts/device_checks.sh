@@ -12,6 +12,8 @@
 #   bash scripts/device_checks.sh corpus    # $KW_CORPUS_LIMIT (500) s: `suite eval` of the corpus in .corpus (benchmarks/corpus_suite.py)
 #   bash scripts/device_checks.sh fresh     # ~3 min: `kernelwright eval` of examples/cuda_swish in fresh CLI processes, cold then cached (records in $OUT)
 #   bash scripts/device_checks.sh served    # ~2 min: the same evals handed to a running `kernelwright serve` (cached build first: run `fresh` before)
+#   bash scripts/device_checks.sh autoserve # ~3 min: `kernelwright eval` as a user runs it: the first (cold build) starts a server in the
+#                                           #   background (serve.autostart), the next fresh CLI processes hand it their jobs; --no-server beside
 #   bash scripts/device_checks.sh quick     # ~4 min: no tests; paths $KW_PATHS (2,5,6) timed at l2048 (n 128, 64), ncu counts of $KW_NCU_PATHS (5)
 #
 # Carry .deb (bubblewrap for the sandbox tests) with every call, and .scratch/mamba/whl for `mamba`.
@@ -56,8 +58,8 @@ handoff)
     step overhead_handoff 150 python3 benchmarks/overhead_anatomy.py --device cuda --repeats 3 --skip-pieces
     step overhead_files 150 python3 benchmarks/overhead_anatomy.py --device cuda --repeats 3 --skip-pieces --files
     ;;
-corpus)  # a published corpus unpacked into .corpus (benchmarks/corpus_suite.py unpack; carry .corpus)
-    step corpus "$((${KW_CORPUS_LIMIT:-500} + 60))" python3 benchmarks/corpus_suite.py run .corpus \
+corpus)  # a published corpus unpacked into .corpus (benchmarks/corpus_suite.py unpack; carry .corpus; KW_CORPUS_DIR: another)
+    step "corpus${KW_STEP_SUFFIX:-}" "$((${KW_CORPUS_LIMIT:-500} + 60))" python3 benchmarks/corpus_suite.py run "${KW_CORPUS_DIR:-.corpus}" \
         --levels "${KW_LEVELS:-1}" --limit "${KW_N:-100}" --name "${KW_NAME:-corpus}" --time-limit "${KW_CORPUS_LIMIT:-500}" \
         -- ${KW_SUITE_ARGS:-}
     ;;
@@ -67,6 +69,20 @@ fresh)  # one `kernelwright eval` in a fresh CLI process, cuda_swish: once to fi
             eval examples/cuda_swish/problem.py examples/cuda_swish/candidate.py --json > $OUT/fresh_eval_$i.json"
     done
     python3 -X importtime -c 'import kernelwright.cli.main' 2>&1 | sort -t'|' -k2 -n | tail -15 >"$OUT/cli_importtime.txt"
+    ;;
+autoserve)  # the first eval (cold build) starts a server after itself; fresh CLI processes after a pause, then at once
+    EVAL="examples/cuda_swish/problem.py examples/cuda_swish/candidate.py --json"
+    for i in 0 1 2 3; do
+        [ "$i" -ge 1 ] && sleep "${KW_PAUSE_S:-10}"  # a person reading the last result
+        step "auto_eval_$i" 240 bash -c "TIMEFORMAT='wall %R s'; time python3 -c 'from kernelwright.cli.main import main; main()' \
+            eval $EVAL > $OUT/auto_eval_$i.json"
+    done
+    step "auto_eval_at_once" 240 bash -c "TIMEFORMAT='wall %R s'; time python3 -c 'from kernelwright.cli.main import main; main()' \
+        eval $EVAL > $OUT/auto_eval_at_once.json"
+    step "auto_eval_noserver" 240 bash -c "TIMEFORMAT='wall %R s'; time python3 -c 'from kernelwright.cli.main import main; main()' \
+        eval $EVAL --no-server > $OUT/auto_eval_noserver.json"
+    step "auto_stop" 60 python3 -c 'from kernelwright.cli.main import main; main()' serve --stop --device cuda
+    cp "$HOME/.cache/kernelwright/serve/eval-cuda.log" "$OUT/" 2>/dev/null
     ;;
 served)  # the same evals handed to a running `kernelwright serve` (its spares warm), then --no-server again
     python3 -c 'from kernelwright.cli.main import main; main()' serve --device cuda --idle-minutes 10 >"$OUT/serve.log" 2>&1 &
