@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from conftest import ADD_ONE, EXAMPLES, FIXTURES
 from kernelwright.core.record import Status
 from kernelwright.engine import evaluate
@@ -66,6 +68,26 @@ def test_a_caught_build_failure_says_the_candidate_would_have_run_pytorch(cpu_co
     assert "a __global__ kernel in cuda_sources" in r.error_log
     assert "torch::Tensor swish_forward(torch::Tensor x);" in r.error_log  # the launcher it should bind
     assert r.metadata["build_failure_caught"] is True
+
+
+@pytest.mark.parametrize(
+    ("fixture", "stage", "caught"),
+    [
+        ("init_build_fallback.py", "init", True),  # CUDA-L1's 23_ and 47_: built in __init__, warned, fell back
+        ("first_call_build_fallback.py", "correctness", True),  # CUDA-L1's 71_: built at the first forward
+        ("init_build_raises.py", "init", False),  # built in __init__, its failure wrapped and raised
+    ],
+)
+def test_a_build_that_fails_after_import_is_a_compile_error_as_at_import(cpu_config, fixture, stage, caught):
+    """One rule for a build the candidate makes, wherever it makes it (docs/VERDICTS.md): these
+    passed with their PyTorch fallback while the rule looked at the builds made at import only."""
+    r = evaluate(SWISH, BF / fixture, cpu_config)
+    assert r.status is Status.COMPILE_ERROR, (r.status, r.error_log)
+    assert r.error_stage is not None and r.error_stage.value == stage
+    assert "names 'swish_scale_kernel', a __global__ kernel in cuda_sources" in r.error_log
+    assert r.error_log.startswith("The candidate caught this build failure") is caught
+    assert r.metadata.get("build_failure_caught", False) is caught
+    assert [b["ok"] for b in r.metadata["builds"]] == [False]  # reported, although made after the import
 
 
 def test_a_real_compile_error_caught_by_a_fallback_says_so_too(cpu_config):

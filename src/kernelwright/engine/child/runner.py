@@ -84,6 +84,7 @@ class Runner:
         self.phases: dict[str, float] = {}  # seconds per phase of the runner's own work (sent with the timing)
         self.models: dict[str, Any] = {}  # ModelNew built for other sizes of the problem, by label (shapes.py)
         self._device_lost = ""  # why calls at other sizes cannot run any more ('' while they can)
+        self._builds_reported: int | None = None  # entries of the build log sent to the judge so far
 
     def phase(self, name: str, t0: float) -> float:
         now = time.perf_counter()
@@ -310,14 +311,10 @@ class Runner:
             else:
                 self.fail("runtime_error", "The candidate raised while being imported:\n" + short_tb(exc), "build")
             ok = False
-        builds = [{k: v for k, v in b.items() if k not in ("output", "issues")} for b in build.BUILD_LOG]
-        self.chan.send("build", builds=builds)
+        self.report_builds()
         if not ok:
             return False
-        failed = [b for b in build.BUILD_LOG if b.get("ok") is False and "output" in b]
-        if failed:  # the candidate swallowed its own build error
-            b = failed[0]
-            self.compile_error(build.CandidateBuildError(b["name"], b["output"], []), issues=b["issues"], caught=True)
+        if self.caught_build_failure("build"):  # the candidate swallowed its own build error
             return False
         if not hasattr(self.candidate, "ModelNew"):
             self.fail(
@@ -327,8 +324,59 @@ class Runner:
         self.chan.send("compiled")
         return True
 
+    def report_builds(self) -> bool:
+        """Send the judge the build log, where it has grown since it was last sent: the import's
+        builds, then those made in `ModelNew.__init__` or at the first call. Whether it had grown."""
+        from kernelwright.engine.child import build
+
+        if self._builds_reported == len(build.BUILD_LOG):
+            return False
+        self._builds_reported = len(build.BUILD_LOG)
+        builds = [{k: v for k, v in b.items() if k not in ("output", "issues")} for b in build.BUILD_LOG]
+        self.chan.send("build", builds=builds)
+        return True
+
+    def caught_build_failure(self, stage: str) -> bool:
+        """A build that failed, which the candidate caught (it goes on with a fallback): one rule
+        wherever the build was made, at import, in `__init__` or at a call (docs/VERDICTS.md)."""
+        from kernelwright.engine.child import build
+
+        failed = [b for b in build.BUILD_LOG if b.get("ok") is False and "output" in b]
+        if not failed:
+            return False
+        b = failed[0]
+        exc = build.CandidateBuildError(b["name"], b["output"], [])
+        self.compile_error(exc, issues=b["issues"], caught=True, stage=stage)
+        return True
+
+    def build_failure_after_import(self, exc: BaseException | None, stage: str) -> None:
+        """After `ModelNew.__init__` or a correctness call: builds made there are reported, and one
+        that failed ends the evaluation as `compile_error`, caught (`exc` None) or not (`exc` the
+        build's error, or what the candidate raised after it)."""
+        from kernelwright.engine.child import build
+
+        if not self.report_builds():
+            return
+        if isinstance(exc, build.CandidateBuildError):
+            self.compile_error(exc, stage=stage)
+            raise Stop()
+        if exc is not None:  # it raised something else after a build failed (its own wrapper): still that build's
+            failed = [b for b in build.BUILD_LOG if b.get("ok") is False and "output" in b]
+            if failed:
+                b = failed[0]
+                error = build.CandidateBuildError(b["name"], b["output"], [])
+                self.compile_error(error, issues=b["issues"], stage=stage)
+                raise Stop()
+            return
+        if self.caught_build_failure(stage):
+            raise Stop()
+
     def compile_error(
-        self, exc: CandidateBuildError, issues: list[dict[str, Any]] | None = None, caught: bool = False
+        self,
+        exc: CandidateBuildError,
+        issues: list[dict[str, Any]] | None = None,
+        caught: bool = False,
+        stage: str = "build",
     ) -> None:
         issues = issues if issues is not None else [asdict(i) for i in exc.issues]
         head = []
@@ -348,7 +396,7 @@ class Runner:
         self.chan.send(
             "failure",
             status="compile_error",
-            stage="build",
+            stage=stage,
             compile_issues=issues[:50],
             caught=caught,
             log=summary + "\n\nCompiler output (end):\n" + _tail(exc.output, 60),
@@ -467,8 +515,10 @@ class Runner:
         except Stop:
             raise
         except Exception as exc:
+            self.build_failure_after_import(exc, "init")  # a build of __init__ that failed: compile_error
             self.runtime_error(exc, "ModelNew failed to construct", "init")
             raise Stop() from None
+        self.build_failure_after_import(None, "init")
         self.patches("at import or construction")
         self.chan.send("constructed")
 
@@ -533,9 +583,11 @@ class Runner:
         try:
             out = self.call(inputs, cmd.nan_fill)
         except Exception as exc:
+            self.build_failure_after_import(exc, "correctness")  # a build at the call that failed
             self.runtime_error(exc, f"ModelNew.forward raised on {cmd.label}", "correctness")
             self.chan.send("call_error", label=cmd.label, message=str(exc)[:500])
             raise Stop() from None
+        self.build_failure_after_import(None, "correctness")  # built at the first call, and caught
         t0 = self.phase("calls", t0)
         self.chan.send("output", label=cmd.label, file=self.write(cmd.label, out))
         self.phase("output_writes", t0)
