@@ -144,38 +144,6 @@ def test_an_eval_that_found_no_server_starts_one_the_next_eval_is_served_and_sto
     assert again.returncode == 0 and "no server for cpu answered" in again.stderr
 
 
-def test_a_server_of_other_code_is_stopped_and_replaced_by_the_next_eval(tmp_path, cpu_config):
-    """A server left from before an upgrade (another code stamp) refuses the job; the CLI stops it,
-    evaluates by itself, and starts one of its own code."""
-    cache = tmp_path / "cache"
-    path = _socket_for(cache)
-    server = subprocess.Popen(
-        [sys.executable, "-c", _OLD_SERVER, str(path), str(cache)],
-        env=_env(cache),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        _wait_for(path, server)
-        args = ("eval", ADD_ONE, CANDIDATES / "py_correct.py", "--device", "cpu", "--trials", "2")
-        proc = _kw(*args, cache=cache, autostart="always")
-        assert proc.returncode == 0, proc.stderr
-        assert "stopped the server (it ran other kernelwright code)" in proc.stderr
-        assert server.wait(timeout=30) == 0  # the old one ended cleanly
-        assert "started `kernelwright serve` for cpu" in proc.stderr
-        end = time.monotonic() + 60
-        log = cache / "serve" / "eval-cpu.log"
-        while not (log.exists() and " serving cpu on " in log.read_text()):
-            assert time.monotonic() < end, log.exists() and log.read_text()
-            time.sleep(0.1)
-        assert f"pid {server.pid} " not in log.read_text()
-    finally:
-        if server.poll() is None:
-            server.kill()
-        _kw("serve", "--stop", "--device", "cpu", cache=cache)
-
-
 @pytest.mark.parametrize(
     ("autostart", "device", "starts"),
     [("cuda", "cuda", True), ("cuda", "cpu", False), ("always", "cpu", True), ("never", "cuda", False)],
@@ -191,19 +159,6 @@ def test_which_evals_start_a_server(monkeypatch, cpu_config, autostart, device, 
     monkeypatch.setattr(eval_server, "start_detached", lambda cfg, spares, idle_s: started.append(cfg) or Path("log"))
     cli._start_server(replace(cpu_config, device=device), ServeConfig(autostart=autostart), quiet=True)
     assert bool(started) is starts
-
-
-# a server whose code stamp is another installation's (as after an upgrade); one spare, and stops when asked
-_OLD_SERVER = """
-import sys
-from pathlib import Path
-from kernelwright.engine.resolve import resolve_config
-from kernelwright.core.config import EvalConfig
-from kernelwright.executors.eval_server import EvalServer, run_server
-server = EvalServer(resolve_config(EvalConfig(device="cpu", cache_dir=sys.argv[2])), path=Path(sys.argv[1]), spares=1)
-server.stamp = "an older installation"
-run_server(server)
-"""
 
 
 def test_a_socket_left_by_a_dead_server_is_passed_over_and_replaced(tmp_path, cpu_config):
@@ -240,8 +195,9 @@ def test_a_server_of_other_code_refuses_the_job_and_the_client_says_so(tmp_path,
     assert server.served == 0 and not path.exists()
 
 
-def test_the_cli_evaluates_by_itself_when_the_server_refuses(tmp_path):
-    """A server that refuses (here: one of other code) costs the user nothing but a note."""
+def test_a_server_of_other_code_is_stopped_evaluated_past_and_replaced(tmp_path):
+    """A server left from before an upgrade (another code stamp) refuses the job: the CLI asks it to
+    stop, evaluates by itself, and (serve.autostart) starts one of its own code after."""
     cache = tmp_path / "cache"
     path = _socket_for(cache)
     cfg = make_cpu_config(str(cache))
@@ -250,15 +206,23 @@ def test_the_cli_evaluates_by_itself_when_the_server_refuses(tmp_path):
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        res = _kw(
-            "eval", ADD_ONE, CANDIDATES / "py_correct.py", "--device", "cpu", "--trials", "1", "--json", cache=cache
-        )
+        args = ("eval", ADD_ONE, CANDIDATES / "py_correct.py", "--device", "cpu", "--trials", "1", "--json")
+        res = _kw(*args, cache=cache, autostart="always")
+        thread.join(30)
+        assert not thread.is_alive()  # the old one stopped when asked
+        rec = _record(res)
+        assert rec["status"] == Status.PASSED.value and "served" not in rec["metadata"]
+        assert "stopped the server (it ran other kernelwright code); evaluating here" in res.stderr
+        assert "started `kernelwright serve` for cpu" in res.stderr
+        log = cache / "serve" / "eval-cpu.log"
+        end = time.monotonic() + 60
+        while not (log.exists() and " serving cpu on " in log.read_text()):  # the new one, of this code
+            assert time.monotonic() < end, log.exists() and log.read_text()
+            time.sleep(0.1)
     finally:
         server.stop()
         thread.join(30)
-    rec = _record(res)
-    assert rec["status"] == Status.PASSED.value and "served" not in rec["metadata"]
-    assert "did not take the job" in res.stderr and "evaluating here" in res.stderr
+        _kw("serve", "--stop", "--device", "cpu", cache=cache)
 
 
 @pytest.mark.skipif(os.getuid() != 0 or shutil.which("setpriv") is None, reason="needs root to act as another user")

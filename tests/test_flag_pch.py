@@ -114,13 +114,14 @@ class ModelNew(nn.Module):
 def test_a_build_with_torchs_default_flags_compiles_with_the_header_made_for_them(tmp_path, cpu_config):
     """torch's own precompiled header cannot be made in the trusted builder's sandbox (torch's
     installation is read-only there): a candidate with torch's default flags is built with the empty
-    flag set's header, made in the build cache at the first such build (this session's build cache:
-    every C++ test with default flags shares it), and gcc, run with that build's own command line
+    flag set's header, made in the build cache at the second such build (this session's build cache:
+    every later C++ test with default flags uses it), and gcc, run with that build's own command line
     (from its build.ninja), loads it. The flag-set rule (made at a set's second build) is the test above's."""
     if cpu_config.sandbox != "bwrap":
         pytest.skip("without bubblewrap the trusted builder can write torch's installation and uses torch's own header")
     here = Path(cpu_config.cache_dir) / "builds" / flag_pch.SUBDIR / flag_pch._key([])
     here.mkdir(parents=True, exist_ok=True)
+    (here / flag_pch.SEEN).write_text("")  # seen before (that rule is the test above's): this build makes it
     with open(here / "lock", "w") as lock:  # another worker's build may be making it: this one waits
         fcntl.flock(lock, fcntl.LOCK_EX)
     trusted_builds.forget()

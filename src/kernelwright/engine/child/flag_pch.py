@@ -3,9 +3,9 @@ default flags where torch's own header cannot be made).
 
 torch keeps one precompiled header per installation, for its default flags (`use_pch`, see
 `build.pch_usable`), next to its header: the trusted builder's sandbox has torch's installation
-read-only, so there the default flags (the empty set) get a header here too, made at their first
-build. A candidate that passes `extra_cflags=["-O3", ...]`, as most hand-written
-and LLM-written C++ extensions do, gets none: parsing <torch/extension.h> is about half of such a
+read-only, so there the default flags (the empty set) get a header here too, by the same rule.
+A candidate that passes `extra_cflags=["-O3", ...]`, as most hand-written and LLM-written C++
+extensions do, gets none from torch: parsing <torch/extension.h> is about half of such a
 build (24 s against 12 s for a one-function extension on a 2-core machine). Here each flag set
 gets its own header, in a directory of its own that goes first on the include path:
 
@@ -137,7 +137,7 @@ def header_dir(flags: list[str], keep: int, root: Path) -> Path | None:
             os.utime(here)  # recently used
             return here
         here.mkdir(parents=True, exist_ok=True)
-        if flags and not (here / SEEN).exists():  # torch's default flags (`[]`): every such call's, made at once
+        if not (here / SEEN).exists():
             (here / SEEN).write_text(" ".join(flags))
             return None
         if (here / FAILED).exists():
