@@ -90,6 +90,47 @@ def test_a_call_that_never_returns_is_stopped_at_the_limit_the_reference_sets(cp
     assert r.stage_times.correctness_s < 30
 
 
+SLOW_INPUTS_PROBLEM = """
+import time
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.relu(x) + 1.0
+
+
+def get_inputs():
+    time.sleep(0.8)  # inputs that take a while to make (a structured matrix, a graph, a tokenizer's output)
+    return [torch.randn(64, 64)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_a_runner_waiting_for_a_slow_judge_is_not_timed_out(cpu_config, tmp_path):
+    """The judge draws every input itself (a window's worth at a time): with a slow get_inputs() the
+    runner waits seconds for its next window, longer than its correctness stage's limit between
+    reports (2 s) and, all windows together, than its timing stage's budget (6 s here). The runner's
+    clocks stand still while the judge works (engine/coordinator.py); an honest candidate passes,
+    where it was `timeout` before (as an honest kernel was on an H100, 2026-11-26, while its judge
+    compiled the reference for `--compare-compile`)."""
+    problem = tmp_path / "problem.py"
+    problem.write_text(SLOW_INPUTS_PROBLEM)
+    cpu_config.timeouts.call_floor = 2
+    cpu_config.timeouts.timing = 6
+    cpu_config.timing.windows = 2
+    cpu_config.timing.max_window_calls = 4  # 4 draws of 0.8 s before a window
+    cpu_config.shapes = "off"
+    r = evaluate(problem, CANDIDATES / "py_correct.py", cpu_config)
+    assert r.status is Status.PASSED, r.error_log
+    assert r.speedup is not None
+    assert r.metadata["engine_phases_s"]["runner_clocks_paused"] > 6
+
+
 SLOW_BUT_RETURNING = """
 import time
 import torch

@@ -6,9 +6,13 @@ accepted once each and in order (startup, build, init, correctness, timing, prof
 its budget from the moment it is announced, all within a hard total of the budgets' sum from the
 runner's spawn, so no message can extend an evaluation. The judge (trusted) may also set a limit
 between two of the runner's reports in a stage (`limit`: in correctness, from the reference's own
-time), which only ever ends a stage sooner. A line longer than 1 MiB, or more messages than any
-honest run sends, ends the runner (a protocol violation). The one record returned is the judge's;
-the parent only says how the runner ended.
+time), which only ever ends a stage sooner. The runner's clocks (its stage's budget, the limit
+between its reports) stop while the judge works on a report the parent handed it, until the judge
+says it has handled every one (`handled`): a runner waiting for the judge (its reference, its
+oracle, the inputs of the next timing window) is not the candidate being slow; the hard total
+still holds, and the judge's own deadlines hold inside its timing windows. A line longer than
+1 MiB, or more messages than any honest run sends, ends the runner (a protocol violation). The
+one record returned is the judge's; the parent only says how the runner ended.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ class Outcome:
     judge_problem: str  # why the judge gave no record, when it did not
     wall_s: float
     judge_tail_s: float = 0.0  # from the runner's end to the judge's record (the verdict's own time)
+    runner_clocks_paused_s: float = 0.0  # while the runner lived, the judge at work on its reports
 
 
 class _Outbox:
@@ -103,9 +108,25 @@ def coordinate(
     last_report = time.monotonic()
     reported_in_stage = False
     limit_hit = 0.0  # the limit that ended the runner (seconds), when it was one of those
+    # the judge at work on the runner's reports: how many were handed to it and how many it has
+    # handled, and since when it has had one in hand (the runner's clocks stop meanwhile)
+    forwarded = handled = 0
+    judge_busy_since: float | None = None
+    judge_busy_s = 0.0
+
+    def resume_clocks(now: float) -> None:
+        """The judge has caught up: the runner's clocks go on, the judge's time added to them."""
+        nonlocal deadline, last_report, judge_busy_since, judge_busy_s
+        if judge_busy_since is None:
+            return
+        paused = now - judge_busy_since
+        judge_busy_since = None
+        judge_busy_s += paused
+        deadline += paused
+        last_report += paused
 
     def forward(msg: dict[str, Any]) -> None:
-        nonlocal stage, deadline, last_report, reported_in_stage
+        nonlocal stage, deadline, last_report, reported_in_stage, forwarded, judge_busy_since
         kind = msg.get("type")
         now = time.monotonic()
         last_report = now
@@ -125,6 +146,9 @@ def coordinate(
         if kind == "timing" and "timing" in stage_began:
             msg["parent_stage_s"] = now - stage_began["timing"]  # the parent's clock, not the runner's
         to_judge.put({"cmd": "runner", "msg": msg})
+        forwarded += 1
+        if judge_busy_since is None:
+            judge_busy_since = now
 
     for msg in pending:
         forward(msg)
@@ -137,6 +161,8 @@ def coordinate(
             between, first = report_limits[stage]
             per_report = between + (0.0 if reported_in_stage else first)
             limit = min(limit, last_report + per_report)
+        if judge_busy_since is not None:  # the runner's clocks stand still: the judge's total only
+            limit, per_report = hard_deadline, 0.0
         if now >= limit:
             timed_out = stage
             if per_report and limit == last_report + per_report:
@@ -187,6 +213,12 @@ def coordinate(
                         and first >= 0
                     ):
                         report_limits[st] = (float(secs), float(first))
+                elif msg.get("type") == "handled":  # the judge has handled this many of the runner's reports
+                    n = msg.get("n")
+                    if isinstance(n, int) and not isinstance(n, bool):
+                        handled = max(handled, n)
+                        if handled >= forwarded:
+                            resume_clocks(time.monotonic())
                 elif msg.get("type") == "final":
                     record = msg.get("record")
         if not ready and not runner.alive():
@@ -279,4 +311,5 @@ def coordinate(
         judge_problem=problem,
         wall_s=time.monotonic() - t_start,
         judge_tail_s=judge_tail_s,
+        runner_clocks_paused_s=judge_busy_s,
     )

@@ -493,6 +493,7 @@ def _run(
             shutil.rmtree(judge_dir, ignore_errors=True)
     phases["evaluation"] = outcome.wall_s
     phases["verdict_after_runner"] = outcome.judge_tail_s
+    phases["runner_clocks_paused"] = outcome.runner_clocks_paused_s  # the judge at work (not the runner's budget)
     phases["stop"] = time.monotonic() - t_phase - outcome.wall_s
     result = _record(outcome, config)
     if own_spare:  # "prestarted" tells of a spare the caller started ahead, not of this overlap

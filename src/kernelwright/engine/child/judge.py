@@ -1304,11 +1304,14 @@ def main(argv: list[str] | None = None) -> int:
         if not loaded:
             judge.ask("stop")
         ended: dict[str, Any] = {}
+        handled = 0
         for line in sys.stdin:
             cmd = json.loads(line)
             if cmd.get("cmd") == "runner":
                 if loaded:
                     judge.on_runner(cmd.get("msg") or {})
+                handled += 1
+                chan.send("handled", n=handled)  # the parent's clocks of the runner go on (engine/coordinator.py)
             elif cmd.get("cmd") == "ended":
                 ended = cmd
                 break
