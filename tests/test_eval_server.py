@@ -161,6 +161,21 @@ def test_which_evals_start_a_server(monkeypatch, cpu_config, autostart, device, 
     assert bool(started) is starts
 
 
+def test_a_second_server_for_the_same_socket_is_refused_and_the_first_keeps_it(tmp_path, cpu_config):
+    """Two evals that end together each start a server: the second ends at once (a lock held for the
+    first one's life), instead of taking the socket's path over between the first's bind and listen."""
+    path = _socket_for(tmp_path / "cache")
+    first = eval_server.EvalServer(cpu_config, path=path, spares=0, idle_s=60)
+    try:
+        inode = path.stat().st_ino
+        with pytest.raises(OSError, match="a server already runs"):
+            eval_server.EvalServer(cpu_config, path=path, spares=0, idle_s=60)
+        assert path.stat().st_ino == inode  # the first one's socket, untouched
+    finally:
+        first.close()
+    eval_server.EvalServer(cpu_config, path=path, spares=0, idle_s=60).close()  # free again once it closed
+
+
 def test_a_socket_left_by_a_dead_server_is_passed_over_and_replaced(tmp_path, cpu_config):
     cache = tmp_path / "cache"
     path = _socket_for(cache)

@@ -27,6 +27,7 @@ after `ServeConfig.idle_minutes` without a job; its log is next to its socket.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -280,10 +281,28 @@ class EvalServer:
         except BaseException:  # no server after all: its socket goes with it
             self._listener.close()
             self.path.unlink(missing_ok=True)
+            os.close(self._lock_fd)
             raise
 
     def _bind(self) -> socket.socket:
         _private_dir(self.path.parent)
+        # one server per socket path, held for its life: two evals that end together each start one,
+        # and the second must not take the path over from the first between its bind and its listen
+        lock_path = self.path.with_name(self.path.name + ".lock")
+        lock_fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        try:
+            try:
+                fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise OSError(f"a server already runs for {self.path} (stop it first, or use it)") from None
+            listener = self._listen()
+        except BaseException:
+            os.close(lock_fd)
+            raise
+        self._lock_fd = lock_fd
+        return listener
+
+    def _listen(self) -> socket.socket:
         if self.path.exists():
             probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
@@ -415,6 +434,7 @@ class EvalServer:
                 self.path.unlink()
             except OSError:
                 pass
+            os.close(self._lock_fd)  # the path is free for the next server
             self.pool.close()
 
 
