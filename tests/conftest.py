@@ -49,12 +49,19 @@ def pytest_collection_modifyitems(config, items):
 # ---- under pytest -n: the shared build cache's precompiled header, made once as the run starts ------
 
 _HEADER_MAKER = """
-import sys
+import fcntl, sys
 from pathlib import Path
 from kernelwright.engine.child import flag_pch
-root = Path(sys.argv[1]) / "builds" / flag_pch.SUBDIR
-for _ in range(2):  # a flag set is made at its second build: the first records it
-    flag_pch.header_dir([], flag_pch.DEFAULT_KEEP, root)
+# in the room as a running test is (`_turn`): a test marked `alone` waits until the header is made
+lock_dir = Path(sys.argv[2])
+lock_dir.mkdir(parents=True, exist_ok=True)
+with open(lock_dir / "turnstile", "a") as turnstile, open(lock_dir / "room", "a") as room:
+    fcntl.flock(turnstile, fcntl.LOCK_EX)
+    fcntl.flock(room, fcntl.LOCK_SH)
+    fcntl.flock(turnstile, fcntl.LOCK_UN)
+    root = Path(sys.argv[1]) / "builds" / flag_pch.SUBDIR
+    for _ in range(2):  # a flag set is made at its second build: the first records it
+        flag_pch.header_dir([], flag_pch.DEFAULT_KEEP, root)
 """
 
 
@@ -69,10 +76,13 @@ def pytest_sessionstart(session):
     import subprocess
     import sys
 
-    shared = os.environ.get("KW_TEST_CACHE") or str(config._tmp_path_factory.getbasetemp() / "kw-cache-shared")
+    base = config._tmp_path_factory.getbasetemp()  # the workers' base directories are inside it
+    shared = os.environ.get("KW_TEST_CACHE") or str(base / "kw-cache-shared")
     os.makedirs(shared, exist_ok=True)
     config._kw_header_maker = subprocess.Popen(
-        [sys.executable, "-c", _HEADER_MAKER, shared], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        [sys.executable, "-c", _HEADER_MAKER, shared, str(base / "kw-alone-lock")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
 
 

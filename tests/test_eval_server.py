@@ -188,7 +188,7 @@ def test_a_socket_left_by_a_dead_server_is_passed_over_and_replaced(tmp_path, cp
     server = eval_server.EvalServer(cpu_config, path=path, spares=0, idle_s=5)
     try:
         assert path.exists() and server.path == path
-        with pytest.raises(OSError, match="already listens"):
+        with pytest.raises(OSError, match="a server already runs"):
             eval_server.EvalServer(cpu_config, path=path, spares=0)
     finally:
         server.close()

@@ -119,11 +119,11 @@ def coordinate(
         nonlocal deadline, last_report, judge_busy_since, judge_busy_s
         if judge_busy_since is None:
             return
-        paused = now - judge_busy_since
-        judge_busy_since = None
-        judge_busy_s += paused
-        deadline += paused
-        last_report += paused
+        busy_from, judge_busy_since = judge_busy_since, None
+        judge_busy_s += now - busy_from
+        # each clock stood still from the later of the judge's start and its own start
+        deadline += now - max(busy_from, stage_began[stage])
+        last_report += now - max(busy_from, last_report)
 
     def forward(msg: dict[str, Any]) -> None:
         nonlocal stage, deadline, last_report, reported_in_stage, forwarded, judge_busy_since
