@@ -114,6 +114,21 @@ def _lines(conn: socket.socket, deadline: float | None = None):
 # ---- the client -----------------------------------------------------------------------------------
 
 
+def _connect(path: Path) -> socket.socket | None:
+    """A connection to the server at `path` (2 s to answer); None where no socket is there or
+    nobody listens on it (a socket left by a server that is gone)."""
+    if not path.exists():
+        return None
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    conn.settimeout(2.0)
+    try:
+        conn.connect(str(path))
+    except OSError:
+        conn.close()
+        return None
+    return conn
+
+
 def submit(
     problem: Path,
     candidate: Path,
@@ -127,16 +142,10 @@ def submit(
     a job the server refused raises `ServerRefused`."""
     from kernelwright.engine import EngineError
 
-    path = path or socket_path(config.device)
-    if not path.exists():
+    conn = _connect(path or socket_path(config.device))
+    if conn is None:
         return None
-    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        conn.settimeout(2.0)
-        try:
-            conn.connect(str(path))
-        except OSError:  # a socket left by a server that is gone
-            return None
         conn.settimeout(None)
         job = {
             "stamp": code_stamp(),
@@ -169,13 +178,11 @@ def stop_server(device: str, path: Path | None = None, wait_s: float = 10.0) -> 
     """Ask the server for `device` to stop (it answers its own user in its own namespaces only, of
     any code version); its process id once its socket is gone, None where none answered."""
     path = path or socket_path(device)
-    if not path.exists():
+    conn = _connect(path)
+    if conn is None:
         return None
-    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        conn.settimeout(2.0)
         try:
-            conn.connect(str(path))
             _send(conn, {"stop": True})
         except OSError:
             return None
