@@ -157,8 +157,13 @@ def test_which_evals_start_a_server(monkeypatch, cpu_config, autostart, device, 
 
     started = []
     monkeypatch.setattr(eval_server, "start_detached", lambda cfg, spares, idle_s: started.append(cfg) or Path("log"))
+    monkeypatch.delenv("CI", raising=False)
     cli._start_server(replace(cpu_config, device=device), ServeConfig(autostart=autostart), quiet=True)
     assert bool(started) is starts
+    monkeypatch.setenv("CI", "true")  # a CI job's step: only `always` starts one
+    started.clear()
+    cli._start_server(replace(cpu_config, device=device), ServeConfig(autostart=autostart), quiet=True)
+    assert bool(started) is (starts and autostart == "always")
 
 
 def test_a_second_server_for_the_same_socket_is_refused_and_the_first_keeps_it(tmp_path, cpu_config):

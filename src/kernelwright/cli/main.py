@@ -10,6 +10,7 @@ the fix, never a traceback.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any, NoReturn
@@ -263,12 +264,13 @@ def eval_cmd(
                 result = _evaluate_here_or_served(problem, candidate, cfg, use_server, progress.stage, served)
     except EngineError as exc:
         fail(str(exc))
-    if use_server and not served[0]:
-        _start_server(cfg, settings.serve, quiet=verbosity < 0)
     if json_out:
         sys.stdout.write(result.to_json() + "\n")
     else:
         render_result(result, out_console(), evidence=cfg.profile.enabled, verbosity=verbosity)
+    if use_server and not served[0]:  # after the result: a person reads the verdict first
+        sys.stdout.flush()
+        _start_server(cfg, settings.serve, quiet=verbosity < 0)
     if result.status.value in failing:
         raise typer.Exit(int(ExitCode.VERDICT))
 
@@ -307,6 +309,8 @@ def _start_server(cfg: EvalConfig, serve: ServeConfig, quiet: bool) -> None:
     """After an evaluation no server took: a server for the device in the background, where
     `serve.autostart` asks for one (`--no-server` never gets here)."""
     if serve.autostart == "never" or (serve.autostart == "cuda" and cfg.device != "cuda"):
+        return
+    if serve.autostart == "cuda" and os.environ.get("CI"):  # a CI job's step: nothing left behind it
         return
     from kernelwright.executors.eval_server import start_detached
 
