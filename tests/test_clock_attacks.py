@@ -55,6 +55,9 @@ SANDBOXES = ["none", pytest.param("bwrap", marks=pytest.mark.skipif(not HAS_BWRA
 def test_honest_control_passes_at_about_1x(cpu_config, sandbox):
     r = run(_config(cpu_config, sandbox), "honest.py")
     assert r.status is Status.PASSED, r.error_log
+    if not 0.4 < r.speedup < 2.5:  # CI's two shared cores measured 0.31x once (2026-11-27): a second look
+        r = run(_config(cpu_config, sandbox), "honest.py")
+        assert r.status is Status.PASSED, r.error_log
     assert 0.4 < r.speedup < 2.5, r.speedup
     assert r.metadata["timing"]["clock"] == "judge"
     assert "timed_output_mismatch" not in flags(r) and "faster_than_hardware" not in flags(r), flags(r)
