@@ -314,7 +314,7 @@ class Runner:
         self.report_builds()
         if not ok:
             return False
-        if self.caught_build_failure("build"):  # the candidate swallowed its own build error
+        if self.failed_build("build", caught=True):  # the candidate swallowed its own build error
             return False
         if not hasattr(self.candidate, "ModelNew"):
             self.fail(
@@ -336,17 +336,17 @@ class Runner:
         self.chan.send("build", builds=builds)
         return True
 
-    def caught_build_failure(self, stage: str) -> bool:
-        """A build that failed, which the candidate caught (it goes on with a fallback): one rule
-        wherever the build was made, at import, in `__init__` or at a call (docs/VERDICTS.md)."""
+    def failed_build(self, stage: str, caught: bool) -> bool:
+        """The first build of the log that failed, sent as `compile_error` (`caught`: the candidate
+        went on with a fallback): one rule wherever the build was made, at import, in `__init__` or
+        at a call (docs/VERDICTS.md). Whether there was one."""
         from kernelwright.engine.child import build
 
-        failed = [b for b in build.BUILD_LOG if b.get("ok") is False and "output" in b]
-        if not failed:
+        b = next((b for b in build.BUILD_LOG if b.get("ok") is False and "output" in b), None)
+        if b is None:
             return False
-        b = failed[0]
         exc = build.CandidateBuildError(b["name"], b["output"], [])
-        self.compile_error(exc, issues=b["issues"], caught=True, stage=stage)
+        self.compile_error(exc, issues=b["issues"], caught=caught, stage=stage)
         return True
 
     def build_failure_after_import(self, exc: BaseException | None, stage: str) -> None:
@@ -360,15 +360,8 @@ class Runner:
         if isinstance(exc, build.CandidateBuildError):
             self.compile_error(exc, stage=stage)
             raise Stop()
-        if exc is not None:  # it raised something else after a build failed (its own wrapper): still that build's
-            failed = [b for b in build.BUILD_LOG if b.get("ok") is False and "output" in b]
-            if failed:
-                b = failed[0]
-                error = build.CandidateBuildError(b["name"], b["output"], [])
-                self.compile_error(error, issues=b["issues"], stage=stage)
-                raise Stop()
-            return
-        if self.caught_build_failure(stage):
+        # it raised something else after a build failed (its own wrapper): still that build's
+        if self.failed_build(stage, caught=exc is None):
             raise Stop()
 
     def compile_error(
