@@ -16,8 +16,10 @@ optionally, a KernelBench checkout for the problems' names (`KernelBench/levelN/
 the suite's wall over the problems it ran, the median and p90 wall per problem, each stage's median
 (start-up, build, init, correctness, timing, profile), the GPU's busy share as the suite reported
 it, the verdict mix, how many passed kernels hold at every other size (`size_robust`) and how many
-are `shape_specific`, and the problems whose build failed or timed out. A rerun with the same
-`--name` resumes (the store skips what is finished); the summary counts what the records hold.
+are `shape_specific`, the problems whose build failed or timed out, and the cold builds: the prebuild's
+wall for each candidate that builds an extension of its own (median, p90; the issue's ≤ 20 s
+target). A rerun with the same `--name` resumes (the store skips what is finished); the summary
+counts what the records hold.
 """
 
 from __future__ import annotations
@@ -137,6 +139,22 @@ def summarise(records: list[dict], suite_json: dict | None) -> dict:
             else:
                 robust["unknown"] += 1
     build_fail = [r["path"] for r in records if r.get("status") == "compile_error"]
+    # cold builds: the prebuild's wall (a CPU-only child: import, recording, the trusted builder's
+    # compile) of each candidate that builds an extension of its own (load_inline/load), off the GPU's path
+    cold = [
+        float(pre["wall_s"])
+        for r in records
+        if (pre := ((r.get("metadata") or {}).get("executor") or {}).get("prebuild"))
+        and pre.get("wall_s") is not None
+        and (r.get("metadata") or {}).get("builds")
+    ]
+    cold_failed = sum(
+        1
+        for r in records
+        if (pre := ((r.get("metadata") or {}).get("executor") or {}).get("prebuild"))
+        and not pre.get("ok")
+        and (r.get("metadata") or {}).get("builds")
+    )
     caught = [r["path"] for r in records if (r.get("metadata") or {}).get("build_failure_caught")]
     totals = stages["total_s"]
     # the pipeline's pace: seconds between one record and the next (builds overlap, so this, not an
@@ -163,6 +181,13 @@ def summarise(records: list[dict], suite_json: dict | None) -> dict:
         "stage_sum_s": {s: round(sum(v), 1) for s, v in stages.items()},
         "flags": dict(flags.most_common()),
         "passed_kernels_by_size": robust,
+        "builds_in_prebuild_s": {
+            "candidates": len(cold),
+            "median": round(statistics.median(cold), 2) if cold else None,
+            "p90": _pct(cold, 0.9),
+            "max": max(cold) if cold else None,
+            "not_ok": cold_failed,
+        },
         "compile_errors": build_fail,
         "build_failures_caught": caught,
     }
