@@ -42,6 +42,34 @@ def test_a_name_merely_contained_in_another_is_not_a_declaration():
     ]
 
 
+MODULE = """
+torch::Tensor f(torch::Tensor x) { return x + 1; }
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("f", &f); }
+"""
+
+
+def test_a_module_of_its_own_and_functions_too_defines_the_module_twice():
+    assert build.module_defined_twice(MODULE, "ext", ["f"]) is True
+    assert build.module_defined_twice([MODULE], "ext", []) is True  # torch appends its block for [] too
+    assert build.module_defined_twice(MODULE.replace("TORCH_EXTENSION_NAME", "ext"), "ext", ["f"]) is True
+
+
+@pytest.mark.parametrize(
+    ("text", "functions"),
+    [
+        (MODULE, None),  # no functions: torch adds no block, the candidate's is the only one
+        (MODULE.replace("TORCH_EXTENSION_NAME", "other_name"), ["f"]),  # another module's init: it builds
+        ("// " + MODULE.replace("\n", "\n// "), ["f"]),  # commented out
+        ("/*" + MODULE + "*/", ["f"]),
+        ("#ifndef SKIP\n" + MODULE + "#endif\n", ["f"]),  # the preprocessor may drop it: not certain
+        ("#define TORCH_EXTENSION_NAME other\n" + MODULE, ["f"]),
+        ('const char* doc = R"(\n' + MODULE + ')";', ["f"]),  # inside a raw string: not read
+    ],
+)
+def test_a_module_block_that_may_not_clash_is_left_to_the_compiler(text, functions):
+    assert build.module_defined_twice(text, "ext", functions) is False
+
+
 # ---- through the engine: no compiler run, a clear message ----------------------------------------------
 
 
@@ -96,3 +124,15 @@ def test_a_real_compile_error_caught_by_a_fallback_says_so_too(cpu_config):
     assert r.error_log.startswith("The candidate caught this build failure and would have run PyTorch instead")
     assert "Compilation of extension 'kw_test_relu_fallback_error' failed" in r.error_log
     assert not r.metadata["builds"][0].get("precheck")
+
+
+def test_a_module_defined_twice_is_a_compile_error_found_before_compiling(cpu_config):
+    """CUDA-L1's 3_, 10_, 50_ and 84_ (level 1): the compiler's "redefinition of PyInit_..." came after
+    27-87 s of build on the H100; the precheck says it at once, and the fallback is not evaluated."""
+    r = evaluate(ADD_ONE, BF / "module_defined_twice.py", cpu_config)
+    assert r.status is Status.COMPILE_ERROR, r.error_log
+    assert r.error_log.startswith("The candidate caught this build failure and would have run PyTorch instead")
+    assert "two definitions of PyInit_relu_plus_one_twice" in r.error_log
+    assert "no compiler was run" in r.error_log
+    assert r.metadata["builds"][0]["precheck"] is True
+    assert r.stage_times.build_s is None or r.stage_times.build_s < 10  # the compiler alone takes ~20 s here

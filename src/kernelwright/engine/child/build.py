@@ -648,7 +648,19 @@ def _precheck_functions(
         bound = inspect.signature(original_inline).bind(name, cpp_sources, cuda_sources, *args, **kwargs)
     except TypeError:
         return  # a call torch itself will reject: leave it to torch
-    missing = undeclared_functions(cpp_sources, bound.arguments.get("functions"))
+    functions = bound.arguments.get("functions")
+    if module_defined_twice(cpp_sources, name, functions):
+        message = (
+            f"cpp_sources define the module themselves (PYBIND11_MODULE) and load_inline(functions=[...]) "
+            f"asks torch to define it too: main.cpp would hold two definitions of PyInit_{name}, so this build "
+            f"cannot succeed. Drop functions=..., or drop the PYBIND11_MODULE block from cpp_sources"
+        )
+        output = (
+            f"Error building extension '{name}': found before compiling (no compiler was run):\n"
+            f"main.cpp: error: redefinition of 'PyObject* PyInit_{name}()'\n{message}"
+        )
+        _fail_before_compiling(name, output, CompileIssue(message=message))
+    missing = undeclared_functions(cpp_sources, functions)
     if not missing:
         return
     cuda_text = "\n".join(_as_list(cuda_sources))
@@ -678,7 +690,13 @@ def _precheck_functions(
         f"Error building extension '{name}': found before compiling (no compiler was run):\n"
         f"main.cpp: error: '{first}' was not declared in this scope\n{message}"
     )
-    issues = [CompileIssue(message=message, candidate_line=_functions_line(candidate_file, first))]
+    _fail_before_compiling(
+        name, output, CompileIssue(message=message, candidate_line=_functions_line(candidate_file, first))
+    )
+
+
+def _fail_before_compiling(name: str, output: str, issue: CompileIssue) -> NoReturn:
+    """Record a build the precheck found cannot succeed, and raise its CandidateBuildError."""
     BUILD_LOG.append(
         {
             "kind": "inline",
@@ -689,10 +707,32 @@ def _precheck_functions(
             "ok": False,
             "precheck": True,
             "output": output,
-            "issues": [asdict(i) for i in issues],
+            "issues": [asdict(issue)],
         }
     )
-    raise CandidateBuildError(name, output, issues)
+    raise CandidateBuildError(name, output, [issue])
+
+
+# a preprocessor line that could hide or rename a module definition, and a raw string literal (whose
+# lines a comment-and-line match cannot read): where either is in cpp_sources, no certainty
+_UNSURE_CPP = re.compile(r"^\s*#\s*(if|ifdef|ifndef|elif|else|define|undef)\b|R\"", re.M)
+_COMMENTS = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
+
+
+def module_defined_twice(cpp_sources: _Sources, name: str, functions: object) -> bool:
+    """Would main.cpp define the extension's module twice? torch appends its own
+    `PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)` whenever `functions` is given (an empty list too);
+    cpp_sources that open a line with one of their own for the same module name make
+    `PyInit_<name>` defined twice, a certain compile error. Only where nothing in cpp_sources could
+    hide or rename it (no conditional or defining preprocessor line, no raw string literal)."""
+    if functions is None:
+        return False
+    text = "\n".join(_as_list(cpp_sources))
+    if _UNSURE_CPP.search(text):
+        return False
+    text = _COMMENTS.sub(" ", text)
+    module = rf"(TORCH_EXTENSION_NAME|{re.escape(name)})"
+    return re.search(rf"^\s*PYBIND11_MODULE\s*\(\s*{module}\s*,", text, re.M) is not None
 
 
 def certain_failure(issues: list[CompileIssue]) -> bool:

@@ -56,6 +56,7 @@ def main(job_path: str) -> int:
     for call in job["calls"]:
         before = len(build.BUILD_LOG)
         error = ""
+        t0 = time.perf_counter()
         try:
             if "load_sources" in call:  # a recorded load() of files the candidate wrote: written here
                 _load_from_files(cpp_ext, call, job["cache_root"])
@@ -64,6 +65,15 @@ def main(job_path: str) -> int:
         except Exception as exc:  # the evaluation builds it again, privately, and reports the error
             error = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
         done = [e for e in build.BUILD_LOG[before:] if e.get("ok")]
+        # where the call's time went (evidence for benchmarks/cold_builds.py): the whole call, the
+        # lean-header attempt (used, or failed first and how long it took), a precheck's failure
+        seen = build.BUILD_LOG[before:]
+        how: dict = {"call_s": round(time.perf_counter() - t0, 3)}
+        lean = next((e["lean_headers"] for e in reversed(seen) if isinstance(e.get("lean_headers"), dict)), None)
+        if lean is not None:
+            how["lean_headers"] = {k: lean[k] for k in ("used", "tried_s", "reason") if k in lean}
+        if any(e.get("precheck") for e in seen):
+            how["precheck"] = True
         if done:
             e = done[-1]
             results.append(
@@ -76,11 +86,12 @@ def main(job_path: str) -> int:
                     "sha256": e.get("sha256"),
                     "build_s": round(e.get("build_s") or 0.0, 3),
                     "pch": e.get("pch", False),  # torch's header (True), one for the call's flags ("flags")
+                    **how,
                 }
             )
         else:
             failed = [e for e in build.BUILD_LOG[before:] if e.get("ok") is False and e.get("output")]
-            res = {"name": call.get("name"), "ok": False, "error": error or "the build failed"}
+            res = {"name": call.get("name"), "ok": False, "error": error or "the build failed", **how}
             if "load_sources" in call and not _self_contained(call):  # files the candidate's directory may
                 res["load"] = True  # complete (a header it wrote beside them): the evaluation builds it itself
             elif failed:  # the compiler's verdict: the evaluation reports it without building again
