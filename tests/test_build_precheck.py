@@ -52,6 +52,12 @@ def test_a_module_of_its_own_and_functions_too_defines_the_module_twice():
     assert build.module_defined_twice(MODULE, "ext", ["f"]) is True
     assert build.module_defined_twice([MODULE], "ext", []) is True  # torch appends its block for [] too
     assert build.module_defined_twice(MODULE.replace("TORCH_EXTENSION_NAME", "ext"), "ext", ["f"]) is True
+    # as CUDA-L1's 11_ and 21_ (level 2) are written: macros of their own, an include guard closed before
+    defines = '#define CHECK_CUDA(x) TORCH_CHECK(x.is_cuda(), #x " must be a CUDA tensor")\n'
+    assert build.module_defined_twice(defines + MODULE, "ext", ["f"]) is True
+    guard = "#ifndef EXT_H\n#define EXT_H\nint g();\n#endif\n"
+    assert build.module_defined_twice(guard + MODULE, "ext", ["f"]) is True
+    assert build.module_defined_twice('TORCH_CHECK(ok, "NO ERROR");\n' + MODULE, "ext", ["f"]) is True
 
 
 @pytest.mark.parametrize(
@@ -63,6 +69,7 @@ def test_a_module_of_its_own_and_functions_too_defines_the_module_twice():
         ("/*" + MODULE + "*/", ["f"]),
         ("#ifndef SKIP\n" + MODULE + "#endif\n", ["f"]),  # the preprocessor may drop it: not certain
         ("#define TORCH_EXTENSION_NAME other\n" + MODULE, ["f"]),
+        ('#include "my_module.h"\n' + MODULE, ["f"]),  # a header of its own could rename it
         ('const char* doc = R"(\n' + MODULE + ')";', ["f"]),  # inside a raw string: not read
     ],
 )

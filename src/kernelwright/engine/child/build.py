@@ -713,18 +713,25 @@ def _fail_before_compiling(name: str, output: str, issue: CompileIssue) -> NoRet
     raise CandidateBuildError(name, output, [issue])
 
 
-# a preprocessor line that could hide or rename a module definition, and a raw string literal (whose
-# lines a comment-and-line match cannot read): where either is in cpp_sources, no certainty
-_UNSURE_CPP = re.compile(r"^\s*#\s*(if|ifdef|ifndef|elif|else|define|undef)\b|R\"", re.M)
+# what could hide or rename a module definition, so that a line-by-line reading is not certain: a
+# raw string literal (its lines are not code), a header of the candidate's own ("..." includes), or a
+# definition of the names the block is made of
+_UNSURE_CPP = re.compile(
+    r'\b(u8|u|U|L)?R"[^\s()\\]{0,16}\('  # a raw string literal
+    r'|^\s*#\s*include\s*"'
+    r"|^\s*#\s*(define|undef)\s+(TORCH_EXTENSION_NAME|PYBIND11_MODULE)\b",
+    re.M,
+)
 _COMMENTS = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
+_CONDITIONAL = re.compile(r"^\s*#\s*(if|ifdef|ifndef|endif)\b", re.M)
 
 
 def module_defined_twice(cpp_sources: _Sources, name: str, functions: object) -> bool:
     """Would main.cpp define the extension's module twice? torch appends its own
     `PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)` whenever `functions` is given (an empty list too);
-    cpp_sources that open a line with one of their own for the same module name make
-    `PyInit_<name>` defined twice, a certain compile error. Only where nothing in cpp_sources could
-    hide or rename it (no conditional or defining preprocessor line, no raw string literal)."""
+    cpp_sources that open a line with one of their own for the same module name, outside any
+    `#if`, make `PyInit_<name>` defined twice, a certain compile error. Only where nothing could
+    hide or rename it (see `_UNSURE_CPP`)."""
     if functions is None:
         return False
     text = "\n".join(_as_list(cpp_sources))
@@ -732,7 +739,13 @@ def module_defined_twice(cpp_sources: _Sources, name: str, functions: object) ->
         return False
     text = _COMMENTS.sub(" ", text)
     module = rf"(TORCH_EXTENSION_NAME|{re.escape(name)})"
-    return re.search(rf"^\s*PYBIND11_MODULE\s*\(\s*{module}\s*,", text, re.M) is not None
+    for block in re.finditer(rf"^\s*PYBIND11_MODULE\s*\(\s*{module}\s*,", text, re.M):
+        depth = 0  # the conditionals open where the block starts (an include guard closed before it is 0)
+        for c in _CONDITIONAL.finditer(text, 0, block.start()):
+            depth += -1 if c.group(1) == "endif" else 1
+        if depth == 0:
+            return True
+    return False
 
 
 def certain_failure(issues: list[CompileIssue]) -> bool:

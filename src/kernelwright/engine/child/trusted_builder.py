@@ -68,7 +68,7 @@ def main(job_path: str) -> int:
         # where the call's time went (evidence for benchmarks/cold_builds.py): the whole call, the
         # lean-header attempt (used, or failed first and how long it took), a precheck's failure
         seen = build.BUILD_LOG[before:]
-        how: dict = {"call_s": round(time.perf_counter() - t0, 3)}
+        how: dict[str, Any] = {"call_s": round(time.perf_counter() - t0, 3)}
         lean = next((e["lean_headers"] for e in reversed(seen) if isinstance(e.get("lean_headers"), dict)), None)
         if lean is not None:
             how["lean_headers"] = {k: lean[k] for k in ("used", "tried_s", "reason") if k in lean}
