@@ -364,6 +364,11 @@ def test_optimize_verbose_shows_stages_with_elapsed_time(tmp_path, cache_dir):
     assert re.search(r"^  passed: .* on cpu", res.stderr, re.M)  # each round's record in one line
 
 
+def _sigint_as_a_terminal_sends_it() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 # the CLI as `python -m kernelwright.cli.main` runs it, every thread's stack written to stderr on SIGUSR1
 DUMPS_ON_SIGUSR1 = (
     "import faulthandler, signal, sys; faulthandler.register(signal.SIGUSR1, all_threads=True); "
@@ -396,6 +401,11 @@ def test_ctrl_c_ends_the_run_with_130_and_a_stopped_summary(tmp_path, cache_dir)
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            # SIGINT as a terminal delivers it: a child inherits an ignored or blocked SIGINT, and Python
+            # then never raises KeyboardInterrupt. Under pytest -n something earlier in the worker's
+            # process had left it so: the CLI ran on through SIGINT (its threads' stacks: in the
+            # evaluation after the Coder's answer), a 60 s hang in three full runs, never the file alone
+            preexec_fn=_sigint_as_a_terminal_sends_it,
         )
         deadline = time.monotonic() + 60
         while not server.log and time.monotonic() < deadline:  # the Coder was asked: the run is under way

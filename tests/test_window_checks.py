@@ -83,6 +83,17 @@ def test_windows_grow_after_the_warm_up_for_a_candidate_much_faster_than_its_ref
     assert not windows.regrow(q, candidate_ms=3.0, window_ms=25) and q.calls == 13  # never shrinks
 
 
+def test_a_second_look_grows_the_windows_only_where_the_first_was_far_off():
+    """The GPU's second warm-up window (grown, warm) sizes the windows again: its per-call time no
+    longer carries the first window's fixed costs over a few calls."""
+    from kernelwright.engine.child import windows
+
+    p = windows.plan(2.0, 1 << 20, 1 << 20, 1 << 30, 25, 5, 256)
+    assert windows.regrow(p, candidate_ms=0.5, window_ms=25) and p.calls == 50  # fixed costs in the estimate
+    assert not windows.regrow(p, candidate_ms=0.4, window_ms=25, min_factor=1.5) and p.calls == 50  # 63: close
+    assert windows.regrow(p, candidate_ms=0.1, window_ms=25, min_factor=1.5) and p.calls == 128  # far off
+
+
 def test_an_allocation_refused_by_the_driver_or_torch_is_out_of_memory():
     from kernelwright.engine.child.device_handoff import Unavailable
     from kernelwright.engine.child.timing_review import _out_of_memory
