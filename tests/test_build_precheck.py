@@ -70,6 +70,7 @@ def test_a_module_of_its_own_and_functions_too_defines_the_module_twice():
         ("#ifndef SKIP\n" + MODULE + "#endif\n", ["f"]),  # the preprocessor may drop it: not certain
         ("#define TORCH_EXTENSION_NAME other\n" + MODULE, ["f"]),
         ('#include "my_module.h"\n' + MODULE, ["f"]),  # a header of its own could rename it
+        ("#define REGISTER \\\n" + MODULE.strip().replace("\n", " \\\n"), ["f"]),  # a macro never used
         ('const char* doc = R"(\n' + MODULE + ')";', ["f"]),  # inside a raw string: not read
     ],
 )

@@ -737,7 +737,8 @@ def module_defined_twice(cpp_sources: _Sources, name: str, functions: object) ->
     text = "\n".join(_as_list(cpp_sources))
     if _UNSURE_CPP.search(text):
         return False
-    text = _COMMENTS.sub(" ", text)
+    # a backslash-newline joins lines (a macro's body, a string): what follows it starts no line
+    text = _COMMENTS.sub(" ", text.replace("\\\n", " "))
     module = rf"(TORCH_EXTENSION_NAME|{re.escape(name)})"
     for block in re.finditer(rf"^\s*PYBIND11_MODULE\s*\(\s*{module}\s*,", text, re.M):
         depth = 0  # the conditionals open where the block starts (an include guard closed before it is 0)
