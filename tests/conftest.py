@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import os
 from pathlib import Path
 
@@ -38,22 +37,7 @@ def _cuda_available() -> bool:
         return False
 
 
-def _heaviest_files_first(items) -> None:
-    """Files in the order of their measured seconds, heaviest first (tests/file_seconds.json, made by
-    scripts/test_file_seconds.py), each file's tests in their own order: under `--dist loadfile` a
-    heavy file handed out last is a tail the other workers wait out. Order only, never selection."""
-    try:
-        seconds = json.loads((Path(__file__).parent / "file_seconds.json").read_text())
-    except (OSError, ValueError):
-        return
-    first: dict[str, int] = {}
-    for i, item in enumerate(items):
-        first.setdefault(item.path.name, i)
-    items.sort(key=lambda item: (-float(seconds.get(item.path.name, 0)), first[item.path.name]))
-
-
 def pytest_collection_modifyitems(config, items):
-    _heaviest_files_first(items)
     if _cuda_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU (marked gpu)")
