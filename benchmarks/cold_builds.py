@@ -1,6 +1,6 @@
 """Cold builds of a corpus' custom-kernel candidates, one by one or a few at once: where each build's time goes.
 
-    PYTHONPATH=src python3 benchmarks/cold_builds.py CORPUS --levels 1,2 [--workers 1] [--limit N] [--out DIR]
+    PYTHONPATH=src python3 -m benchmarks.cold_builds CORPUS --levels 1,2 [--workers 1] [--limit N] [--out DIR]
 
 CORPUS is a folder unpacked by `benchmarks/corpus_suite.py unpack` (problems/levelN, candidates/levelN).
 Every candidate whose text calls `load_inline` or `cpp_extension.load` is built by the engine's
@@ -30,6 +30,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+from benchmarks.corpus_suite import _pct
 from kernelwright.core.config import EvalConfig
 from kernelwright.engine.build.prebuild import BuildPool
 from kernelwright.engine.resolve import resolve_config
@@ -37,18 +38,11 @@ from kernelwright.engine.resolve import resolve_config
 BUILDS = re.compile(r"\bload_inline\b|cpp_extension\.load\b|\bload\(")
 
 
-def _pct(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    values = sorted(values)
-    return round(values[min(len(values) - 1, int(round(q * (len(values) - 1))))], 2)
-
-
 def _stats(values: list[float]) -> dict:
     return {
         "n": len(values),
         "median": round(statistics.median(values), 2) if values else None,
-        "p90": _pct(values, 0.9),
+        "p90": round(p, 2) if (p := _pct(values, 0.9)) is not None else None,
         "max": round(max(values), 2) if values else None,
     }
 

@@ -179,8 +179,8 @@ def _run(
     try:
         # one warm-up window; another when it grows the windows. On a GPU a grown warm-up window
         # is looked at once more: the first one's per-call time carries its fixed costs over few
-        # calls (and the first calls' own), so it sizes the windows short, and by how much varied
-        # from run to run (Mamba-2's final state: 42 sets in one run, 203 in the next, 18x and 27x)
+        # calls (and the first calls' own), so it sizes the windows short, by an amount that varies
+        # from run to run, and a launch-bound candidate's figure with it (docs/PERFORMANCE.md)
         warmups = 1
         r = shrunk = 0
         while r < plan.rounds + warmups:
