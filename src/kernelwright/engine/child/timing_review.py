@@ -37,7 +37,7 @@ def _budget_bytes(judge: Judge) -> int:
         # windows of a memory-bound problem are as long as this allows: each hand-over's fixed cost
         # is shared by more calls (the plan counts the runner's outputs too; a window that finds the
         # memory taken meanwhile, by other evaluations on the device, is halved and run again)
-        return int(free * 0.5)
+        return int(free * 0.7)
     return 1 << 30
 
 
@@ -213,6 +213,7 @@ def _run(
                     raise
                 shrunk += 1
                 sets = ref_outs = []
+                timer.close()  # a smaller ring for the smaller windows
                 if on_gpu:
                     torch.cuda.empty_cache()
                 plan.calls = plan.limit = max(1, plan.calls // 2)
@@ -274,6 +275,8 @@ def _run(
         judge.set_verdict(Status.RUNTIME_ERROR, str(exc), Stage.TIMING)
         judge.ask("stop")
         return
+    finally:
+        timer.close()  # the output ring (the runner drops its mapping at its next command)
     judge.checked.append("timed_output_mismatch")
     judge.facts["timed_calls_checked"] = checked
     if bad:

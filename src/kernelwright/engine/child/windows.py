@@ -164,11 +164,53 @@ class Layout:
 
 
 def _sync(device: torch.device) -> None:
+    """Wait for the device's work. On a GPU the wait polls an event first, then synchronises the
+    device (work on other streams too): a blocking synchronisation's wake-up costs 0.1-0.3 ms,
+    counted once per window on each side (both sides wait the same way)."""
     if device.type == "cuda":
+        ev = torch.cuda.Event()
+        ev.record()
+        while not ev.query():
+            pass
         torch.cuda.synchronize(device)
 
 
 # ---- the runner's side ----------------------------------------------------------------------------
+
+
+class Rings:
+    """The runner's mapping of the judge's output ring: one region for the outputs of every window
+    of a timing stage, mapped once (the inputs come in a fresh region each window). The judge
+    zeroes the slots before each window and snapshots them after; what the runner writes there
+    outside a window is overwritten or read only after a window's own commit."""
+
+    def __init__(self) -> None:
+        self.region: shared_region.Region | None = None
+        self.id: int | None = None
+
+    def take(self, ring: Any, fd: int | None, need: int, max_bytes: int, device: torch.device) -> shared_region.Region:
+        """The ring the header names (`{"id", "bytes"}`): a new one (its descriptor came with the
+        header) replaces the one mapped before; else the one mapped before, if it is the one named.
+        Either must hold `need` bytes."""
+        if not (isinstance(ring, dict) and isinstance(ring.get("id"), int) and isinstance(ring.get("bytes"), int)):
+            raise WindowError("malformed output ring")
+        if fd is not None:
+            if not need <= ring["bytes"] <= max_bytes:
+                raise WindowError("output ring size out of range")
+            self.close()
+            self.region = shared_region.attach(fd, ring["bytes"], device)
+            self.id = ring["id"]
+        if self.region is None or self.id != ring["id"] or self.region.nbytes < need:
+            raise WindowError("the window names an output ring this runner has not mapped")
+        return self.region
+
+    def close(self) -> None:
+        if self.region is not None:
+            self.region.close()
+        self.region = self.id = None
+
+
+_EVENTS: list[Any] = []  # the runner's two timing events (its own account), made once
 
 
 def serve_window(
@@ -178,14 +220,18 @@ def serve_window(
     model: Callable[..., Any],
     device: torch.device,
     max_bytes: int,
+    rings: Rings | None = None,
 ) -> None:
     """Run one window the judge opened (the runner's side; it runs the candidate, so it decides
-    nothing): map the regions, call once per set, copy each output into its slot, answer `done`."""
+    nothing): map the inputs' region, call once per set, copy each output into its slot of the
+    output ring, answer `done`."""
 
     regions: list[shared_region.Region] = []
     mismatched = 0
     reply: dict[str, Any] = {"done": header.get("id"), "phase": "committed"}
     failure: BaseException | None = None
+    rings = rings if rings is not None else Rings()
+    computed = json.dumps({"done": header.get("id"), "phase": "computed"}).encode()
     try:
         t_start = time.perf_counter()
         if isinstance(header.get("threads"), int) and header["threads"] > 0 and device.type == "cpu":
@@ -195,18 +241,16 @@ def serve_window(
         lout = Layout.from_json(header["outputs"], max_bytes)
         rin = shared_region.attach(fds[0], n * lin.stride, device)
         regions.append(rin)
-        rout = shared_region.attach(fds[1], n * lout.stride, device)
-        regions.append(rout)
+        rout = rings.take(header.get("ring"), fds[1] if len(fds) > 1 else None, n * lout.stride, max_bytes, device)
+        fds = fds[:1]
         # every set's views before the first call: serial work the judge measures and takes off
         # (made between calls they would hide behind a GPU's work and be taken off all the same)
         args = lin.sets(rin, n)
         t_mapped = time.perf_counter()
         outs = []
-        events = (
-            [torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)]
-            if device.type == "cuda"
-            else []
-        )
+        if device.type == "cuda" and not _EVENTS:
+            _EVENTS.extend(torch.cuda.Event(enable_timing=True) for _ in range(2))
+        events = _EVENTS if device.type == "cuda" else []
         if events:
             events[0].record()
         with torch.no_grad():
@@ -217,6 +261,7 @@ def serve_window(
             events[1].record()
         _sync(device)
         t_computed = time.perf_counter()
+        shared_region.send(sock, computed, [])
         # the runner's own account (evidence only: this process is the candidate's): the calls'
         # wall, how long they took to enqueue, and the device's own time for them
         reply["runner_ms"] = {
@@ -226,7 +271,6 @@ def serve_window(
         }
         if events:
             reply["runner_ms"]["device"] = round(events[0].elapsed_time(events[1]), 4)
-        shared_region.send(sock, json.dumps({"done": header.get("id"), "phase": "computed"}).encode(), [])
         mismatched = commit(outs, lout, rout)  # after the clock's `computed`
         del outs, args
         _sync(device)
@@ -353,10 +397,10 @@ def plan(
 ) -> Plan:
     """How many sets a window holds: enough for `window_ms` of reference work, no more than the
     memory budget allows: per set, its inputs twice (the pool, the region; the reference's staging
-    copy is freed first) and its output six times (the reference's, the region, the snapshot, the
-    judge's measure of the commit, the runner's own)."""
+    copy is freed first) and its output four times (the reference's, the ring, the snapshot, the
+    runner's own; the judge's measure of the commit, taken before the window, holds as much)."""
     want = max(2, math.ceil(window_ms / max(est_ms, 1e-4)))
-    per_set = 2 * set_bytes + 6 * out_bytes
+    per_set = 2 * set_bytes + 4 * out_bytes
     fit = max(1, budget_bytes // max(per_set, 1))
     calls = int(min(want, fit, max_calls))
     reasons = []
@@ -393,6 +437,23 @@ class WindowTimer:
         self.check = check  # (a slot's errors against its reference output, that output) -> acceptable
         self.deadline_s = deadline_s  # (expected window seconds) -> how long to wait for `done`
         self.next_id = 0
+        self.ring: shared_region.Region | None = None  # the outputs' region, lent once for every window
+        self.ring_id = 0
+
+    def close(self) -> None:
+        """The output ring given back (the runner drops its mapping at its next command)."""
+        if self.ring is not None:
+            self.ring.close()
+            self.ring = None
+
+    def _ring_for(self, nbytes: int) -> tuple[shared_region.Region, bool]:
+        """The output ring, replaced by a larger one where a window outgrows it: (ring, new)."""
+        if self.ring is not None and self.ring.nbytes >= nbytes:
+            return self.ring, False
+        self.close()
+        self.ring = shared_region.create(nbytes, self.device)
+        self.ring_id += 1
+        return self.ring, True
 
     # -- the reference ------------------------------------------------------------------------------
     def pool(self, calls: int) -> tuple[list[list[Any]], Layout]:
@@ -433,9 +494,10 @@ class WindowTimer:
     def copy_ms(self, ref_outs: list[Any], out_layout: Layout, in_bytes: int, repeats: int = 3) -> float:
         """The time after `computed` that is not the candidate's, as the judge measures it on its own
         memory with the runner's own code: the commit of outputs like the window's (the reference's
-        own) into a second mapping of a fresh region, the runner's two mappings closed (it unmaps
-        before it answers), then the snapshot of the region (best of `repeats`). Making and freeing
-        the regions is not timed: neither side does that inside a window."""
+        own) into a second mapping of a fresh region, the mapping of the inputs closed (the runner
+        unmaps them before it answers; the output ring stays mapped), then the snapshot of the
+        region (best of `repeats`). Making and freeing the regions is not timed: neither side does
+        that inside a window."""
         nbytes = len(ref_outs) * out_layout.stride
         best = float("inf")
         for _ in range(repeats):
@@ -447,9 +509,8 @@ class WindowTimer:
                 t0 = time.perf_counter()
                 commit(ref_outs, out_layout, mapped[1])
                 _sync(self.device)
-                for m in mapped:
-                    m.close()
-                snap = made[1].tensor.clone()
+                mapped[0].close()
+                snap = made[1].tensor[:nbytes].clone()
                 _sync(self.device)
                 best = min(best, (time.perf_counter() - t0) * 1e3)
                 del snap
@@ -461,28 +522,24 @@ class WindowTimer:
         return best
 
     def open_ms(self, calls: int, in_layout: Layout, out_layout: Layout, repeats: int = 3) -> float:
-        """What a window costs the runner before its first call, measured by the judge alone: the two
-        regions imported and mapped from their descriptors, a view made for every set's inputs (as
-        the runner makes them), and a message's round trip to another thread (best of three). The
-        outputs' views are made in the commit, which `copy_ms` times."""
-        in_bytes, out_bytes = calls * in_layout.stride, calls * out_layout.stride
+        """What a window costs the runner before its first call, measured by the judge alone: the
+        inputs' region imported and mapped from its descriptor, a view made for every set's inputs
+        (as the runner makes them), and a message's round trip to another thread (best of three).
+        The output ring is mapped once, before the first window; the outputs' views are made in the
+        commit, which `copy_ms` times."""
+        in_bytes = calls * in_layout.stride
         best = float("inf")
         for _ in range(repeats):
-            made = [shared_region.create(n, self.device) for n in (in_bytes, out_bytes)]
+            made = shared_region.create(in_bytes, self.device)
             try:
                 _sync(self.device)
                 t0 = time.perf_counter()
-                rin, rout = (
-                    shared_region.attach(os.dup(r.fd), n, self.device)
-                    for r, n in zip(made, (in_bytes, out_bytes), strict=True)
-                )
+                rin = shared_region.attach(os.dup(made.fd), in_bytes, self.device)
                 in_layout.sets(rin, calls)  # as the runner makes them before its calls
                 ms = (time.perf_counter() - t0) * 1e3
                 rin.close()
-                rout.close()
             finally:
-                for r in made:
-                    r.close()
+                made.close()
             best = min(best, ms + _round_trip_ms(SPIN_S if self.device.type == "cuda" else 0.0))
         return best
 
@@ -511,14 +568,16 @@ class WindowTimer:
         work) and never more than the phase it belongs to."""
         calls = len(sets)
         out_layout = Layout.of_outputs(ref_outs[0])
+        out_bytes = calls * out_layout.stride
         rin = shared_region.create(calls * in_layout.stride, self.device)
-        rout = shared_region.create(calls * out_layout.stride, self.device)
         try:
+            rout, new_ring = self._ring_for(out_bytes)
             for dst_set, s in zip(in_layout.sets(rin, calls), sets, strict=True):
                 for dst, x in zip(dst_set, s, strict=False):
                     if isinstance(x, torch.Tensor):
                         dst.copy_(x)
-            rout.tensor.zero_()  # an unwritten slot is zeros, never last window's answer
+            slots = rout.tensor[:out_bytes]
+            slots.zero_()  # an unwritten slot is zeros, never last window's answer
             _sync(self.device)
             wid = self.next_id
             self.next_id += 1
@@ -528,12 +587,14 @@ class WindowTimer:
                 "calls": calls,
                 "inputs": in_layout.to_json(),
                 "outputs": out_layout.to_json(),
+                "ring": {"id": self.ring_id, "bytes": rout.nbytes},
                 "threads": self.threads,
             }
             payload = json.dumps(header).encode()  # made before the clock starts: not the candidate's time
+            fds = [rin.fd, rout.fd] if new_ring else [rin.fd]
             t0 = time.perf_counter()
             try:
-                shared_region.send(self.sock, payload, [rin.fd, rout.fd])
+                shared_region.send(self.sock, payload, fds)
             except OSError as exc:
                 raise WindowError(f"the runner's end of the window socket is gone ({exc.strerror or exc})") from None
             limit = self.deadline_s(expected_ms * calls / 1e3)
@@ -541,12 +602,11 @@ class WindowTimer:
             t_done = time.perf_counter()
             if reply.get("phase") == "computed":
                 reply = self._await_done(wid, limit)
-            snap = rout.tensor.clone()
+            snap = slots.clone()
             _sync(self.device)
             t_end = time.perf_counter()
         finally:
             rin.close()
-            rout.close()
         copy_ms, open_ms = measures.copy_ms, measures.open_ms
         if ceiling is not None:
             copy_ms, open_ms = min(copy_ms, ceiling.copy_ms * calls), min(open_ms, ceiling.open_ms * calls)
@@ -560,7 +620,7 @@ class WindowTimer:
         timed_ms = wall_ms - min(copy_ms, after_ms) - min(open_ms, 0.5 * before_ms)
         if reply.get("error"):
             raise WindowError(f"ModelNew failed in a timing window: {str(reply['error'])[:300]}")
-        snap_region = shared_region.Region(snap, calls * out_layout.stride, -1)
+        snap_region = shared_region.Region(snap, out_bytes, -1)
         cands = [_rebuild(ref, slots) for ref, slots in zip(ref_outs, out_layout.sets(snap_region, calls), strict=True)]
         errs = slot_errors(cands, ref_outs)
         bad = sum(1 for e, ref in zip(errs, ref_outs, strict=True) if not self.check(e, ref))
