@@ -213,6 +213,10 @@ class Judge:
                 from kernelwright.engine.child import device_handoff
 
                 self.handoff_self_test = device_handoff.self_test(self.device)
+            if self.cfg.timing.probe:  # its start-up (a second CUDA context) overlaps the runner's build
+                from kernelwright.engine.child import probe
+
+                probe.start(self.device)
         self.started = True
 
     def warm_in_background(self) -> None:

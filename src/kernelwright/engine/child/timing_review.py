@@ -176,6 +176,10 @@ def _run(
     comp_ms: list[float] = []
     details: list[dict[str, Any]] = []
     bad = checked = 0
+    # on a GPU a trusted probe process measures what a window costs besides the calls (probe.py)
+    ptimer, fixed_by = _probe_timer(judge, timer, draw, deadline) if on_gpu else (None, "")
+    fixed: dict[int, list[float]] = {}  # sets per window -> the probe windows' fixed costs (ms)
+    by_probe: list[tuple[int, int, float]] = []  # timed windows the probe's costs come off: (index, calls, wall ms)
     try:
         # one warm-up window; another when it grows the windows. On a GPU a grown warm-up window
         # is looked at once more: the first one's per-call time carries its fixed costs over few
@@ -194,18 +198,28 @@ def _run(
                 monitor = stability.CpuLoadMonitor()
                 r_ms, ref_outs = timer.reference_window(sets, layout)
                 monitor.tick()
-                measured = timer.measures(sets, layout, ref_outs)
+                probed = ptimer is not None
+                if probed:  # the probe's window after the candidate's measures the fixed costs instead
+                    measured = windows.Measures(0.0, 0.0)
+                else:
+                    measured = timer.measures(sets, layout, ref_outs)
+                    seen.append(measured.per_call(len(sets)))
                 load_seen = monitor.others_busy_cores(), monitor.others_runnable()
                 t_phase = _phase(phases, "reference_windows", t_phase)
-                seen.append(measured.per_call(len(sets)))
                 res = timer.candidate_window(
                     sets,
                     layout,
                     ref_outs,
                     expected_ms=r_ms * (2.0 if warm else 1.0),
                     measures=measured,
-                    ceiling=windows.ceiling(seen),
+                    ceiling=windows.ceiling(seen) if not probed else None,
                 )
+                if ptimer is not None:
+                    ptimer, why = _probe_window(ptimer, sets, layout, ref_outs, r_ms, fixed)
+                    fixed_by = why or fixed_by
+                if probed:
+                    f = min(fixed.get(res.calls) or [0.0])
+                    res.per_call_ms = max(res.wall_ms - f, 0.0) / res.calls
             except Exception as exc:  # memory other evaluations took since the plan: smaller windows
                 # (the judge's own allocations only: a candidate that failed in its window, out of
                 # memory or not, is the runner's error and ended the runner)
@@ -245,6 +259,8 @@ def _run(
                     plan.warmup_calls = plan.calls if on_gpu else plan.warmup_calls
                 continue
             ref_ms.append(r_ms)
+            if probed:
+                by_probe.append((len(cand_ms), res.calls, res.wall_ms))
             cand_ms.append(res.per_call_ms)
             details.append(
                 {
@@ -256,6 +272,7 @@ def _run(
                     "open_ms": round(res.open_ms, 4),
                     "to_computed_ms": round(res.open_to_computed_ms, 4),
                     "after_ms": round(res.after_ms, 4),
+                    "probe_fixed_ms": round(min(fixed[res.calls]), 4) if probed and fixed.get(res.calls) else None,
                     "runner_says_ms": {
                         str(k)[:20]: v for k, v in list(res.runner_ms.items())[:6] if isinstance(v, (int, float))
                     },
@@ -277,6 +294,15 @@ def _run(
         return
     finally:
         timer.close()  # the output ring (the runner drops its mapping at its next command)
+        if ptimer is not None:
+            _release(ptimer)
+    # every window the probe measured loses the smallest fixed cost the probe saw at its size
+    # (a process that slows the probe's windows can only make them larger)
+    for i, calls, wall in by_probe:
+        if fixed.get(calls):
+            cand_ms[i] = max(wall - min(fixed[calls]), 0.0) / calls
+            details[i]["candidate_ms"] = round(cand_ms[i], 6)
+            details[i]["probe_fixed_ms"] = round(min(fixed[calls]), 4)
     judge.checked.append("timed_output_mismatch")
     judge.facts["timed_calls_checked"] = checked
     if bad:
@@ -316,6 +342,7 @@ def _run(
         "windows": details,
         "plan": plan.reasons,
         "estimate_ms": round(est_ms, 6),
+        "fixed_costs": fixed_by,
         "threads": None if on_gpu else threads,
         "judge_phases_s": phases,
         "attempts": 1,
@@ -329,6 +356,59 @@ def _run(
         "band": {k: stability.band(v) for k, v in samples.items() if v},
     }
     physics(judge, inputs0)
+
+
+def _probe_timer(
+    judge: Judge, timer: windows.WindowTimer, draw: Callable[[], list[Any]], deadline: Callable[[float], float]
+) -> tuple[windows.WindowTimer | None, str]:
+    """The probe's windows (sharing the runner's output ring), or None and why not."""
+    if not judge.cfg.timing.probe:
+        return None, "the judge's own measures (timing.probe is off)"
+    from kernelwright.engine.child import probe
+
+    p = probe.start(judge.device)
+    if p is None or not p.wait_ready(PROBE_READY_S):
+        return None, f"the judge's own measures ({p.failed if p is not None else 'no probe on this device'})"
+    pt = windows.WindowTimer(p.sock, judge.device, draw, judge.ref_model, lambda e, r: True, deadline)
+    pt.ring_owner = timer
+    return pt, "probe"
+
+
+PROBE_READY_S = 60.0
+
+
+def _probe_window(
+    ptimer: windows.WindowTimer,
+    sets: list[list[Any]],
+    layout: windows.Layout,
+    ref_outs: list[Any],
+    r_ms: float,
+    fixed: dict[int, list[float]],
+) -> tuple[windows.WindowTimer | None, str]:
+    """One probe window on the candidate's sets: its cost besides the calls into `fixed`. A probe
+    that fails is dropped (the later windows fall back to the judge's own measures), never the
+    candidate's fault."""
+    from kernelwright.engine.child import probe
+
+    try:
+        res = ptimer.candidate_window(sets, layout, ref_outs, expected_ms=2 * r_ms, measures=windows.Measures(0.0, 0.0))
+    except windows.WindowError as exc:
+        probe.drop(ptimer.device, f"a probe window failed: {exc}")
+        return None, f"the judge's own measures after a probe window failed ({str(exc)[:120]})"
+    f = probe.fixed_ms(res.wall_ms, res.runner_ms)
+    if f is not None:
+        fixed.setdefault(res.calls, []).append(f)
+    return ptimer, ""
+
+
+def _release(ptimer: windows.WindowTimer) -> None:
+    """The probe drops its mapping of the output ring (it lives on with the judge)."""
+    from kernelwright.engine.child import shared_region
+
+    try:
+        shared_region.send(ptimer.sock, b'{"release": 1}', [])
+    except OSError:
+        pass
 
 
 def physics(judge: Judge, inputs: Any) -> None:

@@ -439,6 +439,8 @@ class WindowTimer:
         self.next_id = 0
         self.ring: shared_region.Region | None = None  # the outputs' region, lent once for every window
         self.ring_id = 0
+        self.ring_owner: WindowTimer = self  # the timer whose ring this one lends (the probe's: the runner's)
+        self.sent_ring = 0  # the ring this timer's peer has mapped
 
     def close(self) -> None:
         """The output ring given back (the runner drops its mapping at its next command)."""
@@ -446,14 +448,17 @@ class WindowTimer:
             self.ring.close()
             self.ring = None
 
-    def _ring_for(self, nbytes: int) -> tuple[shared_region.Region, bool]:
-        """The output ring, replaced by a larger one where a window outgrows it: (ring, new)."""
-        if self.ring is not None and self.ring.nbytes >= nbytes:
-            return self.ring, False
-        self.close()
-        self.ring = shared_region.create(nbytes, self.device)
-        self.ring_id += 1
-        return self.ring, True
+    def _ring_for(self, nbytes: int) -> tuple[shared_region.Region, int, bool]:
+        """The output ring, replaced by a larger one where a window outgrows it: (ring, its id,
+        whether this timer's peer has yet to map it)."""
+        owner = self.ring_owner
+        if owner.ring is None or owner.ring.nbytes < nbytes:
+            owner.close()
+            owner.ring = shared_region.create(nbytes, self.device)
+            owner.ring_id += 1
+        new = self.sent_ring != owner.ring_id
+        self.sent_ring = owner.ring_id
+        return owner.ring, owner.ring_id, new
 
     # -- the reference ------------------------------------------------------------------------------
     def pool(self, calls: int) -> tuple[list[list[Any]], Layout]:
@@ -571,7 +576,7 @@ class WindowTimer:
         out_bytes = calls * out_layout.stride
         rin = shared_region.create(calls * in_layout.stride, self.device)
         try:
-            rout, new_ring = self._ring_for(out_bytes)
+            rout, ring_id, new_ring = self._ring_for(out_bytes)
             for dst_set, s in zip(in_layout.sets(rin, calls), sets, strict=True):
                 for dst, x in zip(dst_set, s, strict=False):
                     if isinstance(x, torch.Tensor):
@@ -587,7 +592,7 @@ class WindowTimer:
                 "calls": calls,
                 "inputs": in_layout.to_json(),
                 "outputs": out_layout.to_json(),
-                "ring": {"id": self.ring_id, "bytes": rout.nbytes},
+                "ring": {"id": ring_id, "bytes": rout.nbytes},
                 "threads": self.threads,
             }
             payload = json.dumps(header).encode()  # made before the clock starts: not the candidate's time

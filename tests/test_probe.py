@@ -1,0 +1,66 @@
+"""The probe (engine/child/probe.py): a trusted process the judge opens windows on, to measure
+what a window costs besides the calls. Used on a GPU; here its process runs on the CPU, which
+exercises the same path (start, ready, the shared output ring, windows, release, end)."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from kernelwright.engine.child import probe, windows
+
+
+def _timer(sock, draw):
+    return windows.WindowTimer(sock, torch.device("cpu"), draw, lambda x: x * 2, lambda e, r: True, lambda s: 30.0)
+
+
+def test_a_probe_serves_windows_on_the_runners_ring_and_reports_its_fixed_costs():
+    p = probe.Probe(torch.device("cpu"))
+    try:
+        assert p.wait_ready(60.0), p.failed
+        gen = torch.Generator().manual_seed(0)
+
+        def draw():
+            return [torch.randn(64, 32, generator=gen)]
+
+        owner = _timer(None, draw)  # the candidate's timer owns the ring; no runner here
+        pt = _timer(p.sock, draw)
+        pt.ring_owner = owner
+        fixed = {}
+        for calls in (4, 4, 8):
+            sets, layout = pt.pool(calls)
+            _, ref_outs = pt.reference_window(sets, layout)
+            res = pt.candidate_window(sets, layout, ref_outs, expected_ms=1.0, measures=windows.Measures(0.0, 0.0))
+            f = probe.fixed_ms(res.wall_ms, res.runner_ms)
+            assert f is not None and 0.0 <= f <= res.wall_ms
+            fixed.setdefault(calls, []).append(f)
+            assert res.runner_ms["calls"] >= 0 and "commit" in res.runner_ms
+        assert sorted(fixed) == [4, 8] and len(fixed[4]) == 2
+        # one ring, made by the owner, grown once (4 then 8 sets); the probe mapped each as it came
+        assert owner.ring is not None and owner.ring_id == 2 and pt.sent_ring == 2
+        # the zeros the probe's model returns are what its slots hold (it runs no candidate code)
+        from kernelwright.engine.child.timing_review import _release
+
+        _release(pt)
+        owner.close()
+    finally:
+        p.close()
+    assert p.proc is not None and p.proc.wait(10) is not None
+
+
+def test_a_probe_whose_process_dies_is_not_ready_and_says_why():
+    p = probe.Probe(torch.device("cpu"))
+    assert p.proc is not None
+    p.proc.kill()
+    t0 = time.monotonic()
+    assert not p.wait_ready(30.0)
+    assert time.monotonic() - t0 < 30.0 and "ended before it was ready" in p.failed
+
+
+def test_the_fixed_cost_is_the_wall_less_the_probes_own_calls_and_nonsense_is_refused():
+    assert probe.fixed_ms(5.0, {"device": 3.5, "calls": 3.9}) == 1.5
+    assert probe.fixed_ms(5.0, {"calls": 4.0}) == 1.0
+    assert probe.fixed_ms(5.0, {"device": 6.0}) is None  # more than the window: not a time inside it
+    assert probe.fixed_ms(5.0, {"device": "x"}) is None
+    assert probe.fixed_ms(5.0, {}) is None
