@@ -77,6 +77,7 @@ def one(src: str, problem: str, candidate: str, device: str, extra: list[str]) -
         "clock": (rec.get("metadata", {}).get("timing") or {}).get("clock", "runner events"),
         "calls_per_window": (rec.get("metadata", {}).get("timing") or {}).get("calls_per_window"),
         "windows": ((rec.get("metadata", {}).get("timing") or {}).get("windows") or [])[:3],
+        "probe_windows": ((rec.get("metadata", {}).get("timing") or {}).get("probe_windows") or [])[-3:],
     }
 
 

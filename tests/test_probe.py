@@ -32,8 +32,8 @@ def test_a_probe_serves_windows_on_the_runners_ring_and_reports_its_fixed_costs(
             sets, layout = pt.pool(calls)
             _, ref_outs = pt.reference_window(sets, layout)
             res = pt.candidate_window(sets, layout, ref_outs, expected_ms=1.0, measures=windows.Measures(0.0, 0.0))
-            f = probe.fixed_ms(res.wall_ms, res.runner_ms)
-            assert f is not None and 0.0 <= f <= res.wall_ms
+            f = probe.fixed_ms(res.open_to_computed_ms, res.runner_ms)
+            assert f is not None and 0.0 <= f <= res.open_to_computed_ms
             fixed.setdefault(calls, []).append(f)
             assert res.runner_ms["calls"] >= 0 and "commit" in res.runner_ms
         assert sorted(fixed) == [4, 8] and len(fixed[4]) == 2

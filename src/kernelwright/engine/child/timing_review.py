@@ -179,7 +179,8 @@ def _run(
     # on a GPU a trusted probe process measures what a window costs besides the calls (probe.py)
     ptimer, fixed_by = _probe_timer(judge, timer, draw, deadline) if on_gpu else (None, "")
     fixed: dict[int, list[float]] = {}  # sets per window -> the probe windows' fixed costs (ms)
-    by_probe: list[tuple[int, int, float]] = []  # timed windows the probe's costs come off: (index, calls, wall ms)
+    by_probe: list[tuple[int, int, float]] = []  # timed windows the probe's costs come off: (index, calls, ms)
+    probe_seen: list[dict[str, Any]] = []  # the probe's windows, as evidence
     try:
         # one warm-up window; another when it grows the windows. On a GPU a grown warm-up window
         # is looked at once more: the first one's per-call time carries its fixed costs over few
@@ -199,11 +200,13 @@ def _run(
                 r_ms, ref_outs = timer.reference_window(sets, layout)
                 monitor.tick()
                 probed = ptimer is not None
-                if probed:  # the probe's window after the candidate's measures the fixed costs instead
-                    measured = windows.Measures(0.0, 0.0)
+                if probed:  # the probe's window after the candidate's measures the opening instead
+                    out_layout = windows.Layout.of_outputs(ref_outs[0])
+                    copy = timer.copy_ms(ref_outs, out_layout, len(sets) * layout.stride, repeats=1)
+                    measured = windows.Measures(copy_ms=copy, open_ms=0.0)
                 else:
                     measured = timer.measures(sets, layout, ref_outs)
-                    seen.append(measured.per_call(len(sets)))
+                seen.append(measured.per_call(len(sets)))
                 load_seen = monitor.others_busy_cores(), monitor.others_runnable()
                 t_phase = _phase(phases, "reference_windows", t_phase)
                 res = timer.candidate_window(
@@ -212,14 +215,15 @@ def _run(
                     ref_outs,
                     expected_ms=r_ms * (2.0 if warm else 1.0),
                     measures=measured,
-                    ceiling=windows.ceiling(seen) if not probed else None,
+                    ceiling=windows.ceiling(seen),
                 )
                 if ptimer is not None:
-                    ptimer, why = _probe_window(ptimer, sets, layout, ref_outs, r_ms, fixed)
+                    ptimer, why = _probe_window(ptimer, sets, layout, ref_outs, r_ms, fixed, probe_seen)
                     fixed_by = why or fixed_by
+                timed_total = res.per_call_ms * res.calls
                 if probed:
                     f = min(fixed.get(res.calls) or [0.0])
-                    res.per_call_ms = max(res.wall_ms - f, 0.0) / res.calls
+                    res.per_call_ms = max(timed_total - f, 0.0) / res.calls
             except Exception as exc:  # memory other evaluations took since the plan: smaller windows
                 # (the judge's own allocations only: a candidate that failed in its window, out of
                 # memory or not, is the runner's error and ended the runner)
@@ -260,7 +264,7 @@ def _run(
                 continue
             ref_ms.append(r_ms)
             if probed:
-                by_probe.append((len(cand_ms), res.calls, res.wall_ms))
+                by_probe.append((len(cand_ms), res.calls, timed_total))
             cand_ms.append(res.per_call_ms)
             details.append(
                 {
@@ -298,9 +302,9 @@ def _run(
             _release(ptimer)
     # every window the probe measured loses the smallest fixed cost the probe saw at its size
     # (a process that slows the probe's windows can only make them larger)
-    for i, calls, wall in by_probe:
+    for i, calls, total in by_probe:
         if fixed.get(calls):
-            cand_ms[i] = max(wall - min(fixed[calls]), 0.0) / calls
+            cand_ms[i] = max(total - min(fixed[calls]), 0.0) / calls
             details[i]["candidate_ms"] = round(cand_ms[i], 6)
             details[i]["probe_fixed_ms"] = round(min(fixed[calls]), 4)
     judge.checked.append("timed_output_mismatch")
@@ -343,6 +347,7 @@ def _run(
         "plan": plan.reasons,
         "estimate_ms": round(est_ms, 6),
         "fixed_costs": fixed_by,
+        "probe_windows": probe_seen[:12],
         "threads": None if on_gpu else threads,
         "judge_phases_s": phases,
         "attempts": 1,
@@ -384,6 +389,7 @@ def _probe_window(
     ref_outs: list[Any],
     r_ms: float,
     fixed: dict[int, list[float]],
+    seen: list[dict[str, Any]],
 ) -> tuple[windows.WindowTimer | None, str]:
     """One probe window on the candidate's sets: its cost besides the calls into `fixed`. A probe
     that fails is dropped (the later windows fall back to the judge's own measures), never the
@@ -395,9 +401,18 @@ def _probe_window(
     except windows.WindowError as exc:
         probe.drop(ptimer.device, f"a probe window failed: {exc}")
         return None, f"the judge's own measures after a probe window failed ({str(exc)[:120]})"
-    f = probe.fixed_ms(res.wall_ms, res.runner_ms)
+    f = probe.fixed_ms(res.open_to_computed_ms, res.runner_ms)
     if f is not None:
         fixed.setdefault(res.calls, []).append(f)
+    seen.append(
+        {
+            "calls": res.calls,
+            "to_computed_ms": round(res.open_to_computed_ms, 4),
+            "after_ms": round(res.after_ms, 4),
+            "fixed_ms": None if f is None else round(f, 4),
+            "probe_says_ms": {str(k)[:20]: v for k, v in list(res.runner_ms.items())[:6] if isinstance(v, float)},
+        }
+    )
     return ptimer, ""
 
 
