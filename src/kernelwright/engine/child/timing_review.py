@@ -179,7 +179,8 @@ def _run(
     # on a GPU a trusted probe process measures what a window costs besides the calls (probe.py)
     ptimer, fixed_by = _probe_timer(judge, timer, draw, deadline) if on_gpu else (None, "")
     fixed: dict[int, list[float]] = {}  # sets per window -> the probe windows' fixed costs (ms)
-    by_probe: list[tuple[int, int, float]] = []  # timed windows the probe's costs come off: (index, calls, ms)
+    # timed windows the probe's opening comes off: (index, calls, their time so far, their opening's ms)
+    by_probe: list[tuple[int, int, float, float]] = []
     probe_seen: list[dict[str, Any]] = []  # the probe's windows, as evidence
     try:
         # one warm-up window; another when it grows the windows. On a GPU a grown warm-up window
@@ -222,7 +223,7 @@ def _run(
                     fixed_by = why or fixed_by
                 timed_total = res.per_call_ms * res.calls
                 if probed:
-                    f = min(fixed.get(res.calls) or [0.0])
+                    f = _off(fixed.get(res.calls), res.open_to_computed_ms)
                     res.per_call_ms = max(timed_total - f, 0.0) / res.calls
             except Exception as exc:  # memory other evaluations took since the plan: smaller windows
                 # (the judge's own allocations only: a candidate that failed in its window, out of
@@ -264,7 +265,7 @@ def _run(
                 continue
             ref_ms.append(r_ms)
             if probed:
-                by_probe.append((len(cand_ms), res.calls, timed_total))
+                by_probe.append((len(cand_ms), res.calls, timed_total, res.open_to_computed_ms))
             cand_ms.append(res.per_call_ms)
             details.append(
                 {
@@ -302,11 +303,12 @@ def _run(
             _release(ptimer)
     # every window the probe measured loses the smallest fixed cost the probe saw at its size
     # (a process that slows the probe's windows can only make them larger)
-    for i, calls, total in by_probe:
+    for i, calls, total, before in by_probe:
         if fixed.get(calls):
-            cand_ms[i] = max(total - min(fixed[calls]), 0.0) / calls
+            f = _off(fixed[calls], before)
+            cand_ms[i] = max(total - f, 0.0) / calls
             details[i]["candidate_ms"] = round(cand_ms[i], 6)
-            details[i]["probe_fixed_ms"] = round(min(fixed[calls]), 4)
+            details[i]["probe_fixed_ms"] = round(f, 4)
     judge.checked.append("timed_output_mismatch")
     judge.facts["timed_calls_checked"] = checked
     if bad:
@@ -380,6 +382,13 @@ def _probe_timer(
 
 
 PROBE_READY_S = 60.0
+
+
+def _off(fixed: list[float] | None, before_ms: float) -> float:
+    """What comes off a window for its opening: the smallest the probe measured at its size (a
+    process that slows the probe's windows can only make them larger), never more than half of
+    the window's own time up to `computed` (as for the judge's own measure of it)."""
+    return min(min(fixed), 0.5 * before_ms) if fixed else 0.0
 
 
 def _probe_window(

@@ -448,6 +448,12 @@ class WindowTimer:
             self.ring.close()
             self.ring = None
 
+    def _snapshot_buffer(self, nbytes: int) -> torch.Tensor:
+        """The judge's memory a window's slots are copied into when it closes (made before the
+        clock starts, here and in the judge's measure of the commit: an allocation is neither
+        side's work; a fresh one each window, so that no snapshot outlives the check of its own)."""
+        return torch.empty(nbytes, dtype=torch.uint8, device=self.device)
+
     def _ring_for(self, nbytes: int) -> tuple[shared_region.Region, int, bool]:
         """The output ring, replaced by a larger one where a window outgrows it: (ring, its id,
         whether this timer's peer has yet to map it)."""
@@ -510,15 +516,15 @@ class WindowTimer:
             mapped: list[shared_region.Region] = []
             try:
                 mapped = [shared_region.attach(os.dup(r.fd), r.nbytes, self.device) for r in made]
+                snap = self._snapshot_buffer(nbytes)
                 _sync(self.device)
                 t0 = time.perf_counter()
                 commit(ref_outs, out_layout, mapped[1])
                 _sync(self.device)
                 mapped[0].close()
-                snap = made[1].tensor[:nbytes].clone()
+                snap.copy_(made[1].tensor[:nbytes])
                 _sync(self.device)
                 best = min(best, (time.perf_counter() - t0) * 1e3)
-                del snap
             finally:
                 for m in mapped:
                     m.close()
@@ -583,6 +589,7 @@ class WindowTimer:
                         dst.copy_(x)
             slots = rout.tensor[:out_bytes]
             slots.zero_()  # an unwritten slot is zeros, never last window's answer
+            snap_into = self._snapshot_buffer(out_bytes)  # made before the clock, as in `copy_ms`
             _sync(self.device)
             wid = self.next_id
             self.next_id += 1
@@ -607,7 +614,7 @@ class WindowTimer:
             t_done = time.perf_counter()
             if reply.get("phase") == "computed":
                 reply = self._await_done(wid, limit)
-            snap = slots.clone()
+            snap = snap_into.copy_(slots)
             _sync(self.device)
             t_end = time.perf_counter()
         finally:
