@@ -127,13 +127,32 @@ def _alone(item) -> bool:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     """Setup, call and teardown of a test marked `alone` (it times, or asserts what timing decides)
-    while no other pytest worker runs a test: a second worker's load is not what it measures."""
+    while no other pytest worker runs a test: a second worker's load is not what it measures.
+
+    A worker whose next test is `alone` too keeps its turn for it: the other workers' tests drain
+    once for a run of `alone` tests (test_clock_attacks has a dozen in a row), not before each one,
+    which left a core idle while the longest test beside it finished, a dozen times."""
     if not hasattr(item.config, "workerinput"):  # not under pytest -n: one test at a time anyway
         return (yield)
-    # the workers' base directories share a parent (as the build cache in `cache_dir`)
-    lock_dir = item.config._tmp_path_factory.getbasetemp().parent / "kw-alone-lock"
-    with _turn(lock_dir, alone=_alone(item)):
-        return (yield)
+    config = item.config
+    alone = _alone(item)
+    held = getattr(config, "_kw_alone_turn", None)  # kept by the previous test, `alone` as this one
+    if held is None:
+        # the workers' base directories share a parent (as the build cache in `cache_dir`)
+        lock_dir = config._tmp_path_factory.getbasetemp().parent / "kw-alone-lock"
+        held = contextlib.ExitStack()
+        held.enter_context(_turn(lock_dir, alone=alone))
+    config._kw_alone_turn = None
+    try:
+        result = yield
+    except BaseException:
+        held.close()
+        raise
+    if alone and nextitem is not None and _alone(nextitem):
+        config._kw_alone_turn = held  # the next test runs in this turn: nothing else has started
+    else:
+        held.close()
+    return result
 
 
 @pytest.fixture(autouse=True)
