@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -127,13 +128,32 @@ def _alone(item) -> bool:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     """Setup, call and teardown of a test marked `alone` (it times, or asserts what timing decides)
-    while no other pytest worker runs a test: a second worker's load is not what it measures."""
+    while no other pytest worker runs a test: a second worker's load is not what it measures.
+
+    A worker whose next test is `alone` too keeps its turn for it: the other workers' tests drain
+    once for a run of `alone` tests (test_clock_attacks has a dozen in a row), not before each one,
+    which left a core idle while the longest test beside it finished, a dozen times."""
     if not hasattr(item.config, "workerinput"):  # not under pytest -n: one test at a time anyway
         return (yield)
-    # the workers' base directories share a parent (as the build cache in `cache_dir`)
-    lock_dir = item.config._tmp_path_factory.getbasetemp().parent / "kw-alone-lock"
-    with _turn(lock_dir, alone=_alone(item)):
-        return (yield)
+    config = item.config
+    alone = _alone(item)
+    held = getattr(config, "_kw_alone_turn", None)  # kept by the previous test, `alone` as this one
+    if held is None:
+        # the workers' base directories share a parent (as the build cache in `cache_dir`)
+        lock_dir = config._tmp_path_factory.getbasetemp().parent / "kw-alone-lock"
+        held = contextlib.ExitStack()
+        held.enter_context(_turn(lock_dir, alone=alone))
+    config._kw_alone_turn = None
+    try:
+        result = yield
+    except BaseException:
+        held.close()
+        raise
+    if alone and nextitem is not None and _alone(nextitem):
+        config._kw_alone_turn = held  # the next test runs in this turn: nothing else has started
+    else:
+        held.close()
+    return result
 
 
 @pytest.fixture(autouse=True)
@@ -158,6 +178,33 @@ def cache_dir(tmp_path_factory) -> str:
         d.mkdir(exist_ok=True)
         return str(d)
     return str(tmp_path_factory.mktemp("kw-cache"))
+
+
+def seed_headers(own_cache: str | Path, shared_cache: str) -> None:
+    """Gives a test's own build cache the precompiled headers already finished in the shared one
+    (engine/child/flag_pch.py): its builds are still its own, cold, but they parse torch's headers
+    in about 8 s, not 25 s. For tests about what is built and cached, not about the headers
+    (tests/test_flag_pch.py makes its own). Each header is linked, never copied: the cache replaces
+    a header whole (os.replace) and never writes one in place; the small files beside it are copied.
+    A header not finished yet (the controller makes the default flags' as the run starts) is skipped."""
+    from kernelwright.engine.child import flag_pch
+
+    src = Path(shared_cache) / "builds" / flag_pch.SUBDIR
+    dst = Path(own_cache) / "builds" / flag_pch.SUBDIR
+    if not src.is_dir() or src.resolve() == dst.resolve():
+        return
+    for gch in src.glob("*/torch/extension.h.gch"):
+        here = gch.parent.parent
+        to = dst / here.name / "torch"
+        if to.exists():
+            continue  # seeded already
+        try:
+            to.mkdir(parents=True)
+            os.link(gch, to / "extension.h.gch")
+            (to / "extension.h").write_text((gch.parent / "extension.h").read_text())
+            (to.parent / flag_pch.SEEN).write_text((here / flag_pch.SEEN).read_text())
+        except OSError:  # removed meanwhile (the least recently used go): none, rather than half of one
+            shutil.rmtree(to.parent, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

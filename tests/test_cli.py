@@ -26,6 +26,9 @@ CUDA_CANDIDATE = EXAMPLES / "cuda_swish" / "candidate.py"
 needs_openai = pytest.mark.skipif(importlib.util.find_spec("openai") is None, reason="needs the openai client")
 # a model call that fails fast: two attempts, 10 ms apart
 FAST_RETRIES = "[model.retry]\nmax_attempts = 2\nbase_delay_s = 0.01\n"
+# the test fixture's cheaper timing (tests/conftest.py: cpu_config), for runs that assert verdicts and
+# lines, not speed-ups: three windows of at most 64 sets, no repeats (a third of the timing stage)
+FAST_TIMING = "[eval.timing]\nwindows = 3\nmax_window_calls = 64\nstability_retries = 0\n"
 
 
 def env(cache_dir: str) -> dict[str, str]:
@@ -282,6 +285,7 @@ def test_a_run_that_finished_exits_0_and_numbers_rounds_from_0_everywhere(tmp_pa
 @needs_openai
 def test_optimize_json_and_quiet(tmp_path, cache_dir):
     script = {"coder": [Reply(answer(CANDIDATES / "py_correct.py"))] * 2}
+    (tmp_path / "kernelwright.toml").write_text(FAST_TIMING)
     with ChatServer(script) as server:
         res = kw(
             "optimize",
@@ -335,6 +339,7 @@ def test_optimize_json_and_quiet(tmp_path, cache_dir):
 @needs_openai
 def test_optimize_verbose_shows_stages_with_elapsed_time(tmp_path, cache_dir):
     script = {"coder": [Reply(answer(CANDIDATES / "py_correct.py"))] * 2, "judge": [Reply(PERF)]}
+    (tmp_path / "kernelwright.toml").write_text(FAST_TIMING)
     with ChatServer(script) as server:
         res = kw(
             "optimize",
@@ -428,6 +433,8 @@ def test_ctrl_c_ends_the_run_with_130_and_a_stopped_summary(tmp_path, cache_dir)
 @pytest.mark.slow
 def test_the_cpu_replay_example_runs_on_the_cpu(tmp_path, cache_dir, small_swish):
     """The README's CPU replay: a CUDA attempt (told apart in one line), plain PyTorch, fused C++."""
+    fast = tmp_path / "fast-timing.toml"
+    fast.write_text(FAST_TIMING)
     res = kw(
         "optimize",
         CPU_PROBLEM,
@@ -440,6 +447,8 @@ def test_the_cpu_replay_example_runs_on_the_cpu(tmp_path, cache_dir, small_swish
         "--trials",
         "3",
         "--no-profile",
+        "--config",
+        fast,
         "--out",
         tmp_path / "run",
         cwd=ROOT,
@@ -473,6 +482,8 @@ def test_the_cpu_replay_example_runs_on_the_cpu(tmp_path, cache_dir, small_swish
         "3",
         "--no-profile",
         "--quiet",
+        "--config",
+        fast,
         "--out",
         tmp_path / "again",
         cwd=ROOT,

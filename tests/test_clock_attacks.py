@@ -74,15 +74,6 @@ def test_timing_forgeries_get_no_speedup(cpu_config, name):
     assert not_forged(r), (r.status, r.speedup, r.error_log)
 
 
-@pytest.mark.parametrize("sandbox", SANDBOXES)
-def test_predicted_test_set_fails(cpu_config, sandbox):
-    """The seed in the candidate's process is only the weights' seed: the inputs it re-draws are
-    not the ones it is judged on, and its zeros on any other input fail."""
-    r = run(_config(cpu_config, sandbox), "predict_seeds.py")
-    assert r.status is Status.INCORRECT and r.speedup is None, (r.status, r.error_log)
-    assert not any(t.passed for t in r.trials)
-
-
 @pytest.mark.alone  # a deferral's race with the snapshot: load could move it
 @pytest.mark.parametrize("name", ["poison_shared_inputs.py", "skip_work.py", "deferred_output.py"])
 def test_window_tricks_fail_on_their_outputs(cpu_config, name):
@@ -118,6 +109,15 @@ def test_device_hog_while_idle_is_caught(cpu_config):
     r = run(_config(cpu_config), "hold_device.py")
     assert not_forged(r), (r.status, r.speedup, r.error_log)
     assert "background_threads" in flags(r), flags(r)
+
+
+@pytest.mark.parametrize("sandbox", SANDBOXES)
+def test_predicted_test_set_fails(cpu_config, sandbox):
+    """The seed in the candidate's process is only the weights' seed: the inputs it re-draws are
+    not the ones it is judged on, and its zeros on any other input fail."""
+    r = run(_config(cpu_config, sandbox), "predict_seeds.py")
+    assert r.status is Status.INCORRECT and r.speedup is None, (r.status, r.error_log)
+    assert not any(t.passed for t in r.trials)
 
 
 def test_window_that_never_closes_times_out(cpu_config):

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from conftest import ADD_ONE, CANDIDATES, EXAMPLES, FIXTURES
+from conftest import ADD_ONE, CANDIDATES, EXAMPLES, FIXTURES, seed_headers
 from kernelwright.core import kernel_names, roofline
 from kernelwright.core.config import ProfileConfig
 from kernelwright.core.record import Status
@@ -222,8 +222,9 @@ def test_roofline_without_profile_is_the_default(cpu_config):
 
 
 @pytest.mark.slow
-def test_prebuild_then_evaluate_hits_the_cache(cpu_config, tmp_path):
+def test_prebuild_then_evaluate_hits_the_cache(cpu_config, tmp_path, cache_dir):
     cfg = replace(cpu_config, cache_dir=str(tmp_path / "fresh-cache"))
+    seed_headers(cfg.cache_dir, cache_dir)  # an empty cache of builds (the build is cold), torch's headers parsed
     text = (CANDIDATES / "cpp_same_name_1.py").read_text()
     problem = ADD_ONE
     with BuildPool(max_workers=1, config=cfg, arch_list=None) as pool:

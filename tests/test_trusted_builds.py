@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ADD_ONE, CANDIDATES, EXAMPLES, FIXTURES
+from conftest import ADD_ONE, CANDIDATES, EXAMPLES, FIXTURES, seed_headers
 from kernelwright.core.record import Status
 from kernelwright.engine import evaluate
 from kernelwright.engine.build import static_builds, trusted_builds
@@ -128,10 +128,13 @@ def _modes() -> list:
 
 
 @pytest.fixture(scope="module")
-def poison_cache_dir(tmp_path_factory):
+def poison_cache_dir(tmp_path_factory, cache_dir):
     """One cache for this module's tests, never the session's shared one: a poisoning test must not
-    touch that. The example is built into it once (by the first test that evaluates it)."""
+    touch that. The example is built into it once (by the first test that evaluates it), with the
+    shared cache's precompiled headers where they are made already (these tests are about what an
+    entry's bytes are trusted for, not about parsing torch's headers)."""
     d = tmp_path_factory.mktemp("kw-poison-cache")
+    seed_headers(d, cache_dir)
     yield d
     shutil.rmtree(d, ignore_errors=True)
 
