@@ -145,6 +145,7 @@ def test_window_that_never_closes_times_out(cpu_config):
         "swap_clock.py",
         "slow_reference.py",
         "inflate_measures.py",
+        "inflate_probe.py",
     ],
 )
 def test_gpu_timing_forgeries_get_no_speedup(cpu_config, name):

@@ -64,3 +64,11 @@ def test_the_fixed_cost_is_the_wall_less_the_probes_own_calls_and_nonsense_is_re
     assert probe.fixed_ms(5.0, {"device": 6.0}) is None  # more than the window: not a time inside it
     assert probe.fixed_ms(5.0, {"device": "x"}) is None
     assert probe.fixed_ms(5.0, {}) is None
+
+
+def test_what_comes_off_is_the_quickest_opening_the_probe_measured_and_at_most_half_the_windows_own():
+    from kernelwright.engine.child.timing_review import _off
+
+    assert _off(None, 10.0) == 0.0 and _off([], 10.0) == 0.0
+    assert _off([1.6, 1.4, 1.8], 10.0) == 1.4  # a slowed probe window only makes its opening larger
+    assert _off([3.0], 4.0) == 2.0  # never more than half of the candidate window's time to `computed`

@@ -178,7 +178,7 @@ def _run(
     bad = checked = 0
     # on a GPU a trusted probe process measures what a window costs besides the calls (probe.py)
     ptimer, fixed_by = _probe_timer(judge, timer, draw, deadline) if on_gpu else (None, "")
-    fixed: dict[int, list[float]] = {}  # sets per window -> the probe windows' fixed costs (ms)
+    fixed: dict[int, list[float]] = {}  # sets per window -> the probe windows' openings (ms)
     # timed windows the probe's opening comes off: (index, calls, their time so far, their opening's ms)
     by_probe: list[tuple[int, int, float, float]] = []
     probe_seen: list[dict[str, Any]] = []  # the probe's windows, as evidence
@@ -277,7 +277,7 @@ def _run(
                     "open_ms": round(res.open_ms, 4),
                     "to_computed_ms": round(res.open_to_computed_ms, 4),
                     "after_ms": round(res.after_ms, 4),
-                    "probe_fixed_ms": round(min(fixed[res.calls]), 4) if probed and fixed.get(res.calls) else None,
+                    "probe_fixed_ms": None,  # (filled in below, from all of the stage's probe windows)
                     "runner_says_ms": {
                         str(k)[:20]: v for k, v in list(res.runner_ms.items())[:6] if isinstance(v, (int, float))
                     },
@@ -384,10 +384,16 @@ def _probe_timer(
 PROBE_READY_S = 60.0
 
 
+# the probe, the judge and the runner (polling between its windows) keep up to three cores busy
+# while a probe window runs; more is load from elsewhere, and that window's opening is left out
+PROBE_BUSY_CORES = 4.0
+
+
 def _off(fixed: list[float] | None, before_ms: float) -> float:
-    """What comes off a window for its opening: the smallest the probe measured at its size (a
-    process that slows the probe's windows can only make them larger), never more than half of
-    the window's own time up to `computed` (as for the judge's own measure of it)."""
+    """What comes off a window for its opening: the smallest the probe measured at its size, over
+    its windows that ran on a quiet machine (a process that slows the probe's windows can only
+    make them larger; one that loads the cores while they run gets them left out), never more
+    than half of the window's own time up to `computed` (as for the judge's own measure of it)."""
     return min(min(fixed), 0.5 * before_ms) if fixed else 0.0
 
 
@@ -403,15 +409,22 @@ def _probe_window(
     """One probe window on the candidate's sets: its cost besides the calls into `fixed`. A probe
     that fails is dropped (the later windows fall back to the judge's own measures), never the
     candidate's fault."""
-    from kernelwright.engine.child import probe
+    from kernelwright.engine.child import probe, stability
 
+    monitor = stability.CpuLoadMonitor()
     try:
         res = ptimer.candidate_window(sets, layout, ref_outs, expected_ms=2 * r_ms, measures=windows.Measures(0.0, 0.0))
     except windows.WindowError as exc:
         probe.drop(ptimer.device, f"a probe window failed: {exc}")
         return None, f"the judge's own measures after a probe window failed ({str(exc)[:120]})"
+    busy = monitor.others_busy_cores()
     f = probe.fixed_ms(res.open_to_computed_ms, res.runner_ms)
-    if f is not None:
+    left_out = ""
+    if busy is not None and busy > PROBE_BUSY_CORES:
+        # other processes (the runner's: it should be idle now) loaded the machine while the probe
+        # ran: its opening may be slower than a quiet one, which would take off too much
+        left_out = f"{busy:.1f} cores busy beside the probe"
+    elif f is not None:
         fixed.setdefault(res.calls, []).append(f)
     seen.append(
         {
@@ -419,6 +432,7 @@ def _probe_window(
             "to_computed_ms": round(res.open_to_computed_ms, 4),
             "after_ms": round(res.after_ms, 4),
             "fixed_ms": None if f is None else round(f, 4),
+            "left_out": left_out,
             "probe_says_ms": {str(k)[:20]: v for k, v in list(res.runner_ms.items())[:6] if isinstance(v, float)},
         }
     )
