@@ -397,10 +397,12 @@ def plan(
 ) -> Plan:
     """How many sets a window holds: enough for `window_ms` of reference work, no more than the
     memory budget allows: per set, its inputs twice (the pool, the region; the reference's staging
-    copy is freed first) and its output four times (the reference's, the ring, the snapshot, the
-    runner's own; the judge's measure of the commit, taken before the window, holds as much)."""
+    copy is freed first) and its output six times (the reference's, the ring, the snapshot, the
+    runner's own, and what the caching allocators of the judge and the runner keep of the
+    reference's temporaries and the last window's blocks: with four, windows on an H100 and an
+    H200 ran out of memory and were halved, 2026-11-27)."""
     want = max(2, math.ceil(window_ms / max(est_ms, 1e-4)))
-    per_set = 2 * set_bytes + 4 * out_bytes
+    per_set = 2 * set_bytes + 6 * out_bytes
     fit = max(1, budget_bytes // max(per_set, 1))
     calls = int(min(want, fit, max_calls))
     reasons = []
