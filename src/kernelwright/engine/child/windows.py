@@ -5,17 +5,19 @@ The judge times the candidate itself; nothing the runner says about time is used
 1. The judge draws P fresh input sets (from its secret seed), times the reference on them in its
    own process (one call per set, back to back, synchronised at the end), and keeps the
    reference's outputs as the truth for this window.
-2. It copies the same inputs into a fresh shared region (`shared_region.py`) and allocates a
-   second one for the outputs. The runner cannot reach either until it gets their descriptors.
-3. The clock starts; the judge sends the window (sizes, layout) and both descriptors on the
-   pair's socket. The runner maps them, calls ModelNew once per set, copies each output into its
-   slot, synchronises and answers `done` on the socket.
-4. On `done` the judge snapshots the whole output region into memory of its own and synchronises;
-   the clock stops there. Work the runner left running after `done` either delays the snapshot
-   (and is counted) or is missing from it (and fails the check). The copies a window needs beyond
-   the calls themselves (the runner's slot copies and the snapshot) are timed by the judge alone
-   on its own memory and subtracted; the socket round trip and the mapping are not (they count
-   against the candidate, a bias of well under a percent at the window sizes chosen).
+2. It copies the same inputs into a fresh shared region (`shared_region.py`); the runner cannot
+   reach it until it gets its descriptor. The outputs go to the output ring: one region the
+   runner maps once per timing stage (`Rings`), whose slots the judge zeroes before each window.
+3. The clock starts; the judge sends the window (sizes, layout, the ring) and the descriptor on
+   the pair's socket. The runner maps it, calls ModelNew once per set, says `computed`, copies
+   each output into its slot of the ring, synchronises and answers `committed`.
+4. The judge then copies the slots into memory of its own (made before the clock) and
+   synchronises; the clock stops there. Work the runner left running after `computed` either
+   delays the snapshot (and is counted) or is missing from it (and fails the check). What a
+   window costs beyond the calls comes off: after `computed`, the commit and the snapshot as the
+   judge times them on its own memory; before it, on a GPU, the opening (hand-over, mapping,
+   waits) as the judge's probe process shows it on the same path (`probe.py`), on the CPU the
+   judge's own measure of the mapping and a message's round trip.
 5. Every slot of the snapshot is compared with the reference's output for the same set.
 
 Windows alternate with reference windows on fresh draws, so both see the same machine, and no
