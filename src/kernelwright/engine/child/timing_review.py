@@ -219,7 +219,7 @@ def _run(
                     ceiling=windows.ceiling(seen),
                 )
                 if ptimer is not None:
-                    ptimer, why = _probe_window(ptimer, sets, layout, ref_outs, r_ms, fixed, probe_seen)
+                    ptimer, why = _probe_window(ptimer, sets, layout, ref_outs, r_ms, fixed, probe_seen, load_seen[0])
                     fixed_by = why or fixed_by
                 timed_total = res.per_call_ms * res.calls
                 if probed:
@@ -384,9 +384,11 @@ def _probe_timer(
 PROBE_READY_S = 60.0
 
 
-# the probe, the judge and the runner (polling between its windows) keep up to three cores busy
-# while a probe window runs; more is load from elsewhere, and that window's opening is left out
-PROBE_BUSY_CORES = 4.0
+# a probe window run while other processes kept this many cores busier than they did over the
+# reference's window just before (the runner and the probe poll in both; other evaluations on the
+# host load both alike), or three quarters of the cores busy, ran beside load from elsewhere: its
+# opening is left out
+PROBE_BUSY_CORES = 2.0
 
 
 def _off(fixed: list[float] | None, before_ms: float) -> float:
@@ -405,6 +407,7 @@ def _probe_window(
     r_ms: float,
     fixed: dict[int, list[float]],
     seen: list[dict[str, Any]],
+    busy_before: float | None,
 ) -> tuple[windows.WindowTimer | None, str]:
     """One probe window on the candidate's sets: its cost besides the calls into `fixed`. A probe
     that fails is dropped (the later windows fall back to the judge's own measures), never the
@@ -420,10 +423,11 @@ def _probe_window(
     busy = monitor.others_busy_cores()
     f = probe.fixed_ms(res.open_to_computed_ms, res.runner_ms)
     left_out = ""
-    if busy is not None and busy > PROBE_BUSY_CORES:
+    before = busy_before if busy_before is not None else 2.0
+    if busy is not None and (busy > before + PROBE_BUSY_CORES or busy > 0.75 * stability.available_cores()):
         # other processes (the runner's: it should be idle now) loaded the machine while the probe
         # ran: its opening may be slower than a quiet one, which would take off too much
-        left_out = f"{busy:.1f} cores busy beside the probe"
+        left_out = f"{busy:.1f} cores busy beside the probe ({busy_before} over the reference's window)"
     elif f is not None:
         fixed.setdefault(res.calls, []).append(f)
     seen.append(
