@@ -6,8 +6,10 @@ POSIX descriptor; see `device_handoff.py` for why legacy IPC handles do not cros
 namespace). The judge creates it, fills it, and only then passes the descriptor on the pair's
 Unix socket: until that moment the runner has no way to reach the bytes (no name in any file
 system, no address it could map), which is what makes a window's inputs unseen before it opens.
-Every window gets new regions, so a mapping the runner keeps from an earlier window never shows
-a later window's contents. Imports only torch and the standard library.
+Every window gets a new region for its inputs, so a mapping the runner keeps from an earlier
+window never shows a later window's inputs; the outputs go to one region per timing stage (the
+output ring, `windows.Rings`), which holds nothing the runner has not written itself. Imports only
+torch and the standard library.
 """
 
 from __future__ import annotations
