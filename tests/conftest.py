@@ -225,6 +225,15 @@ def cpu_config(cache_dir) -> EvalConfig:
     return make_cpu_config(cache_dir)
 
 
+# tests judge verdicts, not speed: the timing stage's cheaper settings (`cpu_config`; as a settings
+# file's table for the CLI's tests: `fast_timing_toml`)
+FAST_TIMING = {"windows": 3, "max_window_calls": 64, "stability_retries": 0}
+
+
+def fast_timing_toml() -> str:
+    return "[eval.timing]\n" + "".join(f"{k} = {v}\n" for k, v in FAST_TIMING.items())
+
+
 def make_cpu_config(cache_dir: str) -> EvalConfig:
     """`cpu_config`'s settings, for a fixture of a wider scope (one evaluation several tests read),
     resolved as an entry point resolves them (the sandbox: bwrap where it runs)."""
@@ -238,7 +247,7 @@ def make_cpu_config(cache_dir: str) -> EvalConfig:
             # tests judge verdicts, not speed: three windows of at most 64 sets, no repeats on a noisy
             # machine (a third of the timing stage's default cost). The defaults are timed by the
             # benchmarks and by the tests that set their own (test_clock_attacks, test_timing_stability).
-            timing=TimingConfig(windows=3, max_window_calls=64, stability_retries=0),
+            timing=TimingConfig(**FAST_TIMING),
         )
     )
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ADD_ONE, CANDIDATES, EXAMPLES, FIXTURES, ROOT
+from conftest import ADD_ONE, CANDIDATES, EXAMPLES, FIXTURES, ROOT, fast_timing_toml
 from helpers.chat_server import ChatServer, Reply
 
 CPU_PROBLEM = EXAMPLES / "cpu_swish" / "problem.py"
@@ -26,9 +26,8 @@ CUDA_CANDIDATE = EXAMPLES / "cuda_swish" / "candidate.py"
 needs_openai = pytest.mark.skipif(importlib.util.find_spec("openai") is None, reason="needs the openai client")
 # a model call that fails fast: two attempts, 10 ms apart
 FAST_RETRIES = "[model.retry]\nmax_attempts = 2\nbase_delay_s = 0.01\n"
-# the test fixture's cheaper timing (tests/conftest.py: cpu_config), for runs that assert verdicts and
-# lines, not speed-ups: three windows of at most 64 sets, no repeats (a third of the timing stage)
-FAST_TIMING = "[eval.timing]\nwindows = 3\nmax_window_calls = 64\nstability_retries = 0\n"
+# the test fixture's cheaper timing, for runs that assert verdicts and lines, not speed-ups
+FAST_TIMING = fast_timing_toml()
 
 
 def env(cache_dir: str) -> dict[str, str]:

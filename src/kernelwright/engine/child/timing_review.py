@@ -200,13 +200,8 @@ def _run(
                 monitor = stability.CpuLoadMonitor()
                 r_ms, ref_outs = timer.reference_window(sets, layout)
                 monitor.tick()
-                probed = ptimer is not None
-                if probed:  # the probe's window after the candidate's measures the opening instead
-                    out_layout = windows.Layout.of_outputs(ref_outs[0])
-                    copy = timer.copy_ms(ref_outs, out_layout, len(sets) * layout.stride, repeats=1)
-                    measured = windows.Measures(copy_ms=copy, open_ms=0.0)
-                else:
-                    measured = timer.measures(sets, layout, ref_outs)
+                probed = ptimer is not None  # the probe's window after the candidate's measures the opening
+                measured = timer.measures(sets, layout, ref_outs, opening=not probed)
                 seen.append(measured.per_call(len(sets)))
                 load_seen = monitor.others_busy_cores(), monitor.others_runnable()
                 t_phase = _phase(phases, "reference_windows", t_phase)

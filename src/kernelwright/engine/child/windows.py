@@ -401,8 +401,7 @@ def plan(
     memory budget allows: per set, its inputs twice (the pool, the region; the reference's staging
     copy is freed first) and its output six times (the reference's, the ring, the snapshot, the
     runner's own, and what the caching allocators of the judge and the runner keep of the
-    reference's temporaries and the last window's blocks: with four, windows on an H100 and an
-    H200 ran out of memory and were halved, 2026-11-27)."""
+    reference's temporaries and the last window's blocks: with four, windows run out of memory)."""
     want = max(2, math.ceil(window_ms / max(est_ms, 1e-4)))
     per_set = 2 * set_bytes + 6 * out_bytes
     fit = max(1, budget_bytes // max(per_set, 1))
@@ -559,14 +558,16 @@ class WindowTimer:
         return best
 
     # -- a candidate window -----------------------------------------------------------------------------
-    def measures(self, sets: list[list[Any]], in_layout: Layout, ref_outs: list[Any]) -> Measures:
+    def measures(self, sets: list[list[Any]], in_layout: Layout, ref_outs: list[Any], opening: bool = True) -> Measures:
         """The judge's own measure of what a window of these sets costs that is not the candidate's
-        work (the commit and snapshot, the opening), taken before the window opens: the runner
-        then waits for it, and the moment is one it cannot tell from the reference's window just
-        before it (load it makes then falls on that window too, where the judge looks for load)."""
+        work (the commit and snapshot, and the opening unless `opening` is off: the probe measures
+        it), taken before the window opens: the runner then waits for it, and the moment is one it
+        cannot tell from the reference's window just before it (load it makes then falls on that
+        window too, where the judge looks for load)."""
         calls, out_layout = len(sets), Layout.of_outputs(ref_outs[0])
         copy = self.copy_ms(ref_outs, out_layout, calls * in_layout.stride, repeats=1)
-        return Measures(copy_ms=copy, open_ms=self.open_ms(calls, in_layout, out_layout, repeats=1))
+        open_ms = self.open_ms(calls, in_layout, out_layout, repeats=1) if opening else 0.0
+        return Measures(copy_ms=copy, open_ms=open_ms)
 
     def candidate_window(
         self,
