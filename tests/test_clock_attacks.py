@@ -29,9 +29,9 @@ HAS_BWRAP = shutil.which("bwrap") is not None
 # those that assert a verdict (incorrect, timeout) run beside the others
 
 
-def _config(base, sandbox: str = "none", device: str = "cpu"):
+def _config(base, sandbox: str = "none", device: str = "cpu", windows: int = 3):
     # the protocol's own defaults (not the test fixture's cheaper ones), in shorter windows
-    timing = dataclasses.replace(TimingConfig(), windows=3, window_ms=30.0, window_deadline_s=3.0)
+    timing = dataclasses.replace(TimingConfig(), windows=windows, window_ms=30.0, window_deadline_s=3.0)
     return dataclasses.replace(base, device=device, sandbox=sandbox, trials=2, timing=timing)
 
 
@@ -53,10 +53,13 @@ SANDBOXES = ["none", pytest.param("bwrap", marks=pytest.mark.skipif(not HAS_BWRA
 @pytest.mark.alone
 @pytest.mark.parametrize("sandbox", SANDBOXES)
 def test_honest_control_passes_at_about_1x(cpu_config, sandbox):
-    r = run(_config(cpu_config, sandbox), "honest.py")
+    # the protocol's five windows a side (the figure is a ratio of medians), where a two-core
+    # machine's windows vary by up to 2x from one to the next (docs/PERFORMANCE.md)
+    cfg = _config(cpu_config, sandbox, windows=TimingConfig().windows)
+    r = run(cfg, "honest.py")
     assert r.status is Status.PASSED, r.error_log
     if not 0.4 < r.speedup < 2.5:  # a shared two-core machine's noise: one second look
-        r = run(_config(cpu_config, sandbox), "honest.py")
+        r = run(cfg, "honest.py")
         assert r.status is Status.PASSED, r.error_log
     assert 0.4 < r.speedup < 2.5, r.speedup
     assert r.metadata["timing"]["clock"] == "judge"

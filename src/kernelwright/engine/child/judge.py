@@ -35,6 +35,7 @@ from kernelwright.core.record import (
     Status,
     TrialRecord,
 )
+from kernelwright.engine.child import heap
 from kernelwright.engine.child.channel import Channel
 
 GUARD_CALLS = 4  # the guards' two calls of the candidate, counted twice: one runs traced (slower)
@@ -1284,6 +1285,7 @@ def main(argv: list[str] | None = None) -> int:
     the runner could reach), commands after it, one JSON object per line; the record goes to FD."""
     argv = sys.argv[1:] if argv is None else argv
     faulthandler.enable()
+    heap.keep_freed_memory()  # as the other side does: a timed window's outputs reuse the heap
     spare = "--spare" in argv
     handoff = [int(a.split("=", 1)[1]) for a in argv if a.startswith("--handoff=")]
     device, fd = [a for a in argv if a != "--spare" and not a.startswith("--handoff=")][-2:]

@@ -30,7 +30,7 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from kernelwright.core.config import EvalConfig
-from kernelwright.engine.child import protocol
+from kernelwright.engine.child import heap, protocol
 from kernelwright.engine.child.channel import Channel
 
 if TYPE_CHECKING:
@@ -785,6 +785,7 @@ def main(argv: list[str] | None = None) -> int:
     for a line on stdin, then re-reads JOB.json (now the real job) and runs it."""
     argv = sys.argv[1:] if argv is None else argv
     faulthandler.enable()
+    heap.keep_freed_memory()  # as the other side does: a timed window's outputs reuse the heap
     spare = argv[0] == "--spare"
     job_path = argv[-1]
     job = _read_job(job_path)

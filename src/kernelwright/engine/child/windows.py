@@ -27,13 +27,16 @@ Imports only torch, the standard library and `core`.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 import math
 import os
+import resource
 import select
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -212,6 +215,24 @@ class Rings:
         self.region = self.id = None
 
 
+@contextlib.contextmanager
+def _no_gc() -> Iterator[None]:
+    """Python's cyclic collector held off while calls are timed, on both sides (as `timeit` does):
+    a collection of a large heap inside a window is neither side's work."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def _faults() -> int:
+    """This process's minor page faults so far."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
 _EVENTS: list[Any] = []  # the runner's two timing events (its own account), made once
 
 
@@ -248,6 +269,7 @@ def serve_window(
         # every set's views before the first call: serial work the judge measures and takes off
         # (made between calls they would hide behind a GPU's work and be taken off all the same)
         args = lin.sets(rin, n)
+        faults0 = _faults()
         t_mapped = time.perf_counter()
         outs = []
         if device.type == "cuda" and not _EVENTS:
@@ -255,7 +277,7 @@ def serve_window(
         events = _EVENTS if device.type == "cuda" else []
         if events:
             events[0].record()
-        with torch.no_grad():
+        with torch.no_grad(), _no_gc():
             for a in args:
                 outs.append(model(*a))
         t_launched = time.perf_counter()
@@ -270,6 +292,7 @@ def serve_window(
             "map": round((t_mapped - t_start) * 1e3, 4),
             "calls": round((t_computed - t_mapped) * 1e3, 4),
             "enqueue": round((t_launched - t_mapped) * 1e3, 4),
+            "faults": _faults() - faults0,  # page faults in the calls (heap.py says why they matter)
         }
         if events:
             reply["runner_ms"]["device"] = round(events[0].elapsed_time(events[1]), 4)
@@ -395,7 +418,7 @@ def plan(
     window_ms: float,
     rounds: int,
     max_calls: int,
-    full_warmup: bool = False,
+    full_warmup: bool = True,
 ) -> Plan:
     """How many sets a window holds: enough for `window_ms` of reference work, no more than the
     memory budget allows: per set, its inputs twice (the pool, the region; the reference's staging
@@ -412,8 +435,9 @@ def plan(
             f"{calls} sets per window (memory budget {budget_bytes >> 20} MiB; "
             f"{want} would make {window_ms:g} ms of reference work)"
         )
-    # the warm-up window: on a GPU as large as the others, so that the runner's allocator holds a
-    # block for every output before the first timed window (else that window pays for cudaMalloc)
+    # the warm-up window as large as the others, so that the runner's allocator holds a block for
+    # every output before the first timed window (else that window pays for cudaMalloc on a GPU, and
+    # on the CPU for a page fault per 4 KiB of its outputs: heap.py)
     warmup = max(calls, 1) if full_warmup else min(max(calls, 1), 3)
     limit = max(1, int(min(fit, max_calls)))
     return Plan(calls=max(calls, 1), rounds=rounds, warmup_calls=warmup, reasons=reasons, limit=limit)
@@ -444,18 +468,27 @@ class WindowTimer:
         self.ring_id = 0
         self.ring_owner: WindowTimer = self  # the timer whose ring this one lends (the probe's: the runner's)
         self.sent_ring = 0  # the ring this timer's peer has mapped
+        self._snap: torch.Tensor | None = None  # where windows' slots are snapshot (`_snapshot_buffer`)
 
     def close(self) -> None:
         """The output ring given back (the runner drops its mapping at its next command)."""
         if self.ring is not None:
             self.ring.close()
             self.ring = None
+        self._snap = None
 
     def _snapshot_buffer(self, nbytes: int) -> torch.Tensor:
-        """The judge's memory a window's slots are copied into when it closes (made before the
-        clock starts, here and in the judge's measure of the commit: an allocation is neither
-        side's work; a fresh one each window, so that no snapshot outlives the check of its own)."""
-        return torch.empty(nbytes, dtype=torch.uint8, device=self.device)
+        """The judge's memory a window's slots are copied into when it closes: one buffer for the
+        stage, made (and written once) outside any clock, grown where a window outgrows it. A fresh
+        one each window cost a page fault per 4 KiB inside the after-phase on the CPU (25 ms of a
+        30 ms window's 92 MB, varying by tens of ms: the honest control timed at 0.3-0.9x). Its
+        contents never outlive the check of their own window (`candidate_window` checks them
+        before it returns, and the next window overwrites them). Kept by the ring's owner."""
+        owner = self.ring_owner  # the probe's windows, one at a time after the candidate's, share it
+        if owner._snap is None or owner._snap.numel() < nbytes:
+            owner._snap = None
+            owner._snap = torch.zeros(nbytes, dtype=torch.uint8, device=self.device)
+        return owner._snap[:nbytes]
 
     def _ring_for(self, nbytes: int) -> tuple[shared_region.Region, int, bool]:
         """The output ring, replaced by a larger one where a window outgrows it: (ring, its id,
@@ -493,7 +526,7 @@ class WindowTimer:
                         dst.copy_(x)
             _sync(self.device)
             outs = []
-            with torch.no_grad():
+            with torch.no_grad(), _no_gc():
                 t0 = time.perf_counter()
                 for args in staged:
                     outs.append(self.reference(*args))
