@@ -27,6 +27,8 @@ PAIRS = {
     "shapes_cuda": ("tests/fixtures/shapes/problem.py", "tests/fixtures/shapes/cuda_honest.py"),
     "shapes_triton": ("tests/fixtures/shapes/problem.py", "tests/fixtures/shapes/triton_honest.py"),
     "cpu_swish": ("examples/cpu_swish/problem.py", "examples/cpu_swish/candidate.py"),
+    # the clock attacks' control: the reference's own computation (about 1x wherever it runs)
+    "honest_control": ("tests/fixtures/problems/swish.py", "tests/clock_attacks/honest.py"),
     "suite_swish": ("tests/fixtures/suite/level1/2_swish.py", "tests/fixtures/suite/candidates/2_swish.py"),
     "suite_softmax": (
         "tests/fixtures/suite/level1/4_row_softmax.py",
