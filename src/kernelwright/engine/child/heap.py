@@ -12,7 +12,9 @@ in, on both sides. Not always all of them: where small allocations split the fre
 window grows the heap by an output or a few (tests/test_heap.py; the runner reports its calls'
 faults with each window, `runner_says_ms.faults`).
 
-Larger outputs are still mapped per allocation, on both sides alike. Not glibc (musl), or no
+The cost: a process keeps its heap's high-water mark for its life (a long-lived CPU judge, about
+its largest window's reference outputs). Larger outputs are still mapped per allocation, on both
+sides alike. Not glibc (musl), or no
 `mallopt`: nothing changes. Imports only the standard library.
 """
 

@@ -418,7 +418,6 @@ def plan(
     window_ms: float,
     rounds: int,
     max_calls: int,
-    full_warmup: bool = True,
 ) -> Plan:
     """How many sets a window holds: enough for `window_ms` of reference work, no more than the
     memory budget allows: per set, its inputs twice (the pool, the region; the reference's staging
@@ -438,7 +437,7 @@ def plan(
     # the warm-up window as large as the others, so that the runner's allocator holds a block for
     # every output before the first timed window (else that window pays for cudaMalloc on a GPU, and
     # on the CPU for a page fault per 4 KiB of its outputs: heap.py)
-    warmup = max(calls, 1) if full_warmup else min(max(calls, 1), 3)
+    warmup = max(calls, 1)
     limit = max(1, int(min(fit, max_calls)))
     return Plan(calls=max(calls, 1), rounds=rounds, warmup_calls=warmup, reasons=reasons, limit=limit)
 
