@@ -478,11 +478,11 @@ class WindowTimer:
 
     def _snapshot_buffer(self, nbytes: int) -> torch.Tensor:
         """The judge's memory a window's slots are copied into when it closes: one buffer for the
-        stage, made (and written once) outside any clock, grown where a window outgrows it. A fresh
-        one each window cost a page fault per 4 KiB inside the after-phase on the CPU (25 ms of a
-        30 ms window's 92 MB, varying by tens of ms: the honest control timed at 0.3-0.9x). Its
-        contents never outlive the check of their own window (`candidate_window` checks them
-        before it returns, and the next window overwrites them). Kept by the ring's owner."""
+        stage, made (and written once) outside any clock, grown where a window outgrows it: a
+        fresh one each window pays a page fault per 4 KiB inside the after-phase on the CPU, by an
+        amount that varies from window to window (docs/PERFORMANCE.md). Its contents never outlive
+        the check of their own window (`candidate_window` checks them before it returns, and the
+        next window overwrites them). Kept by the ring's owner."""
         owner = self.ring_owner  # the probe's windows, one at a time after the candidate's, share it
         if owner._snap is None or owner._snap.numel() < nbytes:
             owner._snap = None
