@@ -41,3 +41,33 @@ def test_freed_outputs_are_mostly_reused():
     kept = _faults("keep")
     assert kept[0] > 8000, kept  # the first window grows the heap
     assert sum(kept[1:]) < 32 * 1024, kept
+
+
+def test_cpu_evaluations_start_with_glibcs_small_chunk_cache_off(cpu_config, tmp_path):
+    """The tcache kept freed tensor metadata between a window's freed outputs, which then did not
+    coalesce: a runner's heap grew (a fault per 4 KiB) in a third of its timed windows (heap.py)."""
+    import dataclasses
+
+    from kernelwright.engine.isolation import environment
+
+    env = environment.child_env(dataclasses.replace(cpu_config, device="cpu"), tmp_path)
+    assert env["GLIBC_TUNABLES"] == "glibc.malloc.tcache_count=0"
+    assert "GLIBC_TUNABLES" not in environment.child_env(dataclasses.replace(cpu_config, device="cuda"), tmp_path)
+    mine = "glibc.malloc.arena_max=2"
+    assert environment.with_tunable(mine, environment.NO_TCACHE) == mine + ":" + environment.NO_TCACHE
+    assert environment.with_tunable("glibc.malloc.tcache_count=7", environment.NO_TCACHE).endswith("=7")
+    assert environment.with_tunable("", environment.NO_TCACHE) == environment.NO_TCACHE
+
+
+def test_a_child_keeps_the_heap_setting_to_itself(monkeypatch):
+    """glibc read it when the process started; the compilers the process starts go without it."""
+    from kernelwright.engine.child import heap
+
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.arena_max=2:" + heap.NO_TCACHE)
+    heap.keep_tunables_to_itself()
+    import os
+
+    assert os.environ["GLIBC_TUNABLES"] == "glibc.malloc.arena_max=2"
+    monkeypatch.setenv("GLIBC_TUNABLES", heap.NO_TCACHE)
+    heap.keep_tunables_to_itself()
+    assert "GLIBC_TUNABLES" not in os.environ

@@ -1286,6 +1286,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     faulthandler.enable()
     heap.keep_freed_memory()  # as the other side does: a timed window's outputs reuse the heap
+    heap.keep_tunables_to_itself()
     spare = "--spare" in argv
     handoff = [int(a.split("=", 1)[1]) for a in argv if a.startswith("--handoff=")]
     device, fd = [a for a in argv if a != "--spare" and not a.startswith("--handoff=")][-2:]

@@ -786,6 +786,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     faulthandler.enable()
     heap.keep_freed_memory()  # as the other side does: a timed window's outputs reuse the heap
+    heap.keep_tunables_to_itself()
     spare = argv[0] == "--spare"
     job_path = argv[-1]
     job = _read_job(job_path)

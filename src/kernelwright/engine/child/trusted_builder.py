@@ -27,6 +27,9 @@ MAX_OUTPUT = 100_000  # characters of a failed build's compiler output handed ba
 
 
 def main(job_path: str) -> int:
+    from kernelwright.engine.child import heap
+
+    heap.keep_tunables_to_itself()  # (glibc's setting stays with this process; the compilers it starts go without)
     with open(job_path) as f:
         job = json.load(f)
     fd = job.get("fd")

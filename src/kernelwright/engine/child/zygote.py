@@ -144,6 +144,9 @@ def _child(request: dict[str, Any], fds: list[int], sock: socket.socket, others:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from kernelwright.engine.child import heap
+
+    heap.keep_tunables_to_itself()  # (glibc's setting stays with this process; the compilers it starts go without)
     argv = sys.argv[1:] if argv is None else argv
     _die_with_parent()
     sock = socket.socket(fileno=int(argv[0]))

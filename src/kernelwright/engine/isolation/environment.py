@@ -11,7 +11,7 @@ from pathlib import Path
 import kernelwright
 from kernelwright.core.config import EvalConfig
 from kernelwright.core.printable import map_strings
-from kernelwright.engine.child import jsoncache
+from kernelwright.engine.child import heap, jsoncache
 
 # Names passed through as they are (exact names, or prefixes ending in "_").
 _ALLOWED_EXACT = {
@@ -131,7 +131,22 @@ def child_env(config: EvalConfig, tmp: Path) -> dict[str, str]:
     # a worker pinned to one GPU (an executor's) pins its children to it
     if config.visible_devices is not None:
         env["CUDA_VISIBLE_DEVICES"] = config.visible_devices
+    if config.device == "cpu":  # read by glibc when the process starts: see engine/child/heap.py
+        env["GLIBC_TUNABLES"] = with_tunable(env.get("GLIBC_TUNABLES", ""), NO_TCACHE)
     return env
+
+
+NO_TCACHE = heap.NO_TCACHE
+
+
+def with_tunable(tunables: str, setting: str) -> str:
+    """`tunables` (GLIBC_TUNABLES' colon-separated `name=value` list) with `setting`, unless it
+    names that tunable already (the caller's, passed with `pass_env`, wins)."""
+    name = setting.split("=", 1)[0]
+    parts = [t for t in tunables.split(":") if t]
+    if any(t.split("=", 1)[0] == name for t in parts):
+        return tunables
+    return ":".join([*parts, setting])
 
 
 JUDGE_CACHE_SUBDIR = jsoncache.JUDGE_CACHE_SUBDIR  # in the cache: the judge's, read-only in the runner's sandbox
