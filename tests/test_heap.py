@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import subprocess
 import sys
 import textwrap
+
+from kernelwright.engine.child import heap
+from kernelwright.engine.isolation import environment
 
 PROGRAM = textwrap.dedent(
     """
@@ -46,10 +51,6 @@ def test_freed_outputs_are_mostly_reused():
 def test_cpu_evaluations_start_with_glibcs_small_chunk_cache_off(cpu_config, tmp_path):
     """The tcache kept freed tensor metadata between a window's freed outputs, which then did not
     coalesce: a runner's heap grew (a fault per 4 KiB) in a third of its timed windows (heap.py)."""
-    import dataclasses
-
-    from kernelwright.engine.isolation import environment
-
     env = environment.child_env(dataclasses.replace(cpu_config, device="cpu"), tmp_path)
     assert env["GLIBC_TUNABLES"] == "glibc.malloc.tcache_count=0"
     assert "GLIBC_TUNABLES" not in environment.child_env(dataclasses.replace(cpu_config, device="cuda"), tmp_path)
@@ -61,12 +62,8 @@ def test_cpu_evaluations_start_with_glibcs_small_chunk_cache_off(cpu_config, tmp
 
 def test_a_child_keeps_the_heap_setting_to_itself(monkeypatch):
     """glibc read it when the process started; the compilers the process starts go without it."""
-    from kernelwright.engine.child import heap
-
     monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.arena_max=2:" + heap.NO_TCACHE)
     heap.keep_tunables_to_itself()
-    import os
-
     assert os.environ["GLIBC_TUNABLES"] == "glibc.malloc.arena_max=2"
     monkeypatch.setenv("GLIBC_TUNABLES", heap.NO_TCACHE)
     heap.keep_tunables_to_itself()

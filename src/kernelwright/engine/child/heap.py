@@ -18,9 +18,9 @@ tcache, it still counts as in use, so the freed outputs around it do not coalesc
 in 222 pieces could not hold a window's 4 MiB outputs: the heap grew by 36-56 MB (a page fault per
 4 KiB) in 5 of 15 timed windows of the honest CPU control. A CPU evaluation's judge and runner
 therefore start with the tcache off (`GLIBC_TUNABLES=glibc.malloc.tcache_count=0`, set by
-`isolation/environment.child_env`; glibc reads it only when a process starts): 0 of 15 windows
-faulted. A small allocation costs a little more without it, on both sides alike; the compilers a
-child starts do not inherit the setting (`keep_tunables_to_itself`).
+`isolation/environment.child_env`; glibc reads it only when a process starts): 0 of 35 timed
+windows faulted more than one page. A small allocation costs a little more without it, on both
+sides alike; the compilers a child starts do not inherit the setting (`keep_tunables_to_itself`).
 
 The cost: a process keeps its heap's high-water mark for its life (a long-lived CPU judge, about
 its largest window's reference outputs). Larger outputs are still mapped per allocation, on both
