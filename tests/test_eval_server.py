@@ -355,9 +355,11 @@ def test_a_client_that_goes_away_takes_its_evaluation_with_it(tmp_path, cpu_conf
             seen += chunk
         closed = time.monotonic()
         client.close()
-        while server.cancelled == 0 and time.monotonic() < closed + 20:
+        while server.cancelled == 0 and time.monotonic() < closed + 30:
             time.sleep(0.05)
-        assert server.cancelled == 1 and time.monotonic() - closed < 10
+        # 0.1-0.25 s alone or beside other tests; once 10.1 s on a loaded CI run: well under the 60 s
+        # stage limit the hung candidate would otherwise run to, which is what this asserts
+        assert server.cancelled == 1 and time.monotonic() - closed < 20
         res = eval_server.submit(ADD_ONE, CANDIDATES / "py_correct.py", cpu_config, path=tmp_path / "s.sock")
         assert res is not None and res.status is Status.PASSED, res
     finally:
