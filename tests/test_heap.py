@@ -55,9 +55,9 @@ def test_cpu_evaluations_start_with_glibcs_small_chunk_cache_off(cpu_config, tmp
     assert env["GLIBC_TUNABLES"] == "glibc.malloc.tcache_count=0"
     assert "GLIBC_TUNABLES" not in environment.child_env(dataclasses.replace(cpu_config, device="cuda"), tmp_path)
     mine = "glibc.malloc.arena_max=2"
-    assert environment.with_tunable(mine, environment.NO_TCACHE) == mine + ":" + environment.NO_TCACHE
-    assert environment.with_tunable("glibc.malloc.tcache_count=7", environment.NO_TCACHE).endswith("=7")
-    assert environment.with_tunable("", environment.NO_TCACHE) == environment.NO_TCACHE
+    assert heap.with_tunable(mine, heap.NO_TCACHE) == mine + ":" + heap.NO_TCACHE
+    assert heap.with_tunable("glibc.malloc.tcache_count=7", heap.NO_TCACHE).endswith("=7")
+    assert heap.with_tunable("", heap.NO_TCACHE) == heap.NO_TCACHE
 
 
 def test_a_child_keeps_the_heap_setting_to_itself(monkeypatch):

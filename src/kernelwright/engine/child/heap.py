@@ -24,8 +24,8 @@ sides alike; the compilers a child starts do not inherit the setting (`keep_tuna
 
 The cost: a process keeps its heap's high-water mark for its life (a long-lived CPU judge, about
 its largest window's reference outputs). Larger outputs are still mapped per allocation, on both
-sides alike. Not glibc (musl), or no
-`mallopt`: nothing changes. Imports only the standard library.
+sides alike. Not glibc (musl), or no `mallopt`: nothing changes. Imports only the standard
+library.
 """
 
 from __future__ import annotations
@@ -49,6 +49,16 @@ def keep_freed_memory() -> bool:
 
 
 NO_TCACHE = "glibc.malloc.tcache_count=0"  # (set by isolation/environment.child_env for CPU evaluations)
+
+
+def with_tunable(tunables: str, setting: str) -> str:
+    """`tunables` (GLIBC_TUNABLES' colon-separated `name=value` list) with `setting`, unless it
+    names that tunable already (the caller's, passed with `pass_env`, wins)."""
+    name = setting.split("=", 1)[0]
+    parts = [t for t in tunables.split(":") if t]
+    if any(t.split("=", 1)[0] == name for t in parts):
+        return tunables
+    return ":".join([*parts, setting])
 
 
 def keep_tunables_to_itself() -> None:

@@ -132,21 +132,8 @@ def child_env(config: EvalConfig, tmp: Path) -> dict[str, str]:
     if config.visible_devices is not None:
         env["CUDA_VISIBLE_DEVICES"] = config.visible_devices
     if config.device == "cpu":  # read by glibc when the process starts: see engine/child/heap.py
-        env["GLIBC_TUNABLES"] = with_tunable(env.get("GLIBC_TUNABLES", ""), NO_TCACHE)
+        env["GLIBC_TUNABLES"] = heap.with_tunable(env.get("GLIBC_TUNABLES", ""), heap.NO_TCACHE)
     return env
-
-
-NO_TCACHE = heap.NO_TCACHE
-
-
-def with_tunable(tunables: str, setting: str) -> str:
-    """`tunables` (GLIBC_TUNABLES' colon-separated `name=value` list) with `setting`, unless it
-    names that tunable already (the caller's, passed with `pass_env`, wins)."""
-    name = setting.split("=", 1)[0]
-    parts = [t for t in tunables.split(":") if t]
-    if any(t.split("=", 1)[0] == name for t in parts):
-        return tunables
-    return ":".join([*parts, setting])
 
 
 JUDGE_CACHE_SUBDIR = jsoncache.JUDGE_CACHE_SUBDIR  # in the cache: the judge's, read-only in the runner's sandbox
