@@ -175,6 +175,33 @@ def test_gpu_window_tricks_fail(cpu_config, name):
 
 
 @pytest.mark.gpu
+def test_gpu_work_off_the_timed_stream_fails(cpu_config):
+    # the side stream waits for no input: its kernels read a region the judge has not filled yet
+    r = run(_config(cpu_config, device="cuda"), "side_stream.py")
+    assert r.status is Status.INCORRECT, (r.status, r.speedup, r.error_log)
+
+
+@pytest.mark.gpu
+def test_gpu_a_skipped_commit_gains_at_most_the_commit(cpu_config):
+    # the device clock cannot tell the commit from the calls on the device; what comes off for it
+    # is the judge's own measure of one commit, so skipping it hides at most that much work
+    cfg = _config(cpu_config, device="cuda")
+    honest, cheat = run(cfg, "honest.py"), run(cfg, "skip_commit.py")
+    assert honest.status is Status.PASSED and cheat.status is Status.PASSED, (cheat.status, cheat.error_log)
+    timing = cheat.metadata["timing"]
+    assert timing["fixed_costs"].startswith("device clock"), timing["fixed_costs"]
+    commit = max(timing["device_clock"]["commit_ms"].values())
+    calls = timing["calls_per_window"]
+    # per call: the cheat is faster than the honest control by no more than one commit a window
+    assert cheat.candidate_ms >= honest.candidate_ms - 1.5 * commit / calls, (
+        cheat.candidate_ms,
+        honest.candidate_ms,
+        commit,
+        calls,
+    )
+
+
+@pytest.mark.gpu
 def test_gpu_device_hog_gets_no_speedup(cpu_config):
     r = run(_config(cpu_config, device="cuda"), "hold_device.py")
     assert not_forged(r), (r.status, r.speedup, r.error_log)

@@ -77,6 +77,7 @@ class TimingConfig:
     window_budget_mb: int = 0  # memory for a window's sets, outputs and snapshot (0: a share of what is free)
     window_deadline_s: float = 10.0  # a window ends within max(this, 100 x its reference time), or times out
     probe: bool = True  # on a GPU a trusted process measures a window's costs besides the calls (engine/child/probe.py)
+    device_clock: bool = True  # on a GPU the judge's stream spans the runner's work (engine/child/device_clock.py)
     physics_margin: float = 0.7  # a time under this share of the roofline floor is faster than the hardware
 
 

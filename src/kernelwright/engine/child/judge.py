@@ -133,6 +133,9 @@ def _plain_data(v: Any, depth: int = 0) -> Any:
     return str(v)[:200]
 
 
+ANCHOR_PROBE_S = 20.0  # how long the judge waits at start-up for its probe, to measure the hand-over
+
+
 class Judge:
     def __init__(self, job: dict[str, Any], chan: Channel, handoff_fd: int | None = None):
         self.chan = chan
@@ -142,6 +145,8 @@ class Judge:
         self.handoff: socket.socket | None = None  # the socket on which the runner's device outputs arrive
         self.handoff_s = 0.0
         self.handoff_self_test = ""  # why this process could not import its own export ('' when it could)
+        self.anchor: Any = None  # device_clock.Anchor: the judge's copies and hand-over before any candidate ran
+        self.device_clock_off = ""  # why the device clock is not used ('' when it is, or on the CPU)
         if handoff_fd is not None:
             import socket
 
@@ -218,7 +223,44 @@ class Judge:
                 from kernelwright.engine.child import probe
 
                 probe.start(self.device)
+            self.measure_anchor()
         self.started = True
+
+    def measure_anchor(self) -> None:
+        """What the device clock's fixed costs are when no candidate code has run yet (the caps of
+        what a window may take off: device_clock.Anchor): the judge's copies, and the two context
+        switches of the probe's empty windows."""
+        from kernelwright.engine.child import device_clock, probe, windows
+
+        if not (self.cfg.timing.device_clock and self.handoff is not None):
+            self.device_clock_off = "timing.device_clock is off" if self.handoff is not None else "no window socket"
+            return
+        why = device_clock.self_test(self.device)
+        if why:
+            self.device_clock_off = why
+            return
+        self.anchor = device_clock.Anchor()
+        p = probe.start(self.device) if self.cfg.timing.probe else None
+        if p is None or not p.wait_ready(ANCHOR_PROBE_S):
+            return
+        t = windows.WindowTimer(
+            p.sock, self.device, list, lambda: None, lambda e, r: True, lambda s: self.cfg.timing.window_deadline_s
+        )
+        t.clock = device_clock.Clock(self.device)
+        try:
+            seen = [t.empty_window() for _ in range(5)]
+            got = [m for m in seen if m is not None]
+            self.anchor.switch_ms = min(got) if got else None
+        except Exception as exc:
+            probe.drop(self.device, f"its empty windows failed at start-up: {exc}")
+        finally:
+            try:
+                from kernelwright.engine.child import shared_region
+
+                shared_region.send(p.sock, b'{"release": 1}', [])
+            except OSError:
+                pass
+            t.close()
 
     def warm_in_background(self) -> None:
         """The FLOP counter's first use (the physics check counts the reference's work with it)
@@ -1243,6 +1285,8 @@ class Judge:
             rec.metadata["judge_busy_s"]["device_handoff"] = round(self.handoff_s, 4)
             if self.handoff_self_test:
                 rec.metadata["device_handoff_judge_self_test"] = self.handoff_self_test
+            if self.device_clock_off:
+                rec.metadata["device_clock_off"] = self.device_clock_off
         return rec
 
     def degenerate_check(self) -> None:

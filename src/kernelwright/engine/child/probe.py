@@ -150,7 +150,7 @@ def _stub(header: dict[str, Any], device: torch.device) -> Any:
 
 def main(argv: list[str] | None = None) -> int:
     """`probe.py FD DEVICE`: serve the judge's windows on the socket FD until it closes."""
-    from kernelwright.engine.child import shared_region, windows
+    from kernelwright.engine.child import device_clock, shared_region, windows
 
     argv = sys.argv[1:] if argv is None else argv
     fd, dev = int(argv[0]), torch.device(argv[1])
@@ -160,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.ones(1, device=dev).add_(1).item()  # the context, before the judge needs it
     sock.send(READY)
     rings = windows.Rings()
+    lent = device_clock.Lent()  # the device clock's flags (its empty windows)
     stubs: dict[str, Any] = {}  # by output layout: its buffers made once, not inside every window
     while True:
         windows.wait_readable([sock], None, windows.SPIN_S)
@@ -174,6 +175,13 @@ def main(argv: list[str] | None = None) -> int:
             header = json.loads(data.decode())
             if isinstance(header, dict) and header.get("release"):  # the timing stage is over
                 rings.close()
+                lent.close()
+                continue
+            if isinstance(header, dict) and header.get("clock") == "device":
+                try:
+                    device_clock.serve(sock, header, fds, None, dev, 1 << 40, lent)  # closes the descriptors
+                except Exception:
+                    pass  # said in the window's reply
                 continue
             key = json.dumps(header.get("outputs"))
             model = stubs.get(key) or stubs.setdefault(key, _stub(header, dev))
@@ -190,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         except Exception:
             pass  # said in the window's reply
     rings.close()
+    lent.close()
     return 0
 
 

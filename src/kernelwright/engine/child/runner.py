@@ -445,7 +445,7 @@ class Runner:
                     header = json.loads(data.decode(errors="replace"))
                 except ValueError:
                     header = None
-                if isinstance(header, dict) and "window" in header and len(got) in (1, 2):
+                if isinstance(header, dict) and "window" in header and len(got) <= 3:
                     self._stdin_buf = buf
                     return None, (header, got)
                 for fd in got:
@@ -457,9 +457,9 @@ class Runner:
                     raise Stop()
                 buf += chunk
         line, self._stdin_buf = buf.split(b"\n", 1)
-        rings = getattr(self, "_rings", None)
-        if rings is not None:  # the windows are over: the output ring goes back to the judge
-            rings.close()
+        for lent in (getattr(self, "_rings", None), getattr(self, "_lent", None)):
+            if lent is not None:  # the windows are over: the regions go back to the judge
+                lent.close()
         return protocol.parse_command(line.decode(errors="replace")), None
 
     def pair_socket(self) -> socket.socket | None:
@@ -706,9 +706,18 @@ class Runner:
         try:
             sock = self.pair_socket()
             assert sock is not None  # the window came on it
-            if getattr(self, "_rings", None) is None:
-                self._rings = windows.Rings()
-            windows.serve_window(sock, header, fds, self.cand_model, self.device, max_bytes=1 << 40, rings=self._rings)
+            if header.get("clock") == "device":
+                from kernelwright.engine.child import device_clock
+
+                if getattr(self, "_lent", None) is None:
+                    self._lent = device_clock.Lent()
+                device_clock.serve(sock, header, fds, self.cand_model, self.device, 1 << 40, self._lent)
+            else:
+                if getattr(self, "_rings", None) is None:
+                    self._rings = windows.Rings()
+                windows.serve_window(
+                    sock, header, fds, self.cand_model, self.device, max_bytes=1 << 40, rings=self._rings
+                )
         except Exception as exc:
             self.blame(exc, "ModelNew failed in a timing window", "timing")
             raise Stop() from None

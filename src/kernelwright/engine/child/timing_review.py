@@ -175,8 +175,18 @@ def _run(
     comp_ms: list[float] = []
     details: list[dict[str, Any]] = []
     bad = checked = 0
-    # on a GPU a trusted probe process measures what a window costs besides the calls (probe.py)
-    ptimer, fixed_by = _probe_timer(judge, timer, draw, deadline) if on_gpu else (None, "")
+    # on a GPU the judge's stream spans the runner's work (device_clock.py), where the driver can;
+    # else a trusted probe process measures what a window costs besides the calls (probe.py)
+    clocked = on_gpu and judge.anchor is not None
+    clock_phases: list[Any] = []  # the timed windows' device_clock.Phases, in order (device clock)
+    if clocked:
+        from kernelwright.engine.child import device_clock
+
+        timer.clock = device_clock.Clock(device)
+        timer.cal = device_clock.Calibration(anchor=judge.anchor)
+        ptimer, fixed_by = _switch_timer(judge, timer, deadline)
+    else:
+        ptimer, fixed_by = _probe_timer(judge, timer, draw, deadline) if on_gpu else (None, "")
     fixed: dict[int, list[float]] = {}  # sets per window -> the probe windows' openings (ms)
     # timed windows the probe's opening comes off: (index, calls, their time so far, their opening's ms)
     by_probe: list[tuple[int, int, float, float]] = []
@@ -199,9 +209,13 @@ def _run(
                 monitor = stability.CpuLoadMonitor()
                 r_ms, ref_outs = timer.reference_window(sets, layout)
                 monitor.tick()
-                probed = ptimer is not None  # the probe's window after the candidate's measures the opening
-                measured = timer.measures(sets, layout, ref_outs, opening=not probed)
-                seen.append(measured.per_call(len(sets)))
+                # (the probe's window after the candidate's measures the opening)
+                probed = ptimer is not None and not clocked
+                if clocked:
+                    measured = windows.Measures(0.0, 0.0)  # (the device clock calibrates itself)
+                else:
+                    measured = timer.measures(sets, layout, ref_outs, opening=not probed)
+                    seen.append(measured.per_call(len(sets)))
                 load_seen = monitor.others_busy_cores(), monitor.others_runnable()
                 t_phase = _phase(phases, "reference_windows", t_phase)
                 res = timer.candidate_window(
@@ -214,7 +228,9 @@ def _run(
                     measures=measured,
                     ceiling=windows.ceiling(seen),
                 )
-                if ptimer is not None:
+                if clocked and ptimer is not None:
+                    ptimer = _switch_window(ptimer, timer.cal)
+                elif ptimer is not None:
                     ptimer, why = _probe_window(ptimer, sets, layout, ref_outs, r_ms, fixed, probe_seen, load_seen[0])
                     fixed_by = why or fixed_by
                 timed_total = res.per_call_ms * res.calls
@@ -260,6 +276,8 @@ def _run(
                     plan.warmup_calls = plan.calls if on_gpu else plan.warmup_calls
                 continue
             ref_ms.append(r_ms)
+            if clocked:
+                clock_phases.append(res.phases)
             if probed:
                 by_probe.append((len(cand_ms), res.calls, timed_total, res.open_to_computed_ms))
             cand_ms.append(res.per_call_ms)
@@ -297,8 +315,23 @@ def _run(
         timer.close()  # the output ring (the runner drops its mapping at its next command)
         if ptimer is not None:
             _release(ptimer)
-    # every window the probe measured loses the smallest fixed cost the probe saw at its size
-    # (a process that slows the probe's windows can only make them larger)
+    # every window loses the stage's calibration as it stands at the end (device clock), or the
+    # smallest fixed cost the probe saw at its size (a process that slows the probe's windows, or
+    # runs beside the judge's copies, can only make them larger)
+    for i, ph in enumerate(clock_phases):
+        cand_ms[i] = timer.cal.candidate_ms(ph)
+        details[i]["candidate_ms"] = round(cand_ms[i], 6)
+        details[i]["device_ms"] = {
+            "copy_in": round(ph.copy_in_ms, 4),
+            "runner": round(ph.middle_ms, 4),
+            "snapshot": round(ph.snapshot_ms, 4),
+            "measured": {
+                "copy_in": round(ph.cal_copy_in_ms, 4),
+                "snapshot": round(ph.cal_snapshot_ms, 4),
+                "commit": round(ph.cal_commit_ms, 4),
+            },
+            "off": {k: round(v, 4) for k, v in timer.cal.off(ph).items()},
+        }
     for i, calls, total, before in by_probe:
         if fixed.get(calls):
             f = _off(fixed[calls], before)
@@ -336,6 +369,8 @@ def _run(
     )
     if not on_gpu:  # (on a GPU the runner is another process on the device by design)
         reasons += stability.load_problems(load, cfg.timing, on_gpu)
+    if clocked and timer.cal.contended():
+        reasons.append(timer.cal.contended())
     if reasons:
         judge.flag("timing_unstable", "; ".join(reasons[:5]))
     rec.metadata["timing"] = {
@@ -345,6 +380,7 @@ def _run(
         "plan": plan.reasons,
         "estimate_ms": round(est_ms, 6),
         "fixed_costs": fixed_by,
+        "device_clock": _clock_facts(judge, timer) if clocked else {"off": judge.device_clock_off or "CPU"},
         "probe_windows": probe_seen[:12],
         "threads": None if on_gpu else threads,
         "judge_phases_s": phases,
@@ -359,6 +395,56 @@ def _run(
         "band": {k: stability.band(v) for k, v in samples.items() if v},
     }
     physics(judge, inputs0)
+
+
+def _switch_timer(
+    judge: Judge, timer: windows.WindowTimer, deadline: Callable[[float], float]
+) -> tuple[windows.WindowTimer | None, str]:
+    """The probe's timer for the device clock's empty windows (the two context switches), after
+    three of them; None and why where there is no probe (then nothing comes off for them)."""
+    from kernelwright.engine.child import device_clock
+
+    if not judge.cfg.timing.probe:
+        return None, "device clock; no probe (timing.probe is off): the context switches stay in"
+    from kernelwright.engine.child import probe
+
+    p = probe.start(judge.device)
+    if p is None or not p.wait_ready(PROBE_READY_S):
+        return None, f"device clock; no probe ({p.failed if p is not None else 'none on this device'})"
+    pt = windows.WindowTimer(p.sock, judge.device, list, judge.ref_model, lambda e, r: True, deadline)
+    pt.clock = device_clock.Clock(judge.device)
+    for _ in range(3):
+        got = _switch_window(pt, timer.cal)
+        if got is None:
+            return None, "device clock; the probe's empty windows failed: the context switches stay in"
+    return pt, "device clock"
+
+
+def _switch_window(ptimer: windows.WindowTimer, cal: Any) -> windows.WindowTimer | None:
+    """One empty window on the probe: its context switches into the calibration. A probe that
+    fails is dropped (nothing more comes off for the switches), never the candidate's fault."""
+    from kernelwright.engine.child import probe
+
+    try:
+        ms = ptimer.empty_window()
+    except (windows.WindowError, OSError) as exc:
+        probe.drop(ptimer.device, f"an empty window failed: {exc}")
+        return None
+    if ms is not None:
+        cal.see_switch(ms)
+    return ptimer
+
+
+def _clock_facts(judge: Judge, timer: windows.WindowTimer) -> dict[str, Any]:
+    cal = timer.cal
+    return {
+        "anchor": judge.anchor.to_json() if judge.anchor is not None else None,
+        "contended": cal.contended(),
+        "copy_in_ms": {str(k): round(v, 4) for k, v in cal.copy_in.items()},
+        "snapshot_ms": {str(k): round(v, 4) for k, v in cal.snapshot.items()},
+        "commit_ms": {f"{k[0]}/{k[1]}": round(v, 4) for k, v in cal.commit.items()},
+        "switch_ms": None if cal.switch is None else round(cal.switch, 4),
+    }
 
 
 def _probe_timer(
@@ -447,6 +533,7 @@ def _release(ptimer: windows.WindowTimer) -> None:
         shared_region.send(ptimer.sock, b'{"release": 1}', [])
     except OSError:
         pass
+    ptimer.close()  # (the device clock's flags; the ring is the candidate timer's)
 
 
 def physics(judge: Judge, inputs: Any) -> None:

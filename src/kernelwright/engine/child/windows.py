@@ -47,6 +47,15 @@ from kernelwright.engine.child import shared_region
 ALIGN = 256  # every tensor of a set starts on this byte boundary (any dtype, any vector width)
 from kernelwright.engine.child.wire import _DTYPES  # noqa: E402  (the dtypes that may cross the boundary)
 
+_REGION_IDS = [0]
+
+
+def _next_region_id() -> int:
+    """A fresh id for a region lent to another process (unique in this process: a peer's mapping
+    of an earlier region is never taken for a new one)."""
+    _REGION_IDS[0] += 1
+    return _REGION_IDS[0]
+
 
 class WindowError(RuntimeError):
     """The window could not run as planned (the problem's inputs or outputs do not fit it)."""
@@ -318,13 +327,17 @@ def serve_window(
         raise failure
 
 
-def commit(outs: list[Any], layout: Layout, region: shared_region.Region) -> int:
+def commit(outs: list[Any], layout: Layout, region: shared_region.Region, fused: bool = False) -> int:
     """Every output into its slot of `region` (the runner's commit; the judge times the same code
     on its own memory): the number of outputs left unwritten because their structure, a shape or a
-    dtype is not the reference's (the judge finds those slots wrong)."""
+    dtype is not the reference's (the judge finds those slots wrong). `fused`: the copies in as few
+    kernels as torch's multi-tensor copy makes (the device clock: the commit's host work is then
+    about one launch, however many outputs a window has)."""
     from kernelwright.engine.child.compare import flatten
 
     mismatched = 0
+    dsts: list[torch.Tensor] = []
+    srcs: list[torch.Tensor] = []
     all_slots = layout.sets(region, len(outs))
     for i, out in enumerate(outs):
         leaves = [x for _, x in flatten(out)]
@@ -335,8 +348,14 @@ def commit(outs: list[Any], layout: Layout, region: shared_region.Region) -> int
         ):
             mismatched += 1
             continue
+        if fused:
+            dsts.extend(slots)
+            srcs.extend(leaves)
+            continue
         for x, s in zip(leaves, slots, strict=False):
             s.copy_(x)
+    if dsts:
+        torch._foreach_copy_(dsts, srcs)
     return mismatched
 
 
@@ -361,6 +380,7 @@ class WindowResult:
     after_ms: float = 0.0  # from `computed` to the snapshot (the commit, and anything left running)
     open_to_computed_ms: float = 0.0
     runner_ms: dict[str, Any] = field(default_factory=dict)  # the runner's own account: evidence, never used
+    phases: Any = None  # on the device clock: device_clock.Phases (what per_call_ms is made from)
 
 
 @dataclass
@@ -468,13 +488,27 @@ class WindowTimer:
         self.ring_owner: WindowTimer = self  # the timer whose ring this one lends (the probe's: the runner's)
         self.sent_ring = 0  # the ring this timer's peer has mapped
         self._snap: torch.Tensor | None = None  # where windows' slots are snapshot (`_snapshot_buffer`)
+        # the device clock (GPU, device_clock.py): the judge's stream spans the runner's work
+        self.clock: Any = None  # device_clock.Clock
+        self.cal: Any = None  # device_clock.Calibration, shared with the probe's timer
+        self.inputs: shared_region.Region | None = None  # the stage's inputs' region (device clock)
+        self.sent: dict[str, int] = {}  # the lent regions this timer's peer has mapped: name -> id
+        self._staged: tuple[torch.Tensor, int] | None = None  # the last pool, in one block (device clock)
 
     def close(self) -> None:
         """The output ring given back (the runner drops its mapping at its next command)."""
+        if self.clock is not None:
+            self.clock.close()  # first: a window left waiting is released
+            if self.clock.stuck:  # a stream still waits on them: left as they are
+                self.ring = self.inputs = None
         if self.ring is not None:
             self.ring.close()
             self.ring = None
+        if self.inputs is not None:
+            self.inputs.close()
+            self.inputs = None
         self._snap = None
+        self._staged = None
 
     def _snapshot_buffer(self, nbytes: int) -> torch.Tensor:
         """The judge's memory a window's slots are copied into when it closes, made before any
@@ -498,21 +532,44 @@ class WindowTimer:
         whether this timer's peer has yet to map it)."""
         owner = self.ring_owner
         if owner.ring is None or owner.ring.nbytes < nbytes:
-            owner.close()
+            if owner.ring is not None:
+                owner.ring.close()
+                owner.ring = None
+            owner._snap = None
             owner.ring = shared_region.create(nbytes, self.device)
-            owner.ring_id += 1
+            owner.ring_id = _next_region_id()
         new = self.sent_ring != owner.ring_id
         self.sent_ring = owner.ring_id
         return owner.ring, owner.ring_id, new
 
     # -- the reference ------------------------------------------------------------------------------
     def pool(self, calls: int) -> tuple[list[list[Any]], Layout]:
-        sets = [self.draw() for _ in range(calls)]
-        layout = Layout.of_inputs(sets[0])
-        for s in sets[1:]:
-            if Layout.of_inputs(s).leaves != layout.leaves:
+        """`calls` fresh input sets and their layout. On the device clock the sets are views of one
+        block of the judge's memory in the layout of the inputs' region, so that the window's copy
+        in is one kernel (`device_clock.byte_copy`)."""
+        if self.clock is None:
+            sets = [self.draw() for _ in range(calls)]
+            layout = Layout.of_inputs(sets[0])
+            for s in sets[1:]:
+                if Layout.of_inputs(s).leaves != layout.leaves:
+                    raise WindowError("get_inputs() returns differently shaped inputs from one draw to the next")
+            return sets, layout
+        self._staged = None
+        first = self.draw()
+        layout = Layout.of_inputs(first)
+        block = torch.empty(calls * layout.stride, dtype=torch.uint8, device=self.device)
+        staged = layout.sets(shared_region.Region(block, block.numel(), -1), calls)
+        for i in range(calls):
+            s = first if i == 0 else self.draw()
+            if i and Layout.of_inputs(s).leaves != layout.leaves:
                 raise WindowError("get_inputs() returns differently shaped inputs from one draw to the next")
-        return sets, layout
+            for dst, x in zip(staged[i], s, strict=True):
+                if isinstance(x, torch.Tensor):
+                    dst.copy_(x)
+            del s
+        del first
+        self._staged = (block, calls)
+        return staged, layout
 
     def reference_window(self, sets: list[list[Any]], layout: Layout | None = None) -> tuple[float, list[Any]]:
         """The reference's time per call on `sets`, read from the same kind of memory the candidate
@@ -618,6 +675,8 @@ class WindowTimer:
         time is `measures` (taken before it), never more than `ceiling` (per call: a share of the
         smallest measures of the stage, so a measure the runner managed to slow cannot hide its
         work) and never more than the phase it belongs to."""
+        if self.clock is not None:
+            return self._device_window(sets, in_layout, ref_outs, expected_ms)
         calls = len(sets)
         out_layout = Layout.of_outputs(ref_outs[0])
         out_bytes = calls * out_layout.stride
@@ -689,6 +748,128 @@ class WindowTimer:
             open_to_computed_ms=(t_done - t0) * 1e3,
             runner_ms=runner_ms if isinstance(runner_ms, dict) else {},
         )
+
+    def _lend(self, name: str, region: shared_region.Region, rid: int, fds: list[int]) -> list[Any]:
+        """`[name, id, bytes, new]` for a window's header; a region this timer's peer has not mapped
+        yet adds its descriptor to `fds`."""
+        new = self.sent.get(name) != rid
+        if new:
+            fds.append(region.fd)
+            self.sent[name] = rid
+        return [name, rid, region.nbytes, new]
+
+    def lend_flags(self, fds: list[int]) -> list[Any]:
+        """The clock's flags, lent (for every window, and the probe's empty ones)."""
+        flags: shared_region.Region = self.clock.flags_region()
+        if not flags.lent_id:
+            flags.lent_id = _next_region_id()
+        return self._lend("flags", flags, flags.lent_id, fds)
+
+    def _device_window(
+        self, sets: list[list[Any]], in_layout: Layout, ref_outs: list[Any], expected_ms: float
+    ) -> WindowResult:
+        """A window on the device clock (device_clock.py): the regions are the stage's, the copy of
+        the sets into the inputs' region is inside the judge's span, and what comes off is the
+        stage's calibration (`self.cal`), applied to every window again when the stage ends."""
+        from kernelwright.engine.child import device_clock
+
+        calls = len(sets)
+        out_layout = Layout.of_outputs(ref_outs[0])
+        in_bytes, out_bytes = calls * in_layout.stride, calls * out_layout.stride
+        if self._staged is None or self._staged[1] != calls:
+            raise WindowError("the window's sets are not the last pool drawn (an engine bug)")
+        block = self._staged[0]
+        if self.inputs is None or self.inputs.nbytes < in_bytes:
+            if self.inputs is not None:
+                self.inputs.close()
+            self.inputs = shared_region.create(in_bytes, self.device)
+            self.inputs.tensor.zero_()
+            self.inputs.lent_id = _next_region_id()
+        rout, ring_id, _ = self._ring_for(out_bytes)
+        fds: list[int] = []
+        lent = [
+            self._lend("inputs", self.inputs, self.inputs.lent_id, fds),
+            self._lend("ring", rout, ring_id, fds),
+            self.lend_flags(fds),
+        ]
+        # before the clock, on the judge's own memory only (the runner can read the ring and the
+        # inputs' region): what the window's copy in, snapshot and commit cost (device_clock)
+        snap_into = torch.empty(out_bytes, dtype=torch.uint8, device=self.device)
+        cal = self.clock.calibrate(block[:in_bytes], snap_into, ref_outs, out_layout)
+        slots = rout.tensor[:out_bytes]
+        slots.zero_()  # an unwritten slot is zeros, never last window's answer
+        torch.cuda.synchronize(self.device)
+        wid = self.next_id
+        self.next_id += 1
+        header = {
+            "id": wid,
+            "calls": calls,
+            "clock": "device",
+            "inputs": in_layout.to_json(),
+            "outputs": out_layout.to_json(),
+            "lent": lent,
+        }
+        limit = self.deadline_s(expected_ms * calls / 1e3)
+        reply, (copy_in_ms, middle_ms, snap_ms) = self.clock.run(
+            self.sock,
+            header,
+            fds,
+            (self.inputs.tensor[:in_bytes], block[:in_bytes]),
+            (snap_into, slots),
+            limit,
+            lambda lim: self._await_done(wid, lim),
+        )
+        if reply.get("error"):
+            raise WindowError(f"ModelNew failed in a timing window: {str(reply['error'])[:300]}")
+        if reply.get("phase") != "committed":
+            raise WindowError("the runner answered a timing window out of turn")
+        phases = device_clock.Phases(
+            calls=calls,
+            in_bytes=in_bytes,
+            out_bytes=out_bytes,
+            copies=calls * sum(1 for leaf in out_layout.leaves if leaf[0] == "tensor"),
+            copy_in_ms=copy_in_ms,
+            middle_ms=middle_ms,
+            snapshot_ms=snap_ms,
+            cal_copy_in_ms=cal[0],
+            cal_snapshot_ms=cal[1],
+            cal_commit_ms=cal[2],
+        )
+        if self.cal is not None:
+            self.cal.see(phases)
+        per_call = self.cal.candidate_ms(phases) if self.cal is not None else phases.span_ms / calls
+        snap_region = shared_region.Region(snap_into, out_bytes, -1)
+        cands = [_rebuild(ref, sl) for ref, sl in zip(ref_outs, out_layout.sets(snap_region, calls), strict=True)]
+        errs = slot_errors(cands, ref_outs)
+        bad = sum(1 for e, ref in zip(errs, ref_outs, strict=True) if not self.check(e, ref))
+        runner_ms = reply.get("runner_ms")
+        return WindowResult(
+            calls=calls,
+            wall_ms=phases.span_ms,
+            copy_ms=0.0,
+            open_ms=0.0,
+            per_call_ms=per_call,
+            bad_slots=bad,
+            after_ms=snap_ms,
+            open_to_computed_ms=copy_in_ms + middle_ms,
+            runner_ms=runner_ms if isinstance(runner_ms, dict) else {},
+            phases=phases,
+        )
+
+    def empty_window(self) -> float | None:
+        """A device-clock window of no calls (the probe's): what the two context switches between
+        the flags cost, device ms; None where the peer did not answer it as one."""
+        fds: list[int] = []
+        lent = [self.lend_flags(fds)]
+        wid = self.next_id
+        self.next_id += 1
+        header = {"id": wid, "calls": 0, "clock": "device", "lent": lent}
+        reply, (_, middle_ms, _) = self.clock.run(
+            self.sock, header, fds, None, None, self.deadline_s(0.0), lambda lim: self._await_done(wid, lim)
+        )
+        if reply.get("error") or reply.get("phase") != "committed":
+            return None
+        return float(middle_ms)
 
     def _await_done(self, wid: int, limit_s: float) -> dict[str, Any]:
         end = time.monotonic() + limit_s

@@ -1,0 +1,523 @@
+"""GPU timing windows on the device's own timeline: the judge's CUDA events span the runner's kernels.
+
+A window timed by the judge's wall clock holds, besides the candidate's calls, what two processes
+pay to hand a window over (messages, wake-ups, the runner's mapping of a fresh region): about 1 ms
+on an H100 that the judge can only estimate from another process (probe.py). On a GPU the judge
+can do better: both processes map one small region of flags (`shared_region`, device memory made
+with the driver's virtual memory API), and the driver's stream memory operations
+(`cuStreamWaitValue32`, `cuStreamWriteValue32`) order work across the two processes on the device
+itself. A window:
+
+- before the clock, the runner maps the stage's regions once (the inputs' region, the output ring,
+  the flags), makes its views, enqueues on its stream a wait for the window's number in the `in`
+  flag, and says `armed`; then it enqueues its calls and its commit, and a write of the number to
+  the `done` flag. Nothing of that runs yet: its stream waits on the device.
+- the judge's stream then runs: an event, its copy of the window's fresh inputs from its own
+  memory into the inputs' region (until this copy the region holds only the last window's inputs,
+  which the runner has seen), an event, the write of `in` (the runner's work starts on the device),
+  a wait for `done`, an event, the snapshot of the ring into its own memory, an event.
+
+The span between the judge's first and last events is device time on the judge's own stream:
+host latencies on either side fall outside it unless the device waits for them (then they are
+the candidate's: a model whose launches cannot keep the device busy is timed as it runs). What
+comes off is each phase's calibrated cost, never more than the phase took: the judge's copy in and
+snapshot (the smallest the stage saw), the commit (the judge's own commit of outputs like the
+window's, measured before it) and the two context switches between the processes (the probe's
+empty windows: a trusted process doing nothing between the flags). A process that runs work of its
+own beside the judge's copies (a persistent kernel time-sliced with them) can only make those
+measures larger, so each is also capped by what the judge measured at its start-up, before any
+candidate code could run (`Anchor`).
+
+Every copy the judge makes inside a window is a kernel (`byte_copy`), never a copy engine: kernels
+of two processes are time-sliced on the device, so work the runner runs during the judge's copies
+lengthens them; a copy engine would run beside the runner's kernels.
+
+Imports only torch, the standard library and the child's own modules.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import socket
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from kernelwright.engine.child import shared_region
+
+FLAG_BYTES = 4096
+IN_AT, DONE_AT = 0, 512  # byte offsets of the two flags (apart: no shared cache line)
+_WAIT_GEQ = 0x0
+SLACK_MS = 0.02
+SWITCH_CAP_MS = 1.0  # the most two context switches may take off a window
+CONTENDED_FACTOR = 3.0  # switches this many times the start-up's (+0.1 ms): another context kept the device
+
+
+class Unavailable(RuntimeError):
+    """This driver or device has no stream memory operations: the judge's wall clock stands."""
+
+
+class _MemOps:
+    """The driver's stream wait/write of a 32-bit value, through ctypes on libcuda."""
+
+    def __init__(self) -> None:
+        from kernelwright.engine.child import device_handoff
+
+        try:
+            lib = device_handoff._driver().lib
+        except device_handoff.Unavailable as exc:
+            raise Unavailable(str(exc)) from None
+        self.fns: dict[str, Any] = {}
+        for op in ("Wait", "Write"):
+            fn = getattr(lib, f"cuStream{op}Value32_v2", None) or getattr(lib, f"cuStream{op}Value32", None)
+            if fn is None:
+                raise Unavailable(f"the CUDA driver has no cuStream{op}Value32")
+            fn.argtypes = [ctypes.c_void_p, ctypes.c_ulonglong, ctypes.c_uint32, ctypes.c_uint]
+            fn.restype = ctypes.c_int
+            self.fns[op] = fn
+
+    def wait(self, stream: torch.cuda.Stream, addr: int, value: int) -> None:
+        self._check(self.fns["Wait"](stream.cuda_stream, addr, value, _WAIT_GEQ), "cuStreamWaitValue32")
+
+    def write(self, stream: torch.cuda.Stream, addr: int, value: int) -> None:
+        self._check(self.fns["Write"](stream.cuda_stream, addr, value, 0), "cuStreamWriteValue32")
+
+    @staticmethod
+    def _check(rc: int, what: str) -> None:
+        if rc != 0:
+            raise Unavailable(f"{what} failed ({rc})")
+
+
+_OPS: list[_MemOps] = []
+
+
+def memops() -> _MemOps:
+    if not _OPS:
+        _OPS.append(_MemOps())
+    return _OPS[0]
+
+
+def byte_copy(dst: torch.Tensor, src: torch.Tensor) -> None:
+    """`src` into `dst` with a kernel on the current stream (bit for bit; `copy_` where either is
+    not one contiguous block of the same dtype and shape, which is a kernel too)."""
+    if not (dst.is_contiguous() and src.is_contiguous() and dst.dtype == src.dtype and dst.shape == src.shape):
+        dst.copy_(src)
+        return
+    d, s = dst.reshape(-1).view(torch.uint8), src.reshape(-1).view(torch.uint8)
+    if d.numel() % 4 == 0 and d.data_ptr() % 4 == 0 and s.data_ptr() % 4 == 0:
+        d, s = d.view(torch.int32), s.view(torch.int32)
+    torch.bitwise_or(s, 0, out=d)
+
+
+def self_test(device: torch.device) -> str:
+    """'' when this process can order its stream on a flag in device memory, else why not."""
+    try:
+        ops = memops()
+        region = shared_region.create(FLAG_BYTES, device)
+        try:
+            region.tensor.zero_()
+            stream = torch.cuda.current_stream(device)
+            ops.write(stream, region.tensor.data_ptr() + IN_AT, 7)
+            ops.wait(stream, region.tensor.data_ptr() + IN_AT, 7)
+            torch.cuda.synchronize(device)
+            got = int(region.tensor[IN_AT : IN_AT + 4].view(torch.int32).item())
+        finally:
+            region.close()
+        return "" if got == 7 else "a flag written on the stream did not arrive"
+    except Exception as exc:
+        return f"{type(exc).__name__}: {str(exc)[:200]}"
+
+
+# ---- what the judge measures before any candidate code runs ---------------------------------------
+
+
+@dataclass
+class Anchor:
+    """The two processes' hand-over as the judge's probe showed it at the judge's start-up, before
+    any candidate code could run: the cap of what the stage's context switches may take off, and
+    the yardstick for a device kept busy by another context (`Calibration.contended`)."""
+
+    switch_ms: float | None = None  # the probe's empty window (two context switches)
+
+    def switch_cap(self) -> float:
+        if self.switch_ms is None:
+            return SWITCH_CAP_MS
+        return min(SWITCH_CAP_MS, 1.25 * self.switch_ms + SLACK_MS)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"switch_ms": None if self.switch_ms is None else round(self.switch_ms, 4)}
+
+
+def _events(n: int) -> list[torch.cuda.Event]:
+    return [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+
+
+# ---- the runner's side ----------------------------------------------------------------------------
+
+
+class Lent:
+    """The runner's mappings of the regions the judge lends it for a timing stage (the inputs'
+    region, the output ring, the flags), each mapped once and replaced when the judge names a
+    new one."""
+
+    def __init__(self) -> None:
+        self.regions: dict[str, tuple[int, shared_region.Region]] = {}
+
+    def take(self, spec: Any, fds: list[int], max_bytes: int, device: torch.device) -> dict[str, shared_region.Region]:
+        """The regions `spec` names (`[[name, id, bytes, new], ...]`); a new one's descriptor is the
+        next of `fds` (taken from it)."""
+        if not isinstance(spec, list) or len(spec) > 3:
+            raise ValueError("malformed lent regions")
+        out: dict[str, shared_region.Region] = {}
+        for item in spec:
+            if not (
+                isinstance(item, list)
+                and len(item) == 4
+                and item[0] in ("inputs", "ring", "flags")
+                and isinstance(item[1], int)
+                and isinstance(item[2], int)
+                and 0 < item[2] <= max_bytes
+            ):
+                raise ValueError("malformed lent region")
+            name, rid, nbytes, new = item
+            if new:
+                if not fds:
+                    raise ValueError("a new region without its descriptor")
+                fd = fds.pop(0)
+                old = self.regions.pop(name, None)
+                if old is not None:
+                    old[1].close()
+                self.regions[name] = (rid, shared_region.attach(fd, nbytes, device))
+            held = self.regions.get(name)
+            if held is None or held[0] != rid or held[1].nbytes < nbytes:
+                raise ValueError(f"the window names a {name} region this runner has not mapped")
+            out[name] = held[1]
+        return out
+
+    def close(self) -> None:
+        for _, r in self.regions.values():
+            r.close()
+        self.regions.clear()
+
+
+_RUNNER_EVENTS: list[Any] = []
+
+
+def serve(
+    sock: socket.socket,
+    header: dict[str, Any],
+    fds: list[int],
+    model: Any,
+    device: torch.device,
+    max_bytes: int,
+    lent: Lent,
+) -> None:
+    """The runner's side of a device-clock window (it runs the candidate, so it decides nothing):
+    map what is new, arm the wait, say `armed`, enqueue the calls and the commit and the `done`
+    flag, then answer with its own account (evidence only)."""
+    from kernelwright.engine.child import windows
+
+    wid = header.get("id")
+    reply: dict[str, Any] = {"done": wid, "phase": "committed"}
+    failure: BaseException | None = None
+    ops = stream = None
+    done_at = w = None
+    fds = list(fds)
+    try:
+        t_start = time.perf_counter()
+        w = header.get("window")
+        if not isinstance(w, int) or not 0 < w < 1 << 30:
+            raise windows.WindowError("malformed window number")
+        n = int(header["calls"])
+        if not 0 <= n <= 1 << 16:
+            raise windows.WindowError("window size out of range")
+        regions = lent.take(header.get("lent"), fds, max_bytes, device)
+        flags = regions["flags"].tensor.data_ptr()
+        args: list[list[Any]] = []
+        lout = None
+        if n:
+            lin = windows.Layout.from_json(header["inputs"], max_bytes)
+            lout = windows.Layout.from_json(header["outputs"], max_bytes)
+            args = lin.sets(regions["inputs"], n)
+            if n * lout.stride > regions["ring"].nbytes:
+                raise windows.WindowError("the output ring is smaller than the window")
+        ops = memops()
+        stream = torch.cuda.current_stream(device)
+        if not _RUNNER_EVENTS:
+            _RUNNER_EVENTS.extend(_events(3))
+        ev = _RUNNER_EVENTS
+        ops.wait(stream, flags + IN_AT, w)
+        done_at = flags + DONE_AT
+        t_armed = time.perf_counter()
+        shared_region.send(sock, json.dumps({"done": wid, "phase": "armed"}).encode(), [])
+        ev[0].record()
+        outs = []
+        with torch.no_grad(), windows._no_gc():
+            for a in args:
+                outs.append(model(*a))
+        ev[1].record()
+        t_launched = time.perf_counter()
+        if lout is not None:
+            reply["mismatched"] = windows.commit(outs, lout, regions["ring"], fused=True)
+        ev[2].record()
+        del outs, args
+        reply["runner_ms"] = {
+            "map": round((t_armed - t_start) * 1e3, 4),
+            "enqueue": round((t_launched - t_armed) * 1e3, 4),
+        }
+    except Exception as exc:
+        reply["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+        failure = exc
+    finally:
+        for fd in fds:  # descriptors a malformed header left untaken
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        if ops is not None and stream is not None and done_at is not None and w is not None:
+            try:  # always: the judge's stream waits for it
+                ops.write(stream, done_at, w)
+            except Exception:
+                pass
+        windows._sync_quietly(device)
+        if failure is None and isinstance(reply.get("runner_ms"), dict):
+            try:
+                reply["runner_ms"]["device"] = round(_RUNNER_EVENTS[0].elapsed_time(_RUNNER_EVENTS[1]), 4)
+                reply["runner_ms"]["commit"] = round(_RUNNER_EVENTS[1].elapsed_time(_RUNNER_EVENTS[2]), 4)
+            except Exception:
+                pass
+        shared_region.send(sock, json.dumps(reply).encode(), [])
+    if failure is not None:
+        raise failure
+
+
+# ---- the judge's side -----------------------------------------------------------------------------
+
+
+def _closed(sock: socket.socket) -> bool:
+    """Whether the runner's end of the socket is gone (a message waiting is left where it is)."""
+    import select
+
+    try:
+        if not select.select([sock], [], [], 0)[0]:
+            return False
+        return sock.recv(1, socket.MSG_PEEK) == b""
+    except OSError:
+        return True
+
+
+@dataclass
+class Phases:
+    """One window on the judge's stream (device ms): its copy in, the runner's part (between the
+    `in` flag and the `done` flag: the calls, the commit and two context switches) and the
+    snapshot; and the judge's own measures of the three copies, taken just before it."""
+
+    calls: int
+    in_bytes: int
+    out_bytes: int
+    copies: int  # the commit's outputs' leaves
+    copy_in_ms: float
+    middle_ms: float
+    snapshot_ms: float
+    cal_copy_in_ms: float
+    cal_snapshot_ms: float
+    cal_commit_ms: float
+
+    @property
+    def span_ms(self) -> float:
+        return self.copy_in_ms + self.middle_ms + self.snapshot_ms
+
+
+@dataclass
+class Calibration:
+    """The smallest of the judge's own measures of each fixed cost over the stage (by size), and of
+    the probe's empty windows. Each is taken where the runner cannot tell it from idle time (the
+    judge's own memory, between windows): work the runner runs on the device beside them (a
+    persistent kernel, time-sliced with the judge's) can only make them larger, and the smallest
+    is the closest to the truth."""
+
+    anchor: Anchor | None
+    copy_in: dict[int, float] = field(default_factory=dict)  # bytes -> ms
+    snapshot: dict[int, float] = field(default_factory=dict)
+    commit: dict[tuple[int, int], float] = field(default_factory=dict)  # (bytes, leaves) -> ms
+    switch: float | None = None
+
+    def see(self, p: Phases) -> None:
+        self.copy_in[p.in_bytes] = min(self.copy_in.get(p.in_bytes, float("inf")), p.cal_copy_in_ms)
+        self.snapshot[p.out_bytes] = min(self.snapshot.get(p.out_bytes, float("inf")), p.cal_snapshot_ms)
+        key = (p.out_bytes, p.copies)
+        self.commit[key] = min(self.commit.get(key, float("inf")), p.cal_commit_ms)
+
+    def see_switch(self, ms: float) -> None:
+        self.switch = ms if self.switch is None else min(self.switch, ms)
+
+    def contended(self) -> str:
+        """Why the device looked busy with another context's work between windows ('' if not): the
+        probe's empty windows, every one of the stage, far slower than at the judge's start-up."""
+        a = self.anchor
+        if a is None or a.switch_ms is None or self.switch is None:
+            return ""
+        if self.switch > CONTENDED_FACTOR * a.switch_ms + 0.1:
+            return (
+                f"the hand-over between two processes took {self.switch:.3g} ms at best in this stage against "
+                f"{a.switch_ms:.3g} ms before the candidate ran: another context kept the device busy"
+            )
+        return ""
+
+    def off(self, p: Phases) -> dict[str, float]:
+        """What comes off window `p`, phase by phase, never more than the phase took."""
+        c_in = self.copy_in.get(p.in_bytes, p.cal_copy_in_ms)
+        c_snap = self.snapshot.get(p.out_bytes, p.cal_snapshot_ms)
+        c_commit = self.commit.get((p.out_bytes, p.copies), p.cal_commit_ms)
+        c_switch = 0.0 if self.switch is None else self.switch
+        c_switch = min(c_switch, self.anchor.switch_cap() if self.anchor is not None else SWITCH_CAP_MS)
+        return {
+            "copy_in": min(c_in, p.copy_in_ms),
+            "snapshot": min(c_snap, p.snapshot_ms),
+            "commit_and_switch": min(c_commit + c_switch, p.middle_ms),
+        }
+
+    def candidate_ms(self, p: Phases) -> float:
+        """The candidate's time per call in window `p`."""
+        return max(p.span_ms - sum(self.off(p).values()), 0.0) / max(p.calls, 1)
+
+
+class Clock:
+    """The judge's device-side window machinery for one timing stage (one per WindowTimer)."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.ops = memops()
+        self.flags: shared_region.Region | None = None
+        self.seq = 0  # the last window number written to the flags
+        self.events = _events(4)
+        self.gate = torch.zeros(64, dtype=torch.int32, device=device)  # the judge's own flag (`calibrate`)
+        self.gates = 0
+        self.pending: int | None = None  # a window left waiting for its `done` (released at `close`)
+        self.stuck = False  # a window's wait never ended: the stream is not waited on again
+
+    def flags_region(self) -> shared_region.Region:
+        if self.flags is None:
+            self.flags = shared_region.create(FLAG_BYTES, self.device)
+            self.flags.tensor.zero_()
+            self.seq = 0
+        return self.flags
+
+    def calibrate(
+        self, block: torch.Tensor, snap: torch.Tensor, ref_outs: list[Any], out_layout: Any
+    ) -> tuple[float, float, float]:
+        """The judge's own measure, device ms, of the window's three copies, on its own memory: the
+        copy in (the inputs' block onto itself: as many bytes read and written), the snapshot (the
+        snapshot's memory onto itself) and the commit (the reference's outputs into the snapshot's
+        memory, with the runner's code). Enqueued behind a wait on the judge's own flag and then let
+        go, so that the device runs them back to back as it runs the runner's queued commit; the
+        commit's measure is at least the host's time to enqueue it (where that is what binds, as
+        for many small outputs, the runner pays it too)."""
+        from kernelwright.engine.child import windows
+
+        stream = torch.cuda.current_stream(self.device)
+        torch.cuda.synchronize(self.device)
+        self.gates += 1
+        gate = self.gate.data_ptr()
+        self.ops.wait(stream, gate, self.gates)
+        ev = self.events
+        ev[0].record()
+        byte_copy(block, block)
+        ev[1].record()
+        byte_copy(snap, snap)
+        ev[2].record()
+        t0 = time.perf_counter()
+        windows.commit(ref_outs, out_layout, shared_region.Region(snap, snap.numel(), -1), fused=True)
+        host_ms = (time.perf_counter() - t0) * 1e3
+        ev[3].record()
+        side = torch.cuda.Stream(self.device)
+        self.ops.write(side, gate, self.gates)
+        torch.cuda.synchronize(self.device)
+        return (
+            float(ev[0].elapsed_time(ev[1])),
+            float(ev[1].elapsed_time(ev[2])),
+            max(float(ev[2].elapsed_time(ev[3])), host_ms),
+        )
+
+    def run(
+        self,
+        sock: socket.socket,
+        header: dict[str, Any],
+        fds: list[int],
+        copy_in: tuple[torch.Tensor, torch.Tensor] | None,
+        snapshot: tuple[torch.Tensor, torch.Tensor] | None,
+        limit_s: float,
+        await_msg: Any,
+    ) -> tuple[dict[str, Any], tuple[float, float, float]]:
+        """One window: the header out, `armed` back, the judge's part on its stream, the runner's
+        reply. (copy in ms, middle ms, snapshot ms) on the device; `await_msg(limit_s)` reads the
+        runner's next message for this window."""
+        from kernelwright.engine.child import windows
+
+        flags = self.flags_region()
+        self.seq += 1
+        w = self.seq
+        header = dict(header, window=w)
+        try:
+            shared_region.send(sock, json.dumps(header).encode(), fds)
+        except OSError as exc:
+            why = exc.strerror or exc
+            raise windows.WindowError(f"the runner's end of the window socket is gone ({why})") from None
+        msg = await_msg(limit_s)
+        if msg.get("phase") != "armed":  # it failed before its wait was armed: nothing runs on the device
+            return msg, (0.0, 0.0, 0.0)
+        stream = torch.cuda.current_stream(self.device)
+        ev = self.events
+        ev[0].record()
+        if copy_in is not None:
+            byte_copy(*copy_in)
+        ev[1].record()
+        self.ops.write(stream, flags.tensor.data_ptr() + IN_AT, w)
+        self.ops.wait(stream, flags.tensor.data_ptr() + DONE_AT, w)
+        ev[2].record()
+        if snapshot is not None:
+            byte_copy(*snapshot)
+        ev[3].record()
+        end = time.monotonic() + limit_s
+        polls = 0
+        while not ev[3].query():
+            polls += 1
+            if time.monotonic() > end:
+                self.pending = w  # released when the timer closes, after the runner was told to stop
+                raise windows.WindowTimeout(limit_s)
+            if polls % 1000 == 0 and _closed(sock):
+                self.pending = w
+                raise windows.WindowError("the runner closed the window socket")
+            time.sleep(0)
+        reply = await_msg(max(limit_s, 5.0))
+        return reply, (ev[0].elapsed_time(ev[1]), ev[1].elapsed_time(ev[2]), ev[2].elapsed_time(ev[3]))
+
+    def release(self, w: int, wait_s: float = 120.0) -> None:
+        """A window whose `done` never came: the judge writes it itself, on a stream of its own, until
+        its window stream has moved past the wait (a runner that overwrites it is ended by the
+        parent, at the latest at the timing stage's limit), for `wait_s` at most; else the stream
+        is left stuck and its regions are never freed."""
+        if self.flags is None:
+            return
+        side = torch.cuda.Stream(self.device)
+        end = time.monotonic() + wait_s
+        addr = self.flags.tensor.data_ptr() + DONE_AT
+        while time.monotonic() < end:
+            self.ops.write(side, addr, w)
+            side.synchronize()
+            if self.events[3].query():
+                return
+            time.sleep(0.05)
+        self.stuck = True
+
+    def close(self) -> None:
+        if self.pending is not None:
+            w, self.pending = self.pending, None
+            self.release(w)
+        if self.flags is not None and not self.stuck:
+            self.flags.close()
+        self.flags = None

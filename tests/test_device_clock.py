@@ -1,0 +1,94 @@
+"""The device clock's arithmetic (engine/child/device_clock.py), on the CPU: what comes off a window,
+and the regions the runner takes from a header. Its windows themselves are `gpu` tests
+(test_clock_attacks.py, test_engine_gpu.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from kernelwright.engine.child import device_clock as dc
+
+
+def phases(**kw):
+    base = dict(
+        calls=50,
+        in_bytes=1000,
+        out_bytes=1000,
+        copies=50,
+        copy_in_ms=4.4,
+        middle_ms=9.1,
+        snapshot_ms=4.25,
+        cal_copy_in_ms=4.4,
+        cal_snapshot_ms=4.25,
+        cal_commit_ms=4.4,
+    )
+    base.update(kw)
+    return dc.Phases(**base)
+
+
+def test_an_honest_window_loses_its_copies_and_the_switches():
+    cal = dc.Calibration(anchor=dc.Anchor(switch_ms=0.29))
+    p = phases()
+    cal.see(p)
+    cal.see_switch(0.29)
+    # span 17.75 - copy in 4.4 - snapshot 4.25 - (commit 4.4 + switches 0.29) = 4.41 ms of calls
+    assert cal.candidate_ms(p) == pytest.approx(4.41 / 50)
+
+
+def test_nothing_comes_off_beyond_the_phase_it_belongs_to():
+    cal = dc.Calibration(anchor=None)
+    cal.see(phases())
+    # a runner that skipped the commit and its calls: its part of the window is 0.3 ms
+    p = phases(middle_ms=0.3, copy_in_ms=1.0, snapshot_ms=0.5)
+    off = cal.off(p)
+    assert off == {"copy_in": 1.0, "snapshot": 0.5, "commit_and_switch": 0.3}
+    assert cal.candidate_ms(p) == 0.0
+
+
+def test_the_smallest_measure_of_the_stage_comes_off():
+    # work run beside the judge's own copies (another context, time-sliced) can only slow them
+    cal = dc.Calibration(anchor=None)
+    for c in (9.0, 4.4, 7.0):
+        cal.see(phases(cal_copy_in_ms=c, cal_snapshot_ms=c, cal_commit_ms=c))
+    p = phases(copy_in_ms=8.8)
+    assert cal.off(p)["copy_in"] == 4.4
+    assert cal.off(p)["snapshot"] == 4.25  # (capped by the phase: 4.25 ms)
+
+
+def test_the_switches_are_capped_by_the_start_up_anchor():
+    cal = dc.Calibration(anchor=dc.Anchor(switch_ms=0.3))
+    cal.see(phases())
+    cal.see_switch(5.0)  # every empty window slowed: another context kept the device busy
+    off = cal.off(phases())["commit_and_switch"]
+    assert off == pytest.approx(4.4 + 1.25 * 0.3 + dc.SLACK_MS)
+    assert "another context" in cal.contended()
+    calm = dc.Calibration(anchor=dc.Anchor(switch_ms=0.3))
+    calm.see_switch(0.31)
+    assert calm.contended() == ""
+
+
+def test_without_an_anchor_the_switches_take_off_at_most_the_fixed_cap():
+    cal = dc.Calibration(anchor=None)
+    cal.see(phases())
+    cal.see_switch(5.0)
+    assert cal.off(phases())["commit_and_switch"] == pytest.approx(4.4 + dc.SWITCH_CAP_MS)
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        None,
+        [["inputs", 1, 100]],  # three fields
+        [["elsewhere", 1, 100, True]],
+        [["flags", 1, -5, True]],
+        [["flags", 1, 1 << 50, True]],
+        [["flags", 1, 100, True]],  # new, but no descriptor came
+        [["flags", 7, 100, False]],  # never mapped
+        [["flags", 1, 100, False]] * 4,
+    ],
+)
+def test_the_runner_refuses_malformed_lent_regions(spec):
+    import torch
+
+    with pytest.raises(ValueError):
+        dc.Lent().take(spec, [], 1 << 40, torch.device("cpu"))
