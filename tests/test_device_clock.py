@@ -92,3 +92,41 @@ def test_the_runner_refuses_malformed_lent_regions(spec):
 
     with pytest.raises(ValueError):
         dc.Lent().take(spec, [], 1 << 40, torch.device("cpu"))
+
+
+_STEPS = r"""
+import torch
+from kernelwright.engine.child import device_clock as dc, windows
+
+dev = torch.device("cuda")
+clock = dc.Clock(dev)
+outs = [torch.randn(256, 256, device=dev) for _ in range(8)]
+layout = windows.Layout.of_outputs(outs[0])
+snap = torch.empty(8 * layout.stride, dtype=torch.uint8, device=dev)
+block = torch.randint(0, 255, (1 << 20,), dtype=torch.uint8, device=dev)
+before = block.clone()
+cal = clock.calibrate(block, snap, outs, layout)
+assert all(ms > 0 for ms in cal), cal
+assert torch.equal(block, before)  # (the copy in is measured on the block onto itself)
+got = [windows._rebuild(o, s) for o, s in zip(outs, layout.sets(dc.shared_region.Region(snap, snap.numel(), -1), 8))]
+assert all(torch.equal(g, o) for g, o in zip(got, outs))
+# a window whose `done` never comes: the judge's stream waits on it until `release` writes it
+flags = clock.flags_region()
+stream = torch.cuda.current_stream(dev)
+clock.ops.wait(stream, flags.tensor.data_ptr() + dc.DONE_AT, 5)
+clock.events[3].record()
+assert not clock.events[3].query()
+clock.release(5, wait_s=20.0)
+assert not clock.stuck and clock.events[3].query()
+clock.close()
+print("ok", cal)
+"""
+
+
+@pytest.mark.gpu
+def test_gpu_the_judges_own_steps_finish():
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-c", _STEPS], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "ok" in r.stdout, r.stderr[-2000:]
