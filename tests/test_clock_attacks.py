@@ -159,6 +159,20 @@ def test_gpu_timing_forgeries_get_no_speedup(cpu_config, name):
     assert not_forged(r), (name, r.status, r.speedup, r.error_log)
     if name == "honest.py":
         assert r.status is Status.PASSED, r.error_log
+        assert r.metadata["timing"]["fixed_costs"] == "device clock", r.metadata["timing"]["fixed_costs"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["honest.py", "inflate_probe.py", "inflate_measures.py"])
+def test_gpu_the_wall_clock_still_holds_where_the_device_clock_is_off(cpu_config, name):
+    # the windows a GPU without stream memory operations gets: the judge's wall clock and its probe
+    cfg = _config(cpu_config, device="cuda")
+    cfg = dataclasses.replace(cfg, timing=dataclasses.replace(cfg.timing, device_clock=False))
+    r = run(cfg, name)
+    assert r.metadata["timing"]["device_clock"] == {"off": "timing.device_clock is off"}
+    assert not_forged(r), (name, r.status, r.speedup, r.error_log)
+    if name == "honest.py":
+        assert r.status is Status.PASSED, r.error_log
 
 
 @pytest.mark.gpu

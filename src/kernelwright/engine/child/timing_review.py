@@ -177,7 +177,7 @@ def _run(
     bad = checked = 0
     # on a GPU the judge's stream spans the runner's work (device_clock.py), where the driver can;
     # else a trusted probe process measures what a window costs besides the calls (probe.py)
-    clocked = on_gpu and judge.anchor is not None
+    clocked = on_gpu and judge.anchor is not None and cfg.timing.device_clock
     clock_phases: list[Any] = []  # the timed windows' device_clock.Phases, in order (device clock)
     if clocked:
         from kernelwright.engine.child import device_clock
@@ -380,7 +380,7 @@ def _run(
         "plan": plan.reasons,
         "estimate_ms": round(est_ms, 6),
         "fixed_costs": fixed_by,
-        "device_clock": _clock_facts(judge, timer) if clocked else {"off": judge.device_clock_off or "CPU"},
+        "device_clock": _clock_facts(judge, timer) if clocked else {"off": _clock_off(judge, on_gpu)},
         "probe_windows": probe_seen[:12],
         "threads": None if on_gpu else threads,
         "judge_phases_s": phases,
@@ -433,6 +433,14 @@ def _switch_window(ptimer: windows.WindowTimer, cal: Any) -> windows.WindowTimer
     if ms is not None:
         cal.see_switch(ms)
     return ptimer
+
+
+def _clock_off(judge: Judge, on_gpu: bool) -> str:
+    if not on_gpu:
+        return "a CPU evaluation: the judge's wall clock"
+    if not judge.cfg.timing.device_clock:
+        return "timing.device_clock is off"
+    return judge.device_clock_off or "not measured at the judge's start-up"
 
 
 def _clock_facts(judge: Judge, timer: windows.WindowTimer) -> dict[str, Any]:
