@@ -142,11 +142,18 @@ class WarmPool:
         on_stage: Callable[[str], None] | None = None,
         **kwargs: Any,
     ) -> EvalResult:
-        """`engine.evaluate` on the oldest spare (a fresh child where none is left)."""
-        from kernelwright.engine.evaluation import evaluate
+        """`engine.evaluate` on the oldest spare (fresh children where none is left, started here as
+        a spare of the job's own configuration, so that `cancel` can stop them too)."""
+        from kernelwright.engine.errors import EngineError
+        from kernelwright.engine.evaluation import evaluate, prestart
 
         self.prestart()
         spare = self._take()
+        if spare is None:
+            try:
+                spare = prestart(config or self.config)
+            except EngineError:
+                spare = None  # (evaluate says why, on its own children)
         self._current = spare
 
         def stage(s: str) -> None:
@@ -167,9 +174,9 @@ class WarmPool:
             self._not_timing.set()
 
     def cancel(self) -> bool:
-        """Stop the evaluation running on a spare now (its caller is gone): its runner's and judge's
-        process groups are killed, so `evaluate` returns at once with a record nobody reads. False
-        where the evaluation runs on children of its own (no spare was ready) or none runs."""
+        """Stop the evaluation running now (its caller is gone): its runner's and judge's process
+        groups are killed, so `evaluate` returns at once with a record nobody reads. False where
+        none runs."""
         spare = self._current
         if spare is None:
             return False
