@@ -38,6 +38,7 @@ def evaluate(
     candidate_text: str | None = None,
     on_stage: Callable[[str], None] | None = None,
     spare: Spare | None = None,
+    on_children: Callable[[Spare], None] | None = None,
 ) -> EvalResult:
     """Evaluate a candidate (a file, or its text) against a KernelBench problem in a fresh child.
 
@@ -47,6 +48,9 @@ def evaluate(
     `spare`: a child started ahead of time by `prestart` for a compatible configuration (same
     device, cache, environment and sandbox); it is used for this evaluation (or stopped, when it
     does not fit or has died) and must not be used again. See `WarmEvaluator`.
+
+    `on_children`: called with the runner and judge the evaluation runs on (the spare, or those it
+    started), once they exist: a caller that must stop it early kills their process groups.
     """
     config = config or _defaults()
     leftovers.sweep_once()  # directories of evaluators that were killed outright
@@ -88,7 +92,7 @@ def evaluate(
                 seed=config.seed,
                 sandbox=config.sandbox,
             )
-        result = _run(prob.path, cand_path, config, workdir, on_stage, spare)
+        result = _run(prob.path, cand_path, config, workdir, on_stage, spare, on_children)
         spare = None  # _run took it
         return result
     finally:
@@ -422,6 +426,7 @@ def _run(
     workdir: Path,
     on_stage: Callable[[str], None] | None,
     spare: Spare | None = None,
+    on_children: Callable[[Spare], None] | None = None,
 ) -> EvalResult:
     from kernelwright.engine.coordinator import coordinate
 
@@ -433,6 +438,8 @@ def _run(
     own_spare = spare is None
     if spare is None:  # the runner and judge start up (python, torch, CUDA) while the trusted builder works
         spare = _start_spare(config, workdir, ahead=False)
+    if on_children is not None:
+        on_children(spare)
     out_dir = spare.out_dir
     files = {"out_dir": str(out_dir), "spill_dir": str(workdir / "out")}
     job = {"problem_path": "", "candidate_path": str(cand_path), "config": config.to_dict(), **files}

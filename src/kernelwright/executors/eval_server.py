@@ -404,10 +404,10 @@ class EvalServer:
 
         def watch() -> None:  # a client that goes away (Ctrl-C) takes its evaluation with it
             while not done.wait(0.2):
-                if _closed_by_peer(conn):
+                if gone.is_set() or _closed_by_peer(conn):
                     gone.set()
-                    self.pool.cancel()
-                    return
+                    if self.pool.cancel():  # (none yet where its children are still being started)
+                        return
 
         watcher = threading.Thread(target=watch, name="kw-serve-watch", daemon=True)
         watcher.start()

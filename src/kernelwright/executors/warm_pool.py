@@ -166,8 +166,13 @@ class WarmPool:
             if on_stage is not None:
                 on_stage(s)
 
+        def children(took: Any) -> None:  # the spare, or the children started where it did not fit
+            self._current = took
+
         try:
-            return evaluate(problem, candidate, config or self.config, spare=spare, on_stage=stage, **kwargs)
+            return evaluate(
+                problem, candidate, config or self.config, spare=spare, on_stage=stage, on_children=children, **kwargs
+            )
         finally:
             self._current = None
             self._pause(False)
