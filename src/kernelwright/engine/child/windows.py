@@ -732,10 +732,7 @@ class WindowTimer:
         timed_ms = wall_ms - min(copy_ms, after_ms) - min(open_ms, 0.5 * before_ms)
         if reply.get("error"):
             raise WindowError(f"ModelNew failed in a timing window: {str(reply['error'])[:300]}")
-        snap_region = shared_region.Region(snap, out_bytes, -1)
-        cands = [_rebuild(ref, slots) for ref, slots in zip(ref_outs, out_layout.sets(snap_region, calls), strict=True)]
-        errs = slot_errors(cands, ref_outs)
-        bad = sum(1 for e, ref in zip(errs, ref_outs, strict=True) if not self.check(e, ref))
+        bad = self._bad_slots(snap, out_layout, ref_outs)
         runner_ms = reply.get("runner_ms")
         return WindowResult(
             calls=calls,
@@ -748,6 +745,13 @@ class WindowTimer:
             open_to_computed_ms=(t_done - t0) * 1e3,
             runner_ms=runner_ms if isinstance(runner_ms, dict) else {},
         )
+
+    def _bad_slots(self, snap: torch.Tensor, out_layout: Layout, ref_outs: list[Any]) -> int:
+        """How many of a window's slots, as snapshot into `snap`, are wrong for their own inputs."""
+        region = shared_region.Region(snap, snap.numel(), -1)
+        cands = [_rebuild(ref, sl) for ref, sl in zip(ref_outs, out_layout.sets(region, len(ref_outs)), strict=True)]
+        errs = slot_errors(cands, ref_outs)
+        return sum(1 for e, ref in zip(errs, ref_outs, strict=True) if not self.check(e, ref))
 
     def _lend(self, name: str, region: shared_region.Region, rid: int, fds: list[int]) -> list[Any]:
         """`[name, id, bytes, new]` for a window's header; a region this timer's peer has not mapped
@@ -838,10 +842,7 @@ class WindowTimer:
         if self.cal is not None:
             self.cal.see(phases)
         per_call = self.cal.candidate_ms(phases) if self.cal is not None else phases.span_ms / calls
-        snap_region = shared_region.Region(snap_into, out_bytes, -1)
-        cands = [_rebuild(ref, sl) for ref, sl in zip(ref_outs, out_layout.sets(snap_region, calls), strict=True)]
-        errs = slot_errors(cands, ref_outs)
-        bad = sum(1 for e, ref in zip(errs, ref_outs, strict=True) if not self.check(e, ref))
+        bad = self._bad_slots(snap_into, out_layout, ref_outs)
         runner_ms = reply.get("runner_ms")
         return WindowResult(
             calls=calls,
