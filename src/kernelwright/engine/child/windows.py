@@ -490,7 +490,7 @@ class WindowTimer:
         self._snap: torch.Tensor | None = None  # where windows' slots are snapshot (`_snapshot_buffer`)
         # the device clock (GPU, device_clock.py): the judge's stream spans the runner's work
         self.clock: Any = None  # device_clock.Clock
-        self.cal: Any = None  # device_clock.Calibration, shared with the probe's timer
+        self.cal: Any = None  # device_clock.Calibration (the probe's empty windows add its switches)
         self.inputs: shared_region.Region | None = None  # the stage's inputs' region (device clock)
         self.sent: dict[str, int] = {}  # the lent regions this timer's peer has mapped: name -> id
         self._staged: tuple[torch.Tensor, int] | None = None  # the last pool, in one block (device clock)
