@@ -145,7 +145,7 @@ class Judge:
         self.handoff: socket.socket | None = None  # the socket on which the runner's device outputs arrive
         self.handoff_s = 0.0
         self.handoff_self_test = ""  # why this process could not import its own export ('' when it could)
-        self.anchor: Any = None  # device_clock.Anchor: the judge's copies and hand-over before any candidate ran
+        self.anchor: Any = None  # device_clock.Anchor: the hand-over to another process before any candidate ran
         self.device_clock_off = ""  # why the device clock is not used ('' when it is, or on the CPU)
         if handoff_fd is not None:
             import socket
@@ -227,9 +227,9 @@ class Judge:
         self.started = True
 
     def measure_anchor(self) -> None:
-        """What the device clock's fixed costs are when no candidate code has run yet (the caps of
-        what a window may take off: device_clock.Anchor): the judge's copies, and the two context
-        switches of the probe's empty windows."""
+        """The device clock's yardstick, taken before any candidate code has run (device_clock.Anchor):
+        the two context switches of the probe's empty windows, the cap of what a window may take off
+        for them. None where the driver cannot order streams on a flag (the wall clock stands)."""
         from kernelwright.engine.child import device_clock, probe, windows
 
         if not (self.cfg.timing.device_clock and self.handoff is not None):
