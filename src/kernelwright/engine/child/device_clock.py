@@ -21,12 +21,13 @@ The span between the judge's first and last events is device time on the judge's
 host latencies on either side fall outside it unless the device waits for them (then they are
 the candidate's: a model whose launches cannot keep the device busy is timed as it runs). What
 comes off is each phase's calibrated cost, never more than the phase took: the judge's copy in and
-snapshot (the smallest the stage saw), the commit (the judge's own commit of outputs like the
-window's, measured before it) and the two context switches between the processes (the probe's
-empty windows: a trusted process doing nothing between the flags). A process that runs work of its
-own beside the judge's copies (a persistent kernel time-sliced with them) can only make those
-measures larger, so each is also capped by what the judge measured at its start-up, before any
-candidate code could run (`Anchor`).
+snapshot and the commit (the judge's own copies of as many bytes, and its own commit of the
+reference's outputs, on its own memory before each window: the smallest of the stage) and the two
+context switches between the processes (the probe's empty windows: a trusted process doing nothing
+between the flags), capped by what the probe showed at the judge's start-up, before any candidate
+code could run (`Anchor`). Work the runner runs beside the judge's measures (a persistent kernel,
+time-sliced with them) can only make them larger; what it gains beside the window's own copies
+is what separates them from the judge's measures (docs/SANDBOX.md).
 
 Every copy the judge makes inside a window is a kernel (`byte_copy`), never a copy engine: kernels
 of two processes are time-sliced on the device, so work the runner runs during the judge's copies
