@@ -423,11 +423,11 @@ def _switch_timer(
 def _switch_window(ptimer: windows.WindowTimer, cal: Any) -> windows.WindowTimer | None:
     """One empty window on the probe: its context switches into the calibration. A probe that
     fails is dropped (nothing more comes off for the switches), never the candidate's fault."""
-    from kernelwright.engine.child import probe
+    from kernelwright.engine.child import device_clock, probe
 
     try:
         ms = ptimer.empty_window()
-    except (windows.WindowError, OSError) as exc:
+    except (windows.WindowError, device_clock.Unavailable, OSError) as exc:
         probe.drop(ptimer.device, f"an empty window failed: {exc}")
         return None
     if ms is not None:
