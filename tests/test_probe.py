@@ -42,9 +42,9 @@ def test_a_probe_serves_windows_on_the_runners_ring_and_reports_its_fixed_costs(
         # one ring, made by the owner, grown once (4 then 8 sets); the probe mapped each as it came
         assert owner.ring is not None and ring_ids[0] == ring_ids[1] != ring_ids[2] and pt.sent_ring == ring_ids[2]
         # the zeros the probe's model returns are what its slots hold (it runs no candidate code)
-        from kernelwright.engine.child.timing_review import _release
+        from kernelwright.engine.child.timing_review import release_probe
 
-        _release(pt)
+        release_probe(pt)
         owner.close()
     finally:
         p.close()

@@ -48,7 +48,7 @@ from typing import Any
 
 import torch
 
-from kernelwright.engine.child import shared_region
+from kernelwright.engine.child import device_handoff, shared_region
 
 FLAG_BYTES = 4096
 IN_AT, DONE_AT = 0, 512  # byte offsets of the two flags (apart: no shared cache line)
@@ -58,20 +58,16 @@ SWITCH_CAP_MS = 1.0  # the most two context switches may take off a window
 CONTENDED_FACTOR = 3.0  # switches this many times the start-up's (+0.1 ms): another context kept the device
 
 
-class Unavailable(RuntimeError):
-    """This driver or device has no stream memory operations: the judge's wall clock stands."""
+# (the driver's own: this driver or device cannot do what the device clock needs; the wall clock stands)
+Unavailable = device_handoff.Unavailable
 
 
 class _MemOps:
     """The driver's stream wait/write of a 32-bit value, through ctypes on libcuda."""
 
     def __init__(self) -> None:
-        from kernelwright.engine.child import device_handoff
-
-        try:
-            lib = device_handoff._driver().lib
-        except device_handoff.Unavailable as exc:
-            raise Unavailable(str(exc)) from None
+        self.driver = device_handoff._driver()
+        lib = self.driver.lib
         self.fns: dict[str, Any] = {}
         for op in ("Wait", "Write"):
             fn = getattr(lib, f"cuStream{op}Value32_v2", None) or getattr(lib, f"cuStream{op}Value32", None)
@@ -82,15 +78,10 @@ class _MemOps:
             self.fns[op] = fn
 
     def wait(self, stream: torch.cuda.Stream, addr: int, value: int) -> None:
-        self._check(self.fns["Wait"](stream.cuda_stream, addr, value, _WAIT_GEQ), "cuStreamWaitValue32")
+        self.driver.check(self.fns["Wait"](stream.cuda_stream, addr, value, _WAIT_GEQ), "cuStreamWaitValue32")
 
     def write(self, stream: torch.cuda.Stream, addr: int, value: int) -> None:
-        self._check(self.fns["Write"](stream.cuda_stream, addr, value, 0), "cuStreamWriteValue32")
-
-    @staticmethod
-    def _check(rc: int, what: str) -> None:
-        if rc != 0:
-            raise Unavailable(f"{what} failed ({rc})")
+        self.driver.check(self.fns["Write"](stream.cuda_stream, addr, value, 0), "cuStreamWriteValue32")
 
 
 _OPS: list[_MemOps] = []
@@ -302,8 +293,6 @@ def serve(
 def _nonblocking_stream(device: torch.device) -> torch.cuda.Stream:
     """A stream of the driver's own that never waits for the legacy default stream (the one the
     judge's windows wait on)."""
-    from kernelwright.engine.child import device_handoff
-
     lib = device_handoff._driver().lib
     handle = ctypes.c_void_p()
     fn = lib.cuStreamCreate

@@ -230,7 +230,7 @@ class Judge:
         """The device clock's yardstick, taken before any candidate code has run (device_clock.Anchor):
         the two context switches of the probe's empty windows, the cap of what a window may take off
         for them. None where the driver cannot order streams on a flag (the wall clock stands)."""
-        from kernelwright.engine.child import device_clock, probe, windows
+        from kernelwright.engine.child import device_clock
 
         if not (self.cfg.timing.device_clock and self.handoff is not None):
             self.device_clock_off = "timing.device_clock is off" if self.handoff is not None else "no window socket"
@@ -240,27 +240,14 @@ class Judge:
             self.device_clock_off = why
             return
         self.anchor = device_clock.Anchor()
-        p = probe.start(self.device) if self.cfg.timing.probe else None
-        if p is None or not p.wait_ready(ANCHOR_PROBE_S):
-            return
-        t = windows.WindowTimer(
-            p.sock, self.device, list, lambda: None, lambda e, r: True, lambda s: self.cfg.timing.window_deadline_s
-        )
-        t.clock = device_clock.Clock(self.device)
-        try:
-            seen = [t.empty_window() for _ in range(5)]
-            got = [m for m in seen if m is not None]
-            self.anchor.switch_ms = min(got) if got else None
-        except Exception as exc:
-            probe.drop(self.device, f"its empty windows failed at start-up: {exc}")
-        finally:
-            try:
-                from kernelwright.engine.child import shared_region
+        from kernelwright.engine.child import timing_review
 
-                shared_region.send(p.sock, b'{"release": 1}', [])
-            except OSError:
-                pass
-            t.close()
+        cal = device_clock.Calibration(anchor=None)
+        deadline = self.cfg.timing.window_deadline_s
+        pt, _ = timing_review.switch_timer(self, cal, lambda s: deadline, windows_first=5, wait_s=ANCHOR_PROBE_S)
+        if pt is not None:
+            timing_review.release_probe(pt)
+        self.anchor.switch_ms = cal.switch
 
     def warm_in_background(self) -> None:
         """The FLOP counter's first use (the physics check counts the reference's work with it)

@@ -184,7 +184,7 @@ def _run(
 
         timer.clock = device_clock.Clock(device)
         timer.cal = device_clock.Calibration(anchor=judge.anchor)
-        ptimer, fixed_by = _switch_timer(judge, timer, deadline)
+        ptimer, fixed_by = switch_timer(judge, timer.cal, deadline)
     else:
         ptimer, fixed_by = _probe_timer(judge, timer, draw, deadline) if on_gpu else (None, "")
     fixed: dict[int, list[float]] = {}  # sets per window -> the probe windows' openings (ms)
@@ -314,7 +314,7 @@ def _run(
     finally:
         timer.close()  # the output ring (the runner drops its mapping at its next command)
         if ptimer is not None:
-            _release(ptimer)
+            release_probe(ptimer)
     # every window loses the stage's calibration as it stands at the end (device clock), or the
     # smallest fixed cost the probe saw at its size (a process that slows the probe's windows, or
     # runs beside the judge's copies, can only make them larger)
@@ -397,25 +397,34 @@ def _run(
     physics(judge, inputs0)
 
 
-def _switch_timer(
-    judge: Judge, timer: windows.WindowTimer, deadline: Callable[[float], float]
-) -> tuple[windows.WindowTimer | None, str]:
-    """The probe's timer for the device clock's empty windows (the two context switches), after
-    three of them; None and why where there is no probe (then nothing comes off for them)."""
-    from kernelwright.engine.child import device_clock
-
+def _probe_process(judge: Judge, wait_s: float = 0.0) -> tuple[Any, str]:
+    """The judge's probe, ready (or None and why not): the process both clocks open windows on."""
     if not judge.cfg.timing.probe:
-        return None, "device clock; no probe (timing.probe is off): the context switches stay in"
+        return None, "timing.probe is off"
     from kernelwright.engine.child import probe
 
     p = probe.start(judge.device)
-    if p is None or not p.wait_ready(PROBE_READY_S):
-        return None, f"device clock; no probe ({p.failed if p is not None else 'none on this device'})"
+    if p is None or not p.wait_ready(wait_s or PROBE_READY_S):
+        return None, p.failed if p is not None else "no probe on this device"
+    return p, ""
+
+
+def switch_timer(
+    judge: Judge, cal: Any, deadline: Callable[[float], float], windows_first: int = 3, wait_s: float = 0.0
+) -> tuple[windows.WindowTimer | None, str]:
+    """The probe's timer for the device clock's empty windows (the two context switches into
+    `cal`), after `windows_first` of them; None and why where there is no probe or they failed
+    (then nothing comes off for the switches)."""
+    from kernelwright.engine.child import device_clock
+
+    p, why = _probe_process(judge, wait_s)
+    if p is None:
+        return None, f"device clock; no probe ({why}): the context switches stay in"
     pt = windows.WindowTimer(p.sock, judge.device, list, judge.ref_model, lambda e, r: True, deadline)
     pt.clock = device_clock.Clock(judge.device)
-    for _ in range(3):
-        got = _switch_window(pt, timer.cal)
-        if got is None:
+    for _ in range(windows_first):
+        if _switch_window(pt, cal) is None:
+            pt.close()
             return None, "device clock; the probe's empty windows failed: the context switches stay in"
     return pt, "device clock"
 
@@ -423,11 +432,11 @@ def _switch_timer(
 def _switch_window(ptimer: windows.WindowTimer, cal: Any) -> windows.WindowTimer | None:
     """One empty window on the probe: its context switches into the calibration. A probe that
     fails is dropped (nothing more comes off for the switches), never the candidate's fault."""
-    from kernelwright.engine.child import device_clock, probe
+    from kernelwright.engine.child import probe
 
     try:
         ms = ptimer.empty_window()
-    except (windows.WindowError, device_clock.Unavailable, OSError) as exc:
+    except Exception as exc:  # (the probe's or the driver's: whatever it is, not the candidate's)
         probe.drop(ptimer.device, f"an empty window failed: {exc}")
         return None
     if ms is not None:
@@ -459,13 +468,9 @@ def _probe_timer(
     judge: Judge, timer: windows.WindowTimer, draw: Callable[[], list[Any]], deadline: Callable[[float], float]
 ) -> tuple[windows.WindowTimer | None, str]:
     """The probe's windows (sharing the runner's output ring), or None and why not."""
-    if not judge.cfg.timing.probe:
-        return None, "the judge's own measures (timing.probe is off)"
-    from kernelwright.engine.child import probe
-
-    p = probe.start(judge.device)
-    if p is None or not p.wait_ready(PROBE_READY_S):
-        return None, f"the judge's own measures ({p.failed if p is not None else 'no probe on this device'})"
+    p, why = _probe_process(judge)
+    if p is None:
+        return None, f"the judge's own measures ({why})"
     pt = windows.WindowTimer(p.sock, judge.device, draw, judge.ref_model, lambda e, r: True, deadline)
     pt.ring_owner = timer
     return pt, "probe"
@@ -533,7 +538,7 @@ def _probe_window(
     return ptimer, ""
 
 
-def _release(ptimer: windows.WindowTimer) -> None:
+def release_probe(ptimer: windows.WindowTimer) -> None:
     """The probe drops its mapping of the output ring (it lives on with the judge)."""
     from kernelwright.engine.child import shared_region
 
