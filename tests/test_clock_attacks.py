@@ -44,6 +44,9 @@ def flags(r) -> dict:
 
 
 def not_forged(r) -> bool:
+    # an attack the engine itself failed on proves nothing either way (a judge that could not
+    # start once made every forgery here look defeated)
+    assert r.status is not Status.ENGINE_ERROR, r.error_log
     return r.status is not Status.PASSED or (r.speedup is not None and r.speedup < FORGED)
 
 

@@ -130,3 +130,29 @@ def test_gpu_the_judges_own_steps_finish():
 
     r = subprocess.run([sys.executable, "-c", _STEPS], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "ok" in r.stdout, r.stderr[-2000:]
+
+
+_STARTUP = r"""
+import os, socket
+from kernelwright.engine.child.channel import Channel
+from kernelwright.engine.child.judge import Judge
+
+r, w = os.pipe()
+a, b = socket.socketpair()
+judge = Judge({"config": {"device": "cuda"}}, Channel(w), a.detach())
+judge.startup()  # what the judge's main runs before any job: the probe and the device clock's anchor
+assert judge.anchor is not None, judge.device_clock_off
+assert judge.anchor.switch_ms is not None and 0 < judge.anchor.switch_ms < 5, judge.anchor.switch_ms
+print("ok", judge.anchor.switch_ms)
+"""
+
+
+@pytest.mark.gpu
+def test_gpu_the_judges_start_up_measures_its_anchor():
+    # the whole start-up a judge runs, in its own process (a reference to job state it does not have
+    # yet failed every GPU evaluation once, while the clock's own steps passed)
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-c", _STARTUP], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "ok" in r.stdout, r.stderr[-2000:]

@@ -420,13 +420,18 @@ def switch_timer(
     p, why = _probe_process(judge, wait_s)
     if p is None:
         return None, f"device clock; no probe ({why}): the context switches stay in"
-    pt = windows.WindowTimer(p.sock, judge.device, list, judge.ref_model, lambda e, r: True, deadline)
+    # (empty windows call no model: at the judge's start-up there is no reference yet)
+    pt = windows.WindowTimer(p.sock, judge.device, list, _no_model, lambda e, r: True, deadline)
     pt.clock = device_clock.Clock(judge.device)
     for _ in range(windows_first):
         if _switch_window(pt, cal) is None:
             pt.close()
             return None, "device clock; the probe's empty windows failed: the context switches stay in"
     return pt, "device clock"
+
+
+def _no_model(*args: Any) -> None:
+    return None
 
 
 def _switch_window(ptimer: windows.WindowTimer, cal: Any) -> windows.WindowTimer | None:
