@@ -196,6 +196,10 @@ def test_gpu_work_off_the_timed_stream_fails(cpu_config):
     # the side stream waits for no input: its kernels read a region the judge has not filled yet
     r = run(_config(cpu_config, device="cuda"), "side_stream.py")
     assert r.status is Status.INCORRECT, (r.status, r.speedup, r.error_log)
+    # the control: a side stream ordered after the current one and waited for is an honest model
+    r = run(_config(cpu_config, device="cuda"), "side_stream_synced.py")
+    assert r.status is Status.PASSED, (r.status, r.error_log)
+    assert r.metadata["timing"]["fixed_costs"] == "device clock"
 
 
 @pytest.mark.gpu
