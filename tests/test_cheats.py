@@ -165,13 +165,14 @@ GPU_CAUGHT_BY_FLAG = CPU_CAUGHT_BY_FLAG + [
 def test_side_stream_work_is_on_the_judges_clock(cuda_config, device_clock):
     """side_stream.py hides a ~1 ms sleep, and its kernel, on a stream the timed one does not wait
     for. On the device clock the runner's stream starts when the judge's inputs have landed, and a
-    stream that does not wait for it reads the window's inputs before they are there: its timed
-    outputs are wrong. On the wall clock (a driver without stream memory operations) the window
+    stream that does not wait for it may read the window's inputs before they are there, or be
+    committed before it is done: its timed outputs are wrong; where they are right, its work was
+    inside the judge's span. On the wall clock (a driver without stream memory operations) the window
     ends after the runner synchronised the device and committed the outputs: the sleep is timed (a
     speed-up far below 1 on this tiny problem) and every timed output is right."""
     cfg = dataclasses.replace(cuda_config, timing=dataclasses.replace(cuda_config.timing, device_clock=device_clock))
     r = run(cfg, "side_stream.py")
-    if device_clock:
+    if device_clock and r.status is not Status.PASSED:  # (a race: the clock test's side_stream.py)
         assert r.status is Status.INCORRECT and "timed_output_mismatch" in flags(r), (r.status, r.error_log)
         return
     assert r.status is Status.PASSED, r.error_log

@@ -192,10 +192,16 @@ def test_gpu_window_tricks_fail(cpu_config, name):
 
 
 @pytest.mark.gpu
-def test_gpu_work_off_the_timed_stream_fails(cpu_config):
-    # the side stream waits for no input: its kernels read a region the judge has not filled yet
+def test_gpu_work_off_the_timed_stream_gains_nothing(cpu_config):
+    # the side stream (PyTorch's streams never wait for the legacy one) waits for no input and the
+    # commit does not wait for it: its kernels race the judge's copy in and the commit. Whichever
+    # wins, nothing is gained: kernels that ran before the inputs landed, or after the commit
+    # read their outputs, leave wrong slots (`incorrect`); outputs that are right were made from
+    # the window's inputs before the commit read them, inside the judge's span (timed). Both
+    # outcomes were seen on one H100 (2026-11-27).
     r = run(_config(cpu_config, device="cuda"), "side_stream.py")
-    assert r.status is Status.INCORRECT, (r.status, r.speedup, r.error_log)
+    assert r.status in (Status.INCORRECT, Status.PASSED), (r.status, r.error_log)
+    assert not_forged(r), (r.status, r.speedup, r.error_log)
     # the control: a side stream ordered after the current one and waited for is an honest model
     r = run(_config(cpu_config, device="cuda"), "side_stream_synced.py")
     assert r.status is Status.PASSED, (r.status, r.error_log)
