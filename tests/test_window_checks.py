@@ -163,3 +163,38 @@ def test_the_judges_reference_cache_is_bounded_by_memory():
     assert list(bounded_cache(cache, 5 << 20)) == [3, 4]
     assert list(bounded_cache(cache, 1 << 20)) == [4]  # the newest stays, whatever its size
     assert list(bounded_cache(cache, 1 << 30, most=3)) == [2, 3, 4]
+
+
+@pytest.mark.parametrize("fused", [True, False])
+@pytest.mark.parametrize("made_before", [True, False])
+def test_a_commit_writes_what_matches_and_counts_what_does_not(fused, made_before):
+    # the single-tensor path (no structure walk) and the general one count the same outputs as
+    # mismatched, and write every other output into its own slot
+    from kernelwright.engine.child import shared_region
+    from kernelwright.engine.child.windows import Layout, commit
+
+    ref = torch.randn(3, 4)
+    layout = Layout.of_outputs(ref)
+    outs = [
+        torch.full((3, 4), 1.0),
+        (torch.full((3, 4), 2.0),),  # a one-tuple around the right tensor: the structure walk takes it
+        torch.zeros(3, 4, dtype=torch.float64),  # another dtype
+        torch.zeros(4, 3),  # another shape
+        None,  # not a tensor
+        [torch.zeros(3, 4), torch.zeros(3, 4)],  # two leaves for one
+        torch.full((3, 4), 7.0),
+    ]
+    buf = torch.full((len(outs) * layout.stride,), 255, dtype=torch.uint8)
+    region = shared_region.Region(buf, buf.numel(), -1)
+    slots = layout.sets(region, len(outs)) if made_before else None
+    assert commit(outs, layout, region, fused=fused, slots=slots) == 4
+    got = [s[0] for s in layout.sets(region, len(outs))]
+    assert torch.equal(got[0], outs[0]) and torch.equal(got[1], outs[1][0]) and torch.equal(got[6], outs[6])
+    assert all(torch.isnan(got[i]).all() for i in (2, 3, 4, 5))  # (0xff bytes: left as they were)
+    with pytest.raises(ValueError):
+        commit(outs, layout, region, slots=layout.sets(region, 2))
+    # a multi-leaf reference takes the general path
+    layout2 = Layout.of_outputs((ref, ref[0]))
+    buf2 = torch.zeros(2 * layout2.stride, dtype=torch.uint8)
+    r2 = shared_region.Region(buf2, buf2.numel(), -1)
+    assert commit([(ref, ref[0]), ref], layout2, r2, fused=fused) == 1

@@ -230,6 +230,7 @@ def serve(
         regions = lent.take(header.get("lent"), fds, max_bytes, device)
         flags = regions["flags"].tensor.data_ptr()
         args: list[list[Any]] = []
+        slots: list[list[Any]] = []
         lout = None
         if n:
             lin = windows.Layout.from_json(header["inputs"], max_bytes)
@@ -237,6 +238,7 @@ def serve(
             args = lin.sets(regions["inputs"], n)
             if n * lout.stride > regions["ring"].nbytes:
                 raise windows.WindowError("the output ring is smaller than the window")
+            slots = lout.sets(regions["ring"], n)  # (before the clock: the commit only copies)
         ops = memops()
         stream = torch.cuda.current_stream(device)
         if not _RUNNER_EVENTS:
@@ -254,9 +256,9 @@ def serve(
         ev[1].record()
         t_launched = time.perf_counter()
         if lout is not None:
-            reply["mismatched"] = windows.commit(outs, lout, regions["ring"], fused=True)
+            reply["mismatched"] = windows.commit(outs, lout, regions["ring"], fused=True, slots=slots)
         ev[2].record()
-        del outs, args
+        del outs, args, slots
         reply["runner_ms"] = {
             "map": round((t_armed - t_start) * 1e3, 4),
             "enqueue": round((t_launched - t_armed) * 1e3, 4),
@@ -433,8 +435,10 @@ class Clock:
         ev[1].record()
         byte_copy(snap, snap)
         ev[2].record()
+        region = shared_region.Region(snap, snap.numel(), -1)
+        slots = out_layout.sets(region, len(ref_outs))  # (made before the clock, as the runner's are)
         t0 = time.perf_counter()
-        windows.commit(ref_outs, out_layout, shared_region.Region(snap, snap.numel(), -1), fused=True)
+        windows.commit(ref_outs, out_layout, region, fused=True, slots=slots)
         host_ms = self.host_ms = (time.perf_counter() - t0) * 1e3
         ev[3].record()
         torch.cuda.synchronize(self.device)
