@@ -163,6 +163,9 @@ def test_gpu_timing_forgeries_get_no_speedup(cpu_config, name):
     if name == "honest.py":
         assert r.status is Status.PASSED, r.error_log
         assert r.metadata["timing"]["fixed_costs"] == "device clock", r.metadata["timing"]["fixed_costs"]
+        # the reference's own code: about 1x, within the CPU control's band (a clock that charges
+        # the candidate what is not its work shows here first: 0.59x on an H100, 2026-11-27)
+        assert 0.4 < r.speedup < 2.5, r.speedup
 
 
 @pytest.mark.gpu
