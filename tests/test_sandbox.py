@@ -219,11 +219,15 @@ def test_the_judges_compiler_caches_are_out_of_the_runners_reach(cpu_config, tmp
     # an honest evaluation first: the judge caches its device peaks and the reference's FLOP count
     assert evaluate(ADD_ONE, CANDIDATES / "py_correct.py", cpu_config).status is Status.PASSED
     cached = {p: p.read_text() for p in judge.rglob("*.json")}
-    assert {p.parent.name for p in cached} == {"device_peaks", "reference_work"}, cached
+    # (the measured peaks are dropped again where the reference beat their floor: a loaded machine)
+    assert "reference_work" in {p.parent.name for p in cached}, cached
+    assert {p.parent.name for p in cached} <= {"device_peaks", "reference_work"}, cached
     cpu_config.time_candidate = False
     r = evaluate(ADD_ONE, None, cpu_config, candidate_text=_attack("plant_judge_cache"))
     assert r.status is Status.PASSED, r.error_log
-    assert not list(judge.rglob("planted*")) and {p: p.read_text() for p in judge.rglob("*.json")} == cached
+    assert not list(judge.rglob("planted*"))
+    assert {p: p.read_text() for p in cached} == cached  # what the judge wrote, as it wrote it
+    assert {p.parent.name for p in judge.rglob("*.json")} <= {"device_peaks", "reference_work"}
     assert list((tmp_path / "cache" / "triton").glob("planted*"))  # the control: its own cache takes the plant
     env = environment.judge_env(environment.child_env(cpu_config, tmp_path / "t"), cpu_config, tmp_path / "j")
     for var in ("TRITON_CACHE_DIR", "CUDA_CACHE_PATH", "TORCHINDUCTOR_CACHE_DIR"):
