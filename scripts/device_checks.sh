@@ -14,6 +14,7 @@
 #   bash scripts/device_checks.sh served    # ~2 min: the same evals handed to a running `kernelwright serve` (cached build first: run `fresh` before)
 #   bash scripts/device_checks.sh autoserve # ~3 min: `kernelwright eval` as a user runs it: the first (cold build) starts a server in the
 #                                           #   background (serve.autostart), the next fresh CLI processes hand it their jobs; --no-server beside
+#   bash scripts/device_checks.sh clock     # ~9 min: the honest speed-ups against the old clock (.old), then the clock's gpu tests
 #   bash scripts/device_checks.sh quick     # ~4 min: no tests; paths $KW_PATHS (2,5,6) timed at l2048 (n 128, 64), ncu counts of $KW_NCU_PATHS (5)
 #
 # Carry .deb (bubblewrap for the sandbox tests) with every call, and .scratch/mamba/whl for `mamba`.
@@ -173,8 +174,15 @@ profile)  # what limits the tensor-core paths at l2048 (docs/PERFORMANCE.md, "Wh
         done
     done
     ;;
+clock)  # the judge's clock against the old one (carry .old: `git archive 3f26e59 src | tar -x -C .old`), then its gpu tests
+    KW_PAIRS=${KW_PAIRS:-cuda_swish,mamba2_state,honest_control,suite_swish,suite_softmax,suite_matmul} KW_REPEATS=${KW_REPEATS:-1} \
+        KW_LIMIT=${KW_LIMIT:-330} bash scripts/dev_side_by_side.sh >"$OUT/side_summary.log" 2>&1
+    grep -A8 "^pair " "$OUT/side_summary.log"
+    step clock_tests "${KW_TESTS_LIMIT:-200}" python3 -m pytest -m gpu -n 3 -v -p no:cacheprovider \
+        tests/test_clock_attacks.py tests/test_device_clock.py
+    ;;
 *)
-    echo "usage: bash scripts/device_checks.sh handoff|suite|mamba|mamba-tests|mamba-bench|path5|quick|profile" >&2
+    echo "usage: bash scripts/device_checks.sh handoff|suite|mamba|mamba-tests|mamba-bench|path5|quick|profile|clock" >&2
     exit 2
     ;;
 esac
