@@ -211,18 +211,18 @@ class Judge:
         from kernelwright.engine.child.problem_io import resolve_device
 
         self.device = resolve_device(self.cfg.device)
-        if self.device.type == "cuda":  # the context and cuBLAS's handles, before any job comes
-            for dtype in (torch.float32, torch.float64):
+        if self.device.type == "cuda":
+            if self.cfg.timing.probe:  # its start-up (a second CUDA context) overlaps this one's and the runner's build
+                from kernelwright.engine.child import probe
+
+                probe.start(self.device)
+            for dtype in (torch.float32, torch.float64):  # the context and cuBLAS's handles, before any job comes
                 x = torch.ones(8, 8, device=self.device, dtype=dtype)
                 (x @ x).sum().item()
             if self.handoff is not None:  # the driver's calls for the runner's device outputs, loaded now
                 from kernelwright.engine.child import device_handoff
 
                 self.handoff_self_test = device_handoff.self_test(self.device)
-            if self.cfg.timing.probe:  # its start-up (a second CUDA context) overlaps the runner's build
-                from kernelwright.engine.child import probe
-
-                probe.start(self.device)
             self.measure_anchor()
         self.started = True
 
