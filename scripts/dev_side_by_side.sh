@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # One device call: the honest speed-ups before (.old/src) and after (src), side by side, in fresh
-# CLI processes; $KW_PAIRS names the pairs (benchmarks/clock_side_by_side.py), $KW_REPEATS the repeats.
+# CLI processes; $KW_PAIRS names the pairs (benchmarks/clock_side_by_side.py), $KW_REPEATS the repeats,
+# $KW_EXTRA more `kernelwright eval` arguments for both sides (`--config FILE`: other timing settings).
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/kw-device-out}; mkdir -p "$OUT"
 . scripts/install_bwrap_deb.sh >/dev/null 2>&1
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u +%FT%TZ
 timeout ${KW_LIMIT:-500} python3 benchmarks/clock_side_by_side.py --old-src $PWD/.old/src --new-src $PWD/src --device cuda \
-  --repeats ${KW_REPEATS:-2} --only ${KW_PAIRS:-cuda_swish,shapes_cuda,shapes_triton} --out "$OUT/side_by_side.jsonl" > "$OUT/side.log" 2>&1
+  --repeats ${KW_REPEATS:-2} --only ${KW_PAIRS:-cuda_swish,shapes_cuda,shapes_triton} --out "$OUT/side_by_side.jsonl" \
+  ${KW_EXTRA:+-- $KW_EXTRA} > "$OUT/side.log" 2>&1
 tail -8 "$OUT/side.log"
 python3 - <<'P'
 import json, os
