@@ -170,7 +170,7 @@ def test_gpu_timing_forgeries_get_no_speedup(cpu_config, name):
         assert r.status is Status.PASSED, r.error_log
         assert r.metadata["timing"]["fixed_costs"] == "device clock", r.metadata["timing"]["fixed_costs"]
         # the reference's own code: about 1x, within the CPU control's band (a clock that charges
-        # the candidate what is not its work shows here first: 0.59x on an H100, 2026-11-27)
+        # the candidate what is not its work shows here first)
         assert 0.4 < r.speedup < 2.5, r.speedup
 
 
@@ -206,8 +206,8 @@ def test_gpu_work_off_the_timed_stream_gains_nothing(cpu_config):
     # commit does not wait for it: its kernels race the judge's copy in and the commit. Whichever
     # wins, nothing is gained: kernels that ran before the inputs landed, or after the commit
     # read their outputs, leave wrong slots (`incorrect`); outputs that are right were made from
-    # the window's inputs before the commit read them, inside the judge's span (timed). Both
-    # outcomes were seen on one H100 (2026-11-27).
+    # the window's inputs before the commit read them, inside the judge's span (timed). Either
+    # may happen on a run.
     r = run(_config(cpu_config, device="cuda"), "side_stream.py")
     assert r.status in (Status.INCORRECT, Status.PASSED), (r.status, r.error_log)
     assert not_forged(r), (r.status, r.speedup, r.error_log)

@@ -292,16 +292,23 @@ def serve(
 # ---- the judge's side -----------------------------------------------------------------------------
 
 
+_SIDE_STREAMS: dict[str, torch.cuda.Stream] = {}
+
+
 def _nonblocking_stream(device: torch.device) -> torch.cuda.Stream:
     """A stream of the driver's own that never waits for the legacy default stream (the one the
-    judge's windows wait on)."""
-    lib = device_handoff._driver().lib
-    handle = ctypes.c_void_p()
-    fn = lib.cuStreamCreate
-    fn.argtypes, fn.restype = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_uint], ctypes.c_int
-    if fn(ctypes.byref(handle), 1) != 0:  # CU_STREAM_NON_BLOCKING
-        return torch.cuda.Stream(device)
-    return torch.cuda.ExternalStream(handle.value, device=device)
+    judge's windows wait on): one a device for the process (a judge lives on, and the driver's
+    streams are never destroyed here)."""
+    key = str(device)
+    if key not in _SIDE_STREAMS:
+        lib = device_handoff._driver().lib
+        handle = ctypes.c_void_p()
+        fn = lib.cuStreamCreate
+        fn.argtypes, fn.restype = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_uint], ctypes.c_int
+        if fn(ctypes.byref(handle), 1) != 0:  # CU_STREAM_NON_BLOCKING
+            return torch.cuda.Stream(device)
+        _SIDE_STREAMS[key] = torch.cuda.ExternalStream(handle.value, device=device)
+    return _SIDE_STREAMS[key]
 
 
 def _closed(sock: socket.socket) -> bool:
