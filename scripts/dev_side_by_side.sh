@@ -15,6 +15,6 @@ import json, os
 for line in open(os.environ["OUT"] + "/side_by_side.jsonl"):
     r = json.loads(line)
     print(r["pair"], r["side"], r["status"], r.get("speedup") and round(r["speedup"], 3), r.get("candidate_ms"), r.get("reference_ms"), r.get("flags"), r.get("wall_s"), r.get("calls_per_window"))
-    for w in r.get("windows") or []: print("    ", {k: w.get(k) for k in ("calls", "candidate_ms", "to_computed_ms", "after_ms", "copies_ms", "open_ms", "probe_fixed_ms", "runner_says_ms")})
+    for w in r.get("windows") or []: print("    ", {k: w.get(k) for k in ("calls", "reference_ms", "candidate_ms", "to_computed_ms", "after_ms", "copies_ms", "open_ms", "probe_fixed_ms", "runner_says_ms", "device_ms")})
     for w in r.get("probe_windows") or []: print("     probe", w)
 P

@@ -162,8 +162,9 @@ def main(argv: list[str] | None = None) -> int:
     rings = windows.Rings()
     lent = device_clock.Lent()  # the device clock's flags (its empty windows)
     stubs: dict[str, Any] = {}  # by output layout: its buffers made once, not inside every window
+    spin = windows.SPIN_S  # polled between the wall clock's windows; the device clock's need no wake-up
     while True:
-        windows.wait_readable([sock], None, windows.SPIN_S)
+        windows.wait_readable([sock], None, spin)
         try:
             data, fds = shared_region.recv(sock)
         except OSError:
@@ -177,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
                 rings.close()
                 lent.close()
                 continue
+            spin = windows.SPIN_S if not (isinstance(header, dict) and header.get("clock") == "device") else 0.0
             if isinstance(header, dict) and header.get("clock") == "device":
                 try:
                     device_clock.serve(sock, header, fds, None, dev, 1 << 40, lent)  # closes the descriptors

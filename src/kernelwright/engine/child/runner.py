@@ -431,8 +431,10 @@ class Runner:
         while b"\n" not in buf:
             sock = self.pair_socket()
             fds = [0] + ([sock.fileno()] if sock is not None else [])
-            # between timing windows on a GPU, polled (the next window's hand-over without a wake-up)
-            spin = windows.SPIN_S if getattr(self, "_in_timing", False) and self.device.type == "cuda" else 0.0
+            # between the wall clock's timing windows on a GPU, polled (the next window's hand-over
+            # without a wake-up); not on the device clock, whose span holds no hand-over: a polling
+            # process there only takes a core from the judge's calls and the runner's own launches
+            spin = windows.SPIN_S if getattr(self, "_spin_windows", False) and self.device.type == "cuda" else 0.0
             ready = windows.wait_readable(fds, None, spin)
             if sock is not None and sock.fileno() in ready:
                 data, got = shared_region.recv(sock)
@@ -706,6 +708,7 @@ class Runner:
         try:
             sock = self.pair_socket()
             assert sock is not None  # the window came on it
+            self._spin_windows = header.get("clock") != "device"
             if header.get("clock") == "device":
                 from kernelwright.engine.child import device_clock
 

@@ -911,7 +911,8 @@ class WindowTimer:
 
     def _await_done(self, wid: int, limit_s: float) -> dict[str, Any]:
         end = time.monotonic() + limit_s
-        spin = SPIN_S if self.device.type == "cuda" else 0.0
+        # polled on the wall clock's GPU windows only: the device clock's span holds no hand-over
+        spin = SPIN_S if self.device.type == "cuda" and self.clock is None else 0.0
         for _ in range(64):
             left = end - time.monotonic()
             if left <= 0 or not wait_readable([self.sock], left, spin):
