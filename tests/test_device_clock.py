@@ -119,6 +119,20 @@ assert not clock.events[3].query()
 clock.release(5, wait_s=20.0)
 assert not clock.stuck and clock.events[3].query()
 clock.close()
+# the reference's window is queued whole before the device starts it: the host's pauses between
+# its launches are not in the span, unless the head start runs out first (then it says so)
+import time
+x = torch.zeros(1024, device=dev)
+def slow_launches():
+    for _ in range(20):
+        time.sleep(0.001)
+        x.add_(1)
+    return x
+_, span, host, ahead = dc.queued_ahead(dev, slow_launches, 40.0)
+assert ahead and host >= 20 and span < 5, (span, host, ahead)
+_, span, host, ahead = dc.queued_ahead(dev, slow_launches, 0.0)
+assert not ahead and span >= 15, (span, host, ahead)
+assert x[0].item() == 40
 print("ok", cal)
 """
 

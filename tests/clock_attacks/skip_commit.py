@@ -42,9 +42,9 @@ class ModelNew(nn.Module):
         if not getattr(windows.commit, "skips", False):  # only what is not in its slot yet is copied
             orig = windows.commit
 
-            def commit(outs, layout, region, fused=False):
+            def commit(outs, layout, region, fused=False, slots=None):
                 lo, hi = region.tensor.data_ptr(), region.tensor.data_ptr() + region.nbytes
-                slots = layout.sets(region, len(outs))
+                slots = slots if slots is not None else layout.sets(region, len(outs))
                 for o, s in zip(outs, slots, strict=False):
                     if isinstance(o, torch.Tensor) and not lo <= o.data_ptr() < hi:
                         s[0].copy_(o)

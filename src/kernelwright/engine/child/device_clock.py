@@ -10,8 +10,10 @@ itself. A window:
 
 - before the clock, the runner maps the stage's regions once (the inputs' region, the output ring,
   the flags), makes its views, enqueues on its stream a wait for the window's number in the `in`
-  flag, and says `armed`; then it enqueues its calls and its commit, and a write of the number to
-  the `done` flag. Nothing of that runs yet: its stream waits on the device.
+  flag, then its calls and its commit, and a write of the number to the `done` flag, and says
+  `armed`. Nothing of that runs yet: its stream waits on the device. (Where the launch queue fills
+  first, the runner's host waits for the device: the judge waits for `armed` a while, then goes
+  on, and the rest of the window is timed as the runner queues it.)
 - the judge's stream then runs: an event, its copy of the window's fresh inputs from its own
   memory into the inputs' region (until this copy the region holds only the last window's inputs,
   which the runner has seen), an event, the write of `in` (the runner's work starts on the device),
@@ -19,7 +21,10 @@ itself. A window:
 
 The span between the judge's first and last events is device time on the judge's own stream:
 host latencies on either side fall outside it unless the device waits for them (then they are
-the candidate's: a model whose launches cannot keep the device busy is timed as it runs). What
+the candidate's). The reference's window is timed the same way: its calls queued behind a
+device-side sleep before the device starts on them (`queued_ahead`): both sides' figures are the
+device's time for the work, and neither side's launch overhead counts unless its queueing could
+not keep ahead of the device. What
 comes off is each phase's calibrated cost, never more than the phase took: the judge's copy in and
 snapshot and the commit (the judge's own copies of as many bytes, and its own commit of the
 reference's outputs, on its own memory before each window: the smallest of the stage) and the two
@@ -55,6 +60,7 @@ IN_AT, DONE_AT = 0, 512  # byte offsets of the two flags (apart: no shared cache
 _WAIT_GEQ = 0x0
 SLACK_MS = 0.02
 SWITCH_CAP_MS = 1.0  # the most two context switches may take off a window
+HEAD_START_S = 0.25  # the most the judge waits for a window to be queued before it starts it
 POLL_FIRST_S, POLL_MAX_S = 50e-6, 1e-3  # the judge's naps while a window runs (doubling from the first)
 CONTENDED_FACTOR = 3.0  # switches this many times the start-up's (+0.1 ms): another context kept the device
 
@@ -149,6 +155,26 @@ def _events(n: int) -> list[torch.cuda.Event]:
     return [torch.cuda.Event(enable_timing=True) for _ in range(n)]
 
 
+def queued_ahead(device: torch.device, enqueue: Any, guess_ms: float) -> tuple[Any, float, float, bool]:
+    """`enqueue()` (work it queues on the current stream) timed on the device with the whole of it
+    queued first, as the runner's window is: behind a device-side sleep of 1.5 times `guess_ms`
+    (the host's expected time to queue it) plus 1 ms, at most `HEAD_START_S`. (its result, device
+    ms, host ms, whether the sleep outlasted the host's queueing: else the device may have waited
+    for the host inside the span, as where the launch queue is full)."""
+    torch.cuda.synchronize(device)
+    ev = _events(2)
+    sleep_ms = min(1.5 * max(guess_ms, 0.0) + 1.0, HEAD_START_S * 1e3)
+    torch.cuda._sleep(int(sleep_ms * 2e6))  # clock cycles at 2 GHz (a slower clock only sleeps longer)
+    ev[0].record()
+    t0 = time.perf_counter()
+    result = enqueue()
+    host_ms = (time.perf_counter() - t0) * 1e3
+    ahead = not ev[0].query()
+    ev[1].record()
+    torch.cuda.synchronize(device)
+    return result, float(ev[0].elapsed_time(ev[1])), host_ms, ahead
+
+
 # ---- the runner's side ----------------------------------------------------------------------------
 
 
@@ -219,6 +245,7 @@ def serve(
     failure: BaseException | None = None
     ops = stream = None
     done_at = w = None
+    armed = done = False
     fds = list(fds)
     try:
         t_start = time.perf_counter()
@@ -248,7 +275,6 @@ def serve(
         ops.wait(stream, flags + IN_AT, w)
         done_at = flags + DONE_AT
         t_armed = time.perf_counter()
-        shared_region.send(sock, json.dumps({"done": wid, "phase": "armed"}).encode(), [])
         ev[0].record()
         outs = []
         with torch.no_grad(), windows._no_gc():
@@ -259,6 +285,12 @@ def serve(
         if lout is not None:
             reply["mismatched"] = windows.commit(outs, lout, regions["ring"], fused=True, slots=slots)
         ev[2].record()
+        ops.write(stream, done_at, w)
+        done = True
+        # `armed` once the whole window is queued: the device runs it back to back from the judge's
+        # `in` (where the launch queue fills first, this waits for the judge, which goes on without it)
+        shared_region.send(sock, json.dumps({"done": wid, "phase": "armed"}).encode(), [])
+        armed = True
         del outs, args, slots
         reply["runner_ms"] = {
             "map": round((t_armed - t_start) * 1e3, 4),
@@ -274,10 +306,16 @@ def serve(
             except OSError:
                 pass
         if ops is not None and stream is not None and done_at is not None and w is not None:
-            try:  # always: the judge's stream waits for it
-                ops.write(stream, done_at, w)
-            except Exception:
-                pass
+            if not done:
+                try:  # always: the judge's stream waits for it
+                    ops.write(stream, done_at, w)
+                except Exception:
+                    pass
+            if not armed:  # (its wait is queued: the judge's `in` lets this stream go)
+                try:
+                    shared_region.send(sock, json.dumps({"done": wid, "phase": "armed"}).encode(), [])
+                except OSError:
+                    pass
         windows._sync_quietly(device)
         if failure is None and isinstance(reply.get("runner_ms"), dict):
             try:
@@ -340,6 +378,8 @@ class Phases:
     cal_copy_in_ms: float
     cal_snapshot_ms: float
     cal_commit_ms: float
+    queued_ms: float | None = None  # the judge's wait for the runner's `armed` (None: it went on without)
+    reference_queued: bool = True  # the reference's window beside it was all queued before it began
 
     @property
     def span_ms(self) -> float:
@@ -412,6 +452,7 @@ class Clock:
         self.host_ms = 1.0  # the host's time to enqueue the last calibration's commit
         self.pending: int | None = None  # a window left waiting for its `done` (released at `close`)
         self.stuck = False  # a window's wait never ended: the stream is not waited on again
+        self.queued_ms: float | None = None  # the last window's wait for `armed` (None: not waited out)
 
     def flags_region(self) -> shared_region.Region:
         if self.flags is None:
@@ -426,10 +467,9 @@ class Clock:
         """The judge's own measure, device ms, of the window's three copies, on its own memory: the
         copy in (the inputs' block onto itself: as many bytes read and written), the snapshot (the
         snapshot's memory onto itself) and the commit (the reference's outputs into the snapshot's
-        memory, with the runner's code). Enqueued behind a wait on the judge's own flag and then let
-        go, so that the device runs them back to back as it runs the runner's queued commit; the
-        commit's measure is at least the host's time to enqueue it (where that is what binds, as
-        for many small outputs, the runner pays it too)."""
+        memory, with the runner's code). Enqueued behind a device-side sleep, so that the device
+        runs them back to back, as it runs the runner's commit: queued, with its calls, before the
+        judge lets its window start."""
         from kernelwright.engine.child import windows
 
         torch.cuda.synchronize(self.device)
@@ -447,13 +487,13 @@ class Clock:
         slots = out_layout.sets(region, len(ref_outs))  # (made before the clock, as the runner's are)
         t0 = time.perf_counter()
         windows.commit(ref_outs, out_layout, region, fused=True, slots=slots)
-        host_ms = self.host_ms = (time.perf_counter() - t0) * 1e3
+        self.host_ms = (time.perf_counter() - t0) * 1e3
         ev[3].record()
         torch.cuda.synchronize(self.device)
         return (
             float(ev[0].elapsed_time(ev[1])),
             float(ev[1].elapsed_time(ev[2])),
-            max(float(ev[2].elapsed_time(ev[3])), host_ms),
+            float(ev[2].elapsed_time(ev[3])),
         )
 
     def run(
@@ -465,23 +505,33 @@ class Clock:
         snapshot: tuple[torch.Tensor, torch.Tensor] | None,
         limit_s: float,
         await_msg: Any,
+        queue_s: float = HEAD_START_S,
     ) -> tuple[dict[str, Any], tuple[float, float, float]]:
-        """One window: the header out, `armed` back, the judge's part on its stream, the runner's
+        """One window: the header out, `armed` back (the runner's whole window queued behind its
+        wait on `in`: waited for `queue_s` at most, then the judge goes on and whatever the runner
+        has yet to queue is timed as it comes), the judge's part on its stream, the runner's
         reply. (copy in ms, middle ms, snapshot ms) on the device; `await_msg(limit_s)` reads the
-        runner's next message for this window."""
+        runner's next message for this window. `self.queued_ms`: the judge's wait for `armed`
+        (None: it went on without it)."""
         from kernelwright.engine.child import windows
 
         flags = self.flags_region()
         self.seq += 1
         w = self.seq
         header = dict(header, window=w)
+        t0 = time.perf_counter()
         try:
             shared_region.send(sock, json.dumps(header).encode(), fds)
         except OSError as exc:
             why = exc.strerror or exc
             raise windows.WindowError(f"the runner's end of the window socket is gone ({why})") from None
-        msg = await_msg(limit_s)
-        if msg.get("phase") != "armed":  # it failed before its wait was armed: nothing runs on the device
+        msg: dict[str, Any] | None
+        try:
+            msg = await_msg(min(queue_s, limit_s))
+        except windows.WindowTimeout:
+            msg = None  # still queueing (its launch queue full, or slow): the device starts it now
+        self.queued_ms = None if msg is None else (time.perf_counter() - t0) * 1e3
+        if msg is not None and msg.get("phase") != "armed":  # it failed before its wait was armed
             return msg, (0.0, 0.0, 0.0)
         stream = torch.cuda.current_stream(self.device)
         ev = self.events
@@ -497,19 +547,27 @@ class Clock:
         ev[3].record()
         # the judge sleeps between its looks at the last event: when it notices is outside the span
         # (a judge polling without a pause takes a core from the runner's launches, which are the
-        # candidate's time where its calls cannot keep the device busy)
+        # candidate's time where its calls are not all queued)
         end = time.monotonic() + limit_s
         nap = POLL_FIRST_S
         while not ev[3].query():
             if time.monotonic() > end:
                 self.pending = w  # released when the timer closes, after the runner was told to stop
                 raise windows.WindowTimeout(limit_s)
-            if nap >= POLL_MAX_S and _closed(sock):
-                self.pending = w
-                raise windows.WindowError("the runner closed the window socket")
+            if nap >= POLL_MAX_S:
+                if _closed(sock):
+                    self.pending = w
+                    raise windows.WindowError("the runner closed the window socket")
+                if msg is None and windows.wait_readable([sock], 0.0):
+                    msg = await_msg(1.0)  # its late `armed`, or an answer without one: it armed nothing
+                    if msg.get("phase") != "armed":
+                        self.pending = w
+                        return msg, (0.0, 0.0, 0.0)
             time.sleep(nap)
             nap = min(2 * nap, POLL_MAX_S)
         reply = await_msg(max(limit_s, 5.0))
+        if msg is None and reply.get("phase") == "armed":
+            reply = await_msg(max(limit_s, 5.0))
         return reply, (ev[0].elapsed_time(ev[1]), ev[1].elapsed_time(ev[2]), ev[2].elapsed_time(ev[3]))
 
     def release(self, w: int, wait_s: float = 120.0) -> None:

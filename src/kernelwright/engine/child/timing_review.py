@@ -263,7 +263,7 @@ def _run(
             checked += res.calls
             if compiled is not None:
                 t_ms, _ = windows.WindowTimer(sock, device, draw, compiled, check, deadline).reference_window(
-                    sets, layout
+                    sets, layout, device_time=clocked
                 )
                 if not warm:
                     comp_ms.append(t_ms)
@@ -331,6 +331,10 @@ def _run(
                 "commit": round(ph.cal_commit_ms, 4),
             },
             "off": {k: round(v, 4) for k, v in timer.cal.off(ph).items()},
+            # the judge's own wall time from the header to the runner's `armed` (its calls queued;
+            # None: not within the head start, and what was left to queue was timed as it came)
+            "queued_ms": None if ph.queued_ms is None else round(ph.queued_ms, 4),
+            "reference_queued": ph.reference_queued,
         }
     for i, calls, total, before in by_probe:
         if fixed.get(calls):

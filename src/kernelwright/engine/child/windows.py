@@ -529,6 +529,8 @@ class WindowTimer:
         self.inputs: shared_region.Region | None = None  # the stage's inputs' region (device clock)
         self.sent: dict[str, int] = {}  # the lent regions this timer's peer has mapped: name -> id
         self._staged: tuple[torch.Tensor, int] | None = None  # the last pool, in one block (device clock)
+        self.ref_host_ms: float | None = None  # the host's time to queue one reference call (device clock)
+        self.ref_queued = True  # the last reference window was all queued before the device began
 
     def close(self) -> None:
         """The output ring given back (the runner drops its mapping at its next command)."""
@@ -606,32 +608,53 @@ class WindowTimer:
         self._staged = (block, calls)
         return staged, layout
 
-    def reference_window(self, sets: list[list[Any]], layout: Layout | None = None) -> tuple[float, list[Any]]:
+    def reference_window(
+        self, sets: list[list[Any]], layout: Layout | None = None, device_time: bool | None = None
+    ) -> tuple[float, list[Any]]:
         """The reference's time per call on `sets`, read from the same kind of memory the candidate
         reads its inputs from (a fresh region: its placement changes a CPU's speed several-fold),
-        and its outputs, the truth for the candidate's window on the same sets."""
+        and its outputs, the truth for the candidate's window on the same sets. `device_time` (the
+        device clock's, by default where this timer has it): the calls queued before the device
+        starts on them, as the runner's are (`device_clock.queued_ahead`), once more with a longer
+        head start where the host was still queueing when the device began; else the wall clock
+        from the first call to the last one's end."""
         layout = layout or Layout.of_inputs(sets[0])
+        if device_time is None:
+            device_time = self.clock is not None
         region = shared_region.create(len(sets) * layout.stride, self.device)
         staged: list[list[Any]] = []
+        per_call = self.ref_host_ms
         try:
             staged = layout.sets(region, len(sets))
-            for i, s in enumerate(sets):  # a copy: the reference may change its inputs in place
-                for dst, x in zip(staged[i], s, strict=True):
-                    if isinstance(x, torch.Tensor):
-                        dst.copy_(x)
-            _sync(self.device)
-            outs = []
-            with torch.no_grad(), _no_gc():
-                t0 = time.perf_counter()
-                for args in staged:
-                    outs.append(self.reference(*args))
+            ref = self.reference
+            for _ in range(2 if device_time else 1):
+                for i, s in enumerate(sets):  # a copy: the reference may change its inputs in place
+                    for dst, x in zip(staged[i], s, strict=True):
+                        if isinstance(x, torch.Tensor):
+                            dst.copy_(x)
                 _sync(self.device)
-                wall = time.perf_counter() - t0
+                with torch.no_grad(), _no_gc():
+                    if device_time:
+                        from kernelwright.engine.child import device_clock
+
+                        guess = (per_call if per_call is not None else 0.05) * len(sets)
+                        outs, span_ms, host_ms, ahead = device_clock.queued_ahead(
+                            self.device, lambda st=staged: [ref(*args) for args in st], guess
+                        )
+                        per_call = host_ms / len(sets)
+                        self.ref_host_ms, self.ref_queued = per_call, ahead
+                    else:
+                        t0 = time.perf_counter()
+                        outs = [ref(*args) for args in staged]
+                        _sync(self.device)
+                        span_ms, ahead = (time.perf_counter() - t0) * 1e3, True
+                if ahead:
+                    break
             outs = [_own(o) for o in outs]  # nothing of the region outlives it
         finally:
             del staged
             region.close()
-        return wall * 1e3 / len(sets), outs
+        return span_ms / len(sets), outs
 
     def copy_ms(self, ref_outs: list[Any], out_layout: Layout, in_bytes: int, repeats: int = 3) -> float:
         """The time after `computed` that is not the candidate's, as the judge measures it on its own
@@ -859,6 +882,9 @@ class WindowTimer:
             (snap_into, slots),
             limit,
             lambda lim: self._await_done(wid, lim),
+            # (the judge's wait for the window to be queued: twice its own queueing of the
+            # reference's window, 20 ms at least; a runner slower than that is timed as it queues)
+            queue_s=max(0.02, min(device_clock.HEAD_START_S, 2e-3 * (self.ref_host_ms or 0.05) * calls)),
         )
         if reply.get("error"):
             raise WindowError(f"ModelNew failed in a timing window: {str(reply['error'])[:300]}")
@@ -875,6 +901,8 @@ class WindowTimer:
             cal_copy_in_ms=cal[0],
             cal_snapshot_ms=cal[1],
             cal_commit_ms=cal[2],
+            queued_ms=self.clock.queued_ms,
+            reference_queued=self.ref_queued,
         )
         if self.cal is not None:
             self.cal.see(phases)
