@@ -465,7 +465,7 @@ class Clock:
         self, block: torch.Tensor, snap: torch.Tensor, ref_outs: list[Any], out_layout: Any
     ) -> tuple[float, float, float]:
         """The judge's own measure, device ms, of the window's three copies, on its own memory: the
-        copy in (the inputs' block onto itself: as many bytes read and written), the snapshot (the
+        copy in (`block`, the inputs' region, onto itself: as many bytes read and written), the snapshot (the
         snapshot's memory onto itself) and the commit (the reference's outputs into the snapshot's
         memory, with the runner's code). Enqueued behind a device-side sleep, so that the device
         runs them back to back, as it runs the runner's commit: queued, with its calls, before the

@@ -859,7 +859,9 @@ class WindowTimer:
         # before the clock, on the judge's own memory only (the runner can read the ring and the
         # inputs' region): what the window's copy in, snapshot and commit cost (device_clock)
         snap_into = torch.empty(out_bytes, dtype=torch.uint8, device=self.device)
-        cal = self.clock.calibrate(block[:in_bytes], snap_into, ref_outs, out_layout)
+        # (the copy in measured on the inputs' region onto itself, the memory the window's copy
+        # writes: it holds only the last window's inputs, which the runner has seen)
+        cal = self.clock.calibrate(self.inputs.tensor[:in_bytes], snap_into, ref_outs, out_layout)
         slots = rout.tensor[:out_bytes]
         slots.zero_()  # an unwritten slot is zeros, never last window's answer
         torch.cuda.synchronize(self.device)
