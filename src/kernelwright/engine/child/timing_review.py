@@ -197,7 +197,7 @@ def _run(
         # calls (and the first calls' own), so it sizes the windows short, by an amount that varies
         # from run to run, and a launch-bound candidate's figure with it (docs/PERFORMANCE.md)
         warmups = 1
-        r = shrunk = requeued = 0
+        r = shrunk = 0
         while r < plan.rounds + warmups:
             warm = r < warmups
             t_phase = time.perf_counter()
@@ -251,15 +251,6 @@ def _run(
                 plan.warmup_calls = min(plan.warmup_calls, plan.calls)
                 plan.reasons.append(f"{plan.calls} sets per window (out of device memory with twice as many)")
                 continue
-            if warm and clocked and requeued < 5 and plan.calls > 8 and not (timer.ref_queued and res.phases.queued_ms):
-                # a warm-up window not all queued before the device began (the launch queue holds
-                # about a thousand kernels): smaller windows, so that both sides are timed on the
-                # device's work rather than on the host's launches
-                requeued += 1
-                plan.calls = plan.limit = max(8, plan.calls // 2)
-                plan.warmup_calls = min(plan.warmup_calls, plan.calls)
-                plan.reasons.append(f"{plan.calls} sets per window (twice as many did not fit the launch queue)")
-                continue
             r += 1
             if not warm:
                 b, q = load_seen
@@ -272,7 +263,7 @@ def _run(
             checked += res.calls
             if compiled is not None:
                 t_ms, _ = windows.WindowTimer(sock, device, draw, compiled, check, deadline).reference_window(
-                    sets, layout, device_time=clocked
+                    sets, layout, device_time=clocked and not timer.as_launched
                 )
                 if not warm:
                     comp_ms.append(t_ms)

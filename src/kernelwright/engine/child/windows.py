@@ -531,6 +531,10 @@ class WindowTimer:
         self._staged: tuple[torch.Tensor, int] | None = None  # the last pool, in one block (device clock)
         self.ref_host_ms: float | None = None  # the host's time to queue one reference call (device clock)
         self.ref_queued = True  # the last reference window was all queued before the device began
+        # a reference window could not be queued whole before the device began (a launch queue
+        # too small for it): both sides are timed as launched, the candidate's window started
+        # without waiting for it to be queued, the reference's by the wall clock
+        self.as_launched = False
 
     def close(self) -> None:
         """The output ring given back (the runner drops its mapping at its next command)."""
@@ -620,7 +624,7 @@ class WindowTimer:
         from the first call to the last one's end."""
         layout = layout or Layout.of_inputs(sets[0])
         if device_time is None:
-            device_time = self.clock is not None
+            device_time = self.clock is not None and not self.as_launched
         region = shared_region.create(len(sets) * layout.stride, self.device)
         staged: list[list[Any]] = []
         per_call = self.ref_host_ms
@@ -650,6 +654,10 @@ class WindowTimer:
                         span_ms, ahead = (time.perf_counter() - t0) * 1e3, True
                 if ahead:
                     break
+            if not ahead:
+                # more launches than the device's queue holds (or a host slower than the sleep
+                # allows for): the stage times both sides as they are launched from here on
+                self.as_launched = True
             outs = [_own(o) for o in outs]  # nothing of the region outlives it
         finally:
             del staged
@@ -886,7 +894,9 @@ class WindowTimer:
             lambda lim: self._await_done(wid, lim),
             # (the judge's wait for the window to be queued: twice its own queueing of the
             # reference's window, 20 ms at least; a runner slower than that is timed as it queues)
-            queue_s=max(0.02, min(device_clock.HEAD_START_S, 2e-3 * (self.ref_host_ms or 0.05) * calls)),
+            queue_s=0.0
+            if self.as_launched
+            else max(0.02, min(device_clock.HEAD_START_S, 2e-3 * (self.ref_host_ms or 0.05) * calls)),
         )
         if reply.get("error"):
             raise WindowError(f"ModelNew failed in a timing window: {str(reply['error'])[:300]}")
@@ -904,7 +914,7 @@ class WindowTimer:
             cal_snapshot_ms=cal[1],
             cal_commit_ms=cal[2],
             queued_ms=self.clock.queued_ms,
-            reference_queued=self.ref_queued,
+            reference_queued=self.ref_queued and not self.as_launched,
         )
         if self.cal is not None:
             self.cal.see(phases)
