@@ -60,7 +60,6 @@ IN_AT, DONE_AT = 0, 512  # byte offsets of the two flags (apart: no shared cache
 _WAIT_GEQ = 0x0
 SLACK_MS = 0.02
 SWITCH_CAP_MS = 1.0  # the most two context switches may take off a window
-BUSY_US = 2000.0  # the work in the probe's windows (a waiting kernel, in clock cycles at 2 GHz)
 HEAD_START_S = 0.25  # the most the judge waits for a window to be queued before it starts it
 POLL_FIRST_S, POLL_MAX_S = 50e-6, 1e-3  # the judge's naps while a window runs (doubling from the first)
 CONTENDED_FACTOR = 3.0  # switches this many times the start-up's (+0.1 ms): another context kept the device
@@ -278,10 +277,6 @@ def serve(
         t_armed = time.perf_counter()
         ev[0].record()
         outs = []
-        busy_us = header.get("busy_us")
-        if not n and isinstance(busy_us, (int, float)) and 0 < busy_us <= 20_000:
-            # (the probe's window with work in it: a kernel that only waits, its span by its own events)
-            torch.cuda._sleep(int(busy_us * 2e3))
         with torch.no_grad(), windows._no_gc():
             for a in args:
                 outs.append(model(*a))

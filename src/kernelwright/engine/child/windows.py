@@ -935,32 +935,19 @@ class WindowTimer:
         )
 
     def empty_window(self) -> float | None:
-        """A device-clock window of the probe's (a trusted process): what the two context switches
-        between the flags cost beside work of its own, device ms, the part of the window's middle
-        phase its own events do not cover; None where it did not answer as a probe does. The work
-        is a kernel that only waits (`device_clock.BUSY_US`): a peer whose context has run a kernel
-        is switched back from more slowly than an idle one (about 0.3 ms on an H100 against
-        0.03-0.06), as the runner's is after its calls."""
-        from kernelwright.engine.child import device_clock
-
+        """A device-clock window of no calls (the probe's): what the two context switches between
+        the flags cost, device ms; None where the peer did not answer it as one."""
         fds: list[int] = []
         lent = [self.lend_flags(fds)]
         wid = self.next_id
         self.next_id += 1
-        header = {"id": wid, "calls": 0, "clock": "device", "lent": lent, "busy_us": device_clock.BUSY_US}
+        header = {"id": wid, "calls": 0, "clock": "device", "lent": lent}
         reply, (_, middle_ms, _) = self.clock.run(
             self.sock, header, fds, None, None, self.deadline_s(0.0), lambda lim: self._await_done(wid, lim)
         )
-        own = reply.get("runner_ms")
-        if reply.get("error") or reply.get("phase") != "committed" or not isinstance(own, dict):
+        if reply.get("error") or reply.get("phase") != "committed":
             return None
-        parts = [own.get("device"), own.get("commit", 0.0)]
-        if not all(isinstance(x, (int, float)) for x in parts):
-            return None
-        inside = float(sum(parts))
-        if not 0 <= inside <= middle_ms:
-            return None
-        return float(middle_ms - inside)
+        return float(middle_ms)
 
     def _await_done(self, wid: int, limit_s: float) -> dict[str, Any]:
         end = time.monotonic() + limit_s
