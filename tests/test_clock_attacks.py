@@ -218,6 +218,7 @@ def test_gpu_work_off_the_timed_stream_gains_nothing(cpu_config):
 
 
 @pytest.mark.gpu
+@pytest.mark.alone  # two evaluations compared: other tests' kernels on the device moved them apart (-n 6)
 def test_gpu_a_skipped_commit_gains_at_most_the_commit(cpu_config):
     # the device clock cannot tell the commit from the calls on the device; what comes off for it
     # is the judge's own measure of one commit, so skipping it hides at most that much work
