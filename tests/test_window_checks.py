@@ -198,3 +198,16 @@ def test_a_commit_writes_what_matches_and_counts_what_does_not(fused, made_befor
     buf2 = torch.zeros(2 * layout2.stride, dtype=torch.uint8)
     r2 = shared_region.Region(buf2, buf2.numel(), -1)
     assert commit([(ref, ref[0]), ref], layout2, r2, fused=fused) == 1
+
+
+def test_the_judges_own_out_of_memory_names_the_fix_and_blames_no_candidate():
+    # (a GPU shared with other evaluations: the judge's region refused by the driver, seen on an H100
+    # under six parallel test workers, was reported as an engine bug)
+    from kernelwright.engine.child.device_handoff import Unavailable
+    from kernelwright.engine.child.judge import failure_message
+
+    oom = failure_message(Unavailable("cuMemCreate failed: CUDA_ERROR_OUT_OF_MEMORY (2)"))
+    assert "not the candidate's fault" in oom and "window_budget_mb" in oom and "engine bug" not in oom
+    assert "CUDA_ERROR_OUT_OF_MEMORY" in oom
+    bug = failure_message(KeyError("x"))
+    assert "engine bug" in bug and "window_budget_mb" not in bug

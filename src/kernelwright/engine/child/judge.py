@@ -1357,15 +1357,28 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # the judge's own failure: never the candidate's, never a pass
         rec = judge.rec
         rec.status, rec.correct = Status.ENGINE_ERROR, False
-        rec.error_log = (
-            f"The engine's judge failed (an engine bug, not the candidate's fault): "
-            f"{type(exc).__name__}: {str(exc)[:300]}"
-        )
+        rec.error_log = failure_message(exc)
         rec.metadata["engine_traceback"] = _short_tb(exc)
         rec.candidate_ms = rec.speedup = rec.speedup_vs_compile = None
     chan.send("final", record=rec.to_dict())
     sys.stdout.flush()
     os._exit(0)
+
+
+def failure_message(exc: BaseException) -> str:
+    """The record's error for the judge's own failure: never the candidate's fault; where the device
+    or the host refused the judge's own memory (other processes on the device held it), what to do."""
+    from kernelwright.engine.child.timing_review import _out_of_memory
+
+    what = f"{type(exc).__name__}: {str(exc)[:300]}"
+    if _out_of_memory(exc):
+        return (
+            "The judge ran out of memory for its own buffers, not the candidate's fault (other processes "
+            "on the device held it, or the problem's inputs are too large for a timing window): run fewer "
+            "evaluations on this device at once, or set a smaller `window_budget_mb` under [eval.timing] "
+            "in kernelwright.toml; " + what
+        )
+    return f"The engine's judge failed (an engine bug, not the candidate's fault): {what}"
 
 
 if __name__ == "__main__":
