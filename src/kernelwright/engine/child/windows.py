@@ -631,7 +631,9 @@ class WindowTimer:
         try:
             staged = layout.sets(region, len(sets))
             ref = self.reference
+            outs: list[Any] = []
             for _ in range(2 if device_time else 1):
+                outs = []  # (a first attempt's outputs freed before the second)
                 for i, s in enumerate(sets):  # a copy: the reference may change its inputs in place
                     for dst, x in zip(staged[i], s, strict=True):
                         if isinstance(x, torch.Tensor):
