@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import shutil
 from pathlib import Path
@@ -39,12 +40,13 @@ def _cuda_available() -> bool:
 
 
 def pytest_collection_modifyitems(config, items):
-    if _cuda_available():
-        return
-    skip = pytest.mark.skip(reason="needs a CUDA GPU (marked gpu)")
-    for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip)
+    if not _cuda_available():
+        skip = pytest.mark.skip(reason="needs a CUDA GPU (marked gpu)")
+        for item in items:
+            if "gpu" in item.keywords:
+                item.add_marker(skip)
+    if hasattr(config, "workerinput"):  # pytest -n: the controller hands these out as one unit, first
+        _write_alone_ids(config, [item.nodeid for item in items if _alone(item)])
 
 
 # ---- under pytest -n: the shared build cache's precompiled header, made once as the run starts ------
@@ -53,9 +55,12 @@ _HEADER_MAKER = """
 import fcntl, sys
 from pathlib import Path
 from kernelwright.engine.child import flag_pch
-# in the room as a running test is (`_turn`): a test marked `alone` waits until the header is made
+# in the room as a running test is (`_turn`): a test marked `alone` waits until the header is made,
+# first outside the turnstile (`header`, held until this process ends), so that other tests run meanwhile
 lock_dir = Path(sys.argv[2])
 lock_dir.mkdir(parents=True, exist_ok=True)
+header = open(lock_dir / "header", "a")
+fcntl.flock(header, fcntl.LOCK_EX)
 with open(lock_dir / "turnstile", "a") as turnstile, open(lock_dir / "room", "a") as room:
     fcntl.flock(turnstile, fcntl.LOCK_EX)
     fcntl.flock(room, fcntl.LOCK_SH)
@@ -80,8 +85,9 @@ def pytest_sessionstart(session):
     base = config._tmp_path_factory.getbasetemp()  # the workers' base directories are inside it
     shared = os.environ.get("KW_TEST_CACHE") or str(base / "kw-cache-shared")
     os.makedirs(shared, exist_ok=True)
+    lock_dir = str(base / "kw-alone-lock")
     config._kw_header_maker = subprocess.Popen(
-        [sys.executable, "-c", _HEADER_MAKER, shared, str(base / "kw-alone-lock")],
+        [sys.executable, "-c", _HEADER_MAKER, shared, lock_dir],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -102,6 +108,9 @@ def _turn(lock_dir: Path, alone: bool):
     """A readers-writer lock over flock, fair to the writer: every test passes the turnstile, an
     `alone` test keeps it (no new test starts) until the tests already running have ended."""
     lock_dir.mkdir(parents=True, exist_ok=True)
+    if alone:  # the controller's header first (`_HEADER_MAKER`), while the other workers' tests go on
+        with open(lock_dir / "header", "a") as header:
+            fcntl.flock(header, fcntl.LOCK_SH)
     with open(lock_dir / "turnstile", "a") as turnstile, open(lock_dir / "room", "a") as room:
         fcntl.flock(turnstile, fcntl.LOCK_EX)
         try:
@@ -154,6 +163,62 @@ def pytest_runtest_protocol(item, nextitem):
     else:
         held.close()
     return result
+
+
+# ---- under pytest -n: the tests marked `alone` are one unit of work, handed out once the header is made --
+
+_ALONE_UNIT = "tests marked alone"  # the unit's name, where the other units are files
+_ALONE_IDS = "kw-alone-tests.json"
+
+
+def _alone_ids_path(config) -> Path:
+    base = config._tmp_path_factory.getbasetemp()
+    # a worker's base directory is inside the controller's (as the build cache in `cache_dir`)
+    return (base.parent if hasattr(config, "workerinput") else base) / _ALONE_IDS
+
+
+def _write_alone_ids(config, ids: list[str]) -> None:
+    """Each worker writes the same list as it collects, whole (os.replace); the controller reads it
+    once every worker has collected, before it hands out the first unit."""
+    path = _alone_ids_path(config)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}")
+    tmp.write_text(json.dumps(ids))
+    os.replace(tmp, path)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadfile`, with every test marked `alone` taken out of its file into one unit of its
+    own, handed out first: its worker waits for the controller's header (`_HEADER_MAKER`) while
+    the other workers take the files as before. A test marked `alone` waits for the tests running
+    beside it to end, and no other test starts until it has ended: spread over their files, the seven runs of them
+    each drained the other workers (up to 40 s a time), and the first waited for the header with
+    every worker held at the turnstile; as one unit they drain the others once. Their files' other
+    tests are spread as before (a module fixture of theirs is set up where it is used: the `alone`
+    tests of test_forge_loop.py are the only users of `recorded_run`)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class AloneUnitScheduling(LoadFileScheduling):
+        def __init__(self, config, log=None):
+            super().__init__(config, log)
+            self._alone_ids: frozenset[str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self._alone_ids is None:  # first asked once every worker has collected (and written it)
+                try:
+                    self._alone_ids = frozenset(json.loads(_alone_ids_path(self.config).read_text()))
+                except (OSError, ValueError):
+                    self._alone_ids = frozenset()  # plain loadfile
+            return _ALONE_UNIT if nodeid in self._alone_ids else super()._split_scope(nodeid)
+
+        def _assign_work_unit(self, node) -> None:
+            if _ALONE_UNIT in self.workqueue:
+                self.workqueue.move_to_end(_ALONE_UNIT, last=False)
+            super()._assign_work_unit(node)
+
+    return AloneUnitScheduling(config, log)
 
 
 @pytest.fixture(autouse=True)
