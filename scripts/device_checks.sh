@@ -3,7 +3,7 @@
 # device tool (at most 10 minutes). Logs go under $OUT (the device tool brings them back).
 #
 #   bash scripts/device_checks.sh handoff   # ~6 min: device hand-off tests, overhead with and without it
-#   bash scripts/device_checks.sh suite     # ~8 min: the whole gpu suite, 8 workers (KW_PYTEST_ARGS: more pytest arguments)
+#   bash scripts/device_checks.sh suite     # ~15 min: the whole gpu suite, 4 workers (8 ran the judges out of device memory; KW_PYTEST_ARGS: more pytest arguments, e.g. --ignore=tests/test_mamba2_gpu.py)
 #   bash scripts/device_checks.sh mamba     # >10 min now: Mamba-2 gpu tests, paths $KW_PATHS (2,5) at l2048, the side-by-side benchmark
 #                                           #   (mamba-tests: the first two only, ~5 min; mamba-bench: the benchmark only, ~9 min;
 #                                           #    mamba-final: the benchmark, then the tests in $KW_TESTS_LIMIT s)
