@@ -204,7 +204,6 @@ def pytest_xdist_make_scheduler(config, log):
         def __init__(self, config, log=None):
             super().__init__(config, log)
             self._alone_ids: frozenset[str] | None = None
-            self._ordered = False
 
         def _split_scope(self, nodeid: str) -> str:
             if self._alone_ids is None:  # first asked once every worker has collected (and written it)
@@ -215,46 +214,11 @@ def pytest_xdist_make_scheduler(config, log):
             return _ALONE_UNIT if nodeid in self._alone_ids else super()._split_scope(nodeid)
 
         def _assign_work_unit(self, node) -> None:
-            if not self._ordered:  # (first called once the queue is whole, before any unit goes out)
-                self._ordered = True
-                units = sorted(self.workqueue.items(), key=lambda kv: -_weight(kv[0]))
-                self.workqueue.clear()
-                self.workqueue.update(units)
+            if _ALONE_UNIT in self.workqueue:
+                self.workqueue.move_to_end(_ALONE_UNIT, last=False)
             super()._assign_work_unit(node)
 
     return AloneUnitScheduling(config, log)
-
-
-# The largest files first (the longest-first rule): in collection order, the largest of them came
-# near the end and ran alone there while the other workers had nothing left. Seconds their tests
-# took on a 2-core machine under three workers (one run's --durations); a file not named here goes
-# after them, in collection order. Out of date, it orders the work less well, never wrongly.
-_FILE_SECONDS = {
-    "tests/test_trusted_builds.py": 138,
-    "tests/test_cli.py": 131,
-    "tests/test_build_rule.py": 125,
-    "tests/test_illconditioned_verdicts.py": 118,
-    "tests/test_engine_verdicts.py": 104,
-    "tests/test_suite_pipeline.py": 94,
-    "tests/test_cheats.py": 90,
-    "tests/test_executors.py": 84,
-    "tests/test_suite_eval.py": 76,
-    "tests/test_judge_zygote.py": 69,
-    "tests/test_eval_server.py": 67,
-    "tests/test_shapes.py": 60,
-    "tests/test_profile.py": 47,
-    "tests/test_runner_fork.py": 46,
-    "tests/test_sandbox.py": 43,
-    "tests/test_isolation.py": 41,
-    "tests/test_clock_attacks.py": 35,  # (besides its tests marked alone)
-    "tests/test_build_precheck.py": 34,
-    "tests/test_suite_optimize.py": 31,
-    "tests/test_flag_pch.py": 28,
-}
-
-
-def _weight(unit: str) -> float:
-    return float("inf") if unit == _ALONE_UNIT else _FILE_SECONDS.get(unit, 0)
 
 
 @pytest.fixture(autouse=True)
