@@ -54,13 +54,14 @@ def pytest_collection_modifyitems(config, items):
 _HEADER_MAKER = """
 import fcntl, sys
 from pathlib import Path
-from kernelwright.engine.child import flag_pch
 # in the room as a running test is (`_turn`): a test marked `alone` waits until the header is made,
-# first outside the turnstile (`header`, held until this process ends), so that other tests run meanwhile
+# first outside the turnstile (`header`, held until this process ends, and taken before anything
+# else it does: before any worker has collected), so that other tests run meanwhile
 lock_dir = Path(sys.argv[2])
 lock_dir.mkdir(parents=True, exist_ok=True)
 header = open(lock_dir / "header", "a")
 fcntl.flock(header, fcntl.LOCK_EX)
+from kernelwright.engine.child import flag_pch
 with open(lock_dir / "turnstile", "a") as turnstile, open(lock_dir / "room", "a") as room:
     fcntl.flock(turnstile, fcntl.LOCK_EX)
     fcntl.flock(room, fcntl.LOCK_SH)
@@ -165,7 +166,7 @@ def pytest_runtest_protocol(item, nextitem):
     return result
 
 
-# ---- under pytest -n: the tests marked `alone` are one unit of work, handed out once the header is made --
+# ---- under pytest -n: the tests marked `alone` are one unit of work, handed out first ---------------------
 
 _ALONE_UNIT = "tests marked alone"  # the unit's name, where the other units are files
 _ALONE_IDS = "kw-alone-tests.json"
@@ -191,9 +192,9 @@ def pytest_xdist_make_scheduler(config, log):
     """`--dist loadfile`, with every test marked `alone` taken out of its file into one unit of its
     own, handed out first: its worker waits for the controller's header (`_HEADER_MAKER`) while
     the other workers take the files as before. A test marked `alone` waits for the tests running
-    beside it to end, and no other test starts until it has ended: spread over their files, the seven runs of them
-    each drained the other workers (up to 40 s a time), and the first waited for the header with
-    every worker held at the turnstile; as one unit they drain the others once. Their files' other
+    beside it to end, and no other test starts until it has ended: spread over their files, the
+    seven runs of them each drained the other workers (up to 40 s a time), and the first waited for
+    the header with every worker held at the turnstile; as one unit they drain the others once. Their files' other
     tests are spread as before (a module fixture of theirs is set up where it is used: the `alone`
     tests of test_forge_loop.py are the only users of `recorded_run`)."""
     if config.getvalue("dist") != "loadfile":
