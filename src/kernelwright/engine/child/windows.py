@@ -936,6 +936,32 @@ class WindowTimer:
             phases=phases,
         )
 
+    def shaped_switch(
+        self,
+        owner: WindowTimer,
+        staged: tuple[torch.Tensor, int],
+        sets: list[list[Any]],
+        in_layout: Layout,
+        ref_outs: list[Any],
+        expected_ms: float,
+    ) -> float | None:
+        """A device-clock window of the probe's (a trusted process) shaped as the candidate's last
+        one (the same sets' copy in, a fill kernel a call, the commit of the same layout, the
+        snapshot): what its middle phase holds besides its own events (the calls and the commit),
+        device ms; None where it did not answer as a probe does."""
+        self._staged, self.ring_owner, self.inputs = staged, owner, owner.inputs  # (its regions, lent again)
+        try:
+            res = self._device_window(sets, in_layout, ref_outs, expected_ms)
+        finally:
+            self._staged, self.inputs = None, None
+        own = res.runner_ms
+        parts = [own.get("device"), own.get("commit")]
+        if res.phases is None or not all(isinstance(x, (int, float)) for x in parts):
+            return None
+        inside = float(sum(parts))  # type: ignore[arg-type]
+        middle = float(res.phases.middle_ms)
+        return middle - inside if 0 <= inside <= middle else None
+
     def empty_window(self) -> float | None:
         """A device-clock window of no calls (the probe's): what the two context switches between
         the flags cost, device ms; None where the peer did not answer it as one."""
