@@ -233,7 +233,10 @@ def _run(
                     ptimer = _switch_window(ptimer, timer.cal)
                     if ptimer is not None and timer._staged is not None:
                         try:
-                            shaped_ms = ptimer.shaped_switch(timer, timer._staged, sets, layout, ref_outs, r_ms)
+                            shaped_ms = [
+                                ptimer.shaped_switch(timer, timer._staged, sets, layout, ref_outs, r_ms, read)
+                                for read in (False, True)
+                            ]
                         except Exception as exc:
                             shaped_ms = f"{type(exc).__name__}: {exc}"[:200]
                 elif ptimer is not None:

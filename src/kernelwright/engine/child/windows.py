@@ -840,7 +840,12 @@ class WindowTimer:
         return self._lend("flags", flags, flags.lent_id, fds)
 
     def _device_window(
-        self, sets: list[list[Any]], in_layout: Layout, ref_outs: list[Any], expected_ms: float
+        self,
+        sets: list[list[Any]],
+        in_layout: Layout,
+        ref_outs: list[Any],
+        expected_ms: float,
+        extra_header: dict[str, Any] | None = None,
     ) -> WindowResult:
         """A window on the device clock (device_clock.py): the regions are the stage's, the copy of
         the sets into the inputs' region is inside the judge's span, and what comes off is the
@@ -884,6 +889,7 @@ class WindowTimer:
             "inputs": in_layout.to_json(),
             "outputs": out_layout.to_json(),
             "lent": lent,
+            **(extra_header or {}),
         }
         limit = self.deadline_s(expected_ms * calls / 1e3)
         reply, (copy_in_ms, middle_ms, snap_ms) = self.clock.run(
@@ -944,6 +950,7 @@ class WindowTimer:
         in_layout: Layout,
         ref_outs: list[Any],
         expected_ms: float,
+        read_inputs: bool = False,
     ) -> float | None:
         """A device-clock window of the probe's (a trusted process) shaped as the candidate's last
         one (the same sets' copy in, a fill kernel a call, the commit of the same layout, the
@@ -951,7 +958,7 @@ class WindowTimer:
         device ms; None where it did not answer as a probe does."""
         self._staged, self.ring_owner, self.inputs = staged, owner, owner.inputs  # (its regions, lent again)
         try:
-            res = self._device_window(sets, in_layout, ref_outs, expected_ms)
+            res = self._device_window(sets, in_layout, ref_outs, expected_ms, {"read_inputs": read_inputs})
         finally:
             self._staged, self.inputs = None, None
         own = res.runner_ms
