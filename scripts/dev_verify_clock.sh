@@ -16,7 +16,7 @@ print(r.get("status"), r.get("speedup"), r.get("candidate_ms"), r.get("reference
 print("  ", str({k: v for k, v in t.items() if k not in ("windows", "probe_windows")})[:900])
 for w in (t.get("windows") or [])[:3]:
     d = w.get("device_ms") or {}
-    print("  ", w["calls"], w["reference_ms"], w["candidate_ms"], d.get("runner"), d.get("off"), w.get("runner_says_ms"), "to_computed", w.get("to_computed_ms"), "shaped", w.get("shaped_switch_ms"))
+    print("  ", w["calls"], w["reference_ms"], w["candidate_ms"], d.get("runner"), d.get("off"), w.get("runner_says_ms"))
 P
 tail -2 $OUT/e.err
 done

@@ -148,18 +148,6 @@ def _stub(header: dict[str, Any], device: torch.device) -> Any:
     return model
 
 
-def _reading(stub: Any) -> Any:
-    """`stub`, each call first reading every tensor input whole (a reduction kernel each)."""
-
-    def model(*args: Any) -> Any:
-        for a in args:
-            if isinstance(a, torch.Tensor) and a.numel():
-                a.sum()
-        return stub(*args)
-
-    return model
-
-
 def main(argv: list[str] | None = None) -> int:
     """`probe.py FD DEVICE`: serve the judge's windows on the socket FD until it closes."""
     from kernelwright.engine.child import device_clock, shared_region, windows
@@ -192,14 +180,8 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             spin = windows.SPIN_S if not (isinstance(header, dict) and header.get("clock") == "device") else 0.0
             if isinstance(header, dict) and header.get("clock") == "device":
-                model = None
-                if header.get("calls"):  # a window shaped as the runner's: the stub's fills are its calls
-                    key = json.dumps(header.get("outputs"))
-                    model = stubs.get(key) or stubs.setdefault(key, _stub(header, dev))
-                    if header.get("read_inputs"):  # each call also reads its inputs, as a candidate does
-                        model = _reading(model)
                 try:
-                    device_clock.serve(sock, header, fds, model, dev, 1 << 40, lent)  # closes the descriptors
+                    device_clock.serve(sock, header, fds, None, dev, 1 << 40, lent)  # closes the descriptors
                 except Exception:
                     pass  # said in the window's reply
                 continue

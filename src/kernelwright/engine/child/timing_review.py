@@ -228,17 +228,8 @@ def _run(
                     measures=measured,
                     ceiling=windows.ceiling(seen),
                 )
-                shaped_ms = None
                 if clocked and ptimer is not None:
                     ptimer = _switch_window(ptimer, timer.cal)
-                    if ptimer is not None and timer._staged is not None:
-                        try:
-                            shaped_ms = [
-                                ptimer.shaped_switch(timer, timer._staged, sets, layout, ref_outs, r_ms, read)
-                                for read in (False, True)
-                            ]
-                        except Exception as exc:
-                            shaped_ms = f"{type(exc).__name__}: {exc}"[:200]
                 elif ptimer is not None:
                     ptimer, why = _probe_window(ptimer, sets, layout, ref_outs, r_ms, fixed, probe_seen, load_seen[0])
                     fixed_by = why or fixed_by
@@ -305,7 +296,6 @@ def _run(
                         str(k)[:20]: v for k, v in list(res.runner_ms.items())[:6] if isinstance(v, (int, float))
                     },
                     "bad_slots": res.bad_slots,
-                    "shaped_switch_ms": shaped_ms,
                 }
             )
             del sets, ref_outs

@@ -840,12 +840,7 @@ class WindowTimer:
         return self._lend("flags", flags, flags.lent_id, fds)
 
     def _device_window(
-        self,
-        sets: list[list[Any]],
-        in_layout: Layout,
-        ref_outs: list[Any],
-        expected_ms: float,
-        extra_header: dict[str, Any] | None = None,
+        self, sets: list[list[Any]], in_layout: Layout, ref_outs: list[Any], expected_ms: float
     ) -> WindowResult:
         """A window on the device clock (device_clock.py): the regions are the stage's, the copy of
         the sets into the inputs' region is inside the judge's span, and what comes off is the
@@ -889,7 +884,6 @@ class WindowTimer:
             "inputs": in_layout.to_json(),
             "outputs": out_layout.to_json(),
             "lent": lent,
-            **(extra_header or {}),
         }
         limit = self.deadline_s(expected_ms * calls / 1e3)
         reply, (copy_in_ms, middle_ms, snap_ms) = self.clock.run(
@@ -941,33 +935,6 @@ class WindowTimer:
             runner_ms=runner_ms if isinstance(runner_ms, dict) else {},
             phases=phases,
         )
-
-    def shaped_switch(
-        self,
-        owner: WindowTimer,
-        staged: tuple[torch.Tensor, int],
-        sets: list[list[Any]],
-        in_layout: Layout,
-        ref_outs: list[Any],
-        expected_ms: float,
-        read_inputs: bool = False,
-    ) -> float | None:
-        """A device-clock window of the probe's (a trusted process) shaped as the candidate's last
-        one (the same sets' copy in, a fill kernel a call, the commit of the same layout, the
-        snapshot): what its middle phase holds besides its own events (the calls and the commit),
-        device ms; None where it did not answer as a probe does."""
-        self._staged, self.ring_owner, self.inputs = staged, owner, owner.inputs  # (its regions, lent again)
-        try:
-            res = self._device_window(sets, in_layout, ref_outs, expected_ms, {"read_inputs": read_inputs})
-        finally:
-            self._staged, self.inputs = None, None
-        own = res.runner_ms
-        parts = [own.get("device"), own.get("commit")]
-        if res.phases is None or not all(isinstance(x, (int, float)) for x in parts):
-            return None
-        inside = float(sum(parts))  # type: ignore[arg-type]
-        middle = float(res.phases.middle_ms)
-        return middle - inside if 0 <= inside <= middle else None
 
     def empty_window(self) -> float | None:
         """A device-clock window of no calls (the probe's): what the two context switches between
