@@ -130,7 +130,7 @@ def _turn(lock_dir: Path, alone: bool):
 def _alone(item) -> bool:
     if item.get_closest_marker("skip") is not None:  # skipped before it starts (a gpu test here)
         return False
-    # marked: what it asserts depends on timing. (gpu tests run side by side on the device, -n 8:
+    # marked: what it asserts depends on timing. (gpu tests run side by side on the device, -n 4:
     # the windows halve when another evaluation took the memory, and their timings are not asserted)
     return item.get_closest_marker("alone") is not None
 
