@@ -335,6 +335,7 @@ def _run(
             # None: not within the head start, and what was left to queue was timed as it came)
             "queued_ms": None if ph.queued_ms is None else round(ph.queued_ms, 4),
             "reference_queued": ph.reference_queued,
+            "judge_queued": ph.judge_queued,
         }
     for i, calls, total, before in by_probe:
         if fixed.get(calls):
@@ -470,6 +471,7 @@ def _clock_facts(judge: Judge, timer: windows.WindowTimer) -> dict[str, Any]:
         "snapshot_ms": {str(k): round(v, 4) for k, v in cal.snapshot.items()},
         "commit_ms": {f"{k[0]}/{k[1]}": round(v, 4) for k, v in cal.commit.items()},
         "switch_ms": None if cal.switch is None else round(cal.switch, 4),
+        "switch_windows_ms": [round(x, 4) for x in cal.switches[:24]],
     }
 
 

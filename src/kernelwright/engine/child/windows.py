@@ -916,6 +916,7 @@ class WindowTimer:
             cal_snapshot_ms=cal[1],
             cal_commit_ms=cal[2],
             queued_ms=self.clock.queued_ms,
+            judge_queued=self.clock.judge_queued,
             reference_queued=self.ref_queued and not self.as_launched,
         )
         if self.cal is not None:
