@@ -248,3 +248,22 @@ def test_gpu_device_hog_gets_no_speedup(cpu_config):
 def test_gpu_window_that_never_closes_times_out(cpu_config):
     r = run(_config(cpu_config, device="cuda"), "never_close.py")
     assert r.status is Status.TIMEOUT, (r.status, r.error_log)
+
+
+@pytest.mark.gpu
+@pytest.mark.alone  # a tight band: other tests' kernels on the device would move it
+def test_gpu_what_comes_off_is_what_the_honest_runners_windows_pay(cpu_config):
+    # the honest runner's own events (evidence only, trusted here: the candidate is the reference's
+    # code) against what the judge took off: the probe's empty windows stood for the hand-over
+    # between the processes, and the judge's copy in was timed as the device ran it
+    r = run(_config(cpu_config, device="cuda", windows=5), "honest.py")
+    assert r.status is Status.PASSED, r.error_log
+    timing = r.metadata["timing"]
+    switch = timing["device_clock"]["switch_ms"]
+    for w in timing["windows"]:
+        d, says = w["device_ms"], w["runner_says_ms"]
+        paid = d["runner"] - says["device"] - says["commit"]  # the two switches, as this window paid them
+        assert 0.8 * paid - 0.02 <= switch <= 1.25 * paid + 0.02, (switch, paid, w)
+        assert d["judge_queued"], w
+        assert d["off"]["copy_in"] >= 0.97 * d["copy_in"], d
+    assert 0.85 < r.speedup < 1.15, (r.speedup, timing["windows"])
