@@ -106,7 +106,7 @@ corpus+fresh)  # the two above, fresh first (bounded), then the corpus with what
     ;;
 suite)
     # -v: each test's name and outcome as it ends (a run stopped at the limit prints no summary)
-    step gpu_suite "${KW_SUITE_LIMIT:-560}" python3 -m pytest -m gpu -n 8 -v -p no:cacheprovider --durations=25 ${KW_PYTEST_ARGS:-}
+    step gpu_suite "${KW_SUITE_LIMIT:-560}" python3 -m pytest -m gpu -n "${KW_WORKERS:-4}" -v -p no:cacheprovider --durations=25 ${KW_PYTEST_ARGS:-}
     grep -E "timer_escape|FAILED|ERROR" "$OUT/gpu_suite.log" | head -40 >"$OUT/gpu_suite_failures.txt"
     grep -cE " PASSED " "$OUT/gpu_suite.log" >"$OUT/gpu_suite_passed_count.txt"
     ;;
