@@ -14,7 +14,8 @@ itself. A window:
   `armed`. Nothing of that runs yet: its stream waits on the device. (Where the launch queue fills
   first, the runner's host waits for the device: the judge waits for `armed` a while, then goes
   on, and the rest of the window is timed as the runner queues it.)
-- the judge's stream then runs: an event, its copy of the window's fresh inputs from its own
+- the judge's stream then runs, all of it queued behind a kernel that only waits (so that none of the
+  host's launches fall inside the span): an event, its copy of the window's fresh inputs from its own
   memory into the inputs' region (until this copy the region holds only the last window's inputs,
   which the runner has seen), an event, the write of `in` (the runner's work starts on the device),
   a wait for `done`, an event, the snapshot of the ring into its own memory, an event.
@@ -24,13 +25,13 @@ host latencies on either side fall outside it unless the device waits for them (
 the candidate's). The reference's window is timed the same way: its calls queued behind a
 device-side sleep before the device starts on them (`queued_ahead`): both sides' figures are the
 device's time for the work, and neither side's launch overhead counts unless its queueing could
-not keep ahead of the device. What
-comes off is each phase's calibrated cost, never more than the phase took: the judge's copy in and
-snapshot and the commit (the judge's own copies of as many bytes, and its own commit of the
-reference's outputs, on its own memory before each window: the smallest of the stage) and the two
-context switches between the processes (the probe's empty windows: a trusted process doing nothing
-between the flags), capped by what the probe showed at the judge's start-up, before any candidate
-code could run (`Anchor`). Work the runner runs beside the judge's measures (a persistent kernel,
+not keep ahead of the device. What comes off is each phase's calibrated cost, never more than the
+phase took: the judge's copy in and snapshot and the commit (the judge's own copies of as many
+bytes, and its own commit of the reference's outputs, on its own memory before each window: the
+smallest of the stage) and the two context switches between the processes (the probe's empty
+windows: a trusted process running one kernel of one element between the flags, so that the SMs
+switch contexts as for any window), capped by what the probe showed at the judge's start-up,
+before any candidate code could run (`Anchor`). Work the runner runs beside the judge's measures (a persistent kernel,
 time-sliced with them) can only make them larger; what it gains beside the window's own copies
 is what separates them from the judge's measures (docs/SANDBOX.md).
 
