@@ -29,6 +29,8 @@ print(
     dc.get("contended"),
 )
 print("  the probe's empty windows (ms):", dc.get("switch_windows_ms"))
+guards = (r.get("metadata") or {}).get("guards") or {}
+print("  launch:", t.get("launch"), "flags:", guards.get("flags"))
 by_events = []
 for w in t.get("windows") or []:
     d, rs = w.get("device_ms") or {}, w.get("runner_says_ms") or {}

@@ -35,6 +35,28 @@ def test_an_honest_window_loses_its_copies_and_the_switches():
     assert cal.candidate_ms(p) == pytest.approx(4.41 / 50)
 
 
+def test_the_launch_figures_take_off_the_messages_and_the_judges_own_work():
+    from kernelwright.engine.child.timing_review import launch_facts
+
+    cal = dc.Calibration(anchor=None)
+    cal.see_armed(0.4)
+    cal.see_armed(None)  # (an empty window that went on without `armed`)
+    cal.see_armed(0.3)
+    p = phases(calls=256, queued_ms=9.0, judge_host_ms=0.7)
+    assert cal.launch_ms(p) == pytest.approx((9.0 - 0.3 - 0.7) / 256)
+    assert cal.launch_ms(phases(queued_ms=None)) is None  # timed as it was queued: no separate figure
+    assert cal.launch_ms(phases(queued_ms=0.1, judge_host_ms=0.7)) == 0.0
+    # a call launched alone takes the larger of its device time and its launch: a tiny kernel
+    # 3x the reference's device work but 2x its launch time is about 0.5x as launched
+    rows = [(0.0072, 0.020, 0.0024, 0.040)] * 5
+    facts = launch_facts(rows)
+    assert facts["speedup_as_launched"] == pytest.approx(0.5)
+    assert facts["candidate_host_ms"] == pytest.approx(0.040) and facts["windows"] == 5
+    # where both sides' device work outlasts their launches, as launched is the device's figure
+    assert launch_facts([(0.45, 0.05, 0.1, 0.02)])["speedup_as_launched"] == pytest.approx(4.5)
+    assert launch_facts([]) == {}
+
+
 def test_nothing_comes_off_beyond_the_phase_it_belongs_to():
     cal = dc.Calibration(anchor=None)
     cal.see(phases())

@@ -396,6 +396,7 @@ class Phases:
     queued_ms: float | None = None  # the judge's wait for the runner's `armed` (None: it went on without)
     reference_queued: bool = True  # the reference's window beside it was all queued before it began
     judge_queued: bool = True  # the judge's own part was all queued before the device reached it
+    judge_host_ms: float = 0.0  # the judge's own time to make the window's views and queue its commit
 
     @property
     def span_ms(self) -> float:
@@ -416,6 +417,7 @@ class Calibration:
     commit: dict[tuple[int, int], float] = field(default_factory=dict)  # (bytes, leaves) -> ms
     switch: float | None = None
     switches: list[float] = field(default_factory=list)  # every empty window's, in order (evidence)
+    armed_ms: float | None = None  # the smallest wait for `armed` of the probe's empty windows (host ms)
 
     def see(self, p: Phases) -> None:
         self.copy_in[p.in_bytes] = min(self.copy_in.get(p.in_bytes, float("inf")), p.cal_copy_in_ms)
@@ -426,6 +428,20 @@ class Calibration:
     def see_switch(self, ms: float) -> None:
         self.switch = ms if self.switch is None else min(self.switch, ms)
         self.switches.append(ms)
+
+    def see_armed(self, ms: float | None) -> None:
+        """An empty window's wait for `armed`: a message each way and a runner's minimal queueing."""
+        if ms is not None:
+            self.armed_ms = ms if self.armed_ms is None else min(self.armed_ms, ms)
+
+    def launch_ms(self, p: Phases) -> float | None:
+        """The host's time to queue the candidate's calls of window `p`, per call, by the judge's
+        clock: its wait for `armed`, less what the probe's empty windows waited (the messages) and
+        the judge's own time for the rest of what the runner queues (the views, the commit). None
+        where the judge went on without `armed` (the window was timed as it was queued)."""
+        if p.queued_ms is None:
+            return None
+        return max(p.queued_ms - (self.armed_ms or 0.0) - p.judge_host_ms, 0.0) / max(p.calls, 1)
 
     def contended(self) -> str:
         """Why the device looked busy with another context's work between windows ('' if not): the
@@ -468,6 +484,7 @@ class Clock:
         self.seq = 0  # the last window number written to the flags
         self.events = _events(4)
         self.host_ms = 1.0  # the host's time to enqueue the last calibration's commit
+        self.views_ms = 0.0  # the host's time to make the last calibration's output views
         self.pending: int | None = None  # a window left waiting for its `done` (released at `close`)
         self.stuck = False  # a window's wait never ended: the stream is not waited on again
         self.queued_ms: float | None = None  # the last window's wait for `armed` (None: not waited out)
@@ -503,10 +520,12 @@ class Clock:
         byte_copy(snap, snap)
         ev[2].record()
         region = shared_region.Region(snap, snap.numel(), -1)
+        t_views = time.perf_counter()
         slots = out_layout.sets(region, len(ref_outs))  # (made before the clock, as the runner's are)
         t0 = time.perf_counter()
         windows.commit(ref_outs, out_layout, region, fused=True, slots=slots)
         self.host_ms = (time.perf_counter() - t0) * 1e3
+        self.views_ms = (t0 - t_views) * 1e3
         ev[3].record()
         torch.cuda.synchronize(self.device)
         return (

@@ -179,6 +179,7 @@ def _run(
     # else a trusted probe process measures what a window costs besides the calls (probe.py)
     clocked = on_gpu and judge.anchor is not None and cfg.timing.device_clock
     clock_phases: list[Any] = []  # the timed windows' device_clock.Phases, in order (device clock)
+    ref_host: list[float | None] = []  # the host's time to queue a reference call, by timed window (device clock)
     if clocked:
         from kernelwright.engine.child import device_clock
 
@@ -208,6 +209,7 @@ def _run(
                 # measures of the window's own costs, taken right after it (the runner waits then)
                 monitor = stability.CpuLoadMonitor()
                 r_ms, ref_outs = timer.reference_window(sets, layout)
+                ref_host_now = timer.ref_host_ms if clocked and timer.ref_queued and not timer.as_launched else None
                 monitor.tick()
                 # (the probe's window after the candidate's measures the opening)
                 probed = ptimer is not None and not clocked
@@ -278,6 +280,7 @@ def _run(
             ref_ms.append(r_ms)
             if clocked:
                 clock_phases.append(res.phases)
+                ref_host.append(ref_host_now)
             if probed:
                 by_probe.append((len(cand_ms), res.calls, timed_total, res.open_to_computed_ms))
             cand_ms.append(res.per_call_ms)
@@ -359,6 +362,13 @@ def _run(
     rec.candidate_timing, rec.reference_timing = c, ref
     rec.candidate_ms, rec.reference_ms = c.median_ms, ref.median_ms
     rec.speedup = ref.median_ms / c.median_ms
+    launch: dict[str, Any] = {}
+    if clocked and not timer.as_launched:
+        rows = [
+            (r, rh, cm, timer.cal.launch_ms(ph))
+            for r, rh, cm, ph in zip(ref_ms, ref_host, cand_ms, clock_phases, strict=True)
+        ]
+        launch = launch_facts([x for x in rows if x[1] is not None and x[3] is not None])
     if comp_ms:
         cr = _stats(comp_ms, 1)
         rec.compile_reference_timing, rec.compile_reference_ms = cr, cr.median_ms
@@ -386,6 +396,7 @@ def _run(
         "estimate_ms": round(est_ms, 6),
         "fixed_costs": fixed_by,
         "device_clock": _clock_facts(judge, timer) if clocked else {"off": _clock_off(judge, on_gpu)},
+        "launch": launch,
         "probe_windows": probe_seen[:12],
         "threads": None if on_gpu else threads,
         "judge_phases_s": phases,
@@ -400,6 +411,31 @@ def _run(
         "band": {k: stability.band(v) for k, v in samples.items() if v},
     }
     physics(judge, inputs0)
+
+
+def launch_facts(rows: list[tuple[float, Any, float, Any]]) -> dict[str, Any]:
+    """The calls as a caller launches them one at a time, beside the device's figures (evidence,
+    not a verdict): per timed window (reference device ms, reference host ms, candidate device ms,
+    candidate host ms), each a call; a call launched alone takes about the larger of its device
+    time and its host's time to queue it. The candidate's host figure is the judge's wait for
+    `armed` less its own measures of the rest (`device_clock.Calibration.launch_ms`): it still holds
+    what the runner's process adds to every launch (the honest control, the reference's own code,
+    queued in 32 us a call there against 18 us in the judge, on an H100), so it is not compared
+    with a threshold. ({} without windows that have both host figures.)"""
+    import statistics
+
+    if not rows:
+        return {}
+    med = statistics.median
+    r_call, c_call = med(max(r[0], r[1]) for r in rows), med(max(r[2], r[3]) for r in rows)
+    if c_call <= 0:
+        return {}
+    return {
+        "reference_host_ms": round(med(r[1] for r in rows), 6),
+        "candidate_host_ms": round(med(r[3] for r in rows), 6),
+        "speedup_as_launched": round(r_call / c_call, 4),
+        "windows": len(rows),
+    }
 
 
 def _probe_process(judge: Judge, wait_s: float = 0.0) -> tuple[Any, str]:
@@ -451,6 +487,7 @@ def _switch_window(ptimer: windows.WindowTimer, cal: Any) -> windows.WindowTimer
         return None
     if ms is not None:
         cal.see_switch(ms)
+        cal.see_armed(ptimer.clock.queued_ms)
     return ptimer
 
 

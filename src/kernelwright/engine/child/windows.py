@@ -872,6 +872,9 @@ class WindowTimer:
         # (the copy in measured on the inputs' region onto itself, the memory the window's copy
         # writes: it holds only the last window's inputs, which the runner has seen)
         cal = self.clock.calibrate(self.inputs.tensor[:in_bytes], snap_into, ref_outs, out_layout)
+        t_views = time.perf_counter()
+        in_layout.sets(self.inputs, calls)  # (the judge's own time for the views the runner makes)
+        judge_host_ms = (time.perf_counter() - t_views) * 1e3 + self.clock.views_ms + self.clock.host_ms
         slots = rout.tensor[:out_bytes]
         slots.zero_()  # an unwritten slot is zeros, never last window's answer
         torch.cuda.synchronize(self.device)
@@ -917,6 +920,7 @@ class WindowTimer:
             cal_commit_ms=cal[2],
             queued_ms=self.clock.queued_ms,
             judge_queued=self.clock.judge_queued,
+            judge_host_ms=judge_host_ms,
             reference_queued=self.ref_queued and not self.as_launched,
         )
         if self.cal is not None:
