@@ -7,11 +7,12 @@ both stamp the device's `%globaltimer` (one clock for every context) with a one-
     judge's stream:  stamp J0, write `in`, wait for `done`, stamp J1
     runner's stream: wait for `in`, stamp R0, its calls, stamp R1, write `done`
 
-start = R0 - J0 (the hand-over in), work = R1 - R0, end = J1 - R1 (the hand-over out). The same
-Nothing here is the product's
-code path: it measures the mechanism the judge's windows stand on.
+start = R0 - J0 (the hand-over in), work = R1 - R0, end = J1 - R1 (the hand-over out). Nothing
+here is the product's code path: it measures the mechanism the judge's windows stand on.
+`--copies` times the judge's copy in against the calibrations that could stand for it instead.
+(benchmarks/device_window.py times whole windows, copies included, against the runner's events.)
 
-    python3 benchmarks/handoff_anatomy.py [--windows 8] [--json FILE]
+    python3 benchmarks/handoff_anatomy.py [--windows 8] [--json FILE] [--copies]
 """
 
 from __future__ import annotations

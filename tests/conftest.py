@@ -192,11 +192,11 @@ def pytest_xdist_make_scheduler(config, log):
     """`--dist loadfile`, with every test marked `alone` taken out of its file into one unit of its
     own, handed out first: its worker waits for the controller's header (`_HEADER_MAKER`) while
     the other workers take the files as before. A test marked `alone` waits for the tests running
-    beside it to end, and no other test starts until it has ended: spread over their files, the
-    seven runs of them each drained the other workers (up to 40 s a time), and the first waited for
-    the header with every worker held at the turnstile; as one unit they drain the others once. Their files' other
-    tests are spread as before (a module fixture of theirs is set up where it is used: the `alone`
-    tests of test_forge_loop.py are the only users of `recorded_run`)."""
+    beside it to end, and no other test starts until it has ended: as one unit they drain the other
+    workers once, not once for each file that holds one (up to 40 s each), and no worker is held at
+    the turnstile while the header is made. Their files' other tests are spread as before (a module
+    fixture of theirs is set up where it is used: the `alone` tests of test_forge_loop.py are the
+    only users of `recorded_run`)."""
     if config.getvalue("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling

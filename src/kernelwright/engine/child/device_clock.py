@@ -31,9 +31,9 @@ bytes, and its own commit of the reference's outputs, on its own memory before e
 smallest of the stage) and the two context switches between the processes (the probe's empty
 windows: a trusted process running one kernel of one element between the flags, so that the SMs
 switch contexts as for any window), capped by what the probe showed at the judge's start-up,
-before any candidate code could run (`Anchor`). Work the runner runs beside the judge's measures (a persistent kernel,
-time-sliced with them) can only make them larger; what it gains beside the window's own copies
-is what separates them from the judge's measures (docs/SANDBOX.md).
+before any candidate code could run (`Anchor`). Work the runner runs beside the judge's measures
+(a persistent kernel, time-sliced with them) can only make them larger; what it gains beside the
+window's own copies is what separates them from the judge's measures (docs/SANDBOX.md).
 
 Every copy the judge makes inside a window is a kernel (`byte_copy`), never a copy engine: kernels
 of two processes are time-sliced on the device, so work the runner runs during the judge's copies
@@ -415,8 +415,7 @@ class Calibration:
     copy_in: dict[int, float] = field(default_factory=dict)  # bytes -> ms
     snapshot: dict[int, float] = field(default_factory=dict)
     commit: dict[tuple[int, int], float] = field(default_factory=dict)  # (bytes, leaves) -> ms
-    switch: float | None = None
-    switches: list[float] = field(default_factory=list)  # every empty window's, in order (evidence)
+    switches: list[float] = field(default_factory=list)  # the probe's empty windows, in order
     armed_ms: float | None = None  # the smallest wait for `armed` of the probe's empty windows (host ms)
 
     def see(self, p: Phases) -> None:
@@ -425,8 +424,12 @@ class Calibration:
         key = (p.out_bytes, p.copies)
         self.commit[key] = min(self.commit.get(key, float("inf")), p.cal_commit_ms)
 
+    @property
+    def switch(self) -> float | None:
+        """The two context switches: the smallest of the probe's empty windows."""
+        return min(self.switches) if self.switches else None
+
     def see_switch(self, ms: float) -> None:
-        self.switch = ms if self.switch is None else min(self.switch, ms)
         self.switches.append(ms)
 
     def see_armed(self, ms: float | None) -> None:
