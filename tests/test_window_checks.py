@@ -25,7 +25,12 @@ def test_all_at_once_equals_slot_by_slot():
     nan[0, 0] = float("nan")
     cands[7] = (nan, cands[7][1])  # non-finite where the reference is finite
     refs[9] = (torch.zeros(4, 5), refs[9][1])  # an all-zero reference leaf: scale 1, as errors() takes it
-    got = slot_errors(cands, refs)  # stacked, in float64, against errors() in float32
+    inf = refs[10][0].clone()
+    inf[1, 2] = float("inf")
+    refs[10], cands[10] = (inf, refs[10][1]), (inf.clone(), cands[10][1])  # the same non-finite pattern: compared
+    big = torch.full((7,), 3e38)  # finite, but its norm overflows float32: the exact path decides
+    refs[11], cands[11] = (refs[11][0], big), (cands[11][0], big * (1 + 1e-6))
+    got = slot_errors(cands, refs, stacked=True)  # stacked, in float64, against errors() in float32
     want = [errors(c, r) for c, r in zip(cands, refs, strict=True)]
     assert slot_errors(cands, refs, stacked=False) == want  # slot by slot: errors() itself
     assert got[7] is None and want[7] is None
@@ -36,6 +41,7 @@ def test_all_at_once_equals_slot_by_slot():
             assert g == pytest.approx(w, rel=1e-5, abs=1e-12)
     assert got[2][1] == pytest.approx(1.0) and got[5][0] > 0.5  # far off: the check rejects them
     assert got[0][0] < 1e-5
+    assert got[10] is not None and got[10][0] < 1e-5 and got[11] is not None and got[11][0] < 1e-5
 
 
 def test_slots_that_cannot_be_stacked_are_checked_one_by_one():
@@ -44,7 +50,7 @@ def test_slots_that_cannot_be_stacked_are_checked_one_by_one():
     refs = [(a, b, 3) for a, b in refs]  # a non-tensor leaf
     cands = [(a, b, 3) for a, b in cands]
     cands[3] = (cands[3][0], cands[3][1], 4)
-    got = slot_errors(cands, refs)
+    got = slot_errors(cands, refs, stacked=True)
     assert got[1] is None and got[3] is None
     assert got[0] is not None and got[0] == pytest.approx(errors(cands[0], refs[0]))
 
@@ -53,7 +59,16 @@ def test_integer_outputs_are_compared_exactly():
     refs = [torch.arange(6) + i for i in range(3)]
     cands = [r.clone() for r in refs]
     cands[1][0] += 1
-    assert slot_errors(cands, refs) == [(0.0, 0.0), None, (0.0, 0.0)]
+    assert slot_errors(cands, refs, stacked=True) == [(0.0, 0.0), None, (0.0, 0.0)]
+
+
+def test_on_a_cpu_the_slots_are_checked_one_by_one_in_their_own_precision(monkeypatch):
+    from kernelwright.engine.child import windows
+
+    cands, refs = _slots(5)
+    cands[3] = (cands[3][0], torch.zeros(7))
+    monkeypatch.setattr(windows, "_errors_stacked", lambda c, r: pytest.fail("stacked on a CPU"))
+    assert windows.slot_errors(cands, refs) == [errors(c, r) for c, r in zip(cands, refs, strict=True)]
 
 
 def test_large_outputs_are_checked_in_chunks(monkeypatch):

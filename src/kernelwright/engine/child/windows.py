@@ -1041,14 +1041,20 @@ class WindowTimeout(WindowError):
 STACKED_CHECK_BYTES = 256 << 20  # the stacked check's float64 temporaries, at most (per chunk of slots)
 
 
-def slot_errors(cands: list[Any], refs: list[Any], stacked: bool = True) -> list[tuple[float, float] | None]:
+def slot_errors(cands: list[Any], refs: list[Any], stacked: bool | None = None) -> list[tuple[float, float] | None]:
     """`errors` of every slot (None for a slot that cannot be compared or raised): with `stacked`,
     at once over the stacked slots where every output is the same floating-point leaves (a few
     tensor operations, not a dozen and four synchronisations per slot), in chunks whose float64
     temporaries stay under STACKED_CHECK_BYTES (a window of 128 MB outputs would need tens of GB at
-    once); otherwise, and where the slots cannot be stacked, one slot at a time with `errors`."""
+    once); otherwise, and where the slots cannot be stacked, one slot at a time with `errors`.
+    `stacked` None: stacked on an accelerator, one slot at a time on a CPU, where a slot costs no
+    synchronisation and `errors` works in the leaf's own precision (30 slots of 1M float32 elements:
+    0.10 s, against 1.09 s stacked in float64 on a 2-core machine)."""
     from kernelwright.engine.child.compare import flatten
 
+    if stacked is None:
+        leaves = [x for _, x in flatten(refs[0]) if isinstance(x, torch.Tensor)] if refs else []
+        stacked = any(x.device.type != "cpu" for x in leaves)
     if not stacked:
         return _one_by_one(cands, refs)
     per_slot = sum(x.numel() for _, x in flatten(refs[0]) if isinstance(x, torch.Tensor)) if refs else 0
