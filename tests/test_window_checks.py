@@ -28,7 +28,7 @@ def test_all_at_once_equals_slot_by_slot():
     inf = refs[10][0].clone()
     inf[1, 2] = float("inf")
     refs[10], cands[10] = (inf, refs[10][1]), (inf.clone(), cands[10][1])  # the same non-finite pattern: compared
-    big = torch.full((7,), 3e38)  # finite, but its norm overflows float32: the exact path decides
+    big = torch.full((7,), 3e38)  # finite, but its norm overflows float32: errors() takes its float64 path
     refs[11], cands[11] = (refs[11][0], big), (cands[11][0], big * (1 + 1e-6))
     got = slot_errors(cands, refs, stacked=True)  # stacked, in float64, against errors() in float32
     want = [errors(c, r) for c, r in zip(cands, refs, strict=True)]
