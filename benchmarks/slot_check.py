@@ -44,7 +44,7 @@ def main() -> None:
         refs = [torch.randn(args.elements, generator=g).to(device) for _ in range(args.slots)]
         cands = [r + 1e-6 * torch.randn(args.elements, generator=g).to(device) for r in refs]
         for stacked in (True, False):
-            ms = _best(lambda s=stacked: windows.slot_errors(cands, refs, stacked=s), device, args.repeats)
+            ms = _best(lambda c=cands, r=refs, s=stacked: windows.slot_errors(c, r, stacked=s), device, args.repeats)
             row = {
                 "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
                 "threads": torch.get_num_threads(),
