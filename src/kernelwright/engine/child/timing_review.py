@@ -419,10 +419,9 @@ def launch_facts(rows: list[tuple[float, Any, float, Any]]) -> dict[str, Any]:
     candidate host ms), each a call; a call launched alone takes about the larger of its device
     time and its host's time to queue it. The candidate's host figure is the judge's wait for
     `armed` less its own measures of the rest (`device_clock.Calibration.launch_ms`). A host's time
-    to queue the same calls varies from window to window far more than the device's (the honest
-    control's 256 calls took 7.1 to 17.6 ms in one runner on an H100, 2026-11-28; its quickest
-    windows matched the judge's own queueing of the reference): each side's host figure is its
-    quickest window's, where nothing but its own calls held it; the device figures are medians.
+    to queue the same calls varies from window to window far more than the device's, on both sides
+    (docs/PERFORMANCE.md): each side's host figure is its quickest window's, where nothing but its
+    own calls held it; the device figures are medians.
     Not compared with a threshold. ({} without windows that have both host figures.)"""
     import statistics
 

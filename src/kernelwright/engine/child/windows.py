@@ -1048,16 +1048,16 @@ def slot_errors(cands: list[Any], refs: list[Any], stacked: bool | None = None) 
     temporaries stay under STACKED_CHECK_BYTES (a window of 128 MB outputs would need tens of GB at
     once); otherwise, and where the slots cannot be stacked, one slot at a time with `errors`.
     `stacked` None: stacked on an accelerator, one slot at a time on a CPU, where a slot costs no
-    synchronisation and `errors` works in the leaf's own precision (30 slots of 1M float32 elements:
-    0.10 s, against 1.09 s stacked in float64 on a 2-core machine)."""
+    synchronisation and `errors` works in the leaf's own precision (a tenth of the stacked float64
+    check's time: benchmarks/slot_check.py)."""
     from kernelwright.engine.child.compare import flatten
 
+    leaves = [x for _, x in flatten(refs[0]) if isinstance(x, torch.Tensor)] if refs else []
     if stacked is None:
-        leaves = [x for _, x in flatten(refs[0]) if isinstance(x, torch.Tensor)] if refs else []
         stacked = any(x.device.type != "cpu" for x in leaves)
     if not stacked:
         return _one_by_one(cands, refs)
-    per_slot = sum(x.numel() for _, x in flatten(refs[0]) if isinstance(x, torch.Tensor)) if refs else 0
+    per_slot = sum(x.numel() for x in leaves)
     chunk = max(1, STACKED_CHECK_BYTES // max(1, 6 * 8 * per_slot))  # ~6 float64 temporaries an element
     batched: list[tuple[float, float] | None] | None = []
     for i in range(0, len(refs), chunk):
