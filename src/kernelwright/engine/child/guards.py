@@ -10,7 +10,7 @@
   it built, a Triton kernel it defined, a custom torch op, or (CUDA) a kernel named in its source.
 
 Work off the timed stream, or deferred past a call's end, needs no guard of its own any more: the
-judge's clock (`windows.py`) ends a window only after the outputs are committed and snapshotted.
+judge's clock (`timing/`) ends a window only after the outputs are committed and snapshotted.
 """
 
 from __future__ import annotations
