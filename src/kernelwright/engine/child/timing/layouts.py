@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from kernelwright.engine.child import shared_region
+from kernelwright.engine.child.compare import flatten
 from kernelwright.engine.child.wire import _DTYPES  # (the dtypes that may cross the boundary)
 
 ALIGN = 256  # every tensor of a set starts on this byte boundary (any dtype, any vector width)
@@ -64,8 +65,6 @@ class Layout:
 
     @staticmethod
     def of_outputs(out: Any) -> Layout:
-        from kernelwright.engine.child.compare import flatten
-
         leaves: list[list[Any]] = []
         off = 0
         for _, x in flatten(out):

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from kernelwright.engine.child import shared_region
+from kernelwright.engine.child.compare import flatten
 from kernelwright.engine.child.timing.layouts import Layout, WindowError
 from kernelwright.engine.child.timing.window_io import _no_gc, _protocol_threads, _sync, _sync_quietly
 from kernelwright.engine.child.wire import _DTYPES
@@ -158,8 +159,6 @@ def commit(
     about one launch, however many outputs a window has). `slots`: `layout.sets(region, n)`, made
     before the clock (on the device clock the commit's host work is the candidate's time wherever
     its calls leave the device idle, so the window's commit does as little of it as it can)."""
-    from kernelwright.engine.child.compare import flatten
-
     mismatched = 0
     dsts: list[torch.Tensor] = []
     srcs: list[torch.Tensor] = []
