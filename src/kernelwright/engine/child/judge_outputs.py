@@ -74,8 +74,7 @@ class JudgeOutputs(JudgeState):
         self.ref_cache = bounded_cache(
             {**self.ref_cache, seed: (ref_out, oracle_out, inputs)}, memory_bytes(self.device) // 6
         )
-
-        self.largest_bytes = max(getattr(self, "largest_bytes", 0), tensor_bytes((ref_out, inputs)))
+        self.largest_bytes = max(self.largest_bytes, tensor_bytes((ref_out, inputs)))
         return ref_out, oracle_out, inputs
 
     def read(self, name: Any) -> Any:
@@ -83,7 +82,7 @@ class JudgeOutputs(JudgeState):
             raise WireError("the runner named an output file outside its directory")
         # an output file is never much larger than what the reference returns and takes: a bound
         # keeps a candidate from making the judge read gigabytes it wrote on purpose
-        limit = 4 * getattr(self, "largest_bytes", 0) + (64 << 20)
+        limit = 4 * self.largest_bytes + (64 << 20)
         path = os.path.join(self.out_dir, name)
         spill = self.job.spill_dir
         if spill and not os.path.lexists(path):  # the runner spilled it to the disk (memory full)

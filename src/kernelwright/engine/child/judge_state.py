@@ -159,6 +159,7 @@ class JudgeState:
         self.oracle_error = ""
         self.ref_cache: dict[int, tuple[Any, Any, Any]] = {}  # seed -> (reference output, oracle output, inputs)
         self.ref_call_s: list[float] = []  # the reference's own time for each call the judge made of it
+        self.largest_bytes = 0  # the largest reference output and inputs so far (bounds what `read` takes)
         self.verified: dict[int, Any] = {}  # seed -> a candidate output judged correct for its inputs
         self.degenerate = DegenerateDetector()  # does the reference depend on its input?
         self.ablation_asked = False
