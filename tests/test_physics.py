@@ -10,7 +10,7 @@ from pathlib import Path
 
 from kernelwright import api
 from kernelwright.engine.child import gpu_facts
-from kernelwright.engine.child.timing_review import peaks_hold
+from kernelwright.engine.child.judge_timing import peaks_hold
 
 MATMUL = """import torch
 import torch.nn as nn

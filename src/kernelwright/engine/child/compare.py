@@ -12,6 +12,8 @@ from typing import Any
 
 import torch
 
+from kernelwright.engine.child.wire import Opaque
+
 
 @dataclass
 class LeafReport:
@@ -171,8 +173,6 @@ def skeleton(obj: Any) -> str:
 def structure_mismatch(cand: Any, ref: Any) -> str:
     """'' when the candidate returns what the reference returns, container for container; else
     one line saying what differs (a tensor is not a one-element tuple of a tensor)."""
-    from kernelwright.engine.child.wire import Opaque
-
     opaque = [name for name, x in flatten(cand) if isinstance(x, Opaque)]
     if opaque:
         leaf = dict(flatten(cand))[opaque[0]]
