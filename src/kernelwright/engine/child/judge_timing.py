@@ -127,7 +127,9 @@ class JudgeTiming(JudgeShapes):
         return True
 
     def physics(self, inputs: Any) -> None:
-        """The candidate's time against the roofline floor of the device (peaks from its facts)."""
+        """The candidate's time against the least any candidate must do: write its outputs' bytes at
+        the device's peak bandwidth. Never the reference's FLOPs or reads: a candidate may skip
+        work the reference does (half of a triangular product, a branch whose result is unused)."""
         self.checked.append("faster_than_hardware")
         try:
             facts = self.device_facts()
@@ -137,7 +139,7 @@ class JudgeTiming(JudgeShapes):
                 self.facts["physics"] = "no bandwidth peak known for this device: not checked"
                 return
             r = roofline.compute(
-                work["flops"], work["min_bytes"], self.rec.candidate_ms, peak_bw, peak_flops, source, work["precision"]
+                0, work["output_bytes"], self.rec.candidate_ms, peak_bw, peak_flops, source, work["precision"]
             )
             self.facts["physics"] = {
                 "floor_ms": r.floor_ms,
@@ -161,7 +163,8 @@ class JudgeTiming(JudgeShapes):
                     "faster_than_hardware",
                     f"the judge measured {self.rec.candidate_ms:.4g} ms a call, under "
                     f"{margin:g} x the roofline floor of {r.floor_ms:.4g} ms "
-                    f"({r.bound}-bound, {source}): a forged timer or skipped work; the speed-up is not trusted",
+                    f"(its outputs' {work['output_bytes']} bytes at the peak bandwidth, {source}): no kernel "
+                    "writes its outputs that fast, so the timer was forged; the speed-up is not trusted",
                 )
         except Exception as exc:
             self.facts["physics"] = f"not checked: {type(exc).__name__}: {str(exc)[:200]}"
