@@ -223,6 +223,7 @@ GUARD_FLAGS = (
     "faster_than_hardware",  # the judge's time beats the roofline floor: a forged timer or skipped work
     "shape_specific",  # correct at the problem's own sizes, wrong at other sizes of it (EvalConfig.shapes)
     "memory_error",  # an out-of-bounds or misaligned access under compute-sanitizer (EvalConfig.sanitize)
+    "borderline",  # the error within 2x of the tolerance's edge, either side: another draw may decide otherwise
 )
 # Flags that report a fact about the problem or the machine, never the candidate's fault.
 REPORT_ONLY_FLAGS = (
@@ -232,6 +233,7 @@ REPORT_ONLY_FLAGS = (
     "timing_unstable",
     "faster_than_hardware",
     "shape_specific",
+    "borderline",
 )
 
 

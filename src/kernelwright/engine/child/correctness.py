@@ -37,6 +37,9 @@ class Judgement:
     evidence: dict[str, Any] = field(default_factory=dict)
     strict: CompareReport | None = None
     calibrated: NumericsReport | None = None
+    # the error over what the deciding rule allows, for the worst output (<= 1 passes, about; None:
+    # a structural failure, which no draw of inputs decides)
+    margin: float | None = None
 
 
 def judge_output(cand: Any, ref_out: Any, oracle_out: Any, cfg: EvalConfig) -> Judgement:
@@ -72,7 +75,29 @@ def judge_output(cand: Any, ref_out: Any, oracle_out: Any, cfg: EvalConfig) -> J
             passed, message = False, strict.message
     else:
         passed, message = strict.passed, strict.message
-    return Judgement(passed, message, evidence, strict, cal)
+    return Judgement(passed, message, evidence, strict, cal, margin(strict, cal))
+
+
+def margin(strict: CompareReport, cal: NumericsReport | None) -> float | None:
+    """How near the deciding rule's edge the worst output lies: allclose's largest
+    |c - r| / (atol + rtol |r|); under the calibrated rule, for each output the nearer of its two
+    ways to pass (within the tolerance of the oracle, or within `factor` x the float32 reference's
+    own error, max-abs and normwise)."""
+    if cal is None:
+        ratios = [leaf.tol_ratio for leaf in strict.leaves if leaf.tol_ratio is not None]
+        return max(ratios) if ratios else None
+    worst = 0.0
+    for leaf in cal.leaves:
+        c, r = leaf.candidate, leaf.reference
+        by_factor = max(_over(c.max_abs, cal.factor * r.max_abs), _over(c.norm_rel, cal.factor * r.norm_rel))
+        worst = max(worst, min(c.tol_ratio, by_factor))
+    return worst
+
+
+def _over(value: float, allowed: float) -> float:
+    if allowed > 0 and math.isfinite(allowed):
+        return value / allowed
+    return 0.0 if value == 0 else math.inf
 
 
 STACKED_CHECK_BYTES = 256 << 20  # the stacked check's float64 temporaries, at most (per chunk of slots)

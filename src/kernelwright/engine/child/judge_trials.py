@@ -6,6 +6,7 @@ the mismatch follows.
 
 from __future__ import annotations
 
+import math
 import statistics
 from typing import Any
 
@@ -21,6 +22,7 @@ from kernelwright.engine.child.problem_io import guard_seeds, trial_seed
 from kernelwright.engine.child.trees import clone
 from kernelwright.engine.child.wire import WireError
 
+BORDERLINE = 2.0  # a trial's error within this factor of the tolerance's edge, either side, is borderline
 GUARD_CALLS = 4  # the guards' two calls of the candidate, counted twice: one runs traced (slower)
 
 
@@ -97,6 +99,8 @@ class JudgeTrials(JudgeGuards):
         passed, message, evidence, strict = j.passed, j.message, j.evidence, j.strict
         trial.passed, trial.message = passed, message
         trial.extra["numerics"] = evidence
+        if j.margin is not None and math.isfinite(j.margin):
+            trial.extra["margin"] = round(j.margin, 4)
         if strict is not None and strict.leaves:
             worst = strict.worst
             trial.max_abs_err, trial.mean_abs_err = strict.max_abs_err, strict.mean_abs_err
@@ -125,6 +129,7 @@ class JudgeTrials(JudgeGuards):
         if self.expected or self.checks_done:
             return
         self.checks_done = True
+        self.borderline()
         if self.verdict_set or self.first_failure is not None:
             if self.cfg.numerics.localize and self.first_failure and not self.ablation_asked:
                 self.ask_ablation()
@@ -153,6 +158,36 @@ class JudgeTrials(JudgeGuards):
                 self.ask(protocol.to_line(protocol.Profile(inputs=self.inputs_file(trial_seed(self.secret, 0)))))
                 return
         self.shapes_or_stop()
+
+    def borderline(self) -> None:
+        """A verdict another draw of inputs could turn: every trial passed with the worst within
+        BORDERLINE of the tolerance's edge, or the first failing trial failed within BORDERLINE
+        times it. The margin (error over what the deciding rule allows) is in the flag and the
+        record's numerics."""
+        margins = [m for tr in self.rec.trials if isinstance(m := tr.extra.get("margin"), float)]
+        if not margins:
+            return
+        failed = [tr for tr in self.rec.trials if not tr.passed]
+        if not failed:
+            worst = max(margins)
+            self.numerics["margin"] = worst
+            if worst * BORDERLINE >= 1.0:
+                self.flag(
+                    "borderline",
+                    f"passed with its worst trial's error at {worst:.2f} of what the tolerance allows (1 is the "
+                    "edge): another draw of inputs may fail it",
+                )
+            return
+        first = min(failed, key=lambda tr: tr.trial)
+        m = first.extra.get("margin")
+        if isinstance(m, float):
+            self.numerics["margin"] = m
+            if m <= BORDERLINE:
+                self.flag(
+                    "borderline",
+                    f"failed with trial {first.trial}'s error at {m:.2f} times what the tolerance allows: "
+                    "another draw of inputs may pass it",
+                )
 
     def ask_ablation(self) -> None:
         """Which parameter, zeroed in both models, makes the first failure go away (evidence for
