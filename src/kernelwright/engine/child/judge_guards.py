@@ -13,14 +13,14 @@ import torch
 from kernelwright.core.record import Stage, Status
 from kernelwright.engine.child import guards
 from kernelwright.engine.child.compare import flatten
+from kernelwright.engine.child.judge_outputs import JudgeOutputs
 from kernelwright.engine.child.judge_state import dict_field, first_line, plain_data, text
-from kernelwright.engine.child.judge_timing import JudgeTiming
 from kernelwright.engine.child.problem_io import guard_seeds
 from kernelwright.engine.child.trees import clone
 from kernelwright.engine.child.wire import WireError
 
 
-class JudgeGuards(JudgeTiming):
+class JudgeGuards(JudgeOutputs):
     def r_patched(self, msg: dict[str, Any]) -> None:
         names = [text(n, 120) for n in (msg.get("names") or [])[:50]]
         if names:

@@ -12,14 +12,14 @@ import torch
 
 from kernelwright.core.record import Stage, Status
 from kernelwright.engine.child import numerics, protocol, shapes
-from kernelwright.engine.child.judge_profile import JudgeProfile
+from kernelwright.engine.child.judge_outputs import JudgeOutputs
 from kernelwright.engine.child.judge_state import first_line
 from kernelwright.engine.child.problem_io import sync, trial_seed
 from kernelwright.engine.child.trees import clone
 from kernelwright.engine.child.wire import WireError
 
 
-class JudgeShapes(JudgeProfile):
+class JudgeShapes(JudgeOutputs):
     def shapes_or_stop(self) -> None:
         """The last checks of a passed candidate, then stop: one trial at each other size derived
         from the problem's constants (`EvalConfig.shapes`). They come after timing and evidence, so

@@ -3,9 +3,10 @@
 `JudgeState` holds the job, the configuration, the record being written and the facts gathered
 so far (flags, checks made, the first failure); it reports a failure (`set_verdict`), raises a
 flag, asks the parent to let the runner go on (`ask`) and keeps the stages' clocks. The stages
-(`judge_outputs`, `judge_profile`, `judge_shapes`, `judge_timing`, `judge_guards`, `judge_trials`)
-build on it, each a layer on the one below; `judge.Judge` is the last. Imports only torch, the
-standard library and `core`.
+build on it: `judge_outputs` (the reference, the runner's outputs read and judged) on it;
+`judge_profile`, `judge_shapes` and `judge_guards` on that; `judge_timing` on the profile;
+`judge_trials`, the checks' sequence, on the last three; `judge.Judge` on the sequence.
+Imports only torch, the standard library and `core`.
 """
 
 from __future__ import annotations

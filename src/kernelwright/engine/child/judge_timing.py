@@ -14,7 +14,7 @@ import torch
 from kernelwright.core import roofline
 from kernelwright.core.record import Stage, Status
 from kernelwright.engine.child import gpu_facts
-from kernelwright.engine.child.judge_shapes import JudgeShapes
+from kernelwright.engine.child.judge_profile import JudgeProfile
 from kernelwright.engine.child.problem_io import trial_seed
 from kernelwright.engine.child.timing import TimingJob, TimingOutcome
 from kernelwright.engine.child.timing import run as run_timing
@@ -23,7 +23,7 @@ from kernelwright.engine.child.timing.probe_windows import measure_anchor
 TIMING_SEED_OFFSET = 10**9  # the timing draws' seeds are not the checks' seeds
 
 
-class JudgeTiming(JudgeShapes):
+class JudgeTiming(JudgeProfile):
     def measure_anchor(self) -> None:
         """The device clock's yardstick, before any candidate code has run (probe_windows.measure_anchor)."""
         self.anchor, self.device_clock_off = measure_anchor(self.device, self.cfg.timing, self.handoff is not None)

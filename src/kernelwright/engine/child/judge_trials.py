@@ -17,7 +17,9 @@ from kernelwright.engine.child import protocol
 from kernelwright.engine.child.compare import compare_outputs, flatten
 from kernelwright.engine.child.correctness import errors
 from kernelwright.engine.child.judge_guards import JudgeGuards
+from kernelwright.engine.child.judge_shapes import JudgeShapes
 from kernelwright.engine.child.judge_state import dict_field, plain_data, text
+from kernelwright.engine.child.judge_timing import JudgeTiming
 from kernelwright.engine.child.problem_io import guard_seeds, trial_seed
 from kernelwright.engine.child.trees import clone
 from kernelwright.engine.child.wire import WireError
@@ -26,7 +28,7 @@ BORDERLINE = 2.0  # a trial's error within this factor of the tolerance's edge, 
 GUARD_CALLS = 4  # the guards' two calls of the candidate, counted twice: one runs traced (slower)
 
 
-class JudgeTrials(JudgeGuards):
+class JudgeTrials(JudgeTiming, JudgeShapes, JudgeGuards):
     def r_compiled(self, msg: dict[str, Any]) -> None:
         """The candidate imported: send every check at once (the runner answers in order)."""
         self.rec.compiled = True
