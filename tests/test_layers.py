@@ -18,7 +18,7 @@ LAYERS = {
     "engine.child": 1,
     "engine": 2,
     "engine.isolation": 2,
-    "engine.build": 2,
+    "engine.extensions": 2,
     "models": 3,
     "models.prompts": 3,
     "loop": 4,

@@ -26,7 +26,7 @@ is 0.8 GB with torch 2.13), the least recently used removed first.
 
 Only flags of the simple shapes below (optimisation, machine, feature, macro and warning options)
 are accepted; anything else (a plugin, a specs file, an include of a path) gets no header. The
-trusted builder has checked the flags already (engine/build/static_builds.py); this is a second,
+trusted builder has checked the flags already (engine/extensions/static_builds.py); this is a second,
 narrower gate for a file that every later build with those flags reads.
 """
 

@@ -208,9 +208,9 @@ class Judge:
         import torch  # noqa: F401
 
         from kernelwright.engine.child import compare, degenerate, localize, numerics, wire  # noqa: F401
-        from kernelwright.engine.child.problem_io import resolve_device
+        from kernelwright.engine.child.problem_io import torch_device
 
-        self.device = resolve_device(self.cfg.device)
+        self.device = torch_device(self.cfg.device)
         if self.device.type == "cuda":
             if self.cfg.timing.probe:  # its start-up (a second CUDA context) overlaps this one's and the runner's build
                 from kernelwright.engine.child import probe
