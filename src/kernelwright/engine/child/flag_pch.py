@@ -41,6 +41,8 @@ import sysconfig
 from pathlib import Path
 from typing import Any
 
+from kernelwright.engine.child.toolchain import tool_version
+
 SIMPLE_FLAG = re.compile(
     r"-(?:O[0-3sgz]?|Ofast|f(?!plugin)[a-z0-9][\w+.=-]*|m[a-z0-9][\w+.=-]*|std=[\w+]+"
     r"|D[A-Za-z_]\w*(?:=[\w.+-]*)?|U[A-Za-z_]\w*|W[a-z][\w=+-]*|w|g[0-3]?|pthread)"
@@ -114,9 +116,7 @@ def _command(flags: list[str], out: Path) -> list[str]:
 def _key(flags: list[str]) -> str:
     import torch
 
-    from kernelwright.engine.child.build import _tool_version
-
-    blob = "\n".join([torch.__version__, _tool_version(os.environ.get("CXX", "c++")), *_command(flags, Path("-"))])
+    blob = "\n".join([torch.__version__, tool_version(os.environ.get("CXX", "c++")), *_command(flags, Path("-"))])
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
