@@ -1,5 +1,5 @@
-"""The shared build cache cannot be poisoned by a candidate (engine/build/static_builds.py,
-engine/build/trusted_builds.py, engine/child/trusted_builder.py, the loading side in child/build.py)."""
+"""The shared build cache cannot be poisoned by a candidate (engine/extensions/static_builds.py,
+engine/extensions/trusted_builds.py, engine/child/trusted_builder.py, the loading side in child/build.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from conftest import ADD_ONE, CANDIDATES, EXAMPLES, FIXTURES, seed_headers
 from kernelwright.core.record import Status
 from kernelwright.engine import evaluate
-from kernelwright.engine.build import static_builds, trusted_builds
+from kernelwright.engine.extensions import static_builds, trusted_builds
 from kernelwright.engine.isolation import sandbox
 
 SWISH = EXAMPLES / "cpu_swish"

@@ -145,9 +145,9 @@ def _settings(config: Path | None, overrides: dict[str, dict[str, Any]]) -> Sett
 
 
 def _resolved(config: EvalConfig) -> EvalConfig:
-    """The evaluation's configuration with "auto" made concrete (engine/resolve.py); one line on error."""
+    """The evaluation's configuration with "auto" made concrete (engine/config_resolution.py); one line on error."""
     from kernelwright.engine import EngineError
-    from kernelwright.engine.resolve import resolve_config
+    from kernelwright.engine.config_resolution import resolve_config
 
     try:
         return resolve_config(config)
@@ -541,11 +541,11 @@ def run_optimize(
     from kernelwright.cli.console import QUIET, LoopProgress, out_console, render_run, run_line
     from kernelwright.engine import EngineError
     from kernelwright.executors.evaluator import ExecutorEvaluator
+    from kernelwright.executors.factory import make_executor
     from kernelwright.executors.placement import parse_gpus
-    from kernelwright.executors.resolve import make_executor
     from kernelwright.loop.forge import Forge, engine_evaluator
     from kernelwright.models import ModelSetupError, resolve_model
-    from kernelwright.models.resolve import resolve_coders
+    from kernelwright.models.backend_spec import resolve_coders
     from kernelwright.store.rundir import RunDir, RunDirError, default_run_dir, problem_name, read_summary
 
     cfg, eval_cfg, model_cfg = settings.loop, settings.eval, settings.loop.model

@@ -244,8 +244,8 @@ def _settings(config: Path | None, overrides: dict[str, dict]):
 def _executor(kind: str, config: EvalConfig, gpus: str | None, ray_address: str | None, build_workers: int | None):
     """`--executor` and `--gpus` to an executor; a bad option is one line, exit 2."""
     from kernelwright.engine import EngineError
+    from kernelwright.executors.factory import make_executor
     from kernelwright.executors.placement import parse_gpus
-    from kernelwright.executors.resolve import make_executor
 
     try:
         return make_executor(kind, config, parse_gpus(gpus), ray_address, build_workers=build_workers)
@@ -333,7 +333,7 @@ def suite_eval(
 ) -> None:
     """Evaluate existing candidates for every problem of a suite, with no model at all."""
     from kernelwright.engine import EngineError
-    from kernelwright.engine.resolve import resolve_config
+    from kernelwright.engine.config_resolution import resolve_config
     from kernelwright.store.db import Store, StoreError
     from kernelwright.suites import discovery
     from kernelwright.suites.driver import register_suite, run_eval_suite
@@ -502,7 +502,7 @@ def suite_optimize(
 ) -> None:
     """Run the forge loop (Coder, engine, Judge) on every problem of a suite."""
     from kernelwright.engine import EngineError
-    from kernelwright.engine.resolve import resolve_config
+    from kernelwright.engine.config_resolution import resolve_config
     from kernelwright.models import ModelSetupError, resolve_model
     from kernelwright.store.db import Store, StoreError
     from kernelwright.suites import discovery

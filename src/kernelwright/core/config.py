@@ -15,7 +15,7 @@ from typing import Any, Literal, TypeVar
 
 Device = Literal["auto", "cuda", "cpu"]
 SandboxMode = Literal["auto", "bwrap", "none"]
-# What "auto" becomes at an entry point (kernelwright.engine.resolve); the engine takes only these.
+# What "auto" becomes at an entry point (kernelwright.engine.config_resolution); the engine takes only these.
 ResolvedDevice = Literal["cuda", "cpu"]
 ResolvedSandbox = Literal["bwrap", "none"]
 VerdictMode = Literal["strict", "calibrated"]
@@ -114,7 +114,7 @@ class EvalConfig:
     # default: several times less engine overhead than files for large outputs (docs/PERFORMANCE.md).
     device_handoff: bool = True
     # A CPU evaluation's judge is forked from a process of this one that imported torch once
-    # (engine/zygote.py) rather than started fresh: a torch import less per evaluation (1.5 s of
+    # (engine/zygote_client.py) rather than started fresh: a torch import less per evaluation (1.5 s of
     # CPU on a 2-core machine). The judge runs no candidate code.
     fork_judge: bool = True
     # A CPU evaluation's runner forked from a zygote that imported torch once inside the runner's
@@ -175,7 +175,7 @@ class EvalConfig:
             if getattr(self, name) == "auto":
                 raise ValueError(
                     f"EvalConfig.{name} is 'auto' in the engine; resolve the configuration at the entry point "
-                    "(kernelwright.engine.resolve.resolve_config)"
+                    "(kernelwright.engine.config_resolution.resolve_config)"
                 )
 
 

@@ -22,12 +22,12 @@ from kernelwright.core.config import EvalConfig
 from kernelwright.core.printable import printable
 from kernelwright.core.record import EvalResult, Stage, Status
 from kernelwright.engine import nsight, process, runner_fork, sanitizer
-from kernelwright.engine.build import build_arch, trusted_builds
 from kernelwright.engine.child import protocol
+from kernelwright.engine.config_resolution import check_device, resolve_config
 from kernelwright.engine.errors import EngineError
+from kernelwright.engine.extensions import build_arch, trusted_builds
 from kernelwright.engine.isolation import containment as isolation
 from kernelwright.engine.isolation import environment, leftovers, sandbox
-from kernelwright.engine.resolve import check_device, resolve_config
 
 
 def evaluate(
@@ -42,7 +42,7 @@ def evaluate(
 ) -> EvalResult:
     """Evaluate a candidate (a file, or its text) against a KernelBench problem in a fresh child.
 
-    `config`: resolved at the entry point (`engine/resolve.py`: no "auto" device or sandbox here);
+    `config`: resolved at the entry point (`engine/config_resolution.py`: no "auto" device or sandbox here);
     None: the defaults, resolved.
 
     `spare`: a child started ahead of time by `prestart` for a compatible configuration (same
@@ -324,7 +324,7 @@ class WarmEvaluator:
 
 
 def _defaults() -> EvalConfig:
-    """No configuration given: the defaults, resolved (engine/resolve.py)."""
+    """No configuration given: the defaults, resolved (engine/config_resolution.py)."""
     return resolve_config(EvalConfig())
 
 

@@ -206,7 +206,7 @@ def _on_stage(progress: SuiteProgress, pipeline: Pipeline, prob: Problem) -> Cal
 def _eval_one_by_one(todo, executor, store, name, config, outcome, progress, pipeline, build_workers, build_pool):
     pool = build_pool
     if pool is None and build_workers > 0 and any(needs_build(c.text) for _, c, _ in todo):
-        from kernelwright.engine.build.prebuild import BuildPool
+        from kernelwright.engine.extensions.prebuild import BuildPool
 
         pool = BuildPool(max_workers=build_workers, config=config)
     try:

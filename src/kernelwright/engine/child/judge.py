@@ -39,7 +39,7 @@ from kernelwright.engine.child.judge_state import (
     text,
 )
 from kernelwright.engine.child.judge_trials import JudgeTrials
-from kernelwright.engine.child.problem_io import ProblemIO, load_source, resolve_device
+from kernelwright.engine.child.problem_io import ProblemIO, load_source, torch_device
 from kernelwright.engine.child.timing import probe
 from kernelwright.engine.child.timing.window_plan import out_of_memory
 from kernelwright.engine.child.verdict import Facts, decide
@@ -63,7 +63,7 @@ class Judge(JudgeTrials):
 
     # ---- set-up (trusted code only) -------------------------------------------------------------
     def startup(self) -> None:
-        self.device = resolve_device(self.cfg.device)
+        self.device = torch_device(self.cfg.device)
         if self.device.type == "cuda":
             if self.cfg.timing.probe:  # its start-up (a second CUDA context) overlaps this one's and the runner's build
                 probe.start(self.device)

@@ -209,13 +209,13 @@ class Runner:
     def startup(self) -> None:
         import torch
 
-        from kernelwright.engine.child.problem_io import device_name, resolve_device
+        from kernelwright.engine.child.problem_io import device_name, torch_device
 
         self.stage("startup")
         if self.job.mode == "build_only":
             self.device = torch.device("cpu")  # compilation needs no GPU
         else:
-            self.device = resolve_device(self.cfg.device)
+            self.device = torch_device(self.cfg.device)
         if self.device.type == "cuda" and not os.environ.get("TORCH_CUDA_ARCH_LIST"):
             from kernelwright.core.arch import arch_list_for
 

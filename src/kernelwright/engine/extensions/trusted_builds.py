@@ -30,8 +30,8 @@ from typing import Any
 
 from kernelwright.core.config import EvalConfig
 from kernelwright.engine import process
-from kernelwright.engine.build import static_builds
 from kernelwright.engine.child.build import MANIFEST
+from kernelwright.engine.extensions import static_builds
 from kernelwright.engine.isolation import containment as isolation
 from kernelwright.engine.isolation import sandbox
 
