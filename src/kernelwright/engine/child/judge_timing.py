@@ -118,6 +118,7 @@ class JudgeTiming(JudgeProfile):
         if c is None or ref is None:
             return False
         rec.candidate_timing, rec.reference_timing = c, ref
+        rec.speedup_basis, rec.speedup_as_launched = outcome.basis, outcome.speedup_as_launched
         rec.candidate_ms, rec.reference_ms = c.median_ms, ref.median_ms
         rec.speedup = outcome.speedup
         if outcome.compiled_reference is not None:

@@ -56,6 +56,13 @@ class TimingOutcome:
     checked: list[str] = field(default_factory=list)  # the checks the stage made
     facts: dict[str, Any] = field(default_factory=dict)  # the guards' facts it adds
     metadata: dict[str, Any] = field(default_factory=dict)  # the record's metadata it adds ("timing", ...)
+    # what the figures measure: "device" (the judge's events around each side's work on the device's
+    # own timeline, the figure the field reports) or "host" (the judge's wall clock: the CPU, or a GPU
+    # where the device clock is off or a window could not be queued whole)
+    basis: str = "host"
+    # each side's calls as a caller launches them one at a time (the larger of its device time and its
+    # host's time to queue it), on the device basis; the speed-up itself on the host basis
+    speedup_as_launched: float | None = None
 
     @property
     def speedup(self) -> float | None:

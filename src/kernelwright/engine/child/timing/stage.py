@@ -380,6 +380,10 @@ class _Stage:
                 for r, rh, cm, ph in zip(self.ref_ms, self.ref_host, self.cand_ms, self.clock_phases, strict=True)
             ]
             launch = launch_facts([x for x in rows if x[1] is not None and x[3] is not None])
+            out.basis = "device"
+            out.speedup_as_launched = launch.get("speedup_as_launched")
+        else:
+            out.speedup_as_launched = out.speedup
         if self.comp_ms:
             out.compiled_reference = _stats(self.comp_ms, 1)
         samples = {"reference": self.ref_ms, "candidate": self.cand_ms}
