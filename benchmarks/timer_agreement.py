@@ -199,16 +199,15 @@ def kernelwright_suite(
     from benchmarks import corpus_suite
 
     levels = sorted({stem.split("/")[0].removeprefix("level") for stem, _, _ in chosen})
-    only = [a for stem, _, _ in chosen for a in ("--only", stem.split("/")[1])]
+    stems = {stem.split("/")[1] for stem, _, _ in chosen}
     started = time.time()
     limit = float(os.environ.get("KW_SUITE_LIMIT", "0")) or None  # stopped as Ctrl-C stops it: records stay
-    corpus_suite.run(corpus, levels, None, name, [*only, *extra], limit)
+    corpus_suite.run(corpus, levels, None, name, extra, limit, stems)
     dest = out / f"kw-{name}.jsonl"
     with dest.open("a") as f:
         for rec in corpus_suite._records(corpus / "runs" / name, since=started):
-            stem = Path(rec["path"]).parent.name
-            level = next((s for s, _, _ in chosen if s.endswith("/" + stem)), stem)
-            f.write(json.dumps(_kw_row(level, rec, "suite")) + "\n")
+            parts = Path(rec["path"]).parts  # levelN/<stem>/<attempt>/eval.json
+            f.write(json.dumps(_kw_row("/".join(parts[:2]), rec, "suite")) + "\n")
 
 
 # ---------------------------------------------------------------- the comparison
