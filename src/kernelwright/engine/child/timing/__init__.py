@@ -23,12 +23,14 @@ The judge times the candidate itself; nothing the runner says about time is used
 Windows alternate with reference windows on fresh draws, so both see the same machine, and no
 content repeats within or across windows: a cache keyed on an input's contents never hits.
 
-Its modules: `layouts` (where a set lies in a lent region), `window_io` (waits both sides share),
-`runner_window` (the runner's side of a wall-clock window), `window_timer` (the judge's side),
-`window_plan` (how many sets a window holds), `device_clock` (on a GPU, windows on the device's
-own timeline), `probe` (on a GPU, a trusted stand-in for the runner), `stability` (when not to
-trust a figure), `summary` (the record's statistics). Imports only torch, the standard library
-and `core`.
+One entry point: `run(TimingJob) -> TimingOutcome` (`job`, `stage`). Its modules: `layouts`
+(where a set lies in a lent region), `window_io` (waits both sides share), `runner_window` (the
+runner's side of a wall-clock window), `window_timer` (the judge's side), `window_plan` (how many
+sets a window holds), `device_clock` (on a GPU, windows on the device's own timeline), `probe`
+(on a GPU, a trusted stand-in for the runner) and `probe_windows` (the judge's windows on it),
+`stability` (when not to trust a figure), `window_facts` (what the stage records of its clocks),
+`summary` (the record's statistics). Whether a timed output is right is `correctness.TimedBound`'s
+to say. Imports only torch, the standard library and `core`.
 """
 
 from kernelwright.engine.child.timing.job import TimingFailure, TimingJob, TimingOutcome
