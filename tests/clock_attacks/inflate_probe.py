@@ -39,8 +39,8 @@ def _patch() -> None:
     wake = _start_hogs()
     side = torch.cuda.Stream() if torch.cuda.is_available() else None
 
-    def commit(outs, layout, region):
-        n = real(outs, layout, region)
+    def commit(outs, layout, region, **kw):
+        n = real(outs, layout, region, **kw)
         os.write(wake, struct.pack("d", 0.0) * HOGS)
         if side is not None:
             with torch.cuda.stream(side):

@@ -42,7 +42,7 @@ class ModelNew(nn.Module):
         if not getattr(windows.commit, "skips", False):  # only what is not in its slot yet is copied
             orig = windows.commit
 
-            def commit(outs, layout, region, fused=False, slots=None):
+            def commit(outs, layout, region, fused=False, slots=None, orders=None):
                 lo, hi = region.tensor.data_ptr(), region.tensor.data_ptr() + region.nbytes
                 slots = slots if slots is not None else layout.sets(region, len(outs))
                 for o, s in zip(outs, slots, strict=False):

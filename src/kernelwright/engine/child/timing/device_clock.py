@@ -300,7 +300,12 @@ def serve(
         ev[1].record()
         t_launched = time.perf_counter()
         if lout is not None:
-            reply["mismatched"] = runner_window.commit(outs, lout, regions["ring"], fused=True, slots=slots)
+            orders = runner_window.dense_orders(outs[0]) if outs else []
+            reply["mismatched"] = runner_window.commit(
+                outs, lout, regions["ring"], fused=True, slots=slots, orders=orders
+            )
+            if any(orders):
+                reply["orders"] = orders
         ev[2].record()
         ops.write(stream, done_at, w)
         done = True

@@ -123,7 +123,10 @@ def serve_window(
         if events:
             reply["runner_ms"]["device"] = round(events[0].elapsed_time(events[1]), 4)
         with _protocol_threads(device):
-            mismatched = commit(outs, lout, rout)  # after the clock's `computed`
+            orders = dense_orders(outs[0]) if outs else []
+            mismatched = commit(outs, lout, rout, orders=orders)  # after the clock's `computed`
+            if any(orders):
+                reply["orders"] = orders
         del outs, args
         _sync(device)
         reply["runner_ms"]["commit"] = round((time.perf_counter() - t_computed) * 1e3, 4)
@@ -145,12 +148,41 @@ def serve_window(
         raise failure
 
 
+def dense_orders(out: Any) -> list[list[int] | None]:
+    """For each tensor leaf of one output, the order of its dims in memory where it is dense but
+    not contiguous (channels_last, a transpose returned as it is), else None. A window's outputs are
+    committed in the first one's orders: their bytes as laid out, never rearranged into the
+    reference's layout, a copy the candidate's own caller would not make."""
+    leaves = [out] if isinstance(out, torch.Tensor) else [x for _, x in flatten(out)]
+    return [_order(x) if isinstance(x, torch.Tensor) else None for x in leaves]
+
+
+def _order(x: torch.Tensor) -> list[int] | None:
+    if x.dim() < 2 or x.is_contiguous():
+        return None
+    order = sorted(range(x.dim()), key=lambda d: (-x.stride(d), d))
+    return order if x.permute(order).is_contiguous() else None  # (else not dense: copied as it comes)
+
+
+def laid_out(slot: Any, order: Any) -> Any:
+    """A slot (a contiguous view of the ring) seen in the dim order `order` of an output's memory:
+    the slot itself where `order` is None or is not a permutation of its dims (a runner's reply is
+    the candidate's: an order that does not fit reads the bytes as the reference lays them out)."""
+    if not isinstance(slot, torch.Tensor) or not isinstance(order, list) or sorted(order) != list(range(slot.dim())):
+        return slot
+    inverse = [0] * len(order)
+    for i, d in enumerate(order):
+        inverse[d] = i
+    return slot.view([slot.shape[d] for d in order]).permute(inverse)
+
+
 def commit(
     outs: list[Any],
     layout: Layout,
     region: shared_region.Region,
     fused: bool = False,
     slots: list[list[Any]] | None = None,
+    orders: list[Any] | None = None,
 ) -> int:
     """Every output into its slot of `region` (the runner's commit; the judge times the same code
     on its own memory): the number of outputs left unwritten because their structure, a shape or a
@@ -158,7 +190,8 @@ def commit(
     kernels as torch's multi-tensor copy makes (the device clock: the commit's host work is then
     about one launch, however many outputs a window has). `slots`: `layout.sets(region, n)`, made
     before the clock (on the device clock the commit's host work is the candidate's time wherever
-    its calls leave the device idle, so the window's commit does as little of it as it can)."""
+    its calls leave the device idle, so the window's commit does as little of it as it can).
+    `orders`: `dense_orders` of the window's first output: each leaf's slot seen in that order."""
     mismatched = 0
     dsts: list[torch.Tensor] = []
     srcs: list[torch.Tensor] = []
@@ -182,6 +215,8 @@ def commit(
         if not ok:
             mismatched += 1
             continue
+        if orders:
+            slot = [laid_out(q, o) for q, o in zip(slot, orders, strict=False)] + list(slot[len(orders) :])
         if fused:
             dsts.extend(slot)
             srcs.extend(leaves)

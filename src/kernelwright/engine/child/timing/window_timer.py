@@ -18,7 +18,7 @@ from kernelwright.engine.child import shared_region
 from kernelwright.engine.child.correctness import slot_errors
 from kernelwright.engine.child.timing import device_clock
 from kernelwright.engine.child.timing.layouts import Layout, WindowError, _next_region_id
-from kernelwright.engine.child.timing.runner_window import commit
+from kernelwright.engine.child.timing.runner_window import commit, laid_out
 from kernelwright.engine.child.timing.window_io import (
     SPIN_S,
     WindowTimeout,
@@ -348,7 +348,7 @@ class WindowTimer:
         timed_ms = wall_ms - min(copy_ms, after_ms) - min(open_ms, 0.5 * before_ms)
         if reply.get("error"):
             raise WindowError(f"ModelNew failed in a timing window: {str(reply['error'])[:300]}")
-        bad = self._bad_slots(snap, out_layout, ref_outs)
+        bad = self._bad_slots(snap, out_layout, ref_outs, reply.get("orders"))
         runner_ms = reply.get("runner_ms")
         return WindowResult(
             calls=calls,
@@ -362,10 +362,15 @@ class WindowTimer:
             runner_ms=runner_ms if isinstance(runner_ms, dict) else {},
         )
 
-    def _bad_slots(self, snap: torch.Tensor, out_layout: Layout, ref_outs: list[Any]) -> int:
-        """How many of a window's slots, as snapshot into `snap`, are wrong for their own inputs."""
+    def _bad_slots(self, snap: torch.Tensor, out_layout: Layout, ref_outs: list[Any], orders: Any = None) -> int:
+        """How many of a window's slots, as snapshot into `snap`, are wrong for their own inputs.
+        `orders`: the runner's word on the dim order its outputs were committed in (runner_window's
+        `dense_orders`); an order that does not fit a slot is ignored (`laid_out`)."""
         region = shared_region.Region(snap, snap.numel(), -1)
-        cands = [_rebuild(ref, sl) for ref, sl in zip(ref_outs, out_layout.sets(region, len(ref_outs)), strict=True)]
+        slots = out_layout.sets(region, len(ref_outs))
+        if isinstance(orders, list) and orders:
+            slots = [[laid_out(q, o) for q, o in zip(sl, orders, strict=False)] + sl[len(orders) :] for sl in slots]
+        cands = [_rebuild(ref, sl) for ref, sl in zip(ref_outs, slots, strict=True)]
         errs = slot_errors(cands, ref_outs)
         return sum(1 for e, ref in zip(errs, ref_outs, strict=True) if not self.check(e, ref))
 
@@ -471,7 +476,7 @@ class WindowTimer:
         if self.cal is not None:
             self.cal.see(phases)
         per_call = self.cal.candidate_ms(phases) if self.cal is not None else phases.span_ms / calls
-        bad = self._bad_slots(snap_into, out_layout, ref_outs)
+        bad = self._bad_slots(snap_into, out_layout, ref_outs, reply.get("orders"))
         runner_ms = reply.get("runner_ms")
         return WindowResult(
             calls=calls,
