@@ -191,6 +191,17 @@ def _timing_line(median: float | None, stats) -> str:
 
 # ---- the forge loop ---------------------------------------------------------------------------
 
+
+def judge_defaults_warning(coder: str | None, judge: str | None) -> str | None:
+    """The one warning when no Judge is given and the Coder's model (not a replay) reviews its own code."""
+    if judge or not coder or coder.startswith("replay:"):
+        return None
+    return (
+        f"warning: no --judge given; the Judge is the Coder's model ({coder}). It must answer in JSON; "
+        "a Judge failure is shown on its round's line. Pass --judge MODEL to choose another."
+    )
+
+
 _VERDICT_STYLE = {"passed": "green", "incorrect": "yellow", "format_error": "magenta"}
 
 
@@ -257,7 +268,7 @@ class LoopProgress:
             why = device_problem(p.result) if p.result is not None else None
             note = f" ({escape(why)})" if why else ""
             self.console.print(
-                f"{self._label(p.round)}: [{style}]{p.verdict}[/]{speed}{note}{best}  "
+                f"{self._label(p.round)}: [{style}]{p.verdict}[/]{speed}{note}{best}{_decision(p)}{_judge_failed(p)}  "
                 f"[dim]{_clock(now - self.round_started)}[/]",
                 highlight=False,
                 soft_wrap=True,
@@ -274,6 +285,20 @@ class LoopProgress:
                 f"  {self._label(p.round)}: {p.stage}… (at {_clock(now - self.round_started)})", highlight=False
             )
         self.stage = p.stage
+
+
+def _decision(p) -> str:
+    """ "  new best: ..." or "  kept round 1: ...": why a correct round did (not) become the best."""
+    if not p.decision:
+        return ""
+    if p.best_round == p.round:
+        return f"  [green]new best[/]: {escape(p.decision)}"
+    return f"  kept round {p.best_round}: {escape(p.decision)}"
+
+
+def _judge_failed(p) -> str:
+    """ "  Judge failed: ...": the round's Judge gave no usable critique (the next Coder prompt has none)."""
+    return f"  [red]Judge failed[/]: {escape(p.judge_error)}" if p.judge_error else ""
 
 
 def _expectation(r: dict) -> str:

@@ -538,7 +538,14 @@ def run_optimize(
     name: str | None = None,
 ) -> ExitCode:
     """Set the run up from `settings` (one-line errors, exit 2), run it, say how it ended."""
-    from kernelwright.cli.console import QUIET, LoopProgress, out_console, render_run, run_line
+    from kernelwright.cli.console import (
+        QUIET,
+        LoopProgress,
+        judge_defaults_warning,
+        out_console,
+        render_run,
+        run_line,
+    )
     from kernelwright.engine import EngineError
     from kernelwright.executors.evaluator import ExecutorEvaluator
     from kernelwright.executors.placement import parse_gpus
@@ -622,6 +629,9 @@ def run_optimize(
             highlight=False,
             soft_wrap=True,
         )
+        warning = judge_defaults_warning(model_cfg.coder, model_cfg.judge)
+        if warning:
+            err.print(f"[yellow]{escape(warning)}[/]", highlight=False, soft_wrap=True)
     from kernelwright.cli.resume import indexed
 
     recorder = indexed(run_dir, store)

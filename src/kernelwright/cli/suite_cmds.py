@@ -22,6 +22,7 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -33,6 +34,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from kernelwright.cli.console import judge_defaults_warning
 from kernelwright.cli.exit_codes import ExitCode
 from kernelwright.core.config import EvalConfig
 
@@ -105,7 +107,7 @@ class RichSuiteProgress:
         self.progress.update(self._task, advance=1, mix=self._mix())
 
     def note(self, text: str) -> None:
-        self.console.print(f"[dim]{text}[/]", highlight=False, soft_wrap=True)
+        self.console.print(f"[dim]{escape(text)}[/]", highlight=False, soft_wrap=True)
 
     def pipeline(self, pipe) -> None:
         """The pipeline's counts and the GPUs' busy share (`suites.pipeline.Pipeline`)."""
@@ -588,6 +590,9 @@ def suite_optimize(
             highlight=False,
             soft_wrap=True,
         )
+        warning = judge_defaults_warning(model_cfg.coder, model_cfg.judge)
+        if warning:
+            console.print(f"[yellow]{escape(warning)}[/]", highlight=False, soft_wrap=True)
         interrupted = False
         try:
             with RichSuiteProgress(console) as progress:

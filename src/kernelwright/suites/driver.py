@@ -426,6 +426,8 @@ def _optimize_problem(
         progress.stage(
             prob, f"round {p.round + 1}/{loop_config.rounds}: {p.stage}" + (f" ({p.verdict})" if p.verdict else "")
         )
+        if p.stage == "done" and p.judge_error:
+            progress.note(f"{prob.key}: round {p.round}: Judge failed: {p.judge_error}")
 
     forge = Forge(
         prob.path,
