@@ -9,6 +9,12 @@ from typing import Any
 
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
+# every command's --store
+STORE_HELP = (
+    "Run store that indexes every run (default: $KERNELWRIGHT_STORE, else kernelwright.db in the "
+    "user's data directory, ~/.local/share/kernelwright on Linux)."
+)
+
 
 def _word(param: Any) -> str:
     """N, X, PATH, TEXT or the choices: what an option takes, in a word."""

@@ -21,7 +21,7 @@ from rich.markup import escape
 
 import kernelwright
 from kernelwright.cli.exit_codes import ExitCode
-from kernelwright.cli.help import PlainCommand, PlainGroup
+from kernelwright.cli.help import STORE_HELP, PlainCommand, PlainGroup
 from kernelwright.core.config import EvalConfig, ServeConfig, Settings
 
 _Command, _Group = PlainCommand, PlainGroup  # help without type tags or markup loss (cli/help.py)
@@ -59,11 +59,6 @@ def _root(
 
 
 # ---- shared pieces ------------------------------------------------------------------------------
-
-STORE_HELP = (
-    "Run store that indexes every run (default: $KERNELWRIGHT_STORE, else kernelwright.db in the "
-    "user's data directory, ~/.local/share/kernelwright on Linux)."
-)
 
 
 def _config_option():

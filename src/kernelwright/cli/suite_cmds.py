@@ -36,6 +36,7 @@ from rich.progress import (
 
 from kernelwright.cli.console import judge_defaults_warning
 from kernelwright.cli.exit_codes import ExitCode
+from kernelwright.cli.help import STORE_HELP
 from kernelwright.core.config import EvalConfig
 
 app = typer.Typer(
@@ -124,10 +125,18 @@ def default_name(kind: str, problems: list[str], candidates: str | None = None) 
     return f"{kind}-{head}-{hashlib.sha256(basis.encode()).hexdigest()[:8]}"
 
 
-def _store_and_out(store: Path | None, out: Path | None, name: str):
+def _store_path(store: Path | None) -> Path:
     from kernelwright.store.api import DEFAULT_STORE
 
-    return (store or DEFAULT_STORE), (out or Path("runs") / "suites" / name)
+    return store or DEFAULT_STORE
+
+
+def _out_dir(db, out: Path | None, name: str) -> Path:
+    """--out, else where the store says the suite's run directories are (a rerun from any working
+    directory resumes them), else runs/suites/NAME here."""
+    from kernelwright.suites.driver import suite_dir
+
+    return out or suite_dir(db, name) or Path("runs") / "suites" / name
 
 
 def _close(ex, interrupted: bool) -> None:
@@ -288,8 +297,11 @@ def suite_eval(
     name: str = typer.Option(
         None, help="The suite's name in the store (default: from the arguments; a rerun skips what is finished)."
     ),
-    out: Path = typer.Option(None, help="Folder for the run directories (default: runs/suites/NAME)."),
-    store: Path = typer.Option(None, help="Run store (default: runs/kernelwright.db)."),
+    out: Path = typer.Option(
+        None,
+        help="Folder for the run directories (default: where the store says this suite's are, else runs/suites/NAME).",
+    ),
+    store: Path = typer.Option(None, metavar="FILE", help=STORE_HELP),
     device: str = typer.Option(None, help="cuda, cpu, or auto (cuda when a GPU is visible; the default)."),
     trials: int = typer.Option(None, help="Correctness trials per candidate (default 5)."),
     atol: float = typer.Option(None, help="Absolute tolerance (default 1e-3)."),
@@ -377,9 +389,10 @@ def suite_eval(
             import os
 
             build_workers = max(1, min(4, (os.cpu_count() or 1) // 4))
-        store_path, out_dir = _store_and_out(store, out, name)
+        store_path = _store_path(store)
         ex = _executor(executor, cfg, gpus, ray_address, build_workers)  # a bad option: one line, before any write
         db = Store.open(store_path)
+        out_dir = _out_dir(db, out, name)
         register_suite(
             db,
             name,
@@ -462,8 +475,11 @@ def suite_optimize(
     name: str = typer.Option(
         None, help="The suite's name in the store (default: from the arguments; a rerun continues it)."
     ),
-    out: Path = typer.Option(None, help="Folder for the run directories (default: runs/suites/NAME)."),
-    store: Path = typer.Option(None, help="Run store (default: runs/kernelwright.db)."),
+    out: Path = typer.Option(
+        None,
+        help="Folder for the run directories (default: where the store says this suite's are, else runs/suites/NAME).",
+    ),
+    store: Path = typer.Option(None, metavar="FILE", help=STORE_HELP),
     backend: str = typer.Option(None, help="cuda, triton or cpp (default: cuda on a GPU, cpp on the CPU)."),
     device: str = typer.Option(None, help="cuda, cpu, or auto (the default)."),
     base_url: str = typer.Option(None, "--base-url", help="OpenAI-compatible endpoint."),
@@ -552,9 +568,10 @@ def suite_optimize(
         coder_model = resolve_model(model_cfg.coder, "coder", model_cfg)
         judge_model = resolve_model(model_cfg.judge or model_cfg.coder, "judge", model_cfg)
         name = name or default_name("optimize", problems_args)
-        store_path, out_dir = _store_and_out(store, out, name)
+        store_path = _store_path(store)
         ex = _executor(executor, eval_cfg, gpus, ray_address, None)  # a bad option: one line, before any write
         db = Store.open(store_path)
+        out_dir = _out_dir(db, out, name)
         run_info = {
             "coder": coder_model.name,
             "judge": judge_model.name,
