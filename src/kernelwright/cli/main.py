@@ -68,7 +68,7 @@ def _config_option():
         metavar="FILE",
         dir_okay=False,
         help="Settings file (default: the nearest kernelwright.toml, or pyproject.toml with "
-        "\\[tool.kernelwright], from the current directory up).",
+        "[tool.kernelwright], from the current directory up).",
     )
 
 
@@ -205,17 +205,16 @@ def eval_cmd(
         None,
         "--fail-on",
         metavar="VERDICT,...",
-        help="Exit 3 when the verdict is one of these (for CI), e.g. "
-        "incorrect,compile_error,runtime_error,timeout,crashed; 'failed': any but passed.",
+        help="Exit 3 when the verdict is one of these (for CI), e.g. incorrect,compile_error; "
+        "'failed': any but passed.",
     ),
     use_server: bool = typer.Option(
         True,
         "--server/--no-server",
         metavar="",
-        help="Hand the evaluation to a running `kernelwright serve` for the device, where one "
-        "answers (its spares are warm: no start-up on the path); where none does, start one in the "
-        "background after this evaluation (serve.autostart: on a GPU by default; it stops after "
-        "serve.idle_minutes idle). --no-server: always here, and start none.",
+        help="Hand the evaluation to a running `kernelwright serve` (warm: no start-up); where none "
+        "answers, evaluate here and start one after (serve.autostart, on a GPU by default). "
+        "--no-server: here, and start none.",
     ),
     config: Path = _config_option(),
     quiet: bool = _quiet_option(),

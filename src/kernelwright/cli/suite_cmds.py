@@ -36,11 +36,13 @@ from rich.progress import (
 
 from kernelwright.cli.console import judge_defaults_warning
 from kernelwright.cli.exit_codes import ExitCode
-from kernelwright.cli.help import STORE_HELP
+from kernelwright.cli.help import STORE_HELP, PlainGroup
 from kernelwright.core.config import EvalConfig
 
 app = typer.Typer(
-    no_args_is_help=True, help="Evaluate or optimise whole suites (KernelBench levels, folders of problems)."
+    cls=PlainGroup,
+    no_args_is_help=True,
+    help="Evaluate or optimise whole suites (KernelBench levels, folders of problems).",
 )
 err = Console(stderr=True)
 
@@ -271,7 +273,7 @@ def _config_option():
         metavar="FILE",
         dir_okay=False,
         help="Settings file (default: the nearest kernelwright.toml, or pyproject.toml with "
-        "\\[tool.kernelwright], from the current directory up).",
+        "[tool.kernelwright], from the current directory up).",
     )
 
 
