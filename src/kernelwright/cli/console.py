@@ -148,11 +148,7 @@ def render_result(result: EvalResult, console: Console, evidence: bool = False, 
     for flag, _ in flags:  # [verdicts] figures not to be trusted; the advice is printed whole below the panel
         table.add_row(flag, "[yellow]yes[/] (see below)")
     if result.max_abs_err is not None:
-        table.add_row(
-            "max_abs_err",
-            f"{result.max_abs_err:.3e}  mean {result.mean_abs_err:.3e}  "
-            f"({len(result.trials)} trials, atol={result.atol}, rtol={result.rtol})",
-        )
+        table.add_row("max_abs_err", _errors_line(result))
     st = result.stage_times
     stages = [(k, getattr(st, f"{k}_s")) for k in ("startup", "build", "init", "correctness", "timing", "profile")]
     ran = "  ".join(f"{k} {v:.2f}s" for k, v in stages if v is not None) + (
@@ -177,6 +173,23 @@ def render_result(result: EvalResult, console: Console, evidence: bool = False, 
                 Text(result.error_log.rstrip()), title="error log", title_align="left", border_style="red", expand=False
             )
         )
+
+
+def _errors_line(result: EvalResult) -> str:
+    """The candidate's error against the reference. A failed record leads with the first failing
+    trial's, the figure its error log states; the largest over the trials follows."""
+    limits = f"atol={result.atol}, rtol={result.rtol}"
+    first = next((t for t in result.trials if not t.passed and t.max_abs_err is not None), None)
+    if result.status is Status.PASSED or first is None:
+        return (
+            f"{result.max_abs_err:.3e}  mean {result.mean_abs_err:.3e}  (the largest of {len(result.trials)} "
+            f"trials, {limits})"
+        )
+    mean = f"  mean {first.mean_abs_err:.3e}" if first.mean_abs_err is not None else ""
+    return (
+        f"{first.max_abs_err:.3e}{mean} in trial {first.trial}, the first to fail (as in the error log); "
+        f"the largest of {len(result.trials)} trials {result.max_abs_err:.3e}  ({limits})"
+    )
 
 
 def _timing_line(median: float | None, stats) -> str:
