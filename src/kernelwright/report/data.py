@@ -44,15 +44,17 @@ ENV_KEYS = ("device", "driver", "torch", "cuda", "python", "kernelwright", "comm
 
 
 def reason(result: EvalResult | None) -> str | None:
-    """Why an evaluation failed, in one line: the first line of its error log that says something."""
+    """Why an evaluation failed: the first line of its error log that says something, then the lines
+    that locate the error ("where: ..."; at most three), each cut at 160 characters."""
     if result is None or result.status is Status.PASSED:
         return None
-    for line in result.error_log.splitlines():
-        line = " ".join(line.split())
-        if line and not line.startswith(("Traceback", "File ", "^")):
-            return (line[:157] + "...") if len(line) > 160 else line
-    stage = result.error_stage
-    return f"{result.status}" + (f" in stage {stage}" if stage else "")
+    lines = [" ".join(line.split()) for line in result.error_log.splitlines()]
+    head = next((ln for ln in lines if ln and not ln.startswith(("Traceback", "File ", "^"))), None)
+    if head is None:
+        stage = result.error_stage
+        return f"{result.status}" + (f" in stage {stage}" if stage else "")
+    where = [ln for ln in lines if ln.startswith("where: ")][:3]
+    return "\n".join((ln[:157] + "...") if len(ln) > 160 else ln for ln in [head, *where])
 
 
 def environment(db: RunStore, runs: list[dict[str, Any]]) -> dict[str, Any]:
