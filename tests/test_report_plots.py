@@ -86,3 +86,25 @@ def test_a_folder_suites_report_has_no_empty_level_column_and_keeps_where_the_er
     subprocess.run([chromium, *flags, f"--screenshot={shot}", page.as_uri()], capture_output=True, timeout=120)
     assert shot.stat().st_size > 10_000
     shutil.copy(shot, "/tmp/kw-folder-report.png")  # for a person to look at
+
+
+def test_a_compile_errors_cell_keeps_the_line_it_failed_at():
+    from kernelwright.report.data import reason
+
+    log = (
+        "Compilation of extension 'kw_suite_small_matmul' failed with:\n"
+        "  main.cpp:10 (candidate line 13): expected ‘;’ before ‘return’\n"
+        "      out[i][j] += a[i][k] * b[k][j]   // missing semicolon: a compile error\n"
+        "\n"
+        "Compiler output (end):\n"
+        "Error building extension 'kw_suite_small_matmul': [1/2] c++ -MMD -MF main.o.d -c main.cpp -o main.o\n"
+        "FAILED: main.o\n"
+        "/root/.cache/kernelwright/builds/kw/main.cpp:10:35: error: expected ‘;’ before ‘return’\n"
+    )
+    cell = reason(EvalResult(status=Status.COMPILE_ERROR, error_log=log)).splitlines()
+    assert cell[0] == "Compilation of extension 'kw_suite_small_matmul' failed with:"
+    assert cell[1] == "main.cpp:10 (candidate line 13): expected ‘;’ before ‘return’"
+    assert cell[2].endswith("main.cpp:10:35: error: expected ‘;’ before ‘return’") and len(cell) == 3
+    # a traceback's first words are no reason; the line that says something is
+    crash = 'Traceback (most recent call last):\n  File "x.py", line 3\nRuntimeError: boom'
+    assert reason(EvalResult(status=Status.RUNTIME_ERROR, error_log=crash)) == "RuntimeError: boom"

@@ -74,7 +74,11 @@ def speedup_distribution(speedups: list[float]) -> str:
 
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}x"))
         ax.xaxis.set_minor_formatter(NullFormatter())
-        ax.set_xticks(sorted({round(lo, 2), 0.5, 1.0, 2.0, round(hi, 2)}))
+        ticks = [0.5, 1.0, 2.0]
+        for end in (round(lo, 2), round(hi, 2)):  # the ends, where no label is near (they would overlap)
+            if all(abs(math.log(end / t)) > 0.35 for t in ticks):
+                ticks.append(end)
+        ax.set_xticks(sorted(ticks))
     else:
         ax.text(0.5, 0.5, "no correct kernel", ha="center", va="center", transform=ax.transAxes)
     ax.axvline(1.0, color="#555", linestyle="--", linewidth=1)
