@@ -62,6 +62,17 @@ def device_problem(result: EvalResult) -> str | None:
     )
 
 
+def cold_build(result: EvalResult) -> str | None:
+    """ "compiled 2 extensions not built on this machine before (58.2s)": a first build of new code,
+    which a later run of the same code skips; None when every build came from the cache."""
+    tb = result.metadata.get("trusted_build") or {}
+    fresh = [b for b in tb.get("builds") or [] if isinstance(b, dict) and b.get("ok") and not b.get("cached")]
+    if tb.get("remembered") or not fresh:
+        return None
+    n = len(fresh)
+    return f"compiled {n} extension{'s' if n > 1 else ''} not built on this machine before ({tb.get('wall_s', 0):.1f}s)"
+
+
 def _ms(v: float | None) -> str:
     return "-" if v is None else (f"{v * 1e3:.1f} us" if v < 1 else f"{v:.3f} ms")
 
@@ -155,7 +166,8 @@ def render_result(result: EvalResult, console: Console, evidence: bool = False, 
         f"  total {st.total_s:.2f}s" if st.total_s is not None else ""
     )
     if ran.strip():  # a format_error is caught before any stage: no empty row
-        table.add_row("stages", ran.strip())
+        cold = cold_build(result)
+        table.add_row("stages", ran.strip() + (f"  (cold: {cold})" if cold else ""))
     if result.sandbox:
         table.add_row("sandbox", result.sandbox)
     console.print(Panel(table, title=head, title_align="left", expand=False))
@@ -280,6 +292,8 @@ class LoopProgress:
             speed = f" {_x(p.speedup)}" if p.speedup is not None else ""
             why = device_problem(p.result) if p.result is not None else None
             note = f" ({escape(why)})" if why else ""
+            cold = cold_build(p.result) if p.result is not None else None
+            note += f"  [dim]cold: {cold}[/]" if cold else ""
             self.console.print(
                 f"{self._label(p.round)}: [{style}]{p.verdict}[/]{speed}{note}{best}{_decision(p)}{_judge_failed(p)}  "
                 f"[dim]{_clock(now - self.round_started)}[/]",
