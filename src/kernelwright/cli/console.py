@@ -127,7 +127,9 @@ class EvalProgress:
     def stage(self, name: str) -> None:
         self.progress.update(self._task, description=f"evaluating: {name}…")
         if self.verbosity >= VERBOSE:
-            self.console.print(f"  {name}… (at {_clock(time.monotonic() - self.started)})", highlight=False)
+            self.console.print(
+                f"  {name}… (at {_clock(time.monotonic() - self.started)})", highlight=False, soft_wrap=True
+            )
 
 
 def render_result(result: EvalResult, console: Console, evidence: bool = False, verbosity: int = NORMAL) -> None:
@@ -293,10 +295,10 @@ class LoopProgress:
             why = device_problem(p.result) if p.result is not None else None
             note = f" ({escape(why)})" if why else ""
             cold = cold_build(p.result) if p.result is not None else None
-            note += f"  [dim]cold: {cold}[/]" if cold else ""
+            cold_note = f"  [dim]cold: {cold}[/]" if cold else ""
             self.console.print(
-                f"{self._label(p.round)}: [{style}]{p.verdict}[/]{speed}{note}{best}{_decision(p)}{_judge_failed(p)}  "
-                f"[dim]{_clock(now - self.round_started)}[/]",
+                f"{self._label(p.round)}: [{style}]{p.verdict}[/]{speed}{note}{best}{_decision(p)}{_judge_failed(p)}"
+                f"{cold_note}  [dim]{_clock(now - self.round_started)}[/]",
                 highlight=False,
                 soft_wrap=True,
             )
@@ -309,7 +311,9 @@ class LoopProgress:
         self.progress.update(self._task, description=f"{self._label(p.round)}: {p.stage}…{best}", eta=self.eta())
         if self.verbosity >= VERBOSE and p.stage != self.stage:
             self.console.print(
-                f"  {self._label(p.round)}: {p.stage}… (at {_clock(now - self.round_started)})", highlight=False
+                f"  {self._label(p.round)}: {p.stage}… (at {_clock(now - self.round_started)})",
+                highlight=False,
+                soft_wrap=True,
             )
         self.stage = p.stage
 

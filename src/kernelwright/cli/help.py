@@ -5,7 +5,8 @@ after an option that names no metavar.
 
 Help is plain text wrapped to the terminal (at most 80 columns), never a table whose cells are
 cut: an option and its value on the left, its description wrapped beside or below it, options
-grouped in sections (an option's `rich_help_panel`; "Options" when it names none). A usage error
+grouped in sections by name (`_SECTIONS`, unless the option names its own `rich_help_panel`;
+"Options" for the rest). A usage error
 (an option's value that does not parse, an unknown option) is one line on stderr, `error: ...`,
 naming the command's --help, and exits 2, as every other bad value does.
 """

@@ -179,7 +179,7 @@ def build(
             on_stage(f"build: compiling {name} ({i + 1} of {len(calls)}; {COLD})")
 
     if on_stage is not None:
-        on_stage(f"build: {len(calls)} extension(s), {COLD}")
+        on_stage(f"build: {len(calls)} extension{'s' if len(calls) > 1 else ''}, {COLD}")
     finished = process.run_to_end(
         argv,
         job,
