@@ -164,46 +164,30 @@ def _plain_or_none(cmd: Any) -> Any:
     return None if cmd is None else _plain_tree(cmd)
 
 
-class PlainCommand(TyperCommand):
+class _Plain:
+    """What every command of ours shares: click's plain formatter, plain parameters, sections, and
+    usage errors in one line."""
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.rich_markup_mode = None  # click's formatter: wrapped, never cut
+        super().__init__(*args, **{**kwargs, "rich_markup_mode": None})  # click's formatter: wrapped, never cut
 
     def get_params(self, ctx: Any) -> list[Any]:
-        return plain_help(super().get_params(ctx))
-
-    def format_options(self, ctx: Any, formatter: Any) -> None:
-        _sections(self, ctx, formatter)
-
-    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
-        try:
-            return super().parse_args(ctx, args)
-        except UsageError as exc:
-            raise _one_line(exc) from None
-
-
-class PlainGroup(TyperGroup):
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.rich_markup_mode = None
-
-    def get_params(self, ctx: Any) -> list[Any]:
-        return plain_help(super().get_params(ctx))
+        return plain_help(super().get_params(ctx))  # type: ignore[misc]
 
     def format_options(self, ctx: Any, formatter: Any) -> None:
         _options_and_commands(self, ctx, formatter)
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
-        try:
-            return super().parse_args(ctx, args)
-        except UsageError as exc:
-            raise _one_line(exc) from None
+        return _usage_in_one_line(super().parse_args)(ctx, args)  # type: ignore[misc]
 
+
+class PlainCommand(_Plain, TyperCommand):
+    pass
+
+
+class PlainGroup(_Plain, TyperGroup):
     def get_command(self, ctx: Any, cmd_name: str) -> Any:
         return _plain_or_none(super().get_command(ctx, cmd_name))
 
     def resolve_command(self, ctx: Any, args: list[str]) -> Any:
-        try:
-            return super().resolve_command(ctx, args)
-        except UsageError as exc:
-            raise _one_line(exc) from None
+        return _usage_in_one_line(super().resolve_command)(ctx, args)
