@@ -125,6 +125,7 @@ class EvalProgress:
         self.progress.__exit__(*exc)
 
     def stage(self, name: str) -> None:
+        name = escape(name)  # a stage may name a candidate's extension: text, never markup
         self.progress.update(self._task, description=f"evaluating: {name}…")
         if self.verbosity >= VERBOSE:
             self.console.print(
@@ -308,10 +309,11 @@ class LoopProgress:
             return
         if p.stage == "coder":
             self.round_started = now
-        self.progress.update(self._task, description=f"{self._label(p.round)}: {p.stage}…{best}", eta=self.eta())
+        stage = escape(p.stage)  # a stage may name a candidate's extension: text, never markup
+        self.progress.update(self._task, description=f"{self._label(p.round)}: {stage}…{best}", eta=self.eta())
         if self.verbosity >= VERBOSE and p.stage != self.stage:
             self.console.print(
-                f"  {self._label(p.round)}: {p.stage}… (at {_clock(now - self.round_started)})",
+                f"  {self._label(p.round)}: {stage}… (at {_clock(now - self.round_started)})",
                 highlight=False,
                 soft_wrap=True,
             )

@@ -99,7 +99,7 @@ class RichSuiteProgress:
         return self.task
 
     def stage(self, problem, text: str) -> None:
-        self.progress.update(self._task, description=f"{problem.key}: {text}")
+        self.progress.update(self._task, description=escape(f"{problem.key}: {text}"))  # text, never markup
 
     def done(self, problem, verdict: str, speedup: float | None) -> None:
         self.mix[verdict] += 1
