@@ -21,7 +21,7 @@ from rich.markup import escape
 
 import kernelwright
 from kernelwright.cli.exit_codes import ExitCode
-from kernelwright.cli.help import PlainCommand, PlainGroup
+from kernelwright.cli.help import STORE_HELP, PlainCommand, PlainGroup
 from kernelwright.core.config import EvalConfig, ServeConfig, Settings
 
 _Command, _Group = PlainCommand, PlainGroup  # help without type tags or markup loss (cli/help.py)
@@ -60,11 +60,6 @@ def _root(
 
 # ---- shared pieces ------------------------------------------------------------------------------
 
-STORE_HELP = (
-    "Run store that indexes every run (default: $KERNELWRIGHT_STORE, else kernelwright.db in the "
-    "user's data directory, ~/.local/share/kernelwright on Linux)."
-)
-
 
 def _config_option():
     return typer.Option(
@@ -73,7 +68,7 @@ def _config_option():
         metavar="FILE",
         dir_okay=False,
         help="Settings file (default: the nearest kernelwright.toml, or pyproject.toml with "
-        "\\[tool.kernelwright], from the current directory up).",
+        "[tool.kernelwright], from the current directory up).",
     )
 
 
@@ -210,17 +205,16 @@ def eval_cmd(
         None,
         "--fail-on",
         metavar="VERDICT,...",
-        help="Exit 3 when the verdict is one of these (for CI), e.g. "
-        "incorrect,compile_error,runtime_error,timeout,crashed; 'failed': any but passed.",
+        help="Exit 3 when the verdict is one of these (for CI), e.g. incorrect,compile_error; "
+        "'failed': any but passed.",
     ),
     use_server: bool = typer.Option(
         True,
         "--server/--no-server",
         metavar="",
-        help="Hand the evaluation to a running `kernelwright serve` for the device, where one "
-        "answers (its spares are warm: no start-up on the path); where none does, start one in the "
-        "background after this evaluation (serve.autostart: on a GPU by default; it stops after "
-        "serve.idle_minutes idle). --no-server: always here, and start none.",
+        help="Hand the evaluation to a running `kernelwright serve` (warm: no start-up); where none "
+        "answers, evaluate here and start one after (serve.autostart, on a GPU by default). "
+        "--no-server: here, and start none.",
     ),
     config: Path = _config_option(),
     quiet: bool = _quiet_option(),
@@ -538,7 +532,14 @@ def run_optimize(
     name: str | None = None,
 ) -> ExitCode:
     """Set the run up from `settings` (one-line errors, exit 2), run it, say how it ended."""
-    from kernelwright.cli.console import QUIET, LoopProgress, out_console, render_run, run_line
+    from kernelwright.cli.console import (
+        QUIET,
+        LoopProgress,
+        judge_defaults_warning,
+        out_console,
+        render_run,
+        run_line,
+    )
     from kernelwright.engine import EngineError
     from kernelwright.executors.evaluator import ExecutorEvaluator
     from kernelwright.executors.factory import make_executor
@@ -622,6 +623,9 @@ def run_optimize(
             highlight=False,
             soft_wrap=True,
         )
+        warning = judge_defaults_warning(model_cfg.coder, model_cfg.judge)
+        if warning:
+            err.print(f"[yellow]{escape(warning)}[/]", highlight=False, soft_wrap=True)
     from kernelwright.cli.resume import indexed
 
     recorder = indexed(run_dir, store)

@@ -462,6 +462,7 @@ def _run(
                 tdir,
                 environment.child_env(config, tdir / "tmp"),
                 build_arch.arch_list_for_config(config),
+                on_stage=on_stage,
             )
         except BaseException:
             spare.discard(remove_workdir=False)
@@ -511,6 +512,10 @@ def _run(
     isolation.annotate(result, iso)  # metadata["isolation"], the memory-limit note
     if trusted is not None:
         result.metadata["trusted_build"] = trusted.describe()
+        if trusted.builds and not trusted.remembered:  # compiled before the child's clock: its build stage
+            st = result.stage_times
+            st.build_s = (st.build_s or 0.0) + trusted.wall_s
+            st.total_s = (st.total_s or 0.0) + trusted.wall_s
     if config.profile.enabled and result.status is Status.PASSED:
         if on_stage:
             on_stage("profile")

@@ -297,8 +297,10 @@ def run_to_end(
     isolation: Any = None,
     max_line: int = 1 << 20,
     max_messages: int = 1000,
+    on_message: Callable[[dict[str, Any]], None] | None = None,
 ) -> Finished:
-    """Start a child that needs no commands, collect its reports until it ends or `limit_s` passes."""
+    """Start a child that needs no commands, collect its reports until it ends or `limit_s` passes
+    (`on_message`: each report as it arrives, for a live display)."""
     child = spawn(argv, job, workdir, env, name=name, isolation=isolation)
     child.reader = LineReader(max_line)
     child.close_stdin()
@@ -312,6 +314,9 @@ def run_to_end(
             break
         got, eof = child.read_messages(min(left, 0.5))
         msgs += got
+        if on_message is not None:
+            for m in got:
+                on_message(m)
         if eof or child.reader.overflow or len(msgs) > max_messages or (not got and not child.alive()):
             break
     if not timed_out:

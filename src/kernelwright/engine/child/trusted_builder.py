@@ -56,7 +56,8 @@ def main(job_path: str) -> int:
         flag_pch_keep=job.get("flag_pch_keep", 0),
     )
     results = []
-    for call in job["calls"]:
+    for i, call in enumerate(job["calls"]):
+        send("building", index=i)  # the parent's live line: which of its calls compiles now
         before = len(build.BUILD_LOG)
         error = ""
         t0 = time.perf_counter()
