@@ -155,7 +155,14 @@ def fake_evaluate(problem, code, on_stage, report_dir) -> EvalResult:
         l2_flush=False,
     )
     return EvalResult(
-        status=Status.PASSED, correct=True, speedup=s, candidate_ms=1 / s, reference_ms=1.0, candidate_timing=t
+        status=Status.PASSED,
+        correct=True,
+        speedup=s,
+        candidate_ms=1 / s,
+        reference_ms=1.0,
+        candidate_timing=t,
+        speedup_basis="device",
+        speedup_as_launched=0.9 * s,
     )
 
 
@@ -344,6 +351,9 @@ def test_index_a_run_directory_and_read_it_back(tmp_path):
         ]
         (problem,) = api.problems(run_id)
         assert problem["verdicts"] == ["incorrect", "passed", "passed"] and problem["correct"]
+        # what the speed-up measures, and the calls as launched, come with the kept kernel's figure
+        assert problem["speedup_basis"] == "device"
+        assert problem["speedup_as_launched"] == pytest.approx(0.9 * problem["speedup"])
         assert all(isinstance(v, RoundVerdict) for v in [problem["verdict"], *problem["verdicts"]])
         typed = result_of(api.evaluations(run=run_id)[1])
         assert isinstance(typed, EvalResult) and typed.status is Status.PASSED and typed.speedup == 1.0

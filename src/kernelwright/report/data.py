@@ -28,6 +28,8 @@ CSV_COLUMNS = [
     "size_robust",
     "sizes_failed",
     "speedup",
+    "speedup_basis",
+    "speedup_as_launched",
     "speedup_vs_compile",
     "candidate_ms",
     "reference_ms",

@@ -137,7 +137,10 @@ class RunStore:
             "e.*"
             if full
             else "e.id, e.run_id, e.round_idx, e.candidate_hash, e.status, e.correct, e.speedup,"
-            " e.speedup_vs_compile, e.candidate_ms, e.reference_ms, e.device, e.degenerate"
+            " e.speedup_vs_compile, e.candidate_ms, e.reference_ms, e.device, e.degenerate,"
+            # what the speed-up measures, and the calls as launched one at a time (the record's own fields)
+            " json_extract(e.record, '$.speedup_basis') AS speedup_basis,"
+            " json_extract(e.record, '$.speedup_as_launched') AS speedup_as_launched"
         )
         sql = f"SELECT {cols}, r.problem, r.level, r.suite_id FROM evaluations e JOIN runs r ON r.id = e.run_id"
         if run is not None:
@@ -213,6 +216,8 @@ class RunStore:
             correct=best is not None,
             speedup=best["speedup"] if best else None,
             speedup_vs_compile=best["speedup_vs_compile"] if best else None,
+            speedup_basis=best["speedup_basis"] if best else None,
+            speedup_as_launched=best["speedup_as_launched"] if best else None,
             verdicts=verdicts,
             speedups=[r["speedup"] for r in rounds],
             tokens=run["tokens"] or 0,

@@ -32,6 +32,8 @@ class ProblemOutcome:
     correct: bool = False
     speedup: float | None = None  # of the best correct kernel, over eager
     speedup_vs_compile: float | None = None  # of the same kernel, over torch.compile (when timed)
+    speedup_basis: str | None = None  # what `speedup` measures: "device" (the device's timeline) or "host"
+    speedup_as_launched: float | None = None  # the calls as launched one at a time, host time included
     verdicts: list[RoundVerdict] = field(default_factory=list)  # every round's verdict, in order
     speedups: list[float | None] = field(default_factory=list)  # every round's (None unless passed)
     tokens: int = 0
