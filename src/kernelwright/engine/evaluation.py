@@ -368,7 +368,8 @@ def _spawn_runner(
     env = environment.child_env(config, workdir / "tmp")
     read_only = _read_only_for_candidates(config)
     extra = [out_dir] if out_dir is not None and out_dir != workdir / "out" else []
-    argv = sandbox.wrap(process.child_argv("runner"), config.sandbox, workdir, [cache_dir, *extra], read_only)
+    writable = [*environment.candidate_writable(config), *extra]
+    argv = sandbox.wrap(process.child_argv("runner"), config.sandbox, workdir, writable, read_only)
     iso = isolation.prepare(config.device, config.sandbox, config.memory_limit_mb)
 
     wait_s = process.SPARE_WAITS_FOR_ZYGOTE_S if ahead else 0.0  # a spare's runner: off the path
@@ -514,7 +515,8 @@ def _run(
     if config.profile.enabled and result.status is Status.PASSED:
         if on_stage:
             on_stage("profile")
-        report_dir = Path(config.profile.report_dir) if config.profile.report_dir else cache_dir
+        report_dir = Path(config.profile.report_dir) if config.profile.report_dir else cache_dir / "profiles"
+        report_dir.mkdir(parents=True, exist_ok=True)
         # the runner under ncu constructs ModelNew and runs it on the judge's first trial inputs
         # (the first two wire files the judge wrote, kept above)
         job = dict(job, init_path=str(workdir / "in_init.kwt"), inputs_path=str(workdir / "in_000.kwt"))
@@ -528,7 +530,7 @@ def _run(
                 a,
                 config.sandbox,
                 workdir,
-                [cache_dir, report_dir],
+                [*environment.candidate_writable(config), report_dir],
                 _read_only_for_candidates(config),
             ),
         )
@@ -543,7 +545,7 @@ def _run(
                 a,
                 config.sandbox,
                 workdir,
-                [cache_dir],
+                environment.candidate_writable(config),
                 _read_only_for_candidates(config),
             ),
         )
