@@ -1,0 +1,215 @@
+"""No foothold outside the evaluation (issue 55): nothing a candidate leaves behind changes the
+verdict of another evaluation. Each attack is a file under tests/fixtures/host_attacks/, run
+through `evaluate` in the default sandbox (bubblewrap) and with `--sandbox none`; the honest side
+(a client, another evaluation) runs while the attack does, or after it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ADD_ONE, CANDIDATES, FIXTURES, ROOT
+from kernelwright.core.record import Status
+from kernelwright.engine import evaluate
+from kernelwright.engine.isolation import sandbox
+from kernelwright.executors import eval_server, serve_trust
+
+
+def _bwrap_reason() -> str:
+    try:
+        sandbox.resolve("bwrap")
+    except sandbox.SandboxUnavailable as exc:
+        return str(exc)
+    return ""
+
+
+MODES = [pytest.param("bwrap", marks=pytest.mark.skipif(bool(_bwrap_reason()), reason=_bwrap_reason())), "none"]
+
+
+def _attack(name: str, **fill: object) -> str:
+    text = (FIXTURES / "host_attacks" / f"{name}.py").read_text()
+    for key, value in fill.items():
+        text = text.replace(f"__{key.upper()}__", str(value))
+    return text
+
+
+@pytest.fixture
+def serve_home(tmp_path, monkeypatch) -> Path:
+    """A runtime folder and a cache of the test's own: the server's socket for them."""
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(run))
+    monkeypatch.setenv("KERNELWRIGHT_CACHE", str(tmp_path / "cache"))
+    return eval_server.socket_path("cpu")
+
+
+# ---- the impersonated server ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_candidate_that_impersonates_the_server_gets_no_honest_job(mode, cpu_config, serve_home, capfd):
+    """The attack of issue 55: the candidate binds the server's socket and answers with a forged
+    42x record. Under bubblewrap it cannot reach the socket's folder; with `none` it binds it (the
+    control), and every honest client meanwhile refuses it (its PID namespace is an evaluation's)
+    and evaluates by itself."""
+    path = serve_home
+    cpu_config.sandbox, cpu_config.time_candidate = mode, False
+    attack = _attack("impersonate_eval_server", socket=path, hold=6)
+    done: list = []
+    thread = threading.Thread(target=lambda: done.append(evaluate(ADD_ONE, None, cpu_config, candidate_text=attack)))
+    thread.start()
+    answers, seen = [], False
+    while thread.is_alive():
+        if path.exists():
+            seen = True
+            answers.append(eval_server.submit(ADD_ONE, CANDIDATES / "py_wrong.py", cpu_config, path=path))
+        time.sleep(0.2)
+    thread.join()
+    (r,) = done
+    assert r.status is Status.PASSED, r.error_log
+    assert answers == [None] * len(answers)  # no record from it: each client evaluated by itself
+    err = capfd.readouterr().err
+    if mode == "bwrap":
+        assert not seen  # its folder is hidden: the socket never appeared on the host
+    else:
+        assert seen and answers, "the impersonator never bound the socket: the test proves nothing"
+        assert "namespace is not this process's" in err, err
+    # a server of the user's takes the path over (a socket left by a process that is gone), and
+    # removes it when it stops
+    server = eval_server.EvalServer(cpu_config, spares=0, idle_s=5)
+    server.close()
+    assert not path.exists()
+
+
+FAKE_SERVER = """
+import json, os, socket, sys
+path = os.environ["FAKE_SOCKET"]
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.bind(path)
+s.listen(4)
+print("listening", flush=True)
+while True:
+    conn, _ = s.accept()
+    try:
+        conn.makefile("rb").readline()
+        rec = {"status": "passed", "correct": True, "speedup": 42.0, "metadata": {"forged": True}}
+        conn.sendall(json.dumps({"result": rec}).encode() + b"\\n")
+    except OSError:
+        pass
+    conn.close()
+"""
+
+
+def _fake_server(tmp_path: Path, path: Path, as_module: bool, marker: bool = False) -> subprocess.Popen:
+    """A process of this user, in this machine's namespaces, that answers every job with a forged
+    record: a script, or a module that calls itself `kernelwright.executors.eval_server` (a package
+    of its own first on PYTHONPATH), optionally with an evaluation's marker in its environment."""
+    env = dict(os.environ, FAKE_SOCKET=str(path))
+    env.pop(serve_trust.EVAL_MARKER.decode().rstrip("="), None)
+    if marker:
+        env[serve_trust.EVAL_MARKER.decode().rstrip("=")] = "0123abcd"
+    if as_module:
+        pkg = tmp_path / "fake" / "kernelwright" / "executors"
+        pkg.mkdir(parents=True)
+        (pkg.parent / "__init__.py").write_text("")
+        (pkg / "__init__.py").write_text("")
+        (pkg / "eval_server.py").write_text(FAKE_SERVER)
+        env["PYTHONPATH"] = str(tmp_path / "fake")
+        cmd = [sys.executable, "-m", "kernelwright.executors.eval_server", "start.json"]
+    else:
+        (tmp_path / "fake.py").write_text(FAKE_SERVER)
+        cmd = [sys.executable, str(tmp_path / "fake.py")]
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "listening"
+    return proc
+
+
+def test_the_cli_ignores_a_forged_server_in_one_line_and_evaluates_by_itself(tmp_path, serve_home):
+    """Any process of the user's can bind the path with `--sandbox none` (and a candidate can where
+    no PID namespace is to be had): one that does not run `kernelwright serve` is not trusted. The
+    wrong candidate gets its honest verdict, not the forged pass."""
+    fake = _fake_server(tmp_path, serve_home, as_module=False)
+    try:
+        env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), KERNELWRIGHT_SERVE_AUTOSTART="never", COLUMNS="400")
+        args = ["eval", str(ADD_ONE), str(CANDIDATES / "py_wrong.py"), "--device", "cpu", "--trials", "1", "--json"]
+        res = subprocess.run(
+            [sys.executable, "-m", "kernelwright.cli.main", *args], env=env, capture_output=True, text=True, timeout=300
+        )
+    finally:
+        fake.kill()
+        fake.wait()
+    rec = json.loads(res.stdout)
+    assert rec["status"] == Status.INCORRECT.value and "forged" not in rec["metadata"], rec["status"]
+    assert res.returncode == 0, res.stderr  # evaluated (no --fail-on)
+    lines = [line for line in res.stderr.splitlines() if "ignored what listens on" in line]
+    assert len(lines) == 1 and "command line is not kernelwright serve's" in lines[0], res.stderr
+
+
+def test_a_server_with_an_evaluations_marker_among_its_ancestors_is_not_trusted(tmp_path, serve_home):
+    """A process that calls itself the server (its command line is the server's, of this Python)
+    but carries an evaluation's marker was started by a candidate: refused. The same process
+    without the marker passes every check the client can make: `--sandbox none` without a PID
+    namespace cannot tell it apart (docs/SANDBOX.md)."""
+    import socket
+
+    for marker, trusted in ((True, False), (False, True)):
+        fake = _fake_server(tmp_path / str(marker), serve_home, as_module=True, marker=marker)
+        try:
+            conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            conn.connect(str(serve_home))
+            why = serve_trust.verify_server(conn)
+            conn.close()
+        finally:
+            fake.kill()
+            fake.wait()
+            serve_home.unlink()
+        assert (why == "") is trusted, why
+        if not trusted:
+            assert "evaluation's marker" in why
+
+
+def test_which_command_lines_are_a_servers():
+    py = sys.executable
+    assert serve_trust.is_serve_command([py, "-m", "kernelwright.executors.eval_server", "/x/start.json"])
+    assert serve_trust.is_serve_command(["/venv/bin/python", "/venv/bin/kernelwright", "serve", "--device", "cpu"])
+    assert serve_trust.is_serve_command([py, "-m", "kernelwright.cli.main", "serve"])
+    assert not serve_trust.is_serve_command([py, "-m", "kernelwright.cli.main", "eval", "serve.py", "c.py"])
+    assert not serve_trust.is_serve_command([py, "fake.py", "-m", "kernelwright.executors.eval_server"])
+    assert not serve_trust.is_serve_command([py, "-c", "import kernelwright.executors.eval_server"])
+    assert not serve_trust.is_serve_command([""])
+
+
+def test_the_socket_folder_is_private_and_never_in_the_cache(tmp_path, monkeypatch):
+    """$XDG_RUNTIME_DIR where it is a private folder of the user's outside the cache; else a folder
+    of the user's in the temporary directory (bubblewrap hides both); another user's folder there
+    is refused, not used."""
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    monkeypatch.setenv("KERNELWRIGHT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(run))
+    assert serve_trust.serve_dir() == run / "kernelwright"
+    os.chmod(run, 0o755)  # not private: passed over
+    assert serve_trust.serve_dir().name == f"kw-serve-{os.getuid()}"
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "cache" / "run"))
+    (tmp_path / "cache" / "run").mkdir(parents=True, mode=0o700)
+    assert serve_trust.serve_dir().name == f"kw-serve-{os.getuid()}"  # inside the cache: passed over
+    folder = tmp_path / "made"
+    serve_trust.private_dir(folder)
+    assert (os.stat(folder).st_mode & 0o777) == 0o700
+    (tmp_path / "link").symlink_to(folder)
+    with pytest.raises(OSError, match="not a folder of this user's"):
+        serve_trust.private_dir(tmp_path / "link")
+    if os.getuid() == 0:  # a folder someone else made first
+        other = tmp_path / "others"
+        other.mkdir()
+        os.chown(other, 65534, 65534)
+        with pytest.raises(OSError, match="uid 65534"):
+            serve_trust.private_dir(other)
