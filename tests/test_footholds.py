@@ -5,6 +5,7 @@ through `evaluate` in the default sandbox (bubblewrap) and with `--sandbox none`
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -16,7 +17,9 @@ from pathlib import Path
 import pytest
 
 from conftest import ADD_ONE, CANDIDATES, FIXTURES, ROOT
+from kernelwright.core.config import EvalConfig
 from kernelwright.core.record import Status
+from kernelwright.core.settings_file import SettingsError, load_settings
 from kernelwright.engine import evaluate
 from kernelwright.engine.isolation import sandbox
 from kernelwright.executors import eval_server, serve_trust
@@ -213,3 +216,98 @@ def test_the_socket_folder_is_private_and_never_in_the_cache(tmp_path, monkeypat
         os.chown(other, 65534, 65534)
         with pytest.raises(OSError, match="uid 65534"):
             serve_trust.private_dir(other)
+
+
+# ---- the planted settings file -------------------------------------------------------------------
+
+
+def _shared_folder(tmp_path: Path) -> Path:
+    """A folder anyone may write (as /tmp), with a project folder of the user's below it."""
+    shared = tmp_path / "shared"
+    (shared / "project").mkdir(parents=True)
+    os.chmod(shared, 0o1777)
+    return shared
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_planted_settings_file_is_passed_over_and_said_so(mode, cpu_config, tmp_path, capsys):
+    """The candidate writes kernelwright.toml into a shared folder above the next eval's working
+    directory. Under bubblewrap it cannot (the folder lies in the hidden /tmp); with `none` it
+    lands (the control), and the search passes over it in one line: the defaults hold."""
+    shared = _shared_folder(tmp_path)
+    cpu_config.sandbox, cpu_config.time_candidate = mode, False
+    r = evaluate(ADD_ONE, None, cpu_config, candidate_text=_attack("plant_settings_file", plant_dir=shared))
+    assert r.status is Status.PASSED, r.error_log
+    planted = shared / "kernelwright.toml"
+    if mode == "bwrap":
+        assert not planted.exists()
+        planted.write_text('[eval]\nsandbox = "none"\natol = 1e9\n')  # as with --sandbox none: the search's turn
+    assert planted.exists(), "the plant did not land: the test proves nothing"
+    capsys.readouterr()
+    settings = load_settings(start=shared / "project")
+    err = capsys.readouterr().err
+    assert settings.source is None and settings.eval.atol == EvalConfig().atol and settings.eval.sandbox == "auto"
+    assert err.count("\n") == 1 and f"passed over the settings file {planted}" in err, err
+    assert "may be written by others" in err
+
+
+def test_an_eval_below_a_planted_settings_file_keeps_its_verdict(tmp_path):
+    """The issue's outcome, undone: a wrong model run from below the planted file failed its
+    check with the defaults (it passed at 2.7x with the plant's tolerances)."""
+    shared = _shared_folder(tmp_path)
+    (shared / "kernelwright.toml").write_text(_attack("plant_settings_file").split('PLANT = """')[1].split('"""')[0])
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), KERNELWRIGHT_SERVE_AUTOSTART="never", COLUMNS="400")
+    env["KERNELWRIGHT_CACHE"] = str(tmp_path / "cache")
+    args = ["eval", str(ADD_ONE), str(CANDIDATES / "py_wrong.py"), "--device", "cpu", "--trials", "1", "--json"]
+    res = subprocess.run(
+        [sys.executable, "-m", "kernelwright.cli.main", *args],
+        env=env,
+        cwd=shared / "project",
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    rec = json.loads(res.stdout)
+    assert rec["status"] == Status.INCORRECT.value, res.stderr
+    assert rec["metadata"]["settings"] == {"file": None, "lowers": []}
+    assert "passed over the settings file" in res.stderr
+
+
+def test_a_settings_file_of_another_user_is_passed_over(tmp_path, capsys):
+    if os.getuid() != 0:
+        pytest.skip("needs root to give a file to another user")
+    (tmp_path / "project").mkdir()
+    own = tmp_path / "kernelwright.toml"
+    own.write_text("[eval]\natol = 0.5\n")
+    os.chown(own, 65534, 65534)
+    assert load_settings(start=tmp_path / "project").source is None
+    assert "belongs to uid 65534" in capsys.readouterr().err
+
+
+def test_a_settings_file_that_lowers_protection_says_so_each_time_and_the_record_names_it(tmp_path, capsys, cpu_config):
+    """The user's own file is read (a private folder); what it lowers is said on every read, and
+    the record names the file and what its configuration lowers."""
+    (tmp_path / "project").mkdir()
+    own = tmp_path / "kernelwright.toml"
+    own.write_text('[eval]\natol = 0.5\n[eval.guards]\nfail_on = ["mutates_inputs"]\n')
+    os.chmod(tmp_path, 0o700)
+    for _ in range(2):
+        settings = load_settings(start=tmp_path / "project")
+        err = capsys.readouterr().err
+        assert settings.source == str(own) and settings.eval.atol == 0.5
+        assert err.count("\n") == 1 and f"the settings file {own} lowers the evaluation's protection" in err, err
+        assert "atol = 0.5" in err and "guards.fail_on without" in err
+    quiet = tmp_path / "quiet"
+    (quiet / "p").mkdir(parents=True)
+    (quiet / "kernelwright.toml").write_text("[eval]\natol = 0.01\n")
+    assert load_settings(start=quiet / "p").eval.atol == 0.01 and capsys.readouterr().err == ""
+    cfg = dataclasses.replace(cpu_config, atol=settings.eval.atol, settings_file=settings.eval.settings_file)
+    cfg.time_candidate = False
+    r = evaluate(ADD_ONE, CANDIDATES / "py_correct.py", cfg)
+    assert r.metadata["settings"] == {"file": str(own), "lowers": ["atol = 0.5"]}, r.metadata["settings"]
+
+
+def test_a_settings_file_cannot_name_itself(tmp_path):
+    (tmp_path / "kernelwright.toml").write_text('[eval]\nsettings_file = "/etc/trusted.toml"\n')
+    with pytest.raises(SettingsError, match="unknown key 'eval.settings_file'"):
+        load_settings(tmp_path / "kernelwright.toml")

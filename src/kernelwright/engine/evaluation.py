@@ -21,6 +21,7 @@ from kernelwright.core import formats
 from kernelwright.core.config import EvalConfig
 from kernelwright.core.printable import printable
 from kernelwright.core.record import EvalResult, Stage, Status
+from kernelwright.core.settings_file import protection_lowered
 from kernelwright.engine import nsight, process, runner_fork, sanitizer
 from kernelwright.engine.build import build_arch, trusted_builds
 from kernelwright.engine.child import protocol
@@ -510,6 +511,7 @@ def _run(
     result.metadata["judge_process"] = "forked" if type(judge.proc).__name__ == "ForkedJudge" else "started"
     result.metadata["runner_process"] = "forked" if type(runner.proc).__name__ == "ForkedJudge" else "started"
     isolation.annotate(result, iso)  # metadata["isolation"], the memory-limit note
+    result.metadata["settings"] = {"file": config.settings_file or None, "lowers": protection_lowered(config)}
     if trusted is not None:
         result.metadata["trusted_build"] = trusted.describe()
     if config.profile.enabled and result.status is Status.PASSED:
