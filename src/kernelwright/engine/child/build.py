@@ -30,7 +30,7 @@ from typing import IO, TYPE_CHECKING, Any, NoReturn, TypeAlias
 
 from kernelwright.core.formats import parse_python
 from kernelwright.core.record import CompileIssue
-from kernelwright.engine.child import flag_pch
+from kernelwright.engine.child import build_inputs, flag_pch
 
 if TYPE_CHECKING:
     from kernelwright.engine.child.lean_headers import LeanSources
@@ -395,6 +395,8 @@ def install_build_cache(
         with_cuda = any(str(s).endswith(".cu") for s in srcs) or bool(kwargs.get("with_cuda"))
         payload = {
             "sources": contents,
+            # and every file they include: a header that changes changes the key (build_inputs.py)
+            "includes": [build_inputs.included_files(str(s), kwargs, with_cuda) for s in srcs],
             "args": args,
             "kwargs": {k: v for k, v in kwargs.items() if k not in ("verbose", "build_directory")},
         }
