@@ -353,3 +353,14 @@ def test_what_a_candidate_writes_to_dev_shm(mode, cpu_config):
         Path("/dev/shm", tag).unlink(missing_ok=True)
         for stray in Path("/dev/shm").glob(f"kw-*/**/{tag}"):
             stray.unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_no_jit_cache_is_shared_between_evaluations(mode, cpu_config, tmp_path):
+    """Each evaluation's Triton, CUDA and inductor caches are its own (in its TMPDIR): a kernel
+    planted by one candidate is never in the next one's caches."""
+    cpu_config.sandbox, cpu_config.time_candidate = mode, False
+    attack = _attack("plant_jit_cache", cache=cpu_config.cache_dir)
+    for _ in range(2):
+        r = evaluate(ADD_ONE, None, cpu_config, candidate_text=attack)
+        assert r.status is Status.PASSED, r.error_log
