@@ -364,3 +364,33 @@ def test_no_jit_cache_is_shared_between_evaluations(mode, cpu_config, tmp_path):
     for _ in range(2):
         r = evaluate(ADD_ONE, None, cpu_config, candidate_text=attack)
         assert r.status is Status.PASSED, r.error_log
+
+
+# ---- the profiler's folder -----------------------------------------------------------------------
+
+
+def test_the_profiled_candidate_writes_its_own_report_folder_and_no_link_it_leaves_is_followed(tmp_path, monkeypatch):
+    """ncu's child runs the candidate with its report folder writable: only this profile's folder
+    (no other evaluation's report), and the CSV the parent writes there afterwards replaces a link
+    the candidate left (a link to a file of the user's), never follows it."""
+    from kernelwright.engine import nsight
+
+    report, victim = tmp_path / "profiles" / "this-one", tmp_path / "victim"
+    victim.write_text("the user's file")
+    wrapped: list = []
+
+    def run(argv, env, workdir, left, log):  # the candidate under ncu: a link where the CSV goes
+        report.mkdir(parents=True, exist_ok=True)
+        (report / "profile.csv").symlink_to(victim)
+        return 1, "==ERROR== stopped here", False
+
+    monkeypatch.setattr(nsight, "known_metric_bases", lambda ncu, env: set())
+    monkeypatch.setattr(nsight, "_run", run)
+    with pytest.raises(nsight.NcuUnavailable):
+        nsight._profile(
+            "ncu", ["x"], {}, tmp_path, {}, 60, "judge", 4, set(), [], report, lambda a, *w: wrapped.append(w) or a
+        )
+    assert wrapped == [(report,)]
+    nsight._write_fresh(report / "profile.csv", "kernel,metric\n")
+    assert victim.read_text() == "the user's file"
+    assert not (report / "profile.csv").is_symlink() and (report / "profile.csv").read_text() == "kernel,metric\n"

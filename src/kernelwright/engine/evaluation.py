@@ -432,7 +432,6 @@ def _run(
 ) -> EvalResult:
     from kernelwright.engine.coordinator import coordinate
 
-    cache_dir = Path(config.cache_dir)
     # The runner never sees the problem: the judge holds it and hands the runner its inputs as data.
     (workdir / "out").mkdir(exist_ok=True)
     phases: dict[str, float] = {}  # the engine's own time, by phase (metadata["engine_phases_s"])
@@ -517,8 +516,6 @@ def _run(
     if config.profile.enabled and result.status is Status.PASSED:
         if on_stage:
             on_stage("profile")
-        report_dir = Path(config.profile.report_dir) if config.profile.report_dir else cache_dir / "profiles"
-        report_dir.mkdir(parents=True, exist_ok=True)
         # the runner under ncu constructs ModelNew and runs it on the judge's first trial inputs
         # (the first two wire files the judge wrote, kept above)
         job = dict(job, init_path=str(workdir / "in_init.kwt"), inputs_path=str(workdir / "in_000.kwt"))
@@ -528,11 +525,11 @@ def _run(
             workdir,
             env,
             job,
-            wrap=lambda a: sandbox.wrap(
+            wrap=lambda a, *report_dir: sandbox.wrap(
                 a,
                 config.sandbox,
                 workdir,
-                [*environment.candidate_writable(config), report_dir],
+                [*environment.candidate_writable(config), *report_dir],
                 _read_only_for_candidates(config),
             ),
         )
