@@ -394,3 +394,23 @@ def test_the_profiled_candidate_writes_its_own_report_folder_and_no_link_it_leav
     nsight._write_fresh(report / "profile.csv", "kernel,metric\n")
     assert victim.read_text() == "the user's file"
     assert not (report / "profile.csv").is_symlink() and (report / "profile.csv").read_text() == "kernel,metric\n"
+
+
+def test_a_folder_only_the_users_own_group_may_write_is_the_users(tmp_path, capsys):
+    """`umask 002` gives every folder of a user group write for the user's private group: that is
+    the user's alone, and the file there is read; a group with other members is not."""
+    (tmp_path / "project").mkdir()
+    (tmp_path / "kernelwright.toml").write_text("[eval]\natol = 0.01\n")
+    os.chmod(tmp_path, 0o775)
+    import grp
+    import pwd
+
+    me = pwd.getpwuid(os.getuid()).pw_name
+    private = os.stat(tmp_path).st_gid == os.getgid() and not set(grp.getgrgid(os.getgid()).gr_mem) - {me}
+    settings = load_settings(start=tmp_path / "project")
+    assert (settings.source is not None) is private, capsys.readouterr().err
+    if os.getuid() != 0:
+        pytest.skip("needs root to give the folder to another group")
+    os.chown(tmp_path, os.getuid(), 65534)
+    assert load_settings(start=tmp_path / "project").source is None
+    assert "its folder may be written by others" in capsys.readouterr().err

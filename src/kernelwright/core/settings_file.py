@@ -67,17 +67,39 @@ class SettingsError(ValueError):
 MAX_TOLERANCE = 1e-1  # an atol or rtol above this lowers the protection (a wrong kernel passes)
 
 
+def _others_may_write(st: os.stat_result) -> bool:
+    """Whether a user other than this one may write a file or folder with this status: anyone may
+    (world-writable), or its group may and the group is not this user's own private group (the
+    user's primary group with no other member, as `umask 002` systems give every user)."""
+    if st.st_mode & stat.S_IWOTH:
+        return True
+    if not st.st_mode & stat.S_IWGRP:
+        return False
+    if st.st_gid != os.getgid():
+        return True
+    try:
+        import grp
+        import pwd
+
+        me = pwd.getpwuid(os.getuid()).pw_name
+        return bool(set(grp.getgrgid(st.st_gid).gr_mem) - {me})
+    except (ImportError, KeyError):
+        return True
+
+
 def untrusted_because(path: Path) -> str:
     """Why a settings file found by the search is not read ('' where it may be): another user owns
-    it, or others may write its folder (they could have put it there)."""
+    it, or others may write it or its folder (they could have put it there)."""
     try:
         st, folder = os.stat(path), os.stat(path.parent)
     except OSError as exc:
         return f"it cannot be checked ({exc.strerror})"
     if st.st_uid != os.getuid():
         return f"it belongs to uid {st.st_uid}, not to this user"
-    if folder.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+    if _others_may_write(folder):
         return f"its folder may be written by others (mode {stat.filemode(folder.st_mode)})"
+    if _others_may_write(st):
+        return f"it may be written by others (mode {stat.filemode(st.st_mode)})"
     return ""
 
 
