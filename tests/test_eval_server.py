@@ -385,3 +385,22 @@ def test_a_job_read_back_from_json_fits_the_servers_spares(cpu_config):
 
     cpu_config.timeouts.startup = 120
     assert _spawn_key(EvalConfig.from_dict(json.loads(json.dumps(cpu_config.to_dict())))) == _spawn_key(cpu_config)
+
+
+def test_a_server_removes_only_the_socket_it_made(tmp_path, cpu_config):
+    """A stale socket is removed by the server that made it, at its end: a socket bound at the path
+    after it (the next server's) is left where it is."""
+    path = tmp_path / "s.sock"
+    server = eval_server.EvalServer(cpu_config, path=path, spares=0, idle_s=5)
+    path.unlink()
+    other = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    other.bind(str(path))
+    try:
+        server.close()
+        assert path.exists()
+    finally:
+        other.close()
+        path.unlink()
+    again = eval_server.EvalServer(cpu_config, path=path, spares=0, idle_s=5)
+    again.close()
+    assert not path.exists()
