@@ -46,8 +46,8 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from kernelwright.core.config import EvalConfig  # noqa: E402
 from kernelwright.engine import evaluate, prestart  # noqa: E402
-from kernelwright.engine.build.prebuild import BuildPool  # noqa: E402
-from kernelwright.engine.resolve import resolve_config  # noqa: E402
+from kernelwright.engine.config_resolution import resolve_config  # noqa: E402
+from kernelwright.engine.extensions.prebuild import BuildPool  # noqa: E402
 
 
 def default_build(candidate: Path) -> float:

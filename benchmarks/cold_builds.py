@@ -4,7 +4,7 @@
 
 CORPUS is a folder unpacked by `benchmarks/corpus_suite.py unpack` (problems/levelN, candidates/levelN).
 Every candidate whose text calls `load_inline` or `cpp_extension.load` is built by the engine's
-prebuild (`engine/build/prebuild.py`: a CPU-only child imports the candidate, the build calls it makes
+prebuild (`engine/extensions/prebuild.py`: a CPU-only child imports the candidate, the build calls it makes
 are recorded, the trusted builder compiles them), into one build cache that starts empty, `--workers`
 at a time, in the corpus' order. The prebuild's wall is what one candidate's cold build costs off the
 GPU's path (the child's start and torch's import included).
@@ -32,8 +32,8 @@ from pathlib import Path
 
 from benchmarks.corpus_suite import _pct
 from kernelwright.core.config import EvalConfig
-from kernelwright.engine.build.prebuild import BuildPool
-from kernelwright.engine.resolve import resolve_config
+from kernelwright.engine.config_resolution import resolve_config
+from kernelwright.engine.extensions.prebuild import BuildPool
 
 BUILDS = re.compile(r"\bload_inline\b|cpp_extension\.load\b|\bload\(")
 

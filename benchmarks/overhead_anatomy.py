@@ -81,7 +81,7 @@ def prestarted_evals(
 
     from kernelwright.core.config import EvalConfig
     from kernelwright.engine import evaluate, prestart
-    from kernelwright.engine.resolve import resolve_config
+    from kernelwright.engine.config_resolution import resolve_config
 
     cfg = resolve_config(EvalConfig(device=device, cache_dir=str(cache), device_handoff=handoff))
     first = evaluate(problem, candidate, cfg)  # fills the build cache (its own children)

@@ -42,8 +42,8 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from kernelwright.core.config import EvalConfig, LoopConfig  # noqa: E402
 from kernelwright.core.record import Status  # noqa: E402
-from kernelwright.engine.build.prebuild import BuildPool  # noqa: E402
-from kernelwright.engine.resolve import resolve_config  # noqa: E402
+from kernelwright.engine.config_resolution import resolve_config  # noqa: E402
+from kernelwright.engine.extensions.prebuild import BuildPool  # noqa: E402
 from kernelwright.executors.base import EvalTask  # noqa: E402
 from kernelwright.executors.evaluator import ExecutorEvaluator  # noqa: E402
 from kernelwright.executors.local import LocalExecutor  # noqa: E402

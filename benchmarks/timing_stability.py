@@ -44,7 +44,7 @@ def main() -> int:
 
     from kernelwright.core.config import EvalConfig
     from kernelwright.engine import evaluate
-    from kernelwright.engine.resolve import resolve_config
+    from kernelwright.engine.config_resolution import resolve_config
 
     cfg = EvalConfig(device="cpu", trials=1)
     if args.cache:

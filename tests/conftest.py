@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from kernelwright.core.config import EvalConfig, StageTimeouts, TimingConfig
-from kernelwright.engine.resolve import resolve_config
+from kernelwright.engine.config_resolution import resolve_config
 
 # a test's `kernelwright eval` on a GPU would otherwise leave a server of warm evaluations behind it
 # (ServeConfig.autostart); the tests of that server set it themselves

@@ -22,7 +22,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("value", &value); }
 """
 
 # one process of each side: the trusted builder (publish) and an evaluation that loads only the
-# builder's verified artefacts (private_root), as engine/build/trusted_builds.py runs them
+# builder's verified artefacts (private_root), as engine/extensions/trusted_builds.py runs them
 BUILD = """
 import json, os, sys
 from kernelwright.engine.child import build

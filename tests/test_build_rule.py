@@ -91,7 +91,7 @@ def test_a_main_cpp_error_fails_after_the_lean_build_alone(cuda_config, tmp_path
 
 
 def test_recorded_calls_are_checked_like_calls_read_from_the_text():
-    from kernelwright.engine.build import static_builds
+    from kernelwright.engine.extensions import static_builds
 
     ok, why = static_builds.check_recorded(
         {"name": "ext", "cpp_sources": "int f();", "functions": ["f"], "verbose": True}
@@ -110,8 +110,8 @@ def test_recorded_calls_are_checked_like_calls_read_from_the_text():
 
 @pytest.mark.slow
 def test_a_call_computed_at_run_time_is_built_by_the_trusted_builder_in_a_prebuild(cpu_config):
-    from kernelwright.engine.build import static_builds, trusted_builds
-    from kernelwright.engine.build.prebuild import prebuild
+    from kernelwright.engine.extensions import static_builds, trusted_builds
+    from kernelwright.engine.extensions.prebuild import prebuild
 
     text = (BF / "cpp_computed_sources.py").read_text()
     assert static_builds.scan(text).private and not static_builds.scan(text).calls  # the text alone: unresolved
@@ -132,8 +132,8 @@ def test_a_call_computed_at_run_time_is_built_by_the_trusted_builder_in_a_prebui
 
 @pytest.mark.slow
 def test_a_load_of_files_the_candidate_writes_is_built_by_the_trusted_builder_in_a_prebuild(cpu_config):
-    from kernelwright.engine.build import static_builds, trusted_builds
-    from kernelwright.engine.build.prebuild import prebuild
+    from kernelwright.engine.extensions import static_builds, trusted_builds
+    from kernelwright.engine.extensions.prebuild import prebuild
 
     text = (BF / "cpp_load_written_files.py").read_text()
     assert any("load(...)" in p for p in static_builds.scan(text).private)  # the text alone: not buildable
@@ -155,8 +155,8 @@ def test_a_load_of_files_the_candidate_writes_is_built_by_the_trusted_builder_in
 def test_a_recorded_load_that_fails_in_its_compiler_is_replayed_not_built_again(cpu_config):
     """CUDA-L1's `75_` on the H100 (2026-11-26): its recorded load() failed in the trusted builder,
     and the evaluation compiled it again for 13.5 s on the GPU's path before the same failure."""
-    from kernelwright.engine.build import trusted_builds
-    from kernelwright.engine.build.prebuild import prebuild
+    from kernelwright.engine.extensions import trusted_builds
+    from kernelwright.engine.extensions.prebuild import prebuild
 
     text = (BF / "cpp_load_written_broken.py").read_text()
     trusted_builds.forget()
@@ -181,7 +181,7 @@ def test_a_recorded_load_is_replayed_only_where_the_builder_had_every_file_it_in
 
 
 def test_recorded_load_calls_are_checked_as_hostile_input():
-    from kernelwright.engine.build import static_builds
+    from kernelwright.engine.extensions import static_builds
 
     ok = {"name": "ext", "load_sources": [["k.cu", "__global__ void f() {}"], ["b.cpp", "int g();"]]}
     assert static_builds.check_recorded(ok) == (ok, "")
@@ -309,7 +309,7 @@ class ModelNew(nn.Module):
 def test_a_build_made_in_init_or_at_the_first_call_is_recorded_given_the_problem(cpu_config, tmp_path, where):
     """The build recorder constructs ModelNew and calls it once on the CPU (given the problem): the
     builds made there reach the trusted builder, checked as hostile input like any recorded call."""
-    from kernelwright.engine.build import static_builds, trusted_builds
+    from kernelwright.engine.extensions import static_builds, trusted_builds
     from kernelwright.engine.isolation.environment import child_env
 
     text = LAZY[where]

@@ -336,6 +336,31 @@ def test_optimize_json_and_quiet(tmp_path, cache_dir):
 
 
 @needs_openai
+def test_a_judge_left_to_the_coders_model_warns_once_and_its_failures_are_on_the_round_line(tmp_path, cache_dir):
+    """The newcomer's run: one model at --base-url writes the code and, by default, judges it; it
+    answers the Judge with code (no JSON). The same code comes back in round 1, timed again."""
+    same = Reply(answer(CANDIDATES / "py_correct.py"))
+    script = {"m": [same, same, same]}  # round 0's Coder, round 0's Judge, round 1's Coder
+    (tmp_path / "kernelwright.toml").write_text(FAST_TIMING)
+    with ChatServer(script) as server:
+        res = kw(
+            *("optimize", ADD_ONE, "--coder", "m", "--base-url", server.base_url, "--rounds", "2"),
+            *("--device", "cpu", "--trials", "2", "--no-profile", "--out", tmp_path / "run"),
+            cwd=tmp_path,
+            cache_dir=cache_dir,
+        )
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert res.stderr.count("warning: no --judge given; the Judge is the Coder's model (m)") == 1, res.stderr
+    round0 = next(ln for ln in res.stderr.splitlines() if ln.startswith("round 0 "))
+    assert "new best: the first correct candidate" in round0
+    assert "Judge failed: the Judge's answer holds no JSON object" in round0, round0
+    round1 = next(ln for ln in res.stderr.splitlines() if ln.startswith("round 1 "))
+    assert "kept round 0: the same code as round 0 (sha256 " in round1, round1
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["best"]["round"] == 0 and [r["became_best"] for r in summary["rounds"]] == [True, False]
+
+
+@needs_openai
 def test_optimize_verbose_shows_stages_with_elapsed_time(tmp_path, cache_dir):
     script = {"coder": [Reply(answer(CANDIDATES / "py_correct.py"))] * 2, "judge": [Reply(PERF)]}
     (tmp_path / "kernelwright.toml").write_text(FAST_TIMING)

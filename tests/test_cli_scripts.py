@@ -157,6 +157,55 @@ def test_help_has_no_markup_loss_and_no_type_tags(command):
         assert "[tool.kernelwright]" in text
 
 
+def _command_paths(cmd, path=()):
+    """Every command of the CLI, as the words that name it (the root first)."""
+    from typer.main import get_command
+
+    cmd = cmd or get_command(app)
+    yield path
+    ctx = cmd.make_context("kernelwright", ["--help"], resilient_parsing=True) if hasattr(cmd, "commands") else None
+    for name in cmd.list_commands(ctx) if ctx is not None else ():
+        yield from _command_paths(cmd.get_command(ctx, name), (*path, name))
+
+
+def test_every_help_at_80_columns_cuts_no_text():
+    """At 80 columns no option, value or description is cut ('…', or click's '...' after a command's
+    help); every line fits; a command's whole short help is in its group's list."""
+    from typer.main import get_command
+
+    paths = list(_command_paths(get_command(app)))
+    assert ("suite", "eval") in paths and ("serve",) in paths and len(paths) >= 9
+    for path in paths:
+        out = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": "80"}, terminal_width=80)
+        assert out.exit_code == 0, (path, out.output)
+        lines = out.output.splitlines()
+        assert "…" not in out.output, (path, [ln for ln in lines if "…" in ln])
+        assert max(map(len, lines)) <= 80, (path, max(lines, key=len))
+        commands = out.output.split("Commands:")[-1] if "Commands:" in out.output else ""
+        assert not any(ln.rstrip().endswith("...") for ln in commands.splitlines()), (path, commands)
+    assert len(CliRunner().invoke(app, ["eval", "--help"], env={"COLUMNS": "80"}).output.splitlines()) < 80
+
+
+@pytest.mark.parametrize(
+    "args, line",
+    [
+        (["eval", "p.py", "c.py", "--trials", "zero"], "error: --trials: input should be a valid integer"),
+        (["suite", "eval", "p", "c", "--trials", "zero"], "error: --trials: input should be a valid integer"),
+        (["optimize", "p.py", "--rounds", "1.5"], "error: --rounds: input should be a valid integer"),
+        (["eval", "p.py"], "error: missing argument 'CANDIDATE' (see `"),
+        (["eval", "p.py", "c.py", "--bogus"], "error: no such option: --bogus"),
+        (["evall"], "error: no such command 'evall'"),
+    ],
+)
+def test_a_usage_error_is_one_line_that_names_the_fix(args, line):
+    res = cli(*args)
+    assert res.returncode == ExitCode.BAD_INPUT == 2, res.stderr
+    assert res.stderr.startswith(line) and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert "--help`)" in res.stderr and "╭" not in res.stderr and res.stdout == ""
+    if "--trials" in args:
+        assert "; pass --trials N (see `" in res.stderr
+
+
 def _flagged(status: Status, **flags: str) -> EvalResult:
     return EvalResult(
         status=status,

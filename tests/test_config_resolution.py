@@ -1,4 +1,4 @@
-"""The configuration is resolved once, at an entry point (engine/resolve.py): "auto" becomes a
+"""The configuration is resolved once, at an entry point (engine/config_resolution.py): "auto" becomes a
 concrete device and sandbox there, and the engine refuses a raw "auto". Reading and checking a
 configuration (`EvalConfig.from_dict`, `validate`) follows the dataclasses' own fields: one-line
 errors that name the key and, for a value set, the values allowed."""
@@ -13,9 +13,9 @@ import pytest
 from conftest import ADD_ONE, CANDIDATES
 from kernelwright.core.config import EvalConfig, GuardConfig, LoopConfig, ProfileConfig, StageTimeouts
 from kernelwright.engine import EngineError, evaluate, prestart
-from kernelwright.engine import resolve as resolution
+from kernelwright.engine import config_resolution as resolution
+from kernelwright.engine.config_resolution import resolve_config, resolve_device, resolve_sandbox
 from kernelwright.engine.isolation import containment, sandbox
-from kernelwright.engine.resolve import resolve_config, resolve_device, resolve_sandbox
 
 # ---- resolution ---------------------------------------------------------------------------------
 
@@ -158,7 +158,7 @@ def test_the_engine_refuses_an_unresolved_configuration(cache_dir):
 
 
 def test_the_child_refuses_an_unresolved_device():
-    from kernelwright.engine.child.problem_io import resolve_device as child_device
+    from kernelwright.engine.child.problem_io import torch_device as child_device
 
     assert child_device("cpu").type == "cpu"
     with pytest.raises(RuntimeError, match="unresolved"):

@@ -89,6 +89,22 @@ def test_live_progress_numbers_rounds_from_0_and_estimates_the_time_left():
     assert quiet.getvalue() == ""
 
 
+def test_a_stage_that_names_a_candidates_extension_is_text_not_markup():
+    """The build stage names the extension the candidate's code asked for: a name such as
+    "[/x]" (closing markup nothing opened) is printed as it is, not a console crash."""
+    from kernelwright.cli.console import VERBOSE, EvalProgress
+
+    stage = "build: compiling [/x][bold]ext (1 of 1; not built on this machine before)"
+    buf = io.StringIO()
+    with LoopProgress(Console(file=buf, width=200), rounds=1, verbosity=VERBOSE) as progress:
+        progress.update(Progress(round=0, stage=stage))
+    assert f"round 0 (1 of 1): {stage}…" in buf.getvalue()
+    buf = io.StringIO()
+    with EvalProgress(Console(file=buf, width=200), VERBOSE) as progress:
+        progress.stage(stage)
+    assert f"{stage}…" in buf.getvalue()
+
+
 def test_unknown_provider_prefixes_and_empty_replay():
     with pytest.raises(
         ModelSetupError, match=r"unknown provider 'foo'; known prefixes: openai:, anthropic:, litellm:, replay:"

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from kernelwright.engine.build import trusted_builds
 from kernelwright.engine.child import flag_pch
+from kernelwright.engine.extensions import trusted_builds
 from kernelwright.engine.isolation import environment
 
 LLM_FLAGS = ["-O3", "-ffast-math", "-march=native"]

@@ -6,10 +6,13 @@ next passing round. (tests/test_forge_loop.py runs the loop end to end with the 
 from __future__ import annotations
 
 import json
+from io import StringIO
 
 import pytest
+from rich.console import Console
 
 from conftest import ADD_ONE, block
+from kernelwright.cli.console import LoopProgress
 from kernelwright.core.config import EvalConfig, LoopConfig, ProfileConfig
 from kernelwright.core.record import EvalResult, Status, TimingStats
 from kernelwright.loop.forge import Forge, engine_evaluator, improvement
@@ -322,3 +325,57 @@ def test_engine_evaluator_sends_the_profile_report_to_the_round_folder(monkeypat
     )
     state = f.run()
     assert dirs == [tmp_path / "run" / RunDir.round_name(state.rounds[0]) / "profile"]
+
+
+# ---- the keep rule and the round's line ---------------------------------------------------------
+
+
+def run_with_console(f, rounds):
+    """Run the loop with the live console on a buffer: (state, the printed round lines)."""
+    buf = StringIO()
+    with LoopProgress(Console(file=buf, width=300), rounds=rounds) as progress:
+        f.on_progress = progress.update
+        state = f.run()
+    return state, [ln for ln in buf.getvalue().splitlines() if ln.startswith("round ")]
+
+
+def test_the_same_code_every_round_leaves_round_0_the_best(tmp_path):
+    """A Coder that answers the same code every round, timed faster each time (noise on a loaded
+    machine): identical code never replaces the best, and the console line says why."""
+    speedups = iter([1.0, 2.0, 4.0])
+
+    def noisy(problem, text, on_stage, report_dir):
+        return timed(next(speedups), None)
+
+    same = block(code(1.0))
+    coder, judge = Scripted([same] * 3, "coder"), Scripted([PERF, PERF], "judge")
+    f = Forge(
+        ADD_ONE, coder, judge, noisy, LoopConfig(rounds=3), device="cpu", recorder=RunDir(tmp_path / "run", ADD_ONE, {})
+    )
+    state, lines = run_with_console(f, rounds=3)
+    assert [r.speedup for r in state.rounds] == [1.0, 2.0, 4.0]
+    assert [r.became_best for r in state.rounds] == [True, False, False] and state.best.index == 0
+    assert "the same code as round 0" in state.rounds[2].best_decision
+    assert "new best: the first correct candidate" in lines[0]
+    assert "kept round 0: the same code as round 0 (sha256 " in lines[1] and "best 1.000x" in lines[1]
+    assert "kept round 0: the same code as round 0" in lines[2]
+    assert (tmp_path / "run" / "best.py").read_text() == code(1.0)
+
+
+def test_a_timing_rule_decision_is_on_the_round_line(tmp_path):
+    f, *_ = forge(
+        tmp_path,
+        [block(code(2.0, 0.10)), block(code(2.1, 0.10, tag="b")), block(code(3.0, 0.01))],
+        [PERF] * 2,
+        rounds=3,
+    )
+    _, lines = run_with_console(f, rounds=3)
+    assert "kept round 0: 2.100x is within the measured timing spread of the best (2.000x)" in lines[1]
+    assert "new best: 3.000x beats the best (2.000x) beyond the measured spread" in lines[2]
+
+
+def test_a_judge_failure_is_on_the_round_line(tmp_path):
+    f, *_ = forge(tmp_path, [block(code(2.0)), block(code(None))], ["Sure! Here is my review: looks fast."], rounds=2)
+    state, lines = run_with_console(f, rounds=2)
+    assert state.rounds[0].judge_error
+    assert "Judge failed: " in lines[0] and state.rounds[0].judge_error[:40] in lines[0]

@@ -1,4 +1,4 @@
-"""CPU judges forked from the zygote (`engine/zygote.py`): the same verdicts as exec'd judges, one
+"""CPU judges forked from the zygote (`engine/zygote_client.py`): the same verdicts as exec'd judges, one
 zygote for many evaluations, and a forked judge that dies is seen to die."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import time
 
 from conftest import ADD_ONE, CANDIDATES
 from kernelwright.core.record import Status
-from kernelwright.engine import evaluate, zygote
+from kernelwright.engine import evaluate, zygote_client
 
 
 def test_forked_and_started_judges_give_the_same_verdicts(cpu_config):
@@ -39,22 +39,22 @@ def _forked(cpu_config) -> dict:
 
 def test_one_zygote_serves_many_evaluations_and_their_caches(cpu_config, tmp_path):
     _forked(cpu_config)
-    pids = {z.proc.pid for z in zygote._ZYGOTES.values()}
+    pids = {z.proc.pid for z in zygote_client._ZYGOTES.values()}
     cpu_config.cache_dir = str(tmp_path / "another-cache")  # per-judge variables: the same zygote
     _forked(cpu_config)
-    assert {z.proc.pid for z in zygote._ZYGOTES.values()} == pids
-    assert len(zygote._ZYGOTES) <= zygote.MAX_ZYGOTES
+    assert {z.proc.pid for z in zygote_client._ZYGOTES.values()} == pids
+    assert len(zygote_client._ZYGOTES) <= zygote_client.MAX_ZYGOTES
 
 
 def test_a_zygote_not_yet_ready_never_makes_the_caller_wait(cpu_config):
     """One evaluation alone starts no zygote; the next starts it and is exec'd while it imports
     torch (an evaluation never waits for it); a later one is forked."""
-    zygote.close_all()
-    zygote._ASKED.clear()
+    zygote_client.close_all()
+    zygote_client._ASKED.clear()
     for _ in range(2):
         r = evaluate(ADD_ONE, CANDIDATES / "py_correct.py", cpu_config)
         assert r.status is Status.PASSED and r.metadata["judge_process"] == "started"
-    assert len(zygote._ZYGOTES) == 1
+    assert len(zygote_client._ZYGOTES) == 1
     assert _forked(cpu_config)["judge_process"] == "forked"
 
 
@@ -108,12 +108,12 @@ def test_a_spare_waits_for_the_zygote_so_its_import_never_runs_beside_the_next_e
     timing had overlapped the zygote's import, `timing_unstable`)."""
     from kernelwright.engine import WarmEvaluator
 
-    zygote.close_all()
-    zygote._ASKED.clear()
+    zygote_client.close_all()
+    zygote_client._ASKED.clear()
     with WarmEvaluator(cpu_config) as warm:
         first = warm.evaluate(ADD_ONE, CANDIDATES / "py_correct.py")
         assert first.metadata["judge_process"] == "started"  # one evaluation alone: no zygote yet
-        zyg = next(iter(zygote._ZYGOTES.values()))
+        zyg = next(iter(zygote_client._ZYGOTES.values()))
         assert zyg.ready  # the spare started after it waited for the import to end
         second = warm.evaluate(ADD_ONE, CANDIDATES / "py_correct.py")
     assert second.status is Status.PASSED, second.error_log
@@ -127,8 +127,8 @@ def test_a_zygote_outlives_the_thread_that_asked_for_it(cpu_config):
     long-lived thread instead."""
     import threading
 
-    zygote.close_all()
-    zygote._ASKED.clear()
+    zygote_client.close_all()
+    zygote_client._ASKED.clear()
 
     def two_evaluations() -> None:  # the second one starts the zygote
         for _ in range(2):
@@ -137,7 +137,7 @@ def test_a_zygote_outlives_the_thread_that_asked_for_it(cpu_config):
     t = threading.Thread(target=two_evaluations)
     t.start()
     t.join()
-    assert zygote._ZYGOTES
+    assert zygote_client._ZYGOTES
     time.sleep(1.0)  # a parent-death signal would have come by now
-    assert all(z.proc.poll() is None for z in zygote._ZYGOTES.values())
+    assert all(z.proc.poll() is None for z in zygote_client._ZYGOTES.values())
     assert _forked(cpu_config)["judge_process"] == "forked"

@@ -1,7 +1,9 @@
 """The package's layers, read from its imports: no module imports upward, and the isolated
 processes (runner and judge, `engine/child/`) import nothing of kernelwright but `core` and
 their own package. `core` imports nothing of kernelwright's above it, and no torch. Every package
-has a layer, and the README's layout table names every folder and every module in it."""
+has a layer, and the README's layout table names every folder and every module in it. No two
+modules import each other, directly or round a loop, counting imports inside functions and those
+for type checkers only."""
 
 from __future__ import annotations
 
@@ -16,9 +18,10 @@ PKG = Path(__file__).resolve().parent.parent / "src" / "kernelwright"
 LAYERS = {
     "core": 0,
     "engine.child": 1,
+    "engine.child.timing": 1,
     "engine": 2,
     "engine.isolation": 2,
-    "engine.build": 2,
+    "engine.extensions": 2,
     "models": 3,
     "models.prompts": 3,
     "loop": 4,
@@ -71,8 +74,8 @@ def test_no_module_imports_a_layer_above_its_own(module, path):
         target = layer_of(imp)
         if target is None:
             continue
-        if own == "engine.child":
-            assert target in ("core", "engine.child"), f"{module} (isolated child) imports {imp}"
+        if own.startswith("engine.child"):
+            assert target in ("core", "engine.child", "engine.child.timing"), f"{module} (isolated child) imports {imp}"
         else:
             assert LAYERS[target] <= LAYERS[own], f"{module} ({own}) imports {imp} ({target}), a layer above"
 
@@ -125,3 +128,153 @@ def test_the_readme_layout_table_names_every_folder_and_its_modules():
                 assert f"`{path.name}`" in rows[key], f"README's layout row for {key} does not name {path.name}"
     for key in rows:
         assert (PKG / key).is_dir(), f"README's layout table names {key}, which is not a folder of src/kernelwright/"
+
+
+# ---- import cycles ---------------------------------------------------------------------------------
+
+# Cycles that other work removes; each entry goes when its modules no longer import each other
+# (`test_a_known_cycle_is_still_there` says when).
+KNOWN_CYCLES: set[frozenset[str]] = set()
+
+
+def _type_checking_only(tree: ast.Module) -> set[int]:
+    """The ids of the nodes under `if TYPE_CHECKING:`."""
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
+            out.update(id(n) for b in node.body for n in ast.walk(b))
+    return out
+
+
+def module_imports(path: Path, module: str, known: set[str]) -> list[tuple[str, int]]:
+    """The package's modules `module` imports (at `path`), each with its line: at module level, inside
+    functions, relative or absolute. `from a.b import c` is a.b.c where that is a module, else a.b.
+    An `__init__`'s imports for type checkers only are left out (it hands names on lazily, and
+    `import kernelwright` for `__file__` would otherwise close a loop through every name it hands on);
+    any other module's count: a type is a dependency as much as a call is."""
+    tree = ast.parse(path.read_text())
+    is_package = path.name == "__init__.py"
+    skip = _type_checking_only(tree) if is_package else set()
+    out = []
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            out += [(a.name, node.lineno) for a in node.names if a.name in known]
+        elif isinstance(node, ast.ImportFrom):
+            source = node.module or ""
+            if node.level:
+                base = module.split(".") if is_package else module.split(".")[:-1]
+                base = base[: len(base) - (node.level - 1)]
+                source = ".".join(base + ([node.module] if node.module else []))
+            for a in node.names:
+                if f"{source}.{a.name}" in known:
+                    out.append((f"{source}.{a.name}", node.lineno))
+                elif source in known:
+                    out.append((source, node.lineno))
+    return out
+
+
+def import_cycles(graph: dict[str, list[str]]) -> list[frozenset[str]]:
+    """The strongly connected components of more than one module (Tarjan's, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(graph[root]))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            v, edges = work[-1]
+            w = next(edges, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, iter(graph.get(w, []))))
+                elif w in on_stack:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                component = set()
+                while True:
+                    w = stack.pop()
+                    on_stack.discard(w)
+                    component.add(w)
+                    if w == v:
+                        break
+                if len(component) > 1:
+                    found.append(frozenset(component))
+    return found
+
+
+def package_graph() -> tuple[dict[str, list[str]], dict[str, list[tuple[str, int]]]]:
+    paths = dict(modules())
+    edges = {m: module_imports(p, m, set(paths)) for m, p in paths.items()}
+    return {m: [t for t, _ in e if t != m] for m, e in edges.items()}, edges
+
+
+def test_no_import_cycle_between_modules():
+    graph, edges = package_graph()
+    for cycle in import_cycles(graph):
+        if cycle in KNOWN_CYCLES:
+            continue
+        lines = sorted(
+            {
+                f"{m.removeprefix('kernelwright.')} line {line} imports {t.removeprefix('kernelwright.')}"
+                for m in cycle
+                for t, line in edges[m]
+                if t in cycle and t != m
+            }
+        )
+        raise AssertionError(
+            "import cycle: " + "; ".join(lines) + ". Move what both need into a module of its own below them"
+        )
+
+
+def test_a_known_cycle_is_still_there():
+    found = set(import_cycles(package_graph()[0]))
+    for cycle in KNOWN_CYCLES:
+        gone = not any(cycle <= f for f in found)
+        assert not gone, f"{sorted(cycle)} no longer import each other: remove it from KNOWN_CYCLES"
+
+
+def _write_package(root: Path, files: dict[str, str]) -> dict[str, Path]:
+    out = {}
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        rel_mod = Path(rel).with_suffix("")
+        out[".".join(rel_mod.parts).removesuffix(".__init__")] = path
+    return out
+
+
+def test_the_cycle_check_sees_imports_hidden_in_functions_type_checking_and_relative_form(tmp_path):
+    """The ways a cycle is hidden in practice: an import inside a function (the usual trick), one for
+    type checkers only, a relative import, and a loop of three; a package's lazy re-exports for type
+    checkers and an import of the module by itself are no cycle."""
+    paths = _write_package(
+        tmp_path,
+        {
+            "pkg/__init__.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.a import A\n",
+            "pkg/a.py": "import pkg\ndef f():\n    from pkg.b import g  # hidden\n    return g\n",
+            "pkg/b.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.a import A\n",
+            "pkg/c.py": "from . import d\n",
+            "pkg/d.py": "from .e import x\n",
+            "pkg/e.py": "def x():\n    from pkg import c\n    return c\n",
+            "pkg/f.py": "import pkg.f\n",
+        },
+    )
+    known = set(paths)
+    graph = {m: [t for t, _ in module_imports(p, m, known) if t != m] for m, p in paths.items()}
+    assert sorted(map(sorted, import_cycles(graph))) == [["pkg.a", "pkg.b"], ["pkg.c", "pkg.d", "pkg.e"]]

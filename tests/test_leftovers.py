@@ -19,7 +19,7 @@ _KILLED_MIDWAY = """
 import sys
 from kernelwright.core.config import EvalConfig
 from kernelwright.engine import prestart
-from kernelwright.engine.resolve import resolve_config
+from kernelwright.engine.config_resolution import resolve_config
 spare = prestart(resolve_config(EvalConfig(device="cpu", cache_dir=sys.argv[1])))
 print(spare.workdir, spare.judge_dir, spare.out_dir, flush=True)
 import time; time.sleep(600)

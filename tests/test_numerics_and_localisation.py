@@ -208,3 +208,51 @@ def test_mamba2_figures_on_gpu(cuda_config):
     assert reordered.status is Status.PASSED, reordered.error_log
     assert compiled.status is Status.PASSED, compiled.error_log
     assert off.status is Status.INCORRECT and bf16.status is Status.INCORRECT
+
+
+def test_lower_precision_is_suspected_only_for_a_rounding_like_error():
+    """bf16 arithmetic: every element within a few bf16 ulps. A dropped column, or one element off by
+    0.7, has a normwise error in bf16's range too, but not its shape: no bf16/fp16 hint for them."""
+    g = torch.Generator().manual_seed(0)
+    oracle = torch.randn(256, 64, generator=g, dtype=torch.float64)
+
+    def suspected(cand):
+        dev = numerics.deviation(cand, oracle, 1e-3, 1e-3)
+        return numerics.lower_precision_suspected(oracle, dev, torch.float32)
+
+    in_bf16 = (oracle.float().bfloat16() @ torch.eye(64).bfloat16()).float()  # computed in bf16
+    assert suspected(in_bf16)
+    dropped = oracle.clone()
+    dropped[:, 3] = 0.0  # one column of 64 never written (normwise 0.125: out of bf16's range anyway)
+    assert not suspected(dropped.float())
+    small_drop = oracle.clone()
+    small_drop[:4, 3] = 0.0  # a few elements of a column: normwise in bf16's range, max error not
+    assert 0.3e-2 < numerics.deviation(small_drop, oracle, 1e-3, 1e-3).norm_rel < 5e-2
+    assert not suspected(small_drop.float())
+    one_off = oracle.clone()
+    one_off[7, 7] += 0.7  # one element off by 0.7
+    assert not suspected(one_off.float())
+
+
+def test_the_headers_max_abs_err_is_the_error_logs(cpu_config, tmp_path):
+    """One record, one figure: the console's max_abs_err row leads with the figure the error log states
+    (the first failing trial, against the reference), then the largest over the trials."""
+    import io
+    import re
+
+    from rich.console import Console
+
+    from kernelwright.cli.console import render_result
+
+    cand = _write(tmp_path, "        y = torch.relu(x) + 1.0\n        y[:, 3] += x[:, 3].abs()\n        return y\n")
+    r = evaluate(ADD_ONE, cand, cpu_config)
+    assert r.status is Status.INCORRECT
+    logged = re.search(r"max_abs_err=(\S+),", r.error_log).group(1)
+    first = next(t for t in r.trials if not t.passed)
+    assert logged == f"{first.max_abs_err:.3e}"  # the log states the candidate against the reference
+    assert "lower_precision_suspected" not in r.flags() and "bf16/fp16" not in r.error_log  # a wrong column
+    buf = io.StringIO()
+    render_result(r, Console(file=buf, width=400))
+    row = next(ln for ln in buf.getvalue().splitlines() if "max_abs_err" in ln and "trial" in ln)
+    assert re.search(rf"max_abs_err +{re.escape(logged)} ", row), row
+    assert f"the largest of {len(r.trials)} trials {r.max_abs_err:.3e}" in row

@@ -13,7 +13,7 @@ from kernelwright.core.config import ProfileConfig
 from kernelwright.core.record import Status
 from kernelwright.engine import evaluate
 from kernelwright.engine import nsight as ncu
-from kernelwright.engine.build.prebuild import BuildPool
+from kernelwright.engine.extensions.prebuild import BuildPool
 from kernelwright.loop.llm_judge_evidence import render_for_llm_judge
 
 NCU_FIX = FIXTURES / "ncu"

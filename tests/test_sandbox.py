@@ -15,8 +15,8 @@ import pytest
 from conftest import ADD_ONE, CANDIDATES, FIXTURES
 from kernelwright.core.record import Stage, Status
 from kernelwright.engine import EngineError, evaluate
+from kernelwright.engine.config_resolution import resolve_config
 from kernelwright.engine.isolation import environment, leftovers, sandbox
-from kernelwright.engine.resolve import resolve_config
 
 
 def _bwrap_reason() -> str:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from conftest import FIXTURES
+from conftest import EXAMPLES, FIXTURES
 from kernelwright.cli.main import app
 from kernelwright.core.record import EvalResult
 from kernelwright.store import open_store
@@ -174,6 +174,33 @@ def test_a_rerun_skips_what_is_finished_and_redoes_a_changed_candidate(suite_run
         str(root / "kw2.db"),
     )
     assert "ran 1, skipped 1 finished before" in out and "level1/4_row_softmax: incorrect" in out
+
+
+@pytest.mark.slow
+def test_a_rerun_with_the_same_arguments_from_another_directory_resumes(tmp_path, cache_dir, monkeypatch):
+    """The store is per user: the suite's default name finds its run directories from any directory."""
+    monkeypatch.setenv("KERNELWRIGHT_CACHE", cache_dir)
+    monkeypatch.setenv("KERNELWRIGHT_STORE", str(tmp_path / "user" / "kernelwright.db"))
+    args = ("suite", "eval", str(SUITE / "level1"), str(SUITE / "candidates"), "--device", "cpu", "--trials", "2")
+    for here in ("first", "elsewhere"):
+        (tmp_path / here).mkdir()
+    monkeypatch.chdir(tmp_path / "first")
+    assert "ran 1, skipped 0" in cli(*args, "--only", "1")
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    out = cli(*args, "--only", "1")
+    assert "ran 0, skipped 1 finished before" in out, out
+    assert not (tmp_path / "elsewhere" / "runs").exists()  # nothing written here: the first folder resumed
+    (name,) = [p.name for p in (tmp_path / "first" / "runs" / "suites").iterdir()]
+    # another folder for the same suite: one line that names the suite's folder and the fix
+    other = cli(*args, "--only", "1", "--out", str(tmp_path / "other"), code=2)
+    assert f"suite {name!r} has its run directories in {tmp_path / 'first' / 'runs' / 'suites' / name}" in other
+    assert "leave --out out (or pass that folder) to resume it, or pass another --name" in other
+    # the same name for another kind of suite
+    replay = f"replay:{EXAMPLES / 'cpu_swish' / 'replay'}"
+    clash = cli(
+        "suite", "optimize", str(SUITE / "level1"), "--coder", replay, "--device", "cpu", "--name", name, code=2
+    )
+    assert f"suite {name!r} is an eval suite" in clash and "a eval" not in clash, clash
 
 
 def test_suite_eval_bad_input_is_one_line_and_exit_2(tmp_path):

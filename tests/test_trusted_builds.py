@@ -1,5 +1,5 @@
-"""The shared build cache cannot be poisoned by a candidate (engine/build/static_builds.py,
-engine/build/trusted_builds.py, engine/child/trusted_builder.py, the loading side in child/build.py)."""
+"""The shared build cache cannot be poisoned by a candidate (engine/extensions/static_builds.py,
+engine/extensions/trusted_builds.py, engine/child/trusted_builder.py, the loading side in child/build.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from conftest import ADD_ONE, CANDIDATES, EXAMPLES, FIXTURES, seed_headers
 from kernelwright.core.record import Status
 from kernelwright.engine import evaluate
-from kernelwright.engine.build import static_builds, trusted_builds
+from kernelwright.engine.extensions import static_builds, trusted_builds
 from kernelwright.engine.isolation import sandbox
 
 SWISH = EXAMPLES / "cpu_swish"
@@ -527,3 +527,30 @@ def test_only_a_compilers_own_diagnostic_outlives_the_process(tmp_path):
         trusted_builds._write_done(root, "calls", ({}, {"e-0123": output}, [{"name": "e", "ok": False}]))
         assert (trusted_builds._read_done(root, "calls") is not None) is kept, output
     trusted_builds.forget()
+
+
+@pytest.mark.slow
+def test_the_build_is_a_stage_on_the_live_line_and_a_cold_first_build_says_so(cpu_config, cache_dir, tmp_path):
+    """The trusted builder's compilation, before the evaluation child's own stages: on the live line
+    (which extension, which of how many, and that it is a first build), in stage_times.build_s and
+    the console's stages row; the same code again comes from the cache and says nothing of it."""
+    from kernelwright.cli.console import cold_build
+
+    seed_headers(tmp_path / "cache", cache_dir)
+    cpu_config.cache_dir = str(tmp_path / "cache")
+    cpu_config.time_candidate = False
+    trusted_builds.forget()
+    try:
+        stages: list[str] = []
+        first = evaluate(ADD_ONE, CPP, cpu_config, on_stage=stages.append)
+        name = static_builds.scan(CPP.read_text()).calls[0].kwargs["name"]
+        compiling = f"build: compiling {name} (1 of 1; {trusted_builds.COLD})"
+        assert compiling in stages and stages.index(compiling) < stages.index("startup"), stages
+        built = first.metadata["trusted_build"]
+        assert first.stage_times.build_s is not None and first.stage_times.build_s >= built["wall_s"] > 0
+        assert cold_build(first) == f"compiled 1 extension not built on this machine before ({built['wall_s']:.1f}s)"
+        again: list[str] = []
+        second = evaluate(ADD_ONE, CPP, cpu_config, on_stage=again.append)
+        assert not any(s.startswith("build: ") for s in again) and cold_build(second) is None, again
+    finally:
+        trusted_builds.forget()

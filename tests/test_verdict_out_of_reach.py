@@ -16,7 +16,7 @@ from conftest import ADD_ONE, FIXTURES
 from kernelwright.core.config import StageTimeouts
 from kernelwright.core.record import Status
 from kernelwright.engine import evaluate
-from kernelwright.engine.resolve import resolve_config
+from kernelwright.engine.config_resolution import resolve_config
 
 ATTACKS = FIXTURES.parent / "verdict_attacks"
 CANARY = "sk-canary-7f3a9c1e5b2d4680"

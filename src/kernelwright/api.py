@@ -42,7 +42,7 @@ def evaluate(
 
     if (candidate is None) == (code is None):
         raise ValueError("pass the candidate as a file or as code=, one of the two")
-    from kernelwright.engine.resolve import resolve_config
+    from kernelwright.engine.config_resolution import resolve_config
 
     config = resolve_config(dataclasses.replace(config or EvalConfig(), **options))
     return engine.evaluate(problem, candidate, config, candidate_text=code)
@@ -71,10 +71,10 @@ def optimize(
     arguments given here override it. `on_progress` receives each `loop.records.Progress`.
     """
     from kernelwright.core.settings_file import load_settings
-    from kernelwright.engine.resolve import resolve_config
+    from kernelwright.engine.config_resolution import resolve_config
     from kernelwright.loop.forge import Forge, engine_evaluator
     from kernelwright.models import resolve_model
-    from kernelwright.models.resolve import resolve_coders
+    from kernelwright.models.backend_spec import resolve_coders
     from kernelwright.store.api import default_store
     from kernelwright.store.db import Store
     from kernelwright.store.recorder import IndexingRecorder

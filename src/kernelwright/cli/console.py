@@ -62,6 +62,17 @@ def device_problem(result: EvalResult) -> str | None:
     )
 
 
+def cold_build(result: EvalResult) -> str | None:
+    """ "compiled 2 extensions not built on this machine before (58.2s)": a first build of new code,
+    which a later run of the same code skips; None when every build came from the cache."""
+    tb = result.metadata.get("trusted_build") or {}
+    fresh = [b for b in tb.get("builds") or [] if isinstance(b, dict) and b.get("ok") and not b.get("cached")]
+    if tb.get("remembered") or not fresh:
+        return None
+    n = len(fresh)
+    return f"compiled {n} extension{'s' if n > 1 else ''} not built on this machine before ({tb.get('wall_s', 0):.1f}s)"
+
+
 def _ms(v: float | None) -> str:
     return "-" if v is None else (f"{v * 1e3:.1f} us" if v < 1 else f"{v:.3f} ms")
 
@@ -114,9 +125,12 @@ class EvalProgress:
         self.progress.__exit__(*exc)
 
     def stage(self, name: str) -> None:
+        name = escape(name)  # a stage may name a candidate's extension: text, never markup
         self.progress.update(self._task, description=f"evaluating: {name}…")
         if self.verbosity >= VERBOSE:
-            self.console.print(f"  {name}… (at {_clock(time.monotonic() - self.started)})", highlight=False)
+            self.console.print(
+                f"  {name}… (at {_clock(time.monotonic() - self.started)})", highlight=False, soft_wrap=True
+            )
 
 
 def render_result(result: EvalResult, console: Console, evidence: bool = False, verbosity: int = NORMAL) -> None:
@@ -148,18 +162,15 @@ def render_result(result: EvalResult, console: Console, evidence: bool = False, 
     for flag, _ in flags:  # [verdicts] figures not to be trusted; the advice is printed whole below the panel
         table.add_row(flag, "[yellow]yes[/] (see below)")
     if result.max_abs_err is not None:
-        table.add_row(
-            "max_abs_err",
-            f"{result.max_abs_err:.3e}  mean {result.mean_abs_err:.3e}  "
-            f"({len(result.trials)} trials, atol={result.atol}, rtol={result.rtol})",
-        )
+        table.add_row("max_abs_err", _errors_line(result))
     st = result.stage_times
     stages = [(k, getattr(st, f"{k}_s")) for k in ("startup", "build", "init", "correctness", "timing", "profile")]
     ran = "  ".join(f"{k} {v:.2f}s" for k, v in stages if v is not None) + (
         f"  total {st.total_s:.2f}s" if st.total_s is not None else ""
     )
     if ran.strip():  # a format_error is caught before any stage: no empty row
-        table.add_row("stages", ran.strip())
+        cold = cold_build(result)
+        table.add_row("stages", ran.strip() + (f"  (cold: {cold})" if cold else ""))
     if result.sandbox:
         table.add_row("sandbox", result.sandbox)
     console.print(Panel(table, title=head, title_align="left", expand=False))
@@ -179,6 +190,23 @@ def render_result(result: EvalResult, console: Console, evidence: bool = False, 
         )
 
 
+def _errors_line(result: EvalResult) -> str:
+    """The candidate's error against the reference. A failed record leads with the first failing
+    trial's, the figure its error log states; the largest over the trials follows."""
+    limits = f"atol={result.atol}, rtol={result.rtol}"
+    first = next((t for t in result.trials if not t.passed and t.max_abs_err is not None), None)
+    if result.status is Status.PASSED or first is None:
+        return (
+            f"{result.max_abs_err:.3e}  mean {result.mean_abs_err:.3e}  (the largest of {len(result.trials)} "
+            f"trials, {limits})"
+        )
+    mean = f"  mean {first.mean_abs_err:.3e}" if first.mean_abs_err is not None else ""
+    return (
+        f"{first.max_abs_err:.3e}{mean} in trial {first.trial}, the first to fail (as in the error log); "
+        f"the largest of {len(result.trials)} trials {result.max_abs_err:.3e}  ({limits})"
+    )
+
+
 def _timing_line(median: float | None, stats) -> str:
     if stats is None:
         return _ms(median)
@@ -190,6 +218,17 @@ def _timing_line(median: float | None, stats) -> str:
 
 
 # ---- the forge loop ---------------------------------------------------------------------------
+
+
+def judge_defaults_warning(coder: str | None, judge: str | None) -> str | None:
+    """The one warning when no Judge is given and the Coder's model (not a replay) reviews its own code."""
+    if judge or not coder or coder.startswith("replay:"):
+        return None
+    return (
+        f"warning: no --judge given; the Judge is the Coder's model ({coder}). It must answer in JSON; "
+        "a Judge failure is shown on its round's line. Pass --judge MODEL to choose another."
+    )
+
 
 _VERDICT_STYLE = {"passed": "green", "incorrect": "yellow", "format_error": "magenta"}
 
@@ -256,9 +295,11 @@ class LoopProgress:
             speed = f" {_x(p.speedup)}" if p.speedup is not None else ""
             why = device_problem(p.result) if p.result is not None else None
             note = f" ({escape(why)})" if why else ""
+            cold = cold_build(p.result) if p.result is not None else None
+            cold_note = f"  [dim]cold: {cold}[/]" if cold else ""
             self.console.print(
-                f"{self._label(p.round)}: [{style}]{p.verdict}[/]{speed}{note}{best}  "
-                f"[dim]{_clock(now - self.round_started)}[/]",
+                f"{self._label(p.round)}: [{style}]{p.verdict}[/]{speed}{note}{best}{_decision(p)}{_judge_failed(p)}"
+                f"{cold_note}  [dim]{_clock(now - self.round_started)}[/]",
                 highlight=False,
                 soft_wrap=True,
             )
@@ -268,12 +309,29 @@ class LoopProgress:
             return
         if p.stage == "coder":
             self.round_started = now
-        self.progress.update(self._task, description=f"{self._label(p.round)}: {p.stage}…{best}", eta=self.eta())
+        stage = escape(p.stage)  # a stage may name a candidate's extension: text, never markup
+        self.progress.update(self._task, description=f"{self._label(p.round)}: {stage}…{best}", eta=self.eta())
         if self.verbosity >= VERBOSE and p.stage != self.stage:
             self.console.print(
-                f"  {self._label(p.round)}: {p.stage}… (at {_clock(now - self.round_started)})", highlight=False
+                f"  {self._label(p.round)}: {stage}… (at {_clock(now - self.round_started)})",
+                highlight=False,
+                soft_wrap=True,
             )
         self.stage = p.stage
+
+
+def _decision(p) -> str:
+    """ "  new best: ..." or "  kept round 1: ...": why a correct round did (not) become the best."""
+    if not p.decision:
+        return ""
+    if p.best_round == p.round:
+        return f"  [green]new best[/]: {escape(p.decision)}"
+    return f"  kept round {p.best_round}: {escape(p.decision)}"
+
+
+def _judge_failed(p) -> str:
+    """ "  Judge failed: ...": the round's Judge gave no usable critique (the next Coder prompt has none)."""
+    return f"  [red]Judge failed[/]: {escape(p.judge_error)}" if p.judge_error else ""
 
 
 def _expectation(r: dict) -> str:

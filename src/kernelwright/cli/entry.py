@@ -33,9 +33,9 @@ def settings(config: Path | None, overrides: dict[str, dict[str, Any]]) -> Setti
 
 
 def resolved(config: EvalConfig) -> EvalConfig:
-    """The evaluation's configuration with "auto" made concrete (engine/resolve.py); one line on error."""
+    """The evaluation's configuration with "auto" made concrete (engine/config_resolution.py); one line on error."""
     from kernelwright.engine import EngineError
-    from kernelwright.engine.resolve import resolve_config
+    from kernelwright.engine.config_resolution import resolve_config
 
     try:
         return resolve_config(config)

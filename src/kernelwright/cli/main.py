@@ -23,7 +23,7 @@ from kernelwright.cli.entry import fail
 from kernelwright.cli.entry import resolved as _resolved
 from kernelwright.cli.entry import settings as _settings
 from kernelwright.cli.exit_codes import ExitCode
-from kernelwright.cli.help import PlainCommand, PlainGroup
+from kernelwright.cli.help import STORE_HELP, PlainCommand, PlainGroup
 from kernelwright.core.config import EvalConfig, ServeConfig, Settings
 
 _Command, _Group = PlainCommand, PlainGroup  # help without type tags or markup loss (cli/help.py)
@@ -56,11 +56,6 @@ def _root(
 
 # ---- shared pieces ------------------------------------------------------------------------------
 
-STORE_HELP = (
-    "Run store that indexes every run (default: $KERNELWRIGHT_STORE, else kernelwright.db in the "
-    "user's data directory, ~/.local/share/kernelwright on Linux)."
-)
-
 
 def _config_option():
     return typer.Option(
@@ -69,7 +64,7 @@ def _config_option():
         metavar="FILE",
         dir_okay=False,
         help="Settings file (default: the nearest kernelwright.toml, or pyproject.toml with "
-        "\\[tool.kernelwright], from the current directory up).",
+        "[tool.kernelwright], from the current directory up).",
     )
 
 
@@ -184,17 +179,16 @@ def eval_cmd(
         None,
         "--fail-on",
         metavar="VERDICT,...",
-        help="Exit 3 when the verdict is one of these (for CI), e.g. "
-        "incorrect,compile_error,runtime_error,timeout,crashed; 'failed': any but passed.",
+        help="Exit 3 when the verdict is one of these (for CI), e.g. incorrect,compile_error; "
+        "'failed': any but passed.",
     ),
     use_server: bool = typer.Option(
         True,
         "--server/--no-server",
         metavar="",
-        help="Hand the evaluation to a running `kernelwright serve` for the device, where one "
-        "answers (its spares are warm: no start-up on the path); where none does, start one in the "
-        "background after this evaluation (serve.autostart: on a GPU by default; it stops after "
-        "serve.idle_minutes idle). --no-server: always here, and start none.",
+        help="Hand the evaluation to a running `kernelwright serve` (warm: no start-up); where none "
+        "answers, evaluate here and start one after (serve.autostart, on a GPU by default). "
+        "--no-server: here, and start none.",
     ),
     config: Path = _config_option(),
     quiet: bool = _quiet_option(),
@@ -512,14 +506,21 @@ def run_optimize(
     name: str | None = None,
 ) -> ExitCode:
     """Set the run up from `settings` (one-line errors, exit 2), run it, say how it ended."""
-    from kernelwright.cli.console import QUIET, LoopProgress, out_console, render_run, run_line
+    from kernelwright.cli.console import (
+        QUIET,
+        LoopProgress,
+        judge_defaults_warning,
+        out_console,
+        render_run,
+        run_line,
+    )
     from kernelwright.engine import EngineError
     from kernelwright.executors.evaluator import ExecutorEvaluator
+    from kernelwright.executors.factory import make_executor
     from kernelwright.executors.placement import parse_gpus
-    from kernelwright.executors.resolve import make_executor
     from kernelwright.loop.forge import Forge, engine_evaluator
     from kernelwright.models import ModelSetupError, resolve_model
-    from kernelwright.models.resolve import resolve_coders
+    from kernelwright.models.backend_spec import resolve_coders
     from kernelwright.store.rundir import RunDir, RunDirError, default_run_dir, problem_name, read_summary
 
     cfg, eval_cfg, model_cfg = settings.loop, settings.eval, settings.loop.model
@@ -596,6 +597,9 @@ def run_optimize(
             highlight=False,
             soft_wrap=True,
         )
+        warning = judge_defaults_warning(model_cfg.coder, model_cfg.judge)
+        if warning:
+            err.print(f"[yellow]{escape(warning)}[/]", highlight=False, soft_wrap=True)
     from kernelwright.cli.resume import indexed
 
     recorder = indexed(run_dir, store)

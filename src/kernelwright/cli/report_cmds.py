@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from kernelwright.cli.console import out_console
+from kernelwright.cli.help import STORE_HELP
 from kernelwright.store.files import write_public
 
 err = Console(stderr=True)
@@ -58,9 +59,6 @@ def render_metrics(m, console: Console, title: str, size_robust: bool = False) -
     wall = "-" if m.wall_s_per_problem is None else f"{m.wall_s_per_problem:.1f} s"
     t.add_row("per problem", f"tokens {m.tokens_per_problem:.0f}, cost {cost}, wall {wall}")
     console.print(t)
-
-
-STORE_HELP = "Run store (default: $KERNELWRIGHT_STORE, else kernelwright.db in the user's data directory)."
 
 
 def report_cmd(

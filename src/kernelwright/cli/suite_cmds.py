@@ -22,6 +22,7 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -33,11 +34,15 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from kernelwright.cli.console import judge_defaults_warning
 from kernelwright.cli.exit_codes import ExitCode
+from kernelwright.cli.help import STORE_HELP, PlainGroup
 from kernelwright.core.config import EvalConfig
 
 app = typer.Typer(
-    no_args_is_help=True, help="Evaluate or optimise whole suites (KernelBench levels, folders of problems)."
+    cls=PlainGroup,
+    no_args_is_help=True,
+    help="Evaluate or optimise whole suites (KernelBench levels, folders of problems).",
 )
 err = Console(stderr=True)
 
@@ -94,7 +99,7 @@ class RichSuiteProgress:
         return self.task
 
     def stage(self, problem, text: str) -> None:
-        self.progress.update(self._task, description=f"{problem.key}: {text}")
+        self.progress.update(self._task, description=escape(f"{problem.key}: {text}"))  # text, never markup
 
     def done(self, problem, verdict: str, speedup: float | None) -> None:
         self.mix[verdict] += 1
@@ -105,7 +110,7 @@ class RichSuiteProgress:
         self.progress.update(self._task, advance=1, mix=self._mix())
 
     def note(self, text: str) -> None:
-        self.console.print(f"[dim]{text}[/]", highlight=False, soft_wrap=True)
+        self.console.print(f"[dim]{escape(text)}[/]", highlight=False, soft_wrap=True)
 
     def pipeline(self, pipe) -> None:
         """The pipeline's counts and the GPUs' busy share (`suites.pipeline.Pipeline`)."""
@@ -122,10 +127,18 @@ def default_name(kind: str, problems: list[str], candidates: str | None = None) 
     return f"{kind}-{head}-{hashlib.sha256(basis.encode()).hexdigest()[:8]}"
 
 
-def _store_and_out(store: Path | None, out: Path | None, name: str):
+def _store_path(store: Path | None) -> Path:
     from kernelwright.store.api import DEFAULT_STORE
 
-    return (store or DEFAULT_STORE), (out or Path("runs") / "suites" / name)
+    return store or DEFAULT_STORE
+
+
+def _out_dir(db, out: Path | None, name: str) -> Path:
+    """--out, else where the store says the suite's run directories are (a rerun from any working
+    directory resumes them), else runs/suites/NAME here."""
+    from kernelwright.suites.driver import suite_dir
+
+    return out or suite_dir(db, name) or Path("runs") / "suites" / name
 
 
 def _close(ex, interrupted: bool) -> None:
@@ -244,8 +257,8 @@ def _settings(config: Path | None, overrides: dict[str, dict]):
 def _executor(kind: str, config: EvalConfig, gpus: str | None, ray_address: str | None, build_workers: int | None):
     """`--executor` and `--gpus` to an executor; a bad option is one line, exit 2."""
     from kernelwright.engine import EngineError
+    from kernelwright.executors.factory import make_executor
     from kernelwright.executors.placement import parse_gpus
-    from kernelwright.executors.resolve import make_executor
 
     try:
         return make_executor(kind, config, parse_gpus(gpus), ray_address, build_workers=build_workers)
@@ -260,7 +273,7 @@ def _config_option():
         metavar="FILE",
         dir_okay=False,
         help="Settings file (default: the nearest kernelwright.toml, or pyproject.toml with "
-        "\\[tool.kernelwright], from the current directory up).",
+        "[tool.kernelwright], from the current directory up).",
     )
 
 
@@ -286,8 +299,11 @@ def suite_eval(
     name: str = typer.Option(
         None, help="The suite's name in the store (default: from the arguments; a rerun skips what is finished)."
     ),
-    out: Path = typer.Option(None, help="Folder for the run directories (default: runs/suites/NAME)."),
-    store: Path = typer.Option(None, help="Run store (default: runs/kernelwright.db)."),
+    out: Path = typer.Option(
+        None,
+        help="Folder for the run directories (default: where the store says this suite's are, else runs/suites/NAME).",
+    ),
+    store: Path = typer.Option(None, metavar="FILE", help=STORE_HELP),
     device: str = typer.Option(None, help="cuda, cpu, or auto (cuda when a GPU is visible; the default)."),
     trials: int = typer.Option(None, help="Correctness trials per candidate (default 5)."),
     atol: float = typer.Option(None, help="Absolute tolerance (default 1e-3)."),
@@ -333,7 +349,7 @@ def suite_eval(
 ) -> None:
     """Evaluate existing candidates for every problem of a suite, with no model at all."""
     from kernelwright.engine import EngineError
-    from kernelwright.engine.resolve import resolve_config
+    from kernelwright.engine.config_resolution import resolve_config
     from kernelwright.store.db import Store, StoreError
     from kernelwright.suites import discovery
     from kernelwright.suites.driver import register_suite, run_eval_suite
@@ -375,9 +391,10 @@ def suite_eval(
             import os
 
             build_workers = max(1, min(4, (os.cpu_count() or 1) // 4))
-        store_path, out_dir = _store_and_out(store, out, name)
+        store_path = _store_path(store)
         ex = _executor(executor, cfg, gpus, ray_address, build_workers)  # a bad option: one line, before any write
         db = Store.open(store_path)
+        out_dir = _out_dir(db, out, name)
         register_suite(
             db,
             name,
@@ -460,8 +477,11 @@ def suite_optimize(
     name: str = typer.Option(
         None, help="The suite's name in the store (default: from the arguments; a rerun continues it)."
     ),
-    out: Path = typer.Option(None, help="Folder for the run directories (default: runs/suites/NAME)."),
-    store: Path = typer.Option(None, help="Run store (default: runs/kernelwright.db)."),
+    out: Path = typer.Option(
+        None,
+        help="Folder for the run directories (default: where the store says this suite's are, else runs/suites/NAME).",
+    ),
+    store: Path = typer.Option(None, metavar="FILE", help=STORE_HELP),
     backend: str = typer.Option(None, help="cuda, triton or cpp (default: cuda on a GPU, cpp on the CPU)."),
     device: str = typer.Option(None, help="cuda, cpu, or auto (the default)."),
     base_url: str = typer.Option(None, "--base-url", help="OpenAI-compatible endpoint."),
@@ -502,7 +522,7 @@ def suite_optimize(
 ) -> None:
     """Run the forge loop (Coder, engine, Judge) on every problem of a suite."""
     from kernelwright.engine import EngineError
-    from kernelwright.engine.resolve import resolve_config
+    from kernelwright.engine.config_resolution import resolve_config
     from kernelwright.models import ModelSetupError, resolve_model
     from kernelwright.store.db import Store, StoreError
     from kernelwright.suites import discovery
@@ -550,9 +570,10 @@ def suite_optimize(
         coder_model = resolve_model(model_cfg.coder, "coder", model_cfg)
         judge_model = resolve_model(model_cfg.judge or model_cfg.coder, "judge", model_cfg)
         name = name or default_name("optimize", problems_args)
-        store_path, out_dir = _store_and_out(store, out, name)
+        store_path = _store_path(store)
         ex = _executor(executor, eval_cfg, gpus, ray_address, None)  # a bad option: one line, before any write
         db = Store.open(store_path)
+        out_dir = _out_dir(db, out, name)
         run_info = {
             "coder": coder_model.name,
             "judge": judge_model.name,
@@ -588,6 +609,9 @@ def suite_optimize(
             highlight=False,
             soft_wrap=True,
         )
+        warning = judge_defaults_warning(model_cfg.coder, model_cfg.judge)
+        if warning:
+            console.print(f"[yellow]{escape(warning)}[/]", highlight=False, soft_wrap=True)
         interrupted = False
         try:
             with RichSuiteProgress(console) as progress:

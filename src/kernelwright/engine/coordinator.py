@@ -19,13 +19,15 @@ from __future__ import annotations
 
 import json
 import os
+import select
+import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from kernelwright.core.config import StageTimeouts
-from kernelwright.engine.process import Child, describe_signal
+from kernelwright.engine.process import Child, describe_signal, kill_group
 
 STAGE_ORDER = ("startup", "build", "init", "correctness", "timing", "profile")
 MAX_RUNNER_MESSAGES = 2000
@@ -82,234 +84,285 @@ def coordinate(
     """Run one evaluation to the judge's record. `exit_code_of` maps the runner's exit code as the
     sandbox reports it (bubblewrap: 128 + N for a signal) back to Popen's convention."""
     t_start = time.monotonic()
-    to_judge = _Outbox(judge)
-    to_runner = _Outbox(runner)
-    to_judge.put(judge_job)
-    budgets = {s: float(getattr(timeouts, s)) for s in STAGE_ORDER}
-    hard_deadline = runner.started + sum(budgets.values())
-    stage = "startup"
-    deadline = runner.started + budgets["startup"]
-    stage_began = {stage: runner.started}
-    if on_stage:
-        on_stage(stage)
-    runner_open = True
-    asked_stop = False
-    protocol = ""
-    timed_out = ""
-    n_msgs = 0
-    record: dict[str, Any] | None = None
-    judge_gone = False
-    pending = list(runner.pending)
-    runner.pending = []
-
-    # the judge's per-report limits: stage -> (the most seconds between two of the runner's reports
-    # in that stage, extra seconds before its first one); the stage's flat budget still holds
-    report_limits: dict[str, tuple[float, float]] = {}
-    last_report = time.monotonic()
-    reported_in_stage = False
-    limit_hit = 0.0  # the limit that ended the runner (seconds), when it was one of those
-    # the judge at work on the runner's reports: how many were handed to it and how many it has
-    # handled, and since when it has had one in hand (the runner's clocks stop meanwhile)
-    forwarded = handled = 0
-    judge_busy_since: float | None = None
-    judge_busy_s = 0.0
-
-    def resume_clocks(now: float) -> None:
-        """The judge has caught up: the runner's clocks go on, the judge's time added to them."""
-        nonlocal deadline, last_report, judge_busy_since, judge_busy_s
-        if judge_busy_since is None:
-            return
-        busy_from, judge_busy_since = judge_busy_since, None
-        judge_busy_s += now - busy_from
-        # each clock stood still from the later of the judge's start and its own start
-        deadline += now - max(busy_from, stage_began[stage])
-        last_report += now - max(busy_from, last_report)
-
-    def forward(msg: dict[str, Any]) -> None:
-        nonlocal stage, deadline, last_report, reported_in_stage, forwarded, judge_busy_since
-        kind = msg.get("type")
-        now = time.monotonic()
-        last_report = now
-        if kind != "stage":
-            reported_in_stage = True
-        if kind == "stage":
-            new = msg.get("stage")
-            if new in STAGE_ORDER and STAGE_ORDER.index(new) > STAGE_ORDER.index(stage):
-                stage = new
-                stage_began[stage] = now
-                reported_in_stage = False  # the JIT allowance: before the first report of a stage, once
-                deadline = now + budgets[stage]
-                if on_stage:
-                    on_stage(stage)
-            else:
-                return  # a stage once announced, or out of order: not a new deadline
-        if kind == "timing" and "timing" in stage_began:
-            msg["parent_stage_s"] = now - stage_began["timing"]  # the parent's clock, not the runner's
-        to_judge.put({"cmd": "runner", "msg": msg})
-        forwarded += 1
-        if judge_busy_since is None:
-            judge_busy_since = now
-
-    for msg in pending:
-        forward(msg)
-    # ---- while the runner lives -------------------------------------------------------------------
-    while runner_open:
-        now = time.monotonic()
-        limit = min(deadline, hard_deadline)
-        per_report = 0.0
-        if stage in report_limits:
-            between, first = report_limits[stage]
-            per_report = between + (0.0 if reported_in_stage else first)
-            limit = min(limit, last_report + per_report)
-        if judge_busy_since is not None:  # the runner's clocks stand still: the judge's total only
-            limit, per_report = hard_deadline, 0.0
-        if now >= limit:
-            timed_out = stage
-            if per_report and limit == last_report + per_report:
-                limit_hit = per_report
-            break
-        fds = [runner.read_fd] + ([judge.read_fd] if not judge_gone else [])
-        import select
-
-        wlist = [to_judge.fd] if to_judge.buf and to_judge.fd >= 0 else []
-        ready, writable, _ = select.select(fds, wlist, [], min(limit - now, 0.5))
-        if writable:
-            to_judge.flush()
-        if runner.read_fd in ready:
-            chunk = os.read(runner.read_fd, 1 << 16)
-            if not chunk:
-                runner_open = False
-            for msg in runner.reader.feed(chunk):
-                n_msgs += 1
-                if n_msgs > MAX_RUNNER_MESSAGES:
-                    protocol = (
-                        f"the evaluation process sent more than {MAX_RUNNER_MESSAGES} reports (a flood); it was stopped"
-                    )
-                    break
-                forward(msg)
-            if runner.reader.overflow:
-                protocol = "the evaluation process wrote a report line over 1 MiB (a flood); it was stopped"
-            if protocol:
-                break
-        if not judge_gone and judge.read_fd in ready:
-            chunk = os.read(judge.read_fd, 1 << 16)
-            if not chunk:
-                judge_gone = True
-                break
-            for msg in judge.reader.feed(chunk):
-                if msg.get("type") == "ask":
-                    what = str(msg.get("what", ""))
-                    to_runner.put(what)
-                    if what == "stop":
-                        runner_open = False
-                        asked_stop = True
-                elif msg.get("type") == "limit":  # the judge's limit between reports (from the reference's time)
-                    st, secs, first = msg.get("stage"), msg.get("s"), msg.get("first_extra_s", 0.0)
-                    if (
-                        st in budgets
-                        and isinstance(secs, (int, float))
-                        and secs > 0
-                        and isinstance(first, (int, float))
-                        and first >= 0
-                    ):
-                        report_limits[st] = (float(secs), float(first))
-                elif msg.get("type") == "handled":  # the judge has handled this many of the runner's reports
-                    n = msg.get("n")
-                    if isinstance(n, int) and not isinstance(n, bool):
-                        handled = max(handled, n)
-                        if handled >= forwarded:
-                            resume_clocks(time.monotonic())
-                elif msg.get("type") == "final":
-                    record = msg.get("record")
-        if not ready and not runner.alive():
-            runner_open = False  # gone; a grandchild may still hold the pipe open
-    # ---- the runner has ended (or must end now) ---------------------------------------------------
-    if not runner_open and not timed_out and not protocol and runner.alive():
-        # it was told to stop, or closed its pipe: a short grace to exit by itself
-        end = time.monotonic() + 2.0
-        while runner.alive() and time.monotonic() < end:
-            msgs, eof = runner.read_messages(0.1)
-            for msg in msgs:
-                forward(msg)
-            if eof:
-                try:
-                    runner.proc.wait(timeout=max(0.0, end - time.monotonic()))
-                except Exception:
-                    pass
-                break
-    # the last reports still in the pipe
-    if runner.read_fd >= 0 and not protocol:
-        while True:
-            msgs, eof = runner.read_messages(0.0)
-            for msg in msgs:
-                n_msgs += 1
-                if n_msgs <= MAX_RUNNER_MESSAGES:
-                    forward(msg)
-            if eof or not msgs:
-                break
-    if not timed_out and not protocol and not asked_stop:
-        try:  # it closed its pipe: let it finish exiting, so that its exit code is its own
-            runner.proc.wait(timeout=5)
-        except Exception:
-            pass
-    stopped_by_judge = asked_stop and not timed_out and not protocol
-    runner_log = ""
-    exit_code = None
-    try:
-        import subprocess as _sp
-
-        from kernelwright.engine.process import kill_group
-
-        kill_group(runner.proc)  # anything it left in its group
-        try:
-            exit_code = runner.proc.wait(timeout=30)
-        except _sp.TimeoutExpired:
-            pass
-        runner_log = runner.log_tail()
-    finally:
-        runner.stop()
-    exit_code = exit_code_of(exit_code)
-    how = "" if stopped_by_judge else describe_signal(exit_code)
-    ended = {
-        "cmd": "ended",
-        "stage": stage,
-        "timed_out_stage": timed_out or None,
-        "limit_s": limit_hit or budgets.get(timed_out, 0.0),
-        "limit_kind": "report" if limit_hit else "stage",
-        "exit_code": exit_code,
-        "how": how,
-        "protocol": protocol or None,
-        "log_tail": runner_log[-4000:],
-    }
-    to_judge.put(ended)
-    # ---- the judge's record ------------------------------------------------------------------------
+    run = _Coordination(runner, judge, judge_job, timeouts, on_stage)
+    run.follow_runner()
+    run.drain_runner()
+    run.end_runner(exit_code_of)
     t_ended = time.monotonic()
-    end = t_ended + JUDGE_FINISH_S
-    problem = ""
-    while record is None and not judge_gone:
-        to_judge.flush()
-        left = end - time.monotonic()
-        if left <= 0:
-            problem = f"the judge gave no record within {JUDGE_FINISH_S:g} s of the runner's end"
-            break
-        msgs, eof = judge.read_messages(min(left, 0.5))
-        for msg in msgs:
-            if msg.get("type") == "final":
-                record = msg.get("record")
-        if eof:
-            judge_gone = True
-    if record is None and not problem:
-        problem = f"the judge {describe_signal(judge.proc.poll())} without a record"
+    problem = run.await_record()
     judge_tail_s = time.monotonic() - t_ended
     judge_log = judge.log_tail()
     judge.stop()
     return Outcome(
-        record=record if isinstance(record, dict) else None,
-        runner_exit=exit_code,
-        runner_log=runner_log,
+        record=run.record if isinstance(run.record, dict) else None,
+        runner_exit=run.exit_code,
+        runner_log=run.runner_log,
         judge_log=judge_log,
         judge_problem=problem,
         wall_s=time.monotonic() - t_start,
         judge_tail_s=judge_tail_s,
-        runner_clocks_paused_s=judge_busy_s,
+        runner_clocks_paused_s=run.judge_busy_s,
     )
+
+
+class _Coordination:
+    """One evaluation's routing and clocks, step by step: `follow_runner` while it lives,
+    `drain_runner` and `end_runner` as it ends, `await_record` for the judge's word."""
+
+    def __init__(
+        self,
+        runner: Child,
+        judge: Child,
+        judge_job: dict[str, Any],
+        timeouts: StageTimeouts,
+        on_stage: Callable[[str], None] | None,
+    ) -> None:
+        self.runner, self.judge, self.on_stage = runner, judge, on_stage
+        self.to_judge = _Outbox(judge)
+        self.to_runner = _Outbox(runner)
+        self.to_judge.put(judge_job)
+        self.budgets = {s: float(getattr(timeouts, s)) for s in STAGE_ORDER}
+        self.hard_deadline = runner.started + sum(self.budgets.values())
+        self.stage = "startup"
+        self.deadline = runner.started + self.budgets["startup"]
+        self.stage_began = {self.stage: runner.started}
+        if on_stage:
+            on_stage(self.stage)
+        self.runner_open = True
+        self.asked_stop = False
+        self.protocol = ""
+        self.timed_out = ""
+        self.n_msgs = 0
+        self.record: dict[str, Any] | None = None
+        self.judge_gone = False
+        self.pending = list(runner.pending)
+        runner.pending = []
+        # the judge's per-report limits: stage -> (the most seconds between two of the runner's reports
+        # in that stage, extra seconds before its first one); the stage's flat budget still holds
+        self.report_limits: dict[str, tuple[float, float]] = {}
+        self.last_report = time.monotonic()
+        self.reported_in_stage = False
+        self.limit_hit = 0.0  # the limit that ended the runner (seconds), when it was one of those
+        # the judge at work on the runner's reports: how many were handed to it and how many it has
+        # handled, and since when it has had one in hand (the runner's clocks stop meanwhile)
+        self.forwarded = self.handled = 0
+        self.judge_busy_since: float | None = None
+        self.judge_busy_s = 0.0
+        self.exit_code: int | None = None
+        self.runner_log = ""
+
+    def resume_clocks(self, now: float) -> None:
+        """The judge has caught up: the runner's clocks go on, the judge's time added to them."""
+        if self.judge_busy_since is None:
+            return
+        busy_from, self.judge_busy_since = self.judge_busy_since, None
+        self.judge_busy_s += now - busy_from
+        # each clock stood still from the later of the judge's start and its own start
+        self.deadline += now - max(busy_from, self.stage_began[self.stage])
+        self.last_report += now - max(busy_from, self.last_report)
+
+    def forward(self, msg: dict[str, Any]) -> None:
+        kind = msg.get("type")
+        now = time.monotonic()
+        self.last_report = now
+        if kind != "stage":
+            self.reported_in_stage = True
+        if kind == "stage":
+            new = msg.get("stage")
+            if new in STAGE_ORDER and STAGE_ORDER.index(new) > STAGE_ORDER.index(self.stage):
+                self.stage = new
+                self.stage_began[self.stage] = now
+                self.reported_in_stage = False  # the JIT allowance: before the first report of a stage, once
+                self.deadline = now + self.budgets[self.stage]
+                if self.on_stage:
+                    self.on_stage(self.stage)
+            else:
+                return  # a stage once announced, or out of order: not a new deadline
+        if kind == "timing" and "timing" in self.stage_began:
+            msg["parent_stage_s"] = now - self.stage_began["timing"]  # the parent's clock, not the runner's
+        self.to_judge.put({"cmd": "runner", "msg": msg})
+        self.forwarded += 1
+        if self.judge_busy_since is None:
+            self.judge_busy_since = now
+
+    # ---- while the runner lives -------------------------------------------------------------------
+
+    def follow_runner(self) -> None:
+        for msg in self.pending:
+            self.forward(msg)
+        while self.runner_open and self._step():
+            pass
+
+    def _limit(self) -> tuple[float, float]:
+        """The runner's next deadline, and the limit between its reports that sets it (0: none)."""
+        limit = min(self.deadline, self.hard_deadline)
+        per_report = 0.0
+        if self.stage in self.report_limits:
+            between, first = self.report_limits[self.stage]
+            per_report = between + (0.0 if self.reported_in_stage else first)
+            limit = min(limit, self.last_report + per_report)
+        if self.judge_busy_since is not None:  # the runner's clocks stand still: the judge's total only
+            limit, per_report = self.hard_deadline, 0.0
+        return limit, per_report
+
+    def _step(self) -> bool:
+        """One wait on both pipes; False when following the runner must stop (a deadline, a
+        protocol violation, the judge gone)."""
+        now = time.monotonic()
+        limit, per_report = self._limit()
+        if now >= limit:
+            self.timed_out = self.stage
+            if per_report and limit == self.last_report + per_report:
+                self.limit_hit = per_report
+            return False
+        runner, judge = self.runner, self.judge
+        fds = [runner.read_fd] + ([judge.read_fd] if not self.judge_gone else [])
+        wlist = [self.to_judge.fd] if self.to_judge.buf and self.to_judge.fd >= 0 else []
+        ready, writable, _ = select.select(fds, wlist, [], min(limit - now, 0.5))
+        if writable:
+            self.to_judge.flush()
+        if runner.read_fd in ready and not self._read_runner():
+            return False
+        if not self.judge_gone and judge.read_fd in ready and not self._read_judge():
+            return False
+        if not ready and not runner.alive():
+            self.runner_open = False  # gone; a grandchild may still hold the pipe open
+        return True
+
+    def _read_runner(self) -> bool:
+        """The runner's reports, forwarded; False on a protocol violation (a flood)."""
+        chunk = os.read(self.runner.read_fd, 1 << 16)
+        if not chunk:
+            self.runner_open = False
+        for msg in self.runner.reader.feed(chunk):
+            self.n_msgs += 1
+            if self.n_msgs > MAX_RUNNER_MESSAGES:
+                self.protocol = (
+                    f"the evaluation process sent more than {MAX_RUNNER_MESSAGES} reports (a flood); it was stopped"
+                )
+                break
+            self.forward(msg)
+        if self.runner.reader.overflow:
+            self.protocol = "the evaluation process wrote a report line over 1 MiB (a flood); it was stopped"
+        return not self.protocol
+
+    def _read_judge(self) -> bool:
+        """The judge's requests and words; False when its pipe has closed."""
+        chunk = os.read(self.judge.read_fd, 1 << 16)
+        if not chunk:
+            self.judge_gone = True
+            return False
+        for msg in self.judge.reader.feed(chunk):
+            self._from_judge(msg)
+        return True
+
+    def _from_judge(self, msg: dict[str, Any]) -> None:
+        if msg.get("type") == "ask":
+            what = str(msg.get("what", ""))
+            self.to_runner.put(what)
+            if what == "stop":
+                self.runner_open = False
+                self.asked_stop = True
+        elif msg.get("type") == "limit":  # the judge's limit between reports (from the reference's time)
+            st, secs, first = msg.get("stage"), msg.get("s"), msg.get("first_extra_s", 0.0)
+            if (
+                st in self.budgets
+                and isinstance(secs, (int, float))
+                and secs > 0
+                and isinstance(first, (int, float))
+                and first >= 0
+            ):
+                self.report_limits[st] = (float(secs), float(first))
+        elif msg.get("type") == "handled":  # the judge has handled this many of the runner's reports
+            n = msg.get("n")
+            if isinstance(n, int) and not isinstance(n, bool):
+                self.handled = max(self.handled, n)
+                if self.handled >= self.forwarded:
+                    self.resume_clocks(time.monotonic())
+        elif msg.get("type") == "final":
+            self.record = msg.get("record")
+
+    # ---- the runner has ended (or must end now) ---------------------------------------------------
+
+    def drain_runner(self) -> None:
+        """A grace to exit for a runner that was told to stop or closed its pipe, and the last
+        reports still in the pipe."""
+        runner = self.runner
+        if not self.runner_open and not self.timed_out and not self.protocol and runner.alive():
+            # it was told to stop, or closed its pipe: a short grace to exit by itself
+            end = time.monotonic() + 2.0
+            while runner.alive() and time.monotonic() < end:
+                msgs, eof = runner.read_messages(0.1)
+                for msg in msgs:
+                    self.forward(msg)
+                if eof:
+                    try:
+                        runner.proc.wait(timeout=max(0.0, end - time.monotonic()))
+                    except Exception:
+                        pass
+                    break
+        # the last reports still in the pipe
+        if runner.read_fd >= 0 and not self.protocol:
+            while True:
+                msgs, eof = runner.read_messages(0.0)
+                for msg in msgs:
+                    self.n_msgs += 1
+                    if self.n_msgs <= MAX_RUNNER_MESSAGES:
+                        self.forward(msg)
+                if eof or not msgs:
+                    break
+        if not self.timed_out and not self.protocol and not self.asked_stop:
+            try:  # it closed its pipe: let it finish exiting, so that its exit code is its own
+                runner.proc.wait(timeout=5)
+            except Exception:
+                pass
+
+    def end_runner(self, exit_code_of: Callable[[int | None], int | None]) -> None:
+        """The runner's group killed, its exit code and log kept, and the judge told how it ended."""
+        runner = self.runner
+        stopped_by_judge = self.asked_stop and not self.timed_out and not self.protocol
+        exit_code = None
+        try:
+            kill_group(runner.proc)  # anything it left in its group
+            try:
+                exit_code = runner.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                pass
+            self.runner_log = runner.log_tail()
+        finally:
+            runner.stop()
+        self.exit_code = exit_code_of(exit_code)
+        how = "" if stopped_by_judge else describe_signal(self.exit_code)
+        self.to_judge.put(
+            {
+                "cmd": "ended",
+                "stage": self.stage,
+                "timed_out_stage": self.timed_out or None,
+                "limit_s": self.limit_hit or self.budgets.get(self.timed_out, 0.0),
+                "limit_kind": "report" if self.limit_hit else "stage",
+                "exit_code": self.exit_code,
+                "how": how,
+                "protocol": self.protocol or None,
+                "log_tail": self.runner_log[-4000:],
+            }
+        )
+
+    # ---- the judge's record ------------------------------------------------------------------------
+
+    def await_record(self) -> str:
+        """Waits for the judge's record; the problem when none came ("" when one did)."""
+        end = time.monotonic() + JUDGE_FINISH_S
+        while self.record is None and not self.judge_gone:
+            self.to_judge.flush()
+            left = end - time.monotonic()
+            if left <= 0:
+                return f"the judge gave no record within {JUDGE_FINISH_S:g} s of the runner's end"
+            msgs, eof = self.judge.read_messages(min(left, 0.5))
+            for msg in msgs:
+                if msg.get("type") == "final":
+                    self.record = msg.get("record")
+            if eof:
+                self.judge_gone = True
+        if self.record is None:
+            return f"the judge {describe_signal(self.judge.proc.poll())} without a record"
+        return ""

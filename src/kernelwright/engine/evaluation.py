@@ -23,12 +23,12 @@ from kernelwright.core.printable import printable
 from kernelwright.core.record import EvalResult, Stage, Status
 from kernelwright.core.settings_file import protection_lowered
 from kernelwright.engine import nsight, process, runner_fork, sanitizer
-from kernelwright.engine.build import build_arch, trusted_builds
 from kernelwright.engine.child import protocol
+from kernelwright.engine.config_resolution import check_device, resolve_config
 from kernelwright.engine.errors import EngineError
+from kernelwright.engine.extensions import build_arch, trusted_builds
 from kernelwright.engine.isolation import containment as isolation
 from kernelwright.engine.isolation import environment, leftovers, sandbox
-from kernelwright.engine.resolve import check_device, resolve_config
 
 
 def evaluate(
@@ -43,7 +43,7 @@ def evaluate(
 ) -> EvalResult:
     """Evaluate a candidate (a file, or its text) against a KernelBench problem in a fresh child.
 
-    `config`: resolved at the entry point (`engine/resolve.py`: no "auto" device or sandbox here);
+    `config`: resolved at the entry point (`engine/config_resolution.py`: no "auto" device or sandbox here);
     None: the defaults, resolved.
 
     `spare`: a child started ahead of time by `prestart` for a compatible configuration (same
@@ -325,7 +325,7 @@ class WarmEvaluator:
 
 
 def _defaults() -> EvalConfig:
-    """No configuration given: the defaults, resolved (engine/resolve.py)."""
+    """No configuration given: the defaults, resolved (engine/config_resolution.py)."""
     return resolve_config(EvalConfig())
 
 
@@ -463,6 +463,7 @@ def _run(
                 tdir,
                 environment.child_env(config, tdir / "tmp"),
                 build_arch.arch_list_for_config(config),
+                on_stage=on_stage,
             )
         except BaseException:
             spare.discard(remove_workdir=False)
@@ -513,6 +514,10 @@ def _run(
     result.metadata["settings"] = {"file": config.settings_file or None, "lowers": protection_lowered(config)}
     if trusted is not None:
         result.metadata["trusted_build"] = trusted.describe()
+        if trusted.builds and not trusted.remembered:  # compiled before the child's clock: its build stage
+            st = result.stage_times
+            st.build_s = (st.build_s or 0.0) + trusted.wall_s
+            st.total_s = (st.total_s or 0.0) + trusted.wall_s
     if config.profile.enabled and result.status is Status.PASSED:
         if on_stage:
             on_stage("profile")

@@ -42,7 +42,7 @@ def kill_group(proc: Any) -> None:
 class Child:
     """A started child: its process, the read end of its report pipe, its log descriptor."""
 
-    proc: Any  # subprocess.Popen, or zygote.ForkedJudge (the same interface, as used here)
+    proc: Any  # subprocess.Popen, or zygote_client.ForkedJudge (the same interface, as used here)
     read_fd: int
     log_fd: int
     workdir: Path
@@ -155,7 +155,7 @@ def _create_log(path: Path) -> int:
 
 
 # A judge started ahead of its evaluation waits this long for a zygote still importing torch
-# (engine/zygote.py): it is off the path, and the import would otherwise run beside the next timing
+# (engine/zygote_client.py): it is off the path, and the import would otherwise run beside the next timing
 SPARE_WAITS_FOR_ZYGOTE_S = 20.0
 SPAWN_FIELDS = ("fd", "handoff_fd")  # a job file's descriptors: fixed at the spawn, kept by `go`
 
@@ -180,7 +180,7 @@ def spawn(
     and its job on stdin (the judge, whose job must not lie where the runner could change it).
     `handoff_fd`: its end of the socket on which device outputs pass from runner to judge
     (inherited; closed here after the spawn). `fork`: a judge (`job` None, no isolation) forked from
-    the zygote that imported torch once (`engine/zygote.py`), where it can; else exec'd as any child
+    the zygote that imported torch once (`engine/zygote_client.py`), where it can; else exec'd as any child
     (`fork_wait_s`: how long a zygote still importing torch is waited for first). `forker`: a
     runner forked from its zygote (`engine/runner_fork.py`), called with the child's own arguments,
     its environment, its log and its report descriptor; where it returns None, the child is exec'd."""
@@ -202,9 +202,9 @@ def spawn(
     if isolation is not None:  # PID namespace prefix, the evaluation's marker variable
         argv, env = isolation.command(argv), isolation.environment(env)
     if fork and job is None and isolation is None:
-        from kernelwright.engine import zygote
+        from kernelwright.engine import zygote_client
 
-        proc = zygote.spawn(
+        proc = zygote_client.spawn(
             argv[len(child_argv("judge")) :],
             workdir,
             env,
@@ -297,8 +297,10 @@ def run_to_end(
     isolation: Any = None,
     max_line: int = 1 << 20,
     max_messages: int = 1000,
+    on_message: Callable[[dict[str, Any]], None] | None = None,
 ) -> Finished:
-    """Start a child that needs no commands, collect its reports until it ends or `limit_s` passes."""
+    """Start a child that needs no commands, collect its reports until it ends or `limit_s` passes
+    (`on_message`: each report as it arrives, for a live display)."""
     child = spawn(argv, job, workdir, env, name=name, isolation=isolation)
     child.reader = LineReader(max_line)
     child.close_stdin()
@@ -312,6 +314,9 @@ def run_to_end(
             break
         got, eof = child.read_messages(min(left, 0.5))
         msgs += got
+        if on_message is not None:
+            for m in got:
+                on_message(m)
         if eof or child.reader.overflow or len(msgs) > max_messages or (not got and not child.alive()):
             break
     if not timed_out:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelwright.core.config import EvalConfig
-from kernelwright.engine import zygote as zygotes
+from kernelwright.engine import zygote_client as zygotes
 from kernelwright.engine.isolation import containment, environment, leftovers, sandbox
 
 PER_KEY = 2  # zygotes per sandbox configuration (a running evaluation and a spare beside it)

@@ -4,6 +4,6 @@ and never look behind. `SerialExecutor` evaluates one task at a time in this mac
 cluster. `make_executor` picks one from the command line's options."""
 
 from kernelwright.executors.base import EvalTask, Executor, SerialExecutor, WorkerLost
-from kernelwright.executors.resolve import make_executor
+from kernelwright.executors.factory import make_executor
 
 __all__ = ["EvalTask", "Executor", "SerialExecutor", "WorkerLost", "make_executor"]

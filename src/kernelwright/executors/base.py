@@ -21,7 +21,7 @@ from typing import Any, Protocol
 from kernelwright.core.config import EvalConfig
 from kernelwright.core.record import EvalResult
 from kernelwright.engine import EngineError
-from kernelwright.engine.resolve import resolve_config
+from kernelwright.engine.config_resolution import resolve_config
 
 # A task whose worker dies (process killed, node lost) is run again elsewhere this many times.
 WORKER_RETRIES = 1
@@ -72,7 +72,7 @@ class SerialExecutor:
 
         from kernelwright.engine import WarmEvaluator
 
-        self.config = resolve_config(config or EvalConfig())  # "auto" made concrete once (engine/resolve.py)
+        self.config = resolve_config(config or EvalConfig())  # "auto" made concrete once (engine/config_resolution.py)
         self._warm = WarmEvaluator(self.config, keep_warm=warm)
         self._lock = threading.Lock()  # submits from several threads take turns
 

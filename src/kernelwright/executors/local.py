@@ -40,7 +40,7 @@ import kernelwright
 from kernelwright.core.config import EvalConfig
 from kernelwright.core.record import EvalResult
 from kernelwright.engine import EngineError
-from kernelwright.engine.resolve import resolve_config
+from kernelwright.engine.config_resolution import resolve_config
 from kernelwright.executors import orphans
 from kernelwright.executors.base import WORKER_RETRIES, EvalTask, Interrupted, WorkerLost
 from kernelwright.executors.dispatch import Job, SlotQueue, safe_stage
@@ -196,7 +196,7 @@ class LocalExecutor(SlotQueue):
         self.spares = spares
         n_builds = default_build_workers(self.plan) if build_workers is None else build_workers
         if n_builds > 0:
-            from kernelwright.engine.build.prebuild import BuildPool
+            from kernelwright.engine.extensions.prebuild import BuildPool
 
             bcfg = self.config
             if self.plan.builds:  # builds have cores of their own: share them out

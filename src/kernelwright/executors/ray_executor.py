@@ -41,7 +41,7 @@ from typing import Any
 from kernelwright.core.config import EvalConfig
 from kernelwright.core.record import EvalResult
 from kernelwright.engine import EngineError
-from kernelwright.engine.resolve import resolve_config
+from kernelwright.engine.config_resolution import resolve_config
 from kernelwright.executors import orphans
 from kernelwright.executors.base import WORKER_RETRIES, EvalTask, WorkerLost
 from kernelwright.executors.dispatch import Job, SlotQueue, safe_stage
@@ -144,7 +144,7 @@ def ray_prebuild(
     problem_name: str, problem_text: str, candidate_text: str, config: dict[str, Any], arch_list: str | None
 ) -> dict[str, Any]:
     """A build as a CPU task: fills this node's build cache; a summary for the record."""
-    from kernelwright.engine.build.prebuild import prebuild
+    from kernelwright.engine.extensions.prebuild import prebuild
 
     work = Path(tempfile.mkdtemp(prefix="kw-ray-build-"))
     try:
@@ -223,7 +223,7 @@ class RayExecutor(SlotQueue):
         self._reap = ray.remote(num_cpus=0)(ray_reap)
         self._arch = None
         if build and self.config.device != "cpu":
-            from kernelwright.engine.build.build_arch import detect_arch_list
+            from kernelwright.engine.extensions.build_arch import detect_arch_list
 
             self._arch = detect_arch_list()
         self._builds = (

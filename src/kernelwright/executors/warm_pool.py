@@ -33,7 +33,7 @@ from typing import Any
 
 from kernelwright.core.config import EvalConfig
 from kernelwright.core.record import EvalResult
-from kernelwright.engine.resolve import resolve_config
+from kernelwright.engine.config_resolution import resolve_config
 
 
 class WarmPool:
@@ -47,7 +47,7 @@ class WarmPool:
         home_cpus: set[int] | None = None,
         pause_while_timing: bool | None = None,
     ):
-        self.config = resolve_config(config or EvalConfig())  # "auto" made concrete once (engine/resolve.py)
+        self.config = resolve_config(config or EvalConfig())  # "auto" made concrete once (engine/config_resolution.py)
         self.size = max(0, size)
         self.startup_cpus = startup_cpus or None
         self.home_cpus = home_cpus or None

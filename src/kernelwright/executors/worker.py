@@ -40,7 +40,7 @@ def main() -> None:
 
     from kernelwright.core.config import EvalConfig
     from kernelwright.engine import EngineError
-    from kernelwright.engine.build import trusted_builds
+    from kernelwright.engine.extensions import trusted_builds
     from kernelwright.executors.base import EvalTask, run_task
     from kernelwright.executors.warm_pool import WarmPool
 

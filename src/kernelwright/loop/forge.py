@@ -3,11 +3,11 @@
     round 0   Coder (first prompt) -> code -> engine -> Judge
     round n   Coder (repair prompt when round n-1 failed, optimisation prompt when it passed) -> ...
 
-The best candidate is the fastest correct one seen; a regression never replaces it, and neither
-does a candidate that is faster only by noise (see `improvement`). The loop stops at the round
-limit, at the target speedup, when a budget (tokens, cost, wall time) is spent, or when a model
-fails for good, and always returns the best so far. Every round is handed to the recorder as soon
-as it ends, whatever ended it.
+The best candidate is the fastest correct one seen; a regression never replaces it, nor does a
+candidate that is faster only by noise, nor the best's own code submitted again (see `keep`).
+The loop stops at the round limit, at the target speedup, when a budget (tokens, cost, wall time)
+is spent, or when a model fails for good, and always returns the best so far. Every round is
+handed to the recorder as soon as it ends, whatever ended it.
 
 The Judge's performance answer names a bottleneck, an optimisation and the speedup it expects over
 the candidate it reviewed. That expectation is checked at the next round that passes (repairs of a
@@ -276,8 +276,7 @@ class Forge:
             if _result(rnd).status is Status.PASSED:
                 self.pending = None  # measured; a failed attempt leaves it to the repair
         if _result(rnd).status is Status.PASSED:
-            best = self.state.best
-            rnd.became_best, rnd.best_decision = improvement(_result(rnd), best.result if best else None, self.config)
+            rnd.became_best, rnd.best_decision = keep(rnd, self.state.best, self.config)
 
     def _ask_judge(self, rnd: Round) -> None:
         history = [_history_entry(r) for r in self.state.rounds]
@@ -452,15 +451,18 @@ class Forge:
         return None
 
     def _progress(self, index: int, stage: str, rnd: Round | None = None) -> None:
-        best = self.state.best.speedup if self.state.best else None
+        best = self.state.best
         self.on_progress(
             Progress(
                 round=index,
                 stage=stage,
                 verdict=rnd.verdict if rnd else None,
                 speedup=rnd.speedup if rnd else None,
-                best_speedup=best,
+                best_speedup=best.speedup if best else None,
                 result=rnd.result if rnd else None,
+                best_round=best.index if best else None,
+                decision=(rnd.best_decision or None) if rnd else None,
+                judge_error=rnd.judge_error if rnd else None,
             )
         )
 
@@ -514,6 +516,27 @@ def _band(result: EvalResult, factor: float) -> tuple[float, float]:
     slow = s / (1 + factor * max(t.p90_ms / t.median_ms - 1, 0.0))
     fast = s * (1 + factor * max(t.median_ms / t.p10_ms - 1, 0.0))
     return slow, fast
+
+
+def code_hash(code: str | None) -> str:
+    """The first 12 hex digits of the code's sha256 ("" for no code): what "the same code" means."""
+    import hashlib
+
+    return hashlib.sha256(code.encode()).hexdigest()[:12] if code is not None else ""
+
+
+def keep(rnd: Round, best: Round | None, config: LoopConfig) -> tuple[bool, str]:
+    """Does the correct round `rnd` replace `best`? (decision, the reason in words)
+
+    The best's own code submitted again (the same hash) never does, whatever its timing: a second
+    measurement of one kernel is noise, not progress. Otherwise `improvement` decides on the timings.
+    """
+    if best is not None and rnd.code is not None and code_hash(rnd.code) == code_hash(best.code):
+        return False, (
+            f"the same code as round {best.index} (sha256 {code_hash(rnd.code)}); "
+            "identical code never replaces the best, whatever its timing"
+        )
+    return improvement(_result(rnd), best.result if best else None, config)
 
 
 def improvement(new: EvalResult, best: EvalResult | None, config: LoopConfig) -> tuple[bool, str]:

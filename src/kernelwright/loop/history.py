@@ -26,6 +26,9 @@ class Progress:
     speedup: float | None = None
     best_speedup: float | None = None
     result: EvalResult | None = None  # the round's record, at "done"
+    best_round: int | None = None  # the round that holds the best so far (after this one, at "done")
+    decision: str | None = None  # at "done", for a correct round: why it did (not) become the best
+    judge_error: str | None = None  # at "done": the Judge gave no usable critique, and why
 
 
 @dataclass

@@ -1,5 +1,6 @@
 """Model backends for the Coder and the Judge: OpenAI-compatible, Anthropic, and replay."""
 
+from kernelwright.models.backend_spec import resolve_model
 from kernelwright.models.base import (
     Attempt,
     ChatModel,
@@ -9,6 +10,5 @@ from kernelwright.models.base import (
     ModelSetupError,
     Usage,
 )
-from kernelwright.models.resolve import resolve_model
 
 __all__ = ["Attempt", "ChatModel", "Completion", "Message", "ModelError", "ModelSetupError", "Usage", "resolve_model"]

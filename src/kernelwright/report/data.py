@@ -12,6 +12,7 @@ import csv
 import difflib
 import io
 import json
+import re
 from datetime import datetime
 from typing import Any
 
@@ -43,16 +44,24 @@ CSV_COLUMNS = [
 ENV_KEYS = ("device", "driver", "torch", "cuda", "python", "kernelwright", "commit", "platform")
 
 
+# a line that says where a build failed: the engine's "main.cpp:10 (candidate line 13): ...", or a
+# compiler's own "FILE:LINE:COL: error: ..." (gcc, clang) and "FILE(LINE): error ..." (nvcc)
+_BUILD_ERROR_AT = re.compile(r"^\S+:\d+ \(candidate line \d+\): |:\d+:(\d+:)? (fatal )?error: |\(\d+\): error")
+
+
 def reason(result: EvalResult | None) -> str | None:
-    """Why an evaluation failed, in one line: the first line of its error log that says something."""
+    """Why an evaluation failed: the first line of its error log that says something, then the lines
+    that locate the error (the numerics' "where: ...", a build's file and line; at most three),
+    each cut at 160 characters."""
     if result is None or result.status is Status.PASSED:
         return None
-    for line in result.error_log.splitlines():
-        line = " ".join(line.split())
-        if line and not line.startswith(("Traceback", "File ", "^")):
-            return (line[:157] + "...") if len(line) > 160 else line
-    stage = result.error_stage
-    return f"{result.status}" + (f" in stage {stage}" if stage else "")
+    lines = [" ".join(line.split()) for line in result.error_log.splitlines()]
+    head = next((ln for ln in lines if ln and not ln.startswith(("Traceback", "File ", "^"))), None)
+    if head is None:
+        stage = result.error_stage
+        return f"{result.status}" + (f" in stage {stage}" if stage else "")
+    where = [ln for ln in lines if ln != head and (ln.startswith("where: ") or _BUILD_ERROR_AT.search(ln))][:3]
+    return "\n".join((ln[:157] + "...") if len(ln) > 160 else ln for ln in [head, *where])
 
 
 def environment(db: RunStore, runs: list[dict[str, Any]]) -> dict[str, Any]:

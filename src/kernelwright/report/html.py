@@ -32,5 +32,11 @@ def render(data: dict[str, Any]) -> str:
     }
     charts = {p["key"]: plots.rounds_chart(p["rounds"]) for p in data["problems"] if len(p["rounds"]) > 1}
     return env.get_template("report.html.j2").render(
-        data=data, m=m, robust=robust, figures=figures, charts=charts, colors=plots.VERDICT_COLORS
+        data=data,
+        m=m,
+        robust=robust,
+        figures=figures,
+        charts=charts,
+        colors=plots.VERDICT_COLORS,
+        has_levels=any(p["level"] for p in data["problems"]),  # a folder suite has none: no empty column
     )

@@ -54,20 +54,31 @@ def _svg(fig) -> str:
     return text.replace(' xmlns:xlink="http://www.w3.org/1999/xlink"', "")
 
 
+def speedup_bins(speedups: list[float], n: int = 20) -> list[float]:
+    """`n` bins, even on a log scale, from below the slowest kernel (and 0.5x) to above the fastest
+    (and 2x): the first and last edges lie outside every value, so rounding in exp/log leaves none out."""
+    lo, hi = min(min(speedups), 0.5) / 1.05, max(max(speedups), 2.0) * 1.05
+    return [math.exp(math.log(lo) + (math.log(hi) - math.log(lo)) * i / n) for i in range(n + 1)]
+
+
 def speedup_distribution(speedups: list[float]) -> str:
     plt = _plt()
     fig, ax = plt.subplots(figsize=(3.6, 2.4))
+    speedups = [s for s in speedups if s > 0 and math.isfinite(s)]
     if speedups:
+        bins = speedup_bins(speedups)
         lo, hi = min(speedups), max(speedups)
-        lo, hi = min(lo, 0.5), max(hi, 2.0)
-        bins = [math.exp(math.log(lo) + (math.log(hi) - math.log(lo)) * i / 20) for i in range(21)]
         ax.hist(speedups, bins=bins, color="#1565c0", edgecolor="white")
         ax.set_xscale("log")
         from matplotlib.ticker import FuncFormatter, NullFormatter
 
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}x"))
         ax.xaxis.set_minor_formatter(NullFormatter())
-        ax.set_xticks(sorted({round(lo, 2), 0.5, 1.0, 2.0, round(hi, 2)}))
+        ticks = [0.5, 1.0, 2.0]
+        for end in (round(lo, 2), round(hi, 2)):  # the ends, where no label is near (they would overlap)
+            if all(abs(math.log(end / t)) > 0.35 for t in ticks):
+                ticks.append(end)
+        ax.set_xticks(sorted(ticks))
     else:
         ax.text(0.5, 0.5, "no correct kernel", ha="center", va="center", transform=ax.transAxes)
     ax.axvline(1.0, color="#555", linestyle="--", linewidth=1)

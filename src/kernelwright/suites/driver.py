@@ -82,19 +82,33 @@ def register_suite(
     candidates: str | None = None,
     info: dict[str, Any] | None = None,
 ) -> None:
-    """Create the suite, or check that a rerun under this name is the same kind of suite."""
+    """Create the suite, or check that a rerun under this name is the same kind of suite, in the same folder."""
     with store.transaction() as tx:
         row = tx.execute("SELECT kind, out_dir FROM suites WHERE id=?", (name,)).fetchone()
-        if row is not None and (row["kind"] != kind or Path(row["out_dir"]) != out_dir.resolve()):
+        if row is not None and row["kind"] != kind:
             from kernelwright.suites.discovery import SuiteError
 
-            raise SuiteError(f"suite {name!r} exists as a {row['kind']} suite in {row['out_dir']}; pass another --name")
+            raise SuiteError(f"suite {name!r} is an {row['kind']} suite (in {row['out_dir']}); pass another --name")
+        if row is not None and Path(row["out_dir"]) != out_dir.resolve():
+            from kernelwright.suites.discovery import SuiteError
+
+            raise SuiteError(
+                f"suite {name!r} has its run directories in {row['out_dir']}; leave --out out (or pass that folder) "
+                "to resume it, or pass another --name"
+            )
         tx.execute(
             "INSERT INTO suites (id, kind, problems, candidates, out_dir, created, info) VALUES (?,?,?,?,?,?,?)"
             " ON CONFLICT(id) DO UPDATE SET problems=excluded.problems, candidates=excluded.candidates,"
             " info=excluded.info",
             (name, kind, json.dumps(problems), candidates, str(out_dir.resolve()), now(), json.dumps(info or {})),
         )
+
+
+def suite_dir(store: Store, name: str) -> Path | None:
+    """The folder of the suite's run directories, as the store recorded it (None: no such suite):
+    a rerun finds them from any working directory."""
+    row = store.conn.execute("SELECT out_dir FROM suites WHERE id=?", (name,)).fetchone()
+    return Path(row["out_dir"]) if row is not None else None
 
 
 def _summary(run_dir: Path) -> dict[str, Any]:
@@ -206,7 +220,7 @@ def _on_stage(progress: SuiteProgress, pipeline: Pipeline, prob: Problem) -> Cal
 def _eval_one_by_one(todo, executor, store, name, config, outcome, progress, pipeline, build_workers, build_pool):
     pool = build_pool
     if pool is None and build_workers > 0 and any(needs_build(c.text) for _, c, _ in todo):
-        from kernelwright.engine.build.prebuild import BuildPool
+        from kernelwright.engine.extensions.prebuild import BuildPool
 
         pool = BuildPool(max_workers=build_workers, config=config)
     try:
@@ -426,6 +440,8 @@ def _optimize_problem(
         progress.stage(
             prob, f"round {p.round + 1}/{loop_config.rounds}: {p.stage}" + (f" ({p.verdict})" if p.verdict else "")
         )
+        if p.stage == "done" and p.judge_error:
+            progress.note(f"{prob.key}: round {p.round}: Judge failed: {p.judge_error}")
 
     forge = Forge(
         prob.path,

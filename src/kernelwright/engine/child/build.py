@@ -19,7 +19,6 @@ import hashlib
 import json
 import os
 import re
-import subprocess
 import sys
 import time
 import types
@@ -31,6 +30,7 @@ from typing import IO, TYPE_CHECKING, Any, NoReturn, TypeAlias
 from kernelwright.core.formats import parse_python
 from kernelwright.core.record import CompileIssue
 from kernelwright.engine.child import build_inputs, flag_pch
+from kernelwright.engine.child.toolchain import tool_version
 
 if TYPE_CHECKING:
     from kernelwright.engine.child.lean_headers import LeanSources
@@ -105,14 +105,6 @@ def _prepare_pch(lock_path: Path | None = None) -> bool:
 
 
 @functools.cache
-def _tool_version(cmd: str) -> str:
-    try:
-        out = subprocess.run([cmd, "--version"], capture_output=True, text=True, timeout=30)
-        return (out.stdout or out.stderr).strip().splitlines()[-1] if (out.stdout or out.stderr) else ""
-    except (OSError, subprocess.SubprocessError):
-        return "absent"
-
-
 def toolchain_fingerprint(with_cuda: bool) -> dict[str, str]:
     import torch
 
@@ -120,14 +112,14 @@ def toolchain_fingerprint(with_cuda: bool) -> dict[str, str]:
         "python": sys.version.split()[0],
         "torch": torch.__version__,
         "torch_cuda": str(torch.version.cuda),
-        "cxx": _tool_version(os.environ.get("CXX", "c++")),
+        "cxx": tool_version(os.environ.get("CXX", "c++")),
         "arch_list": os.environ.get("TORCH_CUDA_ARCH_LIST", ""),
     }
     if with_cuda:
         from torch.utils.cpp_extension import CUDA_HOME
 
         nvcc = os.path.join(CUDA_HOME, "bin", "nvcc") if CUDA_HOME else "nvcc"
-        fp["nvcc"] = _tool_version(nvcc)
+        fp["nvcc"] = tool_version(nvcc)
     return fp
 
 

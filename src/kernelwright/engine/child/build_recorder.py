@@ -3,7 +3,7 @@
     python -m kernelwright.engine.child.build_recorder JOB.json
 
 For a candidate whose `load_inline` arguments are computed at run time (f-strings, functions,
-loops), `engine/build/static_builds.py` cannot resolve the calls from the text. This child imports the
+loops), `engine/extensions/static_builds.py` cannot resolve the calls from the text. This child imports the
 candidate with `load_inline` replaced by a recorder that keeps each call's arguments and hands
 back a stub module (nothing is compiled, nothing is loaded), then reports the calls. It runs
 candidate code, so it gets what a build-only child gets: no GPU (`CUDA_VISIBLE_DEVICES=""`), the

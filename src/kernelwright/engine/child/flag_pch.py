@@ -26,7 +26,7 @@ is 0.8 GB with torch 2.13), the least recently used removed first.
 
 Only flags of the simple shapes below (optimisation, machine, feature, macro and warning options)
 are accepted; anything else (a plugin, a specs file, an include of a path) gets no header. The
-trusted builder has checked the flags already (engine/build/static_builds.py); this is a second,
+trusted builder has checked the flags already (engine/extensions/static_builds.py); this is a second,
 narrower gate for a file that every later build with those flags reads.
 """
 
@@ -40,6 +40,8 @@ import subprocess
 import sysconfig
 from pathlib import Path
 from typing import Any
+
+from kernelwright.engine.child.toolchain import tool_version
 
 SIMPLE_FLAG = re.compile(
     r"-(?:O[0-3sgz]?|Ofast|f(?!plugin)[a-z0-9][\w+.=-]*|m[a-z0-9][\w+.=-]*|std=[\w+]+"
@@ -114,9 +116,7 @@ def _command(flags: list[str], out: Path) -> list[str]:
 def _key(flags: list[str]) -> str:
     import torch
 
-    from kernelwright.engine.child.build import _tool_version
-
-    blob = "\n".join([torch.__version__, _tool_version(os.environ.get("CXX", "c++")), *_command(flags, Path("-"))])
+    blob = "\n".join([torch.__version__, tool_version(os.environ.get("CXX", "c++")), *_command(flags, Path("-"))])
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 

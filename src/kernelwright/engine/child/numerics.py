@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from kernelwright.engine.child.compare import flatten
+from kernelwright.engine.child.compare import edge_ratio, flatten
 
 
 def _upcast(obj: Any, dtype: torch.dtype) -> Any:
@@ -93,6 +93,7 @@ class Deviation:
     norm_rel: float  # ||x - o|| / ||o|| (||x - o|| when ||o|| is 0)
     frac_out_of_tol: float  # share of elements with |x - o| > atol + rtol * |o| (or non-finite mismatch)
     nonfinite: int  # elements non-finite where the oracle is finite
+    tol_ratio: float = 0.0  # the largest |x - o| / (atol + rtol |o|): within the tolerance at <= 1
 
 
 def deviation(x: torch.Tensor, o: torch.Tensor, atol: float, rtol: float) -> Deviation:
@@ -102,9 +103,10 @@ def deviation(x: torch.Tensor, o: torch.Tensor, atol: float, rtol: float) -> Dev
         return Deviation(0.0, 0.0, 0.0, 0.0, 0)
     if bool(torch.isfinite(od).all()) and bool(torch.isfinite(xd).all()):  # the common case, in fewer passes
         diff = (xd - od).abs()
-        bad = diff > atol + rtol * od.abs()
+        tol = atol + rtol * od.abs()
+        bad = diff > tol
         o_norm = float(torch.linalg.vector_norm(od).item())
-        n_nf = 0
+        n_nf, nf_any = 0, False
     else:
         o_fin = torch.isfinite(od)
         both = o_fin & torch.isfinite(xd)
@@ -114,7 +116,7 @@ def deviation(x: torch.Tensor, o: torch.Tensor, atol: float, rtol: float) -> Dev
         tol = atol + rtol * torch.where(o_fin, od.abs(), torch.zeros((), dtype=torch.float64, device=od.device))
         bad = (diff > tol) | nf_bad
         o_norm = float(torch.linalg.vector_norm(torch.where(o_fin, od, torch.zeros_like(od))).item())
-        n_nf = int((nf_bad & o_fin).sum().item())
+        n_nf, nf_any = int((nf_bad & o_fin).sum().item()), bool(nf_bad.any())
     d_norm = float(torch.linalg.vector_norm(diff).item())
     return Deviation(
         max_abs=float(diff.max().item()) if n_nf == 0 else math.inf,
@@ -122,6 +124,7 @@ def deviation(x: torch.Tensor, o: torch.Tensor, atol: float, rtol: float) -> Dev
         norm_rel=(d_norm / o_norm if o_norm > 0 else d_norm) if n_nf == 0 else math.inf,
         frac_out_of_tol=float(bad.sum().item()) / od.numel(),
         nonfinite=n_nf,
+        tol_ratio=math.inf if nf_any else edge_ratio(diff, tol),
     )
 
 
@@ -137,6 +140,9 @@ class LeafNumerics:
     excess_allowed: float = 0.0  # factor * the reference's share out of tolerance + the floor
     within_distribution: bool = True  # excess_share <= excess_allowed
     rtol: float = 0.0  # the relative tolerance applied to this output (resolution_rtol of its dtype)
+    # a failing output: the candidate against the reference, the figures the record's max_abs_err and
+    # the strict comparison give (the error log's headline states these, the oracle's on its own line)
+    against_reference: Deviation | None = None
 
 
 @dataclass
@@ -254,6 +260,7 @@ def judge(
         if not within_tol:  # the element-by-element test only matters for the factor branch
             share = excess_share(c, r, o, atol, rt, factor)
         within_dist = share <= allowed
+        passed = within_tol or (within_factor and within_dist)
         report.leaves.append(
             LeafNumerics(
                 name,
@@ -261,11 +268,12 @@ def judge(
                 cd,
                 within_tol,
                 within_factor,
-                within_tol or (within_factor and within_dist),
+                passed,
                 share,
                 allowed,
                 within_dist,
                 rt,
+                None if passed else deviation(c, r, atol, rt),
             )
         )
         if rd.frac_out_of_tol > 0:
@@ -278,8 +286,10 @@ def judge(
 
 def _leaf_message(l: LeafNumerics, atol: float, rtol: float, factor: float) -> str:
     c, r = l.candidate, l.reference
+    vs_ref = l.against_reference or c  # the record's max_abs_err measures the candidate against the reference
     head = (
-        f"Outputs are not close (atol={atol}, rtol={rtol}). max_abs_err={c.max_abs:.3e}, mean_abs_err={c.mean_abs:.3e}"
+        f"Outputs are not close (atol={atol}, rtol={rtol}). "
+        f"max_abs_err={vs_ref.max_abs:.3e}, mean_abs_err={vs_ref.mean_abs:.3e}"
     )
     if l.rtol > rtol:
         head += (
@@ -306,20 +316,29 @@ def _leaf_message(l: LeafNumerics, atol: float, rtol: float, factor: float) -> s
     return "\n".join(lines)
 
 
+# Arithmetic in a lower precision leaves every element within a few of that precision's units in
+# the last place (ulps) of the output's largest magnitude; a dropped column or a wrong element does not.
+LOWER_PRECISION_MAX_ULPS = 8
+
+
 def lower_precision_suspected(oracle: torch.Tensor, dev: Deviation, out_dtype: torch.dtype) -> bool:
-    """A hint: the candidate's normwise error is at the level of rounding the oracle to bf16 or fp16.
-    Never for an output that is bf16/fp16 itself: that precision is the problem's own choice."""
+    """A hint: the candidate's error looks like rounding to bf16 or fp16. Both must hold, for one of them:
+    the normwise error is at the level of rounding the oracle to it (0.3x to 30x), and the largest
+    error is at most LOWER_PRECISION_MAX_ULPS of its ulps at the oracle's largest magnitude. Never
+    for an output that is bf16/fp16 itself: that precision is the problem's own choice."""
     if low_precision(out_dtype) or dev.nonfinite or not math.isfinite(dev.norm_rel) or dev.norm_rel == 0:
         return False
     o = oracle.detach().to(torch.float64)
     o_norm = float(torch.linalg.vector_norm(o).item())
     if o_norm == 0 or not math.isfinite(o_norm):
         return False
+    top = float(o.abs().max().item())
     for low in (torch.bfloat16, torch.float16):
         rounded = o.to(low).to(torch.float64)
         if not torch.isfinite(rounded).all():
             continue
         level = float(torch.linalg.vector_norm(rounded - o).item()) / o_norm
-        if level > 0 and 0.3 * level <= dev.norm_rel <= 30 * level:
+        ulp = 2.0 ** math.floor(math.log2(top)) * torch.finfo(low).eps
+        if level > 0 and 0.3 * level <= dev.norm_rel <= 30 * level and dev.max_abs <= LOWER_PRECISION_MAX_ULPS * ulp:
             return True
     return False

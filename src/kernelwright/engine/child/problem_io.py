@@ -52,7 +52,7 @@ def device_name(device: torch.device) -> str:
     return f"cpu ({platform.machine()}, {torch.get_num_threads()} threads)"
 
 
-def resolve_device(want: str) -> torch.device:
+def torch_device(want: str) -> torch.device:
     """The torch device of the evaluation's device, resolved by the parent ("auto" never reaches a child)."""
     if want not in ("cuda", "cpu"):
         raise RuntimeError(f"device {want!r} reached the evaluation child unresolved; the parent resolves it")

@@ -5,7 +5,7 @@
 It runs no candidate code: it never imports the candidate, and it never loads what it builds
 (torch's `load_inline` builds, then imports the module; the import is switched off here, so
 not even a static initialiser of the candidate's C++ runs). It gets the calls already resolved
-by the parent (`engine/build/static_builds.py`: literal arguments, allow-listed flags), builds each
+by the parent (`engine/extensions/static_builds.py`: literal arguments, allow-listed flags), builds each
 through the same content-keyed cache as an evaluation (`build.install_build_cache`, lean headers
 and PCH included) and records each artefact's sha256 in the cache (`build.MANIFEST`).
 
@@ -56,7 +56,8 @@ def main(job_path: str) -> int:
         flag_pch_keep=job.get("flag_pch_keep", 0),
     )
     results = []
-    for call in job["calls"]:
+    for i, call in enumerate(job["calls"]):
+        send("building", index=i)  # the parent's live line: which of its calls compiles now
         before = len(build.BUILD_LOG)
         error = ""
         t0 = time.perf_counter()

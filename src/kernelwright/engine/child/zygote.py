@@ -3,7 +3,7 @@
 
     python -m kernelwright.engine.child.zygote SOCKET_FD [judge|runner [required|try]]
 
-It serves one parent (`engine/zygote.py`) over a SOCK_SEQPACKET socket: each request is a JSON
+It serves one parent (`engine/zygote_client.py`) over a SOCK_SEQPACKET socket: each request is a JSON
 object `{"argv": [...], "cwd": ..., "env": {...}, "fd_names": [...]}` with four descriptors (the
 child's stdin, its log, its report pipe, a status pipe) and those `fd_names` names (`handoff`: the
 pair's socket; `creds`: the runner's hand-shake); the answer is `{"pid": N}`. The fork starts a

@@ -2,7 +2,7 @@
 
 - `sandbox`: where a child runs: bubblewrap (a private mount namespace, read-only system) or a plain
   process (`wrap`); `resolve` turns "auto" into one of them, called at the entry points through
-  `engine/resolve.py`.
+  `engine/config_resolution.py`.
 - `containment`: what holds in every mode: resource limits, a PID namespace, a cgroup where one can be
   made, a marker sweep of everything the child started (`prepare`, `annotate`).
 - `environment`: the child's environment: an allow-list of the caller's, minus secrets (`child_env`).

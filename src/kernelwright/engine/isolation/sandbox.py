@@ -33,7 +33,7 @@ class SandboxUnavailable(RuntimeError):
 
 def resolve(mode: SandboxMode) -> ResolvedSandbox:
     """The sandbox that will actually be used for `mode` (called at the entry points, through
-    `kernelwright.engine.resolve`)."""
+    `kernelwright.engine.config_resolution`)."""
     if mode not in ("auto", "bwrap", "none"):
         raise SandboxUnavailable(f"--sandbox must be auto, bwrap or none (got {mode!r})")
     if mode == "none":
@@ -219,7 +219,8 @@ def wrap(
             raise SandboxUnavailable("bubblewrap disappeared; install it or use --sandbox none")
         return _bwrap_argv(bwrap, workdir, writable, read_only, nested_user) + ["--"] + argv
     raise SandboxUnavailable(
-        f"sandbox {kind!r} reached the engine unresolved; resolve the configuration first (kernelwright.engine.resolve)"
+        f"sandbox {kind!r} reached the engine unresolved; resolve the configuration first "
+        "(kernelwright.engine.config_resolution)"
     )
 
 

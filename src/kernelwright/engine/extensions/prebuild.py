@@ -1,7 +1,7 @@
 """Prebuilding candidates on the CPU while the GPU evaluates: `BuildPool(max_workers).submit(...)`.
 
 With the trusted cache (`BuildConfig.trusted_cache`, the default), a prebuild is the trusted
-builder (`engine/build/trusted_builds.py`): the candidate's statically known `load_inline` calls are
+builder (`engine/extensions/trusted_builds.py`): the candidate's statically known `load_inline` calls are
 built into the shared cache by a child that never imports the candidate; a call it cannot resolve
 is left to the evaluation (which builds it privately), and the prebuild says so (`ok` False).
 Without it, a prebuild is the evaluation child in `build_only` mode: it imports the candidate (so
@@ -29,11 +29,11 @@ from typing import Any
 from kernelwright.core import formats
 from kernelwright.core.config import EvalConfig
 from kernelwright.engine import process
-from kernelwright.engine.build import trusted_builds
-from kernelwright.engine.build.build_arch import detect_arch_list
+from kernelwright.engine.config_resolution import resolve_config
+from kernelwright.engine.extensions import trusted_builds
+from kernelwright.engine.extensions.build_arch import detect_arch_list
 from kernelwright.engine.isolation import leftovers, sandbox
 from kernelwright.engine.isolation.environment import candidate_writable, child_env
-from kernelwright.engine.resolve import resolve_config
 
 
 @dataclass

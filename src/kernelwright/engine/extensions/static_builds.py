@@ -406,4 +406,4 @@ def _refused(flag: str, pattern: re.Pattern) -> str:
     for bad, why in _REFUSED:
         if bad.match(flag):
             return why
-    return "not on the allow-list of compiler flags (engine/build/static_builds.py)"
+    return "not on the allow-list of compiler flags (engine/extensions/static_builds.py)"

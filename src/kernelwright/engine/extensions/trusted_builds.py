@@ -24,18 +24,21 @@ import re
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from kernelwright.core.config import EvalConfig
 from kernelwright.engine import process
-from kernelwright.engine.build import static_builds
 from kernelwright.engine.child.build import MANIFEST
+from kernelwright.engine.extensions import static_builds
 from kernelwright.engine.isolation import containment as isolation
 from kernelwright.engine.isolation import sandbox
 
 BUILDS_SUBDIR = "builds"
+# the live line while a builder runs: these calls were not built on this machine before
+COLD = "not built on this machine before: a first build takes a minute or more"
 _KNOWN: dict[tuple[str, str], str] = {}  # (cache root, entry directory) -> sha256 learned by this process
 _KNOWN_LOCK = threading.Lock()
 # The calls this process has seen built, each with success or with the compiler's error:
@@ -86,6 +89,7 @@ def build(
     arch_list: str | None = None,
     record: bool = False,
     problem_text: str | None = None,
+    on_stage: Callable[[str], None] | None = None,
 ) -> TrustedBuilds:
     """Build the candidate's statically known extensions in a trusted child; never raises for the candidate.
 
@@ -96,6 +100,7 @@ def build(
     GPU's path) and build the calls it made too; given `problem_text`, the recorder also constructs
     ModelNew and calls it once on the CPU, for the builds made there. Calls recorded once for a candidate's text (here,
     or `adopt`ed) are built by every later `build` of the same text, recorder or not.
+    `on_stage`: the live line's stage while a builder runs ("build: compiling NAME (1 of 2), ...").
     """
     t0 = time.monotonic()
     scan = static_builds.scan(candidate_text)
@@ -166,6 +171,15 @@ def build(
     }
     argv = sandbox.wrap(builder_argv(), config.sandbox, workdir, [Path(config.cache_dir)])
     iso = isolation.prepare("cpu", config.sandbox, config.memory_limit_mb)
+
+    def progress(msg: dict[str, Any]) -> None:
+        i = msg.get("index")
+        if on_stage is not None and msg.get("type") == "building" and type(i) is int and 0 <= i < len(calls):
+            name = str(calls[i].get("name") or calls[i].get("load_sources") or "an extension")[:60]
+            on_stage(f"build: compiling {name} ({i + 1} of {len(calls)}; {COLD})")
+
+    if on_stage is not None:
+        on_stage(f"build: {len(calls)} extension{'s' if len(calls) > 1 else ''}, {COLD}")
     finished = process.run_to_end(
         argv,
         job,
@@ -175,6 +189,7 @@ def build(
         name="builder",
         isolation=iso,
         max_line=64 << 20,
+        on_message=progress,
     )
     out.wall_s = time.monotonic() - t0
     final = next((m.get("record") for m in finished.messages if m.get("type") == "final"), None)
