@@ -124,7 +124,7 @@ def test_an_eval_that_found_no_server_starts_one_the_next_eval_is_served_and_sto
     assert "kernelwright serve --stop" in first.stderr
     end = time.monotonic() + 60
     while not path.exists():
-        assert time.monotonic() < end, (cache / "serve").exists() and list((cache / "serve").iterdir())
+        assert time.monotonic() < end, list(path.parent.glob(path.name.replace(".sock", "*")))
         time.sleep(0.1)
     second = _record(_kw(*args, "--json", cache=cache))
     assert second["status"] == Status.PASSED.value
@@ -138,7 +138,7 @@ def test_an_eval_that_found_no_server_starts_one_the_next_eval_is_served_and_sto
         assert time.monotonic() < end, "the server did not end after --stop"
         time.sleep(0.1)
     assert not path.exists()
-    log = next((cache / "serve").glob("*.log")).read_text()
+    log = path.with_name(path.name.replace(".sock", ".log")).read_text()
     assert f"pid {pid} stopped after 1 evaluation(s)" in log
     again = _kw("serve", "--stop", "--device", "cpu", cache=cache)
     assert again.returncode == 0 and "no server for cpu answered" in again.stderr
@@ -184,7 +184,7 @@ def test_a_second_server_for_the_same_socket_is_refused_and_the_first_keeps_it(t
 def test_a_socket_left_by_a_dead_server_is_passed_over_and_replaced(tmp_path, cpu_config):
     cache = tmp_path / "cache"
     path = _socket_for(cache)
-    path.parent.mkdir(parents=True, mode=0o700)
+    path.parent.mkdir(parents=True, mode=0o700, exist_ok=True)
     dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     dead.bind(str(path))
     dead.close()  # the file stays, nobody listens (a server killed with SIGKILL)
@@ -215,33 +215,41 @@ def test_a_server_of_other_code_refuses_the_job_and_the_client_says_so(tmp_path,
     assert server.served == 0 and not path.exists()
 
 
+def _old_server(tmp_path: Path, cache: Path) -> subprocess.Popen:
+    """A real server left from before an upgrade: `kernelwright serve` of a copy of the package
+    (other files' times: another code stamp), as `start_detached` starts one."""
+    old = tmp_path / "old"
+    shutil.copytree(ROOT / "src" / "kernelwright", old / "kernelwright", copy_function=shutil.copy)
+    start = tmp_path / "start.json"
+    start.write_text(json.dumps({"config": make_cpu_config(str(cache)).to_dict(), "spares": 0, "idle_s": 60}))
+    env = dict(_env(cache), PYTHONPATH=str(old))
+    cmd = [sys.executable, "-m", "kernelwright.executors.eval_server", str(start)]
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
 def test_a_server_of_other_code_is_stopped_evaluated_past_and_replaced(tmp_path):
     """A server left from before an upgrade (another code stamp) refuses the job: the CLI asks it to
     stop, evaluates by itself, and (serve.autostart) starts one of its own code after."""
     cache = tmp_path / "cache"
     path = _socket_for(cache)
-    cfg = make_cpu_config(str(cache))
-    server = eval_server.EvalServer(cfg, path=path, spares=0, idle_s=60)
-    server.stamp = "another installation"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    server = _old_server(tmp_path, cache)
     try:
+        _wait_for(path, server)
         args = ("eval", ADD_ONE, CANDIDATES / "py_correct.py", "--device", "cpu", "--trials", "1", "--json")
         res = _kw(*args, cache=cache, autostart="always")
-        thread.join(30)
-        assert not thread.is_alive()  # the old one stopped when asked
+        assert server.wait(30) == 0  # the old one stopped when asked
         rec = _record(res)
         assert rec["status"] == Status.PASSED.value and "served" not in rec["metadata"]
         assert "stopped the server (it ran other kernelwright code); evaluating here" in res.stderr
         assert "started `kernelwright serve` for cpu" in res.stderr
-        log = cache / "serve" / "eval-cpu.log"
+        log = path.with_name(path.name.replace(".sock", ".log"))
         end = time.monotonic() + 60
         while not (log.exists() and " serving cpu on " in log.read_text()):  # the new one, of this code
             assert time.monotonic() < end, log.exists() and log.read_text()
             time.sleep(0.1)
     finally:
-        server.stop()
-        thread.join(30)
+        server.kill()
+        server.wait()
         _kw("serve", "--stop", "--device", "cpu", cache=cache)
 
 
@@ -377,3 +385,22 @@ def test_a_job_read_back_from_json_fits_the_servers_spares(cpu_config):
 
     cpu_config.timeouts.startup = 120
     assert _spawn_key(EvalConfig.from_dict(json.loads(json.dumps(cpu_config.to_dict())))) == _spawn_key(cpu_config)
+
+
+def test_a_server_removes_only_the_socket_it_made(tmp_path, cpu_config):
+    """A stale socket is removed by the server that made it, at its end: a socket bound at the path
+    after it (the next server's) is left where it is."""
+    path = tmp_path / "s.sock"
+    server = eval_server.EvalServer(cpu_config, path=path, spares=0, idle_s=5)
+    path.unlink()
+    other = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    other.bind(str(path))
+    try:
+        server.close()
+        assert path.exists()
+    finally:
+        other.close()
+        path.unlink()
+    again = eval_server.EvalServer(cpu_config, path=path, spares=0, idle_s=5)
+    again.close()
+    assert not path.exists()

@@ -134,10 +134,7 @@ def test_the_readme_layout_table_names_every_folder_and_its_modules():
 
 # Cycles that other work removes; each entry goes when its modules no longer import each other
 # (`test_a_known_cycle_is_still_there` says when).
-KNOWN_CYCLES = {
-    # the command line's split of `kernelwright serve` from cli/main.py
-    frozenset({"kernelwright.cli.main", "kernelwright.cli.serve_cmds"}),
-}
+KNOWN_CYCLES: set[frozenset[str]] = set()
 
 
 def _type_checking_only(tree: ast.Module) -> set[int]:

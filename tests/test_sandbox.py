@@ -211,9 +211,10 @@ def test_the_memory_limit_holds_in_the_sandbox(cpu_config):
 
 @needs_bwrap
 def test_the_judges_compiler_caches_are_out_of_the_runners_reach(cpu_config, tmp_path):
-    """The runner's Triton/CUDA caches lie in the shared cache directory, which its sandbox writes;
-    the judge's (its compiler caches, where torch.compile of the reference would find its kernels,
-    and the JSON it reads back: device peaks, the reference's FLOP count) are read-only there."""
+    """The runner's Triton/CUDA caches lie in its own directory; the judge's (its compiler caches,
+    where torch.compile of the reference would find its kernels, and the JSON it reads back: device
+    peaks, the reference's FLOP count) lie in the user's cache, which the runner's sandbox does not
+    write."""
     cpu_config.cache_dir, cpu_config.sandbox = str(tmp_path / "cache"), "bwrap"
     judge = tmp_path / "cache" / environment.JUDGE_CACHE_SUBDIR
     # an honest evaluation first: the judge caches its device peaks and the reference's FLOP count
@@ -223,12 +224,12 @@ def test_the_judges_compiler_caches_are_out_of_the_runners_reach(cpu_config, tmp
     assert "reference_work" in {p.parent.name for p in cached}, cached
     assert {p.parent.name for p in cached} <= {"device_peaks", "reference_work"}, cached
     cpu_config.time_candidate = False
-    r = evaluate(ADD_ONE, None, cpu_config, candidate_text=_attack("plant_judge_cache"))
+    r = evaluate(ADD_ONE, None, cpu_config, candidate_text=_attack("plant_judge_cache", cache=tmp_path / "cache"))
     assert r.status is Status.PASSED, r.error_log
     assert not list(judge.rglob("planted*"))
     assert {p: p.read_text() for p in cached} == cached  # what the judge wrote, as it wrote it
     assert {p.parent.name for p in judge.rglob("*.json")} <= {"device_peaks", "reference_work"}
-    assert list((tmp_path / "cache" / "triton").glob("planted*"))  # the control: its own cache takes the plant
+    assert not (tmp_path / "cache" / "triton").exists()  # (its own took the plant: else it raised)
     env = environment.judge_env(environment.child_env(cpu_config, tmp_path / "t"), cpu_config, tmp_path / "j")
     for var in ("TRITON_CACHE_DIR", "CUDA_CACHE_PATH", "TORCHINDUCTOR_CACHE_DIR"):
         assert env[var].startswith(str(judge) + os.sep), (var, env[var])
@@ -237,9 +238,9 @@ def test_the_judges_compiler_caches_are_out_of_the_runners_reach(cpu_config, tmp
 
 @needs_bwrap
 def test_the_users_evaluation_server_takes_no_job_from_inside_the_sandbox(cpu_config, tmp_path):
-    """`kernelwright serve` listens in the user's cache directory, which the runner's sandbox can
-    write; a job from there (a candidate of the attacker's, with `sandbox: none`) would run outside
-    every sandbox. The server takes jobs only from its own namespaces, and the sandbox covers the
+    """A job from inside the sandbox (a candidate of the attacker's, with `sandbox: none`) would run
+    outside every sandbox. Here the server listens in the user's cache directory (by default it
+    does not); the server takes jobs only from its own namespaces, and the sandbox covers the
     sockets it finds in the directories it binds."""
     import threading
 
@@ -252,7 +253,8 @@ def test_the_users_evaluation_server_takes_no_job_from_inside_the_sandbox(cpu_co
     thread = threading.Thread(target=server.serve_forever, args=(served.append,), daemon=True)
     thread.start()
     try:
-        r = evaluate(ADD_ONE, None, cpu_config, candidate_text=_attack("reach_the_eval_server", marker=marker))
+        attack = _attack("reach_the_eval_server", marker=marker, socket=server.path, cache=tmp_path / "cache")
+        r = evaluate(ADD_ONE, None, cpu_config, candidate_text=attack)
     finally:
         server.stop()
         thread.join(30)

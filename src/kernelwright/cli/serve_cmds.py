@@ -7,6 +7,8 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
+from kernelwright.cli.entry import fail, resolved, settings
+
 err = Console(stderr=True)
 
 
@@ -32,11 +34,10 @@ def serve_cmd(
 
     Each eval hands its job here (--no-server: never) and gets the same record, from a fresh runner and judge.
     """
-    from kernelwright.cli.main import _resolved, _settings, fail
     from kernelwright.executors.eval_server import EvalServer, run_server, stop_server
 
     if stop:
-        cfg = _resolved(_settings(config, {"eval": {"device": device, "sandbox": sandbox}}).eval)
+        cfg = resolved(settings(config, {"eval": {"device": device, "sandbox": sandbox}}).eval)
         pid = stop_server(cfg.device)
         err.print(f"stopped the server for {cfg.device} (pid {pid})" if pid else f"no server for {cfg.device} answered")
         return
@@ -44,8 +45,8 @@ def serve_cmd(
         fail(f"--spares must be at least 1 (got {spares})")
     if idle_minutes < 0:
         fail(f"--idle-minutes must be 0 or more (got {idle_minutes})")
-    settings = _settings(config, {"eval": {"device": device, "sandbox": sandbox}})
-    cfg = _resolved(settings.eval)
+    given = settings(config, {"eval": {"device": device, "sandbox": sandbox}})
+    cfg = resolved(given.eval)
     try:
         server = EvalServer(cfg, spares=spares, idle_s=idle_minutes * 60 if idle_minutes else float("inf"))
     except OSError as exc:

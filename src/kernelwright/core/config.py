@@ -135,6 +135,9 @@ class EvalConfig:
     build: BuildConfig = field(default_factory=lambda: BuildConfig())
     numerics: NumericsConfig = field(default_factory=lambda: NumericsConfig())
     guards: GuardConfig = field(default_factory=lambda: GuardConfig())
+    # where these settings were read from (core/settings_file.py sets it; no file may): the record's
+    # metadata["settings"] names it
+    settings_file: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -25,17 +25,27 @@ dataclasses' defaults, then the file, then the command line (only the options ac
 An unknown key or a value of the wrong type is a one-line `SettingsError` naming the key and
 the file. Relative paths in the file (`model.price_file`, `eval.cache_dir`) are read from the
 file's directory.
+
+Trust (as git's `safe.directory`): the search passes over a file the user does not own, and one in
+a folder that others may write (group or world writable: /tmp), saying so in one line on stderr,
+and goes on upwards; a candidate evaluated with `--sandbox none` runs as the user and could plant
+one there. A file given with `--config` is read as given. A file that lowers the evaluation's
+protection (`protection_lowered`) says so on stderr each time it is read, and every record names
+its settings file and what its configuration lowers (`metadata["settings"]`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
+import stat
+import sys
 import tomllib
 import typing
 from pathlib import Path
 from typing import Any
 
-from kernelwright.core.config import Settings
+from kernelwright.core.config import EvalConfig, GuardConfig, Settings
 from kernelwright.core.config import coerce as coerce_field
 
 FILE_NAME = "kernelwright.toml"
@@ -54,17 +64,88 @@ class SettingsError(ValueError):
     """The settings file cannot be used. One line naming the key (or the file) and the fix."""
 
 
+MAX_TOLERANCE = 1e-1  # an atol or rtol above this lowers the protection (a wrong kernel passes)
+
+
+def _others_may_write(st: os.stat_result) -> bool:
+    """Whether a user other than this one may write a file or folder with this status: anyone may
+    (world-writable), or its group may and the group is not this user's own private group (the
+    user's primary group with no other member, as `umask 002` systems give every user)."""
+    if st.st_mode & stat.S_IWOTH:
+        return True
+    if not st.st_mode & stat.S_IWGRP:
+        return False
+    if st.st_gid != os.getgid():
+        return True
+    try:
+        import grp
+        import pwd
+
+        me = pwd.getpwuid(os.getuid()).pw_name
+        return bool(set(grp.getgrgid(st.st_gid).gr_mem) - {me})
+    except (ImportError, KeyError):
+        return True
+
+
+def untrusted_because(path: Path) -> str:
+    """Why a settings file found by the search is not read ('' where it may be): another user owns
+    it, or others may write it or its folder (they could have put it there)."""
+    try:
+        st, folder = os.stat(path), os.stat(path.parent)
+    except OSError as exc:
+        return f"it cannot be checked ({exc.strerror})"
+    if st.st_uid != os.getuid():
+        return f"it belongs to uid {st.st_uid}, not to this user"
+    if _others_may_write(folder):
+        return f"its folder may be written by others (mode {stat.filemode(folder.st_mode)})"
+    if _others_may_write(st):
+        return f"it may be written by others (mode {stat.filemode(st.st_mode)})"
+    return ""
+
+
+def _announce(message: str) -> None:
+    print(f"kernelwright: {message}", file=sys.stderr, flush=True)
+
+
 def find_settings_file(start: Path | None = None) -> Path | None:
-    """The nearest kernelwright.toml, or pyproject.toml with [tool.kernelwright], from `start` upwards."""
+    """The nearest kernelwright.toml, or pyproject.toml with [tool.kernelwright], from `start`
+    upwards, passing over (in one line on stderr) a file that `untrusted_because` refuses."""
     here = (start or Path.cwd()).resolve()
     for folder in (here, *here.parents):
-        own = folder / FILE_NAME
-        if own.is_file():
-            return own
-        py = folder / PYPROJECT
-        if py.is_file() and "kernelwright" in _read_toml(py).get("tool", {}):
-            return py
+        for candidate in (folder / FILE_NAME, folder / PYPROJECT):
+            if not candidate.is_file() or (candidate.name == PYPROJECT and not _has_our_table(candidate)):
+                continue
+            why = untrusted_because(candidate)
+            if not why:
+                return candidate
+            _announce(f"passed over the settings file {candidate}: {why}; use --config FILE to read it anyway")
     return None
+
+
+def _has_our_table(pyproject: Path) -> bool:
+    """Whether a pyproject.toml has a [tool.kernelwright] table (one that cannot be read: yes, so
+    that its error is said, unless it is passed over)."""
+    try:
+        return "kernelwright" in _read_toml(pyproject).get("tool", {})
+    except SettingsError:
+        return not untrusted_because(pyproject)
+
+
+def protection_lowered(cfg: EvalConfig) -> list[str]:
+    """What of the evaluation's protection `cfg` turns off or loosens, each said in a few words."""
+    out = []
+    if cfg.sandbox == "none":
+        out.append('sandbox = "none"')
+    if not cfg.guards.enabled:
+        out.append("guards off")
+    out += [f"{name} = {getattr(cfg, name):g}" for name in ("atol", "rtol") if getattr(cfg, name) > MAX_TOLERANCE]
+    dropped = [f for f in GuardConfig().fail_on if f not in cfg.guards.fail_on]
+    if dropped:
+        kept = cfg.guards.fail_on
+        out.append(f"guards.fail_on without {', '.join(dropped)}" if kept else "guards.fail_on emptied")
+    if not cfg.build.trusted_cache:
+        out.append("build.trusted_cache off")
+    return out
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
@@ -102,6 +183,10 @@ def load_settings(
         label = f"{path}" + (" [tool.kernelwright]" if path.name == PYPROJECT else "")
         apply_table(settings, read_settings_file(path), label, base_dir=path.resolve().parent)
         settings.source = str(path)
+        settings.eval.settings_file = str(path.resolve())
+        lowered = protection_lowered(settings.eval)
+        if lowered:
+            _announce(f"the settings file {path} lowers the evaluation's protection: {'; '.join(lowered)}")
     if overrides:
         # typed already by the command line's parser; its values are checked by validate(), whose
         # messages name the options (--sandbox ...), not the file's keys
@@ -163,7 +248,7 @@ def _apply(obj: Any, values: dict[str, Any], where: str, label: str, coerce: boo
     hints = typing.get_type_hints(type(obj))
     for key, value in values.items():
         name = f"{where}.{key}"
-        if key not in fields:
+        if key not in fields or (where, key) == ("eval", "settings_file"):
             raise SettingsError(f"{label}: unknown key '{name}'; known keys in [{where}]: {', '.join(fields)}")
         if value is None:  # the command line's "not given" never reaches here; None clears an optional
             setattr(obj, key, None)

@@ -21,6 +21,7 @@ from kernelwright.core import formats
 from kernelwright.core.config import EvalConfig
 from kernelwright.core.printable import printable
 from kernelwright.core.record import EvalResult, Stage, Status
+from kernelwright.core.settings_file import protection_lowered
 from kernelwright.engine import nsight, process, runner_fork, sanitizer
 from kernelwright.engine.child import protocol
 from kernelwright.engine.config_resolution import check_device, resolve_config
@@ -368,7 +369,8 @@ def _spawn_runner(
     env = environment.child_env(config, workdir / "tmp")
     read_only = _read_only_for_candidates(config)
     extra = [out_dir] if out_dir is not None and out_dir != workdir / "out" else []
-    argv = sandbox.wrap(process.child_argv("runner"), config.sandbox, workdir, [cache_dir, *extra], read_only)
+    writable = [*environment.candidate_writable(config), *extra]
+    argv = sandbox.wrap(process.child_argv("runner"), config.sandbox, workdir, writable, read_only)
     iso = isolation.prepare(config.device, config.sandbox, config.memory_limit_mb)
 
     wait_s = process.SPARE_WAITS_FOR_ZYGOTE_S if ahead else 0.0  # a spare's runner: off the path
@@ -430,7 +432,6 @@ def _run(
 ) -> EvalResult:
     from kernelwright.engine.coordinator import coordinate
 
-    cache_dir = Path(config.cache_dir)
     # The runner never sees the problem: the judge holds it and hands the runner its inputs as data.
     (workdir / "out").mkdir(exist_ok=True)
     phases: dict[str, float] = {}  # the engine's own time, by phase (metadata["engine_phases_s"])
@@ -510,6 +511,7 @@ def _run(
     result.metadata["judge_process"] = "forked" if type(judge.proc).__name__ == "ForkedJudge" else "started"
     result.metadata["runner_process"] = "forked" if type(runner.proc).__name__ == "ForkedJudge" else "started"
     isolation.annotate(result, iso)  # metadata["isolation"], the memory-limit note
+    result.metadata["settings"] = {"file": config.settings_file or None, "lowers": protection_lowered(config)}
     if trusted is not None:
         result.metadata["trusted_build"] = trusted.describe()
         if trusted.builds and not trusted.remembered:  # compiled before the child's clock: its build stage
@@ -519,7 +521,6 @@ def _run(
     if config.profile.enabled and result.status is Status.PASSED:
         if on_stage:
             on_stage("profile")
-        report_dir = Path(config.profile.report_dir) if config.profile.report_dir else cache_dir
         # the runner under ncu constructs ModelNew and runs it on the judge's first trial inputs
         # (the first two wire files the judge wrote, kept above)
         job = dict(job, init_path=str(workdir / "in_init.kwt"), inputs_path=str(workdir / "in_000.kwt"))
@@ -529,11 +530,11 @@ def _run(
             workdir,
             env,
             job,
-            wrap=lambda a: sandbox.wrap(
+            wrap=lambda a, *report_dir: sandbox.wrap(
                 a,
                 config.sandbox,
                 workdir,
-                [cache_dir, report_dir],
+                [*environment.candidate_writable(config), *report_dir],
                 _read_only_for_candidates(config),
             ),
         )
@@ -548,7 +549,7 @@ def _run(
                 a,
                 config.sandbox,
                 workdir,
-                [cache_dir],
+                environment.candidate_writable(config),
                 _read_only_for_candidates(config),
             ),
         )

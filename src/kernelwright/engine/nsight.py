@@ -508,7 +508,7 @@ def profile(
     candidate_kernels: set[str],
     binaries: list[bytes],
     report_dir: Path,
-    wrap=lambda argv: argv,
+    wrap=lambda argv, *writable: argv,
 ) -> NcuProfile:
     """Profile the candidate's forward under ncu, one profile at a time on this machine; raises
     NcuUnavailable with the reason."""
@@ -529,6 +529,19 @@ def profile(
         )
     prof.lock_wait_s = round(waited, 3)
     return prof
+
+
+def _write_fresh(path: Path, text: str) -> None:
+    """Write `path` as a new file: whatever the profiled candidate left there (a link to a file of
+    the user's) is removed, never followed."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags, 0o644)
+    except FileExistsError:
+        os.unlink(path)
+        fd = os.open(path, flags, 0o644)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
 
 
 def _profile(
@@ -581,7 +594,8 @@ def _profile(
         left = deadline - time.monotonic()
         if left <= 5:
             raise NcuUnavailable(f"ncu ran out of its {timeout:g} s limit (after {attempt} attempts)")
-        rc, out, timed_out = _run(wrap(cmd), env, workdir, left, report_dir / "ncu.log")
+        # the sandbox's writable part: this profile's own folder, no other profile's
+        rc, out, timed_out = _run(wrap(cmd, report_dir), env, workdir, left, report_dir / "ncu.log")
         if timed_out:
             raise NcuUnavailable(f"ncu timed out after {timeout:g} s; the process group was killed")
         missing = missing_metrics(out)
@@ -625,7 +639,7 @@ def _profile(
     if imp.returncode != 0 or not imp.stdout.strip():
         raise NcuUnavailable(f"ncu --import failed: {(imp.stderr or imp.stdout).strip()[-200:]}")
     csv_path = report_dir / "profile.csv"
-    csv_path.write_text(imp.stdout)
+    _write_fresh(csv_path, imp.stdout)
     kernels = kernels_from_csv(imp.stdout, candidate_kernels, binaries)
     if not kernels:
         raise NcuUnavailable("ncu's report holds no kernel rows")

@@ -28,11 +28,12 @@ from typing import Any
 
 from kernelwright.core.config import EvalConfig
 from kernelwright.engine import zygote_client as zygotes
-from kernelwright.engine.isolation import containment, leftovers, sandbox
+from kernelwright.engine.isolation import containment, environment, leftovers, sandbox
 
 PER_KEY = 2  # zygotes per sandbox configuration (a running evaluation and a spare beside it)
 MAX_KEYS = 2  # configurations with zygotes at once (each zygote holds an imported torch)
-_PER_RUNNER = ("TMPDIR", containment.MARKER_VAR)  # set in the fork: one zygote serves every evaluation
+# set in the fork: one zygote serves every evaluation (the JIT caches lie in each evaluation's TMPDIR)
+_PER_RUNNER = ("TMPDIR", "TRITON_CACHE_DIR", "CUDA_CACHE_PATH", containment.MARKER_VAR)
 SHM = Path("/dev/shm")
 SHM_MIN_FREE = 8 << 30
 
@@ -47,12 +48,12 @@ class _Set:
     work_base: Path
     out_base: Path | None
     zygotes: list[zygotes._Zygote] = field(default_factory=list)
-    cache_dir: Path = Path()
+    cache_writable: list[Path] = field(default_factory=list)  # environment.candidate_writable
     used: float = field(default_factory=time.monotonic)
 
     @property
     def writable(self) -> list[Path]:
-        return [self.cache_dir, *([self.out_base] if self.out_base is not None else [])]
+        return [*self.cache_writable, *([self.out_base] if self.out_base is not None else [])]
 
     def close(self, now: bool = True) -> None:
         """`now` (the process is ending): the zygotes are killed; else each ends once its fork has
@@ -90,7 +91,8 @@ def _set_for(config: EvalConfig) -> _Set:
                     out_base = leftovers.make_dir("kw-out-", SHM)
             except OSError:
                 pass
-            s = _SETS[key] = _Set(leftovers.make_dir("kw-eval-"), out_base, cache_dir=Path(config.cache_dir))
+            writable = environment.candidate_writable(config)
+            s = _SETS[key] = _Set(leftovers.make_dir("kw-eval-"), out_base, cache_writable=writable)
             while len(_SETS) > MAX_KEYS:
                 oldest = min(_SETS, key=lambda k: _SETS[k].used)
                 stale.append(_SETS.pop(oldest))

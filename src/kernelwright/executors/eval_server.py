@@ -7,12 +7,16 @@ job over a Unix socket and gets the record back, so its own wall is its start-up
 evaluation itself. Nothing about the evaluation changes: every candidate still gets a fresh runner
 and a fresh judge (a spare serves one evaluation), in the same sandbox, under the same budgets.
 
-Trust: the socket lies in the user's own cache directory (mode 0700) and the server serves only
-its own user (the peer's uid, `SO_PEERCRED`); it runs code of the same installation as the client
-(`code_stamp`: a client built from other code evaluates by itself), and evaluations are run one at
-a time, in the order they come. What a job carries is what `evaluate` takes: the problem's and the
-candidate's paths (absolute) and the full configuration. The server's environment is the one the
-children are started from (the client's variables do not travel).
+Trust (`serve_trust.py`): the socket lies in a private folder of the user's that no evaluation's
+sandbox binds (not the kernelwright cache), one server per device and cache. The server serves
+only its own user in its own namespaces (the peer's uid and pid, `SO_PEERCRED`); the client hands
+its job only to a server it verified (uid, namespaces, no evaluation among its ancestors, this
+Python running `kernelwright serve`), else says so in one line and evaluates by itself. The server
+runs code of the same installation as the client (`code_stamp`: a client built from other code
+evaluates by itself), and evaluations are run one at a time, in the order they come. What a job
+carries is what `evaluate` takes: the problem's and the candidate's paths (absolute) and the full
+configuration. The server's environment is the one the children are started from (the client's
+variables do not travel).
 
 Protocol: one JSON line from the client (`stamp`, `problem`, `candidate`, `config`); then lines
 from the server, `{"stage": ...}` as the evaluation goes, and last `{"result": <the record>}`,
@@ -22,7 +26,9 @@ serve --stop`) is answered `{"stopped": <pid>}`, and the server stops.
 
 Started by `kernelwright eval` (`start_detached`, `ServeConfig.autostart`): an eval that found no
 server for its device starts one after its own evaluation, in a session of its own, which stops
-after `ServeConfig.idle_minutes` without a job; its log is next to its socket.
+after `ServeConfig.idle_minutes` without a job; its log is next to its socket. A server removes
+its socket when it stops, and only while the path is still the socket it bound; a server killed
+before it could leaves one that the next server for the path replaces.
 """
 
 from __future__ import annotations
@@ -34,10 +40,8 @@ import os
 import select
 import signal
 import socket
-import struct
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -47,9 +51,10 @@ from typing import Any
 import kernelwright
 from kernelwright.core.config import EvalConfig, default_cache_dir
 from kernelwright.core.record import EvalResult
+from kernelwright.executors import serve_trust
 
 MAX_JOB_BYTES = 1 << 20
-_SUN_PATH_MAX = 100  # AF_UNIX paths are limited to 107 bytes; longer cache paths get a short name
+_SUN_PATH_MAX = 100  # AF_UNIX paths are limited to 107 bytes
 
 
 class ServerRefused(RuntimeError):
@@ -62,13 +67,13 @@ class ServerRefused(RuntimeError):
 
 
 def socket_path(device: str) -> Path:
-    """Where the server for `device` ("cuda" or "cpu") listens: in the user's cache directory."""
-    base = default_cache_dir()
-    path = base / "serve" / f"eval-{device}.sock"
+    """Where the server for `device` ("cuda" or "cpu") and this user's cache listens: in
+    `serve_trust.serve_dir()`, out of every sandbox's reach (its log and start file beside it)."""
+    digest = hashlib.sha1(os.path.realpath(default_cache_dir()).encode()).hexdigest()[:12]
+    path = serve_trust.serve_dir() / f"eval-{device}-{digest}.sock"
     if len(str(path)) <= _SUN_PATH_MAX:
         return path
-    digest = hashlib.sha1(str(base).encode()).hexdigest()[:12]
-    return Path(tempfile.gettempdir()) / f"kw-serve-{os.getuid()}" / f"{digest}-{device}.sock"
+    return Path("/tmp") / f"kw-serve-{os.getuid()}" / path.name
 
 
 def code_stamp() -> str:
@@ -115,8 +120,9 @@ def _lines(conn: socket.socket, deadline: float | None = None):
 
 
 def _connect(path: Path) -> socket.socket | None:
-    """A connection to the server at `path` (2 s to answer); None where no socket is there or
-    nobody listens on it (a socket left by a server that is gone)."""
+    """A connection to the verified server at `path` (2 s to answer); None where no socket is
+    there, nobody listens on it (a socket left by a server that is gone), or what listens is not a
+    server this client trusts (`serve_trust.verify_server`: one line on stderr says why)."""
     if not path.exists():
         return None
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -125,6 +131,11 @@ def _connect(path: Path) -> socket.socket | None:
         conn.connect(str(path))
     except OSError:
         conn.close()
+        return None
+    why = serve_trust.verify_server(conn)
+    if why:
+        conn.close()
+        print(f"kernelwright: ignored what listens on {path} ({why}); evaluating here", file=sys.stderr, flush=True)
         return None
     return conn
 
@@ -202,7 +213,7 @@ def start_detached(config: EvalConfig, spares: int, idle_s: float) -> Path:
     this process, and stops after `idle_s` without a job); its log's path. A second one started
     beside a running server finds the socket taken and ends at once (its log says so)."""
     path = socket_path(config.device)
-    _private_dir(path.parent)
+    serve_trust.private_dir(path.parent)
     job = path.with_name(path.name.replace(".sock", "") + "-start.json")
     log = path.with_name(path.name.replace(".sock", "") + ".log")
     data = json.dumps({"config": config.to_dict(), "spares": spares, "idle_s": idle_s}).encode()
@@ -225,19 +236,6 @@ def start_detached(config: EvalConfig, spares: int, idle_s: float) -> Path:
     return log
 
 
-def _private_dir(folder: Path) -> None:
-    """Create `folder` readable by its owner only; a folder that exists is left as it is, unless it is
-    the server's own (`.../serve` or `kw-serve-<uid>`, ours), which is tightened to 0700. A socket named
-    in a shared folder (/tmp) must not change that folder's mode; the socket itself is 0600 and the
-    server answers its own uid only, whatever the folder allows."""
-    if not folder.exists():
-        folder.mkdir(parents=True, mode=0o700)
-        os.chmod(folder, 0o700)  # mkdir's mode passes through the umask
-        return
-    if folder.name in ("serve", f"kw-serve-{os.getuid()}") and folder.stat().st_uid == os.getuid():
-        os.chmod(folder, 0o700)
-
-
 def _closed_by_peer(conn: socket.socket) -> bool:
     """Has the client closed its end (or reset it)? It sends nothing after its job line."""
     try:
@@ -248,21 +246,12 @@ def _closed_by_peer(conn: socket.socket) -> bool:
         return True
 
 
-_NAMESPACES = ("mnt", "pid", "net", "user")
-
-
 def _other_namespace(pid: int) -> str:
-    """The first of the client's namespaces that is not the server's ('' where all are): the socket
-    lies in the user's cache directory, which an evaluation's sandbox binds writable, so a candidate
-    of the same uid can reach it from inside bubblewrap (other mount, PID and network namespaces)
-    and hand over a job with `sandbox: none`. The pid is the kernel's (SO_PEERCRED), taken at connect."""
-    for ns in _NAMESPACES:
-        try:
-            if pid <= 0 or os.readlink(f"/proc/{pid}/ns/{ns}") != os.readlink(f"/proc/self/ns/{ns}"):
-                return ns
-        except OSError:
-            return ns
-    return ""
+    """The first of the client's namespaces that is not the server's ('' where all are): a candidate
+    of the same uid that reached the socket (`--sandbox none` lets it write the user's folders)
+    must not hand over a job with `sandbox: none`. The pid is the kernel's (SO_PEERCRED), taken at
+    connect."""
+    return serve_trust.other_namespace(pid)
 
 
 # ---- the server -----------------------------------------------------------------------------------
@@ -287,12 +276,13 @@ class EvalServer:
             self.pool.prestart()
         except BaseException:  # no server after all: its socket goes with it
             self._listener.close()
-            self.path.unlink(missing_ok=True)
+            if self._still_ours():
+                self.path.unlink(missing_ok=True)
             os.close(self._lock_fd)
             raise
 
     def _bind(self) -> socket.socket:
-        _private_dir(self.path.parent)
+        serve_trust.private_dir(self.path.parent)
         # one server per socket path, held for its life: two evals that end together each start one,
         # and the second must not take the path over from the first between its bind and its listen
         lock_path = self.path.with_name(self.path.name + ".lock")
@@ -328,7 +318,16 @@ class EvalServer:
         finally:
             os.umask(old)
         listener.listen(16)
+        self._bound = os.lstat(self.path)
         return listener
+
+    def _still_ours(self) -> bool:
+        """Whether the path is still the socket this server bound (not one put there after it)."""
+        try:
+            st = os.lstat(self.path)
+        except OSError:
+            return False
+        return (st.st_dev, st.st_ino) == (self._bound.st_dev, self._bound.st_ino)
 
     def stop(self) -> None:
         self._stop.set()
@@ -356,11 +355,7 @@ class EvalServer:
     def _handle(self, conn: socket.socket, on_job: Callable[[dict[str, Any]], None] | None) -> None:
         from kernelwright.engine import EngineError
 
-        try:
-            creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-            pid, uid, _ = struct.unpack("3i", creds)
-        except OSError:
-            pid, uid = 0, -1
+        pid, uid = serve_trust.peer_credentials(conn)
         # the job's line first, whoever sent it: a client reads its answer after sending, and an
         # answer written before its line arrived could meet a closed socket (a broken pipe there)
         job = next(_lines(conn, deadline=time.monotonic() + 10.0), None)
@@ -438,7 +433,8 @@ class EvalServer:
             self._listener.close()
         finally:
             try:
-                self.path.unlink()
+                if self._still_ours():
+                    self.path.unlink()
             except OSError:
                 pass
             os.close(self._lock_fd)  # the path is free for the next server

@@ -29,7 +29,7 @@ from typing import IO, TYPE_CHECKING, Any, NoReturn, TypeAlias
 
 from kernelwright.core.formats import parse_python
 from kernelwright.core.record import CompileIssue
-from kernelwright.engine.child import flag_pch
+from kernelwright.engine.child import build_inputs, flag_pch
 from kernelwright.engine.child.toolchain import tool_version
 
 if TYPE_CHECKING:
@@ -153,6 +153,234 @@ def _tolerate_read_only_torch(cpp_ext: Any) -> None:
     cpp_ext.remove_extension_h_precompiler_headers = remove_extension_h_precompiler_headers
 
 
+class _BuildRoutes:
+    """The routes of one `install_build_cache`: each load_inline/load call to its build directory
+    (its settings are that function's arguments)."""
+
+    def __init__(
+        self,
+        root: Path,
+        candidate_file: str | None,
+        use_pch: bool,
+        lean_headers: bool,
+        verified: dict[str, str] | None,
+        private_root: str | os.PathLike[str] | None,
+        publish: bool,
+        failed: dict[str, str] | None,
+        flag_pch_keep: int,
+        original_inline: Callable[..., Any],
+        original_load: Callable[..., Any],
+    ) -> None:
+        self.root, self.candidate_file, self.use_pch, self.lean_headers = root, candidate_file, use_pch, lean_headers
+        self.verified, self.private_root, self.publish, self.failed = verified, private_root, publish, failed
+        self.flag_pch_keep, self.original_inline, self.original_load = flag_pch_keep, original_inline, original_load
+
+    def run(
+        self,
+        kind: str,
+        name: str,
+        build_dir: Path,
+        call: Callable[[Path], types.ModuleType],
+        key: str,
+        extra: dict[str, Any] | None = None,
+        tentative: bool = False,
+    ) -> types.ModuleType | None:
+        """`call(directory)` builds and loads; `build_dir` is the call's directory in the shared cache."""
+        entry: dict[str, Any] = {"kind": kind, "name": name, "key": key, "dir": str(build_dir), **(extra or {})}
+        BUILD_LOG.append(entry)
+        t0 = time.perf_counter()
+        failed_as = _same_build(self.failed or {}, build_dir.name, key) if self.private_root is not None else None
+        if failed_as is not None:
+            output = (self.failed or {})[failed_as]
+            entry["cache"] = "failed in the trusted build"
+
+            def replay(_directory: Path, output: str = output) -> NoReturn:  # the builder's output, as if built here
+                raise RuntimeError(output)
+
+            call = replay
+        elif self.private_root is not None:
+            built_as = _same_build(self.verified or {}, build_dir.name, key)
+            if built_as is not None:
+                built_name = built_as[: -len(key) - 1]
+                if built_name != name:  # the same call under a name of this process's own
+                    entry["built_as"] = built_name
+                expected = (self.verified or {})[built_as]
+                module = _load_verified(built_name, self.root / built_as, expected, Path(self.private_root), entry)
+                if module is not None:
+                    entry.update(ok=True, cached=True, build_s=time.perf_counter() - t0, functions=_functions(module))
+                    BUILT_MODULES.append((name, module))
+                    return module
+            else:
+                entry["cache"] = "private"
+            build_dir = Path(self.private_root) / build_dir.name
+            build_dir.mkdir(parents=True, exist_ok=True)
+            entry["dir"] = str(build_dir)
+        # one builder at a time per directory (trusted: clear, build and record as one step); a call
+        # that failed in the trusted builder builds nothing (its output is replayed), so takes no lock
+        lock = None if entry.get("cache") == "failed in the trusted build" else _hold_build_dir(build_dir)
+        if self.publish:
+            _clear_unrecorded(build_dir, name)
+        entry["cached"] = any(build_dir.glob(f"{name}*.so")) or any(build_dir.glob(f"{name}*.pyd"))
+        try:
+            return self.build_and_load(entry, name, build_dir, call, tentative, t0)
+        finally:
+            if lock is not None:
+                lock.close()
+
+    def build_and_load(
+        self,
+        entry: dict[str, Any],
+        name: str,
+        build_dir: Path,
+        call: Callable[[Path], types.ModuleType],
+        tentative: bool,
+        t0: float,
+    ) -> types.ModuleType | None:
+        try:
+            module = call(build_dir)
+        except Exception as exc:
+            # One rule for every way the candidate's build fails (docs/VERDICTS.md, "Builds the
+            # candidate catches"): the compiler's error, a link error found when the module is
+            # imported (an undefined symbol), or a call torch rejects. Each is recorded as a failed
+            # build, so a candidate that catches it and falls back to PyTorch is still a
+            # compile_error. What the machine lacks (no CUDA toolkit: OSError; no ninja) is not the
+            # candidate's build failing: it goes on as raised (the verdict says what is missing).
+            text = str(exc)
+            compiler = isinstance(exc, RuntimeError) and "Error building extension" in text
+            candidate_fault = compiler or isinstance(exc, (ImportError, TypeError))
+            if tentative and (candidate_fault or not isinstance(exc, OSError)):
+                BUILD_LOG.remove(entry)  # a lean build that failed: the build as written follows
+                raise _LeanBuildFailed(text, time.perf_counter() - t0) from None
+            if not candidate_fault:
+                entry["ok"] = False
+                raise
+            if not compiler:
+                text = load_failure_text(name, exc)
+            issues = parse_compiler_output(text, self.candidate_file)
+            entry.update(ok=False, output=text, issues=[asdict(i) for i in issues])
+            raise CandidateBuildError(name, text, issues) from None
+        entry["ok"] = True
+        entry["build_s"] = time.perf_counter() - t0
+        if self.publish:
+            entry["sha256"] = _record_artefact(build_dir, name)
+            return None
+        entry["functions"] = _functions(module)
+        BUILT_MODULES.append((name, module))
+        return module
+
+    def load_inline(
+        self, name: str, cpp_sources: _Sources, cuda_sources: _Sources = None, *args: Any, **kwargs: Any
+    ) -> types.ModuleType | None:
+        args, kwargs = _as_keywords(self.original_inline, args, kwargs)  # one key however the call was written
+        _precheck_functions(self.original_inline, name, cpp_sources, cuda_sources, args, kwargs, self.candidate_file)
+        with_cuda = bool(cuda_sources) or bool(kwargs.get("with_cuda"))
+        # the key is the call's own, taken before the PCH is added: whether torch's PCH can be used
+        # (a writable torch install) belongs to the process, and the trusted builder and the
+        # sandboxed runner must key the same call the same way
+        payload = {
+            "cpp": cpp_sources,
+            "cuda": cuda_sources,
+            "args": args,
+            "kwargs": {k: v for k, v in kwargs.items() if k not in ("verbose", "build_directory")},
+        }
+        key = build_key("inline", payload, with_cuda)
+        pch = self.use_pch and pch_usable(kwargs) and _prepare_pch()
+        if pch:
+            kwargs["use_pch"] = True
+        extra: dict[str, Any] = {"pch": pch}
+        lean = _lean_plan(cuda_sources, kwargs, args, self.original_inline) if self.lean_headers else None
+        if lean is not None:
+            lean_payload = dict(payload, cuda=lean.cuda_sources, lean=True)
+            lean_key = build_key("inline", lean_payload, with_cuda)
+            lean_dir = self.root / f"{name}-{lean_key}"
+            failed_marker = lean_dir / LEAN_FAILED
+            if failed_marker.exists():  # this source needs more than the lean headers: known already
+                extra["lean_headers"] = {
+                    "used": False,
+                    "reason": "the lean build failed in an earlier lean build of this source; built as written",
+                }
+            else:
+                if self.private_root is None:
+                    lean_dir.mkdir(parents=True, exist_ok=True)
+                lean_kwargs = dict(kwargs, no_implicit_headers=True)
+                # no_implicit_headers drops main.cpp's <torch/extension.h> too: the bindings need it
+                lean_cpp = ["#include <torch/extension.h>"] + _as_list(cpp_sources)
+                try:
+                    return self.run(
+                        "inline",
+                        name,
+                        lean_dir,
+                        lambda d: self.original_inline(
+                            name, lean_cpp, lean.cuda_sources, *args, **dict(lean_kwargs, build_directory=str(d))
+                        ),
+                        lean_key,
+                        dict(extra, lean_headers={"used": True, "op_headers": lean.op_headers}),
+                        tentative=True,
+                    )
+                except _LeanBuildFailed as failure:
+                    found = parse_compiler_output(failure.output, None)
+                    first = next((i.message for i in found), "")
+                    if self.private_root is None:  # an evaluation never writes the shared cache
+                        failed_marker.write_text(failure.output[-20000:])
+                    if certain_failure(found):
+                        _fail_as_written(name, self.root / f"{name}-{key}", key, failure, self.candidate_file)
+                    extra["lean_headers"] = {
+                        "used": False,
+                        "tried_s": round(failure.seconds, 2),
+                        "reason": f"the lean build failed ({first[:200]}); built as written",
+                    }
+        build_dir = self.root / f"{name}-{key}"
+        if self.private_root is None:
+            build_dir.mkdir(parents=True, exist_ok=True)
+        own_header = self.use_pch and self.flag_pch_keep > 0 and self.publish
+        flags = flag_pch.accepted(kwargs, with_cuda) if own_header else None
+        # a compile to come, with the call's own flags (or torch's, where its own header cannot be made here)
+        if flags is not None and not any(build_dir.glob(f"{name}*.so")):
+            here = flag_pch.header_dir(flags, self.flag_pch_keep, self.root / flag_pch.SUBDIR)  # a header of its own
+            if here is not None:
+                kwargs["extra_include_paths"] = [str(here)]
+                extra["pch"] = "flags"
+        return self.run(
+            "inline",
+            name,
+            build_dir,
+            lambda d: self.original_inline(
+                name, cpp_sources, cuda_sources, *args, **dict(kwargs, build_directory=str(d))
+            ),
+            key,
+            extra,
+        )
+
+    def load(self, name: str, sources: str | Iterable[str], *args: Any, **kwargs: Any) -> types.ModuleType | None:
+        args, kwargs = _as_keywords(self.original_load, args, kwargs, after=2)  # as the trusted builder calls it
+        srcs = [sources] if isinstance(sources, str) else list(sources)
+        contents = []  # each file's name too: the same text in a .cpp and in a .cu builds differently
+        for s in srcs:
+            try:
+                contents.append([os.path.basename(str(s)), Path(s).read_text()])
+            except OSError:
+                contents.append([os.path.basename(str(s)), f"<unreadable {s}>"])
+        with_cuda = any(str(s).endswith(".cu") for s in srcs) or bool(kwargs.get("with_cuda"))
+        payload = {
+            "sources": contents,
+            # and every file they include: a header that changes changes the key (build_inputs.py)
+            "includes": [build_inputs.included_files(str(s), kwargs, with_cuda) for s in srcs],
+            "args": args,
+            "kwargs": {k: v for k, v in kwargs.items() if k not in ("verbose", "build_directory")},
+        }
+        key = build_key("load", payload, with_cuda)
+        build_dir = self.root / f"{name}-{key}"
+        if self.private_root is None:
+            build_dir.mkdir(parents=True, exist_ok=True)
+        return self.run(
+            "load",
+            name,
+            build_dir,
+            lambda d: self.original_load(name, sources, *args, **dict(kwargs, build_directory=str(d))),
+            key,
+        )
+
+
 def install_build_cache(
     cache_root: str | os.PathLike[str],
     candidate_file: str | None,
@@ -202,205 +430,29 @@ def install_build_cache(
     else:
         _tolerate_read_only_torch(cpp_ext)
 
-    def _run(
-        kind: str,
-        name: str,
-        build_dir: Path,
-        call: Callable[[Path], types.ModuleType],
-        key: str,
-        extra: dict[str, Any] | None = None,
-        tentative: bool = False,
-    ) -> types.ModuleType | None:
-        """`call(directory)` builds and loads; `build_dir` is the call's directory in the shared cache."""
-        entry: dict[str, Any] = {"kind": kind, "name": name, "key": key, "dir": str(build_dir), **(extra or {})}
-        BUILD_LOG.append(entry)
-        t0 = time.perf_counter()
-        failed_as = _same_build(failed or {}, build_dir.name, key) if private_root is not None else None
-        if failed_as is not None:
-            output = (failed or {})[failed_as]
-            entry["cache"] = "failed in the trusted build"
-
-            def replay(_directory: Path, output: str = output) -> NoReturn:  # the builder's output, as if built here
-                raise RuntimeError(output)
-
-            call = replay
-        elif private_root is not None:
-            built_as = _same_build(verified or {}, build_dir.name, key)
-            if built_as is not None:
-                built_name = built_as[: -len(key) - 1]
-                if built_name != name:  # the same call under a name of this process's own
-                    entry["built_as"] = built_name
-                expected = (verified or {})[built_as]
-                module = _load_verified(built_name, root / built_as, expected, Path(private_root), entry)
-                if module is not None:
-                    entry.update(ok=True, cached=True, build_s=time.perf_counter() - t0, functions=_functions(module))
-                    BUILT_MODULES.append((name, module))
-                    return module
-            else:
-                entry["cache"] = "private"
-            build_dir = Path(private_root) / build_dir.name
-            build_dir.mkdir(parents=True, exist_ok=True)
-            entry["dir"] = str(build_dir)
-        # one builder at a time per directory (trusted: clear, build and record as one step); a call
-        # that failed in the trusted builder builds nothing (its output is replayed), so takes no lock
-        lock = None if entry.get("cache") == "failed in the trusted build" else _hold_build_dir(build_dir)
-        if publish:
-            _clear_unrecorded(build_dir, name)
-        entry["cached"] = any(build_dir.glob(f"{name}*.so")) or any(build_dir.glob(f"{name}*.pyd"))
-        try:
-            return _build_and_load(entry, name, build_dir, call, tentative, t0)
-        finally:
-            if lock is not None:
-                lock.close()
-
-    def _build_and_load(
-        entry: dict[str, Any],
-        name: str,
-        build_dir: Path,
-        call: Callable[[Path], types.ModuleType],
-        tentative: bool,
-        t0: float,
-    ) -> types.ModuleType | None:
-        try:
-            module = call(build_dir)
-        except Exception as exc:
-            # One rule for every way the candidate's build fails (docs/VERDICTS.md, "Builds the
-            # candidate catches"): the compiler's error, a link error found when the module is
-            # imported (an undefined symbol), or a call torch rejects. Each is recorded as a failed
-            # build, so a candidate that catches it and falls back to PyTorch is still a
-            # compile_error. What the machine lacks (no CUDA toolkit: OSError; no ninja) is not the
-            # candidate's build failing: it goes on as raised (the verdict says what is missing).
-            text = str(exc)
-            compiler = isinstance(exc, RuntimeError) and "Error building extension" in text
-            candidate_fault = compiler or isinstance(exc, (ImportError, TypeError))
-            if tentative and (candidate_fault or not isinstance(exc, OSError)):
-                BUILD_LOG.remove(entry)  # a lean build that failed: the build as written follows
-                raise _LeanBuildFailed(text, time.perf_counter() - t0) from None
-            if not candidate_fault:
-                entry["ok"] = False
-                raise
-            if not compiler:
-                text = load_failure_text(name, exc)
-            issues = parse_compiler_output(text, candidate_file)
-            entry.update(ok=False, output=text, issues=[asdict(i) for i in issues])
-            raise CandidateBuildError(name, text, issues) from None
-        entry["ok"] = True
-        entry["build_s"] = time.perf_counter() - t0
-        if publish:
-            entry["sha256"] = _record_artefact(build_dir, name)
-            return None
-        entry["functions"] = _functions(module)
-        BUILT_MODULES.append((name, module))
-        return module
+    routes = _BuildRoutes(
+        root,
+        candidate_file,
+        use_pch,
+        lean_headers,
+        verified,
+        private_root,
+        publish,
+        failed,
+        flag_pch_keep,
+        original_inline,
+        original_load,
+    )
 
     @functools.wraps(original_inline)
     def load_inline(
         name: str, cpp_sources: _Sources, cuda_sources: _Sources = None, *args: Any, **kwargs: Any
     ) -> types.ModuleType | None:
-        args, kwargs = _as_keywords(original_inline, args, kwargs)  # one key however the call was written
-        _precheck_functions(original_inline, name, cpp_sources, cuda_sources, args, kwargs, candidate_file)
-        with_cuda = bool(cuda_sources) or bool(kwargs.get("with_cuda"))
-        # the key is the call's own, taken before the PCH is added: whether torch's PCH can be used
-        # (a writable torch install) belongs to the process, and the trusted builder and the
-        # sandboxed runner must key the same call the same way
-        payload = {
-            "cpp": cpp_sources,
-            "cuda": cuda_sources,
-            "args": args,
-            "kwargs": {k: v for k, v in kwargs.items() if k not in ("verbose", "build_directory")},
-        }
-        key = build_key("inline", payload, with_cuda)
-        pch = use_pch and pch_usable(kwargs) and _prepare_pch()
-        if pch:
-            kwargs["use_pch"] = True
-        extra: dict[str, Any] = {"pch": pch}
-        lean = _lean_plan(cuda_sources, kwargs, args, original_inline) if lean_headers else None
-        if lean is not None:
-            lean_payload = dict(payload, cuda=lean.cuda_sources, lean=True)
-            lean_key = build_key("inline", lean_payload, with_cuda)
-            lean_dir = root / f"{name}-{lean_key}"
-            failed_marker = lean_dir / LEAN_FAILED
-            if failed_marker.exists():  # this source needs more than the lean headers: known already
-                extra["lean_headers"] = {
-                    "used": False,
-                    "reason": "the lean build failed in an earlier lean build of this source; built as written",
-                }
-            else:
-                if private_root is None:
-                    lean_dir.mkdir(parents=True, exist_ok=True)
-                lean_kwargs = dict(kwargs, no_implicit_headers=True)
-                # no_implicit_headers drops main.cpp's <torch/extension.h> too: the bindings need it
-                lean_cpp = ["#include <torch/extension.h>"] + _as_list(cpp_sources)
-                try:
-                    return _run(
-                        "inline",
-                        name,
-                        lean_dir,
-                        lambda d: original_inline(
-                            name, lean_cpp, lean.cuda_sources, *args, **dict(lean_kwargs, build_directory=str(d))
-                        ),
-                        lean_key,
-                        dict(extra, lean_headers={"used": True, "op_headers": lean.op_headers}),
-                        tentative=True,
-                    )
-                except _LeanBuildFailed as failure:
-                    found = parse_compiler_output(failure.output, None)
-                    first = next((i.message for i in found), "")
-                    if private_root is None:  # an evaluation never writes the shared cache
-                        failed_marker.write_text(failure.output[-20000:])
-                    if certain_failure(found):
-                        _fail_as_written(name, root / f"{name}-{key}", key, failure, candidate_file)
-                    extra["lean_headers"] = {
-                        "used": False,
-                        "tried_s": round(failure.seconds, 2),
-                        "reason": f"the lean build failed ({first[:200]}); built as written",
-                    }
-        build_dir = root / f"{name}-{key}"
-        if private_root is None:
-            build_dir.mkdir(parents=True, exist_ok=True)
-        flags = flag_pch.accepted(kwargs, with_cuda) if use_pch and flag_pch_keep > 0 and publish else None
-        # a compile to come, with the call's own flags (or torch's, where its own header cannot be made here)
-        if flags is not None and not any(build_dir.glob(f"{name}*.so")):
-            here = flag_pch.header_dir(flags, flag_pch_keep, root / flag_pch.SUBDIR)  # a header of its own
-            if here is not None:
-                kwargs["extra_include_paths"] = [str(here)]
-                extra["pch"] = "flags"
-        return _run(
-            "inline",
-            name,
-            build_dir,
-            lambda d: original_inline(name, cpp_sources, cuda_sources, *args, **dict(kwargs, build_directory=str(d))),
-            key,
-            extra,
-        )
+        return routes.load_inline(name, cpp_sources, cuda_sources, *args, **kwargs)
 
     @functools.wraps(original_load)
     def load(name: str, sources: str | Iterable[str], *args: Any, **kwargs: Any) -> types.ModuleType | None:
-        args, kwargs = _as_keywords(original_load, args, kwargs, after=2)  # as the trusted builder calls it
-        srcs = [sources] if isinstance(sources, str) else list(sources)
-        contents = []  # each file's name too: the same text in a .cpp and in a .cu builds differently
-        for s in srcs:
-            try:
-                contents.append([os.path.basename(str(s)), Path(s).read_text()])
-            except OSError:
-                contents.append([os.path.basename(str(s)), f"<unreadable {s}>"])
-        with_cuda = any(str(s).endswith(".cu") for s in srcs) or bool(kwargs.get("with_cuda"))
-        payload = {
-            "sources": contents,
-            "args": args,
-            "kwargs": {k: v for k, v in kwargs.items() if k not in ("verbose", "build_directory")},
-        }
-        key = build_key("load", payload, with_cuda)
-        build_dir = root / f"{name}-{key}"
-        if private_root is None:
-            build_dir.mkdir(parents=True, exist_ok=True)
-        return _run(
-            "load",
-            name,
-            build_dir,
-            lambda d: original_load(name, sources, *args, **dict(kwargs, build_directory=str(d))),
-            key,
-        )
+        return routes.load(name, sources, *args, **kwargs)
 
     cpp_ext.load_inline = load_inline
     cpp_ext.load = load

@@ -33,7 +33,7 @@ from kernelwright.engine.config_resolution import resolve_config
 from kernelwright.engine.extensions import trusted_builds
 from kernelwright.engine.extensions.build_arch import detect_arch_list
 from kernelwright.engine.isolation import leftovers, sandbox
-from kernelwright.engine.isolation.environment import JUDGE_CACHE_SUBDIR, child_env
+from kernelwright.engine.isolation.environment import candidate_writable, child_env
 
 
 @dataclass
@@ -91,9 +91,8 @@ def prebuild(problem: str | Path, candidate_text: str, config: EvalConfig, arch_
                 error=err[:300],
                 memo=trusted.memo,
             )
-        judge_own = cache_dir / JUDGE_CACHE_SUBDIR  # the candidate runs here: the judge's caches stay read-only
-        judge_own.mkdir(parents=True, exist_ok=True)
-        argv = sandbox.wrap(process.child_argv(), config.sandbox, workdir, [cache_dir], [judge_own])
+        # the candidate runs here: it writes its own directory and the shared builds, nothing else of the cache
+        argv = sandbox.wrap(process.child_argv(), config.sandbox, workdir, candidate_writable(config))
         cfg = replace(config, device="cpu").to_dict()
         job = {"problem_path": str(prob_copy), "candidate_path": str(cand), "config": cfg, "mode": "build_only"}
         msgs, timed_out, log_tail, build_s = _run_build(

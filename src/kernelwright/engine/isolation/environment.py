@@ -111,15 +111,16 @@ def _package_root() -> str:
 
 
 def child_env(config: EvalConfig, tmp: Path) -> dict[str, str]:
-    """The scrubbed environment of an evaluation (or prebuild) child; `tmp` is its TMPDIR."""
-    cache_dir = Path(config.cache_dir)
+    """The scrubbed environment of an evaluation (or prebuild) child; `tmp` is its TMPDIR, and its
+    JIT caches (Triton's, CUDA's) lie in it: a cache shared between evaluations would let one
+    candidate plant a kernel under the key of another's."""
     env = child_environment(
         extra_names=config.pass_env,
         overrides={
             "PYTHONPATH": _package_root(),
             "TMPDIR": str(tmp),
-            "TRITON_CACHE_DIR": str(cache_dir / "triton"),
-            "CUDA_CACHE_PATH": str(cache_dir / "nv"),  # the CUDA JIT cache: $HOME is read-only in the sandbox
+            "TRITON_CACHE_DIR": str(tmp / "triton"),
+            "CUDA_CACHE_PATH": str(tmp / "nv"),  # the CUDA JIT cache: $HOME is read-only in the sandbox
             "PYTHONDONTWRITEBYTECODE": "1",
             "PYTHONFAULTHANDLER": "1",
         },
@@ -136,14 +137,25 @@ def child_env(config: EvalConfig, tmp: Path) -> dict[str, str]:
     return env
 
 
+def candidate_writable(config: EvalConfig) -> list[Path]:
+    """What a sandboxed child that runs candidate code may write in the cache directory, besides its
+    own directory: the shared builds where no trusted builder keeps them (`build.trusted_cache`
+    off), else nothing. Not the cache as a whole: a trusted process reads there (the trusted
+    builds' memos, the judge's caches). Created here: bwrap binds only what exists."""
+    if config.build.trusted_cache:
+        return []
+    builds = Path(config.cache_dir) / "builds"
+    builds.mkdir(parents=True, exist_ok=True)
+    return [builds]
+
+
 JUDGE_CACHE_SUBDIR = jsoncache.JUDGE_CACHE_SUBDIR  # in the cache: the judge's, read-only in the runner's sandbox
 
 
 def judge_env(runner_env: dict[str, str], config: EvalConfig, judge_dir: Path) -> dict[str, str]:
     """The judge's environment: the runner's, with its files in its own directory and its compiler
-    caches (Triton's, CUDA's JIT, inductor's for `compare_compile`) where no runner writes. The
-    runner's caches lie in the shared cache directory, which its sandbox can write: a kernel planted
-    there under the key of the reference's compiled kernel would be the judge's reference."""
+    caches (Triton's, CUDA's JIT, inductor's for `compare_compile`) where no runner writes: a kernel
+    planted under the key of the reference's compiled kernel would be the judge's reference."""
     own = Path(config.cache_dir) / JUDGE_CACHE_SUBDIR
     return dict(
         runner_env,

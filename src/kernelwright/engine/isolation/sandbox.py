@@ -4,8 +4,8 @@
 `bwrap`: the same child inside bubblewrap: the whole system read-only, $HOME, /tmp and the socket
 directories (/run, /var/run) hidden behind empty read-only mounts (the Python installation and
 the package re-exposed read-only), every other Unix socket of the host covered by /dev/null,
-only the evaluation's own directory and the cache writable (the shared extension builds inside
-it read-only for an evaluation: `read_only`), no network (a private network
+only the evaluation's own directory and what the caller names writable (never the cache as a
+whole: `environment.candidate_writable`; read-only parts inside: `read_only`), no network (a private network
 namespace), a minimal /dev plus the GPU device nodes, its own PID/IPC/UTS namespaces, no
 capabilities, and death with its parent. `auto`: bwrap when it is installed and a trivial
 command runs under it, else none. See docs/SANDBOX.md for what this protects and what it does not.
@@ -129,8 +129,7 @@ def _bwrap_argv(
         argv += ["--ro-bind", ro, ro]
     # The host's Unix sockets that are still visible: a read-only mount does not stop connect(),
     # so each is covered by /dev/null (connect() then fails with ECONNREFUSED). Those in the
-    # writable directories too (the user's cache holds `kernelwright serve`'s socket); only the
-    # child's own directory, made for it, has none of the host's.
+    # writable directories too; only the child's own directory, made for it, has none of the host's.
     for sock in sockets_to_cover(workdir, writable, read_only):
         argv += ["--ro-bind", "/dev/null", sock]
     for h in hidden:
