@@ -123,7 +123,7 @@ def default_name(kind: str, problems: list[str], candidates: str | None = None) 
 
 
 def _store_and_out(store: Path | None, out: Path | None, name: str):
-    from kernelwright.store.api import DEFAULT_STORE
+    from kernelwright.store.queries import DEFAULT_STORE
 
     return (store or DEFAULT_STORE), (out or Path("runs") / "suites" / name)
 
@@ -146,7 +146,7 @@ def _interrupted(store_obj, name: str, console: Console, t0: float) -> None:
     import os
     import sys
 
-    from kernelwright.store.api import RunStore
+    from kernelwright.store.queries import RunStore
 
     done = len(RunStore(store_obj).problems(name))
     Console(stderr=True).print(
@@ -179,7 +179,7 @@ def _finish(
     import sys
 
     from kernelwright.cli.report_cmds import render_metrics
-    from kernelwright.store.api import RunStore
+    from kernelwright.store.queries import RunStore
     from kernelwright.suites.metrics import ProblemOutcome, summarize
 
     rows = RunStore(store_obj).problems(name)
