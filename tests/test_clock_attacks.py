@@ -3,8 +3,9 @@
 Each file in tests/clock_attacks/ is a candidate for tests/fixtures/problems/swish.py whose honest
 path is plain PyTorch (a speed-up of about 1x); its trick tries to make it look much faster from
 inside the candidate's process (README there). The five classes of the clock issue run on the CPU,
-under both isolation modes where the mode could matter (the control, the predicted test set, work
-hidden behind loaded cores); on a GPU (`gpu` tests) they run with CUDA tensors.
+under both isolation modes where the mode could matter (the predicted test set, work hidden behind
+loaded cores); on a GPU (`gpu` tests) they run with CUDA tensors. Their figures on a quiet machine
+are benchmarks/clock_checks.py's.
 """
 
 from __future__ import annotations
