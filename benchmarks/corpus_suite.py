@@ -267,7 +267,13 @@ def _device() -> str:
 
 
 def run(
-    corpus: Path, levels: list[str], limit: int | None, name: str, extra: list[str], time_limit: float | None
+    corpus: Path,
+    levels: list[str],
+    limit: int | None,
+    name: str,
+    extra: list[str],
+    time_limit: float | None,
+    stems: set[str] | None = None,
 ) -> int:
     problems = [corpus / "problems" / f"level{lv}" for lv in levels]
     cands = corpus / "candidates"
@@ -282,6 +288,8 @@ def run(
             if not target.exists():
                 target.write_text(f.read_text())
             chosen.append(f.stem)
+    if stems is not None:  # these problems only (`benchmarks/timer_agreement.py`)
+        chosen = [c for c in chosen if c in stems]
     if limit:
         chosen = chosen[:limit]
     only: list[str] = []

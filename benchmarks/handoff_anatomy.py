@@ -1,6 +1,6 @@
 """Where a device-clock window's hand-over time goes, on the device's global timer.
 
-Two trusted processes play the judge and the runner of `engine/child/device_clock.py` with the same
+Two trusted processes play the judge and the runner of `engine/child/timing/device_clock.py` with the same
 machinery (a flags region in device memory, the driver's stream wait and write of a value), and
 both stamp the device's `%globaltimer` (one clock for every context) with a one-thread kernel:
 
@@ -30,7 +30,8 @@ from typing import Any
 
 import torch
 
-from kernelwright.engine.child import device_clock, shared_region
+from kernelwright.engine.child import shared_region
+from kernelwright.engine.child.timing import device_clock
 
 PTX = r"""
 .version 7.0

@@ -1,4 +1,4 @@
-"""The judge's check of a window's timed outputs (`windows.slot_errors`): every slot against the
+"""The judge's check of a window's timed outputs (`correctness.slot_errors`): every slot against the
 reference's output for its own inputs, stacked in float64 or one slot at a time in the leaf's own
 precision (`errors`), on the CPU and, where there is one, a CUDA device.
 
@@ -15,7 +15,7 @@ import time
 
 import torch
 
-from kernelwright.engine.child import windows
+from kernelwright.engine.child import correctness
 
 
 def _best(fn, device: torch.device, repeats: int) -> float:
@@ -44,7 +44,9 @@ def main() -> None:
         refs = [torch.randn(args.elements, generator=g).to(device) for _ in range(args.slots)]
         cands = [r + 1e-6 * torch.randn(args.elements, generator=g).to(device) for r in refs]
         for stacked in (True, False):
-            ms = _best(lambda c=cands, r=refs, s=stacked: windows.slot_errors(c, r, stacked=s), device, args.repeats)
+            ms = _best(
+                lambda c=cands, r=refs, s=stacked: correctness.slot_errors(c, r, stacked=s), device, args.repeats
+            )
             row = {
                 "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
                 "threads": torch.get_num_threads(),

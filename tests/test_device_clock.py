@@ -1,4 +1,4 @@
-"""The device clock's arithmetic (engine/child/device_clock.py), on the CPU: what comes off a window,
+"""The device clock's arithmetic (engine/child/timing/device_clock.py), on the CPU: what comes off a window,
 and the regions the runner takes from a header. Its windows themselves are `gpu` tests
 (test_clock_attacks.py, test_engine_gpu.py)."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from kernelwright.engine.child import device_clock as dc
+from kernelwright.engine.child.timing import device_clock as dc
 
 
 def phases(**kw):
@@ -36,7 +36,7 @@ def test_an_honest_window_loses_its_copies_and_the_switches():
 
 
 def test_the_launch_figures_take_off_the_messages_and_the_judges_own_work():
-    from kernelwright.engine.child.timing_review import launch_facts
+    from kernelwright.engine.child.timing.window_facts import launch_facts
 
     cal = dc.Calibration(anchor=None)
     cal.see_armed(0.4)
@@ -122,19 +122,21 @@ def test_the_runner_refuses_malformed_lent_regions(spec):
 
 _STEPS = r"""
 import torch
-from kernelwright.engine.child import device_clock as dc, windows
+from kernelwright.engine.child.timing import device_clock as dc
+from kernelwright.engine.child.timing.layouts import Layout
+from kernelwright.engine.child.timing.window_timer import _rebuild
 
 dev = torch.device("cuda")
 clock = dc.Clock(dev)
 outs = [torch.randn(256, 256, device=dev) for _ in range(8)]
-layout = windows.Layout.of_outputs(outs[0])
+layout = Layout.of_outputs(outs[0])
 snap = torch.empty(8 * layout.stride, dtype=torch.uint8, device=dev)
 block = torch.randint(0, 255, (1 << 20,), dtype=torch.uint8, device=dev)
 before = block.clone()
 cal = clock.calibrate(block, snap, outs, layout)
 assert all(ms > 0 for ms in cal), cal
 assert torch.equal(block, before)  # (the copy in is measured on the block onto itself)
-got = [windows._rebuild(o, s) for o, s in zip(outs, layout.sets(dc.shared_region.Region(snap, snap.numel(), -1), 8))]
+got = [_rebuild(o, s) for o, s in zip(outs, layout.sets(dc.shared_region.Region(snap, snap.numel(), -1), 8))]
 assert all(torch.equal(g, o) for g, o in zip(got, outs))
 # a window whose `done` never comes: the judge's stream waits on it until `release` writes it
 flags = clock.flags_region()

@@ -85,7 +85,7 @@ def test_a_bug_in_a_guard_is_engine_error_not_the_candidates(cpu_config):
 def test_a_bug_in_the_timing_code_is_engine_error_and_withdraws_the_speedup(cpu_config):
     r = evaluate(EF / "add_one_broken_timing.py", PY_CORRECT, cpu_config)
     assert r.status is Status.ENGINE_ERROR, r.error_log
-    assert "injected engine bug in timing._stats" in r.metadata["engine_traceback"]
+    assert "injected engine bug in summary._stats" in r.metadata["engine_traceback"]
     assert r.speedup is None and r.candidate_ms is None
 
 

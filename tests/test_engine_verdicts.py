@@ -24,6 +24,8 @@ def test_correct_python_candidate_passes_with_timing(cpu_config):
     assert len({t.seed for t in r.trials}) == cpu_config.trials  # a fresh seed per trial
     assert r.candidate_ms > 0 and r.reference_ms > 0
     assert r.speedup == pytest.approx(r.reference_ms / r.candidate_ms)
+    # the CPU's figures are the judge's wall clock: the speed-up as launched is the speed-up itself
+    assert r.speedup_basis == "host" and r.speedup_as_launched == r.speedup
     assert r.candidate_timing.clock == "judge_window" and r.candidate_timing.iterations >= 2
     assert r.metadata["timing"]["clock"] == "judge" and r.metadata["timing"]["calls_per_window"] >= 1
     assert r.device.startswith("cpu") and r.device_type == "cpu"

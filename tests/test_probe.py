@@ -1,4 +1,4 @@
-"""The probe (engine/child/probe.py): a trusted process the judge opens windows on, to measure
+"""The probe (engine/child/timing/probe.py): a trusted process the judge opens windows on, to measure
 what a window costs besides the calls. Used on a GPU; here its process runs on the CPU, which
 exercises the same path (start, ready, the shared output ring, windows, release, end)."""
 
@@ -8,11 +8,13 @@ import time
 
 import torch
 
-from kernelwright.engine.child import probe, windows
+from kernelwright.engine.child.timing import probe
+from kernelwright.engine.child.timing.window_plan import Measures
+from kernelwright.engine.child.timing.window_timer import WindowTimer
 
 
 def _timer(sock, draw):
-    return windows.WindowTimer(sock, torch.device("cpu"), draw, lambda x: x * 2, lambda e, r: True, lambda s: 30.0)
+    return WindowTimer(sock, torch.device("cpu"), draw, lambda x: x * 2, lambda e, r: True, lambda s: 30.0)
 
 
 def test_a_probe_serves_windows_on_the_runners_ring_and_reports_its_fixed_costs():
@@ -32,7 +34,7 @@ def test_a_probe_serves_windows_on_the_runners_ring_and_reports_its_fixed_costs(
         for calls in (4, 4, 8):
             sets, layout = pt.pool(calls)
             _, ref_outs = pt.reference_window(sets, layout)
-            res = pt.candidate_window(sets, layout, ref_outs, expected_ms=1.0, measures=windows.Measures(0.0, 0.0))
+            res = pt.candidate_window(sets, layout, ref_outs, expected_ms=1.0, measures=Measures(0.0, 0.0))
             f = probe.fixed_ms(res.open_to_computed_ms, res.runner_ms)
             assert f is not None and 0.0 <= f <= res.open_to_computed_ms
             fixed.setdefault(calls, []).append(f)
@@ -42,7 +44,7 @@ def test_a_probe_serves_windows_on_the_runners_ring_and_reports_its_fixed_costs(
         # one ring, made by the owner, grown once (4 then 8 sets); the probe mapped each as it came
         assert owner.ring is not None and ring_ids[0] == ring_ids[1] != ring_ids[2] and pt.sent_ring == ring_ids[2]
         # the zeros the probe's model returns are what its slots hold (it runs no candidate code)
-        from kernelwright.engine.child.timing_review import release_probe
+        from kernelwright.engine.child.timing.probe_windows import release_probe
 
         release_probe(pt)
         owner.close()
@@ -69,8 +71,8 @@ def test_the_fixed_cost_is_the_wall_less_the_probes_own_calls_and_nonsense_is_re
 
 
 def test_what_comes_off_is_the_quickest_opening_the_probe_measured_and_at_most_half_the_windows_own():
-    from kernelwright.engine.child.timing_review import _off
+    from kernelwright.engine.child.timing.probe_windows import off
 
-    assert _off(None, 10.0) == 0.0 and _off([], 10.0) == 0.0
-    assert _off([1.6, 1.4, 1.8], 10.0) == 1.4  # a slowed probe window only makes its opening larger
-    assert _off([3.0], 4.0) == 2.0  # never more than half of the candidate window's time to `computed`
+    assert off(None, 10.0) == 0.0 and off([], 10.0) == 0.0
+    assert off([1.6, 1.4, 1.8], 10.0) == 1.4  # a slowed probe window only makes its opening larger
+    assert off([3.0], 4.0) == 2.0  # never more than half of the candidate window's time to `computed`

@@ -15,8 +15,8 @@ from kernelwright.cli.console import render_result
 from kernelwright.core.config import TimingConfig
 from kernelwright.core.record import Status
 from kernelwright.engine import evaluate
-from kernelwright.engine.child import stability
-from kernelwright.engine.child.stability import LoadFacts
+from kernelwright.engine.child.timing import stability
+from kernelwright.engine.child.timing.stability import LoadFacts
 
 CFG = TimingConfig()
 

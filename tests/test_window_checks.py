@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernelwright.engine.child.windows import Measures, ceiling, errors, slot_errors
+from kernelwright.engine.child.correctness import errors, slot_errors
+from kernelwright.engine.child.timing.window_plan import Measures, ceiling
 
 
 def _slots(n: int = 12) -> tuple[list, list]:
@@ -63,60 +64,61 @@ def test_integer_outputs_are_compared_exactly():
 
 
 def test_on_a_cpu_the_slots_are_checked_one_by_one_in_their_own_precision(monkeypatch):
-    from kernelwright.engine.child import windows
+    from kernelwright.engine.child import correctness
 
     cands, refs = _slots(5)
     cands[3] = (cands[3][0], torch.zeros(7))
-    monkeypatch.setattr(windows, "_errors_stacked", lambda c, r: pytest.fail("stacked on a CPU"))
-    assert windows.slot_errors(cands, refs) == [errors(c, r) for c, r in zip(cands, refs, strict=True)]
+    monkeypatch.setattr(correctness, "_errors_stacked", lambda c, r: pytest.fail("stacked on a CPU"))
+    assert correctness.slot_errors(cands, refs) == [errors(c, r) for c, r in zip(cands, refs, strict=True)]
 
 
 def test_large_outputs_are_checked_in_chunks(monkeypatch):
-    from kernelwright.engine.child import windows
+    from kernelwright.engine.child import correctness
 
     cands, refs = _slots(10)
     cands[6] = (cands[6][0], torch.zeros(7))
-    want = windows.slot_errors(cands, refs, stacked=True)
-    monkeypatch.setattr(windows, "STACKED_CHECK_BYTES", 6 * 8 * 27 * 3)  # three slots a chunk
+    want = correctness.slot_errors(cands, refs, stacked=True)
+    monkeypatch.setattr(correctness, "STACKED_CHECK_BYTES", 6 * 8 * 27 * 3)  # three slots a chunk
     calls = []
-    real = windows._errors_stacked
-    monkeypatch.setattr(windows, "_errors_stacked", lambda c, r: calls.append(len(r)) or real(c, r))
-    assert windows.slot_errors(cands, refs, stacked=True) == want
+    real = correctness._errors_stacked
+    monkeypatch.setattr(correctness, "_errors_stacked", lambda c, r: calls.append(len(r)) or real(c, r))
+    assert correctness.slot_errors(cands, refs, stacked=True) == want
     assert calls == [3, 3, 3, 1]
 
 
 def test_windows_grow_after_the_warm_up_for_a_candidate_much_faster_than_its_reference():
-    from kernelwright.engine.child import windows
+    from kernelwright.engine.child.timing import window_plan
 
-    p = windows.plan(
+    p = window_plan.plan(
         est_ms=2.0, set_bytes=1 << 20, out_bytes=1 << 20, budget_bytes=1 << 30, window_ms=25, rounds=5, max_calls=256
     )
     # 25 ms of reference work; the budget holds 128 sets of 8 MiB (inputs twice, outputs six times)
     assert p.calls == 13 and p.limit == 128
-    assert windows.regrow(p, candidate_ms=0.1, window_ms=25) and p.calls == 128  # capped by the budget
+    assert window_plan.regrow(p, candidate_ms=0.1, window_ms=25) and p.calls == 128  # capped by the budget
     assert "warm-up" in p.reasons[-1]
-    q = windows.plan(2.0, 1 << 20, 1 << 20, 1 << 30, 25, 5, 256)
-    assert not windows.regrow(q, candidate_ms=3.0, window_ms=25) and q.calls == 13  # never shrinks
+    q = window_plan.plan(2.0, 1 << 20, 1 << 20, 1 << 30, 25, 5, 256)
+    assert not window_plan.regrow(q, candidate_ms=3.0, window_ms=25) and q.calls == 13  # never shrinks
 
 
 def test_a_second_look_grows_the_windows_only_where_the_first_was_far_off():
     """The GPU's second warm-up window (grown, warm) sizes the windows again: its per-call time no
     longer carries the first window's fixed costs over a few calls."""
-    from kernelwright.engine.child import windows
+    from kernelwright.engine.child.timing import window_plan
 
-    p = windows.plan(2.0, 1 << 20, 1 << 20, 1 << 30, 25, 5, 256)
-    assert windows.regrow(p, candidate_ms=0.5, window_ms=25) and p.calls == 50  # fixed costs in the estimate
-    assert not windows.regrow(p, candidate_ms=0.4, window_ms=25, min_factor=1.5) and p.calls == 50  # 63: close
-    assert windows.regrow(p, candidate_ms=0.1, window_ms=25, min_factor=1.5) and p.calls == 128  # far off (the budget)
+    p = window_plan.plan(2.0, 1 << 20, 1 << 20, 1 << 30, 25, 5, 256)
+    assert window_plan.regrow(p, candidate_ms=0.5, window_ms=25) and p.calls == 50  # fixed costs in the estimate
+    assert not window_plan.regrow(p, candidate_ms=0.4, window_ms=25, min_factor=1.5) and p.calls == 50  # 63: close
+    # far off (the budget)
+    assert window_plan.regrow(p, candidate_ms=0.1, window_ms=25, min_factor=1.5) and p.calls == 128
 
 
-def test_an_allocation_refused_by_the_driver_or_torch_is_out_of_memory():
+def test_an_allocation_refused_by_the_driver_or_torch_isout_of_memory():
     from kernelwright.engine.child.device_handoff import Unavailable
-    from kernelwright.engine.child.timing_review import _out_of_memory
+    from kernelwright.engine.child.timing.window_plan import out_of_memory
 
-    assert _out_of_memory(Unavailable("cuMemCreate failed: CUDA_ERROR_OUT_OF_MEMORY (2)"))
-    assert _out_of_memory(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"))
-    assert not _out_of_memory(RuntimeError("ModelNew failed in a timing window"))
+    assert out_of_memory(Unavailable("cuMemCreate failed: CUDA_ERROR_OUT_OF_MEMORY (2)"))
+    assert out_of_memory(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"))
+    assert not out_of_memory(RuntimeError("ModelNew failed in a timing window"))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
@@ -171,7 +173,7 @@ def test_the_judges_reference_cache_is_bounded_by_memory():
     """The judge keeps the reference's outputs of recent seeds, at most nine and at most a share of
     the device's memory, oldest out first (four 4 GiB outputs and their 8 GiB float64 oracles had
     filled an H200 and ended the evaluation as an engine error)."""
-    from kernelwright.engine.child.judge import bounded_cache
+    from kernelwright.engine.child.judge_state import bounded_cache
 
     mb = [torch.zeros(1 << 18) for _ in range(5)]  # 1 MiB each
     cache = {seed: (mb[seed], None, [mb[seed]]) for seed in range(5)}  # 2 MiB an entry
@@ -186,7 +188,8 @@ def test_a_commit_writes_what_matches_and_counts_what_does_not(fused, made_befor
     # the single-tensor path (no structure walk) and the general one count the same outputs as
     # mismatched, and write every other output into its own slot
     from kernelwright.engine.child import shared_region
-    from kernelwright.engine.child.windows import Layout, commit
+    from kernelwright.engine.child.timing.layouts import Layout
+    from kernelwright.engine.child.timing.runner_window import commit
 
     ref = torch.randn(3, 4)
     layout = Layout.of_outputs(ref)

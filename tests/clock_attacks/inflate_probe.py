@@ -32,7 +32,7 @@ def _start_hogs() -> int:
 
 
 def _patch() -> None:
-    windows = sys.modules.get("kernelwright.engine.child.windows")
+    windows = sys.modules.get("kernelwright.engine.child.timing.runner_window")
     if windows is None or _STATE["patched"]:
         return
     real = windows.commit

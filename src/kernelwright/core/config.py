@@ -62,7 +62,7 @@ class TimingConfig:
     min_warmup: int = 3
     flush_l2: bool = True
     compare_compile: bool = False  # also time torch.compile(reference)
-    # Stability (engine/child/stability.py): one fixed, recorded CPU thread count for candidate and
+    # Stability (engine/child/timing/stability.py): one fixed, recorded CPU thread count for candidate and
     # reference (0: every core this process may use); load, drift and band checks; repeats.
     cpu_threads: int = 0
     stability_checks: bool = True
@@ -70,14 +70,16 @@ class TimingConfig:
     max_drift: float = 0.2  # median of the stage's second half vs its first half
     max_band: float = 2.0  # p90 / p10
     load_slack_cores: float = 0.5  # other processes may keep this much of our threads' cores busy
-    # The judge's clock (engine/child/windows.py): windows of back-to-back calls on fresh inputs.
+    # The judge's clock (engine/child/timing/): windows of back-to-back calls on fresh inputs.
     windows: int = 5  # timed windows of each side (after one warm-up window)
     window_ms: float = 25.0  # the reference work one window aims at (sets = window_ms / reference time)
     max_window_calls: int = 256  # input sets per window at most
     window_budget_mb: int = 0  # memory for a window's sets, outputs and snapshot (0: a share of what is free)
     window_deadline_s: float = 10.0  # a window ends within max(this, 100 x its reference time), or times out
-    probe: bool = True  # on a GPU a trusted process measures a window's costs besides the calls (engine/child/probe.py)
-    device_clock: bool = True  # on a GPU the judge's stream spans the runner's work (engine/child/device_clock.py)
+    # on a GPU a trusted process measures a window's costs besides the calls (engine/child/timing/probe.py)
+    probe: bool = True
+    # on a GPU the judge's stream spans the runner's work (engine/child/timing/device_clock.py)
+    device_clock: bool = True
     physics_margin: float = 0.7  # a time under this share of the roofline floor is faster than the hardware
 
 
@@ -221,6 +223,7 @@ GUARD_FLAGS = (
     "faster_than_hardware",  # the judge's time beats the roofline floor: a forged timer or skipped work
     "shape_specific",  # correct at the problem's own sizes, wrong at other sizes of it (EvalConfig.shapes)
     "memory_error",  # an out-of-bounds or misaligned access under compute-sanitizer (EvalConfig.sanitize)
+    "borderline",  # the error within 2x of the tolerance's edge, either side: another draw may decide otherwise
 )
 # Flags that report a fact about the problem or the machine, never the candidate's fault.
 REPORT_ONLY_FLAGS = (
@@ -230,6 +233,7 @@ REPORT_ONLY_FLAGS = (
     "timing_unstable",
     "faster_than_hardware",
     "shape_specific",
+    "borderline",
 )
 
 

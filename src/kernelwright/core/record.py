@@ -149,6 +149,12 @@ class EvalResult:
     candidate_ms: float | None = None
     reference_ms: float | None = None
     speedup: float | None = None  # reference_ms / candidate_ms, timed side by side in one child
+    # what `speedup` measures: "device" (each side's work on the device's own timeline, the judge's
+    # events: what papers and leaderboards report) or "host" (the judge's wall clock around the calls)
+    speedup_basis: str | None = None
+    # the speed-up of the calls as a caller launches them one at a time (host time included: the larger
+    # of a call's device time and its host's time to queue it); equal to `speedup` on the host basis
+    speedup_as_launched: float | None = None
     compile_reference_ms: float | None = None  # torch.compile(reference), when asked for
     speedup_vs_compile: float | None = None
     candidate_timing: TimingStats | None = None

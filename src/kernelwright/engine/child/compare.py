@@ -7,10 +7,13 @@ shape, dtype, NaN/Inf, then `|cand - ref| <= atol + rtol * |ref|`.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+
+from kernelwright.engine.child.wire import Opaque
 
 
 @dataclass
@@ -23,6 +26,7 @@ class LeafReport:
     worst_index: list[int] | None = None
     frac_out_of_tol: float | None = None
     numel: int = 0
+    tol_ratio: float | None = None  # the largest |c - r| / (atol + rtol |r|): allclose passes at <= 1
 
 
 @dataclass
@@ -85,6 +89,15 @@ def _index(flat_idx: int, shape: torch.Size) -> list[int]:
     return list(reversed(idx))
 
 
+def edge_ratio(diff: torch.Tensor, tol: torch.Tensor) -> float:
+    """How far the worst element sits from the tolerance's edge: max |c - r| / tol (<= 1 passes;
+    an element off where its tolerance is 0 counts as infinitely far)."""
+    if diff.numel() == 0:
+        return 0.0
+    over = torch.where(tol > 0, diff / tol.clamp_min(torch.finfo(torch.float64).tiny), diff * math.inf)
+    return float(torch.nan_to_num(over, nan=0.0, posinf=math.inf).max().item())
+
+
 def compare_tensors(name: str, cand: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float) -> LeafReport:
     if cand.shape != ref.shape:
         return LeafReport(name, False, f"Output shape mismatch in {name}: Expected {ref.shape}, got {cand.shape}")
@@ -106,7 +119,9 @@ def compare_tensors(name: str, cand: torch.Tensor, ref: torch.Tensor, atol: floa
     nan_bad = inf_bad = None
     if bool(torch.isfinite(c).all()) and bool(torch.isfinite(r).all()):  # the common case, in fewer passes
         diff = (c - r).abs()
-        out_of_tol = diff > atol + rtol * r.abs()
+        tol = atol + rtol * r.abs()
+        out_of_tol = diff > tol
+        ratio = edge_ratio(diff, tol)
     else:  # non-finite values must sit where the reference has the same non-finite value
         c_nan, r_nan = torch.isnan(c), torch.isnan(r)
         c_inf, r_inf = torch.isinf(c), torch.isinf(r)
@@ -117,6 +132,8 @@ def compare_tensors(name: str, cand: torch.Tensor, ref: torch.Tensor, atol: floa
         diff = torch.where(finite_both, diff, torch.zeros_like(diff))
         tol = atol + rtol * r.abs().where(finite_both, torch.zeros_like(diff))
         out_of_tol = (diff > tol) | nan_bad | inf_bad | (r_nan & ~c_nan) | (r_inf & ~c_inf)
+        mismatched = bool((nan_bad | inf_bad | (r_nan & ~c_nan) | (r_inf & ~c_inf)).any())
+        ratio = math.inf if mismatched else edge_ratio(diff, tol)
     n_bad = int(out_of_tol.sum().item())
     max_abs = float(diff.max().item())
     mean_abs = float(diff.mean().item())
@@ -130,6 +147,7 @@ def compare_tensors(name: str, cand: torch.Tensor, ref: torch.Tensor, atol: floa
         worst_index=worst_index,
         frac_out_of_tol=n_bad / numel,
         numel=numel,
+        tol_ratio=ratio,
     )
     if n_bad == 0:
         return report
@@ -171,8 +189,6 @@ def skeleton(obj: Any) -> str:
 def structure_mismatch(cand: Any, ref: Any) -> str:
     """'' when the candidate returns what the reference returns, container for container; else
     one line saying what differs (a tensor is not a one-element tuple of a tensor)."""
-    from kernelwright.engine.child.wire import Opaque
-
     opaque = [name for name, x in flatten(cand) if isinstance(x, Opaque)]
     if opaque:
         leaf = dict(flatten(cand))[opaque[0]]

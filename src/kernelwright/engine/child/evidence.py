@@ -48,6 +48,7 @@ _PRECISION = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp1
 
 def reference_work(ref_model: torch.nn.Module, inputs: Any) -> dict[str, Any]:
     """FLOPs and minimal bytes of one reference forward, and its dominant floating precision."""
+    # (imported here: the flop counter imports torch._dynamo, seconds, only where the work is counted)
     from torch.utils.flop_counter import FlopCounterMode
 
     counter = FlopCounterMode(display=False)
@@ -165,6 +166,7 @@ def torch_profile(
     candidate_module: Any = None,
 ) -> dict[str, Any]:
     """Every op (CPU) or kernel (CUDA) one forward of the candidate launches, with its origin."""
+    # (imported here: torch.profiler imports torch._dynamo, seconds, only where a profile is taken)
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile, record_function
 

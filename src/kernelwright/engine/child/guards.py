@@ -10,14 +10,16 @@
   it built, a Triton kernel it defined, a custom torch op, or (CUDA) a kernel named in its source.
 
 Work off the timed stream, or deferred past a call's end, needs no guard of its own any more: the
-judge's clock (`windows.py`) ends a window only after the outputs are committed and snapshotted.
+judge's clock (`timing/`) ends a window only after the outputs are committed and snapshotted.
 """
 
 from __future__ import annotations
 
+import concurrent.futures.thread as cft
 import contextlib
 import os
 import re
+import statistics
 import sys
 import threading
 import time
@@ -30,7 +32,9 @@ from typing import Any
 import torch
 
 from kernelwright.core import kernel_names
+from kernelwright.engine.child import compare, localize, numerics
 from kernelwright.engine.child.compare import flatten
+from kernelwright.engine.child.timing import summary
 
 _CALLABLE = (
     types.FunctionType,
@@ -46,13 +50,9 @@ _CALLABLE = (
 
 def _namespaces() -> dict[str, Any]:
     """The objects whose attributes a cheat would patch to fool the timer or the verifier."""
-    import statistics as _st
-
-    from kernelwright.engine.child import compare, localize, numerics, timing
-
     spaces: dict[str, Any] = {
         "time": time,
-        "statistics": _st,
+        "statistics": statistics,
         "torch": torch,
         "torch.nn.functional": torch.nn.functional,
         "torch.Tensor": torch.Tensor,
@@ -65,7 +65,7 @@ def _namespaces() -> dict[str, Any]:
         "kernelwright.compare": compare,
         "kernelwright.numerics": numerics,
         "kernelwright.localize": localize,
-        "kernelwright.timing": timing,
+        "kernelwright.timing": summary,
         "kernelwright.guards": sys.modules[__name__],
     }
     for mod_name in ("kernelwright.engine.child.runner", "kernelwright.engine.child.wire", "__main__"):
@@ -76,7 +76,7 @@ def _namespaces() -> dict[str, Any]:
             if isinstance(runner, type):
                 spaces[mod_name + ".Runner"] = runner
     for cls_name in ("_Flusher",):
-        cls = getattr(timing, cls_name, None)
+        cls = getattr(summary, cls_name, None)
         if cls is not None:
             spaces["kernelwright.timing." + cls_name] = cls
     return spaces
@@ -126,7 +126,7 @@ def nan_fill(enabled: bool) -> Iterator[None]:
     if not enabled:
         yield
         return
-    import torch.utils.deterministic as det
+    import torch.utils.deterministic as det  # (a lazy torch import: only where NaN fill is on)
 
     prev_mode = torch.are_deterministic_algorithms_enabled()
     prev_warn = torch.is_deterministic_algorithms_warn_only_enabled()
@@ -354,8 +354,6 @@ def _library_thread(t: threading.Thread) -> bool:
 def _torch_compile_pool_worker(t: threading.Thread) -> bool:
     """A worker of torch.compile's own compile-thread pool (inductor's `AsyncCompile.pool()`): the
     pool outlives the compile, so `torch.compile` of the reference would look like escaped work."""
-    import concurrent.futures.thread as cft
-
     if getattr(t, "_target", None) is not getattr(cft, "_worker", object()):
         return False
     mod = sys.modules.get("torch._inductor.async_compile")

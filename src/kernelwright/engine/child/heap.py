@@ -31,6 +31,7 @@ library.
 from __future__ import annotations
 
 import ctypes
+import os
 
 M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
@@ -64,8 +65,6 @@ def with_tunable(tunables: str, setting: str) -> str:
 def keep_tunables_to_itself() -> None:
     """This process's heap setting dropped from the environment its children inherit (glibc read
     it when this process started): a compiler's heap is not a timed window's."""
-    import os
-
     value = os.environ.get("GLIBC_TUNABLES")
     if value is None:
         return

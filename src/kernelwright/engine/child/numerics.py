@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from kernelwright.engine.child.compare import flatten
+from kernelwright.engine.child.compare import edge_ratio, flatten
 
 
 def _upcast(obj: Any, dtype: torch.dtype) -> Any:
@@ -93,6 +93,7 @@ class Deviation:
     norm_rel: float  # ||x - o|| / ||o|| (||x - o|| when ||o|| is 0)
     frac_out_of_tol: float  # share of elements with |x - o| > atol + rtol * |o| (or non-finite mismatch)
     nonfinite: int  # elements non-finite where the oracle is finite
+    tol_ratio: float = 0.0  # the largest |x - o| / (atol + rtol |o|): within the tolerance at <= 1
 
 
 def deviation(x: torch.Tensor, o: torch.Tensor, atol: float, rtol: float) -> Deviation:
@@ -102,9 +103,10 @@ def deviation(x: torch.Tensor, o: torch.Tensor, atol: float, rtol: float) -> Dev
         return Deviation(0.0, 0.0, 0.0, 0.0, 0)
     if bool(torch.isfinite(od).all()) and bool(torch.isfinite(xd).all()):  # the common case, in fewer passes
         diff = (xd - od).abs()
-        bad = diff > atol + rtol * od.abs()
+        tol = atol + rtol * od.abs()
+        bad = diff > tol
         o_norm = float(torch.linalg.vector_norm(od).item())
-        n_nf = 0
+        n_nf, nf_any = 0, False
     else:
         o_fin = torch.isfinite(od)
         both = o_fin & torch.isfinite(xd)
@@ -114,7 +116,7 @@ def deviation(x: torch.Tensor, o: torch.Tensor, atol: float, rtol: float) -> Dev
         tol = atol + rtol * torch.where(o_fin, od.abs(), torch.zeros((), dtype=torch.float64, device=od.device))
         bad = (diff > tol) | nf_bad
         o_norm = float(torch.linalg.vector_norm(torch.where(o_fin, od, torch.zeros_like(od))).item())
-        n_nf = int((nf_bad & o_fin).sum().item())
+        n_nf, nf_any = int((nf_bad & o_fin).sum().item()), bool(nf_bad.any())
     d_norm = float(torch.linalg.vector_norm(diff).item())
     return Deviation(
         max_abs=float(diff.max().item()) if n_nf == 0 else math.inf,
@@ -122,6 +124,7 @@ def deviation(x: torch.Tensor, o: torch.Tensor, atol: float, rtol: float) -> Dev
         norm_rel=(d_norm / o_norm if o_norm > 0 else d_norm) if n_nf == 0 else math.inf,
         frac_out_of_tol=float(bad.sum().item()) / od.numel(),
         nonfinite=n_nf,
+        tol_ratio=math.inf if nf_any else edge_ratio(diff, tol),
     )
 
 

@@ -2,7 +2,7 @@
 
 The judge drives; the runner (the candidate's process) only answers. Commands travel from the
 judge through the parent to the runner's stdin, except a timing window, which goes straight on
-the pair's socket with the descriptors of its regions (`windows.py`). `parse_command` is the
+the pair's socket with the descriptors of its regions (`timing/`). `parse_command` is the
 runner's reader; whatever it cannot read is ignored, never guessed. The runner's reports are
 parsed by the judge with `Report.parse`: every field checked, nothing else kept.
 """

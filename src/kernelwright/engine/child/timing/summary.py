@@ -1,6 +1,6 @@
 """Timing statistics as the record keeps them: median, spread and quantiles of per-call times.
 
-The measurement itself is the judge's (`windows.py`, `timing_review.py`): windows of calls on fresh
+The measurement itself is the judge's (`window_timer.py`, `stage.py`): windows of calls on fresh
 inputs, on the judge's clock; this module only summarises the per-window figures.
 """
 

@@ -9,13 +9,13 @@ about 1 ms a window on an H100, 15-25% of a memory-bound window (docs/PERFORMANC
 
 The probe is a second process that runs no candidate code: the judge starts it with the GPU
 judge and opens windows on it exactly as it does on the runner (the same sizes, the same
-`windows.serve_window`), with a model that only allocates outputs of the window's layout. Its
+`runner_window.serve_window`), with a model that only allocates outputs of the window's layout. Its
 account of the time its calls took on the device is trusted (nothing of the candidate's runs
 there), so `wall - calls` of a probe window is what a window costs besides the calls, measured
 on the same path as the runner's. The judge takes the smallest of these per window size off the
 candidate's windows (a process that slows the probe's windows can only make them larger).
 On the CPU there is no probe: a second process would take a core from the calls being timed;
-the judge's own measures stand there (`windows.Measures`).
+the judge's own measures stand there (`window_plan.Measures`).
 
 Imports only torch, the standard library and the child's own modules.
 """
@@ -30,6 +30,10 @@ import sys
 from typing import Any
 
 import torch
+
+from kernelwright.engine.child import shared_region
+from kernelwright.engine.child.timing import device_clock, runner_window, window_io
+from kernelwright.engine.child.timing.layouts import Layout
 
 READY = b"probe-ready"
 
@@ -46,7 +50,7 @@ class Probe:
             name = f"cuda:{torch.cuda.current_device()}"
         try:
             self.proc: subprocess.Popen[bytes] | None = subprocess.Popen(
-                [sys.executable, "-u", "-m", "kernelwright.engine.child.probe", str(theirs.fileno()), name],
+                [sys.executable, "-u", "-m", "kernelwright.engine.child.timing.probe", str(theirs.fileno()), name],
                 pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
@@ -62,11 +66,10 @@ class Probe:
     def wait_ready(self, timeout_s: float) -> bool:
         """True once the process said it is ready (its CUDA context made); False, with `failed` set,
         when it died or said nothing in `timeout_s`."""
-        from kernelwright.engine.child import windows
 
         if self.ready or self.failed:
             return self.ready
-        if not windows.wait_readable([self.sock], timeout_s):
+        if not window_io.wait_readable([self.sock], timeout_s):
             self.fail(f"the probe process was not ready within {timeout_s:g} s")
             return False
         try:
@@ -124,7 +127,7 @@ def fixed_ms(wall_ms: float, probe_says: dict[str, Any]) -> float | None:
     hand-over, the mapping, the waits): the judge's time of it less the probe's own device time
     of its calls (trusted: no candidate code runs in the probe). None where the probe's account
     is not a time inside it. (The commit and the snapshot after `computed` the judge measures
-    in its own process: `windows.WindowTimer.copy_ms`.)"""
+    in its own process: `window_timer.WindowTimer.copy_ms`.)"""
     dev = probe_says.get("device", probe_says.get("calls"))  # (a CPU probe, in tests: the calls' wall)
     if not isinstance(dev, (int, float)) or dev < 0 or dev > wall_ms:
         return None
@@ -133,9 +136,8 @@ def fixed_ms(wall_ms: float, probe_says: dict[str, Any]) -> float | None:
 
 def _stub(header: dict[str, Any], device: torch.device) -> Any:
     """A model that only fills outputs of the window's layout (one fill kernel a leaf, a call)."""
-    from kernelwright.engine.child import windows
 
-    lout = windows.Layout.from_json(header["outputs"], 1 << 40)  # dtypes checked there
+    lout = Layout.from_json(header["outputs"], 1 << 40)  # dtypes checked there
     leaves = [(getattr(torch, leaf[2]), tuple(leaf[3])) for leaf in lout.leaves if leaf[0] == "tensor"]
 
     outs = [torch.empty(shape, dtype=dtype, device=device) for dtype, shape in leaves]
@@ -150,8 +152,6 @@ def _stub(header: dict[str, Any], device: torch.device) -> Any:
 
 def main(argv: list[str] | None = None) -> int:
     """`probe.py FD DEVICE`: serve the judge's windows on the socket FD until it closes."""
-    from kernelwright.engine.child import device_clock, shared_region, windows
-
     argv = sys.argv[1:] if argv is None else argv
     fd, dev = int(argv[0]), torch.device(argv[1])
     sock = socket.socket(fileno=fd)
@@ -159,12 +159,12 @@ def main(argv: list[str] | None = None) -> int:
         torch.cuda.set_device(dev)
     torch.ones(1, device=dev).add_(1).item()  # the context, before the judge needs it
     sock.send(READY)
-    rings = windows.Rings()
+    rings = runner_window.Rings()
     lent = device_clock.Lent()  # the device clock's flags (its empty windows)
     stubs: dict[str, Any] = {}  # by output layout: its buffers made once, not inside every window
-    spin = windows.SPIN_S  # polled between the wall clock's windows; the device clock's need no wake-up
+    spin = window_io.SPIN_S  # polled between the wall clock's windows; the device clock's need no wake-up
     while True:
-        windows.wait_readable([sock], None, spin)
+        window_io.wait_readable([sock], None, spin)
         try:
             data, fds = shared_region.recv(sock)
         except OSError:
@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
                 rings.close()
                 lent.close()
                 continue
-            spin = windows.SPIN_S if not (isinstance(header, dict) and header.get("clock") == "device") else 0.0
+            spin = window_io.SPIN_S if not (isinstance(header, dict) and header.get("clock") == "device") else 0.0
             if isinstance(header, dict) and header.get("clock") == "device":
                 try:
                     device_clock.serve(sock, header, fds, None, dev, 1 << 40, lent)  # closes the descriptors
@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
             shared_region.send(sock, json.dumps({"done": wid, "error": f"probe: {exc}"[:300]}).encode(), [])
             continue
         try:
-            windows.serve_window(sock, header, fds, model, dev, 1 << 40, rings)  # closes the descriptors
+            runner_window.serve_window(sock, header, fds, model, dev, 1 << 40, rings)  # closes the descriptors
         except Exception:
             pass  # said in the window's reply
     rings.close()

@@ -47,6 +47,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import select
 import socket
 import time
 from dataclasses import dataclass, field
@@ -55,6 +56,8 @@ from typing import Any
 import torch
 
 from kernelwright.engine.child import device_handoff, shared_region
+from kernelwright.engine.child.timing import runner_window, window_io
+from kernelwright.engine.child.timing.layouts import Layout, WindowError
 
 FLAG_BYTES = 4096
 IN_AT, DONE_AT = 0, 512  # byte offsets of the two flags (apart: no shared cache line)
@@ -251,7 +254,6 @@ def serve(
     """The runner's side of a device-clock window (it runs the candidate, so it decides nothing):
     map what is new, arm the wait, say `armed`, enqueue the calls and the commit and the `done`
     flag, then answer with its own account (evidence only)."""
-    from kernelwright.engine.child import windows
 
     wid = header.get("id")
     reply: dict[str, Any] = {"done": wid, "phase": "committed"}
@@ -264,21 +266,21 @@ def serve(
         t_start = time.perf_counter()
         w = header.get("window")
         if not isinstance(w, int) or not 0 < w < 1 << 30:
-            raise windows.WindowError("malformed window number")
+            raise WindowError("malformed window number")
         n = int(header["calls"])
         if not 0 <= n <= 1 << 16:
-            raise windows.WindowError("window size out of range")
+            raise WindowError("window size out of range")
         regions = lent.take(header.get("lent"), fds, max_bytes, device)
         flags = regions["flags"].tensor.data_ptr()
         args: list[list[Any]] = []
         slots: list[list[Any]] = []
         lout = None
         if n:
-            lin = windows.Layout.from_json(header["inputs"], max_bytes)
-            lout = windows.Layout.from_json(header["outputs"], max_bytes)
+            lin = Layout.from_json(header["inputs"], max_bytes)
+            lout = Layout.from_json(header["outputs"], max_bytes)
             args = lin.sets(regions["inputs"], n)
             if n * lout.stride > regions["ring"].nbytes:
-                raise windows.WindowError("the output ring is smaller than the window")
+                raise WindowError("the output ring is smaller than the window")
             slots = lout.sets(regions["ring"], n)  # (before the clock: the commit only copies)
         ops = memops()
         stream = torch.cuda.current_stream(device)
@@ -290,7 +292,7 @@ def serve(
         t_armed = time.perf_counter()
         ev[0].record()
         outs = []
-        with torch.no_grad(), windows._no_gc():
+        with torch.no_grad(), window_io._no_gc():
             for a in args:
                 outs.append(model(*a))
         if n == 0:
@@ -298,7 +300,7 @@ def serve(
         ev[1].record()
         t_launched = time.perf_counter()
         if lout is not None:
-            reply["mismatched"] = windows.commit(outs, lout, regions["ring"], fused=True, slots=slots)
+            reply["mismatched"] = runner_window.commit(outs, lout, regions["ring"], fused=True, slots=slots)
         ev[2].record()
         ops.write(stream, done_at, w)
         done = True
@@ -331,7 +333,7 @@ def serve(
                     shared_region.send(sock, json.dumps({"done": wid, "phase": "armed"}).encode(), [])
                 except OSError:
                     pass
-        windows._sync_quietly(device)
+        window_io._sync_quietly(device)
         if failure is None and isinstance(reply.get("runner_ms"), dict):
             try:
                 reply["runner_ms"]["device"] = round(_RUNNER_EVENTS[0].elapsed_time(_RUNNER_EVENTS[1]), 4)
@@ -367,8 +369,6 @@ def _nonblocking_stream(device: torch.device) -> torch.cuda.Stream:
 
 def _closed(sock: socket.socket) -> bool:
     """Whether the runner's end of the socket is gone (a message waiting is left where it is)."""
-    import select
-
     try:
         if not select.select([sock], [], [], 0)[0]:
             return False
@@ -509,8 +509,6 @@ class Clock:
         memory, with the runner's code). Enqueued behind a device-side sleep, so that the device
         runs them back to back, as it runs the runner's commit: queued, with its calls, before the
         judge lets its window start."""
-        from kernelwright.engine.child import windows
-
         torch.cuda.synchronize(self.device)
         # a kernel that only waits, so that the host has enqueued everything before the device
         # starts on it (as the runner's commit is queued behind its calls): twice the host's
@@ -526,7 +524,7 @@ class Clock:
         t_views = time.perf_counter()
         slots = out_layout.sets(region, len(ref_outs))  # (made before the clock, as the runner's are)
         t0 = time.perf_counter()
-        windows.commit(ref_outs, out_layout, region, fused=True, slots=slots)
+        runner_window.commit(ref_outs, out_layout, region, fused=True, slots=slots)
         self.host_ms = (time.perf_counter() - t0) * 1e3
         self.views_ms = (t0 - t_views) * 1e3
         ev[3].record()
@@ -554,8 +552,6 @@ class Clock:
         reply. (copy in ms, middle ms, snapshot ms) on the device; `await_msg(limit_s)` reads the
         runner's next message for this window. `self.queued_ms`: the judge's wait for `armed`
         (None: it went on without it)."""
-        from kernelwright.engine.child import windows
-
         flags = self.flags_region()
         self.seq += 1
         w = self.seq
@@ -565,11 +561,11 @@ class Clock:
             shared_region.send(sock, json.dumps(header).encode(), fds)
         except OSError as exc:
             why = exc.strerror or exc
-            raise windows.WindowError(f"the runner's end of the window socket is gone ({why})") from None
+            raise WindowError(f"the runner's end of the window socket is gone ({why})") from None
         msg: dict[str, Any] | None
         try:
             msg = await_msg(min(queue_s, limit_s))
-        except windows.WindowTimeout:
+        except window_io.WindowTimeout:
             msg = None  # still queueing (its launch queue full, or slow): the device starts it now
         self.queued_ms = None if msg is None else (time.perf_counter() - t0) * 1e3
         if msg is not None and msg.get("phase") != "armed":  # it failed before its wait was armed
@@ -599,12 +595,12 @@ class Clock:
         while not ev[3].query():
             if time.monotonic() > end:
                 self.pending = w  # released when the timer closes, after the runner was told to stop
-                raise windows.WindowTimeout(limit_s)
+                raise window_io.WindowTimeout(limit_s)
             if nap >= POLL_MAX_S:
                 if _closed(sock):
                     self.pending = w
-                    raise windows.WindowError("the runner closed the window socket")
-                if msg is None and windows.wait_readable([sock], 0.0):
+                    raise WindowError("the runner closed the window socket")
+                if msg is None and window_io.wait_readable([sock], 0.0):
                     msg = await_msg(1.0)  # its late `armed`, or an answer without one: it armed nothing
                     if msg.get("phase") != "armed":
                         self.pending = w

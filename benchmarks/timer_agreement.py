@@ -1,0 +1,347 @@
+"""kernelwright's speed-ups against timers we did not write, on kernels we did not write.
+
+For each (problem, candidate) pair of an outside corpus (CUDA-L1's release unpacked by
+`benchmarks/corpus_suite.py unpack`: `problems/levelN/<stem>.py`, `candidates/levelN/<stem>.py`),
+each side is timed alone, in a process of its own (the candidate's process never holds the
+reference, so its process-wide settings touch nothing else), by three independent methods:
+
+- `do_bench`: triton.testing.do_bench, the median of per-call CUDA events with L2 cleared before
+  each call (what KernelBench's do_bench timing and most papers report: device time per call);
+- `b2b`: 200 back-to-back calls cycling through 8 input sets, CUDA events around the whole loop
+  (device time where the host keeps ahead, host time per call where it cannot);
+- `events`: KernelBench's original per-call CUDA events with a synchronise after each call (mean).
+
+Then kernelwright's figures for the same pairs come from its records (`suite eval` and/or `eval`
+alone), and `report` prints, per candidate, kernelwright's speed-up over each independent one, and
+the distribution (geomean, median |ratio - 1|, share within 5% and 10%, those beyond 25% with the
+flags the record carries).
+
+    python3 benchmarks/timer_agreement.py independent corpus --levels 1,2 --limit 50 [--no-builds] --out DIR
+    python3 benchmarks/timer_agreement.py kernelwright corpus --levels 1,2 --limit 50 --name NAME --out DIR [--alone]
+    python3 benchmarks/timer_agreement.py report DIR [--name NAME ...]
+
+`independent` and `kernelwright` write JSON lines into DIR (`independent.jsonl`,
+`kw-<NAME>.jsonl`); `report` joins them (`agreement.md`, `agreement.json`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SEED = 0
+SETS = 8
+B2B_CALLS = 200
+
+
+# ---------------------------------------------------------------- the corpus
+def pairs(corpus: Path, levels: list[str], limit: int | None, no_builds: bool) -> list[tuple[str, Path, Path]]:
+    """(stem, problem, candidate) in level and task order; `no_builds` leaves out candidates that
+    compile an extension (their builds cost minutes of device time in every process)."""
+    out = []
+    for lv in levels:
+        files = sorted((corpus / "candidates" / f"level{lv}").glob("*.py"), key=lambda p: int(p.name.split("_")[0]))
+        for cand in files:
+            text = cand.read_text()
+            if no_builds and ("load_inline" in text or "cpp_extension" in text):
+                continue
+            problem = corpus / "problems" / f"level{lv}" / cand.name
+            if problem.exists():
+                out.append((f"level{lv}/{cand.stem}", problem, cand))
+    return out[:limit] if limit else out
+
+
+# ---------------------------------------------------------------- one side, in its own process
+def _module(path: Path, name: str):  # type: ignore[no-untyped-def]
+    sys.path.insert(0, str(path.parent))
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def time_side(problem: Path, source: Path, cls_name: str, device: str) -> dict:
+    """One side's three figures (ms per call), each after its own warm-up."""
+    import torch
+
+    prob = _module(problem, f"kw_agreement_problem_{abs(hash(problem))}")
+    mod = prob if source == problem else _module(source, "kw_agreement_candidate")
+    dev = torch.device(device)
+
+    def to_dev(x):  # type: ignore[no-untyped-def]
+        return x.to(dev) if isinstance(x, torch.Tensor) else x
+
+    torch.manual_seed(SEED)
+    init = [to_dev(x) for x in prob.get_init_inputs()]
+    model = getattr(mod, cls_name)(*init).to(dev)
+    sets = []
+    for i in range(SETS):
+        torch.manual_seed(SEED + 1 + i)
+        sets.append([to_dev(x) for x in prob.get_inputs()])
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    out: dict = {}
+    with torch.no_grad():
+        for i in range(3):
+            model(*sets[i % SETS])
+        sync()
+        if dev.type == "cuda":
+            import triton.testing
+
+            out["do_bench_ms"] = float(
+                triton.testing.do_bench(lambda: model(*sets[0]), warmup=25, rep=100, return_mode="median")
+            )
+            ev = [torch.cuda.Event(enable_timing=True) for _ in range(2)]
+            for i in range(20):
+                model(*sets[i % SETS])
+            ev[0].record()
+            for i in range(B2B_CALLS):
+                model(*sets[i % SETS])
+            ev[1].record()
+            sync()
+            out["b2b_ms"] = ev[0].elapsed_time(ev[1]) / B2B_CALLS
+            times = []
+            for i in range(100):
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                a.record()
+                model(*sets[i % SETS])
+                b.record()
+                sync()
+                times.append(a.elapsed_time(b))
+            out["events_ms"] = statistics.fmean(times)
+        else:
+            t0 = time.perf_counter()
+            for i in range(B2B_CALLS // 10):
+                model(*sets[i % SETS])
+            out["b2b_ms"] = (time.perf_counter() - t0) * 1e3 / (B2B_CALLS // 10)
+    return out
+
+
+def _sides_in_process(jobs: list[tuple[Path, Path]], cls_name: str, device: str, timeout: float) -> list[dict]:
+    """Time `cls_name` of each (problem, source) in one fresh process, one after the other."""
+    cmd = [sys.executable, __file__, "side", cls_name, "--device", device]
+    for problem, source in jobs:
+        cmd += [str(problem), str(source)]
+    t0 = time.monotonic()
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=str(jobs[0][1].parent))
+    except subprocess.TimeoutExpired as e:
+        p = subprocess.CompletedProcess(cmd, -9, e.stdout or "", f"timed out after {timeout:.0f} s")
+        p.stdout = p.stdout.decode() if isinstance(p.stdout, bytes) else p.stdout
+    wall = round(time.monotonic() - t0, 2)
+    rows = [json.loads(line) for line in (p.stdout or "").splitlines() if line.startswith("{")]
+    err = ((p.stderr or "").strip().splitlines() or ["no output"])[-1][:300]
+    rows += [{"error": err} for _ in range(len(jobs) - len(rows))]
+    return [{**r, "process_s": wall} for r in rows]
+
+
+def independent(corpus: Path, chosen: list[tuple[str, Path, Path]], out: Path, device: str, timeout: float) -> None:
+    """The references in one process (trusted code; each changes no process-wide setting), then
+    each candidate in a process of its own (its `__init__` may set cuDNN or TF32 flags)."""
+    refs = _sides_in_process([(p, p) for _, p, _ in chosen], "Model", device, timeout * len(chosen))
+    dest = out / "independent.jsonl"
+    with dest.open("a") as f:
+        for (stem, problem, cand), ref in zip(chosen, refs, strict=True):
+            row = {
+                "pair": stem,
+                "reference": ref,
+                "candidate": _sides_in_process([(problem, cand)], "ModelNew", device, timeout)[0],
+            }
+            f.write(json.dumps(row) + "\n")
+            f.flush()
+            print(json.dumps(row), flush=True)
+
+
+# ---------------------------------------------------------------- kernelwright's figures
+def _kw_row(stem: str, rec: dict, how: str) -> dict:
+    m = rec.get("metadata") or {}
+    return {
+        "pair": stem,
+        "how": how,
+        "path": rec.get("path"),
+        "status": rec.get("status"),
+        "speedup": rec.get("speedup"),
+        "candidate_ms": rec.get("candidate_ms"),
+        "reference_ms": rec.get("reference_ms"),
+        "flags": sorted(((m.get("guards") or {}).get("flags") or {}).keys()),
+        "timing": m.get("timing"),
+        "stage_times": rec.get("stage_times"),
+    }
+
+
+def kernelwright_alone(chosen: list[tuple[str, Path, Path]], out: Path, name: str, extra: list[str]) -> None:
+    dest = out / f"kw-{name}.jsonl"
+    with dest.open("a") as f:
+        for stem, problem, cand in chosen:
+            cmd = [sys.executable, "-m", "kernelwright.cli.main", "eval", str(problem), str(cand), "--json"]
+            p = subprocess.run([*cmd, "--no-server", *extra], capture_output=True, text=True, timeout=600)
+            try:
+                rec = json.loads(p.stdout)
+            except ValueError:
+                rec = {"status": f"no record (exit {p.returncode}): {p.stderr.strip()[-200:]}"}
+            f.write(json.dumps(_kw_row(stem, rec, "alone")) + "\n")
+            f.flush()
+
+
+def kernelwright_suite(
+    corpus: Path, chosen: list[tuple[str, Path, Path]], out: Path, name: str, extra: list[str]
+) -> None:
+    """`suite eval` over the chosen pairs (benchmarks/corpus_suite.py's driver), then its records."""
+    from benchmarks import corpus_suite
+
+    levels = sorted({stem.split("/")[0].removeprefix("level") for stem, _, _ in chosen})
+    stems = {stem.split("/")[1] for stem, _, _ in chosen}
+    started = time.time()
+    limit = float(os.environ.get("KW_SUITE_LIMIT", "0")) or None  # stopped as Ctrl-C stops it: records stay
+    corpus_suite.run(corpus, levels, None, name, extra, limit, stems)
+    dest = out / f"kw-{name}.jsonl"
+    with dest.open("a") as f:
+        for rec in corpus_suite._records(corpus / "runs" / name, since=started):
+            parts = Path(rec["path"]).parts  # levelN/<stem>/<attempt>/eval.json
+            f.write(json.dumps(_kw_row("/".join(parts[:2]), rec, "suite")) + "\n")
+
+
+# ---------------------------------------------------------------- the comparison
+def _ratio(kw: dict, ind: dict, method: str) -> float | None:
+    r, c = ind.get("reference", {}).get(f"{method}_ms"), ind.get("candidate", {}).get(f"{method}_ms")
+    if not (kw.get("speedup") and r and c):
+        return None
+    return float(kw["speedup"]) / (r / c)
+
+
+def _dist(ratios: list[float]) -> dict:
+    if not ratios:
+        return {"n": 0}
+    dev = sorted(abs(r - 1) for r in ratios)
+    return {
+        "n": len(ratios),
+        "geomean": round(math.exp(statistics.fmean(math.log(r) for r in ratios)), 3),
+        "median_abs_dev": round(statistics.median(dev), 3),
+        "within_5pct": sum(d <= 0.05 for d in dev),
+        "within_10pct": sum(d <= 0.10 for d in dev),
+        "beyond_25pct": sum(d > 0.25 for d in dev),
+        "range": [round(min(ratios), 3), round(max(ratios), 3)],
+    }
+
+
+def report(out: Path, names: list[str]) -> dict:
+    ind = {}
+    for line in (out / "independent.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        ind[row["pair"]] = row
+    result: dict = {"runs": {}}
+    lines = ["# Timer agreement", ""]
+    per_pair: dict[str, dict] = {}
+    for name in names:
+        kw = [json.loads(x) for x in (out / f"kw-{name}.jsonl").read_text().splitlines()]
+        passed = [k for k in kw if k["status"] == "passed" and k["pair"] in ind]
+        dists = {}
+        for method in ("do_bench", "b2b", "events"):
+            ratios = [r for k in passed if (r := _ratio(k, ind[k["pair"]], method))]
+            dists[method] = _dist(ratios)
+        result["runs"][name] = {"passed": len(passed), "of": len(kw), "against": dists}
+        lines += [f"## {name}: {len(passed)} passed of {len(kw)}", ""]
+        lines += ["| against | n | geomean | median abs dev | within 5% | within 10% | beyond 25% | range |"]
+        lines += ["|---|---|---|---|---|---|---|---|"]
+        for method, d in dists.items():
+            if d["n"]:
+                lines.append(
+                    f"| {method} | {d['n']} | {d['geomean']} | {d['median_abs_dev']} | {d['within_5pct']} | "
+                    f"{d['within_10pct']} | {d['beyond_25pct']} | {d['range'][0]}-{d['range'][1]} |"
+                )
+        lines.append("")
+        for k in passed:
+            per_pair.setdefault(k["pair"], {})[name] = k
+    lines += ["## Per candidate (speed-ups; kernelwright per run, then do_bench, b2b)", ""]
+    lines += ["| pair | ref ms (kw/do_bench/b2b) | cand ms (kw/do_bench/b2b) | kw | do_bench | b2b | flags |"]
+    lines += ["|---|---|---|---|---|---|---|"]
+    for pair, runs in sorted(per_pair.items()):
+        i = ind[pair]
+        ir, ic = i.get("reference", {}), i.get("candidate", {})
+        first = next(iter(runs.values()))
+        sp = "/".join(f"{runs[n]['speedup']:.3f}" if n in runs else "-" for n in names)
+
+        def f(x: float | None) -> str:
+            return f"{x:.4g}" if x else "-"
+
+        def ratio(a: float | None, b: float | None) -> str:
+            return f"{a / b:.3f}" if a and b else "-"
+
+        lines.append(
+            f"| {pair} | {f(first['reference_ms'])}/{f(ir.get('do_bench_ms'))}/{f(ir.get('b2b_ms'))} | "
+            f"{f(first['candidate_ms'])}/{f(ic.get('do_bench_ms'))}/{f(ic.get('b2b_ms'))} | {sp} | "
+            f"{ratio(ir.get('do_bench_ms'), ic.get('do_bench_ms'))} | {ratio(ir.get('b2b_ms'), ic.get('b2b_ms'))} | "
+            f"{','.join(first['flags'])} |"
+        )
+    (out / "agreement.md").write_text("\n".join(lines) + "\n")
+    (out / "agreement.json").write_text(json.dumps(result, indent=1))
+    print("\n".join(lines))
+    return result
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("side")
+    s.add_argument("cls")
+    s.add_argument("files", type=Path, nargs="+", help="PROBLEM SOURCE pairs")
+    s.add_argument("--device", default="cuda")
+    for verb in ("independent", "kernelwright"):
+        p = sub.add_parser(verb)
+        p.add_argument("corpus", type=Path)
+        p.add_argument("--levels", default="1,2")
+        p.add_argument("--limit", type=int)
+        p.add_argument("--no-builds", action="store_true")
+        p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "benchmarks/out")))
+        p.add_argument("--device", default="cuda")
+        if verb == "independent":
+            p.add_argument("--timeout", type=float, default=180.0)
+        else:
+            p.add_argument("--name", default="suite")
+            p.add_argument("--alone", action="store_true", help="`kernelwright eval` per pair, not `suite eval`")
+            p.add_argument("--only-timed", action="store_true", help="only pairs with both sides in independent.jsonl")
+    r = sub.add_parser("report")
+    r.add_argument("out", type=Path)
+    r.add_argument("--name", action="append", default=[])
+    argv = sys.argv[1:]
+    extra = argv[argv.index("--") + 1 :] if "--" in argv else []
+    args = ap.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
+    if args.cmd == "side":
+        for problem, source in zip(args.files[::2], args.files[1::2], strict=True):
+            try:
+                row = time_side(problem.resolve(), source.resolve(), args.cls, args.device)
+            except Exception as e:  # one side's failure is its row; the next pair still runs
+                row = {"error": f"{type(e).__name__}: {e}"[:300]}
+            print(json.dumps(row), flush=True)
+        return 0
+    if args.cmd == "report":
+        report(args.out, args.name or ["suite"])
+        return 0
+    args.out.mkdir(parents=True, exist_ok=True)
+    levels = [v for v in args.levels.split(",") if v]
+    chosen = pairs(args.corpus.resolve(), levels, args.limit, args.no_builds)
+    if args.cmd == "kernelwright" and args.only_timed:  # the pairs whose sides both have independent figures
+        timed = [json.loads(x) for x in (args.out / "independent.jsonl").read_text().splitlines()]
+        ok = {t["pair"] for t in timed if "error" not in t["reference"] and "error" not in t["candidate"]}
+        chosen = [c for c in chosen if c[0] in ok]
+    print(f"{len(chosen)} pairs", flush=True)
+    if args.cmd == "independent":
+        independent(args.corpus, chosen, args.out, args.device, args.timeout)
+    elif args.alone:
+        kernelwright_alone(chosen, args.out, args.name, ["--device", args.device, *extra])
+    else:
+        kernelwright_suite(args.corpus.resolve(), chosen, args.out, args.name, ["--device", args.device, *extra])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

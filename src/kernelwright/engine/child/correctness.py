@@ -1,0 +1,283 @@
+"""Whether an output is right: the one rule, in one place, beside `compare` (strict allclose) and
+`numerics` (the float64 oracle, the calibrated verdict).
+
+- `judge_output`: a trial's verdict (a check's output against the reference, and the oracle where
+  there is one) under the configured mode, with the evidence the record keeps.
+- `errors` / `slot_errors`: how far an output strays from the reference (normwise, and element by
+  element against the output's scale), or None where its structure or non-finite pattern differs.
+- `TimedBound`: a timed output is right when it strays no further than the candidate's correct
+  trials did (16x room), or than the output dtype's resolution. A replayed, skipped or unfinished
+  output strays by the size of the output itself.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from kernelwright.engine.child import numerics
+from kernelwright.engine.child.compare import CompareReport, compare_outputs, flatten, structure_mismatch
+
+if TYPE_CHECKING:
+    from kernelwright.core.config import EvalConfig
+    from kernelwright.engine.child.numerics import NumericsReport
+
+
+@dataclass
+class Judgement:
+    """One output judged: `passed` and its `message`; `evidence` for the record (the trial's
+    `numerics`); `strict` the allclose report (None where the structure differs), `calibrated`
+    the oracle's report where the verdict followed it."""
+
+    passed: bool
+    message: str
+    evidence: dict[str, Any] = field(default_factory=dict)
+    strict: CompareReport | None = None
+    calibrated: NumericsReport | None = None
+    # the error over what the deciding rule allows, for the worst output (<= 1 passes, about; None:
+    # a structural failure, which no draw of inputs decides)
+    margin: float | None = None
+
+
+def judge_output(cand: Any, ref_out: Any, oracle_out: Any, cfg: EvalConfig) -> Judgement:
+    """An output against the reference's (and the float64 oracle's, where there is one) under
+    the configured verdict mode: `strict` allclose, or `calibrated` (numerics.judge) where the
+    oracle's report holds; a structural failure of allclose fails it either way."""
+    mismatch = structure_mismatch(cand, ref_out)
+    if mismatch:
+        return Judgement(False, mismatch, {"strict_passed": False})
+    strict = compare_outputs(cand, ref_out, cfg.atol, cfg.rtol)
+    rep = None
+    if oracle_out is not None:
+        rep = numerics.judge(
+            cand,
+            ref_out,
+            oracle_out,
+            cfg.atol,
+            cfg.rtol,
+            cfg.numerics.factor,
+            excess_floor=cfg.numerics.excess_floor,  # element-by-element test
+            excess_floor_low=cfg.numerics.excess_floor_low,
+        )
+    evidence: dict[str, Any] = {"strict_passed": strict.passed}
+    if rep is not None and rep.ok:
+        evidence.update(rep.to_dict())
+        evidence["calibrated_passed"] = rep.passed
+    use_cal = cfg.verdict == "calibrated" and rep is not None and rep.ok and strict.max_abs_err is not None
+    cal = rep if use_cal else None  # the report the verdict follows, when calibrated
+    if cal is not None:
+        passed, message = cal.passed, cal.message
+        structural = [leaf for leaf in strict.leaves if not leaf.passed and leaf.max_abs_err is None]
+        if structural:
+            passed, message = False, strict.message
+    else:
+        passed, message = strict.passed, strict.message
+    return Judgement(passed, message, evidence, strict, cal, margin(strict, cal))
+
+
+def margin(strict: CompareReport, cal: NumericsReport | None) -> float | None:
+    """How near the deciding rule's edge the worst output lies: allclose's largest
+    |c - r| / (atol + rtol |r|); under the calibrated rule, for each output the nearer of its two
+    ways to pass (within the tolerance of the oracle, or within `factor` x the float32 reference's
+    own error, max-abs and normwise)."""
+    if cal is None:
+        ratios = [leaf.tol_ratio for leaf in strict.leaves if leaf.tol_ratio is not None]
+        return max(ratios) if ratios else None
+    worst = 0.0
+    for leaf in cal.leaves:
+        c, r = leaf.candidate, leaf.reference
+        by_factor = max(_over(c.max_abs, cal.factor * r.max_abs), _over(c.norm_rel, cal.factor * r.norm_rel))
+        worst = max(worst, min(c.tol_ratio, by_factor))
+    return worst
+
+
+def _over(value: float, allowed: float) -> float:
+    if allowed > 0 and math.isfinite(allowed):
+        return value / allowed
+    return 0.0 if value == 0 else math.inf
+
+
+STACKED_CHECK_BYTES = 256 << 20  # the stacked check's float64 temporaries, at most (per chunk of slots)
+
+
+def slot_errors(cands: list[Any], refs: list[Any], stacked: bool | None = None) -> list[tuple[float, float] | None]:
+    """`errors` of every slot (None for a slot that cannot be compared or raised): with `stacked`,
+    at once over the stacked slots where every output is the same floating-point leaves (a few
+    tensor operations, not a dozen and four synchronisations per slot), in chunks whose float64
+    temporaries stay under STACKED_CHECK_BYTES (a window of 128 MB outputs would need tens of GB at
+    once); otherwise, and where the slots cannot be stacked, one slot at a time with `errors`.
+    `stacked` None: stacked on an accelerator, one slot at a time on a CPU, where a slot costs no
+    synchronisation and `errors` works in the leaf's own precision (a tenth of the stacked float64
+    check's time: benchmarks/slot_check.py)."""
+    leaves = [x for _, x in flatten(refs[0]) if isinstance(x, torch.Tensor)] if refs else []
+    if stacked is None:
+        stacked = any(x.device.type != "cpu" for x in leaves)
+    if not stacked:
+        return _one_by_one(cands, refs)
+    per_slot = sum(x.numel() for x in leaves)
+    chunk = max(1, STACKED_CHECK_BYTES // max(1, 6 * 8 * per_slot))  # ~6 float64 temporaries an element
+    batched: list[tuple[float, float] | None] | None = []
+    for i in range(0, len(refs), chunk):
+        try:
+            part = _errors_stacked(cands[i : i + chunk], refs[i : i + chunk])
+        except Exception:
+            part = None
+        if part is None or batched is None:
+            batched = None
+            break
+        batched += part
+    if batched is not None:
+        return batched
+    return _one_by_one(cands, refs)
+
+
+def _one_by_one(cands: list[Any], refs: list[Any]) -> list[tuple[float, float] | None]:
+    out: list[tuple[float, float] | None] = []
+    for c, r in zip(cands, refs, strict=True):
+        try:
+            out.append(errors(c, r))
+        except Exception:
+            out.append(None)
+    return out
+
+
+def _errors_stacked(cands: list[Any], refs: list[Any]) -> list[tuple[float, float] | None] | None:
+    if not refs or len(cands) != len(refs):
+        return None
+    ref_leaves = [[x for _, x in flatten(r)] for r in refs]
+    cand_leaves = [[x for _, x in flatten(c)] for c in cands]
+    first = ref_leaves[0]
+    for r, c, rl, cl in zip(refs, cands, ref_leaves, cand_leaves, strict=True):
+        if structure_mismatch(c, r) or len(rl) != len(first) or len(cl) != len(first):
+            return None
+        for x, y, f in zip(rl, cl, first, strict=True):
+            ok = (
+                isinstance(x, torch.Tensor)
+                and isinstance(y, torch.Tensor)
+                and x.is_floating_point()
+                and x.shape == f.shape
+                and y.shape == x.shape
+                and x.dtype == f.dtype
+            )
+            if not ok:
+                return None
+    n = len(refs)
+    dev = first[0].device if first else torch.device("cpu")
+    norm = torch.zeros(n, dtype=torch.float64, device=dev)
+    elem = torch.zeros(n, dtype=torch.float64, device=dev)
+    bad = torch.zeros(n, dtype=torch.bool, device=dev)
+    for j in range(len(first)):
+        r64 = torch.stack([rl[j] for rl in ref_leaves]).to(torch.float64).reshape(n, -1)
+        c64 = torch.stack([cl[j].to(r64.device) for cl in cand_leaves]).to(torch.float64).reshape(n, -1)
+        if not r64.shape[1]:
+            continue
+        fin = torch.isfinite(r64)
+        bad |= (fin != torch.isfinite(c64)).any(dim=1)
+        zero = torch.zeros((), dtype=torch.float64, device=r64.device)
+        d = torch.where(fin, c64 - r64, zero)
+        rf = torch.where(fin, r64, zero)
+        one = torch.ones((), dtype=torch.float64, device=r64.device)
+        scale = torch.linalg.vector_norm(rf, dim=1)
+        norm = torch.maximum(norm, torch.linalg.vector_norm(d, dim=1) / torch.where(scale > 0, scale, one))
+        top = rf.abs().amax(dim=1)
+        elem = torch.maximum(elem, d.abs().amax(dim=1) / torch.where(top > 0, top, one))
+    return [
+        None if b else (float(x), float(y)) for b, x, y in zip(bad.tolist(), norm.tolist(), elem.tolist(), strict=True)
+    ]
+
+
+def errors(cand: Any, ref: Any) -> tuple[float, float] | None:
+    """(largest normwise relative error, largest element error relative to the output's scale) over
+    the leaves, or None where the structure, a shape or the non-finite pattern differs."""
+    if structure_mismatch(cand, ref):
+        return None
+    norm = elem = 0.0
+    for (_, c), (_, r) in zip(flatten(cand), flatten(ref), strict=False):
+        if not isinstance(r, torch.Tensor):
+            if c != r:
+                return None
+            continue
+        if not isinstance(c, torch.Tensor) or c.shape != r.shape:
+            return None
+        if not (r.is_floating_point() or r.is_complex()):
+            if not torch.equal(c.to(r.dtype), r):
+                return None
+            continue
+        quick = _finite_leaf_errors(c, r)
+        if quick is not None:
+            norm, elem = max(norm, quick[0]), max(elem, quick[1])
+            continue
+        c64, r64 = (
+            c.to(torch.float64 if not r.is_complex() else torch.complex128),
+            r.to(torch.float64 if not r.is_complex() else torch.complex128),
+        )
+        fin = torch.isfinite(r64)
+        if not torch.equal(fin, torch.isfinite(c64)):  # NaN or Inf where the reference has none, or the reverse
+            return None
+        if not r64.numel():
+            continue
+        zero = torch.zeros((), dtype=r64.dtype, device=r64.device)
+        d = torch.where(fin, c64 - r64, zero)  # (a boolean mask index costs ms on a CPU: where() does not)
+        rf = torch.where(fin, r64, zero)
+        scale = float(torch.linalg.vector_norm(rf)) or 1.0
+        norm = max(norm, float(torch.linalg.vector_norm(d)) / scale)
+        top = float(rf.abs().max()) or 1.0
+        elem = max(elem, float(d.abs().max()) / top)
+    return norm, elem
+
+
+def _finite_leaf_errors(c: torch.Tensor, r: torch.Tensor) -> tuple[float, float] | None:
+    """`errors` of one real floating-point leaf where both sides are finite everywhere, in the
+    leaf's own precision (float32 for float32 and narrower; float64 stays float64): a third of the
+    float64 path's memory traffic. None where a difference or a norm is not finite (a non-finite
+    value on either side, or an overflow): the caller takes the exact float64 path then. The
+    judge's bound for timed outputs comes from this same function, with 16x room above it."""
+    if r.is_complex() or c.is_complex() or not r.numel():
+        return None
+    wd = torch.float64 if r.dtype == torch.float64 else torch.float32
+    rw = r if r.dtype == wd else r.to(wd)
+    cw = c if (c.dtype == wd and c.device == r.device) else c.to(device=r.device, dtype=wd)
+    d = cw - rw  # non-finite wherever either side is (inf - inf, nan - x): the exact path decides then
+    if not bool(torch.isfinite(d).all()):
+        return None
+    nd, nr = float(torch.linalg.vector_norm(d)), float(torch.linalg.vector_norm(rw))
+    dmax, top = float(d.abs().max()), float(rw.abs().max())
+    if not all(math.isfinite(v) for v in (nd, nr, dmax, top)):
+        return None
+    return nd / (nr or 1.0), dmax / (top or 1.0)
+
+
+def resolution(ref: Any) -> float:
+    """The coarsest relative resolution among the reference's floating outputs (eps of its dtype)."""
+    eps = [torch.finfo(t.dtype).eps for _, t in flatten(ref) if isinstance(t, torch.Tensor) and t.is_floating_point()]
+    return max(eps, default=0.0)
+
+
+TIMED_ROOM = 16.0  # how much further than its correct trials a timed output may stray
+
+
+@dataclass(frozen=True)
+class TimedBound:
+    """How far a timed output may stray from the reference's output for the same inputs: no
+    further than the candidate's correct trials did (`norm_seen`, `elem_seen`, as `errors` gives
+    them), with TIMED_ROOM, or than the output dtype's resolution (and `rtol`)."""
+
+    rtol: float
+    norm_seen: float = 0.0
+    elem_seen: float = 0.0
+
+    def allows(self, e: tuple[float, float] | None, ref: Any) -> bool:
+        """A slot's errors (`errors`: None where structure or non-finite pattern differ) -> right."""
+        if e is None:
+            return False
+        floor = max(self.rtol, resolution(ref))
+        return e[0] <= max(TIMED_ROOM * self.norm_seen, floor) and e[1] <= max(TIMED_ROOM * self.elem_seen, 4 * floor)
+
+    def widened(self, e: tuple[float, float] | None) -> TimedBound:
+        """This bound after one more correct trial whose errors were `e`."""
+        if e is None:
+            return self
+        return TimedBound(self.rtol, max(self.norm_seen, e[0]), max(self.elem_seen, e[1]))

@@ -1,0 +1,177 @@
+"""The judge's hand-off to the timing stage (`engine/child/timing/`): the job from what the
+judge holds, the outcome into its record, then the physics check of the candidate's time.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from typing import Any
+
+import torch
+
+from kernelwright.core import roofline
+from kernelwright.core.record import Stage, Status
+from kernelwright.engine.child import gpu_facts
+from kernelwright.engine.child.judge_profile import JudgeProfile
+from kernelwright.engine.child.problem_io import trial_seed
+from kernelwright.engine.child.timing import TimingJob, TimingOutcome
+from kernelwright.engine.child.timing import run as run_timing
+from kernelwright.engine.child.timing.probe_windows import measure_anchor
+
+TIMING_SEED_OFFSET = 10**9  # the timing draws' seeds are not the checks' seeds
+
+
+class JudgeTiming(JudgeProfile):
+    def measure_anchor(self) -> None:
+        """The device clock's yardstick, before any candidate code has run (probe_windows.measure_anchor)."""
+        self.anchor, self.device_clock_off = measure_anchor(self.device, self.cfg.timing, self.handoff is not None)
+
+    def warm_in_background(self) -> None:
+        """The FLOP counter's first use (the physics check counts the reference's work with it)
+        imports torch._dynamo: 3-5 s, once per process, at the end of every evaluation of a new
+        problem. Started here, in a thread, while the job and the runner's build are on their way;
+        the timing stage waits for it (`warmed`) so that no import runs beside a timing window."""
+        if self._warming is not None:
+            return
+
+        def warm() -> None:
+            try:
+                # imported here on purpose: this import (torch._dynamo) is the work done off the path
+                from torch.utils.flop_counter import FlopCounterMode
+
+                with torch.no_grad(), FlopCounterMode(display=False):
+                    torch.ones(2, 2) @ torch.ones(2, 2)
+            except Exception:
+                pass
+
+        self._warming = threading.Thread(target=warm, name="kw-warm-flop-counter", daemon=True)
+        self._warming.start()
+
+    def warmed(self, timeout_s: float = 60.0) -> None:
+        if self._warming is not None:
+            self._warming.join(timeout_s)
+
+    def time_windows(self) -> None:
+        """The timing stage (`timing.run`) on the judge's own clock, its outcome into the record."""
+        t0 = time.perf_counter()
+        back_to = self.current_stage
+        self.enter_stage("timing")  # the runner no longer times: the timing stage is the judge's windows
+        try:
+            self.warmed()  # no import of the judge's runs beside its windows
+            if self.handoff is None:
+                self.set_verdict(
+                    Status.ENGINE_ERROR,
+                    "The judge has no socket to the runner: timing windows cannot run "
+                    "(an engine bug, not the candidate's fault)",
+                    Stage.TIMING,
+                )
+                return
+            ref_out, _, inputs = self.reference(trial_seed(self.secret, 0))
+            outcome = run_timing(self.timing_job(self.handoff, inputs, ref_out))
+            if self.take_timing(outcome):
+                self.physics(inputs)
+        finally:
+            self.busy_s["timing_windows"] = self.busy_s.get("timing_windows", 0.0) + time.perf_counter() - t0
+            self.enter_stage(back_to)
+
+    def timing_job(self, sock: socket.socket, inputs: Any, ref_out: Any) -> TimingJob:
+        """What the timing stage may use: fresh draws from the judge's secret stream, its reference,
+        and the bound the passed trials set for a timed output."""
+        counter = [0]
+
+        def draw() -> list[Any]:
+            counter[0] += 1
+            drawn = self.io.inputs(self.secret + TIMING_SEED_OFFSET + counter[0])
+            return list(drawn) if isinstance(drawn, (list, tuple)) else [drawn]
+
+        return TimingJob(
+            device=self.device,
+            sock=sock,
+            config=self.cfg.timing,
+            draw=draw,
+            reference=self.ref_model,
+            inputs=inputs,
+            reference_output=ref_out,
+            bound=self.timed_bound,
+            anchor=self.anchor,
+            device_clock_off=self.device_clock_off,
+        )
+
+    def take_timing(self, outcome: TimingOutcome) -> bool:
+        """The outcome into the record: its facts, flags and figures, or its failure. True when
+        the candidate was timed."""
+        rec = self.rec
+        rec.metadata.update(outcome.metadata)
+        self.checked += outcome.checked
+        self.facts.update(outcome.facts)
+        for name, detail in outcome.flags.items():
+            self.flag(name, detail)
+        if outcome.failure is not None:
+            f = outcome.failure
+            self.set_verdict(f.status, f.log, f.stage)
+            if f.stop:
+                self.ask("stop")
+            return False
+        c, ref = outcome.candidate, outcome.reference
+        if c is None or ref is None:
+            return False
+        rec.candidate_timing, rec.reference_timing = c, ref
+        rec.speedup_basis, rec.speedup_as_launched = outcome.basis, outcome.speedup_as_launched
+        rec.candidate_ms, rec.reference_ms = c.median_ms, ref.median_ms
+        rec.speedup = outcome.speedup
+        if outcome.compiled_reference is not None:
+            rec.compile_reference_timing = outcome.compiled_reference
+            rec.compile_reference_ms = outcome.compiled_reference.median_ms
+            rec.speedup_vs_compile = outcome.speedup_vs_compile
+        return True
+
+    def physics(self, inputs: Any) -> None:
+        """The candidate's time against the least any candidate must do: write its outputs' bytes at
+        the device's peak bandwidth. Never the reference's FLOPs or reads: a candidate may skip
+        work the reference does (half of a triangular product, a branch whose result is unused)."""
+        self.checked.append("faster_than_hardware")
+        try:
+            facts = self.device_facts()
+            work = self.reference_work(inputs)
+            peak_flops, peak_bw, source = roofline.choose_peaks(facts, work["precision"])
+            if not peak_bw or not self.rec.candidate_ms:
+                self.facts["physics"] = "no bandwidth peak known for this device: not checked"
+                return
+            r = roofline.compute(
+                0, work["output_bytes"], self.rec.candidate_ms, peak_bw, peak_flops, source, work["precision"]
+            )
+            self.facts["physics"] = {
+                "floor_ms": r.floor_ms,
+                "fraction_of_floor": r.fraction_of_floor,
+                "peak_source": source,
+            }
+            if not peaks_hold(self.rec.reference_ms, r.floor_ms):
+                # the reference itself beat the floor: the peaks are no ceiling (a measurement taken on
+                # a loaded machine, a wrong datasheet): nothing is flagged, and a measured peak is
+                # measured again by the next evaluation
+                self.facts["physics"] = (
+                    f"not checked: the reference ran in {self.rec.reference_ms:.4g} ms, under the floor of "
+                    f"{r.floor_ms:.4g} ms the peaks ({source}) give"
+                )
+                if source == "measured":
+                    gpu_facts.forget_measured(self.device, self.cfg.cache_dir)
+                return
+            margin = self.cfg.timing.physics_margin
+            if self.rec.candidate_ms < margin * r.floor_ms:
+                self.flag(
+                    "faster_than_hardware",
+                    f"the judge measured {self.rec.candidate_ms:.4g} ms a call, under "
+                    f"{margin:g} x the roofline floor of {r.floor_ms:.4g} ms "
+                    f"(its outputs' {work['output_bytes']} bytes at the peak bandwidth, {source}): no kernel "
+                    "writes its outputs that fast, so the timer was forged; the speed-up is not trusted",
+                )
+        except Exception as exc:
+            self.facts["physics"] = f"not checked: {type(exc).__name__}: {str(exc)[:200]}"
+
+
+def peaks_hold(reference_ms: float | None, floor_ms: float) -> bool:
+    """Are the peaks a ceiling? Not when the reference, timed by the judge, ran faster than the
+    floor they give: then no candidate can be judged against them."""
+    return reference_ms is None or reference_ms >= floor_ms

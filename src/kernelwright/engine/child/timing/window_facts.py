@@ -1,0 +1,59 @@
+"""What the timing stage records about its clocks, beside the figures: the device clock's
+calibration (`clock_facts`), why it was off (`clock_off`), and the calls as a caller launches them
+one at a time (`launch_facts`). Evidence, never a verdict.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from kernelwright.engine.child.timing.window_timer import WindowTimer
+
+
+def launch_facts(rows: list[tuple[float, Any, float, Any]]) -> dict[str, Any]:
+    """The calls as a caller launches them one at a time, beside the device's figures (evidence,
+    not a verdict): per timed window (reference device ms, reference host ms, candidate device ms,
+    candidate host ms), each a call; a call launched alone takes about the larger of its device
+    time and its host's time to queue it. The candidate's host figure is the judge's wait for
+    `armed` less its own measures of the rest (`device_clock.Calibration.launch_ms`). A host's time
+    to queue the same calls varies from window to window far more than the device's, on both sides
+    (docs/PERFORMANCE.md): each side's host figure is its quickest window's, where nothing but its
+    own calls held it; the device figures are medians.
+    Not compared with a threshold. ({} without windows that have both host figures.)"""
+    if not rows:
+        return {}
+    med = statistics.median
+    r_host, c_host = min(r[1] for r in rows), min(r[3] for r in rows)
+    r_call, c_call = max(med(r[0] for r in rows), r_host), max(med(r[2] for r in rows), c_host)
+    if c_call <= 0:
+        return {}
+    return {
+        "reference_host_ms": round(r_host, 6),
+        "candidate_host_ms": round(c_host, 6),
+        "speedup_as_launched": round(r_call / c_call, 4),
+        "windows": len(rows),
+    }
+
+
+def clock_off(on_gpu: bool, device_clock_on: bool, why_off: str) -> str:
+    """Why a stage ran on the wall clock."""
+    if not on_gpu:
+        return "a CPU evaluation: the judge's wall clock"
+    if not device_clock_on:
+        return "timing.device_clock is off"
+    return why_off or "not measured at the judge's start-up"
+
+
+def clock_facts(anchor: Any, timer: WindowTimer) -> dict[str, Any]:
+    """The device clock's calibration as the stage ended."""
+    cal = timer.cal
+    return {
+        "anchor": anchor.to_json() if anchor is not None else None,
+        "contended": cal.contended(),
+        "copy_in_ms": {str(k): round(v, 4) for k, v in cal.copy_in.items()},
+        "snapshot_ms": {str(k): round(v, 4) for k, v in cal.snapshot.items()},
+        "commit_ms": {f"{k[0]}/{k[1]}": round(v, 4) for k, v in cal.commit.items()},
+        "switch_ms": None if cal.switch is None else round(cal.switch, 4),
+        "switch_windows_ms": [round(x, 4) for x in cal.switches[:24]],
+    }

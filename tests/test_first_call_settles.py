@@ -1,0 +1,20 @@
+"""A candidate's first call runs as its timed calls run, never under the output checks' guards."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kernelwright.core.record import Status
+from kernelwright.engine import evaluate
+
+HERE = Path(__file__).parent
+SWISH = HERE / "fixtures" / "problems" / "swish.py"
+
+
+def test_a_choice_made_on_the_first_call_is_made_outside_the_checks(cpu_config):
+    # Were its first call made under deterministic mode, the candidate would keep a path that does
+    # twenty times the reference's work: a speed-up near 0.05. Made as timed, it is the reference's
+    # own computation: about 1x. The bound leaves room for a loaded machine.
+    r = evaluate(SWISH, HERE / "fixtures" / "settle" / "first_call_choice.py", cpu_config)
+    assert r.status is Status.PASSED, r.error_log
+    assert r.speedup is not None and r.speedup > 0.3, r.speedup

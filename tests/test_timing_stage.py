@@ -1,0 +1,121 @@
+"""The timing stage's one entry point, `timing.run(TimingJob) -> TimingOutcome`, on the CPU: the
+judge's side in this process, the runner's side (`runner_window.serve_window`) in a thread on the
+other end of a socket pair, as the runner serves it. What is asserted is what the outcome says
+(figures, checks, flags, failures), never how fast anything ran."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from kernelwright.core.config import TimingConfig
+from kernelwright.core.record import Status
+from kernelwright.engine.child import shared_region
+from kernelwright.engine.child.correctness import TimedBound
+from kernelwright.engine.child.timing import TimingJob, TimingOutcome, run
+from kernelwright.engine.child.timing.runner_window import Rings, serve_window
+
+
+def _reference(x: torch.Tensor) -> torch.Tensor:
+    return x * torch.sigmoid(x)
+
+
+def _serve(sock: socket.socket, model: Callable[..., Any]) -> None:
+    """The runner's loop for windows: each header and its descriptors, served until the socket closes."""
+    rings = Rings()
+    try:
+        while True:
+            try:
+                data, fds = shared_region.recv(sock)
+            except OSError:
+                return
+            if not data:
+                return
+            try:
+                serve_window(sock, json.loads(data.decode()), fds, model, torch.device("cpu"), 1 << 40, rings)
+            except Exception:
+                pass  # (said in the window's reply, as the runner does before it reports the error)
+    finally:
+        rings.close()
+
+
+def _timed(model: Callable[..., Any], windows: int = 3) -> TimingOutcome:
+    judge_end, runner_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    runner = threading.Thread(target=_serve, args=(runner_end, model), daemon=True)
+    runner.start()
+    gen = torch.Generator().manual_seed(0)
+    inputs = [torch.randn(32, 64, generator=gen)]
+    try:
+        return run(
+            TimingJob(
+                device=torch.device("cpu"),
+                sock=judge_end,
+                config=TimingConfig(windows=windows, window_ms=2.0, max_window_calls=8, window_deadline_s=30.0),
+                draw=lambda: [torch.randn(32, 64, generator=gen)],
+                reference=_reference,
+                inputs=inputs,
+                reference_output=_reference(*inputs),
+                bound=TimedBound(rtol=1e-3),
+            )
+        )
+    finally:
+        judge_end.close()
+        runner.join(10.0)
+        runner_end.close()
+
+
+def test_an_honest_candidate_is_timed_and_every_timed_output_checked():
+    out = _timed(lambda x: torch.sigmoid(x) * x)
+    assert out.failure is None, out.failure
+    assert out.candidate is not None and out.reference is not None
+    assert out.candidate.iterations == 3 and out.reference.iterations == 3
+    assert out.speedup is not None and out.speedup > 0
+    assert "timed_output_mismatch" in out.checked and "timed_output_mismatch" not in out.flags
+    timing = out.metadata["timing"]
+    assert len(timing["windows"]) == 3 and all(w["bad_slots"] == 0 for w in timing["windows"])
+    # the warm-up window's calls are checked too
+    assert out.facts["timed_calls_checked"] > sum(w["calls"] for w in timing["windows"])
+
+
+def test_a_candidate_that_replays_an_earlier_output_is_flagged():
+    seen: list[torch.Tensor] = []
+
+    def replay(x: torch.Tensor) -> torch.Tensor:  # right once, then the same answer for every input
+        if not seen:
+            seen.append(_reference(x))
+        return seen[0].clone()
+
+    out = _timed(replay)
+    assert out.failure is None, out.failure
+    assert "timed_output_mismatch" in out.flags, out.flags
+    assert "replayed" in out.flags["timed_output_mismatch"]
+
+
+def test_a_candidate_that_fails_inside_a_window_is_its_runtime_error_and_the_runner_is_stopped():
+    calls = [0]
+
+    def breaks(x: torch.Tensor) -> torch.Tensor:
+        calls[0] += 1
+        if calls[0] > 3:
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        return _reference(x)
+
+    out = _timed(breaks)
+    assert out.failure is not None and out.failure.status is Status.RUNTIME_ERROR and out.failure.stop
+    assert out.candidate is None and out.speedup is None and "timing" not in out.metadata
+
+
+def test_a_timed_output_may_stray_as_far_as_the_trials_did_with_room_and_no_further():
+    ref = torch.ones(100)
+    bound = TimedBound(rtol=1e-6)
+    assert not bound.allows(None, ref)  # structure or NaN pattern differs
+    assert bound.allows((1e-7, 1e-7), ref)  # within float32's resolution
+    assert not bound.allows((1e-3, 1e-3), ref)
+    wider = bound.widened((1e-4, 1e-4)).widened(None)
+    assert wider.allows((1e-3, 1e-3), ref)  # 10x what a correct trial strayed: within the room
+    assert not wider.allows((0.5, 1.0), ref)  # an output of other inputs strays by its own size
