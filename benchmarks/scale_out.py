@@ -44,12 +44,12 @@ from kernelwright.core.config import EvalConfig, LoopConfig  # noqa: E402
 from kernelwright.core.record import Status  # noqa: E402
 from kernelwright.engine.config_resolution import resolve_config  # noqa: E402
 from kernelwright.engine.extensions.prebuild import BuildPool  # noqa: E402
-from kernelwright.executors.base import EvalTask  # noqa: E402
 from kernelwright.executors.evaluator import ExecutorEvaluator  # noqa: E402
+from kernelwright.executors.interface import EvalTask  # noqa: E402
 from kernelwright.executors.local import LocalExecutor  # noqa: E402
 from kernelwright.executors.placement import detect_gpus, parse_gpus, plan_cores  # noqa: E402
 from kernelwright.loop.forge import Forge  # noqa: E402
-from kernelwright.models.base import Attempt, Completion, Usage  # noqa: E402
+from kernelwright.models.chat import Attempt, Completion, Usage  # noqa: E402
 
 SIZES = {
     "cuda": [(4096, 4096), (8192, 4096), (16384, 4096), (8192, 8192)],

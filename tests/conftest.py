@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import json
 import os
 import shutil
 from pathlib import Path
@@ -45,30 +42,17 @@ def pytest_collection_modifyitems(config, items):
         for item in items:
             if "gpu" in item.keywords:
                 item.add_marker(skip)
-    if hasattr(config, "workerinput"):  # pytest -n: the controller hands these out as one unit, first
-        _write_alone_ids(config, [item.nodeid for item in items if _alone(item)])
 
 
 # ---- under pytest -n: the shared build cache's precompiled header, made once as the run starts ------
 
 _HEADER_MAKER = """
-import fcntl, sys
+import sys
 from pathlib import Path
-# in the room as a running test is (`_turn`): a test marked `alone` waits until the header is made,
-# first outside the turnstile (`header`, held until this process ends, and taken before anything
-# else it does: before any worker has collected), so that other tests run meanwhile
-lock_dir = Path(sys.argv[2])
-lock_dir.mkdir(parents=True, exist_ok=True)
-header = open(lock_dir / "header", "a")
-fcntl.flock(header, fcntl.LOCK_EX)
 from kernelwright.engine.child import flag_pch
-with open(lock_dir / "turnstile", "a") as turnstile, open(lock_dir / "room", "a") as room:
-    fcntl.flock(turnstile, fcntl.LOCK_EX)
-    fcntl.flock(room, fcntl.LOCK_SH)
-    fcntl.flock(turnstile, fcntl.LOCK_UN)
-    root = Path(sys.argv[1]) / "builds" / flag_pch.SUBDIR
-    for _ in range(2):  # a flag set is made at its second build: the first records it
-        flag_pch.header_dir([], flag_pch.DEFAULT_KEEP, root)
+root = Path(sys.argv[1]) / "builds" / flag_pch.SUBDIR
+for _ in range(2):  # a flag set is made at its second build: the first records it
+    flag_pch.header_dir([], flag_pch.DEFAULT_KEEP, root)
 """
 
 
@@ -86,9 +70,8 @@ def pytest_sessionstart(session):
     base = config._tmp_path_factory.getbasetemp()  # the workers' base directories are inside it
     shared = os.environ.get("KW_TEST_CACHE") or str(base / "kw-cache-shared")
     os.makedirs(shared, exist_ok=True)
-    lock_dir = str(base / "kw-alone-lock")
     config._kw_header_maker = subprocess.Popen(
-        [sys.executable, "-c", _HEADER_MAKER, shared, lock_dir],
+        [sys.executable, "-c", _HEADER_MAKER, shared],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -99,127 +82,6 @@ def pytest_unconfigure(config):
     if maker is not None and maker.poll() is None:
         maker.kill()
         maker.wait()
-
-
-# ---- under pytest -n: a test marked `alone` runs with no other test at the same time -------------
-
-
-@contextlib.contextmanager
-def _turn(lock_dir: Path, alone: bool):
-    """A readers-writer lock over flock, fair to the writer: every test passes the turnstile, an
-    `alone` test keeps it (no new test starts) until the tests already running have ended."""
-    lock_dir.mkdir(parents=True, exist_ok=True)
-    if alone:  # the controller's header first (`_HEADER_MAKER`), while the other workers' tests go on
-        with open(lock_dir / "header", "a") as header:
-            fcntl.flock(header, fcntl.LOCK_SH)
-    with open(lock_dir / "turnstile", "a") as turnstile, open(lock_dir / "room", "a") as room:
-        fcntl.flock(turnstile, fcntl.LOCK_EX)
-        try:
-            fcntl.flock(room, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
-        finally:
-            if not alone:
-                fcntl.flock(turnstile, fcntl.LOCK_UN)
-        try:
-            yield
-        finally:
-            fcntl.flock(room, fcntl.LOCK_UN)
-            if alone:
-                fcntl.flock(turnstile, fcntl.LOCK_UN)
-
-
-def _alone(item) -> bool:
-    if item.get_closest_marker("skip") is not None:  # skipped before it starts (a gpu test here)
-        return False
-    # marked: what it asserts depends on timing. (gpu tests run side by side on the device, -n 4:
-    # the windows halve when another evaluation took the memory, and their timings are not asserted)
-    return item.get_closest_marker("alone") is not None
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_protocol(item, nextitem):
-    """Setup, call and teardown of a test marked `alone` (it times, or asserts what timing decides)
-    while no other pytest worker runs a test: a second worker's load is not what it measures.
-
-    A worker whose next test is `alone` too keeps its turn for it: the other workers' tests drain
-    once for a run of `alone` tests (test_clock_attacks has a dozen in a row), not before each one,
-    which left a core idle while the longest test beside it finished, a dozen times."""
-    if not hasattr(item.config, "workerinput"):  # not under pytest -n: one test at a time anyway
-        return (yield)
-    config = item.config
-    alone = _alone(item)
-    held = getattr(config, "_kw_alone_turn", None)  # kept by the previous test, `alone` as this one
-    if held is None:
-        # the workers' base directories share a parent (as the build cache in `cache_dir`)
-        lock_dir = config._tmp_path_factory.getbasetemp().parent / "kw-alone-lock"
-        held = contextlib.ExitStack()
-        held.enter_context(_turn(lock_dir, alone=alone))
-    config._kw_alone_turn = None
-    try:
-        result = yield
-    except BaseException:
-        held.close()
-        raise
-    if alone and nextitem is not None and _alone(nextitem):
-        config._kw_alone_turn = held  # the next test runs in this turn: nothing else has started
-    else:
-        held.close()
-    return result
-
-
-# ---- under pytest -n: the tests marked `alone` are one unit of work, handed out first ---------------------
-
-_ALONE_UNIT = "tests marked alone"  # the unit's name, where the other units are files
-_ALONE_IDS = "kw-alone-tests.json"
-
-
-def _alone_ids_path(config) -> Path:
-    base = config._tmp_path_factory.getbasetemp()
-    # a worker's base directory is inside the controller's (as the build cache in `cache_dir`)
-    return (base.parent if hasattr(config, "workerinput") else base) / _ALONE_IDS
-
-
-def _write_alone_ids(config, ids: list[str]) -> None:
-    """Each worker writes the same list as it collects, whole (os.replace); the controller reads it
-    once every worker has collected, before it hands out the first unit."""
-    path = _alone_ids_path(config)
-    tmp = path.with_name(f"{path.name}.{os.getpid()}")
-    tmp.write_text(json.dumps(ids))
-    os.replace(tmp, path)
-
-
-@pytest.hookimpl(optionalhook=True)
-def pytest_xdist_make_scheduler(config, log):
-    """`--dist loadfile`, with every test marked `alone` taken out of its file into one unit of its
-    own, handed out first: its worker waits for the controller's header (`_HEADER_MAKER`) while
-    the other workers take the files as before. A test marked `alone` waits for the tests running
-    beside it to end, and no other test starts until it has ended: as one unit they drain the other
-    workers once, not once for each file that holds one (up to 40 s each), and no worker is held at
-    the turnstile while the header is made. Their files' other tests are spread as before (a module
-    fixture of theirs is set up where it is used: the `alone` tests of test_forge_loop.py are the
-    only users of `recorded_run`)."""
-    if config.getvalue("dist") != "loadfile":
-        return None
-    from xdist.scheduler import LoadFileScheduling
-
-    class AloneUnitScheduling(LoadFileScheduling):
-        def __init__(self, config, log=None):
-            super().__init__(config, log)
-            self._alone_ids: frozenset[str] | None = None
-
-        def _split_scope(self, nodeid: str) -> str:
-            if self._alone_ids is None:  # first asked once every worker has collected (and written it)
-                try:
-                    self._alone_ids = frozenset(json.loads(_alone_ids_path(self.config).read_text()))
-                except (OSError, ValueError):
-                    self._alone_ids = frozenset()  # plain loadfile
-            return _ALONE_UNIT if nodeid in self._alone_ids else super()._split_scope(nodeid)
-
-        def _assign_work_unit(self, node) -> None:
-            if _ALONE_UNIT in self.workqueue:
-                self.workqueue.move_to_end(_ALONE_UNIT, last=False)
-            super()._assign_work_unit(node)
-
-    return AloneUnitScheduling(config, log)
 
 
 @pytest.fixture(autouse=True)

@@ -13,7 +13,7 @@ from replay_runs import FakeEngine, recorded_answers
 
 import kernelwright as kw
 from conftest import ROOT
-from kernelwright.store.api import default_store
+from kernelwright.store.queries import default_store
 
 
 def readme_block(heading: str, index: int = 0) -> str:

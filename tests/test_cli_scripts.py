@@ -24,7 +24,7 @@ from conftest import ADD_ONE, CANDIDATES, ROOT
 from kernelwright.cli.exit_codes import ExitCode
 from kernelwright.cli.main import app
 from kernelwright.core.record import EvalResult, Status
-from kernelwright.store.api import default_store
+from kernelwright.store.queries import default_store
 
 
 def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:

@@ -13,14 +13,15 @@ pytestmark = pytest.mark.gpu
 CUDA_EXAMPLE = EXAMPLES / "cuda_swish"
 
 
-@pytest.mark.alone  # a speed-up asserted: beside eleven other gpu tests on one H100 it measured 0.72x (2026-11-26)
 def test_bundled_cuda_candidate_passes_and_is_timed_by_the_judge(cuda_config):
+    """Its speed-up (one pass instead of four over 128 MiB; under 1x beside other tests' kernels on
+    the device) is benchmarks/clock_checks.py's."""
     cuda_config.timing.compare_compile = True
     r = evaluate(CUDA_EXAMPLE / "problem.py", CUDA_EXAMPLE / "candidate.py", cuda_config)
     assert r.status is Status.PASSED, r.error_log
     assert r.device_type == "cuda" and r.device
     assert r.candidate_timing.clock == "judge_window" and r.metadata["timing"]["calls_per_window"] > 1
-    assert r.speedup > 1.0  # one pass instead of four over 128 MiB
+    assert r.speedup is not None
     assert r.compile_reference_ms is not None or "compile_reference_error" in r.metadata
     lean = r.metadata["builds"][0]["lean_headers"]
     assert lean["used"] is True and lean["op_headers"] == ["empty_like"]  # built with lean torch headers

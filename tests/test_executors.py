@@ -18,7 +18,7 @@ from kernelwright.core.record import Status
 from kernelwright.engine import EngineError
 from kernelwright.engine.isolation.environment import child_env, child_environment
 from kernelwright.executors import orphans
-from kernelwright.executors.base import EvalTask, SerialExecutor, WorkerLost
+from kernelwright.executors.interface import EvalTask, SerialExecutor, WorkerLost
 from kernelwright.executors.local import LocalExecutor
 from kernelwright.executors.placement import TimingGate, parse_gpus, plan_cores
 

@@ -17,7 +17,7 @@ from kernelwright.core.config import EvalConfig, LoopConfig, ProfileConfig
 from kernelwright.core.record import EvalResult, Status, TimingStats
 from kernelwright.loop.forge import Forge, engine_evaluator, improvement
 from kernelwright.models import ModelError
-from kernelwright.models.base import Completion, Usage
+from kernelwright.models.chat import Completion, Usage
 from kernelwright.models.replay import ReplayChat
 from kernelwright.store.rundir import RunDir, read_summary
 

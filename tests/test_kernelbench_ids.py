@@ -15,7 +15,7 @@ import pytest
 
 from conftest import ADD_ONE, CANDIDATES, ROOT
 from kernelwright.cli.kernelbench import parse_id
-from kernelwright.store.api import default_store
+from kernelwright.store.queries import default_store
 
 needs_datasets = pytest.mark.skipif(importlib.util.find_spec("datasets") is None, reason="needs the datasets package")
 

@@ -10,15 +10,17 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from conftest import ADD_ONE, CANDIDATES
 from kernelwright.engine.isolation import leftovers
 
+# its output directory in the test's own folder, not on /dev/shm, where another process's first
+# evaluation sweeps what dead evaluators left (these, once aged) before this test can
 _KILLED_MIDWAY = """
 import sys
+from pathlib import Path
 from kernelwright.core.config import EvalConfig
-from kernelwright.engine import prestart
+from kernelwright.engine import evaluation, prestart
+evaluation.SHM, evaluation.SHM_MIN_FREE = Path(sys.argv[2]), 0
 from kernelwright.engine.config_resolution import resolve_config
 spare = prestart(resolve_config(EvalConfig(device="cpu", cache_dir=sys.argv[1])))
 print(spare.workdir, spare.judge_dir, spare.out_dir, flush=True)
@@ -32,11 +34,12 @@ def _age(path: Path, seconds: float) -> None:
         os.utime(p, (past, past), follow_symlinks=False)
 
 
-@pytest.mark.alone  # a new process beside it sweeps once at its first evaluation: it could take these first
 def test_a_killed_evaluators_directories_are_swept_and_a_live_ones_are_not(tmp_path, cache_dir):
     env = dict(os.environ, TMPDIR=str(tmp_path))
+    shm = tmp_path / "shm"
+    shm.mkdir()
     proc = subprocess.Popen(
-        [sys.executable, "-c", _KILLED_MIDWAY, cache_dir], stdout=subprocess.PIPE, text=True, env=env
+        [sys.executable, "-c", _KILLED_MIDWAY, cache_dir, str(shm)], stdout=subprocess.PIPE, text=True, env=env
     )
     dirs = [Path(p) for p in proc.stdout.readline().split()]
     assert all(d.is_dir() for d in dirs) and all(f"-{proc.pid}-" in d.name for d in dirs)

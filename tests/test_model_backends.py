@@ -12,7 +12,7 @@ from helpers.chat_server import ChatServer, Reply
 from helpers.chat_server import Status as HttpStatus
 from kernelwright.core.config import ModelConfig, RetryPolicy
 from kernelwright.models import ModelError, ModelSetupError, resolve_model
-from kernelwright.models.base import Usage
+from kernelwright.models.chat import Usage
 from kernelwright.models.pricing import PriceTable
 
 needs_clients = pytest.mark.skipif(

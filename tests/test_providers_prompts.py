@@ -18,7 +18,7 @@ from helpers.chat_server import ChatServer, Reply, Status
 from kernelwright.cli.main import app
 from kernelwright.core.config import ModelConfig, RetryPolicy
 from kernelwright.models import ModelSetupError, resolve_model
-from kernelwright.models.base import Usage
+from kernelwright.models.chat import Usage
 from kernelwright.models.pricing import BUILTIN, PriceTable, litellm_price
 
 needs_litellm = pytest.mark.skipif(

@@ -184,7 +184,7 @@ def test_the_environment_names_the_nvidia_driver_on_a_gpu_machine():
     """On a GPU machine run.json records the driver (nvidia-smi), which the report's header shows."""
     import re
 
-    from kernelwright.store.environment import host_environment
+    from kernelwright.store.host import host_environment
 
     env = host_environment()
     assert env["driver"] and re.fullmatch(r"\d+(\.\d+)+", env["driver"]), env

@@ -9,7 +9,7 @@ import pytest
 
 from kernelwright.core.config import EvalConfig, LoopConfig
 from kernelwright.core.settings_file import SettingsError, find_settings_file, load_settings
-from kernelwright.models.base import Usage
+from kernelwright.models.chat import Usage
 from kernelwright.models.pricing import PriceTable
 
 TEAM = """

@@ -20,11 +20,11 @@ from conftest import FIXTURES, ROOT
 from kernelwright.core.config import LoopConfig
 from kernelwright.core.record import EvalResult, RoundVerdict, Status, TimingStats
 from kernelwright.loop.forge import Forge
-from kernelwright.models.base import Completion, Usage
+from kernelwright.models.chat import Completion, Usage
 from kernelwright.store import open_store
-from kernelwright.store.api import result_of
 from kernelwright.store.db import SCHEMA_VERSION, Store, StoreError
 from kernelwright.store.indexer import index_run
+from kernelwright.store.queries import result_of
 from kernelwright.store.rundir import RunDir, RunDirError, load_rounds, read_summary
 
 PROBLEM = FIXTURES / "suite" / "level1" / "1_add_one.py"
@@ -282,7 +282,7 @@ def test_a_run_stopped_at_its_round_limit_continues_like_a_longer_run(tmp_path):
 
 
 def test_a_run_stopped_by_a_failed_coder_call_redoes_that_round_on_resume(tmp_path):
-    from kernelwright.models.base import ModelError
+    from kernelwright.models.chat import ModelError
 
     class Down(Scripted):
         def __init__(self, name, fail_at):
@@ -438,7 +438,7 @@ def test_a_child_that_died_in_start_up_is_evaluated_once_more_a_candidate_crash_
     import concurrent.futures as cf
 
     from kernelwright.core.record import Stage
-    from kernelwright.executors.base import EvalTask
+    from kernelwright.executors.interface import EvalTask
     from kernelwright.suites.driver import once_more_if_died_early
 
     class Once:

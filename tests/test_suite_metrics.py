@@ -10,8 +10,8 @@ import math
 import pytest
 
 from kernelwright.core.record import EvalResult, Status
-from kernelwright.store.api import size_check
 from kernelwright.store.indexer import degenerate
+from kernelwright.store.queries import size_check
 from kernelwright.suites.metrics import ProblemOutcome, fast_p, geomean, summarize
 
 

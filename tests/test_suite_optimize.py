@@ -274,7 +274,7 @@ def test_optimize_resume_continues_a_run_directory_and_the_store_follows(tmp_pat
     assert after["rounds"][2]["kind"] == "optimise" and after["best"]["round"] in (1, 2)
     assert after["tokens"]["total"] > before["tokens"]["total"]
     assert wrong.exit_code == 2 and "optimised another problem" in wrong.output and "Traceback" not in wrong.output
-    from kernelwright.store.api import default_store
+    from kernelwright.store.queries import default_store
 
     with open_store(default_store()) as db:  # the user's store (conftest: a file of this test's own)
         (row,) = db.runs()

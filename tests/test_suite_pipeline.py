@@ -19,7 +19,7 @@ from conftest import ADD_ONE, CANDIDATES, FIXTURES, make_cpu_config
 from kernelwright.cli.main import app
 from kernelwright.core.record import Status
 from kernelwright.engine.extensions import trusted_builds
-from kernelwright.executors.base import EvalTask
+from kernelwright.executors.interface import EvalTask
 from kernelwright.executors.local import LocalExecutor
 from kernelwright.executors.warm_pool import WarmPool
 from kernelwright.store import open_store

@@ -149,10 +149,11 @@ def burner():
             p.terminate()
 
 
-@pytest.mark.alone  # its burner is all the load there is (and it would slow another worker's test)
 def test_a_run_on_a_busy_machine_says_its_speedup_is_not_to_be_trusted(cpu_config, burner):
+    """Its burner loads every core (other tests beside it only add to that)."""
     ex = EXAMPLES / "cpu_swish"
     cpu_config.trials = 1
+    cpu_config.timeouts.timing = 120  # the windows of a machine this busy: slow, never stopped
     r = evaluate(ex / "problem.py", ex / "candidate.py", cpu_config)
     assert r.status is Status.PASSED, r.error_log  # a fact about the machine, never a failure
     assert r.speedup is not None

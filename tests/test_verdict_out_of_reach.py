@@ -93,13 +93,14 @@ def test_a_tuple_where_the_reference_returns_a_tensor_is_a_structure_mismatch(cp
     assert_no_canary(r)
 
 
-@pytest.mark.alone  # a speed-up compared with a threshold
 def test_replaying_outputs_keyed_on_version_gains_nothing_in_the_timed_calls(cpu_config, canary_env):
     """Every timed call gets a new tensor over inputs never seen before: the replay never hits, so
-    the candidate is timed doing its (slow) honest work, and every timed output is right."""
+    the candidate is timed doing its (slow) honest work, and every timed output is right. A loaded
+    machine moves its figure either way, and then says so: a gain is never trusted (its figure on a
+    quiet machine, under 1x: benchmarks/clock_checks.py)."""
     r = run(cpu_config, "replay_by_version.py")
     assert r.status is Status.PASSED, (r.status, r.error_log, r.speedup)
-    assert r.speedup < 1.5, r.speedup
+    assert r.speedup < 1.5 or not r.speedup_trusted, (r.speedup, r.flags())
     assert "timed_output_mismatch" not in r.flags()
     assert_no_canary(r)
 

@@ -26,7 +26,7 @@ _NAMES = {
     "Settings": "kernelwright.core.config",
     "EvalResult": "kernelwright.core.record",
     "Status": "kernelwright.core.record",
-    "open_store": "kernelwright.store.api",
+    "open_store": "kernelwright.store.queries",
 }
 
 __all__ = [
@@ -46,7 +46,7 @@ if TYPE_CHECKING:  # for type checkers and editors; at run time the names load o
     from kernelwright.api import evaluate, optimize
     from kernelwright.core.config import EvalConfig, LoopConfig, ModelConfig, Settings
     from kernelwright.core.record import EvalResult, Status
-    from kernelwright.store.api import open_store
+    from kernelwright.store.queries import open_store
 
 
 def __getattr__(name: str) -> Any:

@@ -75,8 +75,8 @@ def optimize(
     from kernelwright.loop.forge import Forge, engine_evaluator
     from kernelwright.models import resolve_model
     from kernelwright.models.backend_spec import resolve_coders
-    from kernelwright.store.api import default_store
     from kernelwright.store.db import Store
+    from kernelwright.store.queries import default_store
     from kernelwright.store.recorder import IndexingRecorder
     from kernelwright.store.rundir import RunDir, default_run_dir, problem_name, read_summary
 

@@ -101,7 +101,7 @@ def _problem_file(problem: Path, kernelbench: str | None) -> Path:
     from kernelwright.cli.kernelbench import KernelBenchError, parse_id, resolve
 
     if kernelbench:
-        from kernelwright.store.api import default_store
+        from kernelwright.store.queries import default_store
 
         try:
             problem = resolve(str(problem), kernelbench, default_store().parent / "kernelbench")

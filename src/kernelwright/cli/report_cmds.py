@@ -87,8 +87,8 @@ def report_cmd(
     """Metrics of a run or a suite (fast_p, correctness, speed-ups, verdicts), as a page or exports;
     of several, side by side (a table per metric, and plots)."""
     from kernelwright.report import data as report_data
-    from kernelwright.store.api import default_store
     from kernelwright.store.db import StoreError
+    from kernelwright.store.queries import default_store
 
     store_path = store or default_store()
     to_stdout = str(json_out) == "-" or str(csv_out) == "-"
@@ -138,9 +138,9 @@ def report_cmd(
 def _load(target: str, store_path: Path, fast_p_counts: str = "all") -> dict:
     """One suite's or run's report data; a run directory is (re)indexed first."""
     from kernelwright.report import data as report_data
-    from kernelwright.store.api import RunStore
     from kernelwright.store.db import Store, StoreError
     from kernelwright.store.indexer import index_run
+    from kernelwright.store.queries import RunStore
 
     as_dir = Path(target)
     if as_dir.is_dir() and (as_dir / "run.json").is_file():  # a run directory: (re)index it first
@@ -226,8 +226,8 @@ def runs_cmd(
     ),
 ) -> None:
     """List the runs in the store with their best results (and the suites they belong to)."""
-    from kernelwright.store.api import default_store, open_store
     from kernelwright.store.db import StoreError
+    from kernelwright.store.queries import default_store, open_store
 
     path = store or default_store()
     if store is None and not path.is_file():  # nothing run yet: an empty list, not an error

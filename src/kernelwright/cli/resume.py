@@ -24,8 +24,8 @@ def indexed(run_dir: RunDir, store: Path | None):
     cannot be opened is said once on stderr; the run goes on with its files alone."""
     from rich.console import Console
 
-    from kernelwright.store.api import default_store
     from kernelwright.store.db import Store, StoreError
+    from kernelwright.store.queries import default_store
     from kernelwright.store.recorder import IndexingRecorder
 
     try:

@@ -128,7 +128,7 @@ def default_name(kind: str, problems: list[str], candidates: str | None = None) 
 
 
 def _store_path(store: Path | None) -> Path:
-    from kernelwright.store.api import DEFAULT_STORE
+    from kernelwright.store.queries import DEFAULT_STORE
 
     return store or DEFAULT_STORE
 
@@ -159,7 +159,7 @@ def _interrupted(store_obj, name: str, console: Console, t0: float) -> None:
     import os
     import sys
 
-    from kernelwright.store.api import RunStore
+    from kernelwright.store.queries import RunStore
 
     done = len(RunStore(store_obj).problems(name))
     Console(stderr=True).print(
@@ -192,7 +192,7 @@ def _finish(
     import sys
 
     from kernelwright.cli.report_cmds import render_metrics
-    from kernelwright.store.api import RunStore
+    from kernelwright.store.queries import RunStore
     from kernelwright.suites.metrics import ProblemOutcome, summarize
 
     rows = RunStore(store_obj).problems(name)

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kernelwright.executors.base import EvalTask, Interrupted
+from kernelwright.executors.interface import EvalTask, Interrupted
 
 
 @dataclass

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from kernelwright.core.record import EvalResult
-from kernelwright.executors.base import EvalTask, Executor
+from kernelwright.executors.interface import EvalTask, Executor
 
 
 class ExecutorEvaluator:

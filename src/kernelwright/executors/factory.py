@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kernelwright.core.config import EvalConfig
-from kernelwright.executors.base import Executor, SerialExecutor
+from kernelwright.executors.interface import Executor, SerialExecutor
 
 KINDS = ("serial", "local", "ray")
 

@@ -42,8 +42,8 @@ from kernelwright.core.record import EvalResult
 from kernelwright.engine import EngineError
 from kernelwright.engine.config_resolution import resolve_config
 from kernelwright.executors import orphans
-from kernelwright.executors.base import WORKER_RETRIES, EvalTask, Interrupted, WorkerLost
 from kernelwright.executors.dispatch import Job, SlotQueue, safe_stage
+from kernelwright.executors.interface import WORKER_RETRIES, EvalTask, Interrupted, WorkerLost
 from kernelwright.executors.placement import CorePlan, TimingGate, default_build_workers, detect_gpus, plan_cores
 
 

@@ -43,8 +43,8 @@ from kernelwright.core.record import EvalResult
 from kernelwright.engine import EngineError
 from kernelwright.engine.config_resolution import resolve_config
 from kernelwright.executors import orphans
-from kernelwright.executors.base import WORKER_RETRIES, EvalTask, WorkerLost
 from kernelwright.executors.dispatch import Job, SlotQueue, safe_stage
+from kernelwright.executors.interface import WORKER_RETRIES, EvalTask, WorkerLost
 from kernelwright.executors.placement import TimingGate
 
 INSTALL_HINT = "--executor ray needs Ray, which is not installed; install it with: pip install 'kernelwright[ray]'"
@@ -94,7 +94,7 @@ class EvalActor:
 
     def evaluate(self, job: dict[str, Any]):
         """A generator: {"stage": ...} for each stage, then {"result": ..., "files": ...} or {"engine_error": ...}."""
-        from kernelwright.executors.base import run_task
+        from kernelwright.executors.interface import run_task
 
         work = Path(tempfile.mkdtemp(prefix="kw-ray-"))
         try:

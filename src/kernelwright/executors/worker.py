@@ -41,7 +41,7 @@ def main() -> None:
     from kernelwright.core.config import EvalConfig
     from kernelwright.engine import EngineError
     from kernelwright.engine.extensions import trusted_builds
-    from kernelwright.executors.base import EvalTask, run_task
+    from kernelwright.executors.interface import EvalTask, run_task
     from kernelwright.executors.warm_pool import WarmPool
 
     first = sys.stdin.readline()

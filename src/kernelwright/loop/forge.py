@@ -29,7 +29,7 @@ from kernelwright.core.record import EvalResult, Status
 from kernelwright.loop.history import Candidate, Expectation, ModelCall, NoRecorder, Progress, Recorder, Round, RunState
 from kernelwright.loop.llm_judge_evidence import render_for_llm_judge
 from kernelwright.models import prompts
-from kernelwright.models.base import AnswersExhausted, ChatModel, ModelError
+from kernelwright.models.chat import AnswersExhausted, ChatModel, ModelError
 from kernelwright.models.extract import (
     FailureCritique,
     JudgeParseError,

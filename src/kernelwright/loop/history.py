@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from kernelwright.core.record import EvalResult, RoundVerdict, Status
-from kernelwright.models.base import Completion, Usage
+from kernelwright.models.chat import Completion, Usage
 from kernelwright.models.extract import FailureCritique, PerformanceCritique
 
 

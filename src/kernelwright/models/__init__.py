@@ -1,7 +1,7 @@
 """Model backends for the Coder and the Judge: OpenAI-compatible, Anthropic, and replay."""
 
 from kernelwright.models.backend_spec import resolve_model
-from kernelwright.models.base import (
+from kernelwright.models.chat import (
     Attempt,
     ChatModel,
     Completion,

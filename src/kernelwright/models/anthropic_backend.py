@@ -10,7 +10,7 @@ import os
 import anthropic
 
 from kernelwright.core.config import ModelConfig
-from kernelwright.models.base import Completion, Message, ModelSetupError, Usage
+from kernelwright.models.chat import Completion, Message, ModelSetupError, Usage
 from kernelwright.models.limits import limiter_for
 from kernelwright.models.pricing import PriceTable
 from kernelwright.models.retry import Failure, call_with_retries, classify_sdk_error

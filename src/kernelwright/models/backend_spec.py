@@ -13,7 +13,7 @@ with it, any name goes to that server (ollama's names hold colons: `qwen2.5:7b`)
 from __future__ import annotations
 
 from kernelwright.core.config import ModelConfig
-from kernelwright.models.base import ChatModel, ModelSetupError
+from kernelwright.models.chat import ChatModel, ModelSetupError
 from kernelwright.models.pricing import PriceTable
 
 PROVIDERS = ("openai", "anthropic", "litellm", "replay")

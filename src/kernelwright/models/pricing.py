@@ -26,7 +26,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from kernelwright.models.base import ModelSetupError, Usage
+from kernelwright.models.chat import ModelSetupError, Usage
 
 
 @dataclass(frozen=True)

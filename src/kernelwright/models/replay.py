@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kernelwright.core.run_files import RESPONSE_FILES, ROUND_DIR
-from kernelwright.models.base import AnswersExhausted, Attempt, Completion, Message, ModelSetupError, Usage
+from kernelwright.models.chat import AnswersExhausted, Attempt, Completion, Message, ModelSetupError, Usage
 
 
 def round_dirs(run_dir: Path) -> list[Path]:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from kernelwright.core.config import RetryPolicy
-from kernelwright.models.base import Attempt, ModelError
+from kernelwright.models.chat import Attempt, ModelError
 from kernelwright.models.limits import EndpointLimiter
 
 T = TypeVar("T")
@@ -94,7 +94,7 @@ def classify_sdk_error(
     exc: BaseException, sdk, timeout_s: float, key_env: str, retryable_status: set[int], connection_hint: str = ""
 ) -> Failure | None:
     """A Failure for the errors the `openai` and `anthropic` clients share (same class names), else None."""
-    from kernelwright.models.base import one_line
+    from kernelwright.models.chat import one_line
 
     if isinstance(exc, sdk.APITimeoutError):
         return Failure(True, f"timeout: no answer within {timeout_s:g} s")

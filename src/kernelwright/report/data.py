@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from kernelwright.core.record import EvalResult, RoundVerdict, Status
-from kernelwright.store.api import RunStore, result_of
+from kernelwright.store.queries import RunStore, result_of
 from kernelwright.suites.metrics import ProblemOutcome, fast_p_curve, summarize
 
 CSV_COLUMNS = [

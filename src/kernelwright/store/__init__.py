@@ -1,10 +1,10 @@
 """Where runs are kept: the run directory (`rundir.py`), a folder of files a person can read, and
 the run store (`db.py`), one SQLite file that indexes them (`indexer.py`) for suites, resumes and
-reports. Notebooks: `from kernelwright.store import open_store` (`api.py`)."""
+reports. Notebooks: `from kernelwright.store import open_store` (`queries.py`)."""
 
 from typing import Any
 
-from kernelwright.store.api import RunStore, default_store, open_store
+from kernelwright.store.queries import RunStore, default_store, open_store
 
 __all__ = ["DEFAULT_STORE", "RunStore", "default_store", "open_store"]
 

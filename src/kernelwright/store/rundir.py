@@ -37,11 +37,11 @@ from kernelwright.core import run_files
 from kernelwright.core.record import EvalResult
 from kernelwright.core.run_files import BEST, RESPONSE_FILES, SUMMARY
 from kernelwright.loop.history import Expectation, ModelCall, Round, RunState
-from kernelwright.models.base import Attempt, Completion, Usage
+from kernelwright.models.chat import Attempt, Completion, Usage
 from kernelwright.models.extract import FailureCritique, PerformanceCritique
 from kernelwright.models.replay import round_dirs
-from kernelwright.store.environment import host_environment
 from kernelwright.store.files import write_public
+from kernelwright.store.host import host_environment
 
 
 class RunDirError(RuntimeError):

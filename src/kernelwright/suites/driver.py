@@ -27,7 +27,7 @@ from typing import Any, Protocol
 from kernelwright.core import run_files
 from kernelwright.core.config import EvalConfig, LoopConfig
 from kernelwright.core.record import EvalResult, RoundVerdict, Stage, Status
-from kernelwright.executors.base import EvalTask, Executor, SerialExecutor
+from kernelwright.executors.interface import EvalTask, Executor, SerialExecutor
 from kernelwright.loop.history import Progress as LoopProgress
 from kernelwright.loop.history import Round, RunState
 from kernelwright.store.db import Store, now
