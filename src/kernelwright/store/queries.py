@@ -181,6 +181,8 @@ class RunStore:
                     correct=False,
                     speedup=None,
                     speedup_vs_compile=None,
+                    speedup_basis=None,
+                    speedup_as_launched=None,
                     verdicts=[],
                     speedups=[],
                     tokens=0,
