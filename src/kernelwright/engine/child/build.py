@@ -25,17 +25,17 @@ import types
 from collections.abc import Callable, Iterable
 from dataclasses import asdict
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, NoReturn, TypeAlias
+from typing import IO, TYPE_CHECKING, Any, NoReturn
 
 from kernelwright.core.formats import parse_python
 from kernelwright.core.record import CompileIssue
 from kernelwright.engine.child import build_inputs, flag_pch
+from kernelwright.engine.child.build_precheck import _as_list, _Sources, module_defined_twice, undeclared_functions
+from kernelwright.engine.child.compiler_output import certain_failure, parse_compiler_output
 from kernelwright.engine.child.toolchain import tool_version
 
 if TYPE_CHECKING:
     from kernelwright.engine.child.lean_headers import LeanSources
-
-MAX_ISSUES = 10
 
 
 class CandidateBuildError(RuntimeError):
@@ -54,8 +54,6 @@ class CandidateBuildError(RuntimeError):
 BUILD_LOG: list[dict[str, Any]] = []
 # (extension name, loaded module) of every successful build: the profiler labels their functions.
 BUILT_MODULES: list[tuple[str, Any]] = []
-# A build call's sources as the candidate passes them: a string or a list of strings (other items are skipped).
-_Sources: TypeAlias = str | Iterable[object] | None
 
 
 def pch_usable(kwargs: dict[str, Any]) -> bool:
@@ -622,44 +620,9 @@ def _same(a: Any, b: Any) -> bool:
 
 # ---- a build that cannot succeed, found before the compiler runs ----------------------------------
 
+
 # Global C library functions that <torch/extension.h> brings into scope: a `functions` entry with
 # one of these names may bind without a declaration of the candidate's own.
-_C_GLOBALS = frozenset(n for n in dir(__import__("math")) if not n.startswith("_")) | {
-    "abs",
-    "printf",
-    "malloc",
-    "free",
-    "rand",
-    "srand",
-    "exit",
-    "abort",
-    "memcpy",
-    "memset",
-    "strlen",
-}
-
-
-def undeclared_functions(cpp_sources: _Sources, functions: str | Iterable[object] | None) -> list[str]:
-    """Names in load_inline's `functions` that no C++ source mentions at all.
-
-    torch writes one binding per name into main.cpp, which holds `cpp_sources` and nothing of
-    `cuda_sources` (compiled on their own, as cuda.cu): a name the C++ sources never mention is an
-    undeclared identifier there, a certain build failure (typically a `__global__` kernel named in
-    `functions` with empty `cpp_sources`).
-    """
-    if not functions:
-        return []
-    names = [functions] if isinstance(functions, str) else list(functions)  # list, or dict of name -> doc
-    cpp_text = "\n".join(_as_list(cpp_sources))
-    out = []
-    for n in names:
-        if not isinstance(n, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", n) or n in _C_GLOBALS:
-            continue
-        if not re.search(rf"\b{re.escape(n)}\b", cpp_text):
-            out.append(n)
-    return out
-
-
 def _functions_line(candidate_file: str | None, name: str) -> int | None:
     """The candidate's line where `name` is listed in a `functions=` argument."""
     if not candidate_file:
@@ -760,47 +723,6 @@ def _fail_before_compiling(name: str, output: str, issue: CompileIssue) -> NoRet
 # what could hide or rename a module definition, so that a line-by-line reading is not certain: a
 # raw string literal (its lines are not code), a header of the candidate's own ("..." includes), or a
 # definition of the names the block is made of
-_UNSURE_CPP = re.compile(
-    r'\b(u8|u|U|L)?R"[^\s()\\]{0,16}\('  # a raw string literal
-    r'|^\s*#\s*include\s*"'
-    r"|^\s*#\s*(define|undef)\s+(TORCH_EXTENSION_NAME|PYBIND11_MODULE)\b",
-    re.M,
-)
-_COMMENTS = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
-_CONDITIONAL = re.compile(r"^\s*#\s*(if|ifdef|ifndef|endif)\b", re.M)
-
-
-def module_defined_twice(cpp_sources: _Sources, name: str, functions: object) -> bool:
-    """Would main.cpp define the extension's module twice? torch appends its own
-    `PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)` whenever `functions` is given (an empty list too);
-    cpp_sources that open a line with one of their own for the same module name, outside any
-    `#if`, make `PyInit_<name>` defined twice, a certain compile error. Only where nothing could
-    hide or rename it (see `_UNSURE_CPP`)."""
-    if functions is None:
-        return False
-    text = "\n".join(_as_list(cpp_sources))
-    if _UNSURE_CPP.search(text):
-        return False
-    # a backslash-newline joins lines (a macro's body, a string): what follows it starts no line
-    text = _COMMENTS.sub(" ", text.replace("\\\n", " "))
-    module = rf"(TORCH_EXTENSION_NAME|{re.escape(name)})"
-    for block in re.finditer(rf"^\s*PYBIND11_MODULE\s*\(\s*{module}\s*,", text, re.M):
-        depth = 0  # the conditionals open where the block starts (an include guard closed before it is 0)
-        for c in _CONDITIONAL.finditer(text, 0, block.start()):
-            depth += -1 if c.group(1) == "endif" else 1
-        if depth == 0:
-            return True
-    return False
-
-
-def certain_failure(issues: list[CompileIssue]) -> bool:
-    """Does a failed lean build say that the build as written fails too? Yes when an error is in
-    main.cpp: the lean build changes only the CUDA sources' headers, and its main.cpp (the
-    cpp_sources after an explicit <torch/extension.h>, with the same flags) is the file torch
-    writes for the build as written (the same sources after its implicit <torch/extension.h>)."""
-    return any(i.file == "main.cpp" for i in issues)
-
-
 def _fail_as_written(
     name: str, build_dir: Path, key: str, failure: _LeanBuildFailed, candidate_file: str | None
 ) -> None:
@@ -858,110 +780,3 @@ def _lean_plan(
     except (TypeError, ValueError):
         return None
     return lean_cuda_sources(_as_list(cuda_sources), Path(cpp_ext._TORCH_PATH) / "include")
-
-
-def _as_list(src: _Sources) -> list[str]:
-    if not src:
-        return []
-    return [src] if isinstance(src, str) else [s for s in src if isinstance(s, str)]
-
-
-# ---- compiler output ---------------------------------------------------------------------
-
-# nvcc:  /path/cuda.cu(12): error: identifier "foo" is undefined
-# gcc:   /path/main.cpp:12:5: error: 'foo' was not declared in this scope
-_NVCC_RE = re.compile(
-    r"^(?P<file>[^\s:()][^:()]*?\.(?:cu|cuh|cpp|cc|cxx|h|hpp))\((?P<line>\d+)\): (?P<sev>error|warning|catastrophic error)[^:]*: (?P<msg>.*)$"  # noqa: E501
-)
-_GCC_RE = re.compile(
-    r"^(?P<file>[^\s:][^:]*?\.(?:cu|cuh|cpp|cc|cxx|h|hpp)):(?P<line>\d+):(?:(?P<col>\d+):)? (?P<sev>fatal error|error|warning): (?P<msg>.*)$"  # noqa: E501
-)
-_PTXAS_RE = re.compile(r"^(?P<msg>ptxas (?:fatal|error)\s*:.*)$")
-_LINK_RE = re.compile(r"^(?P<msg>.*(?:undefined reference to|undefined symbol).*)$")
-
-
-def parse_compiler_output(text: str, candidate_file: str | None) -> list[CompileIssue]:
-    """The first errors of a build log, each located in the generated file and in the candidate."""
-    issues: list[CompileIssue] = []
-    seen: set[tuple[str | int, ...]] = set()
-    locator = _CandidateLocator(candidate_file)
-    for raw in text.splitlines():
-        line = raw.strip()
-        m = _NVCC_RE.match(line) or _GCC_RE.match(line)
-        if m:
-            sev = "warning" if m.group("sev") == "warning" else "error"
-            if sev == "warning":
-                continue
-            file = m.group("file")
-            lineno = int(m.group("line"))
-            col = int(m.group("col")) if "col" in m.groupdict() and m.group("col") else None
-            key = (file, lineno, m.group("msg"))
-            if key in seen:
-                continue
-            seen.add(key)
-            src_line = _line_of(file, lineno)
-            issues.append(
-                CompileIssue(
-                    message=m.group("msg").strip(),
-                    file=os.path.basename(file),
-                    line=lineno,
-                    column=col,
-                    candidate_line=locator.locate(file, lineno),
-                    source_line=src_line,
-                )
-            )
-        else:
-            m = _PTXAS_RE.match(line) or _LINK_RE.match(line)
-            if m and (m.group("msg"),) not in seen:
-                seen.add((m.group("msg"),))
-                issues.append(CompileIssue(message=m.group("msg").strip()))
-        if len(issues) >= MAX_ISSUES:
-            break
-    if not issues and "Error building extension" in text:
-        tail = [l for l in text.splitlines() if l.strip()][-3:]
-        issues.append(CompileIssue(message=" | ".join(t.strip() for t in tail)[:500]))
-    return issues
-
-
-def _line_of(file: str, lineno: int) -> str | None:
-    try:
-        lines = Path(file).read_text(errors="replace").splitlines()
-        return lines[lineno - 1].rstrip() if 0 < lineno <= len(lines) else None
-    except OSError:
-        return None
-
-
-class _CandidateLocator:
-    """Maps a line of a generated source file back to the candidate's line.
-
-    The generated file (main.cpp, cuda.cu) is the candidate's source string with a few lines
-    around it. We find which string constant of the candidate file appears in the generated
-    file, and where, then offset by the constant's own line in the candidate.
-    """
-
-    def __init__(self, candidate_file: str | None):
-        self.constants: list[tuple[int, str]] = []  # (line in candidate where the text starts, text)
-        if not candidate_file:
-            return
-        try:
-            tree = parse_python(Path(candidate_file).read_text())
-        except (OSError, SyntaxError):
-            return
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and "\n" in node.value:
-                self.constants.append((node.lineno, node.value))
-
-    def locate(self, generated_file: str, gen_line: int) -> int | None:
-        try:
-            generated = Path(generated_file).read_text(errors="replace")
-        except OSError:
-            return None
-        for const_line, text in self.constants:
-            idx = generated.find(text)
-            if idx < 0:
-                continue
-            start_line = generated.count("\n", 0, idx) + 1  # generated line of the text's first line
-            n_lines = text.count("\n") + 1
-            if start_line <= gen_line < start_line + n_lines:
-                return const_line + (gen_line - start_line)
-        return None

@@ -167,3 +167,29 @@ def classify(
         "not the candidate's fault: the traceback is in metadata['engine_traceback']",
         {"engine_traceback": full[-20000:]},
     )
+
+
+TRACEBACK_LINES = 40
+
+
+def short_tb(exc: BaseException) -> str:
+    """The exception and the frames worth reading, trimmed."""
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    out = text.splitlines()
+    if len(out) > TRACEBACK_LINES:
+        out = out[:5] + ["  ..."] + out[-(TRACEBACK_LINES - 6) :]
+    return "\n".join(out)
+
+
+def is_triton_compile_error(exc: BaseException) -> bool:
+    """Triton's compiler raised it (the candidate's kernel did not compile), not its launch."""
+    mod = type(exc).__module__ or ""
+    return mod.startswith("triton.compiler") or type(exc).__name__ in (
+        "CompilationError",
+        "CompileTimeAssertionFailure",
+    )
+
+
+def tail(text: str, n: int) -> str:
+    """The last `n` lines of `text`."""
+    return "\n".join(text.rstrip().splitlines()[-n:])

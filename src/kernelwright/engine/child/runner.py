@@ -1,15 +1,11 @@
 """The runner: the one process that imports and runs the candidate. It produces data, never a verdict.
 
-`python -m kernelwright.engine.child.runner JOB.json` (or `--spare JOB.json`). It builds and
-imports the candidate, constructs both models, runs the candidate on each trial's inputs and on
-the guards' inputs, writes every output to a file of its own directory (`wire.write_tree`), and
-times candidate and reference side by side. What it reports on its pipe is input to the judge
-(`judge.py`) and the parent, never trusted: the candidate runs in this process and can write
-anything here. Stages are announced so that the parent applies its own schedule of deadlines.
-
-Job modes: `evaluate` (the default), `build_only` (a prebuild: import the candidate so that its
-extensions are built into the cache) and `profile_only` (under Nsight Compute: the candidate's
-forward only). Imports only torch, the standard library and `kernelwright.core`.
+`python -m kernelwright.engine.child.runner JOB.json` (or `--spare JOB.json`). It builds and imports
+the candidate, constructs ModelNew, runs it on each trial's and the guards' inputs and in the judge's
+timing windows, and writes every output for the judge (`wire.write_tree`, the device hand-off).
+What it reports is input to the judge and the parent, never trusted: the candidate runs in this
+process and can write anything here. Modes: `evaluate` (the default), `build_only` (a prebuild) and
+`profile_only` (under Nsight Compute). Imports only torch, the standard library and `kernelwright.core`.
 """
 
 from __future__ import annotations
@@ -32,37 +28,14 @@ from typing import TYPE_CHECKING, Any
 from kernelwright.core.config import EvalConfig
 from kernelwright.engine.child import heap, protocol
 from kernelwright.engine.child.channel import Channel
+from kernelwright.engine.child.faults import is_triton_compile_error, short_tb, tail
 
 if TYPE_CHECKING:
     import socket
 
     import torch
 
-    from kernelwright.engine.child import protocol
     from kernelwright.engine.child.build import CandidateBuildError
-
-TRACEBACK_LINES = 40
-
-
-def short_tb(exc: BaseException) -> str:
-    """The exception and the frames worth reading, trimmed."""
-    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    out = text.splitlines()
-    if len(out) > TRACEBACK_LINES:
-        out = out[:5] + ["  ..."] + out[-(TRACEBACK_LINES - 6) :]
-    return "\n".join(out)
-
-
-def _is_triton_compile_error(exc: BaseException) -> bool:
-    mod = type(exc).__module__ or ""
-    return mod.startswith("triton.compiler") or type(exc).__name__ in (
-        "CompilationError",
-        "CompileTimeAssertionFailure",
-    )
-
-
-def _tail(text: str, n: int) -> str:
-    return "\n".join(text.rstrip().splitlines()[-n:])
 
 
 class Stop(Exception):
@@ -103,7 +76,7 @@ class Runner:
 
         if isinstance(exc, CandidateBuildError):
             self.compile_error(exc)
-        elif _is_triton_compile_error(exc):
+        elif is_triton_compile_error(exc):
             self.fail("compile_error", f"{what}: Triton compilation failed:\n" + short_tb(exc), stage)
         else:
             self.fail("runtime_error", f"{what}:\n" + short_tb(exc), stage)
@@ -307,7 +280,7 @@ class Runner:
             self.fail("format_error", f"SyntaxError: {exc.msg} (line {exc.lineno})", "build")
             ok = False
         except Exception as exc:
-            if _is_triton_compile_error(exc):
+            if is_triton_compile_error(exc):
                 self.fail("compile_error", short_tb(exc), "build")
             else:
                 self.fail("runtime_error", "The candidate raised while being imported:\n" + short_tb(exc), "build")
@@ -393,7 +366,7 @@ class Runner:
             stage=stage,
             compile_issues=issues[:50],
             caught=caught,
-            log=summary + "\n\nCompiler output (end):\n" + _tail(exc.output, 60),
+            log=summary + "\n\nCompiler output (end):\n" + tail(exc.output, 60),
         )
 
     # ---- the judge's commands -----------------------------------------------------------------------
@@ -582,10 +555,8 @@ class Runner:
         t0 = self.phase("inputs_read", t0)
         try:
             if not getattr(self, "_settled", False):
-                # The candidate's first call is where it makes its one-time choices (its own race of
-                # memory formats, cuDNN's autotuning under cudnn.benchmark, a lazy build): made here,
-                # as it is timed (no deterministic mode, no NaN fill), never under the checks' guards,
-                # whose choices would otherwise stay for the timed calls. Its output is not used.
+                # the first call makes one-time choices (a format race, cuDNN's autotune): made as
+                # timed (no deterministic mode, no NaN fill), not under the checks. Output unused.
                 self._settled = True
                 self.call(inputs, nan_fill=False)
             out = self.call(inputs, cmd.nan_fill)
@@ -775,18 +746,6 @@ class Runner:
             self.runtime_error(exc, "ModelNew failed while being profiled", "profile")
             return
         self.chan.send("profiled")
-
-
-def _detached_clone(obj: Any) -> Any:
-    import torch
-
-    if isinstance(obj, torch.Tensor):
-        return obj.detach().clone()
-    if isinstance(obj, (list, tuple)) and type(obj) in (list, tuple):
-        return type(obj)(_detached_clone(o) for o in obj)
-    if isinstance(obj, dict) and type(obj) is dict:
-        return {k: _detached_clone(v) for k, v in obj.items()}
-    return obj
 
 
 def _read_job(path: str) -> protocol.RunnerJob:
