@@ -44,23 +44,32 @@ class ModelNew(nn.Module):
 """
 
 
+def _files(tmp_path: Path, problem_text: str, candidate_text: str) -> tuple[Path, Path, Path]:
+    problem, cand = tmp_path / "problem.py", tmp_path / "candidate.py"
+    problem.write_text(problem_text)
+    cand.write_text(candidate_text)
+    return problem, cand, tmp_path / "cache"
+
+
+def _plant_peaks(cache: Path, peaks: dict) -> Path:
+    """`peaks` as the cached measurement of this CPU, under every thread count's name; the folder."""
+    folder = gpu_facts._cache_file(str(cache), {"name": "x"}).parent
+    folder.mkdir(parents=True)
+    for threads in range(1, (os.cpu_count() or 1) + 1):
+        facts = {"name": f"cpu ({os.uname().machine})", "threads": threads}
+        gpu_facts._cache_file(str(cache), facts).write_text(json.dumps(peaks))
+    return folder
+
+
 def test_peaks_hold_only_while_the_reference_does_not_beat_their_floor():
     assert peaks_hold(2.0, 1.0) and peaks_hold(1.0, 1.0) and peaks_hold(None, 5.0)
     assert not peaks_hold(0.5, 1.0)
 
 
 def test_an_honest_candidate_is_not_flagged_by_a_measured_peak_that_came_out_low(tmp_path, cpu_config):
-    problem, cand = tmp_path / "problem.py", tmp_path / "candidate.py"
-    problem.write_text(MATMUL)
-    cand.write_text(CANDIDATE)
-    cache = tmp_path / "cache"
-    peaks = gpu_facts._cache_file(str(cache), {"name": "x"}).parent
-    peaks.mkdir(parents=True)
-    # what a measurement on a loaded machine leaves in the cache, under every thread count's name
-    low = {"copy_bandwidth_bytes_per_s": 1e6, "matmul_fp32_flops_per_s": 1e6, "matmul_n": 1024}
-    for threads in range(1, (os.cpu_count() or 1) + 1):
-        facts = {"name": f"cpu ({os.uname().machine})", "threads": threads}
-        gpu_facts._cache_file(str(cache), facts).write_text(json.dumps(low))
+    problem, cand, cache = _files(tmp_path, MATMUL, CANDIDATE)
+    # what a measurement on a loaded machine leaves in the cache
+    peaks = _plant_peaks(cache, {"copy_bandwidth_bytes_per_s": 1e6, "matmul_fp32_flops_per_s": 1e6, "matmul_n": 1024})
     before = sorted(p.name for p in peaks.glob("*.json"))
     cfg = cpu_config
     cfg.cache_dir = str(cache)
@@ -107,18 +116,12 @@ class ModelNew(nn.Module):
 
 
 def test_a_candidate_that_skips_work_the_reference_does_is_not_faster_than_hardware(tmp_path, cpu_config):
-    problem, cand = tmp_path / "problem.py", tmp_path / "candidate.py"
-    problem.write_text(SKIPPABLE)
-    cand.write_text(SKIPPER)
-    cache = tmp_path / "cache"
-    peaks = gpu_facts._cache_file(str(cache), {"name": "x"}).parent
-    peaks.mkdir(parents=True)
+    problem, cand, cache = _files(tmp_path, SKIPPABLE, SKIPPER)
     # peaks under which the reference's product (2 N^3 FLOPs) takes 0.2 ms at the least: below the
     # reference's own time on any CPU, far above a copy of c's 0.6 MB at the planted bandwidth
-    planted = {"copy_bandwidth_bytes_per_s": 1e11, "matmul_fp32_flops_per_s": 2 * 384**3 / 0.2e-3, "matmul_n": 1024}
-    for threads in range(1, (os.cpu_count() or 1) + 1):
-        facts = {"name": f"cpu ({os.uname().machine})", "threads": threads}
-        gpu_facts._cache_file(str(cache), facts).write_text(json.dumps(planted))
+    _plant_peaks(
+        cache, {"copy_bandwidth_bytes_per_s": 1e11, "matmul_fp32_flops_per_s": 2 * 384**3 / 0.2e-3, "matmul_n": 1024}
+    )
     cfg = cpu_config
     cfg.cache_dir = str(cache)
     r = api.evaluate(problem, cand, config=cfg)
