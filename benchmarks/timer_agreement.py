@@ -144,7 +144,7 @@ def _sides_in_process(jobs: list[tuple[Path, Path]], cls_name: str, device: str,
     return [{**r, "process_s": wall} for r in rows]
 
 
-def independent(corpus: Path, chosen: list[tuple[str, Path, Path]], out: Path, device: str, timeout: float) -> None:
+def independent(chosen: list[tuple[str, Path, Path]], out: Path, device: str, timeout: float) -> None:
     """The references in one process (trusted code; each changes no process-wide setting), then
     each candidate in a process of its own (its `__init__` may set cuDNN or TF32 flags)."""
     refs = _sides_in_process([(p, p) for _, p, _ in chosen], "Model", device, timeout * len(chosen))
@@ -335,7 +335,7 @@ def main() -> int:
         chosen = [c for c in chosen if c[0] in ok]
     print(f"{len(chosen)} pairs", flush=True)
     if args.cmd == "independent":
-        independent(args.corpus, chosen, args.out, args.device, args.timeout)
+        independent(chosen, args.out, args.device, args.timeout)
     elif args.alone:
         kernelwright_alone(chosen, args.out, args.name, ["--device", args.device, *extra])
     else:
