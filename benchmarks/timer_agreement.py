@@ -70,8 +70,9 @@ def _module(path: Path, name: str):  # type: ignore[no-untyped-def]
     return mod
 
 
-def time_side(problem: Path, source: Path, cls_name: str, device: str) -> dict:
-    """One side's three figures (ms per call), each after its own warm-up."""
+def time_side(problem: Path, source: Path, cls_name: str, device: str, build_only: bool = False) -> dict:
+    """One side's three figures (ms per call), each after its own warm-up; `build_only`: construct
+    the model and make one call (its extension builds land in TORCH_EXTENSIONS_DIR), time nothing."""
     import torch
 
     prob = _module(problem, f"kw_agreement_problem_{abs(hash(problem))}")
@@ -91,6 +92,11 @@ def time_side(problem: Path, source: Path, cls_name: str, device: str) -> dict:
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     out: dict = {}
     with torch.no_grad():
+        t0 = time.perf_counter()
+        model(*sets[0])
+        sync()
+        if build_only:
+            return {"first_call_s": round(time.perf_counter() - t0, 2)}
         for i in range(3):
             model(*sets[i % SETS])
         sync()
@@ -126,39 +132,184 @@ def time_side(problem: Path, source: Path, cls_name: str, device: str) -> dict:
     return out
 
 
-def _sides_in_process(jobs: list[tuple[Path, Path]], cls_name: str, device: str, timeout: float) -> list[dict]:
-    """Time `cls_name` of each (problem, source) in one fresh process, one after the other."""
-    cmd = [sys.executable, __file__, "side", cls_name, "--device", device]
-    for problem, source in jobs:
-        cmd += [str(problem), str(source)]
-    t0 = time.monotonic()
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=str(jobs[0][1].parent))
-    except subprocess.TimeoutExpired as e:
-        p = subprocess.CompletedProcess(cmd, -9, e.stdout or "", f"timed out after {timeout:.0f} s")
-        p.stdout = p.stdout.decode() if isinstance(p.stdout, bytes) else p.stdout
-    wall = round(time.monotonic() - t0, 2)
-    rows = [json.loads(line) for line in (p.stdout or "").splitlines() if line.startswith("{")]
-    err = ((p.stderr or "").strip().splitlines() or ["no output"])[-1][:300]
-    rows += [{"error": err} for _ in range(len(jobs) - len(rows))]
-    return [{**r, "process_s": wall} for r in rows]
+def _ext_dir(root: Path, source: Path) -> str:
+    """One TORCH_EXTENSIONS_DIR per candidate: two candidates that name their extension alike never
+    rebuild each other's, and the timing process finds the build its pre-build left."""
+    return str(root / f"{source.parent.name}_{source.stem}")
 
 
-def independent(chosen: list[tuple[str, Path, Path]], out: Path, device: str, timeout: float) -> None:
-    """The references in one process (trusted code; each changes no process-wide setting), then
-    each candidate in a process of its own (its `__init__` may set cuDNN or TF32 flags)."""
-    refs = _sides_in_process([(p, p) for _, p, _ in chosen], "Model", device, timeout * len(chosen))
-    dest = out / "independent.jsonl"
-    with dest.open("a") as f:
-        for (stem, problem, cand), ref in zip(chosen, refs, strict=True):
-            row = {
-                "pair": stem,
-                "reference": ref,
-                "candidate": _sides_in_process([(problem, cand)], "ModelNew", device, timeout)[0],
-            }
-            f.write(json.dumps(row) + "\n")
-            f.flush()
+def serve_sides() -> int:
+    """Read jobs (JSON lines: cls, device, pairs, ext_dir, timeout) from stdin; time each in a child
+    forked from this process, which has imported torch but made no CUDA context (so the fork is
+    safe): each side pays no interpreter or torch import, yet still runs in a process of its own
+    (its process-wide settings die with it). One JSON line per pair on stdout."""
+    import select
+    import signal
+
+    import torch
+
+    assert not torch.cuda.is_initialized()
+    for line in sys.stdin:
+        job = json.loads(line)
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: time the job's pairs, write their rows, leave without cleanup
+            os.close(r)
+            os.environ["TORCH_EXTENSIONS_DIR"] = job["ext_dir"]
+            os.chdir(str(Path(job["pairs"][0][1]).parent))
+            with os.fdopen(w, "w") as f:
+                for problem, source in job["pairs"]:
+                    try:
+                        row = time_side(
+                            Path(problem), Path(source), job["cls"], job["device"], job.get("build_only", False)
+                        )
+                    except BaseException as e:  # one side's failure is its row; the next pair still runs
+                        row = {"error": f"{type(e).__name__}: {e}"[:300]}
+                    f.write(json.dumps(row) + "\n")
+                    f.flush()
+            os._exit(0)
+        os.close(w)
+        buf, deadline = b"", time.monotonic() + job["timeout"]
+        while (left := deadline - time.monotonic()) > 0:
+            ready, _, _ = select.select([r], [], [], left)
+            if not ready:
+                break
+            chunk = os.read(r, 65536)
+            if not chunk:
+                break
+            buf += chunk
+        os.close(r)
+        timed_out = time.monotonic() >= deadline
+        if timed_out:
+            os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        rows = [json.loads(x) for x in buf.decode().splitlines() if x.startswith("{")]
+        why = f"timed out after {job['timeout']:.0f} s" if timed_out else "the side's process died"
+        rows += [{"error": why} for _ in range(len(job["pairs"]) - len(rows))]
+        for row in rows:
             print(json.dumps(row), flush=True)
+    return 0
+
+
+class SideServer:
+    """`serve_sides` in a process of its own, on one GPU (CUDA_VISIBLE_DEVICES)."""
+
+    def __init__(self, gpu: str | None) -> None:
+        env = dict(os.environ)
+        if gpu is not None:
+            env["CUDA_VISIBLE_DEVICES"] = gpu
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, "serve-sides"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
+        )
+
+    def run(self, job: dict) -> list[dict]:
+        assert self.proc.stdin and self.proc.stdout
+        t0 = time.monotonic()
+        self.proc.stdin.write(json.dumps(job) + "\n")
+        self.proc.stdin.flush()
+        rows = [json.loads(self.proc.stdout.readline() or '{"error": "the side server died"}') for _ in job["pairs"]]
+        wall = round(time.monotonic() - t0, 2)
+        return [{**r, "process_s": wall} for r in rows]
+
+    def close(self) -> None:
+        if self.proc.stdin:
+            self.proc.stdin.close()
+        self.proc.wait(timeout=60)
+
+
+def prebuild(
+    chosen: list[tuple[str, Path, Path]], ext_root: Path, gpus: list[str | None], jobs: int, limit_s: float
+) -> set[str]:
+    """Construct each candidate that builds an extension and make one call, `jobs` at a time over
+    the GPUs, so that its timing process finds the build done; returns the pairs whose pre-build
+    failed or did not end within `limit_s` (they are not timed: their build would land in a timing)."""
+    import concurrent.futures as cf
+
+    todo = [c for c in chosen if any(k in c[2].read_text() for k in ("load_inline", "cpp_extension"))]
+    deadline = time.monotonic() + limit_s
+    bad: set[str] = set()
+
+    def one(i: int, stem: str, problem: Path, cand: Path) -> None:
+        left = deadline - time.monotonic()
+        if left <= 5:
+            bad.add(stem)
+            return
+        env = dict(os.environ, TORCH_EXTENSIONS_DIR=_ext_dir(ext_root, cand), MAX_JOBS="4")
+        gpu = gpus[i % len(gpus)]
+        if gpu is not None:
+            env["CUDA_VISIBLE_DEVICES"] = gpu
+        cmd = [sys.executable, __file__, "side", "ModelNew", "--build-only", str(problem), str(cand)]
+        try:
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=left, env=env, cwd=str(cand.parent))
+            ok = any(line.startswith("{") and "error" not in line for line in p.stdout.splitlines())
+        except subprocess.TimeoutExpired:
+            ok = False
+        if not ok:
+            bad.add(stem)
+
+    with cf.ThreadPoolExecutor(jobs) as pool:
+        list(pool.map(lambda a: one(*a), [(i, *c) for i, c in enumerate(todo)]))
+    print(f"pre-built {len(todo) - len(bad)} of {len(todo)} candidates that build", flush=True)
+    return bad
+
+
+def independent(
+    chosen: list[tuple[str, Path, Path]],
+    out: Path,
+    device: str,
+    timeout: float,
+    gpus: int,
+    build_jobs: int,
+    limit_s: float,
+) -> None:
+    """Pre-build the candidates that compile; then, on each GPU, its share of the pairs: the
+    references in one forked process (trusted code; each changes no process-wide setting), then
+    each candidate in a forked process of its own (its `__init__` may set cuDNN or TF32 flags).
+    Stops sending work at `limit_s` after the start; rows land in independent.jsonl as they come."""
+    import threading
+
+    t0 = time.monotonic()
+    ext_root = Path(os.environ.get("KW_EXT_ROOT", "/tmp/kw-agreement-ext"))
+    devs: list[str | None] = [str(g) for g in range(gpus)] if gpus > 1 else [None]
+    skip = prebuild(chosen, ext_root, devs, build_jobs, limit_s * 0.45) if build_jobs else set()
+    dest = out / "independent.jsonl"
+    lock = threading.Lock()
+
+    def share(g: int) -> None:
+        mine = [c for i, c in enumerate(chosen) if i % len(devs) == g and c[0] not in skip]
+        if not mine:
+            return
+        server = SideServer(devs[g])
+        refs = server.run(
+            {
+                "cls": "Model",
+                "device": device,
+                "pairs": [[str(p), str(p)] for _, p, _ in mine],
+                "ext_dir": str(ext_root / "_references"),
+                "timeout": timeout * len(mine),
+            }
+        )
+        for (stem, problem, cand), ref in zip(mine, refs, strict=True):
+            if time.monotonic() - t0 > limit_s:
+                break
+            job = {
+                "cls": "ModelNew",
+                "device": device,
+                "pairs": [[str(problem), str(cand)]],
+                "ext_dir": _ext_dir(ext_root, cand),
+                "timeout": timeout,
+            }
+            row = {"pair": stem, "gpu": devs[g], "reference": ref, "candidate": server.run(job)[0]}
+            with lock, dest.open("a") as f:
+                f.write(json.dumps(row) + "\n")
+                print(json.dumps(row), flush=True)
+        server.close()
+
+    threads = [threading.Thread(target=share, args=(g,)) for g in range(len(devs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
 
 
 # ---------------------------------------------------------------- kernelwright's figures
@@ -295,6 +446,8 @@ def main() -> int:
     s.add_argument("cls")
     s.add_argument("files", type=Path, nargs="+", help="PROBLEM SOURCE pairs")
     s.add_argument("--device", default="cuda")
+    s.add_argument("--build-only", action="store_true")
+    sub.add_parser("serve-sides")
     for verb in ("independent", "kernelwright"):
         p = sub.add_parser(verb)
         p.add_argument("corpus", type=Path)
@@ -305,6 +458,13 @@ def main() -> int:
         p.add_argument("--device", default="cuda")
         if verb == "independent":
             p.add_argument("--timeout", type=float, default=180.0)
+            p.add_argument(
+                "--gpus", type=int, default=1, help="split the pairs over this many GPUs, one side at a time on each"
+            )
+            p.add_argument(
+                "--build-jobs", type=int, default=0, help="pre-build candidates that compile, this many at a time"
+            )
+            p.add_argument("--limit-s", type=float, default=1e9, help="stop sending work this long after the start")
         else:
             p.add_argument("--name", default="suite")
             p.add_argument("--alone", action="store_true", help="`kernelwright eval` per pair, not `suite eval`")
@@ -318,11 +478,13 @@ def main() -> int:
     if args.cmd == "side":
         for problem, source in zip(args.files[::2], args.files[1::2], strict=True):
             try:
-                row = time_side(problem.resolve(), source.resolve(), args.cls, args.device)
+                row = time_side(problem.resolve(), source.resolve(), args.cls, args.device, args.build_only)
             except Exception as e:  # one side's failure is its row; the next pair still runs
                 row = {"error": f"{type(e).__name__}: {e}"[:300]}
             print(json.dumps(row), flush=True)
         return 0
+    if args.cmd == "serve-sides":
+        return serve_sides()
     if args.cmd == "report":
         report(args.out, args.name or ["suite"])
         return 0
@@ -335,7 +497,7 @@ def main() -> int:
         chosen = [c for c in chosen if c[0] in ok]
     print(f"{len(chosen)} pairs", flush=True)
     if args.cmd == "independent":
-        independent(chosen, args.out, args.device, args.timeout)
+        independent(chosen, args.out, args.device, args.timeout, args.gpus, args.build_jobs, args.limit_s)
     elif args.alone:
         kernelwright_alone(chosen, args.out, args.name, ["--device", args.device, *extra])
     else:

@@ -3,6 +3,8 @@
 # evals alone), over CUDA-L1's level-$KW_LEVELS pairs unpacked into .corpus (carry .corpus and .deb).
 #   bash scripts/dev_agreement.sh            # independent + suite, then the report
 #   KW_SKIP_IND=1 KW_NAMES="suite2" bash scripts/dev_agreement.sh   # kernelwright only (independent.jsonl carried in .agree)
+#   KW_NAMES= KW_SEL= KW_LEVELS=1,2 KW_GPUS=2 KW_BUILD_JOBS=24 KW_IND_LIMIT=420 bash scripts/dev_agreement.sh
+#       # independent timings only, with builds, over two GPUs (candidates pre-built 24 at a time)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/kw-agree}
@@ -11,20 +13,21 @@ export PYTHONPATH=$PWD/src:$PWD PYTHONUNBUFFERED=1
 . scripts/install_bwrap_deb.sh >"$OUT/x/bwrap.log" 2>&1
 { nvidia-smi --query-gpu=name,driver_version --format=csv; date -u +%FT%TZ; git log -1 --format=%h; } >"$OUT/x/machine.txt" 2>&1
 LV=${KW_LEVELS:-1}
-SEL=(--levels "$LV" ${KW_SEL:---no-builds})
+SEL=(--levels "$LV" ${KW_SEL---no-builds})
 if [ -z "${KW_SKIP_IND:-}" ]; then
-    timeout "${KW_IND_LIMIT:-250}" python3 benchmarks/timer_agreement.py independent .corpus "${SEL[@]}" --out "$OUT" >"$OUT/x/ind.log" 2>&1
+    timeout "$((${KW_IND_LIMIT:-250} + 60))" python3 benchmarks/timer_agreement.py independent .corpus "${SEL[@]}" --out "$OUT" \
+        --gpus "${KW_GPUS:-1}" --build-jobs "${KW_BUILD_JOBS:-0}" --limit-s "${KW_IND_LIMIT:-250}" --timeout 90 >"$OUT/x/ind.log" 2>&1
     echo "independent: exit $? $(wc -l <"$OUT/independent.jsonl") pairs"
 else
     cp .agree/independent.jsonl "$OUT/"
 fi
-for name in ${KW_NAMES:-suite1}; do
+for name in ${KW_NAMES-suite1}; do
     case "$name" in
     alone*) OUT=$OUT/x timeout "${KW_KW_LIMIT:-320}" python3 benchmarks/timer_agreement.py kernelwright .corpus "${SEL[@]}" --alone --name "$name" --out "$OUT" --only-timed ${KW_ALONE_ARGS:-} >"$OUT/x/$name.log" 2>&1 ;;
     *) OUT=$OUT/x timeout "${KW_KW_LIMIT:-320}" python3 benchmarks/timer_agreement.py kernelwright .corpus "${SEL[@]}" --name "$name" --out "$OUT" --only-timed >"$OUT/x/$name.log" 2>&1 ;;
     esac
     echo "$name: exit $? $(wc -l <"$OUT/kw-$name.jsonl" 2>/dev/null) records"
 done
-python3 benchmarks/timer_agreement.py report "$OUT" $(for n in ${KW_NAMES:-suite1}; do echo --name "$n"; done) >"$OUT/x/report.log" 2>&1
-head -c 3000 "$OUT/agreement.md"
+[ -n "${KW_NAMES-suite1}" ] && python3 benchmarks/timer_agreement.py report "$OUT" $(for n in ${KW_NAMES-suite1}; do echo --name "$n"; done) >"$OUT/x/report.log" 2>&1
+[ -f "$OUT/agreement.md" ] && head -c 3000 "$OUT/agreement.md"
 tar czf "$OUT/logs.tgz" -C "$OUT" x && rm -rf "$OUT/x"
