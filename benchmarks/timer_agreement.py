@@ -41,6 +41,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SEED = 0
 SETS = 8
 B2B_CALLS = 200
+ROW = "kw-side-row "  # the side server's rows, told apart from anything else on its stdout
 
 
 # ---------------------------------------------------------------- the corpus
@@ -155,6 +156,7 @@ def serve_sides() -> int:
         pid = os.fork()
         if pid == 0:  # the child: time the job's pairs, write their rows, leave without cleanup
             os.close(r)
+            os.dup2(2, 1)  # what a candidate prints goes to stderr, never into the rows
             os.environ["TORCH_EXTENSIONS_DIR"] = job["ext_dir"]
             os.chdir(str(Path(job["pairs"][0][1]).parent))
             with os.fdopen(w, "w") as f:
@@ -187,7 +189,7 @@ def serve_sides() -> int:
         why = f"timed out after {job['timeout']:.0f} s" if timed_out else "the side's process died"
         rows += [{"error": why} for _ in range(len(job["pairs"]) - len(rows))]
         for row in rows:
-            print(json.dumps(row), flush=True)
+            print(ROW + json.dumps(row), flush=True)
     return 0
 
 
@@ -207,7 +209,13 @@ class SideServer:
         t0 = time.monotonic()
         self.proc.stdin.write(json.dumps(job) + "\n")
         self.proc.stdin.flush()
-        rows = [json.loads(self.proc.stdout.readline() or '{"error": "the side server died"}') for _ in job["pairs"]]
+        rows: list[dict] = []
+        while len(rows) < len(job["pairs"]):
+            line = self.proc.stdout.readline()
+            if not line:
+                rows += [{"error": "the side server died"} for _ in range(len(job["pairs"]) - len(rows))]
+            elif line.startswith(ROW):
+                rows.append(json.loads(line[len(ROW) :]))
         wall = round(time.monotonic() - t0, 2)
         return [{**r, "process_s": wall} for r in rows]
 
@@ -272,6 +280,7 @@ def independent(
     ext_root = Path(os.environ.get("KW_EXT_ROOT", "/tmp/kw-agreement-ext"))
     devs: list[str | None] = [str(g) for g in range(gpus)] if gpus > 1 else [None]
     skip = prebuild(chosen, ext_root, devs, build_jobs, limit_s * 0.45) if build_jobs else set()
+    print(f"pre-builds done at {time.monotonic() - t0:.0f} s", flush=True)
     dest = out / "independent.jsonl"
     lock = threading.Lock()
 
