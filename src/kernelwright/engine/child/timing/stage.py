@@ -143,12 +143,14 @@ class _Stage:
         job, cfg = self.job, self.job.config
         with torch.no_grad():
             job.reference(*clone(job.inputs))
+            copies = [clone(job.inputs) for _ in range(3)]  # made before the clock: a copy is not the reference's work
             sync(job.device)
             t0 = time.perf_counter()
-            for _ in range(3):
-                job.reference(*clone(job.inputs))
+            for args in copies:
+                job.reference(*args)
             sync(job.device)
         est_ms = (time.perf_counter() - t0) * 1e3 / 3
+        del copies
         return est_ms, plan(
             est_ms,
             tensor_bytes(job.inputs),
@@ -231,8 +233,10 @@ class _Stage:
                     self.comp_ms.append(t_ms)
             if warm:
                 again = warmups == 2 and self.on_gpu
+                # sized by the faster of the two windows' per-call times: the reference's own window
+                # (trusted) corrects an estimate that a burst of load, or first calls, made too long
                 if (warmups == 1 or again) and regrow(
-                    plan_, w.res.per_call_ms, job.config.window_ms, min_factor=1.5 if again else 1.0
+                    plan_, min(w.res.per_call_ms, w.r_ms), job.config.window_ms, min_factor=1.5 if again else 1.0
                 ):
                     warmups += 1  # the runner's allocator gets the larger window's blocks before timing
                     plan_.warmup_calls = plan_.calls if self.on_gpu else plan_.warmup_calls

@@ -43,16 +43,18 @@ class Plan:
 
 
 def regrow(plan: Plan, candidate_ms: float, window_ms: float, min_factor: float = 1.0) -> bool:
-    """After a warm-up window: a candidate much faster than the reference gets windows that hold
-    `window_ms` of its own work (within `plan.limit`), so that a window's fixed costs (mapping, the
-    hand-over, the commit's bookkeeping) are shared by enough of its calls. True when they grew (by
-    more than `min_factor`: a second look grows them only where the first one was far off)."""
+    """After a warm-up window: windows that hold `window_ms` of work at `candidate_ms` a call (the
+    faster side's time in the warm-up round: a candidate much faster than the reference, or a
+    reference faster than the estimate the plan was made from), within `plan.limit`, so that a
+    window's fixed costs (mapping, the hand-over, the commit's bookkeeping) are shared by enough of
+    its calls. True when they grew (by more than `min_factor`: a second look grows them only where
+    the first one was far off)."""
     want = math.ceil(window_ms / max(candidate_ms, 1e-4))
     grown = min(max(want, plan.calls), plan.limit or plan.calls)
     if grown <= plan.calls * min_factor:
         return False
     plan.reasons.append(
-        f"{grown} sets per window (the candidate's warm-up window took {candidate_ms:.4g} ms a call; "
+        f"{grown} sets per window (the warm-up round took {candidate_ms:.4g} ms a call; "
         f"{plan.calls} had been planned from the reference's time)"
     )
     plan.calls = grown
