@@ -21,12 +21,20 @@ if [ -z "${KW_SKIP_IND:-}" ]; then
 else
     cp .agree/independent.jsonl "$OUT/"
 fi
+# a run's name says how it runs: alone* (`eval` per pair), *g1* (`suite eval --gpus 0`; else every
+# GPU), *fresh* (an empty build cache of its own; else the one the runs before it filled)
 for name in ${KW_NAMES-suite1}; do
+    extra=()
+    case "$name" in *g1*) extra+=(--gpus 0) ;; esac
+    cache=/tmp/kw-agree-cache
+    case "$name" in *fresh*) cache=/tmp/kw-agree-cache-$name ;; esac
+    t0=$SECONDS
     case "$name" in
-    alone*) OUT=$OUT/x timeout "${KW_KW_LIMIT:-320}" python3 benchmarks/timer_agreement.py kernelwright .corpus "${SEL[@]}" --alone --name "$name" --out "$OUT" --only-timed ${KW_ALONE_ARGS:-} >"$OUT/x/$name.log" 2>&1 ;;
-    *) OUT=$OUT/x timeout "${KW_KW_LIMIT:-320}" python3 benchmarks/timer_agreement.py kernelwright .corpus "${SEL[@]}" --name "$name" --out "$OUT" --only-timed >"$OUT/x/$name.log" 2>&1 ;;
+    alone*) OUT=$OUT/x KERNELWRIGHT_CACHE=$cache timeout "${KW_KW_LIMIT:-320}" python3 benchmarks/timer_agreement.py kernelwright .corpus "${SEL[@]}" --alone --name "$name" --out "$OUT" --only-timed ${KW_ALONE_ARGS:-} >"$OUT/x/$name.log" 2>&1 ;;
+    *) OUT=$OUT/x KERNELWRIGHT_CACHE=$cache timeout "${KW_KW_LIMIT:-320}" python3 benchmarks/timer_agreement.py kernelwright .corpus "${SEL[@]}" --name "$name" --out "$OUT" --only-timed -- "${extra[@]}" >"$OUT/x/$name.log" 2>&1 ;;
     esac
-    echo "$name: exit $? $(wc -l <"$OUT/kw-$name.jsonl" 2>/dev/null) records"
+    echo "$name: exit $? in $((SECONDS - t0)) s, $(wc -l <"$OUT/kw-$name.jsonl" 2>/dev/null) records"
+    [ -f "$OUT/x/corpus_suite.json" ] && mv "$OUT/x/corpus_suite.json" "$OUT/x/suite-$name.json"
 done
 [ -n "${KW_NAMES-suite1}" ] && python3 benchmarks/timer_agreement.py report "$OUT" $(for n in ${KW_NAMES-suite1}; do echo --name "$n"; done) >"$OUT/x/report.log" 2>&1
 [ -f "$OUT/agreement.md" ] && head -c 3000 "$OUT/agreement.md"
