@@ -448,6 +448,12 @@ def report(out: Path, names: list[str]) -> dict:
     return result
 
 
+def _timed(path: Path) -> set[str]:
+    """The pairs of an independent.jsonl with both sides timed."""
+    rows = [json.loads(x) for x in path.read_text().splitlines()]
+    return {t["pair"] for t in rows if "error" not in t["reference"] and "error" not in t["candidate"]}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -465,6 +471,7 @@ def main() -> int:
         p.add_argument("--no-builds", action="store_true")
         p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "benchmarks/out")))
         p.add_argument("--device", default="cuda")
+        p.add_argument("--pairs-from", type=Path, help="only the pairs with both sides timed in this independent.jsonl")
         if verb == "independent":
             p.add_argument("--timeout", type=float, default=180.0)
             p.add_argument(
@@ -501,9 +508,9 @@ def main() -> int:
     levels = [v for v in args.levels.split(",") if v]
     chosen = pairs(args.corpus.resolve(), levels, args.limit, args.no_builds)
     if args.cmd == "kernelwright" and args.only_timed:  # the pairs whose sides both have independent figures
-        timed = [json.loads(x) for x in (args.out / "independent.jsonl").read_text().splitlines()]
-        ok = {t["pair"] for t in timed if "error" not in t["reference"] and "error" not in t["candidate"]}
-        chosen = [c for c in chosen if c[0] in ok]
+        chosen = [c for c in chosen if c[0] in _timed(args.out / "independent.jsonl")]
+    if args.pairs_from:
+        chosen = [c for c in chosen if c[0] in _timed(args.pairs_from)]
     print(f"{len(chosen)} pairs", flush=True)
     if args.cmd == "independent":
         independent(chosen, args.out, args.device, args.timeout, args.gpus, args.build_jobs, args.limit_s)

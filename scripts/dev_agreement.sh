@@ -14,6 +14,7 @@ export PYTHONPATH=$PWD/src:$PWD PYTHONUNBUFFERED=1
 { nvidia-smi --query-gpu=name,driver_version --format=csv; date -u +%FT%TZ; git log -1 --format=%h; } >"$OUT/x/machine.txt" 2>&1
 LV=${KW_LEVELS:-1}
 SEL=(--levels "$LV" ${KW_SEL---no-builds})
+[ -n "${KW_PAIRS_FROM:-}" ] && SEL+=(--pairs-from "$KW_PAIRS_FROM")  # e.g. .agree/independent.jsonl: the pairs timed there
 if [ -z "${KW_SKIP_IND:-}" ]; then
     timeout "$((${KW_IND_LIMIT:-250} + 60))" python3 benchmarks/timer_agreement.py independent .corpus "${SEL[@]}" --out "$OUT" \
         --gpus "${KW_GPUS:-1}" --build-jobs "${KW_BUILD_JOBS:-0}" --limit-s "${KW_IND_LIMIT:-250}" --timeout 90 >"$OUT/x/ind.log" 2>&1
