@@ -79,6 +79,25 @@ def test_other_processes_and_low_clocks_on_the_gpu_are_named():
     assert any("900 MHz of 1980 MHz" in r for r in reasons)
 
 
+def test_windows_that_kept_their_fixed_costs_do_not_resolve_the_speedup():
+    # a 4 us op whose windows, on the judge's wall clock, came to 14 us a call: the hand-over and the
+    # commit did not all come off (an identical candidate read 0.3x that way on a loaded 2-core machine)
+    why = stability.unresolved([0.0144, 0.0090, 0.0156], [0.0049, 0.0046, 0.0048], factor=1.25)
+    assert "2.9x the time its own calls took" in why and "not resolved" in why
+
+
+def test_windows_close_to_the_runners_own_account_resolve_it():
+    assert stability.unresolved([0.036, 0.035, 0.080], [0.034, 0.033, 0.031], factor=1.25) == ""  # median 1.06
+    assert stability.unresolved([0.05], [0.0], factor=1.25) == ""  # no account: nothing to compare
+    assert stability.unresolved([0.05], [0.01], factor=0) == ""  # the check off
+
+
+def test_a_runner_that_claims_slower_calls_than_the_judge_saw_gains_no_trust_from_it():
+    # the runner's account can withhold trust, never grant it: one that over-reports is compared
+    # with nothing in its favour (the rule only looks for a judge's figure above the account)
+    assert stability.unresolved([0.01, 0.01], [1.0, 1.0], factor=1.25) == ""
+
+
 def test_an_unstable_attempt_is_repeated_with_a_wider_budget_and_the_stable_one_kept():
     calls = []
 

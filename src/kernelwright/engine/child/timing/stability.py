@@ -207,6 +207,27 @@ def sample_problems(samples: dict[str, list[float]], cfg: TimingConfig) -> list[
     return reasons
 
 
+def unresolved(judge_ms: list[float], runner_ms: list[float], factor: float) -> str:
+    """Why the candidate's windows on the judge's wall clock do not resolve its time ('' if they
+    do): per call, the judge's figure (the window's wall less what the judge measured of its fixed
+    costs) against the runner's own account of its calls, window by window. Where the judge's median
+    is over `factor` times the runner's, what a window costs besides the calls (the hand-over, the
+    wake-ups, the views, the commit) did not all come off, and the speed-up says more about the
+    window than about the code. The runner's account is the candidate's word: it can only withhold
+    trust here, never grant it (a runner that under-reports gets its own speed-up distrusted)."""
+    ratios = [j / r for j, r in zip(judge_ms, runner_ms, strict=True) if r > 0 and j > 0]
+    if factor <= 0 or not ratios:
+        return ""
+    m = statistics.median(ratios)
+    if m <= factor:
+        return ""
+    return (
+        f"the judge's windows gave the candidate {m:.2g}x the time its own calls took (more than {factor:g}x): "
+        "what a window costs besides the calls did not all come off, so the speed-up is not resolved; "
+        "larger inputs (more work a call) or a quieter machine resolve it"
+    )
+
+
 def load_problems(load: LoadFacts, cfg: TimingConfig, on_gpu: bool) -> list[str]:
     """Reasons found in the machine: other processes on our cores or our GPU, clocks below their maximum."""
     reasons = []

@@ -403,6 +403,16 @@ class _Stage:
             reasons += stability.load_problems(load, cfg, self.on_gpu)
         if self.clocked and timer.cal.contended():
             reasons.append(timer.cal.contended())
+        if not self.clocked:  # the judge's wall clock: windows whose fixed costs did not all come off
+            judged, said = [], []
+            for d in self.details:
+                runner_calls = d["runner_says_ms"].get("calls")
+                if isinstance(runner_calls, (int, float)):
+                    judged.append(d["candidate_ms"])
+                    said.append(runner_calls / max(d["calls"], 1))
+            why = stability.unresolved(judged, said, cfg.max_unresolved)
+            if why:
+                reasons.append(why)
         if reasons:
             out.flags["timing_unstable"] = "; ".join(reasons[:5])
         out.metadata["timing"] = {
