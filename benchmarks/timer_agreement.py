@@ -421,6 +421,19 @@ def report(out: Path, names: list[str]) -> dict:
         lines.append("")
         for k in passed:
             per_pair.setdefault(k["pair"], {})[name] = k
+    spreads = sorted(
+        max(sp) / min(sp) - 1
+        for runs in per_pair.values()
+        if len(sp := [float(r["speedup"]) for r in runs.values() if r.get("speedup")]) >= 2
+    )
+    if spreads:  # the same candidate across the runs: max/min - 1 of its speed-ups
+        p90 = spreads[min(len(spreads) - 1, math.ceil(0.9 * len(spreads)) - 1)]
+        result["run_to_run"] = {"n": len(spreads), "median": round(statistics.median(spreads), 4), "p90": round(p90, 4)}
+        lines += [
+            f"Run to run ({len(spreads)} candidates passed in two runs or more; max/min - 1 of each one's "
+            f"speed-ups): median {statistics.median(spreads):.1%}, p90 {p90:.1%}, largest {spreads[-1]:.1%}",
+            "",
+        ]
     lines += ["## Per candidate (speed-ups; kernelwright per run, then do_bench, b2b)", ""]
     lines += ["| pair | ref ms (kw/do_bench/b2b) | cand ms (kw/do_bench/b2b) | kw | do_bench | b2b | flags |"]
     lines += ["|---|---|---|---|---|---|---|"]
