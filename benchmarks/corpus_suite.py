@@ -12,14 +12,16 @@ optionally, a KernelBench checkout for the problems' names (`KernelBench/levelN/
     # summarise a finished (or resumed) run again, from its records only
     python3 benchmarks/corpus_suite.py summary corpus
 
-`run` writes corpus_suite.json and corpus_suite.md (into $OUT when set, else the corpus folder):
-the suite's wall over the problems it ran, the median and p90 wall per problem, each stage's median
-(start-up, build, init, correctness, timing, profile), the GPU's busy share as the suite reported
-it, the verdict mix, how many passed kernels hold at every other size (`size_robust`) and how many
-are `shape_specific`, the problems whose build failed or timed out, and the cold builds: the prebuild's
-wall for each candidate that builds an extension of its own (median, p90; the issue's ≤ 20 s
-target). A rerun with the same `--name` resumes (the store skips what is finished); the summary
-counts what the records hold.
+`run` writes corpus_suite.json and corpus_suite.md (into $OUT when set, else the corpus folder): the
+suite's wall over the problems it ran, the median and p90 wall per problem, each stage's median
+(start-up, build, init, correctness, timing, profile) and their sums, each GPU's busy share (the
+share of the wall during which an evaluation on that GPU was in correctness, timing or profile, from
+the records' stage spans: `kernelwright.suites.accounting`), how long builds waited for a builder
+and the GPU for a build, the records' latency to the store, the verdict mix, how many passed kernels
+hold at every other size (`size_robust`) and how many are `shape_specific`, the problems whose build
+failed or timed out, and the cold builds: the prebuild's wall for each candidate that builds an
+extension of its own (median, p90; the issue's ≤ 20 s target). A rerun with the same `--name`
+resumes (the store skips what is finished); the summary counts what the records hold.
 """
 
 from __future__ import annotations
@@ -37,6 +39,10 @@ import time
 from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+
+from kernelwright.suites.accounting import account  # noqa: E402
 
 STAGES = ("startup_s", "build_s", "init_s", "correctness_s", "timing_s", "profile_s", "total_s")
 
@@ -119,7 +125,7 @@ def _pct(values: list[float], q: float) -> float | None:
     return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
 
 
-def summarise(records: list[dict], suite_json: dict | None) -> dict:
+def summarise(records: list[dict], suite_json: dict | None, started_at: float | None = None) -> dict:
     stages = {
         s: [float(r["stage_times"][s]) for r in records if (r.get("stage_times") or {}).get(s) is not None]
         for s in STAGES
@@ -191,14 +197,16 @@ def summarise(records: list[dict], suite_json: dict | None) -> dict:
         "compile_errors": build_fail,
         "build_failures_caught": caught,
     }
+    wall = float(suite_json["wall_s"]) if suite_json and suite_json.get("wall_s") else None
+    # where the wall went (suites/accounting.py): per problem, each stage's sum, each GPU's busy share
+    # from the records' stage spans, the builds' waits, the records' latency to the store
+    summary["accounting"] = account(records, wall, started_at if wall is not None else None)
+    summary["gpu_busy_share"] = summary["accounting"]["gpu_busy"]["share"]
     if suite_json:
         summary["suite_wall_s"] = suite_json.get("wall_s")
-        summary["pipeline"] = {k: v for k, v in suite_json.items() if k in ("pipeline", "gpu_busy", "busy_share")}
         ran = len(suite_json.get("ran") or [])
         if ran:
             summary["suite_wall_per_problem_s"] = round(float(suite_json.get("wall_s") or 0.0) / ran, 3)
-        if suite_json.get("wall_s"):
-            summary["gpu_busy_share"] = round(work / float(suite_json["wall_s"]), 3)
     return summary
 
 
@@ -334,7 +342,7 @@ def run(
         "exit_code": proc.returncode,
         "process_wall_s": round(wall, 1),
         "stopped_at_time_limit": bool(time_limit and wall >= time_limit),
-        **summarise(_records(out_root, since=started), suite_json),
+        **summarise(_records(out_root, since=started), suite_json, started),
     }
     dest = Path(os.environ["OUT"]) if os.environ.get("OUT") else corpus
     (dest / "corpus_rows.json").write_text(json.dumps(rows(_records(out_root, since=started)), indent=1, default=str))

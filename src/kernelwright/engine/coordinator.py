@@ -23,7 +23,7 @@ import select
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kernelwright.core.config import StageTimeouts
@@ -44,6 +44,8 @@ class Outcome:
     wall_s: float
     judge_tail_s: float = 0.0  # from the runner's end to the judge's record (the verdict's own time)
     runner_clocks_paused_s: float = 0.0  # while the runner lived, the judge at work on its reports
+    # each stage the runner entered: [start, end] in seconds since the epoch (StageTimes.spans)
+    spans: dict[str, list[float]] = field(default_factory=dict)
 
 
 class _Outbox:
@@ -89,6 +91,7 @@ def coordinate(
     run.drain_runner()
     run.end_runner(exit_code_of)
     t_ended = time.monotonic()
+    spans = stage_spans(run.stage_began, t_ended)
     problem = run.await_record()
     judge_tail_s = time.monotonic() - t_ended
     judge_log = judge.log_tail()
@@ -102,7 +105,19 @@ def coordinate(
         wall_s=time.monotonic() - t_start,
         judge_tail_s=judge_tail_s,
         runner_clocks_paused_s=run.judge_busy_s,
+        spans=spans,
     )
+
+
+def stage_spans(began: dict[str, float], ended: float) -> dict[str, list[float]]:
+    """Each stage's [start, end] on the wall clock, from when it began (monotonic) to when the next
+    one began or the runner ended."""
+    to_wall = time.time() - time.monotonic()
+    order = sorted(began.items(), key=lambda kv: kv[1])
+    spans: dict[str, list[float]] = {}
+    for (stage, start), nxt in zip(order, [*order[1:], ("", ended)], strict=True):
+        spans[stage] = [round(start + to_wall, 3), round(max(start, nxt[1]) + to_wall, 3)]
+    return spans
 
 
 class _Coordination:

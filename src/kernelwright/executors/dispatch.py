@@ -29,6 +29,7 @@ class Job:
     retried_after: list[str] = field(default_factory=list)
     prebuild: dict[str, Any] | None = None
     memo: dict[str, Any] | None = None  # its trusted builds, handed to the worker (`trusted_builds.adopt`)
+    build_began: float | None = None  # time.monotonic() when a builder took its prebuild
 
 
 class SlotQueue:
