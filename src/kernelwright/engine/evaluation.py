@@ -24,6 +24,7 @@ from kernelwright.core.record import EvalResult, Stage, Status
 from kernelwright.core.settings_file import protection_lowered
 from kernelwright.engine import nsight, process, runner_fork, sanitizer
 from kernelwright.engine.child import protocol
+from kernelwright.engine.compile_watch import CompileWatch, jit_dirs
 from kernelwright.engine.config_resolution import check_device, resolve_config
 from kernelwright.engine.errors import EngineError
 from kernelwright.engine.extensions import build_arch, trusted_builds
@@ -492,6 +493,8 @@ def _run(
             config.timeouts,
             on_stage=on_stage,
             exit_code_of=sandbox.child_exit_code if init_reports else (lambda c: c),
+            watch=CompileWatch(runner.proc.pid, jit_dirs(env)),
+            jit_out_of_sight=formats.compiles_out_of_sight(cand_path.read_text(errors="replace")),
         )
     finally:
         runner.stop()
@@ -507,6 +510,8 @@ def _run(
     phases["runner_clocks_paused"] = outcome.runner_clocks_paused_s  # the judge at work (not the runner's budget)
     phases["stop"] = time.monotonic() - t_phase - outcome.wall_s
     result = _record(outcome, config)
+    if outcome.compile_seen:  # what held the JIT allowance open (engine/compile_watch.py)
+        result.metadata["compile_seen"] = outcome.compile_seen
     if own_spare:  # "prestarted" tells of a spare the caller started ahead, not of this overlap
         result.metadata.pop("prestarted", None)
     result.metadata["engine_phases_s"] = {k: round(v, 4) for k, v in phases.items()}
