@@ -74,6 +74,7 @@ def test_account_sums_stages_waits_and_record_latency():
         ),
         record("0", {"startup": (9, 10), "correctness": (10, 11)}, written=13.0, prebuild={"ok": True, "waited_s": 4}),
     ]
+    records[1]["metadata"]["spare_wait_s"] = 0.5  # and it waited for its spare before its job went over
     acc = account(records, wall_s=20.0, started_at=T0)
     assert acc["problems"] == 2 and acc["wall_per_problem_s"] == 10.0
     assert stage_sums(records)["correctness_s"] == 3.0 and acc["stage_sum_s"]["timing_s"] == 3.0
@@ -81,6 +82,8 @@ def test_account_sums_stages_waits_and_record_latency():
     assert acc["builds_waited_for_a_builder_s"] == 6.0 and acc["builds_prebuilt"] == 2
     assert acc["gpu_waited_for_builds_s"] == 1.5
     assert acc["record_latency"] == {"sum_s": 2.5, "median_s": 1.25}
+    # the start-up waited for: the spans (1 s each) and the wait for a spare, not the runner's import time
+    assert acc["startup_on_path"] == {"sum_s": 2.5, "max_s": 1.5, "over_1s": 1}
     # without the suite's own wall: the window the records span (0..11)
     assert account(records)["wall_s"] == 11.0
 

@@ -277,17 +277,30 @@ class LocalExecutor(SlotQueue):
             safe_stage(job.on_stage, "built")
         self._mark_ready(job, summary)
 
-    # -- one attempt of one task on one worker --
-    def _run(self, slot: _Slot, job: Job) -> None:
-        job.attempts += 1
-        cfg = self._pinned(job.task.config or self.config, slot)
+    # -- the slot's worker --
+    def _warm_up(self, slot: _Slot) -> None:
+        """The worker, started with the executor: its python, torch and first spares start up while
+        the driver reads its problems and the first builds run, not on the first task's path."""
+        with self._cv:
+            if self._closing:
+                return
+        self._worker(slot)
+
+    def _worker(self, slot: _Slot) -> _Worker:
+        """The slot's live worker, started (again, after a death) where there is none."""
         if slot.worker is None or not slot.worker.alive():
             if slot.worker is not None:
                 slot.worker.reap()
             slot.worker = _Worker(
                 slot.index, slot.gpu, self._pinned(self.config, slot), slot.cpus, self.spares, self.plan.builds
             )
-        worker = slot.worker
+        return slot.worker
+
+    # -- one attempt of one task on one worker --
+    def _run(self, slot: _Slot, job: Job) -> None:
+        job.attempts += 1
+        cfg = self._pinned(job.task.config or self.config, slot)
+        worker = self._worker(slot)
         t = job.task
         with self._cv:
             self._running[t.key] = (slot.index, worker.pid, worker.tag)

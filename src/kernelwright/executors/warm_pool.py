@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
@@ -148,7 +149,9 @@ class WarmPool:
         from kernelwright.engine.evaluation import evaluate, prestart
 
         self.prestart()
+        t_take = time.monotonic()
         spare = self._take()
+        waited = time.monotonic() - t_take
         if spare is None:
             try:
                 spare = prestart(config or self.config)
@@ -170,9 +173,12 @@ class WarmPool:
             self._current = took
 
         try:
-            return evaluate(
+            result = evaluate(
                 problem, candidate, config or self.config, spare=spare, on_stage=stage, on_children=children, **kwargs
             )
+            # the wait for a spare still starting up: on the evaluation's path, before its own clock
+            result.metadata["spare_wait_s"] = round(waited, 3)
+            return result
         finally:
             self._current = None
             self._pause(False)

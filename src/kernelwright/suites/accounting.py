@@ -5,7 +5,8 @@ Each record's `stage_times` gives the seconds of each stage and, in `spans`, eac
 prebuilt candidate, how long its build waited for a builder (`prebuild.waited_s`) and how long
 its GPU stood idle waiting for it (`gpu_waited_for_build_s`, the serial driver). From those:
 
-- the sum of each stage's seconds over the records;
+- the sum of each stage's seconds over the records, and the start-up that was on the path (the
+  `startup` spans: a spare started ahead has done its import before its job comes);
 - each GPU's busy share: the share of the suite's wall during which some evaluation placed on that
   GPU was in a stage that uses it (correctness, timing, profile): the union of those spans, so
   two evaluations at work at once on one GPU count once;
@@ -115,6 +116,27 @@ def waits(records: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def startup_on_path(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """The start-up an evaluation waited for: the wait for a spare still starting (`spare_wait_s`,
+    the warm pool's) and its `startup` span, from its job handed over to its runner's first stage.
+    `stage_times.startup_s` is the runner's own import time, which a spare
+    started ahead (warm_pool.py) spent before the evaluation needed it."""
+    waits = []
+    for r in records:
+        spans = _spans(r)
+        spare_wait = (r.get("metadata") or {}).get("spare_wait_s")
+        wait = float(spare_wait) if isinstance(spare_wait, int | float) else 0.0
+        if "startup" in spans:
+            wait += spans["startup"][1] - spans["startup"][0]
+        if "startup" in spans or wait:
+            waits.append(wait)
+    return {
+        "sum_s": round(sum(waits), 2) if waits else None,
+        "max_s": round(max(waits), 2) if waits else None,
+        "over_1s": sum(1 for w in waits if w > 1.0),
+    }
+
+
 def record_latency(records: list[dict[str, Any]]) -> dict[str, Any]:
     """From each evaluation's last stage end to its record written (`_written`: the file's mtime)."""
     gaps = []
@@ -148,6 +170,7 @@ def account(
         "problems": n,
         "wall_per_problem_s": round(wall / n, 3) if n and wall else None,
         "stage_sum_s": stage_sums(records),
+        "startup_on_path": startup_on_path(records),
         "gpu_busy": gpu_busy(records, start, end) if window is not None else {"per_gpu": {}, "share": None},
         **waits(records),
         "record_latency": record_latency(records),
