@@ -8,7 +8,7 @@ optionally, a KernelBench checkout for the problems' names (`KernelBench/levelN/
     # unpack: problems/levelN/<name>.py (the released reference code) and candidates/levelN/<name>.py
     python3 benchmarks/corpus_suite.py unpack h100_xsm.json --out corpus [--kernelbench KB] [--levels 1]
     # run: `kernelwright suite eval` on the unpacked set, then read every record it wrote
-    python3 benchmarks/corpus_suite.py run corpus --levels 1 [--limit 100] [-- extra suite eval options]
+    python3 benchmarks/corpus_suite.py run corpus --levels 1 [--limit 100] [--per-level 20] [-- suite eval options]
     # summarise a finished (or resumed) run again, from its records only
     python3 benchmarks/corpus_suite.py summary corpus
 
@@ -223,7 +223,9 @@ def rows(records: list[dict]) -> list[dict]:
                 "status": r.get("status"),
                 "speedup": r.get("speedup"),
                 "error": first[0][:200] if first else "",
-                "stages": {k: round(v, 2) for k, v in (r.get("stage_times") or {}).items() if v},
+                "stages": {
+                    k: round(v, 2) for k, v in (r.get("stage_times") or {}).items() if isinstance(v, int | float) and v
+                },
                 "idle_s": (m.get("prestarted") or {}).get("idle_s"),
                 "engine": m.get("engine_phases_s"),
                 "judge_busy": m.get("judge_busy_s"),
@@ -282,6 +284,7 @@ def run(
     extra: list[str],
     time_limit: float | None,
     stems: set[str] | None = None,
+    per_level: int | None = None,
 ) -> int:
     problems = [corpus / "problems" / f"level{lv}" for lv in levels]
     cands = corpus / "candidates"
@@ -291,7 +294,7 @@ def run(
     chosen: list[str] = []
     for lv in levels:
         files = sorted((cands / f"level{lv}").glob("*.py"), key=lambda p: int(p.name.split("_")[0]))
-        for f in files:
+        for f in files[:per_level] if per_level else files:
             target = flat / f.name
             if not target.exists():
                 target.write_text(f.read_text())
@@ -327,7 +330,8 @@ def run(
                 os.killpg(proc.pid, signal.SIGKILL)
                 stdout, _ = proc.communicate()
     wall = time.monotonic() - t0
-    suite_json = None
+    ended = time.time()
+    suite_json: dict | None = None
     for line in (stdout or "").splitlines()[::-1]:
         try:
             suite_json = json.loads(line)
@@ -342,7 +346,8 @@ def run(
         "exit_code": proc.returncode,
         "process_wall_s": round(wall, 1),
         "stopped_at_time_limit": bool(time_limit and wall >= time_limit),
-        **summarise(_records(out_root, since=started), suite_json, started),
+        # the suite's own wall ends as its process does: its window, for the GPUs' busy share
+        **summarise(_records(out_root, since=started), suite_json, ended - float((suite_json or {}).get("wall_s", 0))),
     }
     dest = Path(os.environ["OUT"]) if os.environ.get("OUT") else corpus
     (dest / "corpus_rows.json").write_text(json.dumps(rows(_records(out_root, since=started)), indent=1, default=str))
@@ -362,6 +367,7 @@ def main() -> int:
     r.add_argument("corpus", type=Path)
     r.add_argument("--levels", default="1")
     r.add_argument("--limit", type=int)
+    r.add_argument("--per-level", type=int, help="the first N problems of each level")
     r.add_argument("--name", default="corpus")
     r.add_argument("--time-limit", type=float, help="stop the suite after this many seconds (as Ctrl-C does)")
     s = sub.add_parser("summary")
@@ -375,7 +381,7 @@ def main() -> int:
         return 0 if unpack(args.json, args.out, args.kernelbench, levels) else 2
     if args.cmd == "run":
         levels = [v for v in args.levels.split(",") if v]
-        return run(args.corpus, levels, args.limit, args.name, extra, args.time_limit)
+        return run(args.corpus, levels, args.limit, args.name, extra, args.time_limit, per_level=args.per_level)
     summary = {
         "when": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         **summarise(_records(args.corpus / "runs" / args.name), None),
