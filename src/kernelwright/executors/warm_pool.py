@@ -47,6 +47,7 @@ class WarmPool:
         startup_cpus: set[int] | None = None,
         home_cpus: set[int] | None = None,
         pause_while_timing: bool | None = None,
+        first_alone: bool = False,
     ):
         self.config = resolve_config(config or EvalConfig())  # "auto" made concrete once (engine/config_resolution.py)
         self.size = max(0, size)
@@ -67,6 +68,10 @@ class WarmPool:
         self._start_failed = False  # the last start raised EngineError: takes do not wait for the starter
         self.started = 0  # spares started (for tests and benchmarks)
         self._current: Any = None  # the spare the running evaluation took (`cancel`)
+        # the first spare starts up alone (`_first_ready`): a server's, whose first job may come at once
+        self.first_alone = first_alone
+        self.first_ready_s: float | None = None  # how long it took (for tests and benchmarks)
+        self._starting: Any = None  # the first spare, while it starts up before it joins the pool
 
     # -- spares --
     def prestart(self) -> None:
@@ -93,6 +98,8 @@ class WarmPool:
             self._not_timing.wait()  # never start one up while this GPU's evaluation is timed
             try:
                 spare = prestart(self.config)
+                if self.first_alone and self.started == 0 and not self._first_ready(spare):
+                    return  # the pool closed while it started
             except Exception:  # EngineError, or a bug: never lose the starter (nor spin); the evaluation
                 with self._cv:  # starts its own child and reports the problem; try again at the next take
                     self._start_failed = True
@@ -109,6 +116,34 @@ class WarmPool:
                 if self._paused:  # spawned just as the timing began
                     _signal_spare(spare, signal.SIGSTOP)
                 self._cv.notify_all()
+
+    def _first_ready(self, spare: Any) -> bool:
+        """The first spare starts up alone, and joins the pool once it is ready: the first job waits
+        for it, and a second spare starting beside it (python, torch, the CUDA context, twice over)
+        would slow it down. Paused with the pool while it starts; raises (the spare discarded) where
+        it dies or does not start up within the start-up budget; False (the spare discarded) where
+        the pool closed meanwhile."""
+        from kernelwright.engine import EngineError
+
+        t0 = time.monotonic()
+        with self._cv:
+            self._starting = spare
+            if self._paused:
+                _signal_spare(spare, signal.SIGSTOP)
+        try:
+            end = t0 + float(self.config.timeouts.startup)
+            while not spare.wait_ready(min(1.0, max(0.0, end - time.monotonic()))):
+                if self._closed:
+                    spare.discard()
+                    return False
+                if not spare.alive() or time.monotonic() >= end:
+                    spare.discard()
+                    raise EngineError("the pool's first spare did not start up")
+        finally:
+            with self._cv:
+                self._starting = None
+        self.first_ready_s = time.monotonic() - t0
+        return True
 
     def _take(self, wait_s: float = 30.0):
         """The oldest live spare; where none is left but the starter is starting one (the first
@@ -207,7 +242,7 @@ class WarmPool:
             self._paused = on
             if on:
                 self.pauses += 1
-            for spare in self._spares:
+            for spare in [*self._spares, *([self._starting] if self._starting is not None else [])]:
                 _signal_spare(spare, signal.SIGSTOP if on else signal.SIGCONT)
 
     def close(self) -> None:
