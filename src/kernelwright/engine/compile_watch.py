@@ -21,6 +21,8 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+from kernelwright.engine.process import process_tree
+
 # executables that compile, as /proc/PID/comm names them (15 characters at most)
 COMPILERS = frozenset(
     {
@@ -42,38 +44,6 @@ def jit_dirs(env: dict[str, str]) -> list[Path]:
         dirs += [str(p) for p in Path(tmp).glob("torchinductor_*")]
         dirs += [str(Path(tmp) / "torch_extensions"), str(Path(tmp) / "inductor")]
     return [Path(d) for d in dict.fromkeys(dirs)]
-
-
-def _children() -> dict[int, list[int]]:
-    kids: dict[int, list[int]] = {}
-    try:
-        names = os.listdir("/proc")
-    except OSError:
-        return kids
-    for name in names:
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(b")") + 2 :].split()
-        if len(fields) > 1:
-            kids.setdefault(int(fields[1]), []).append(int(name))
-    return kids
-
-
-def descendants(pid: int) -> list[int]:
-    """Every process under `pid` (not `pid` itself), from /proc's parent links."""
-    kids = _children()
-    out, todo = [], [pid]
-    while todo:
-        for child in kids.get(todo.pop(), []):
-            if child not in out:
-                out.append(child)
-                todo.append(child)
-    return out
 
 
 def _compiler_cpu(pid: int) -> tuple[str, int] | None:
@@ -127,7 +97,7 @@ class CompileWatch:
             return self.last_seen
         self._looked = now
         cpu: dict[int, int] = {}
-        for pid in descendants(self.pid):
+        for pid, _ in process_tree(self.pid)[1:]:  # what the runner started, not the runner itself
             seen = _compiler_cpu(pid)
             if seen is None:
                 continue

@@ -35,6 +35,7 @@ from typing import Any
 from kernelwright.core.config import EvalConfig
 from kernelwright.core.record import EvalResult
 from kernelwright.engine.config_resolution import resolve_config
+from kernelwright.engine.process import process_tree
 
 
 class WarmPool:
@@ -266,33 +267,11 @@ class WarmPool:
         self.close()
 
 
-def _tree(pid: int) -> list[tuple[int, list[int]]]:
-    """A process and everything it started: (pid, its thread ids) each (Linux /proc; best effort)."""
-    out, todo, seen = [], [pid], set()
-    while todo:
-        p = todo.pop()
-        if p in seen:
-            continue
-        seen.add(p)
-        tasks = Path(f"/proc/{p}/task")
-        try:
-            tids = [int(t.name) for t in tasks.iterdir()]
-        except OSError:
-            continue
-        out.append((p, tids))
-        for tid in tids:
-            try:
-                todo += [int(c) for c in (tasks / str(tid) / "children").read_text().split()]
-            except (OSError, ValueError):
-                pass
-    return out
-
-
 def move_tree(pid: int, cpus: set[int]) -> None:
     """Move a process, every thread of it and everything it started onto `cpus` (best effort)."""
     if not hasattr(os, "sched_setaffinity"):
         return
-    for _, tids in _tree(pid):
+    for _, tids in process_tree(pid):
         for tid in tids:
             try:
                 os.sched_setaffinity(tid, cpus)
@@ -303,7 +282,7 @@ def move_tree(pid: int, cpus: set[int]) -> None:
 def _signal_spare(spare, sig: int) -> None:
     """SIGSTOP or SIGCONT every process of a spare (its runner's and its judge's trees)."""
     for child in (spare.runner, spare.judge):
-        for p, _ in _tree(child.proc.pid):
+        for p, _ in process_tree(child.proc.pid):
             try:
                 os.kill(p, sig)
             except OSError:
