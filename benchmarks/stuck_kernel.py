@@ -26,7 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "src"))
 
 from kernelwright.core.config import EvalConfig  # noqa: E402
 from kernelwright.engine import evaluate  # noqa: E402
@@ -112,23 +113,7 @@ class ModelNew(nn.Module):
             pass
 """
 
-CPU_COMPILES = """import tempfile
-import torch
-import torch.nn as nn
-from torch.utils.cpp_extension import load_inline
-
-SRC = "torch::Tensor relu_plus_one(torch::Tensor x) { return torch::relu(x) + 1; }"
-
-
-class ModelNew(nn.Module):
-    ext = None
-
-    def forward(self, x):
-        if ModelNew.ext is None:
-            ModelNew.ext = load_inline(name="kw_stuck_first_call", cpp_sources=SRC, functions=["relu_plus_one"],
-                                       build_directory=tempfile.mkdtemp())
-        return ModelNew.ext.relu_plus_one(x)
-"""
+CPU_COMPILES = (ROOT / "tests" / "fixtures" / "candidates" / "cpp_builds_at_first_call.py").read_text()
 
 
 def candidates(device: str) -> dict[str, str]:

@@ -95,27 +95,8 @@ class ModelNew(nn.Module):
             pass
 '''
 
-# compiles a C++ extension at its first call (as a CUDA candidate loads its kernel in forward), in
-# its own folder; the build takes far longer than the floor
-COMPILES_AT_FIRST_CALL = """import tempfile
-import torch
-import torch.nn as nn
-from torch.utils.cpp_extension import load_inline
-
-SRC = "torch::Tensor relu_plus_one(torch::Tensor x) { return torch::relu(x) + 1; }"
-
-
-class ModelNew(nn.Module):
-    ext = None
-
-    def forward(self, x):
-        if ModelNew.ext is None:
-            ModelNew.ext = load_inline(
-                name="kw_first_call_relu", cpp_sources=SRC, functions=["relu_plus_one"],
-                build_directory=tempfile.mkdtemp(),
-            )
-        return ModelNew.ext.relu_plus_one(x)
-"""
+# compiles a C++ extension at its first call, longer than the floor on a cold cache
+COMPILES_AT_FIRST_CALL = (CANDIDATES / "cpp_builds_at_first_call.py").read_text()
 
 # fakes a compile: a process named cc1plus that burns a core, while forward spins
 FAKES_A_COMPILE = """import os, shutil, subprocess, sys, tempfile
