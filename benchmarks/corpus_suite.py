@@ -8,18 +8,20 @@ optionally, a KernelBench checkout for the problems' names (`KernelBench/levelN/
     # unpack: problems/levelN/<name>.py (the released reference code) and candidates/levelN/<name>.py
     python3 benchmarks/corpus_suite.py unpack h100_xsm.json --out corpus [--kernelbench KB] [--levels 1]
     # run: `kernelwright suite eval` on the unpacked set, then read every record it wrote
-    python3 benchmarks/corpus_suite.py run corpus --levels 1 [--limit 100] [-- extra suite eval options]
+    python3 benchmarks/corpus_suite.py run corpus --levels 1 [--limit 100] [--per-level 20] [-- suite eval options]
     # summarise a finished (or resumed) run again, from its records only
     python3 benchmarks/corpus_suite.py summary corpus
 
-`run` writes corpus_suite.json and corpus_suite.md (into $OUT when set, else the corpus folder):
-the suite's wall over the problems it ran, the median and p90 wall per problem, each stage's median
-(start-up, build, init, correctness, timing, profile), the GPU's busy share as the suite reported
-it, the verdict mix, how many passed kernels hold at every other size (`size_robust`) and how many
-are `shape_specific`, the problems whose build failed or timed out, and the cold builds: the prebuild's
-wall for each candidate that builds an extension of its own (median, p90; the issue's ≤ 20 s
-target). A rerun with the same `--name` resumes (the store skips what is finished); the summary
-counts what the records hold.
+`run` writes corpus_suite.json and corpus_suite.md (into $OUT when set, else the corpus folder): the
+suite's wall over the problems it ran, the median and p90 wall per problem, each stage's median
+(start-up, build, init, correctness, timing, profile) and their sums, each GPU's busy share (the
+share of the wall during which an evaluation on that GPU was in correctness, timing or profile, from
+the records' stage spans: `kernelwright.suites.accounting`), how long builds waited for a builder
+and the GPU for a build, the records' latency to the store, the verdict mix, how many passed kernels
+hold at every other size (`size_robust`) and how many are `shape_specific`, the problems whose build
+failed or timed out, and the cold builds: the prebuild's wall for each candidate that builds an
+extension of its own (median, p90; the issue's ≤ 20 s target). A rerun with the same `--name`
+resumes (the store skips what is finished); the summary counts what the records hold.
 """
 
 from __future__ import annotations
@@ -37,6 +39,10 @@ import time
 from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+
+from kernelwright.suites.accounting import account  # noqa: E402
 
 STAGES = ("startup_s", "build_s", "init_s", "correctness_s", "timing_s", "profile_s", "total_s")
 
@@ -119,7 +125,7 @@ def _pct(values: list[float], q: float) -> float | None:
     return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
 
 
-def summarise(records: list[dict], suite_json: dict | None) -> dict:
+def summarise(records: list[dict], suite_json: dict | None, started_at: float | None = None) -> dict:
     stages = {
         s: [float(r["stage_times"][s]) for r in records if (r.get("stage_times") or {}).get(s) is not None]
         for s in STAGES
@@ -191,14 +197,16 @@ def summarise(records: list[dict], suite_json: dict | None) -> dict:
         "compile_errors": build_fail,
         "build_failures_caught": caught,
     }
+    wall = float(suite_json["wall_s"]) if suite_json and suite_json.get("wall_s") else None
+    # where the wall went (suites/accounting.py): per problem, each stage's sum, each GPU's busy share
+    # from the records' stage spans, the builds' waits, the records' latency to the store
+    summary["accounting"] = account(records, wall, started_at if wall is not None else None)
+    summary["gpu_busy_share"] = summary["accounting"]["gpu_busy"]["share"]
     if suite_json:
         summary["suite_wall_s"] = suite_json.get("wall_s")
-        summary["pipeline"] = {k: v for k, v in suite_json.items() if k in ("pipeline", "gpu_busy", "busy_share")}
         ran = len(suite_json.get("ran") or [])
         if ran:
             summary["suite_wall_per_problem_s"] = round(float(suite_json.get("wall_s") or 0.0) / ran, 3)
-        if suite_json.get("wall_s"):
-            summary["gpu_busy_share"] = round(work / float(suite_json["wall_s"]), 3)
     return summary
 
 
@@ -215,7 +223,9 @@ def rows(records: list[dict]) -> list[dict]:
                 "status": r.get("status"),
                 "speedup": r.get("speedup"),
                 "error": first[0][:200] if first else "",
-                "stages": {k: round(v, 2) for k, v in (r.get("stage_times") or {}).items() if v},
+                "stages": {
+                    k: round(v, 2) for k, v in (r.get("stage_times") or {}).items() if isinstance(v, int | float) and v
+                },
                 "idle_s": (m.get("prestarted") or {}).get("idle_s"),
                 "engine": m.get("engine_phases_s"),
                 "judge_busy": m.get("judge_busy_s"),
@@ -274,6 +284,7 @@ def run(
     extra: list[str],
     time_limit: float | None,
     stems: set[str] | None = None,
+    per_level: int | None = None,
 ) -> int:
     problems = [corpus / "problems" / f"level{lv}" for lv in levels]
     cands = corpus / "candidates"
@@ -283,7 +294,7 @@ def run(
     chosen: list[str] = []
     for lv in levels:
         files = sorted((cands / f"level{lv}").glob("*.py"), key=lambda p: int(p.name.split("_")[0]))
-        for f in files:
+        for f in files[:per_level] if per_level else files:
             target = flat / f.name
             if not target.exists():
                 target.write_text(f.read_text())
@@ -319,7 +330,8 @@ def run(
                 os.killpg(proc.pid, signal.SIGKILL)
                 stdout, _ = proc.communicate()
     wall = time.monotonic() - t0
-    suite_json = None
+    ended = time.time()
+    suite_json: dict | None = None
     for line in (stdout or "").splitlines()[::-1]:
         try:
             suite_json = json.loads(line)
@@ -334,7 +346,8 @@ def run(
         "exit_code": proc.returncode,
         "process_wall_s": round(wall, 1),
         "stopped_at_time_limit": bool(time_limit and wall >= time_limit),
-        **summarise(_records(out_root, since=started), suite_json),
+        # the suite's own wall ends as its process does: its window, for the GPUs' busy share
+        **summarise(_records(out_root, since=started), suite_json, ended - float((suite_json or {}).get("wall_s", 0))),
     }
     dest = Path(os.environ["OUT"]) if os.environ.get("OUT") else corpus
     (dest / "corpus_rows.json").write_text(json.dumps(rows(_records(out_root, since=started)), indent=1, default=str))
@@ -354,6 +367,7 @@ def main() -> int:
     r.add_argument("corpus", type=Path)
     r.add_argument("--levels", default="1")
     r.add_argument("--limit", type=int)
+    r.add_argument("--per-level", type=int, help="the first N problems of each level")
     r.add_argument("--name", default="corpus")
     r.add_argument("--time-limit", type=float, help="stop the suite after this many seconds (as Ctrl-C does)")
     s = sub.add_parser("summary")
@@ -367,7 +381,7 @@ def main() -> int:
         return 0 if unpack(args.json, args.out, args.kernelbench, levels) else 2
     if args.cmd == "run":
         levels = [v for v in args.levels.split(",") if v]
-        return run(args.corpus, levels, args.limit, args.name, extra, args.time_limit)
+        return run(args.corpus, levels, args.limit, args.name, extra, args.time_limit, per_level=args.per_level)
     summary = {
         "when": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         **summarise(_records(args.corpus / "runs" / args.name), None),

@@ -50,6 +50,7 @@ from kernelwright.executors.local import LocalExecutor  # noqa: E402
 from kernelwright.executors.placement import detect_gpus, parse_gpus, plan_cores  # noqa: E402
 from kernelwright.loop.forge import Forge  # noqa: E402
 from kernelwright.models.chat import Attempt, Completion, Usage  # noqa: E402
+from kernelwright.suites.accounting import account  # noqa: E402
 
 SIZES = {
     "cuda": [(4096, 4096), (8192, 4096), (16384, 4096), (8192, 8192)],
@@ -111,7 +112,7 @@ def run_pass(config: EvalConfig, gpus: list[str], tasks: list[EvalTask], cores_p
         warm = [ex.submit(replace(tasks[i % len(tasks)], key=f"warm-up/{i}")) for i in range(len(gpus))]
         for f in warm:
             f.result()
-        t0 = time.monotonic()
+        t0, started_at = time.monotonic(), time.time()
         futs = [ex.submit(t) for t in tasks]
         results = {t.key: f.result() for t, f in zip(tasks, futs, strict=True)}
         wall = time.monotonic() - t0
@@ -128,6 +129,8 @@ def run_pass(config: EvalConfig, gpus: list[str], tasks: list[EvalTask], cores_p
         "verdicts": {k: r.status.value for k, r in results.items()},
         "cores": plan,
         "timings": {k: _timing(r) for k, r in results.items() if r.status is Status.PASSED},
+        # where the wall went: each stage's sum, each GPU's busy share (suites/accounting.py)
+        "accounting": account([r.to_dict() for r in results.values()], wall, started_at),
     }
 
 
@@ -231,12 +234,15 @@ def report(res: dict) -> str:
         f"{res['tasks']} evaluations per pass ({res['problems']} problem sizes x {res['candidates']} recorded "
         f"candidates x {res['repeat']}), builds warmed first ({res['warm_builds_s']:.1f} s); cores: {many['cores']}.",
         "",
-        "| pass | GPUs | wall (s) | evaluations/min | speedup | efficiency | per GPU |",
-        "|---|---|---|---|---|---|---|",
-        f"| 1 GPU | {','.join(map(str, one['gpus']))} | {one['wall_s']:.1f} | {one['evals_per_min']:.1f} | "
-        f"1.00x | 100% | {_per_gpu(one)} |",
-        f"| {n} GPUs | {','.join(map(str, many['gpus']))} | {many['wall_s']:.1f} | {many['evals_per_min']:.1f} | "
-        f"{res['speedup']:.2f}x | {res['efficiency']:.0%} | {_per_gpu(many)} |",
+        "| pass | GPUs | wall (s) | per evaluation (s) | evaluations/min | speedup | efficiency | GPU busy | per GPU |",
+        "|---|---|---|---|---|---|---|---|---|",
+        f"| 1 GPU | {','.join(map(str, one['gpus']))} | {one['wall_s']:.1f} | {_each(one)} | "
+        f"{one['evals_per_min']:.1f} | 1.00x | 100% | {_busy(one)} | {_per_gpu(one)} |",
+        f"| {n} GPUs | {','.join(map(str, many['gpus']))} | {many['wall_s']:.1f} | {_each(many)} | "
+        f"{many['evals_per_min']:.1f} | {res['speedup']:.2f}x | {res['efficiency']:.0%} | {_busy(many)} | "
+        f"{_per_gpu(many)} |",
+        "",
+        f"Stage sums (s), {n}-GPU pass: {_stages(many)}; 1-GPU pass: {_stages(one)}.",
         "",
         f"Per-candidate timings, {n}-GPU pass against the 1-GPU pass: {agree['agree']} of {agree['compared']} "
         f"passed tasks agree (their [p10, p90] bands overlap); largest difference of medians "
@@ -261,6 +267,21 @@ def report(res: dict) -> str:
 
 def _per_gpu(p: dict) -> str:
     return ", ".join(f"{g}: {c}" for g, c in sorted(p["per_gpu"].items()))
+
+
+def _each(p: dict) -> str:
+    per = p["accounting"]["wall_per_problem_s"]
+    return "-" if per is None else f"{per:.2f}"
+
+
+def _busy(p: dict) -> str:
+    """The mean busy share over the pass's GPUs (the share of the wall some evaluation used it)."""
+    return _pct(p["accounting"]["gpu_busy"]["share"])
+
+
+def _stages(p: dict) -> str:
+    sums = p["accounting"]["stage_sum_s"]
+    return ", ".join(f"{k.removesuffix('_s')} {v:.1f}" for k, v in sums.items() if v)
 
 
 def _pct(x) -> str:

@@ -17,6 +17,11 @@
 #                                           #   background (serve.autostart), the next fresh CLI processes hand it their jobs; --no-server beside
 #   bash scripts/device_checks.sh clock     # ~9 min: the honest speed-ups against the old clock (.old), then the clock's gpu tests
 #   bash scripts/device_checks.sh quick     # ~4 min: no tests; paths $KW_PATHS (2,5,6) timed at l2048 (n 128, 64), ncu counts of $KW_NCU_PATHS (5)
+#   bash scripts/device_checks.sh scale     # <= ~8 min: `suite eval` of .corpus levels $KW_LEVELS (1,2), the first $KW_PER_LEVEL (15) of each,
+#                                           #   on GPU 0, then on every GPU, each with a fresh build cache and at most $KW_SCALE_LIMIT (180) s;
+#                                           #   prints wall, per problem, each GPU's busy share, stage sums, waits (carry .corpus; KW_CORPUS_DIR: another)
+#   bash scripts/device_checks.sh stuck     # ~3 min: a spinning CUDA kernel's stop, an honest Triton first-call compile, a spinning
+#                                           #   Triton kernel (benchmarks/stuck_kernel.py; default limits: call_floor 10 s, jit_allowance 120 s)
 #
 # Carry .deb (bubblewrap for the sandbox tests) with every call, and .scratch/mamba/whl for `mamba`.
 set -uo pipefail
@@ -186,6 +191,40 @@ profile)  # what limits the tensor-core paths at l2048 (docs/PERFORMANCE.md, "Wh
         done
     done
     ;;
+scale)  # where a suite's wall goes on 1 GPU and on every GPU (benchmarks/corpus_suite.py, suites/accounting.py)
+    CORPUS=${KW_CORPUS_DIR:-.corpus}
+    NG=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+    ALL=$(seq -s, 0 $((NG > 0 ? NG - 1 : 0)))
+    LIMIT=${KW_SCALE_LIMIT:-180}
+    PASSES="1:0"
+    [ "$NG" -gt 1 ] && PASSES="$PASSES $NG:$ALL"  # one GPU only: its pass alone
+    for pass in $PASSES; do
+        n=${pass%%:*} gpus=${pass#*:}
+        rm -rf "$CORPUS/runs/scale_${n}gpu"  # nothing resumed: every problem evaluated in this pass
+        cache=$(mktemp -d /tmp/kw-scale-cache-XXXX)  # a fresh build cache: each pass pays its builds
+        step "scale_${n}gpu" $((LIMIT + 90)) env KERNELWRIGHT_CACHE="$cache" OUT="$OUT/scale_${n}gpu" \
+            python3 benchmarks/corpus_suite.py run "$CORPUS" --levels "${KW_LEVELS:-1,2}" --per-level "${KW_PER_LEVEL:-15}" \
+            --name "scale_${n}gpu" --time-limit "$LIMIT" -- --gpus "$gpus" ${KW_SUITE_ARGS:-}
+        python3 - "$OUT/scale_${n}gpu/corpus_suite.json" "$n" <<'PY' | tee "$OUT/scale_${n}gpu.txt"
+import json, sys
+s = json.load(open(sys.argv[1]))
+a = s.get("accounting") or {}
+print(f"{sys.argv[2]} GPU(s), {s.get('device')}: {a.get('problems')} problems in {a.get('wall_s')} s "
+      f"({a.get('wall_per_problem_s')} s a problem), stopped at the limit: {s.get('stopped_at_time_limit')}")
+print(f"  GPU busy share {a.get('gpu_busy', {}).get('share')}; per GPU {json.dumps(a.get('gpu_busy', {}).get('per_gpu'))}")
+print(f"  stage sums {json.dumps(a.get('stage_sum_s'))}; start-up on the path {json.dumps(a.get('startup_on_path'))}")
+print(f"  builds waited for a builder {a.get('builds_waited_for_a_builder_s')} s ({a.get('builds_prebuilt')} prebuilt), "
+      f"GPU waited for builds {a.get('gpu_waited_for_builds_s')} s; record latency {json.dumps(a.get('record_latency'))}")
+print(f"  verdicts {json.dumps(s.get('verdicts'))}; prebuilds {json.dumps(s.get('builds_in_prebuild_s'))}")
+PY
+        mv "$OUT/scale_${n}gpu/corpus_suite.log" "$OUT/scale_${n}gpu_suite.log" 2>/dev/null
+        rm -f "$OUT/scale_${n}gpu/corpus_suite.md"  # the json holds it all
+        rm -rf "$cache"
+    done
+    ;;
+stuck)  # a stuck kernel stopped within the floor; an honest first-call compile not timed out (engine/compile_watch.py)
+    step stuck "${KW_STUCK_LIMIT:-400}" python3 benchmarks/stuck_kernel.py --device cuda
+    ;;
 clock)  # the judge's clock against the old one (carry .old: `git archive 3f26e59 src | tar -x -C .old`), then its gpu tests
     KW_PAIRS=${KW_PAIRS:-cuda_swish,mamba2_state,mamba2_y,honest_control,suite_swish} KW_REPEATS=${KW_REPEATS:-1} \
         KW_LIMIT=${KW_LIMIT:-330} bash scripts/dev_side_by_side.sh >"$OUT/side_summary.log" 2>&1
@@ -195,7 +234,7 @@ clock)  # the judge's clock against the old one (carry .old: `git archive 3f26e5
         tests/test_clock_attacks.py tests/test_device_clock.py
     ;;
 *)
-    echo "usage: bash scripts/device_checks.sh handoff|suite|mamba|mamba-tests|mamba-bench|path5|quick|profile|clock" >&2
+    echo "usage: bash scripts/device_checks.sh handoff|suite|mamba|mamba-tests|mamba-bench|path5|quick|profile|clock|scale|stuck" >&2
     exit 2
     ;;
 esac

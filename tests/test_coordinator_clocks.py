@@ -33,9 +33,19 @@ def child() -> SimpleNamespace:
     return SimpleNamespace(started=T0, pending=[], proc=SimpleNamespace(stdin=None))  # stdin None: nothing sent
 
 
-def coordination(stages: list[str] | None = None) -> coordinator._Coordination:
-    timeouts = StageTimeouts(startup=10, build=20, init=5, correctness=30, timing=40, profile=50)
-    return coordinator._Coordination(child(), child(), {"job": 1}, timeouts, stages.append if stages else None)
+def coordination(stages: list[str] | None = None, **kw) -> coordinator._Coordination:
+    timeouts = StageTimeouts(startup=10, build=20, init=5, correctness=30, timing=40, profile=50, jit_allowance=8)
+    return coordinator._Coordination(child(), child(), {"job": 1}, timeouts, stages.append if stages else None, **kw)
+
+
+class Watch:
+    """A compile watch that saw a compile at work last at `last_seen` (None: never)."""
+
+    def __init__(self) -> None:
+        self.last_seen: float | None = None
+
+    def look(self) -> float | None:
+        return self.last_seen
 
 
 def test_each_stage_has_its_budget_from_its_announcement_and_a_stage_never_restarts(clock):
@@ -68,7 +78,7 @@ def test_the_runners_clocks_stand_still_while_the_judge_works_and_go_on_when_it_
 
 
 def test_the_judges_limit_between_reports_ends_a_stage_sooner_never_later(clock):
-    c = coordination()
+    c = coordination(jit_out_of_sight=True)
     c.forward({"type": "stage", "stage": "correctness"})
     c._from_judge({"type": "handled", "n": 1})
     c._from_judge({"type": "limit", "stage": "correctness", "s": 2.0, "first_extra_s": 3.0})
@@ -79,6 +89,33 @@ def test_the_judges_limit_between_reports_ends_a_stage_sooner_never_later(clock)
     assert c._limit() == (T0 + 6, 2.0)
     c._from_judge({"type": "limit", "stage": "correctness", "s": 500.0, "first_extra_s": 0.0})
     assert c._limit() == (T0 + 30, 500.0)  # the stage's flat budget still holds
+
+
+def test_the_jit_allowance_holds_only_while_a_compile_is_seen_and_up_to_its_cap(clock):
+    watch = Watch()
+    c = coordination(watch=watch)
+    c.forward({"type": "stage", "stage": "correctness"})
+    c._from_judge({"type": "handled", "n": 1})
+    c._from_judge({"type": "limit", "stage": "correctness", "s": 2.0, "first_extra_s": 3.0})
+    assert c._limit() == (T0 + 2, 2.0)  # no compile seen: the floor, the judge's allowance untaken
+    watch.last_seen = T0 + 1.5  # a compiler at work: the floor runs from there
+    assert c._limit() == (T0 + 3.5, 3.5)
+    watch.last_seen = T0 + 6  # still compiling: up to the config's cap (8), past the judge's 3
+    assert c._limit() == (T0 + 8, 8.0)
+    watch.last_seen = T0 + 25  # compiling for ever (or a forgery): the cap holds
+    assert c._limit() == (T0 + 10, 10.0)
+    clock.t = T0 + 9
+    c.forward({"type": "trial", "n": 0})  # the first report: the floor alone from now on
+    c._from_judge({"type": "handled", "n": 2})
+    assert c._limit() == (T0 + 11, 2.0)
+
+
+def test_without_a_watch_no_allowance_is_granted(clock):
+    c = coordination()
+    c.forward({"type": "stage", "stage": "correctness"})
+    c._from_judge({"type": "handled", "n": 1})
+    c._from_judge({"type": "limit", "stage": "correctness", "s": 2.0, "first_extra_s": 3.0})
+    assert c._limit() == (T0 + 2, 2.0)
 
 
 @pytest.mark.parametrize(

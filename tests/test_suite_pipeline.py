@@ -291,7 +291,7 @@ def test_suite_optimize_on_two_fake_gpus_runs_two_problems_at_once(tmp_path, cac
 def test_spares_are_paused_while_an_evaluation_is_timed_where_cores_are_scarce(cache_dir):
     """No cores of their own (as on a 2-core machine): the spares still starting up are stopped
     (SIGSTOP) while the evaluation is timed, and resumed after."""
-    from kernelwright.executors import warm_pool
+    from kernelwright.engine.process import process_tree
 
     cfg = _cpu(cache_dir)
     seen: list[set[str]] = []
@@ -299,7 +299,7 @@ def test_spares_are_paused_while_an_evaluation_is_timed_where_cores_are_scarce(c
     def states(pool) -> set[str]:
         out = set()
         for spare in list(pool._spares):
-            for pid, _ in warm_pool._tree(spare.runner.proc.pid):
+            for pid, _ in process_tree(spare.runner.proc.pid):
                 try:
                     out.add(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0])
                 except OSError:

@@ -42,8 +42,10 @@ class StageTimeouts:
     correctness: float = 180.0  # all trials
     # A check that never returns is stopped sooner: the correctness stage (every trial and guarded
     # call of the candidate) ends within max(call_floor, call_factor x the reference's own time for
-    # the same calls), plus jit_allowance where the candidate compiles at its first call (Triton,
-    # torch.compile), never later than `correctness`. call_factor = 0 keeps the flat limit.
+    # the same calls), never later than `correctness`; before the stage's first report, for as long
+    # as a compile is seen at work (a compiler in the runner's tree, its JIT caches growing:
+    # engine/compile_watch.py) up to jit_allowance more, and jit_allowance whole for a candidate
+    # that compiles out of sight (torch.compile's tracing). call_factor = 0 keeps the flat limit.
     call_floor: float = 10.0
     call_factor: float = 100.0
     jit_allowance: float = 120.0

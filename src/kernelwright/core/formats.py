@@ -96,6 +96,15 @@ _FIRST_CALL_JIT = re.compile(
 )
 
 
+_IN_PROCESS_JIT = re.compile(r"\btorch\.compile\b|\btorch\._dynamo\b")
+
+
+def compiles_out_of_sight(text: str) -> bool:
+    """Whether a candidate compiles at its first call in its own process, where no compiler process
+    or cache file shows it (torch.compile's tracing): its JIT allowance is granted whole."""
+    return bool(_IN_PROCESS_JIT.search(text))
+
+
 def compiles_at_first_call(text: str) -> bool:
     """Whether a candidate's source compiles kernels at its first call (Triton's JIT and autotuning,
     torch.compile): such a candidate's correctness stage gets the JIT allowance on top of its limit."""

@@ -133,6 +133,10 @@ class StageTimes:
     timing_s: float | None = None
     profile_s: float | None = None
     total_s: float | None = None
+    # stage -> [start, end]: seconds since the epoch on the parent's clock (the coordinator's, which
+    # hears each stage begin; the profile's and the trusted build's, the evaluation's), from which a
+    # suite's accounting (suites/accounting.py) tells when each GPU was at work
+    spans: dict[str, list[float]] = field(default_factory=dict)
 
 
 @dataclass

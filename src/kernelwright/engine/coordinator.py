@@ -6,7 +6,11 @@ accepted once each and in order (startup, build, init, correctness, timing, prof
 its budget from the moment it is announced, all within a hard total of the budgets' sum from the
 runner's spawn, so no message can extend an evaluation. The judge (trusted) may also set a limit
 between two of the runner's reports in a stage (`limit`: in correctness, from the reference's own
-time), which only ever ends a stage sooner. The runner's clocks (its stage's budget, the limit
+time), which only ever ends a stage sooner. Before the first report of that stage, the judge's JIT allowance
+(`first_extra_s`) holds only while a compile is seen running (engine/compile_watch.py: a compiler at
+work in the runner's tree, its JIT caches growing), up to StageTimeouts.jit_allowance past the last
+report; a candidate that compiles in its own process, out of sight (torch.compile's tracing), keeps
+the allowance whole. The runner's clocks (its stage's budget, the limit
 between its reports) stop while the judge works on a report the parent handed it, until the judge
 says it has handled every one (`handled`): a runner waiting for the judge (its reference, its
 oracle, the inputs of the next timing window) is not the candidate being slow; the hard total
@@ -23,10 +27,11 @@ import select
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kernelwright.core.config import StageTimeouts
+from kernelwright.engine.compile_watch import CompileWatch
 from kernelwright.engine.process import Child, describe_signal, kill_group
 
 STAGE_ORDER = ("startup", "build", "init", "correctness", "timing", "profile")
@@ -44,6 +49,9 @@ class Outcome:
     wall_s: float
     judge_tail_s: float = 0.0  # from the runner's end to the judge's record (the verdict's own time)
     runner_clocks_paused_s: float = 0.0  # while the runner lived, the judge at work on its reports
+    # each stage the runner entered: [start, end] in seconds since the epoch (StageTimes.spans)
+    spans: dict[str, list[float]] = field(default_factory=dict)
+    compile_seen: list[str] = field(default_factory=list)  # what the compile watch saw at work, once each
 
 
 class _Outbox:
@@ -80,15 +88,20 @@ def coordinate(
     timeouts: StageTimeouts,
     on_stage: Callable[[str], None] | None = None,
     exit_code_of: Callable[[int | None], int | None] = lambda c: c,
+    watch: CompileWatch | None = None,
+    jit_out_of_sight: bool = False,
 ) -> Outcome:
     """Run one evaluation to the judge's record. `exit_code_of` maps the runner's exit code as the
-    sandbox reports it (bubblewrap: 128 + N for a signal) back to Popen's convention."""
+    sandbox reports it (bubblewrap: 128 + N for a signal) back to Popen's convention. `watch`: what
+    tells a compile at work (none: the JIT allowance is never granted); `jit_out_of_sight`: the
+    candidate compiles in its own process (torch.compile), the allowance is granted whole."""
     t_start = time.monotonic()
-    run = _Coordination(runner, judge, judge_job, timeouts, on_stage)
+    run = _Coordination(runner, judge, judge_job, timeouts, on_stage, watch, jit_out_of_sight)
     run.follow_runner()
     run.drain_runner()
     run.end_runner(exit_code_of)
     t_ended = time.monotonic()
+    spans = stage_spans(run.stage_began, t_ended)
     problem = run.await_record()
     judge_tail_s = time.monotonic() - t_ended
     judge_log = judge.log_tail()
@@ -102,7 +115,20 @@ def coordinate(
         wall_s=time.monotonic() - t_start,
         judge_tail_s=judge_tail_s,
         runner_clocks_paused_s=run.judge_busy_s,
+        spans=spans,
+        compile_seen=list(watch.seen) if watch is not None else [],
     )
+
+
+def stage_spans(began: dict[str, float], ended: float) -> dict[str, list[float]]:
+    """Each stage's [start, end] on the wall clock, from when it began (monotonic) to when the next
+    one began or the runner ended."""
+    to_wall = time.time() - time.monotonic()
+    order = sorted(began.items(), key=lambda kv: kv[1])
+    spans: dict[str, list[float]] = {}
+    for (stage, start), nxt in zip(order, [*order[1:], ("", ended)], strict=True):
+        spans[stage] = [round(start + to_wall, 3), round(max(start, nxt[1]) + to_wall, 3)]
+    return spans
 
 
 class _Coordination:
@@ -116,8 +142,12 @@ class _Coordination:
         judge_job: dict[str, Any],
         timeouts: StageTimeouts,
         on_stage: Callable[[str], None] | None,
+        watch: CompileWatch | None = None,
+        jit_out_of_sight: bool = False,
     ) -> None:
         self.runner, self.judge, self.on_stage = runner, judge, on_stage
+        self.watch, self.jit_out_of_sight = watch, jit_out_of_sight
+        self.jit_cap = float(timeouts.jit_allowance)
         self.to_judge = _Outbox(judge)
         self.to_runner = _Outbox(runner)
         self.to_judge.put(judge_job)
@@ -199,11 +229,21 @@ class _Coordination:
         per_report = 0.0
         if self.stage in self.report_limits:
             between, first = self.report_limits[self.stage]
-            per_report = between + (0.0 if self.reported_in_stage else first)
+            per_report = between + (0.0 if self.reported_in_stage else self._jit_extra(first))
             limit = min(limit, self.last_report + per_report)
         if self.judge_busy_since is not None:  # the runner's clocks stand still: the judge's total only
             limit, per_report = self.hard_deadline, 0.0
         return limit, per_report
+
+    def _jit_extra(self, first: float) -> float:
+        """The JIT allowance before a stage's first report: whole where the compile is out of sight
+        (and the judge grants one); else up to the last time a compile was seen, at most the cap."""
+        if self.jit_out_of_sight:
+            return first
+        seen = self.watch.look() if self.watch is not None else None
+        if seen is None or seen <= self.last_report:
+            return 0.0
+        return min(seen - self.last_report, max(first, self.jit_cap))
 
     def _step(self) -> bool:
         """One wait on both pipes; False when following the runner must stop (a deadline, a

@@ -24,6 +24,7 @@ from kernelwright.core.record import EvalResult, Stage, Status
 from kernelwright.core.settings_file import protection_lowered
 from kernelwright.engine import nsight, process, runner_fork, sanitizer
 from kernelwright.engine.child import protocol
+from kernelwright.engine.compile_watch import CompileWatch, jit_dirs
 from kernelwright.engine.config_resolution import check_device, resolve_config
 from kernelwright.engine.errors import EngineError
 from kernelwright.engine.extensions import build_arch, trusted_builds
@@ -456,6 +457,7 @@ def _run(
     trusted = None
     if config.build.trusted_cache:  # build what can be built without running the candidate
         tdir = workdir / "trusted-build"
+        trusted_span = [time.time()]
         try:
             trusted = trusted_builds.build(
                 cand_path.read_text(),
@@ -469,6 +471,7 @@ def _run(
             spare.discard(remove_workdir=False)
             raise
         job.update(trusted_builds.job_fields(trusted, workdir))
+        trusted_span.append(time.time())
         phases["trusted_build"] = time.monotonic() - t_phase
     t_phase = time.monotonic()
     env, judge_dir = spare.env, spare.judge_dir
@@ -490,6 +493,8 @@ def _run(
             config.timeouts,
             on_stage=on_stage,
             exit_code_of=sandbox.child_exit_code if init_reports else (lambda c: c),
+            watch=CompileWatch(runner.proc.pid, jit_dirs(env)),
+            jit_out_of_sight=formats.compiles_out_of_sight(cand_path.read_text(errors="replace")),
         )
     finally:
         runner.stop()
@@ -505,6 +510,8 @@ def _run(
     phases["runner_clocks_paused"] = outcome.runner_clocks_paused_s  # the judge at work (not the runner's budget)
     phases["stop"] = time.monotonic() - t_phase - outcome.wall_s
     result = _record(outcome, config)
+    if outcome.compile_seen:  # what held the JIT allowance open (engine/compile_watch.py)
+        result.metadata["compile_seen"] = outcome.compile_seen
     if own_spare:  # "prestarted" tells of a spare the caller started ahead, not of this overlap
         result.metadata.pop("prestarted", None)
     result.metadata["engine_phases_s"] = {k: round(v, 4) for k, v in phases.items()}
@@ -514,6 +521,7 @@ def _run(
     result.metadata["settings"] = {"file": config.settings_file or None, "lowers": protection_lowered(config)}
     if trusted is not None:
         result.metadata["trusted_build"] = trusted.describe()
+        result.stage_times.spans["trusted_build"] = [round(t, 3) for t in trusted_span]
         if trusted.builds and not trusted.remembered:  # compiled before the child's clock: its build stage
             st = result.stage_times
             st.build_s = (st.build_s or 0.0) + trusted.wall_s
@@ -521,6 +529,7 @@ def _run(
     if config.profile.enabled and result.status is Status.PASSED:
         if on_stage:
             on_stage("profile")
+        profile_began = time.time()
         # the runner under ncu constructs ModelNew and runs it on the judge's first trial inputs
         # (the first two wire files the judge wrote, kept above)
         job = dict(job, init_path=str(workdir / "in_init.kwt"), inputs_path=str(workdir / "in_000.kwt"))
@@ -538,6 +547,9 @@ def _run(
                 _read_only_for_candidates(config),
             ),
         )
+        profiled = time.time()
+        result.stage_times.spans["profile"] = [round(profile_began, 3), round(profiled, 3)]
+        result.stage_times.profile_s = (result.stage_times.profile_s or 0.0) + profiled - profile_began
     if config.sanitize and result.status is Status.PASSED:  # one forward under memcheck (engine/sanitizer.py)
         sanitizer.attach(
             result,
@@ -577,6 +589,7 @@ def _record(outcome, config: EvalConfig) -> EvalResult:
     result.sandbox = config.sandbox
     result.exit_code = outcome.runner_exit
     result.stage_times.total_s = outcome.wall_s
+    result.stage_times.spans = dict(outcome.spans)  # the parent's clock, whatever the judge's record held
     if result.status in (Status.CRASHED, Status.TIMEOUT, Status.RUNTIME_ERROR) and outcome.runner_log.strip():
         if "Process output (end)" not in result.error_log:
             result.error_log += "\n\nProcess output (end):\n" + outcome.runner_log

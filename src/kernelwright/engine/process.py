@@ -327,3 +327,25 @@ def run_to_end(
     log_tail = child.log_tail()
     code = child.stop()
     return Finished(msgs, timed_out, code, log_tail)
+
+
+def process_tree(pid: int) -> list[tuple[int, list[int]]]:
+    """A process and everything it started: (pid, its thread ids) each (Linux /proc; best effort)."""
+    out, todo, seen = [], [pid], set()
+    while todo:
+        p = todo.pop()
+        if p in seen:
+            continue
+        seen.add(p)
+        tasks = Path(f"/proc/{p}/task")
+        try:
+            tids = [int(t.name) for t in tasks.iterdir()]
+        except OSError:
+            continue
+        out.append((p, tids))
+        for tid in tids:
+            try:
+                todo += [int(c) for c in (tasks / str(tid) / "children").read_text().split()]
+            except (OSError, ValueError):
+                pass
+    return out

@@ -29,6 +29,7 @@ class Job:
     retried_after: list[str] = field(default_factory=list)
     prebuild: dict[str, Any] | None = None
     memo: dict[str, Any] | None = None  # its trusted builds, handed to the worker (`trusted_builds.adopt`)
+    build_began: float | None = None  # time.monotonic() when a builder took its prebuild
 
 
 class SlotQueue:
@@ -98,7 +99,14 @@ class SlotQueue:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    def _warm_up(self, slot: Any) -> None:
+        """What a slot starts before its first task (its worker, where it has one to start)."""
+
     def _serve(self, slot: Any) -> None:
+        try:
+            self._warm_up(slot)
+        except Exception:
+            pass  # a slot that could not warm up starts its worker with its first task
         while True:
             job = self._take(slot)
             if job is None:

@@ -272,7 +272,9 @@ class EvalServer:
         self._stop = threading.Event()
         self._listener = self._bind()
         try:
-            self.pool = WarmPool(config, size=spares)
+            # its first spare starts up alone: the first job (often the next eval, seconds after the
+            # one that started this server) waits for that one only
+            self.pool = WarmPool(config, size=spares, first_alone=True)
             self.pool.prestart()
         except BaseException:  # no server after all: its socket goes with it
             self._listener.close()

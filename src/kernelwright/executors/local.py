@@ -224,9 +224,7 @@ class LocalExecutor(SlotQueue):
             if on_stage:
                 safe_stage(on_stage, "prebuild")
             self._builds.submit(
-                task.problem,
-                task.candidate_text,
-                on_start=(lambda: safe_stage(on_stage, "building")) if on_stage else None,
+                task.problem, task.candidate_text, on_start=functools.partial(self._building, job)
             ).add_done_callback(functools.partial(self._built, job))
         else:
             self._mark_ready(job, None)
@@ -259,6 +257,11 @@ class LocalExecutor(SlotQueue):
             return dict(self._running)
 
     # -- queue --
+    def _building(self, job: Job) -> None:
+        job.build_began = time.monotonic()
+        if job.on_stage:
+            safe_stage(job.on_stage, "building")
+
     def _built(self, job: Job, fut: cf.Future) -> None:
         try:
             pre = fut.result()
@@ -266,21 +269,38 @@ class LocalExecutor(SlotQueue):
             job.memo = pre.memo
         except BaseException as exc:  # a prebuild is best effort: the evaluation builds and judges
             summary = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+        if job.build_began is not None:  # how long it waited for a builder (the builds ahead of it)
+            summary["waited_s"] = round(job.build_began - job.submitted, 3)
+            to_wall = time.time() - time.monotonic()
+            summary["span"] = [round(job.build_began + to_wall, 3), round(time.monotonic() + to_wall, 3)]
         if job.on_stage:
             safe_stage(job.on_stage, "built")
         self._mark_ready(job, summary)
 
-    # -- one attempt of one task on one worker --
-    def _run(self, slot: _Slot, job: Job) -> None:
-        job.attempts += 1
-        cfg = self._pinned(job.task.config or self.config, slot)
+    # -- the slot's worker --
+    def _warm_up(self, slot: _Slot) -> None:
+        """The worker, started with the executor: its python, torch and first spares start up while
+        the driver reads its problems and the first builds run, not on the first task's path."""
+        with self._cv:
+            if self._closing:
+                return
+        self._worker(slot)
+
+    def _worker(self, slot: _Slot) -> _Worker:
+        """The slot's live worker, started (again, after a death) where there is none."""
         if slot.worker is None or not slot.worker.alive():
             if slot.worker is not None:
                 slot.worker.reap()
             slot.worker = _Worker(
                 slot.index, slot.gpu, self._pinned(self.config, slot), slot.cpus, self.spares, self.plan.builds
             )
-        worker = slot.worker
+        return slot.worker
+
+    # -- one attempt of one task on one worker --
+    def _run(self, slot: _Slot, job: Job) -> None:
+        job.attempts += 1
+        cfg = self._pinned(job.task.config or self.config, slot)
+        worker = self._worker(slot)
         t = job.task
         with self._cv:
             self._running[t.key] = (slot.index, worker.pid, worker.tag)

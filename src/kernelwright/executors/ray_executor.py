@@ -302,8 +302,10 @@ class RayExecutor(SlotQueue):
     # -- builds --
     def _prebuild(self, job: Job) -> None:
         summary = None
+        began = None
         try:
             self.gate.wait_clear()
+            began = time.monotonic()
             if job.on_stage:
                 safe_stage(job.on_stage, "building")
             t = job.task
@@ -316,6 +318,8 @@ class RayExecutor(SlotQueue):
         except Exception as exc:  # best effort: the evaluation builds and judges
             summary = {"ok": False, "error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
         finally:
+            if isinstance(summary, dict) and began is not None:  # its wait for a builder (suites/accounting.py)
+                summary["waited_s"] = round(began - job.submitted, 3)
             if job.on_stage:
                 safe_stage(job.on_stage, "built")
             self._mark_ready(job, summary)

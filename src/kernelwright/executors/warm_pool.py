@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
@@ -34,6 +35,7 @@ from typing import Any
 from kernelwright.core.config import EvalConfig
 from kernelwright.core.record import EvalResult
 from kernelwright.engine.config_resolution import resolve_config
+from kernelwright.engine.process import process_tree
 
 
 class WarmPool:
@@ -46,6 +48,7 @@ class WarmPool:
         startup_cpus: set[int] | None = None,
         home_cpus: set[int] | None = None,
         pause_while_timing: bool | None = None,
+        first_alone: bool = False,
     ):
         self.config = resolve_config(config or EvalConfig())  # "auto" made concrete once (engine/config_resolution.py)
         self.size = max(0, size)
@@ -66,6 +69,10 @@ class WarmPool:
         self._start_failed = False  # the last start raised EngineError: takes do not wait for the starter
         self.started = 0  # spares started (for tests and benchmarks)
         self._current: Any = None  # the spare the running evaluation took (`cancel`)
+        # the first spare starts up alone (`_first_ready`): a server's, whose first job may come at once
+        self.first_alone = first_alone
+        self.first_ready_s: float | None = None  # how long it took (for tests and benchmarks)
+        self._starting: Any = None  # the first spare, while it starts up before it joins the pool
 
     # -- spares --
     def prestart(self) -> None:
@@ -92,6 +99,8 @@ class WarmPool:
             self._not_timing.wait()  # never start one up while this GPU's evaluation is timed
             try:
                 spare = prestart(self.config)
+                if self.first_alone and self.started == 0 and not self._first_ready(spare):
+                    return  # the pool closed while it started
             except Exception:  # EngineError, or a bug: never lose the starter (nor spin); the evaluation
                 with self._cv:  # starts its own child and reports the problem; try again at the next take
                     self._start_failed = True
@@ -108,6 +117,34 @@ class WarmPool:
                 if self._paused:  # spawned just as the timing began
                     _signal_spare(spare, signal.SIGSTOP)
                 self._cv.notify_all()
+
+    def _first_ready(self, spare: Any) -> bool:
+        """The first spare starts up alone, and joins the pool once it is ready: the first job waits
+        for it, and a second spare starting beside it (python, torch, the CUDA context, twice over)
+        would slow it down. Paused with the pool while it starts; raises (the spare discarded) where
+        it dies or does not start up within the start-up budget; False (the spare discarded) where
+        the pool closed meanwhile."""
+        from kernelwright.engine import EngineError
+
+        t0 = time.monotonic()
+        with self._cv:
+            self._starting = spare
+            if self._paused:
+                _signal_spare(spare, signal.SIGSTOP)
+        try:
+            end = t0 + float(self.config.timeouts.startup)
+            while not spare.wait_ready(min(1.0, max(0.0, end - time.monotonic()))):
+                if self._closed:
+                    spare.discard()
+                    return False
+                if not spare.alive() or time.monotonic() >= end:
+                    spare.discard()
+                    raise EngineError("the pool's first spare did not start up")
+        finally:
+            with self._cv:
+                self._starting = None
+        self.first_ready_s = time.monotonic() - t0
+        return True
 
     def _take(self, wait_s: float = 30.0):
         """The oldest live spare; where none is left but the starter is starting one (the first
@@ -148,7 +185,9 @@ class WarmPool:
         from kernelwright.engine.evaluation import evaluate, prestart
 
         self.prestart()
+        t_take = time.monotonic()
         spare = self._take()
+        waited = time.monotonic() - t_take
         if spare is None:
             try:
                 spare = prestart(config or self.config)
@@ -170,9 +209,12 @@ class WarmPool:
             self._current = took
 
         try:
-            return evaluate(
+            result = evaluate(
                 problem, candidate, config or self.config, spare=spare, on_stage=stage, on_children=children, **kwargs
             )
+            # the wait for a spare still starting up: on the evaluation's path, before its own clock
+            result.metadata["spare_wait_s"] = round(waited, 3)
+            return result
         finally:
             self._current = None
             self._pause(False)
@@ -201,7 +243,7 @@ class WarmPool:
             self._paused = on
             if on:
                 self.pauses += 1
-            for spare in self._spares:
+            for spare in [*self._spares, *([self._starting] if self._starting is not None else [])]:
                 _signal_spare(spare, signal.SIGSTOP if on else signal.SIGCONT)
 
     def close(self) -> None:
@@ -225,33 +267,11 @@ class WarmPool:
         self.close()
 
 
-def _tree(pid: int) -> list[tuple[int, list[int]]]:
-    """A process and everything it started: (pid, its thread ids) each (Linux /proc; best effort)."""
-    out, todo, seen = [], [pid], set()
-    while todo:
-        p = todo.pop()
-        if p in seen:
-            continue
-        seen.add(p)
-        tasks = Path(f"/proc/{p}/task")
-        try:
-            tids = [int(t.name) for t in tasks.iterdir()]
-        except OSError:
-            continue
-        out.append((p, tids))
-        for tid in tids:
-            try:
-                todo += [int(c) for c in (tasks / str(tid) / "children").read_text().split()]
-            except (OSError, ValueError):
-                pass
-    return out
-
-
 def move_tree(pid: int, cpus: set[int]) -> None:
     """Move a process, every thread of it and everything it started onto `cpus` (best effort)."""
     if not hasattr(os, "sched_setaffinity"):
         return
-    for _, tids in _tree(pid):
+    for _, tids in process_tree(pid):
         for tid in tids:
             try:
                 os.sched_setaffinity(tid, cpus)
@@ -262,7 +282,7 @@ def move_tree(pid: int, cpus: set[int]) -> None:
 def _signal_spare(spare, sig: int) -> None:
     """SIGSTOP or SIGCONT every process of a spare (its runner's and its judge's trees)."""
     for child in (spare.runner, spare.judge):
-        for p, _ in _tree(child.proc.pid):
+        for p, _ in process_tree(child.proc.pid):
             try:
                 os.kill(p, sig)
             except OSError:

@@ -230,12 +230,17 @@ def _eval_one_by_one(todo, executor, store, name, config, outcome, progress, pip
         for (prob, _, _), build in zip(todo, builds, strict=False):
             pipeline.queued(prob.key, "build queued" if build is not None else "waiting for a GPU")
         for (prob, cand, run_dir), build in zip(todo, builds, strict=False):
+            waited = None
             if build is not None:
                 progress.stage(prob, "waiting for its prebuild")
+                t_wait = time.monotonic()
                 build.result()  # best effort: a failed prebuild is built again, and judged, by the evaluation
+                waited = time.monotonic() - t_wait  # the GPU idle, waiting for this build
             task = _task(prob, cand)
             fut = executor.submit(task, on_stage=_on_stage(progress, pipeline, prob))
-            _record_one(prob, cand, run_dir, task, fut, executor, store, name, config, outcome, progress, pipeline)
+            _record_one(
+                prob, cand, run_dir, task, fut, executor, store, name, config, outcome, progress, pipeline, waited
+            )
     finally:
         if pool is not None and build_pool is None:
             pool.shutdown(wait=False)
@@ -255,9 +260,13 @@ def _eval_all_at_once(todo, executor, store, name, config, outcome, progress, pi
         _record_one(prob, cand, run_dir, task, fut, executor, store, name, config, outcome, progress, pipeline)
 
 
-def _record_one(prob, cand, run_dir, task, fut, executor, store, name, config, outcome, progress, pipeline) -> None:
+def _record_one(
+    prob, cand, run_dir, task, fut, executor, store, name, config, outcome, progress, pipeline, build_wait_s=None
+) -> None:
     try:
         result = once_more_if_died_early(executor, task, fut.result())
+        if build_wait_s is not None and isinstance(result.metadata.get("executor"), dict):
+            result.metadata["executor"]["gpu_waited_for_build_s"] = round(build_wait_s, 3)
     except Exception as exc:  # EngineError: the evaluation could not run at all (not a verdict)
         line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         outcome.failed.append(prob.key)
