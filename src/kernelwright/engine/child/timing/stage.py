@@ -371,6 +371,10 @@ class _Stage:
                 "skipped output is wrong, and so is one still being computed when the window closed)"
             )
         c, ref = _stats(self.cand_ms, 1), _stats(self.ref_ms, 1)
+        if c.median_ms <= 0 and self.bad:
+            # no time inside the judge's span and wrong slots: work done outside the window (before
+            # its inputs landed, or after the commit read the outputs); the wrong outputs are the verdict
+            return
         if c.median_ms <= 0:
             out.failure = TimingFailure(
                 Status.RUNTIME_ERROR, "The candidate's timing windows measured no time", stop=False
