@@ -71,12 +71,14 @@ def plan(
     max_calls: int,
 ) -> Plan:
     """How many sets a window holds: enough for `window_ms` of reference work, no more than the
-    memory budget allows: per set, its inputs twice (the pool, the region; the reference's staging
-    copy is freed first) and its output six times (the reference's, the ring, the snapshot, the
-    runner's own, and what the caching allocators of the judge and the runner keep of the
-    reference's temporaries and the last window's blocks: with four, windows run out of memory)."""
+    memory budget allows: per set, its inputs four times (the drawn sets, their packed copy, the
+    inputs' region, and the reference's staging region while its window runs) and its output eight
+    times (the reference's, its copy out of the staging region, the ring, the snapshot, the runner's
+    own, and what the caching allocators of the judge and the runner keep of the reference's first
+    attempt, its temporaries and the last window's blocks). With two and six, a window of 92 sets
+    of `examples/cuda_swish` (128 MiB in and out) ran out of an idle H200's memory, 2026-11-28."""
     want = max(2, math.ceil(window_ms / max(est_ms, 1e-4)))
-    per_set = 2 * set_bytes + 6 * out_bytes
+    per_set = 4 * set_bytes + 8 * out_bytes
     fit = max(1, budget_bytes // max(per_set, 1))
     calls = int(min(want, fit, max_calls))
     reasons = []
