@@ -46,21 +46,28 @@ def pytest_collection_modifyitems(config, items):
 
 # ---- under pytest -n: the shared build cache's precompiled header, made once as the run starts ------
 
+# the default flags' header, then the header of the example's flags (examples/cpu_swish/candidate.py,
+# read as a build reads them): several tests build the example and tests/fixtures/candidates/cpp_wrong.py
+# with those flags in the shared cache, and the second such build would make it inside some test
 _HEADER_MAKER = """
 import sys
 from pathlib import Path
 from kernelwright.engine.child import flag_pch
+from kernelwright.engine.extensions import static_builds
 root = Path(sys.argv[1]) / "builds" / flag_pch.SUBDIR
-for _ in range(2):  # a flag set is made at its second build: the first records it
-    flag_pch.header_dir([], flag_pch.DEFAULT_KEEP, root)
+(example,) = static_builds.scan(Path(sys.argv[2]).read_text()).calls
+for flags in ([], flag_pch.accepted(example.kwargs, with_cuda=False)):
+    for _ in range(2):  # a flag set is made at its second build: the first records it
+        flag_pch.header_dir(flags, flag_pch.DEFAULT_KEEP, root)
 """
 
 
 def pytest_sessionstart(session):
-    """Under pytest -n, the controller makes the header of torch's default flags in the workers'
-    shared build cache (engine/child/flag_pch.py) while the first tests run: every C++ build of the
-    run with default flags then uses it (8 s a build on CI's machine, against 20 s), where otherwise
-    the run's second such build would make it inside some test (about 40 s there, under load)."""
+    """Under pytest -n, the controller makes the headers of torch's default flags and of the
+    example's (`_HEADER_MAKER`) in the workers' shared build cache (engine/child/flag_pch.py) while
+    the first tests run: every C++ build of the run with those flags then uses them (8 s a build on
+    CI's machine, against 20 s), where otherwise the run's second build with a flag set would make
+    its header inside some test (about 40 s there, under load)."""
     config = session.config
     if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None):
         return
@@ -71,7 +78,7 @@ def pytest_sessionstart(session):
     shared = os.environ.get("KW_TEST_CACHE") or str(base / "kw-cache-shared")
     os.makedirs(shared, exist_ok=True)
     config._kw_header_maker = subprocess.Popen(
-        [sys.executable, "-c", _HEADER_MAKER, shared],
+        [sys.executable, "-c", _HEADER_MAKER, shared, str(EXAMPLES / "cpu_swish" / "candidate.py")],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

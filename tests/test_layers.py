@@ -297,3 +297,72 @@ def test_the_cycle_check_sees_imports_hidden_in_functions_type_checking_and_rela
     known = set(paths)
     graph = {m: [t for t, _ in module_imports(p, m, known) if t != m] for m, p in paths.items()}
     assert sorted(map(sorted, import_cycles(graph))) == [["pkg.a", "pkg.b"], ["pkg.c", "pkg.d", "pkg.e"]]
+
+
+# ---- sizes -----------------------------------------------------------------------------------------
+
+MAX_MODULE_LINES = 800
+MAX_FUNCTION_LINES = 150  # from its first decorator to its last line, nested functions counted in it
+
+
+def long_functions(source: str, limit: int = MAX_FUNCTION_LINES) -> list[tuple[str, int, int]]:
+    """The functions and methods of `source` over `limit` lines: (qualified name, first line, lines)."""
+    out = []
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                name = f"{prefix}{child.name}"
+                if not isinstance(child, ast.ClassDef):
+                    first = min([child.lineno, *(d.lineno for d in child.decorator_list)])
+                    lines = (child.end_lineno or child.lineno) - first + 1
+                    if lines > limit:
+                        out.append((name, first, lines))
+                visit(child, name + ".")
+            else:
+                visit(child, prefix)
+
+    visit(ast.parse(source), "")
+    return out
+
+
+def test_no_module_is_over_800_lines():
+    for _, path in modules():
+        lines = len(path.read_text().splitlines())
+        assert lines <= MAX_MODULE_LINES, (
+            f"{path.relative_to(PKG)} is {lines} lines (at most {MAX_MODULE_LINES}): split it by what its parts do"
+        )
+
+
+def test_no_function_is_over_150_lines():
+    found = [
+        f"{path.relative_to(PKG)}:{line} {name} ({lines} lines)"
+        for _, path in modules()
+        for name, line, lines in long_functions(path.read_text())
+    ]
+    assert not found, (
+        f"over {MAX_FUNCTION_LINES} lines: {'; '.join(found)}. Move its steps into functions named for them"
+    )
+
+
+def test_the_size_check_counts_decorators_and_sees_methods_and_nested_functions():
+    def body(n: int, indent: str) -> str:
+        return "".join(f"{indent}x{i} = {i}\n" for i in range(n))
+
+    source = (
+        "@app.command('x')\ndef command():\n"
+        + body(149, "    ")  # 151 lines with its decorator
+        + "def fits():\n"
+        + body(149, "    ")  # 150
+        + "class C:\n    async def method(self):\n"
+        + body(150, "        ")  # 151
+        + "def outer():\n    def inner():\n"
+        + body(150, "        ")
+        + "    return inner\n"  # 153, inner 151
+    )
+    assert [(name, lines) for name, _, lines in long_functions(source)] == [
+        ("command", 151),
+        ("C.method", 151),
+        ("outer", 153),
+        ("outer.inner", 151),
+    ]

@@ -22,14 +22,23 @@ def fail(message: str, code: ExitCode = ExitCode.BAD_INPUT) -> NoReturn:
 
 
 def settings(config: Path | None, overrides: dict[str, dict[str, Any]]) -> Settings:
-    """Defaults < settings file < the options the user gave (None: not given)."""
+    """Defaults < settings file < the options the user gave (None: not given, at any depth; a
+    section or table left with nothing given is left out)."""
     from kernelwright.core.settings_file import SettingsError, load_settings
 
-    given = {section: {k: v for k, v in values.items() if v is not None} for section, values in overrides.items()}
     try:
-        return load_settings(config, {s: v for s, v in given.items() if v})
+        return load_settings(config, _given(overrides))
     except SettingsError as exc:
         fail(str(exc))
+
+
+def _given(values: dict[str, Any]) -> dict[str, Any]:
+    out = {}
+    for key, value in values.items():
+        value = _given(value) if isinstance(value, dict) else value
+        if value is not None and value != {}:
+            out[key] = value
+    return out
 
 
 def resolved(config: EvalConfig) -> EvalConfig:

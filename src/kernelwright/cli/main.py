@@ -23,7 +23,30 @@ from kernelwright.cli.entry import fail
 from kernelwright.cli.entry import resolved as _resolved
 from kernelwright.cli.entry import settings as _settings
 from kernelwright.cli.exit_codes import ExitCode
-from kernelwright.cli.help import STORE_HELP, PlainCommand, PlainGroup
+from kernelwright.cli.help import PlainCommand, PlainGroup
+from kernelwright.cli.options import (
+    ApiKeyEnv,
+    Atol,
+    BaseUrl,
+    Coder,
+    Config,
+    Device,
+    Gpus,
+    Judge,
+    KernelBench,
+    PriceFile,
+    Problem,
+    Quiet,
+    RayAddress,
+    RequestTimeout,
+    Retries,
+    Rtol,
+    Seed,
+    StoreFile,
+    Temperature,
+    Trials,
+    Verbose,
+)
 from kernelwright.core.config import EvalConfig, ServeConfig, Settings
 
 _Command, _Group = PlainCommand, PlainGroup  # help without type tags or markup loss (cli/help.py)
@@ -57,43 +80,12 @@ def _root(
 # ---- shared pieces ------------------------------------------------------------------------------
 
 
-def _config_option():
-    return typer.Option(
-        None,
-        "--config",
-        metavar="FILE",
-        dir_okay=False,
-        help="Settings file (default: the nearest kernelwright.toml, or pyproject.toml with "
-        "[tool.kernelwright], from the current directory up).",
-    )
-
-
-def _quiet_option():
-    return typer.Option(False, "--quiet", "-q", metavar="", help="One line at the end; no live progress.")
-
-
-def _verbose_option():
-    return typer.Option(
-        False, "--verbose", "-v", metavar="", help="Also every stage as it starts, with the time elapsed."
-    )
-
-
 def _verbosity(quiet: bool, verbose: bool) -> int:
     from kernelwright.cli.console import NORMAL, QUIET, VERBOSE
 
     if quiet and verbose:
         fail("--quiet and --verbose exclude each other; pass one")
     return QUIET if quiet else VERBOSE if verbose else NORMAL
-
-
-def _kernelbench_option():
-    return typer.Option(
-        None,
-        "--kernelbench",
-        metavar="PATH_OR_DATASET",
-        help="Take PROBLEM as a KernelBench id (level1/19) from a local checkout, a data file, "
-        "or the Hugging Face dataset (ScalingIntelligence/KernelBench; needs datasets).",
-    )
 
 
 def _problem_file(problem: Path, kernelbench: str | None) -> Path:
@@ -129,19 +121,15 @@ def _source_file(path: Path, what: str) -> None:
 
 @app.command("eval", cls=_Command)
 def eval_cmd(
-    problem: Path = typer.Argument(
-        ..., metavar="PROBLEM", help="Reference problem (KernelBench format: Model, get_inputs, get_init_inputs)."
-    ),
+    problem: Problem,
     candidate: Path = typer.Argument(..., metavar="CANDIDATE", help="Candidate file defining ModelNew."),
-    device: str = typer.Option(
-        None, metavar="cuda|cpu|auto", help="Device (default auto: cuda when a GPU is visible)."
-    ),
+    device: Device = None,
     trials: int = typer.Option(
         None, metavar="N", help="Correctness trials, each with a fresh seed and fresh inputs (default 5)."
     ),
-    atol: float = typer.Option(None, metavar="A", help="Absolute tolerance (default 1e-3)."),
-    rtol: float = typer.Option(None, metavar="R", help="Relative tolerance (default 1e-3)."),
-    seed: int = typer.Option(None, metavar="N", help="Base seed for construction and inputs (default 42)."),
+    atol: Atol = None,
+    rtol: Rtol = None,
+    seed: Seed = None,
     compare_compile: bool = typer.Option(
         None, "--compare-compile/--no-compare-compile", metavar="", help="Also time torch.compile of the reference."
     ),
@@ -174,7 +162,7 @@ def eval_cmd(
     json_out: bool = typer.Option(
         False, "--json", metavar="", help="Print the result record as JSON on stdout, and nothing else."
     ),
-    kernelbench: str = _kernelbench_option(),
+    kernelbench: KernelBench = None,
     fail_on: str = typer.Option(
         None,
         "--fail-on",
@@ -190,9 +178,9 @@ def eval_cmd(
         "answers, evaluate here and start one after (serve.autostart, on a GPU by default). "
         "--no-server: here, and start none.",
     ),
-    config: Path = _config_option(),
-    quiet: bool = _quiet_option(),
-    verbose: bool = _verbose_option(),
+    config: Config = None,
+    quiet: Quiet = False,
+    verbose: Verbose = False,
 ) -> None:
     """Build, check and time CANDIDATE against PROBLEM in an isolated child process."""
     verbosity = _verbosity(quiet, verbose)
@@ -212,8 +200,8 @@ def eval_cmd(
                 "verdict": verdict,
                 "shapes": shapes,
                 "sanitize": sanitize,
-                "timing": {"compare_compile": compare_compile} if compare_compile is not None else None,
-                "profile": {k: v for k, v in (("enabled", profile), ("tool", profile_tool)) if v is not None} or None,
+                "timing": {"compare_compile": compare_compile},
+                "profile": {"enabled": profile, "tool": profile_tool},
             }
         },
     )
@@ -320,34 +308,23 @@ def _verdicts(fail_on: str | None) -> set[str]:
 
 @app.command("optimize", cls=_Command)
 def optimize_cmd(
-    problem: Path = typer.Argument(
-        ..., metavar="PROBLEM", help="Reference problem (KernelBench format: Model, get_inputs, get_init_inputs)."
-    ),
-    coder: str = typer.Option(
-        None,
-        metavar="MODEL",
-        help="Coder model: openai:MODEL, anthropic:MODEL, replay:RUN_DIR, or a bare name served "
-        "at --base-url (or model.coder in the settings file).",
-    ),
-    judge: str = typer.Option(
-        None, metavar="MODEL", help="Judge model (same forms as --coder; default: the Coder's model)."
-    ),
+    problem: Problem,
+    coder: Coder = None,
+    judge: Judge = None,
     rounds: int = typer.Option(None, metavar="N", help="Round limit (default 10)."),
     backend: str = typer.Option(
         None,
         metavar="cuda|triton|cpp",
         help="Kernel language the Coder writes (default: cuda on a GPU, cpp on the CPU).",
     ),
-    device: str = typer.Option(
-        None, metavar="cuda|cpu|auto", help="Device (default auto: cuda when a GPU is visible)."
-    ),
+    device: Device = None,
     out: Path = typer.Option(
         None, metavar="DIR", help="Run directory to write (default: runs/NAME-DATE-TIME); must be new or empty."
     ),
     resume: Path = typer.Option(
         None, "--resume", metavar="RUN", help="Continue this run directory after its last finished round."
     ),
-    store: Path = typer.Option(None, "--store", metavar="FILE", help=STORE_HELP),
+    store: StoreFile = None,
     name: str = typer.Option(
         None,
         "--name",
@@ -355,9 +332,7 @@ def optimize_cmd(
         help="The run's name in the store and its folder (default: the problem file's name, "
         "or its folder's for a problem.py).",
     ),
-    base_url: str = typer.Option(
-        None, "--base-url", metavar="URL", help="OpenAI-compatible endpoint (vLLM, SGLang, Ollama, a proxy)."
-    ),
+    base_url: BaseUrl = None,
     target_speedup: float = typer.Option(
         None, "--target-speedup", metavar="X", help="Stop once a verified candidate is this much faster."
     ),
@@ -366,29 +341,18 @@ def optimize_cmd(
         None, "--max-cost", metavar="USD", help="Cost budget in USD (calls with a known price)."
     ),
     max_minutes: float = typer.Option(None, "--max-minutes", metavar="MIN", help="Wall-time budget."),
-    api_key_env: str = typer.Option(
-        None,
-        "--api-key-env",
-        metavar="NAME",
-        help="Env var that holds the API key (default: OPENAI_API_KEY / ANTHROPIC_API_KEY).",
-    ),
-    price_file: Path = typer.Option(
-        None, "--price-file", metavar="FILE", help="JSON or TOML price table that extends the built-in one."
-    ),
-    temperature: float = typer.Option(None, metavar="T", help="Sampling temperature (default: the provider's)."),
-    request_timeout: float = typer.Option(
-        None, "--request-timeout", metavar="S", help="Seconds one model request may take (default 600)."
-    ),
-    retries: int = typer.Option(
-        None, metavar="N", help="Attempts per model call: rate limits, server errors, time-outs (default 5)."
-    ),
-    trials: int = typer.Option(None, metavar="N", help="Correctness trials per candidate (default 5)."),
-    atol: float = typer.Option(None, metavar="A", help="Absolute tolerance (default 1e-3)."),
-    rtol: float = typer.Option(None, metavar="R", help="Relative tolerance (default 1e-3)."),
+    api_key_env: ApiKeyEnv = None,
+    price_file: PriceFile = None,
+    temperature: Temperature = None,
+    request_timeout: RequestTimeout = None,
+    retries: Retries = None,
+    trials: Trials = None,
+    atol: Atol = None,
+    rtol: Rtol = None,
     verdict: str = typer.Option(
         None, metavar="calibrated|strict", help="calibrated (the default) or strict (allclose)."
     ),
-    seed: int = typer.Option(None, metavar="N", help="Base seed for construction and inputs (default 42)."),
+    seed: Seed = None,
     profile: bool = typer.Option(
         None,
         "--profile/--no-profile",
@@ -423,14 +387,12 @@ def optimize_cmd(
         metavar="serial|local|ray",
         help="Where evaluations run: serial, local (a worker per GPU) or ray.",
     ),
-    gpus: str = typer.Option(None, "--gpus", metavar="0,1,...", help="GPUs to use (default: every visible GPU)."),
-    ray_address: str = typer.Option(
-        None, "--ray-address", metavar="ADDR", help="Ray cluster to join (default: a local Ray)."
-    ),
-    kernelbench: str = _kernelbench_option(),
-    config: Path = _config_option(),
-    quiet: bool = _quiet_option(),
-    verbose: bool = _verbose_option(),
+    gpus: Gpus = None,
+    ray_address: RayAddress = None,
+    kernelbench: KernelBench = None,
+    config: Config = None,
+    quiet: Quiet = False,
+    verbose: Verbose = False,
 ) -> None:
     """Let a Coder and a Judge write, repair and speed up kernels for PROBLEM, round by round."""
     verbosity = _verbosity(quiet, verbose)
@@ -446,7 +408,7 @@ def optimize_cmd(
                 "verdict": verdict,
                 "seed": seed,
                 "sandbox": sandbox,
-                "profile": {"tool": profile_tool} if profile_tool else None,
+                "profile": {"tool": profile_tool},
             },
             "loop": {
                 "rounds": rounds,
@@ -466,12 +428,7 @@ def optimize_cmd(
                 "api_key_env": api_key_env,
                 "temperature": temperature,
                 "price_file": str(price_file) if price_file else None,
-                "retry": {
-                    k: v
-                    for k, v in (("max_attempts", retries), ("request_timeout_s", request_timeout))
-                    if v is not None
-                }
-                or None,
+                "retry": {"max_attempts": retries, "request_timeout_s": request_timeout},
             },
         },
     )
@@ -506,14 +463,7 @@ def run_optimize(
     name: str | None = None,
 ) -> ExitCode:
     """Set the run up from `settings` (one-line errors, exit 2), run it, say how it ended."""
-    from kernelwright.cli.console import (
-        QUIET,
-        LoopProgress,
-        judge_defaults_warning,
-        out_console,
-        render_run,
-        run_line,
-    )
+    from kernelwright.cli.console import QUIET, judge_defaults_warning
     from kernelwright.engine import EngineError
     from kernelwright.executors.evaluator import ExecutorEvaluator
     from kernelwright.executors.factory import make_executor
@@ -614,16 +564,24 @@ def run_optimize(
                 else ("untimed" if best is not None else "none yet")
             )
             err.print(f"resuming after round {len(done) - 1} (best so far {so_far})", highlight=False)
+    return _run_forge(forge, recorder, run_dir.path, rounds=cfg.rounds, verbosity=verbosity, json_out=json_out)
+
+
+def _run_forge(forge, recorder, run_path: Path, *, rounds: int, verbosity: int, json_out: bool) -> ExitCode:
+    """Run the rounds with their progress shown, then the summary: written, and printed as asked."""
+    from kernelwright.cli.console import QUIET, LoopProgress, out_console, render_run, run_line
+    from kernelwright.engine import EngineError
+
     try:
-        with LoopProgress(err, cfg.rounds, verbosity) as progress:
+        with LoopProgress(err, rounds, verbosity) as progress:
             forge.on_progress = progress.update
             state = forge.run()
     except KeyboardInterrupt:
-        err.print(f"interrupted; the rounds so far are in {run_dir.path}", highlight=False)
+        err.print(f"interrupted; the rounds so far are in {run_path}", highlight=False)
         return ExitCode.INTERRUPTED
     except EngineError as exc:
         err.print(
-            f"[bold red]stopped:[/] {escape(str(exc))} (the rounds so far are in {run_dir.path})",
+            f"[bold red]stopped:[/] {escape(str(exc))} (the rounds so far are in {run_path})",
             highlight=False,
             soft_wrap=True,
         )
@@ -632,9 +590,9 @@ def run_optimize(
     if json_out:
         sys.stdout.write(json.dumps(summary, indent=2) + "\n")
     elif verbosity == QUIET:
-        out_console().print(run_line(summary, run_dir.path), highlight=False, soft_wrap=True, markup=False)
+        out_console().print(run_line(summary, run_path), highlight=False, soft_wrap=True, markup=False)
     else:
-        render_run(summary, run_dir.path, out_console())
+        render_run(summary, run_path, out_console())
     return ExitCode.OK if summary["state"] == "finished" else ExitCode.STOPPED
 
 

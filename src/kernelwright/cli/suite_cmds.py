@@ -18,7 +18,10 @@ import hashlib
 import re
 import time
 from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -35,8 +38,11 @@ from rich.progress import (
 )
 
 from kernelwright.cli.console import judge_defaults_warning
+from kernelwright.cli.entry import fail
+from kernelwright.cli.entry import settings as _settings
 from kernelwright.cli.exit_codes import ExitCode
-from kernelwright.cli.help import STORE_HELP, PlainGroup
+from kernelwright.cli.help import PlainGroup
+from kernelwright.cli.options import Config, Gpus, Quiet, RayAddress, StoreFile, SuiteOut, SuiteSandbox, Trials
 from kernelwright.core.config import EvalConfig
 
 app = typer.Typer(
@@ -47,11 +53,6 @@ app = typer.Typer(
 err = Console(stderr=True)
 
 _VERDICT_STYLE = {"passed": "green", "incorrect": "yellow", "format_error": "magenta"}
-
-
-def _fail(message: str) -> None:
-    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
-    raise typer.Exit(2)
 
 
 class RichSuiteProgress:
@@ -236,24 +237,6 @@ def _finish(
         raise typer.Exit(1)
 
 
-def _settings(config: Path | None, overrides: dict[str, dict]):
-    """Defaults < settings file < the options given (None: not given); a bad file is one line, exit 2."""
-    from kernelwright.core.settings_file import SettingsError, load_settings
-
-    def given(values: dict) -> dict:
-        out = {}
-        for k, v in values.items():
-            v = given(v) if isinstance(v, dict) else v
-            if v is not None and v != {}:
-                out[k] = v
-        return out
-
-    try:
-        return load_settings(config, {s: v for s, v in given(overrides).items() if v})
-    except SettingsError as exc:
-        _fail(str(exc))
-
-
 def _executor(kind: str, config: EvalConfig, gpus: str | None, ray_address: str | None, build_workers: int | None):
     """`--executor` and `--gpus` to an executor; a bad option is one line, exit 2."""
     from kernelwright.engine import EngineError
@@ -263,18 +246,7 @@ def _executor(kind: str, config: EvalConfig, gpus: str | None, ray_address: str 
     try:
         return make_executor(kind, config, parse_gpus(gpus), ray_address, build_workers=build_workers)
     except (ValueError, EngineError) as exc:
-        _fail(str(exc))
-
-
-def _config_option():
-    return typer.Option(
-        None,
-        "--config",
-        metavar="FILE",
-        dir_okay=False,
-        help="Settings file (default: the nearest kernelwright.toml, or pyproject.toml with "
-        "[tool.kernelwright], from the current directory up).",
-    )
+        fail(str(exc))
 
 
 def _console(json_out: bool, quiet: bool) -> Console:
@@ -282,6 +254,86 @@ def _console(json_out: bool, quiet: bool) -> Console:
     import io
 
     return Console(file=io.StringIO(), stderr=False) if (json_out or quiet) else Console(stderr=True)
+
+
+@dataclass
+class _Suite:
+    """A suite set up to run: its name, the executor its evaluations run on, the store that
+    records it and the folder of its run directories."""
+
+    name: str
+    executor: Any
+    db: Any
+    out_dir: Path
+    store_path: Path
+
+
+def _open_suite(
+    kind: str,
+    name: str,
+    problem_args: list[str],
+    *,
+    store: Path | None,
+    out: Path | None,
+    executor: Any,
+    candidates: str | None = None,
+    info: dict[str, Any],
+) -> _Suite:
+    """Open the store and register the suite in it (a rerun: checked to be the same suite); on a
+    failure the executor is closed and the error is one line, exit 2."""
+    from kernelwright.store.db import Store, StoreError
+    from kernelwright.suites.discovery import SuiteError
+    from kernelwright.suites.driver import register_suite
+
+    store_path = _store_path(store)
+    db = None
+    try:
+        db = Store.open(store_path)
+        out_dir = _out_dir(db, out, name)
+        register_suite(db, name, kind, problem_args, out_dir, candidates=candidates, info=info)
+    except (SuiteError, StoreError, ValueError) as exc:
+        executor.close()
+        if db is not None:
+            db.close()
+        fail(str(exc))
+    return _Suite(name, executor, db, out_dir, store_path)
+
+
+def _run_suite(
+    suite: _Suite,
+    run: Callable[[RichSuiteProgress], Any],
+    console: Console,
+    *,
+    json_out: bool,
+    quiet: bool,
+    extra: dict,
+) -> None:
+    """`run(progress)` under live progress, the executor closed after it; Ctrl-C: what the store
+    holds and exit 130; else the suite's summary (exit 1 when some problems could not run)."""
+    t0 = time.monotonic()
+    try:
+        interrupted = False
+        try:
+            with RichSuiteProgress(console) as progress:
+                outcome = run(progress)
+        except KeyboardInterrupt:
+            interrupted = True
+        finally:
+            _close(suite.executor, interrupted)
+        if interrupted:
+            _interrupted(suite.db, suite.name, console, t0)
+        _finish(
+            outcome,
+            suite.db,
+            suite.name,
+            Console(stderr=True) if quiet else console,
+            t0,
+            json_out=json_out,
+            quiet=quiet,
+            extra=extra,
+        )
+    finally:
+        suite.db.close()
 
 
 @app.command("eval")
@@ -299,13 +351,10 @@ def suite_eval(
     name: str = typer.Option(
         None, help="The suite's name in the store (default: from the arguments; a rerun skips what is finished)."
     ),
-    out: Path = typer.Option(
-        None,
-        help="Folder for the run directories (default: where the store says this suite's are, else runs/suites/NAME).",
-    ),
-    store: Path = typer.Option(None, metavar="FILE", help=STORE_HELP),
+    out: SuiteOut = None,
+    store: StoreFile = None,
     device: str = typer.Option(None, help="cuda, cpu, or auto (cuda when a GPU is visible; the default)."),
-    trials: int = typer.Option(None, help="Correctness trials per candidate (default 5)."),
+    trials: Trials = None,
     atol: float = typer.Option(None, help="Absolute tolerance (default 1e-3)."),
     rtol: float = typer.Option(None, help="Relative tolerance (default 1e-3)."),
     verdict: str = typer.Option(None, help="calibrated or strict (docs/VERDICTS.md; default calibrated)."),
@@ -323,17 +372,15 @@ def suite_eval(
         "--profile/--no-profile",
         help="Profile each correct candidate's kernels, with its roofline (kept in its eval.json; off by default).",
     ),
-    sandbox: str = typer.Option(None, help="auto, bwrap or none."),
+    sandbox: SuiteSandbox = None,
     executor: str = typer.Option(
         "local",
         "--executor",
         metavar="local|serial|ray",
         help="local (a worker per GPU, builds ahead on a CPU pool; the default), serial or ray.",
     ),
-    gpus: str = typer.Option(None, "--gpus", metavar="0,1,...", help="GPUs to use (default: every visible GPU)."),
-    ray_address: str = typer.Option(
-        None, "--ray-address", metavar="ADDR", help="Ray cluster to join (default: a local Ray)."
-    ),
+    gpus: Gpus = None,
+    ray_address: RayAddress = None,
     build_workers: int = typer.Option(
         None,
         "--build-workers",
@@ -344,18 +391,14 @@ def suite_eval(
         "--json",
         help="Print the suite's summary (metrics, every problem) as JSON on stdout, and nothing else there.",
     ),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="One line at the end; no live progress."),
-    config: Path = _config_option(),  # noqa: B008
+    quiet: Quiet = False,
+    config: Config = None,
 ) -> None:
     """Evaluate existing candidates for every problem of a suite, with no model at all."""
-    from kernelwright.engine import EngineError
-    from kernelwright.engine.config_resolution import resolve_config
-    from kernelwright.store.db import Store, StoreError
-    from kernelwright.suites import discovery
-    from kernelwright.suites.driver import register_suite, run_eval_suite
+    from kernelwright.suites.driver import run_eval_suite
 
     if len(paths) < 2:
-        _fail("suite eval needs PROBLEMS and CANDIDATES; e.g. kernelwright suite eval KernelBench/level1 my_kernels/")
+        fail("suite eval needs PROBLEMS and CANDIDATES; e.g. kernelwright suite eval KernelBench/level1 my_kernels/")
     problem_args, cand_arg = paths[:-1], paths[-1]
     settings = _settings(
         config,
@@ -376,7 +419,57 @@ def suite_eval(
     cfg = settings.eval
     if not settings.given("eval.profile.roofline"):  # evidence only where asked (--profile)
         cfg.profile.roofline = cfg.profile.enabled
-    ex = None
+    problems, pairs, missing, cfg = _eval_pairs(problem_args, cand_arg, only, skip, cfg)
+    name = name or default_name("eval", problem_args, cand_arg)
+    if build_workers is None and executor == "serial":
+        import os
+
+        build_workers = max(1, min(4, (os.cpu_count() or 1) // 4))
+    ex = _executor(executor, cfg, gpus, ray_address, build_workers)  # a bad option: one line, before any write
+    info = {
+        "device": cfg.device,
+        "trials": cfg.trials,
+        "atol": cfg.atol,
+        "rtol": cfg.rtol,
+        "verdict": cfg.verdict,
+        "executor": executor,
+        "missing": [{"problem": p.name, "level": p.level} for p in missing],
+    }
+    suite = _open_suite("eval", name, problem_args, store=store, out=out, executor=ex, candidates=cand_arg, info=info)
+    console = _console(json_out, quiet)
+    console.print(
+        f"[bold]suite eval[/] {name}: {len(pairs)} candidates for {len(problems)} problems"
+        + (f" ({len(missing)} with no candidate)" if missing else "")
+        + f" on {cfg.device}, executor {executor} → {suite.out_dir}, store {suite.store_path}",
+        highlight=False,
+        soft_wrap=True,
+    )
+    _run_suite(
+        suite,
+        lambda progress: run_eval_suite(
+            pairs,
+            name=name,
+            out_dir=suite.out_dir,
+            store=suite.db,
+            config=cfg,
+            executor=ex,
+            build_workers=build_workers or 0,
+            progress=progress,
+        ),
+        console,
+        json_out=json_out,
+        quiet=quiet,
+        extra={"executor": executor, "missing": [p.key for p in missing]},
+    )
+
+
+def _eval_pairs(problem_args: list[str], cand_arg: str, only, skip, cfg: EvalConfig):
+    """The problems, the (problem, candidate) pairs, the problems with no candidate, and the
+    configuration with "auto" resolved; a suite that cannot be set up is one line, exit 2."""
+    from kernelwright.engine import EngineError
+    from kernelwright.engine.config_resolution import resolve_config
+    from kernelwright.suites import discovery
+
     try:
         problems = discovery.discover(problem_args, only, skip)
         pairs, missing = discovery.match(problems, discovery.load_candidates(cand_arg))
@@ -385,79 +478,9 @@ def suite_eval(
                 f"no candidate in {cand_arg} matches any of the {len(problems)} problems; "
                 "name candidate files like the problems (19_ReLU.py) or pass a mapping file"
             )
-        cfg = resolve_config(cfg)
-        name = name or default_name("eval", problem_args, cand_arg)
-        if build_workers is None and executor == "serial":
-            import os
-
-            build_workers = max(1, min(4, (os.cpu_count() or 1) // 4))
-        store_path = _store_path(store)
-        ex = _executor(executor, cfg, gpus, ray_address, build_workers)  # a bad option: one line, before any write
-        db = Store.open(store_path)
-        out_dir = _out_dir(db, out, name)
-        register_suite(
-            db,
-            name,
-            "eval",
-            problem_args,
-            out_dir,
-            candidates=cand_arg,
-            info={
-                "device": cfg.device,
-                "trials": cfg.trials,
-                "atol": cfg.atol,
-                "rtol": cfg.rtol,
-                "verdict": cfg.verdict,
-                "executor": executor,
-                "missing": [{"problem": p.name, "level": p.level} for p in missing],
-            },
-        )
-    except (discovery.SuiteError, EngineError, StoreError, ValueError) as exc:
-        if ex is not None:
-            ex.close()
-        _fail(str(exc))
-        return
-    console = _console(json_out, quiet)
-    console.print(
-        f"[bold]suite eval[/] {name}: {len(pairs)} candidates for {len(problems)} problems"
-        + (f" ({len(missing)} with no candidate)" if missing else "")
-        + f" on {cfg.device}, executor {executor} → {out_dir}, store {store_path}",
-        highlight=False,
-        soft_wrap=True,
-    )
-    t0 = time.monotonic()
-    try:
-        interrupted = False
-        try:
-            with RichSuiteProgress(console) as progress:
-                outcome = run_eval_suite(
-                    pairs,
-                    name=name,
-                    out_dir=out_dir,
-                    store=db,
-                    config=cfg,
-                    executor=ex,
-                    build_workers=build_workers or 0,
-                    progress=progress,
-                )
-        except KeyboardInterrupt:
-            interrupted = True
-        finally:
-            _close(ex, interrupted)
-        if interrupted:
-            _interrupted(db, name, console, t0)
-        _finish(
-            outcome,
-            db,
-            name,
-            Console(stderr=True) if quiet else console,
-            t0,
-            json_out=json_out,
-            quiet=quiet,
-            extra={"executor": executor, "missing": [p.key for p in missing]},
-        )
-    finally:
-        db.close()
+        return problems, pairs, missing, resolve_config(cfg)
+    except (discovery.SuiteError, EngineError, ValueError) as exc:
+        fail(str(exc))
 
 
 @app.command("optimize")
@@ -477,11 +500,8 @@ def suite_optimize(
     name: str = typer.Option(
         None, help="The suite's name in the store (default: from the arguments; a rerun continues it)."
     ),
-    out: Path = typer.Option(
-        None,
-        help="Folder for the run directories (default: where the store says this suite's are, else runs/suites/NAME).",
-    ),
-    store: Path = typer.Option(None, metavar="FILE", help=STORE_HELP),
+    out: SuiteOut = None,
+    store: StoreFile = None,
     backend: str = typer.Option(None, help="cuda, triton or cpp (default: cuda on a GPU, cpp on the CPU)."),
     device: str = typer.Option(None, help="cuda, cpu, or auto (the default)."),
     base_url: str = typer.Option(None, "--base-url", help="OpenAI-compatible endpoint."),
@@ -492,11 +512,11 @@ def suite_optimize(
     ),
     max_tokens: int = typer.Option(None, "--max-tokens", help="Token budget per problem."),
     max_cost: float = typer.Option(None, "--max-cost", help="Cost budget per problem, USD."),
-    trials: int = typer.Option(None, help="Correctness trials per candidate (default 5)."),
+    trials: Trials = None,
     profile: bool = typer.Option(
         None, "--profile/--no-profile", help="Profile correct candidates for the Judge (on by default)."
     ),
-    sandbox: str = typer.Option(None, help="auto, bwrap or none."),
+    sandbox: SuiteSandbox = None,
     retries: int = typer.Option(None, help="Attempts per model call (default 5)."),
     request_timeout: float = typer.Option(
         None, "--request-timeout", help="Seconds one model request may take (default 600)."
@@ -507,26 +527,19 @@ def suite_optimize(
         metavar="serial|local|ray",
         help="serial (the default), local (a worker per GPU of this machine) or ray.",
     ),
-    gpus: str = typer.Option(None, "--gpus", metavar="0,1,...", help="GPUs to use (default: every visible GPU)."),
-    ray_address: str = typer.Option(
-        None, "--ray-address", metavar="ADDR", help="Ray cluster to join (default: a local Ray)."
-    ),
+    gpus: Gpus = None,
+    ray_address: RayAddress = None,
     parallel: int = typer.Option(
         None, "--parallel", help="Problems optimised at once (default: one per GPU worker of the executor)."
     ),
     json_out: bool = typer.Option(
         False, "--json", help="Print the suite's summary as JSON on stdout, and nothing else there."
     ),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="One line at the end; no live progress."),
-    config: Path = _config_option(),  # noqa: B008
+    quiet: Quiet = False,
+    config: Config = None,
 ) -> None:
     """Run the forge loop (Coder, engine, Judge) on every problem of a suite."""
-    from kernelwright.engine import EngineError
-    from kernelwright.engine.config_resolution import resolve_config
-    from kernelwright.models import ModelSetupError, resolve_model
-    from kernelwright.store.db import Store, StoreError
-    from kernelwright.suites import discovery
-    from kernelwright.suites.driver import register_suite, run_optimize_suite
+    from kernelwright.suites.driver import run_optimize_suite
 
     settings = _settings(
         config,
@@ -550,10 +563,70 @@ def suite_optimize(
             },
         },
     )
-    cfg, eval_cfg, model_cfg = settings.loop, settings.eval, settings.loop.model
     if parallel is not None and parallel < 1:
-        _fail(f"--parallel must be at least 1 (got {parallel})")
-    ex = None
+        fail(f"--parallel must be at least 1 (got {parallel})")
+    cfg, model_cfg, asked_sandbox = settings.loop, settings.loop.model, settings.eval.sandbox
+    problems, eval_cfg, coder_model, judge_model = _optimize_setup(problems_args, only, skip, settings)
+    name = name or default_name("optimize", problems_args)
+    ex = _executor(executor, eval_cfg, gpus, ray_address, None)  # a bad option: one line, before any write
+    run_info = {
+        "coder": coder_model.name,
+        "judge": judge_model.name,
+        "backend": cfg.backend,
+        "device": eval_cfg.device,
+        "round_limit": cfg.rounds,
+        "trials": eval_cfg.trials,
+        "profile": "auto" if cfg.profile else "off",
+        "sandbox": asked_sandbox,  # the suite records what was asked; its evaluations, what ran
+        "executor": executor,
+    }
+    suite = _open_suite("optimize", name, problems_args, store=store, out=out, executor=ex, info=run_info)
+    console = _console(json_out, quiet)
+    parallel = parallel or len(getattr(ex, "_slots", [])) or 1
+    console.print(
+        f"[bold]suite optimize[/] {name}: {len(problems)} problems, coder {coder_model.name}, judge "
+        f"{judge_model.name}, {cfg.rounds} rounds each, on {eval_cfg.device}, executor {executor} "
+        f"({parallel} at once) → {suite.out_dir}, store {suite.store_path}",
+        highlight=False,
+        soft_wrap=True,
+    )
+    warning = judge_defaults_warning(model_cfg.coder, model_cfg.judge)
+    if warning:
+        console.print(f"[yellow]{escape(warning)}[/]", highlight=False, soft_wrap=True)
+    _run_suite(
+        suite,
+        lambda progress: run_optimize_suite(
+            problems,
+            name=name,
+            out_dir=suite.out_dir,
+            store=suite.db,
+            eval_config=eval_cfg,
+            loop_config=cfg,
+            coder=coder_model,
+            judge=judge_model,
+            device=eval_cfg.device,
+            run_info=run_info,
+            progress=progress,
+            executor=ex,
+            parallel=parallel,
+        ),
+        console,
+        json_out=json_out,
+        quiet=quiet,
+        extra={"executor": executor},
+    )
+
+
+def _optimize_setup(problems_args: list[str], only, skip, settings):
+    """The problems, the evaluation's configuration with "auto" resolved, the Coder and the Judge;
+    the loop's settings checked (its backend chosen for the device where none was given). A suite
+    that cannot be set up is one line, exit 2."""
+    from kernelwright.engine import EngineError
+    from kernelwright.engine.config_resolution import resolve_config
+    from kernelwright.models import ModelSetupError, resolve_model
+    from kernelwright.suites import discovery
+
+    cfg, eval_cfg, model_cfg = settings.loop, settings.eval, settings.loop.model
     try:
         if not model_cfg.coder:
             raise ValueError(
@@ -562,89 +635,12 @@ def suite_optimize(
             )
         problems = discovery.discover(problems_args, only, skip)
         eval_cfg.profile.enabled = cfg.profile  # the Judge's evidence (the roofline stays on, as its default)
-        asked_sandbox = eval_cfg.sandbox  # the suite records what was asked; its evaluations, what ran
         eval_cfg = resolve_config(eval_cfg)
         if not settings.given("loop.backend"):
             cfg.backend = "cpp" if eval_cfg.device == "cpu" else "cuda"
         cfg.validate()
         coder_model = resolve_model(model_cfg.coder, "coder", model_cfg)
         judge_model = resolve_model(model_cfg.judge or model_cfg.coder, "judge", model_cfg)
-        name = name or default_name("optimize", problems_args)
-        store_path = _store_path(store)
-        ex = _executor(executor, eval_cfg, gpus, ray_address, None)  # a bad option: one line, before any write
-        db = Store.open(store_path)
-        out_dir = _out_dir(db, out, name)
-        run_info = {
-            "coder": coder_model.name,
-            "judge": judge_model.name,
-            "backend": cfg.backend,
-            "device": eval_cfg.device,
-            "round_limit": cfg.rounds,
-            "trials": eval_cfg.trials,
-            "profile": "auto" if cfg.profile else "off",
-            "sandbox": asked_sandbox,
-            "executor": executor,
-        }
-        register_suite(db, name, "optimize", problems_args, out_dir, info=run_info)
-    except (
-        discovery.SuiteError,
-        EngineError,
-        StoreError,
-        ModelSetupError,
-        ValueError,
-    ) as exc:
-        if ex is not None:
-            ex.close()
-        _fail(str(exc))
-        return
-    console = _console(json_out, quiet)
-    t0 = time.monotonic()
-    try:
-        workers = len(getattr(ex, "_slots", [])) or 1
-        parallel = parallel or workers
-        console.print(
-            f"[bold]suite optimize[/] {name}: {len(problems)} problems, coder {coder_model.name}, judge "
-            f"{judge_model.name}, {cfg.rounds} rounds each, on {eval_cfg.device}, executor {executor} "
-            f"({parallel} at once) → {out_dir}, store {store_path}",
-            highlight=False,
-            soft_wrap=True,
-        )
-        warning = judge_defaults_warning(model_cfg.coder, model_cfg.judge)
-        if warning:
-            console.print(f"[yellow]{escape(warning)}[/]", highlight=False, soft_wrap=True)
-        interrupted = False
-        try:
-            with RichSuiteProgress(console) as progress:
-                outcome = run_optimize_suite(
-                    problems,
-                    name=name,
-                    out_dir=out_dir,
-                    store=db,
-                    eval_config=eval_cfg,
-                    loop_config=cfg,
-                    coder=coder_model,
-                    judge=judge_model,
-                    device=eval_cfg.device,
-                    run_info=run_info,
-                    progress=progress,
-                    executor=ex,
-                    parallel=parallel,
-                )
-        except KeyboardInterrupt:
-            interrupted = True
-        finally:
-            _close(ex, interrupted)
-        if interrupted:
-            _interrupted(db, name, console, t0)
-        _finish(
-            outcome,
-            db,
-            name,
-            Console(stderr=True) if quiet else console,
-            t0,
-            json_out=json_out,
-            quiet=quiet,
-            extra={"executor": executor},
-        )
-    finally:
-        db.close()
+    except (discovery.SuiteError, EngineError, ModelSetupError, ValueError) as exc:
+        fail(str(exc))
+    return problems, eval_cfg, coder_model, judge_model
