@@ -371,16 +371,16 @@ class _Stage:
                 "skipped output is wrong, and so is one still being computed when the window closed)"
             )
         c, ref = _stats(self.cand_ms, 1), _stats(self.ref_ms, 1)
-        if c.median_ms <= 0 and self.bad:
-            # no time inside the judge's span and wrong slots: work done outside the window (before
-            # its inputs landed, or after the commit read the outputs); the wrong outputs are the verdict
-            return
-        if c.median_ms <= 0:
+        if c.median_ms <= 0 and not self.bad:
             out.failure = TimingFailure(
                 Status.RUNTIME_ERROR, "The candidate's timing windows measured no time", stop=False
             )
             return
-        out.candidate, out.reference = c, ref
+        if c.median_ms > 0:
+            out.candidate, out.reference = c, ref
+        # (else no time inside the judge's span, and wrong slots: work done outside the window, before
+        # its inputs landed or after the commit read its outputs. The wrong outputs are the verdict,
+        # `timed_output_mismatch`; the stage's evidence is still recorded below, and no speed-up.)
         launch: dict[str, Any] = {}
         if self.clocked and not timer.as_launched:
             rows = [
