@@ -222,7 +222,7 @@ def unresolved(judge_ms: list[float], runner_ms: list[float], factor: float) -> 
     if m <= factor:
         return ""
     return (
-        f"the judge's windows gave the candidate {m:.2g}x the time its own calls took (more than {factor:g}x): "
+        f"the judge's windows gave the candidate {m:.3g}x the time its own calls took (more than {factor:g}x): "
         "what a window costs besides the calls did not all come off, so the speed-up is not resolved; "
         "larger inputs (more work a call) or a quieter machine resolve it"
     )
