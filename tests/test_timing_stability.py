@@ -98,6 +98,23 @@ def test_a_runner_that_claims_slower_calls_than_the_judge_saw_gains_no_trust_fro
     assert stability.unresolved([0.01, 0.01], [1.0, 1.0], factor=1.25) == ""
 
 
+def test_windows_whose_speedups_drift_apart_are_not_one_figure():
+    # each side steady enough alone (p90/p10 under 2), but the machine's other work fell on the
+    # candidate's windows: 0.49x to 0.88x from one window to the next (a quiet 2-core VM, the
+    # reference against itself, 2026-11-28)
+    ref = [0.21, 0.20, 0.21, 0.20, 0.21]
+    cand = [0.24, 0.41, 0.26, 0.30, 0.24]
+    assert all(stability.band(x) < 2 for x in (ref, cand))
+    why = stability.ratio_spread(ref, cand, limit=1.25)
+    assert "spread from 0.488x to 0.875x" in why and "not one figure" in why
+
+
+def test_windows_whose_speedups_agree_are_one_figure():
+    assert stability.ratio_spread([1.0, 1.1, 0.9, 1.0], [0.50, 0.54, 0.46, 0.51], limit=1.25) == ""  # 1.96-2.04x
+    assert stability.ratio_spread([1.0, 2.0], [1.0, 1.0], limit=1.25) == ""  # two windows: too few to tell
+    assert stability.ratio_spread([1.0, 2.0, 3.0], [1.0, 1.0, 1.0], limit=0) == ""  # the check off
+
+
 def test_an_unstable_attempt_is_repeated_with_a_wider_budget_and_the_stable_one_kept():
     calls = []
 

@@ -78,6 +78,10 @@ class TimingConfig:
     # twice must read (the same calls also run 5-15% slower in the runner's process than in the judge's
     # on a quiet 2-core CPU, which the judge cannot see)
     max_unresolved: float = 1.1
+    # on the judge's wall clock, the speed-up of each window (the reference's window over the
+    # candidate's beside it) may spread by this p90/p10 at most: a figure that moves more from one
+    # window to the next is not resolved to the 0.8-1.25x an identical candidate must read (0: no check)
+    max_ratio_spread: float = 1.25
     # The judge's clock (engine/child/timing/): windows of back-to-back calls on fresh inputs.
     windows: int = 5  # timed windows of each side (after one warm-up window)
     window_ms: float = 25.0  # the reference work one window aims at (sets = window_ms / reference time)

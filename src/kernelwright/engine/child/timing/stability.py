@@ -228,6 +228,24 @@ def unresolved(judge_ms: list[float], runner_ms: list[float], factor: float) -> 
     )
 
 
+def ratio_spread(reference_ms: list[float], candidate_ms: list[float], limit: float) -> str:
+    """Why the windows' speed-ups do not agree ('' if they do): each timed window's speed-up (the
+    reference's window over the candidate's beside it, the same draw) and their p90/p10. Each side
+    alone can look steady while the two drift apart from one window to the next (the machine's
+    other work falls on one side's windows); a speed-up that moves more than `limit` between
+    windows is not one figure."""
+    ratios = sorted(r / c for r, c in zip(reference_ms, candidate_ms, strict=True) if r > 0 and c > 0)
+    if limit <= 0 or len(ratios) < 3:
+        return ""
+    w = band(ratios)
+    if w <= limit:
+        return ""
+    return (
+        f"the windows' speed-ups spread from {ratios[0]:.3g}x to {ratios[-1]:.3g}x (p90/p10 = {w:.3g}, more than "
+        f"{limit:g}): the speed-up is not one figure; time on an idle machine"
+    )
+
+
 def load_problems(load: LoadFacts, cfg: TimingConfig, on_gpu: bool) -> list[str]:
     """Reasons found in the machine: other processes on our cores or our GPU, clocks below their maximum."""
     reasons = []
