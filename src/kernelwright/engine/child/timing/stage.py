@@ -417,8 +417,7 @@ class _Stage:
             why = stability.unresolved(judged, said, cfg.max_unresolved)
             if why:
                 reasons.append(why)
-            # (the first window of each side is its warm-up in the statistics: left out here too)
-            why = stability.ratio_spread(self.ref_ms[1:], self.cand_ms[1:], cfg.max_ratio_spread)
+            why = stability.ratio_spread(self.ref_ms, self.cand_ms, cfg.max_ratio_spread)  # (timed windows only)
             if why:
                 reasons.append(why)
         if reasons:
