@@ -100,8 +100,7 @@ def test_a_runner_that_claims_slower_calls_than_the_judge_saw_gains_no_trust_fro
 
 def test_windows_whose_speedups_drift_apart_are_not_one_figure():
     # each side steady enough alone (p90/p10 under 2), but the machine's other work fell on the
-    # candidate's windows: 0.49x to 0.88x from one window to the next (a quiet 2-core VM, the
-    # reference against itself, 2026-11-28)
+    # candidate's windows: 0.49x to 0.88x from one window to the next (the reference against itself)
     ref = [0.21, 0.20, 0.21, 0.20, 0.21]
     cand = [0.24, 0.41, 0.26, 0.30, 0.24]
     assert all(stability.band(x) < 2 for x in (ref, cand))

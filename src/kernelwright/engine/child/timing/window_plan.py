@@ -75,8 +75,8 @@ def plan(
     inputs' region, and the reference's staging region while its window runs) and its output eight
     times (the reference's, its copy out of the staging region, the ring, the snapshot, the runner's
     own, and what the caching allocators of the judge and the runner keep of the reference's first
-    attempt, its temporaries and the last window's blocks). With two and six, a window of 92 sets
-    of `examples/cuda_swish` (128 MiB in and out) ran out of an idle H200's memory."""
+    attempt, its temporaries and the last window's blocks). Counted lower, a memory-bound window
+    outgrows the device and is halved after the fact (`out_of_memory`)."""
     want = max(2, math.ceil(window_ms / max(est_ms, 1e-4)))
     per_set = 4 * set_bytes + 8 * out_bytes
     fit = max(1, budget_bytes // max(per_set, 1))
