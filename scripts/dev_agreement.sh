@@ -22,14 +22,16 @@ if [ -z "${KW_SKIP_IND:-}" ]; then
 else
     cp .agree/independent.jsonl "$OUT/"
 fi
-# a run's name says how it runs: alone* (`eval` per pair), *g1* (`suite eval --gpus 0`; else every
-# GPU), *fresh* (an empty build cache of its own; else the one the runs before it filled)
+# a run's name says how it runs: alone* (`eval` per pair), *g1* (`suite eval --gpus 0`), *g2*
+# (`--gpus 0,1`; else every GPU), *fresh* (an empty build cache of its own; else the one the runs before it filled)
 for name in ${KW_NAMES-suite1}; do
     extra=()
-    case "$name" in *g1*) extra+=(--gpus 0) ;; esac
+    case "$name" in *g1*) extra+=(--gpus 0) ;; *g2*) extra+=(--gpus 0,1) ;; esac
     cache=/tmp/kw-agree-cache
     case "$name" in *fresh*) cache=/tmp/kw-agree-cache-$name ;; esac
     t0=$SECONDS
+    # the suite is stopped as Ctrl-C stops it 30 s before the hard limit, so its records and accounting stay
+    export KW_SUITE_LIMIT=$((${KW_KW_LIMIT:-320} - 30))
     case "$name" in
     alone*) OUT=$OUT/x KERNELWRIGHT_CACHE=$cache timeout "${KW_KW_LIMIT:-320}" python3 benchmarks/timer_agreement.py kernelwright .corpus "${SEL[@]}" --alone --name "$name" --out "$OUT" --only-timed ${KW_ALONE_ARGS:-} >"$OUT/x/$name.log" 2>&1 ;;
     *) OUT=$OUT/x KERNELWRIGHT_CACHE=$cache timeout "${KW_KW_LIMIT:-320}" python3 benchmarks/timer_agreement.py kernelwright .corpus "${SEL[@]}" --name "$name" --out "$OUT" --only-timed -- "${extra[@]}" >"$OUT/x/$name.log" 2>&1 ;;

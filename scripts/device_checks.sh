@@ -4,6 +4,7 @@
 #
 #   bash scripts/device_checks.sh handoff   # ~6 min: device hand-off tests, overhead with and without it
 #   bash scripts/device_checks.sh suite2    # ~8 min on two GPUs: the same suite (Mamba-2's tests aside), half of the files on each GPU
+#   bash scripts/device_checks.sh suiteall  # the same over every GPU (~4 min on four); KW_THEN: a command after it, in KW_THEN_LIMIT s
 #   bash scripts/device_checks.sh suite     # ~15 min: the whole gpu suite, 4 workers (8 ran the judges out of device memory; KW_PYTEST_ARGS: more pytest arguments, e.g. --ignore=tests/test_mamba2_gpu.py)
 #   bash scripts/device_checks.sh mamba     # >10 min now: Mamba-2 gpu tests, paths $KW_PATHS (2,5) at l2048, the side-by-side benchmark
 #                                           #   (mamba-tests: the first two only, ~5 min; mamba-bench: the benchmark only, ~9 min;
@@ -116,16 +117,22 @@ suite)
     grep -E "timer_escape|FAILED|ERROR" "$OUT/gpu_suite.log" | head -40 >"$OUT/gpu_suite_failures.txt"
     grep -cE " PASSED " "$OUT/gpu_suite.log" >"$OUT/gpu_suite_passed_count.txt"
     ;;
-suite2)  # the gpu suite over two GPUs: two pytest runs side by side, each on one GPU with its own
-    # build cache, the files dealt out alternately (heaviest first); Mamba-2's tests left to `mamba`
+suite2|suiteall)  # the gpu suite over every GPU: one pytest run per GPU side by side, each with its
+    # own build cache, the files dealt out in turn (heaviest first); Mamba-2's tests left to `mamba`
+    NG=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+    [ "$MODE" = suite2 ] && NG=$((NG < 2 ? NG : 2))
+    NG=$((NG > 0 ? NG : 1))
     mapfile -t files < <(grep -l "mark.gpu" tests/test_*.py | grep -v mamba2 | xargs wc -c | sort -rn | awk '$2 != "total" {print $2}')
-    half0=() half1=()
-    for i in "${!files[@]}"; do if ((i % 2)); then half1+=("${files[$i]}"); else half0+=("${files[$i]}"); fi; done
-    CUDA_VISIBLE_DEVICES=0 KW_TEST_CACHE=/tmp/kwc0 step gpu_suite0 "${KW_SUITE_LIMIT:-540}" python3 -m pytest -m gpu -n "${KW_WORKERS:-4}" -v -p no:cacheprovider --durations=15 "${half0[@]}" &
-    CUDA_VISIBLE_DEVICES=1 KW_TEST_CACHE=/tmp/kwc1 step gpu_suite1 "${KW_SUITE_LIMIT:-540}" python3 -m pytest -m gpu -n "${KW_WORKERS:-4}" -v -p no:cacheprovider --durations=15 "${half1[@]}" &
+    for ((g = 0; g < NG; g++)); do
+        share=()
+        for i in "${!files[@]}"; do ((i % NG == g)) && share+=("${files[$i]}"); done
+        CUDA_VISIBLE_DEVICES=$g KW_TEST_CACHE=/tmp/kwc$g step gpu_suite$g "${KW_SUITE_LIMIT:-540}" \
+            python3 -m pytest -m gpu -n "${KW_WORKERS:-4}" -v -p no:cacheprovider --durations=15 "${share[@]}" &
+    done
     wait
-    grep -hE "timer_escape|FAILED|ERROR" "$OUT"/gpu_suite[01].log | head -40 >"$OUT/gpu_suite_failures.txt"
-    tail -n 3 "$OUT"/gpu_suite[01].log
+    grep -hE "timer_escape|FAILED|ERROR" "$OUT"/gpu_suite[0-9].log | head -40 >"$OUT/gpu_suite_failures.txt"
+    tail -qn 1 "$OUT"/gpu_suite[0-9].log
+    [ -n "${KW_THEN:-}" ] && step then "${KW_THEN_LIMIT:-200}" bash -c "$KW_THEN"  # e.g. the stuck benchmark after it
     ;;
 mamba|mamba-tests|mamba-bench|mamba-final)  # mamba_ssm's pure-Python wheel (see benchmarks/mamba2_ssd.py), carried in .scratch/mamba/whl
     if ls .scratch/mamba/whl/*.whl >/dev/null 2>&1; then
