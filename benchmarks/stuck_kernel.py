@@ -56,8 +56,10 @@ from torch.utils.cpp_extension import load_inline
 
 cuda = r"""
 __global__ void spin(float* y, const float* x, int n) {
-    volatile int go = 1;
-    while (go) { }
+    // a volatile read of an input the compiler cannot see through: equal to itself for ever
+    // (a volatile local, `while (go)`, was compiled into a kernel that returned)
+    const volatile float* vx = x;
+    while (vx[0] == vx[0]) { }
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] = fmaxf(x[i], 0.f) + 1.f;
 }
