@@ -393,6 +393,28 @@ def _dist(ratios: list[float]) -> dict:
     }
 
 
+SMALL_MS = 0.1  # a reference under this (do_bench) is a small problem: its calls' launch costs show
+
+
+def _pooled(per_pair: dict[str, dict], ind: dict) -> dict:
+    """Each candidate passed in any run, once: the median of its runs' speed-ups over the
+    independent one, for every candidate, the small problems and the rest."""
+    out: dict = {}
+    for method in ("do_bench", "b2b"):
+        groups: dict[str, list[float]] = {"all": [], f"under {SMALL_MS} ms": [], f"{SMALL_MS} ms or more": []}
+        for pair, runs in per_pair.items():
+            ratios = [r for k in runs.values() if (r := _ratio(k, ind[pair], method))]
+            if not ratios:
+                continue
+            r = statistics.median(ratios)
+            ref = ind[pair].get("reference", {}).get("do_bench_ms") or 0.0
+            groups["all"].append(r)
+            groups[f"under {SMALL_MS} ms" if ref < SMALL_MS else f"{SMALL_MS} ms or more"].append(r)
+        for size, ratios in groups.items():
+            out[f"{method}:{size}"] = _dist(ratios)
+    return out
+
+
 def report(out: Path, names: list[str]) -> dict:
     ind = {}
     for line in (out / "independent.jsonl").read_text().splitlines():
@@ -421,6 +443,22 @@ def report(out: Path, names: list[str]) -> dict:
         lines.append("")
         for k in passed:
             per_pair.setdefault(k["pair"], {})[name] = k
+    pooled = _pooled(per_pair, ind)
+    result["pooled"] = pooled
+    lines += [
+        "## Every candidate once (the median of its runs' speed-ups), by the reference's do_bench time",
+        "",
+        "| against | reference | n | geomean | median abs dev | within 5% | within 10% | beyond 25% | range |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for key, d in pooled.items():
+        if d["n"]:
+            method, size = key.split(":")
+            lines.append(
+                f"| {method} | {size} | {d['n']} | {d['geomean']} | {d['median_abs_dev']} | {d['within_5pct']} | "
+                f"{d['within_10pct']} | {d['beyond_25pct']} | {d['range'][0]}-{d['range'][1]} |"
+            )
+    lines.append("")
     spreads = sorted(
         max(sp) / min(sp) - 1
         for runs in per_pair.values()

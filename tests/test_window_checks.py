@@ -112,6 +112,24 @@ def test_a_second_look_grows_the_windows_only_where_the_first_was_far_off():
     assert window_plan.regrow(p, candidate_ms=0.1, window_ms=25, min_factor=1.5) and p.calls == 85
 
 
+def test_windows_that_cannot_be_queued_whole_halve_down_to_a_floor_and_never_grow_back():
+    """A small launch-bound problem (several kernels a call, 256 calls: more launches than the
+    device's queue holds) is timed as launched unless its windows shrink until they queue whole."""
+    from kernelwright.engine.child.timing import window_plan
+
+    p = window_plan.plan(0.01, 1 << 10, 1 << 10, 1 << 30, 25, 5, 256)
+    assert p.calls == 256
+    sizes = []
+    while window_plan.fit_queue(p, "the reference"):
+        sizes.append(p.calls)
+        assert p.warmup_calls == p.calls == p.limit  # the next warm-up is the shorter window
+    assert sizes == [128, 64, 32, 16] and "could not queue" in p.reasons[-1]
+    assert not window_plan.fit_queue(p, "the candidate") and p.calls == window_plan.QUEUE_MIN_CALLS
+    assert not window_plan.regrow(p, candidate_ms=0.001, window_ms=25) and p.calls == 16  # capped by its limit
+    few = window_plan.plan(2.0, 1 << 10, 1 << 10, 1 << 30, 25, 5, 256)
+    assert few.calls == 13 and not window_plan.fit_queue(few, "the candidate") and few.calls == 13
+
+
 def test_an_allocation_refused_by_the_driver_or_torch_isout_of_memory():
     from kernelwright.engine.child.device_handoff import Unavailable
     from kernelwright.engine.child.timing.window_plan import out_of_memory

@@ -40,6 +40,7 @@ from kernelwright.engine.child.timing.window_plan import (
     Plan,
     budget_bytes,
     ceiling,
+    fit_queue,
     out_of_memory,
     plan,
     regrow,
@@ -232,6 +233,11 @@ class _Stage:
                 if not warm:
                     self.comp_ms.append(t_ms)
             if warm:
+                side = self.unqueued()
+                if side and fit_queue(plan_, side):
+                    timer.requeue()
+                    warmups += 1  # the shorter windows warmed up, and looked at, once more
+                    continue
                 again = warmups == 2 and self.on_gpu
                 # sized by the faster of the two windows' per-call times: the reference's own window
                 # (trusted) corrects an estimate that a burst of load, or first calls, made too long
@@ -243,6 +249,18 @@ class _Stage:
                 continue
             self.keep(w)
             del w
+
+    def unqueued(self) -> str:
+        """On the device clock, the side whose last window could not be queued whole before the
+        device began on it ("" where both were, or off the device clock)."""
+        timer = self.timer
+        if not self.clocked:
+            return ""
+        if timer.as_launched or not timer.ref_queued:
+            return "the reference"
+        if timer.clock is not None and timer.clock.queued_ms is None:
+            return "the candidate"
+        return ""
 
     def one_round(self, warm: bool) -> tuple[_Round, float]:
         """A reference window, the judge's measures of a window's own costs, the candidate's window

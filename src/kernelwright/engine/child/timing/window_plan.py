@@ -1,5 +1,5 @@
-"""How many sets a window holds and how many windows run (`plan`, `regrow`, from the memory at
-hand: `budget_bytes`), and how much of a window's own cost may come off it (`Measures`, `ceiling`).
+"""How many sets a window holds and how many windows run (`plan`, `regrow`, `fit_queue`, from the
+memory at hand: `budget_bytes`), and how much of a window's own cost may come off it (`Measures`, `ceiling`).
 """
 
 from __future__ import annotations
@@ -58,6 +58,27 @@ def regrow(plan: Plan, candidate_ms: float, window_ms: float, min_factor: float 
         f"{plan.calls} had been planned from the reference's time)"
     )
     plan.calls = grown
+    return True
+
+
+QUEUE_MIN_CALLS = 16  # the fewest sets `fit_queue` leaves a window (on the device clock a window's
+# own costs come off as calibrated, so a short window loses no accuracy to them)
+
+
+def fit_queue(plan: Plan, side: str, min_calls: int = QUEUE_MIN_CALLS) -> bool:
+    """After a warm-up window on the device clock that `side` could not queue whole before the
+    device began on it (more launches than the device's launch queue holds, or a host slower than
+    the head start allows): half as many sets per window, at least `min_calls`, so that the timed
+    windows are queued whole and timed as the device runs them, not as the host launches them.
+    True when they shrank; False at `min_calls` (the stage is then timed as launched)."""
+    if plan.calls <= min_calls:
+        return False
+    plan.calls = plan.limit = max(min_calls, plan.calls // 2)
+    plan.warmup_calls = plan.calls
+    plan.reasons.append(
+        f"{plan.calls} sets per window ({side} could not queue a window twice as long whole "
+        "before the device began on it)"
+    )
     return True
 
 

@@ -160,6 +160,11 @@ class WindowTimer:
         self._staged = (block, calls)
         return staged, layout
 
+    def requeue(self) -> None:
+        """Both sides' windows tried queued whole again (after the windows were made shorter)."""
+        self.as_launched = False
+        self.ref_queued = True
+
     def reference_window(
         self, sets: list[list[Any]], layout: Layout | None = None, device_time: bool | None = None
     ) -> tuple[float, list[Any]]:
