@@ -130,6 +130,25 @@ def test_windows_that_cannot_be_queued_whole_halve_down_to_a_floor_and_never_gro
     assert few.calls == 13 and not window_plan.fit_queue(few, "the candidate") and few.calls == 13
 
 
+def test_a_speedup_that_launches_would_change_says_so_and_stays_trusted():
+    """`launch_bound`: the device's figure and the one as launched more than 1.25x apart, either way;
+    a fact about timing, never a failure nor a reason to distrust the speed-up."""
+    from kernelwright.core.config import REPORT_ONLY_FLAGS, EvalConfig
+    from kernelwright.engine.child.timing.window_facts import launch_gap
+
+    assert "launch_bound" in REPORT_ONLY_FLAGS and "launch_bound" not in EvalConfig().guards.fail_on
+    line = launch_gap(1.018, 0.709, 1.25)  # CUDA-L1 level1/92 on an H200: back-to-back read 0.687x
+    assert "1.02x" in line and "0.709x" in line and "back-to-back" in line
+    assert launch_gap(1.314, 1.0, 1.25)  # the other way
+    assert not launch_gap(2.541, 2.5413, 1.25) and not launch_gap(1.0, 0.81, 1.25)  # within 1.25x
+    assert not launch_gap(1.0, 0.5, 0) and not launch_gap(None, 0.5, 1.25) and not launch_gap(1.0, None, 1.25)
+    from kernelwright.core.record import EvalResult, Status
+
+    r = EvalResult(status=Status.PASSED, correct=True, speedup=1.018, speedup_basis="device")
+    r.metadata["guards"] = {"flags": {"launch_bound": line}}
+    assert r.speedup_trusted
+
+
 def test_an_allocation_refused_by_the_driver_or_torch_isout_of_memory():
     from kernelwright.engine.child.device_handoff import Unavailable
     from kernelwright.engine.child.timing.window_plan import out_of_memory

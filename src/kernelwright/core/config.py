@@ -82,6 +82,10 @@ class TimingConfig:
     # candidate's beside it) may spread by this p90/p10 at most: a figure that moves more from one
     # window to the next is not resolved to the 0.8-1.25x an identical candidate must read (0: no check)
     max_ratio_spread: float = 1.25
+    # on the device basis, the speed-up as launched (each side's calls launched one at a time, host
+    # included) may differ from the device's by this factor, either way, before `launch_bound` says
+    # so: a timer that counts launches (back-to-back calls) reads the other figure (0: no check)
+    max_launch_gap: float = 1.25
     # The judge's clock (engine/child/timing/): windows of back-to-back calls on fresh inputs.
     windows: int = 5  # timed windows of each side (after one warm-up window)
     window_ms: float = 25.0  # the reference work one window aims at (sets = window_ms / reference time)
@@ -239,6 +243,7 @@ GUARD_FLAGS = (
     "shape_specific",  # correct at the problem's own sizes, wrong at other sizes of it (EvalConfig.shapes)
     "memory_error",  # an out-of-bounds or misaligned access under compute-sanitizer (EvalConfig.sanitize)
     "borderline",  # the error within 2x of the tolerance's edge, either side: another draw may decide otherwise
+    "launch_bound",  # the speed-up as launched (host launches counted) differs from the device's: a fact of timing
 )
 # Flags that report a fact about the problem or the machine, never the candidate's fault.
 REPORT_ONLY_FLAGS = (
@@ -249,6 +254,7 @@ REPORT_ONLY_FLAGS = (
     "faster_than_hardware",
     "shape_specific",
     "borderline",
+    "launch_bound",
 )
 
 

@@ -33,7 +33,7 @@ from kernelwright.engine.child.timing.probe_windows import (
     switch_window,
 )
 from kernelwright.engine.child.timing.summary import stats_of
-from kernelwright.engine.child.timing.window_facts import clock_facts, clock_off, launch_facts
+from kernelwright.engine.child.timing.window_facts import clock_facts, clock_off, launch_facts, launch_gap
 from kernelwright.engine.child.timing.window_io import WindowTimeout
 from kernelwright.engine.child.timing.window_plan import (
     Measures,
@@ -408,6 +408,10 @@ class _Stage:
             launch = launch_facts([x for x in rows if x[1] is not None and x[3] is not None])
             out.basis = "device"
             out.speedup_as_launched = launch.get("speedup_as_launched")
+            out.checked.append("launch_bound")
+            gap = launch_gap(out.speedup, out.speedup_as_launched, cfg.max_launch_gap)
+            if gap:
+                out.flags["launch_bound"] = gap
         else:
             out.speedup_as_launched = out.speedup
         if self.comp_ms:

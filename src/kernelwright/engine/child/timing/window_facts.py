@@ -1,6 +1,7 @@
 """What the timing stage records about its clocks, beside the figures: the device clock's
 calibration (`clock_facts`), why it was off (`clock_off`), and the calls as a caller launches them
-one at a time (`launch_facts`). Evidence, never a verdict.
+one at a time (`launch_facts`, and `launch_gap` where that differs from the device's figure).
+Evidence, never a verdict.
 """
 
 from __future__ import annotations
@@ -34,6 +35,23 @@ def launch_facts(rows: list[tuple[float, Any, float, Any]]) -> dict[str, Any]:
         "speedup_as_launched": round(r_call / c_call, 4),
         "windows": len(rows),
     }
+
+
+def launch_gap(speedup: float | None, as_launched: float | None, limit: float) -> str:
+    """The `launch_bound` line where the speed-up as launched differs from the device's by more than
+    `limit` either way ("" where it does not, where either is missing, or `limit` is 0). Which
+    figure a reader's own timer agrees with depends on whether it counts the host's launches: triton's
+    `do_bench` (a cache flush between calls hides them) reads the device's; back-to-back calls of a
+    host-bound call read the one as launched."""
+    if not limit or not speedup or not as_launched or speedup <= 0 or as_launched <= 0:
+        return ""
+    if max(speedup / as_launched, as_launched / speedup) <= limit:
+        return ""
+    return (
+        f"the speed-up counts the device's work ({speedup:.3g}x); as launched one call at a time, the "
+        f"host's launches included, it is {as_launched:.3g}x: a timer that counts launches (back-to-back "
+        "calls) reads nearer that"
+    )
 
 
 def clock_off(on_gpu: bool, device_clock_on: bool, why_off: str) -> str:
