@@ -130,17 +130,17 @@ def seed_headers(own_cache: str | Path, shared_cache: str) -> None:
     in about 8 s, not 25 s. For tests about what is built and cached, not about the headers
     (tests/test_flag_pch.py makes its own). Each header is linked, never copied: the cache replaces
     a header whole (os.replace) and never writes one in place; the small files beside it are copied.
-    While the controller's header maker is at work (the run's first minute or two) it is waited for:
-    a cache seeded without them would make its own header at its second build with a flag set
-    (a duplicate header, 35 s of a core), or build without one (22 s against 7 s). A header not
-    finished otherwise is skipped."""
+    While the controller's header maker is at work on the default flags' header (the run's first
+    minute) it is waited for: a cache seeded without it would make its own at its second build
+    with those flags (a duplicate header, 35 s of a core), or build without one (22 s against 7 s).
+    A header not finished otherwise is skipped."""
     from kernelwright.engine.child import flag_pch
 
     src = Path(shared_cache) / "builds" / flag_pch.SUBDIR
     dst = Path(own_cache) / "builds" / flag_pch.SUBDIR
     if src.resolve() == dst.resolve():
         return
-    _wait_for_header_maker(Path(shared_cache))
+    _wait_for_header_maker(Path(shared_cache), src / flag_pch._key([]) / "torch" / "extension.h.gch")
     if not src.is_dir():
         return
     for gch in src.glob("*/torch/extension.h.gch"):
@@ -157,13 +157,14 @@ def seed_headers(own_cache: str | Path, shared_cache: str) -> None:
             shutil.rmtree(to.parent, ignore_errors=True)
 
 
-def _wait_for_header_maker(shared_cache: Path, limit_s: float = 300.0) -> None:
-    """Until the controller's header maker (`pytest_sessionstart`) has ended, `limit_s` at most."""
+def _wait_for_header_maker(shared_cache: Path, header: Path, limit_s: float = 300.0) -> None:
+    """Until the controller's header maker (`pytest_sessionstart`) has made `header` (the default
+    flags', its first) or ended, `limit_s` at most."""
     import time
 
     marker = shared_cache / _MAKING
     end = time.monotonic() + limit_s
-    while time.monotonic() < end:
+    while time.monotonic() < end and not header.exists():
         try:
             pid = int(marker.read_text() or 0)
         except (OSError, ValueError):
