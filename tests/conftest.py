@@ -50,16 +50,22 @@ def pytest_collection_modifyitems(config, items):
 # read as a build reads them): several tests build the example and tests/fixtures/candidates/cpp_wrong.py
 # with those flags in the shared cache, and the second such build would make it inside some test
 _HEADER_MAKER = """
+import os
 import sys
 from pathlib import Path
 from kernelwright.engine.child import flag_pch
 from kernelwright.engine.extensions import static_builds
 root = Path(sys.argv[1]) / "builds" / flag_pch.SUBDIR
-(example,) = static_builds.scan(Path(sys.argv[2]).read_text()).calls
-for flags in ([], flag_pch.accepted(example.kwargs, with_cuda=False)):
-    for _ in range(2):  # a flag set is made at its second build: the first records it
-        flag_pch.header_dir(flags, flag_pch.DEFAULT_KEEP, root)
+try:
+    (example,) = static_builds.scan(Path(sys.argv[2]).read_text()).calls
+    for flags in ([], flag_pch.accepted(example.kwargs, with_cuda=False)):
+        for _ in range(2):  # a flag set is made at its second build: the first records it
+            flag_pch.header_dir(flags, flag_pch.DEFAULT_KEEP, root)
+finally:
+    Path(sys.argv[1], sys.argv[3]).unlink(missing_ok=True)
 """
+# in the shared cache while the controller's header maker runs (its process id): `seed_headers` waits for it
+_MAKING = ".kw-test-headers-making"
 
 
 def pytest_sessionstart(session):
@@ -77,11 +83,14 @@ def pytest_sessionstart(session):
     base = config._tmp_path_factory.getbasetemp()  # the workers' base directories are inside it
     shared = os.environ.get("KW_TEST_CACHE") or str(base / "kw-cache-shared")
     os.makedirs(shared, exist_ok=True)
+    marker = Path(shared, _MAKING)
+    marker.write_text("")
     config._kw_header_maker = subprocess.Popen(
-        [sys.executable, "-c", _HEADER_MAKER, shared, str(EXAMPLES / "cpu_swish" / "candidate.py")],
+        [sys.executable, "-c", _HEADER_MAKER, shared, str(EXAMPLES / "cpu_swish" / "candidate.py"), _MAKING],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+    marker.write_text(str(config._kw_header_maker.pid))
 
 
 def pytest_unconfigure(config):
@@ -121,12 +130,18 @@ def seed_headers(own_cache: str | Path, shared_cache: str) -> None:
     in about 8 s, not 25 s. For tests about what is built and cached, not about the headers
     (tests/test_flag_pch.py makes its own). Each header is linked, never copied: the cache replaces
     a header whole (os.replace) and never writes one in place; the small files beside it are copied.
-    A header not finished yet (the controller makes the default flags' as the run starts) is skipped."""
+    While the controller's header maker is at work on the default flags' header (the run's first
+    minute) it is waited for: a cache seeded without it would make its own at its second build
+    with those flags (a duplicate header, 35 s of a core), or build without one (22 s against 7 s).
+    A header not finished otherwise is skipped."""
     from kernelwright.engine.child import flag_pch
 
     src = Path(shared_cache) / "builds" / flag_pch.SUBDIR
     dst = Path(own_cache) / "builds" / flag_pch.SUBDIR
-    if not src.is_dir() or src.resolve() == dst.resolve():
+    if src.resolve() == dst.resolve():
+        return
+    _wait_for_header_maker(Path(shared_cache), src / flag_pch._key([]) / "torch" / "extension.h.gch")
+    if not src.is_dir():
         return
     for gch in src.glob("*/torch/extension.h.gch"):
         here = gch.parent.parent
@@ -140,6 +155,23 @@ def seed_headers(own_cache: str | Path, shared_cache: str) -> None:
             (to.parent / flag_pch.SEEN).write_text((here / flag_pch.SEEN).read_text())
         except OSError:  # removed meanwhile (the least recently used go): none, rather than half of one
             shutil.rmtree(to.parent, ignore_errors=True)
+
+
+def _wait_for_header_maker(shared_cache: Path, header: Path, limit_s: float = 300.0) -> None:
+    """Until the controller's header maker (`pytest_sessionstart`) has made `header` (the default
+    flags', its first) or ended, `limit_s` at most."""
+    import time
+
+    marker = shared_cache / _MAKING
+    end = time.monotonic() + limit_s
+    while time.monotonic() < end and not header.exists():
+        try:
+            pid = int(marker.read_text() or 0)
+        except (OSError, ValueError):
+            return  # no maker (not under pytest -n, or done)
+        if pid and not Path(f"/proc/{pid}").exists():
+            return  # ended without its last word (killed)
+        time.sleep(1.0)
 
 
 @pytest.fixture(scope="session")

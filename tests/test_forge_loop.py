@@ -18,7 +18,6 @@ from kernelwright.loop.forge import Forge, engine_evaluator
 from kernelwright.models import resolve_model
 from kernelwright.store.rundir import RunDir, read_summary
 
-CPU_PROBLEM = EXAMPLES / "cpu_swish" / "problem.py"
 LOOP = FIXTURES / "loop"
 CUDA_PROBLEM = EXAMPLES / "cuda_swish" / "problem.py"
 CUDA_REPLAY = EXAMPLES / "cuda_swish" / "replay"
@@ -41,10 +40,10 @@ WRONG_VERDICT = judge_json(
     minimal_fix_hint="Call fused.fused_swish_affine(x, self.scale, self.bias).",
 )
 ROWWISE_VERDICT = judge_json(
-    bottleneck="forward calls the kernel once per row (1024 calls) and then torch.cat copies every row again.",
+    bottleneck="forward calls the kernel once per row (16 calls) and then torch.cat copies every row again.",
     optimisation="Call fused_swish_affine once on the whole 2-D tensor; it already splits rows over threads.",
     expected_speedup=4,
-    why="one call and no concatenation instead of 1024 calls and a copy",
+    why="one call and no concatenation instead of 16 calls and a copy",
 )
 FUSED_VERDICT = judge_json(
     bottleneck="one pass over memory already; the exp dominates.",
@@ -76,9 +75,11 @@ def loop_config(folder):
 
 
 @pytest.fixture(scope="module")
-def recorded_run(tmp_path_factory, cache_dir):
+def recorded_run(tmp_path_factory, cache_dir, small_swish):
     """`kernelwright optimize` through the CLI: wrong -> Judge -> repaired (slow) -> Judge -> fast
-    -> Judge (told what it expected and what was measured) -> an answer with no code (no evaluation)."""
+    -> Judge (told what it expected and what was measured) -> an answer with no code (no evaluation).
+    On the example's problem at batch 16 (conftest's `small_swish`: the same candidates and builds;
+    the loop is the subject, not the problem's size)."""
     out = tmp_path_factory.mktemp("runs") / "swish"
     config = loop_config(tmp_path_factory.mktemp("config"))
     script = {
@@ -96,7 +97,7 @@ def recorded_run(tmp_path_factory, cache_dir):
         with ChatServer(script) as server:
             output = cli(
                 "optimize",
-                str(CPU_PROBLEM),
+                str(small_swish),
                 "--coder",
                 "coder-model",
                 "--judge",
@@ -204,13 +205,15 @@ def test_loop_repairs_then_speeds_up_and_keeps_the_fastest(recorded_run):
 
 @pytest.mark.slow
 @needs_openai
-def test_replay_of_the_recorded_run_reproduces_its_verdicts(recorded_run, tmp_path, monkeypatch, cache_dir):
+def test_replay_of_the_recorded_run_reproduces_its_verdicts(
+    recorded_run, tmp_path, monkeypatch, cache_dir, small_swish
+):
     out, _, _ = recorded_run
     monkeypatch.setenv("KERNELWRIGHT_CACHE", cache_dir)
     again = tmp_path / "replayed"
     cli(
         "optimize",
-        str(CPU_PROBLEM),
+        str(small_swish),
         "--coder",
         f"replay:{out}",
         "--rounds",
