@@ -19,7 +19,9 @@
 #   bash scripts/device_checks.sh clock     # ~9 min: the honest speed-ups against the old clock (.old), then the clock's gpu tests
 #   bash scripts/device_checks.sh quick     # ~4 min: no tests; paths $KW_PATHS (2,5,6) timed at l2048 (n 128, 64), ncu counts of $KW_NCU_PATHS (5)
 #   bash scripts/device_checks.sh scale     # <= ~8 min: `suite eval` of .corpus levels $KW_LEVELS (1,2), the first $KW_PER_LEVEL (15) of each,
-#                                           #   on GPU 0, then on every GPU, each with a fresh build cache and at most $KW_SCALE_LIMIT (180) s;
+#                                           #   on GPU 0, (GPUs 0,1 where there are more than two), then on every GPU, each with a fresh
+#                                           #   build cache and at most $KW_SCALE_LIMIT (180) s (the same problems each pass: size the
+#                                           #   limit so that the one-GPU pass ends: ~4.2 s a problem on an H200, 20 s of start-up);
 #                                           #   prints wall, per problem, each GPU's busy share, stage sums, waits (carry .corpus; KW_CORPUS_DIR: another)
 #   bash scripts/device_checks.sh stuck     # ~3 min: a spinning CUDA kernel's stop, an honest Triton first-call compile, a spinning
 #                                           #   Triton kernel (benchmarks/stuck_kernel.py; default limits: call_floor 10 s, jit_allowance 120 s)
@@ -204,6 +206,7 @@ scale)  # where a suite's wall goes on 1 GPU and on every GPU (benchmarks/corpus
     ALL=$(seq -s, 0 $((NG > 0 ? NG - 1 : 0)))
     LIMIT=${KW_SCALE_LIMIT:-180}
     PASSES="1:0"
+    [ "$NG" -gt 2 ] && PASSES="$PASSES 2:0,1"  # four GPUs: 1, 2 and 4 (KW_SCALE_LIMIT=150 fits one call)
     [ "$NG" -gt 1 ] && PASSES="$PASSES $NG:$ALL"  # one GPU only: its pass alone
     for pass in $PASSES; do
         n=${pass%%:*} gpus=${pass#*:}
