@@ -183,6 +183,55 @@ def test_pipeline_states_and_gpu_busy_share():
     assert "GPU busy 50%" in pipe.line()
 
 
+def test_gpus_free_while_the_only_tasks_left_are_building_make_the_builds_the_bottleneck(monkeypatch):
+    """Two GPUs, a clock the test moves: a GPU counts as waiting for builds only while it has no
+    task, no task waits for a GPU, and some build is queued or running."""
+    import kernelwright.suites.pipeline as pl
+
+    now = [100.0]
+    monkeypatch.setattr(pl.time, "monotonic", lambda: now[0])
+    pipe = Pipeline(gpus=2)
+    for key in "abcd":
+        pipe.queued(key, "build queued")  # the suite's start: every candidate builds, both GPUs free
+    now[0] += 10.0
+    pipe.stage("a", "built")
+    pipe.stage("a", "startup")  # one GPU at work, one free, b to d still building: 10 x 2 + 5 x 1
+    now[0] += 5.0
+    pipe.stage("b", "built")  # waiting for a GPU: nothing starves while a task is ready
+    now[0] += 5.0
+    pipe.stage("b", "correctness")
+    pipe.stage("c", "building")  # two GPUs at work: no GPU free
+    now[0] += 20.0
+    pipe.done("a")
+    pipe.done("b")
+    pipe.stage("c", "built")
+    pipe.stage("c", "timing")
+    pipe.stage("d", "built")
+    pipe.stage("d", "timing")
+    now[0] += 10.0
+    pipe.done("c")
+    pipe.done("d")
+    assert pipe.starved_s == pytest.approx(25.0)
+    assert pipe.starved_share() == pytest.approx(25.0 / (50.0 * 2))
+    line = pipe.bottleneck()
+    assert line.startswith("builds were the bottleneck") and "25%" in line and "--build-workers" in line
+    quick = Pipeline(gpus=2)  # builds done before the GPUs were free: no line
+    quick.queued("a")
+    now[0] += 30.0
+    quick.done("a")
+    assert quick.starved_s == 0.0 and quick.bottleneck() == ""
+
+
+def test_an_in_order_driver_counts_the_waits_it_measured():
+    pipe = Pipeline(gpus=1)
+    pipe.in_order = True
+    pipe.queued("a", "build queued")
+    pipe.queued("b", "build queued")
+    pipe.waited_for_build(0.5)
+    pipe.stage("a", "startup")
+    assert pipe.starved_s == pytest.approx(0.5)  # the states alone add nothing in order
+
+
 def test_warm_pool_keeps_two_spares_and_hands_a_ready_one_over(cache_dir):
     cfg = _cpu(cache_dir)
     text = (CANDIDATES / "py_correct.py").read_text()

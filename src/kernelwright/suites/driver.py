@@ -71,6 +71,7 @@ class SuiteOutcome:
     skipped: list[str] = field(default_factory=list)  # finished before
     failed: list[str] = field(default_factory=list)  # the engine could not run them (one line each, in notes)
     notes: list[str] = field(default_factory=list)
+    bottleneck: str = ""  # where the builds held the GPUs back (`Pipeline.bottleneck`), one line
 
 
 def register_suite(
@@ -191,11 +192,13 @@ def run_eval_suite(
     pipeline = Pipeline(gpus=len(getattr(executor, "_slots", [])) or 1)
     try:
         if isinstance(executor, SerialExecutor):
+            pipeline.in_order = True
             _eval_one_by_one(
                 todo, executor, store, name, config, outcome, progress, pipeline, build_workers, build_pool
             )
         else:
             _eval_all_at_once(todo, executor, store, name, config, outcome, progress, pipeline)
+        outcome.bottleneck = pipeline.bottleneck()
     finally:
         if own_executor:
             executor.close()
@@ -236,6 +239,7 @@ def _eval_one_by_one(todo, executor, store, name, config, outcome, progress, pip
                 t_wait = time.monotonic()
                 build.result()  # best effort: a failed prebuild is built again, and judged, by the evaluation
                 waited = time.monotonic() - t_wait  # the GPU idle, waiting for this build
+                pipeline.waited_for_build(waited)
             task = _task(prob, cand)
             fut = executor.submit(task, on_stage=_on_stage(progress, pipeline, prob))
             _record_one(

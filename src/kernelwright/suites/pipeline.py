@@ -7,6 +7,9 @@ is queued, `building` and `built` around the build, then the evaluation's own st
 build, init, correctness, timing, profile); `Pipeline.stage` files each task under its state.
 The GPUs' busy share is the engine's own GPU work (the correctness and timing stages of every
 finished record) over the wall time the suite's GPUs have been held: `busy_s / (elapsed x gpus)`.
+The time the GPUs waited for builds (`starved_s`): GPU-seconds during which a GPU had no task,
+no task was waiting for one, and builds were still queued or running; where that is a fifth of
+the GPUs' time or more, the builds were the suite's bottleneck, and `bottleneck` says so.
 Thread-safe: the executors call `stage` from their own threads.
 """
 
@@ -18,6 +21,7 @@ from collections import Counter
 from typing import Any
 
 STATES = ("build queued", "building", "waiting for a GPU", "on the GPU", "done")
+BUILD_BOUND = 0.2  # the share of the GPUs' time spent waiting for builds that makes them the bottleneck
 
 _OF_STAGE = {
     "prebuild": "build queued",
@@ -44,24 +48,63 @@ class Pipeline:
         self._state: dict[str, str] = {}
         self._lock = threading.Lock()
         self.busy_s = 0.0
+        self.starved_s = 0.0  # GPU-seconds a GPU stood free while the only tasks left to run were building
         self.t0 = time.monotonic()
+        self._mark = self.t0
+        # a driver that evaluates in order (one GPU, the next task waits for its own build whatever
+        # else is ready) measures its waits itself (`waited_for_build`), not from the states
+        self.in_order = False
+
+    def waited_for_build(self, seconds: float) -> None:
+        """The GPU stood free for `seconds` while the next task's build ran (an in-order driver)."""
+        with self._lock:
+            self.starved_s += max(0.0, seconds)
+
+    def _tick(self) -> None:
+        """Adds the time since the last change to `starved_s`, for each GPU that stood free (under the lock)."""
+        now = time.monotonic()
+        c = Counter(self._state.values())
+        if not self.in_order and c["build queued"] + c["building"] and not c["waiting for a GPU"]:
+            self.starved_s += max(0, self.gpus - c["on the GPU"]) * max(0.0, now - self._mark)
+        self._mark = now
 
     def queued(self, key: str, state: str = "waiting for a GPU") -> None:
         with self._lock:
+            self._tick()
             self._state[key] = state
 
     def stage(self, key: str, stage: str) -> str:
         state = state_of(stage)
         with self._lock:
+            self._tick()
             if self._state.get(key) != "done":
                 self._state[key] = state
         return state
 
     def done(self, key: str, result: Any = None) -> None:
         with self._lock:
+            self._tick()
             self._state[key] = "done"
             if result is not None:
                 self.busy_s += gpu_work_s(result)
+
+    def starved_share(self) -> float:
+        """The share of the GPUs' time they waited for builds."""
+        with self._lock:
+            self._tick()
+        wall = (time.monotonic() - self.t0) * self.gpus
+        return self.starved_s / wall if wall > 0 else 0.0
+
+    def bottleneck(self) -> str:
+        """A line where the builds held the GPUs back for `BUILD_BOUND` of their time or more, else ""."""
+        share = self.starved_share()
+        if share < BUILD_BOUND:
+            return ""
+        return (
+            f"builds were the bottleneck: the GPUs stood free for want of a built candidate {100 * share:.0f}% "
+            f"of their time ({self.starved_s:.0f} GPU-s); more build workers (--build-workers) or a build "
+            "cache warmed by an earlier run would shorten the suite"
+        )
 
     def counts(self) -> dict[str, int]:
         with self._lock:
