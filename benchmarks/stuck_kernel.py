@@ -56,8 +56,8 @@ from torch.utils.cpp_extension import load_inline
 
 cuda = r"""
 __global__ void spin(float* y, const float* x, int n) {
-    // a volatile read of an input the compiler cannot see through: equal to itself for ever
-    // (a volatile local, `while (go)`, was compiled into a kernel that returned)
+    // a volatile read of an input the compiler cannot see through, equal to itself for ever (an
+    // empty loop over a local, volatile or not, may be compiled away: the kernel then returns)
     const volatile float* vx = x;
     while (vx[0] == vx[0]) { }
     int i = blockIdx.x * blockDim.x + threadIdx.x;

@@ -213,7 +213,7 @@ def _finish(
                     "failed": outcome.failed,
                     "notes": outcome.notes,
                     "wall_s": round(wall, 3),
-                    "bottleneck": getattr(outcome, "bottleneck", "") or None,
+                    "bottleneck": outcome.bottleneck or None,
                     **(extra or {}),
                     "metrics": metrics.to_dict(),
                     "problems": rows,
@@ -232,7 +232,7 @@ def _finish(
     else:
         render_metrics(metrics, Console(), title=f"suite {name}")
         console.print(line, highlight=False, soft_wrap=True)
-    if getattr(outcome, "bottleneck", "") and not json_out:
+    if outcome.bottleneck and not json_out:
         console.print(f"[yellow]{escape(outcome.bottleneck)}[/]", highlight=False, soft_wrap=True)
     for note in outcome.notes:
         err.print(f"[red]not run:[/] {note}", highlight=False, soft_wrap=True)

@@ -51,9 +51,8 @@ def main() -> None:
     config = EvalConfig.from_dict(head["config"])
     cpus = {k: set(head[k]) if head.get(k) else None for k in ("startup_cpus", "home_cpus")}
     # the first spare starts up alone, as a server's does: the worker's first task waits for it, and
-    # on a machine of several GPUs every worker's spares start at once (a second spare beside the
-    # first, python, torch and a CUDA context twice over, slows it: on a loaded 2-core CPU the first
-    # was ready in 1.12-1.26 s alone against 1.8-2.84 s beside another, six runs each, interleaved)
+    # a second spare starting beside it (python, torch and a CUDA context twice over) slows it, the
+    # more so where every GPU's worker starts at once
     warm = WarmPool(config, size=int(head.get("spares", 2)), first_alone=True, **cpus)  # type: ignore[arg-type]
     send(ready=os.getpid())
     try:
