@@ -6,6 +6,8 @@ it builds) and fails when the evaluation loads it."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from conftest import ADD_ONE, FIXTURES
@@ -127,6 +129,23 @@ def test_a_call_computed_at_run_time_is_built_by_the_trusted_builder_in_a_prebui
     (loaded,) = r.metadata["builds"]
     assert loaded["cache"] == "verified"  # the evaluation loaded the trusted build,
     assert loaded["name"] != built["name"] and loaded["built_as"] == built["name"]  # made under another name
+    trusted_builds.forget()
+
+
+@pytest.mark.slow
+def test_a_recorder_that_ends_without_its_record_is_not_taken_for_a_candidate_that_builds_nothing(cpu_config, tmp_path):
+    """A recorder that dies before its record (killed, timed out, a candidate that exits at import)
+    has recorded no call: the prebuild says why and is not ok, and nothing is remembered for the text."""
+    from kernelwright.engine.extensions import trusted_builds
+    from kernelwright.engine.extensions.prebuild import prebuild
+
+    text = (BF / "cpp_computed_sources.py").read_text().replace("OFFSET = 1", "import os\nos._exit(3)\nOFFSET = 1")
+    config = replace(cpu_config, cache_dir=str(tmp_path / "cache"))
+    trusted_builds.forget()
+    pre = prebuild(ADD_ONE, text, config, None)
+    assert not pre.ok and pre.builds == []
+    assert "the build recorder exited with code 3 before it recorded a call" in pre.error, pre.error
+    assert not list((tmp_path / "cache").rglob("recorded-*.json"))  # a later build records it again
     trusted_builds.forget()
 
 
@@ -315,9 +334,10 @@ def test_a_build_made_in_init_or_at_the_first_call_is_recorded_given_the_problem
     text = LAZY[where]
     assert static_builds.scan(text).private  # the text alone: not resolved
     env = child_env(cpu_config, tmp_path / "tmp")
-    alone, _ = trusted_builds.record_calls(text, cpu_config, tmp_path / "a", env)
+    alone = trusted_builds.record_calls(text, cpu_config, tmp_path / "a", env).calls
     assert alone == []  # its module-level code builds nothing
-    calls, refused = trusted_builds.record_calls(text, cpu_config, tmp_path / "b", env, ADD_ONE.read_text())
+    rec = trusted_builds.record_calls(text, cpu_config, tmp_path / "b", env, ADD_ONE.read_text())
+    calls, refused = rec.calls, rec.refused
     names = {"init": "kw_lazy_init", "init if cuda": "kw_lazy_init_if_cuda", "first call": "kw_lazy_call"}
     names["init, cuda tensors first"] = "kw_lazy_cuda_first"
     names["first call, device at import"] = "kw_lazy_device"

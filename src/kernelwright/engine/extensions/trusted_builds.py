@@ -113,11 +113,17 @@ def build(
     if recorded is None and computed:  # recorded by an earlier process (a prebuild, another eval)
         recorded = _read_recorded(config, text_key)
     if recorded is None and record and computed:
-        recorded, refused = record_calls(candidate_text, config, workdir / "recorder", env, problem_text)
-        with _KNOWN_LOCK:
-            _RECORDED[text_key] = recorded
-        _write_memo(cache_root(config) / MEMO_DIR / f"recorded-{text_key}.json", {"calls": recorded})
-        out.private = [p for p in out.private if p not in computed] + refused
+        rec = record_calls(candidate_text, config, workdir / "recorder", env, problem_text)
+        if not rec.ended:  # died or stopped before its record: one more start (a loaded machine, a killed child)
+            rec = record_calls(candidate_text, config, workdir / "recorder-again", env, problem_text)
+        recorded = rec.calls
+        if rec.ended:  # only a recorder that reached its end says which calls a text makes; a later build reads this
+            with _KNOWN_LOCK:
+                _RECORDED[text_key] = recorded
+            _write_memo(cache_root(config) / MEMO_DIR / f"recorded-{text_key}.json", {"calls": recorded})
+        elif not recorded:  # nothing recorded: the calls stay the evaluation's, and the reason says why
+            computed = []
+        out.private = rec.refused + [p for p in out.private if p not in computed]
     if recorded:
         extra = [c for c in recorded if c not in calls]
         calls += extra
@@ -254,12 +260,21 @@ def adopt(memo: dict[str, Any]) -> None:
             _RECORDED.setdefault(text_key, accepted)
 
 
+@dataclass
+class Recording:
+    """What the build recorder reported (`record_calls`)."""
+
+    calls: list[dict[str, Any]]  # accepted calls, checked as hostile input
+    refused: list[str]  # why each other call was refused; why nothing was recorded, where the recorder failed
+    ended: bool  # the recorder sent its final record (else: the calls it reported before it stopped)
+
+
 def record_calls(
     candidate_text: str, config: EvalConfig, workdir: Path, env: dict[str, str], problem_text: str | None = None
-) -> tuple[list[dict[str, Any]], list[str]]:
+) -> Recording:
     """The load_inline calls the candidate's code makes (`child/build_recorder.py`, in the sandbox,
     no GPU): at import, and given the problem, in `ModelNew.__init__` and its first call on the CPU;
-    each checked as hostile input: (accepted calls, why each other was refused)."""
+    each checked as hostile input."""
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "tmp").mkdir(exist_ok=True)
     cand = workdir / "candidate.py"
@@ -285,16 +300,26 @@ def record_calls(
     )
     record = next((m.get("record") for m in done.messages if m.get("type") == "final"), None)
     raw = record.get("calls") if isinstance(record, dict) else None
+    ended = raw is not None
+    accepted: list[dict[str, Any]] = []
+    refused: list[str] = []
     if raw is None:  # stopped before its final record: the calls it reported on the way
         raw = [m.get("call") for m in done.messages if m.get("type") == "call"]
-    accepted, refused = [], []
+        if not raw:
+            why = (
+                f"timed out after {config.timeouts.startup + config.timeouts.init:g} s"
+                if done.timed_out
+                else process.describe_signal(done.exit_code)
+            )
+            last = done.log_tail.strip().splitlines()[-1:]
+            refused.append(f"the build recorder {why} before it recorded a call{': ' + last[0][:200] if last else ''}")
     for call in (raw if isinstance(raw, list) else [])[:16]:
         kwargs, why = static_builds.check_recorded(call)
         if kwargs is None:
             refused.append(f"a call recorded at run time: {why}")
         elif kwargs not in accepted:
             accepted.append(kwargs)
-    return accepted, refused
+    return Recording(accepted, refused, ended)
 
 
 # ---- what earlier processes of this machine built, kept beside the cache --------------------
