@@ -107,28 +107,12 @@ def build(
     out = TrustedBuilds(private=scan.private)
     calls = [c.kwargs for c in scan.calls]
     text_key = hashlib.sha256(candidate_text.encode()).hexdigest()
-    computed = [p for p in scan.private if "computed at run time" in p or "recorded at run time" in p]
-    with _KNOWN_LOCK:
-        recorded = _RECORDED.get(text_key)
-    if recorded is None and computed:  # recorded by an earlier process (a prebuild, another eval)
-        recorded = _read_recorded(config, text_key)
-    if recorded is None and record and computed:
-        rec = record_calls(candidate_text, config, workdir / "recorder", env, problem_text)
-        if not rec.ended:  # died or stopped before its record: one more start (a loaded machine, a killed child)
-            rec = record_calls(candidate_text, config, workdir / "recorder-again", env, problem_text)
-        recorded = rec.calls
-        if rec.ended:  # only a recorder that reached its end says which calls a text makes; a later build reads this
-            with _KNOWN_LOCK:
-                _RECORDED[text_key] = recorded
-            _write_memo(cache_root(config) / MEMO_DIR / f"recorded-{text_key}.json", {"calls": recorded})
-        elif not recorded:  # nothing recorded: the calls stay the evaluation's, and the reason says why
-            computed = []
-        out.private = rec.refused + [p for p in out.private if p not in computed]
+    recorded = _recorded(out, scan, candidate_text, text_key, config, workdir, env, record, problem_text)
     if recorded:
         extra = [c for c in recorded if c not in calls]
         calls += extra
         out.recorded = len(extra)
-        out.private = [p for p in out.private if p not in computed]
+        out.private = [p for p in out.private if not _computed(p)]
     if not calls:
         return out
     root = cache_root(config)
@@ -233,6 +217,44 @@ def build(
             "recorded": {text_key: recorded} if recorded else {},
         }
     return out
+
+
+def _computed(why: str) -> bool:
+    return "computed at run time" in why or "recorded at run time" in why
+
+
+def _recorded(
+    out: TrustedBuilds,
+    scan: Any,
+    candidate_text: str,
+    text_key: str,
+    config: EvalConfig,
+    workdir: Path,
+    env: dict[str, str],
+    record: bool,
+    problem_text: str | None,
+) -> list[dict[str, Any]] | None:
+    """The calls recorded for this text (this process's memory, an earlier process's memo, or, with
+    `record`, the build recorder now); `out.private` gains why a recording failed or refused a call."""
+    if not any(_computed(p) for p in scan.private):
+        return None
+    with _KNOWN_LOCK:
+        recorded = _RECORDED.get(text_key)
+    if recorded is None:  # recorded by an earlier process (a prebuild, another eval)
+        recorded = _read_recorded(config, text_key)
+    if recorded is not None or not record:
+        return recorded
+    rec = record_calls(candidate_text, config, workdir / "recorder", env, problem_text)
+    if not rec.ended:  # died or stopped before its record: one more start (a loaded machine, a killed child)
+        rec = record_calls(candidate_text, config, workdir / "recorder-again", env, problem_text)
+    if rec.ended:  # only a recorder that reached its end says which calls a text makes; a later build reads this
+        with _KNOWN_LOCK:
+            _RECORDED[text_key] = rec.calls
+        _write_memo(cache_root(config) / MEMO_DIR / f"recorded-{text_key}.json", {"calls": rec.calls})
+    # nothing recorded by a recorder that failed: the computed calls stay the evaluation's, and the reason says why
+    drop = rec.ended or bool(rec.calls)
+    out.private = rec.refused + [p for p in out.private if not (drop and _computed(p))]
+    return rec.calls
 
 
 def adopt(memo: dict[str, Any]) -> None:
