@@ -71,7 +71,6 @@ class WindowTimer:
         self.ring_owner: WindowTimer = self  # the timer whose ring this one lends (the probe's: the runner's)
         self.sent_ring = 0  # the ring this timer's peer has mapped
         self._snap: torch.Tensor | None = None  # where windows' slots are snapshot (`_snapshot_buffer`)
-        self._own: dict[tuple[str, int], shared_region.Region] = {}  # the judge's measuring regions (`_measuring`)
         # the device clock (GPU, device_clock.py): the judge's stream spans the runner's work
         self.clock: Any = None  # device_clock.Clock
         self.cal: Any = None  # device_clock.Calibration (the probe's empty windows add its switches)
@@ -99,24 +98,6 @@ class WindowTimer:
             self.inputs = None
         self._snap = None
         self._staged = None
-        for r in self._own.values():
-            r.close()
-        self._own.clear()
-
-    def _measuring(self, role: str, nbytes: int) -> tuple[shared_region.Region, bool]:
-        """A region for the judge's own measures (`copy_ms`, `open_ms`): never lent, so on the CPU
-        one for the inputs and one for the outputs (`role`) serve every window of their size (making
-        one there is most of a measure's cost: the kernel allocates and zeroes every page of a fresh
-        memfd, 47 ms for 84 MB on CI's machine), the two last asked for kept. Mapping it again costs
-        what mapping a fresh one does, the pages being there either way. (region, whether the caller
-        closes it)"""
-        if self.device.type != "cpu":
-            return shared_region.create(nbytes, self.device), True
-        region = self._own.pop((role, nbytes), None) or shared_region.create(nbytes, self.device)
-        self._own[(role, nbytes)] = region  # the most recently used last
-        while len(self._own) > 2:
-            self._own.pop(next(iter(self._own))).close()
-        return region, False
 
     def _snapshot_buffer(self, nbytes: int) -> torch.Tensor:
         """The judge's memory a window's slots are copied into when it closes, made before any
@@ -246,8 +227,7 @@ class WindowTimer:
         nbytes = len(ref_outs) * out_layout.stride
         best = float("inf")
         for _ in range(repeats):
-            (r_in, close_in), (r_out, close_out) = self._measuring("in", in_bytes), self._measuring("out", nbytes)
-            made, closes = [r_in, r_out], [close_in, close_out]
+            made = [shared_region.create(n, self.device) for n in (in_bytes, nbytes)]
             mapped: list[shared_region.Region] = []
             try:
                 mapped = [shared_region.attach(os.dup(r.fd), r.nbytes, self.device) for r in made]
@@ -264,9 +244,8 @@ class WindowTimer:
             finally:
                 for m in mapped:
                     m.close()
-                for r, close in zip(made, closes, strict=True):
-                    if close:
-                        r.close()
+                for r in made:
+                    r.close()
         return best
 
     def open_ms(self, calls: int, in_layout: Layout, out_layout: Layout, repeats: int = 3) -> float:
@@ -278,7 +257,7 @@ class WindowTimer:
         in_bytes = calls * in_layout.stride
         best = float("inf")
         for _ in range(repeats):
-            made, close = self._measuring("in", in_bytes)
+            made = shared_region.create(in_bytes, self.device)
             try:
                 _sync(self.device)
                 t0 = time.perf_counter()
@@ -287,8 +266,7 @@ class WindowTimer:
                 ms = (time.perf_counter() - t0) * 1e3
                 rin.close()
             finally:
-                if close:
-                    made.close()
+                made.close()
             best = min(best, ms + _round_trip_ms(SPIN_S if self.device.type == "cuda" else 0.0))
         return best
 
