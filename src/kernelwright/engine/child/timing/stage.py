@@ -233,6 +233,10 @@ class _Stage:
                 if not warm:
                     self.comp_ms.append(t_ms)
             if warm:
+                # the warm-up's sets and outputs freed before the next round draws its own: its memory
+                # is what the timed windows reuse (heap.py), as the runner reuses its warm-up's
+                fastest = min(w.res.per_call_ms, w.r_ms)
+                del w
                 side = self.unqueued()
                 if side and fit_queue(plan_, side):
                     timer.requeue()
@@ -242,7 +246,7 @@ class _Stage:
                 # sized by the faster of the two windows' per-call times: the reference's own window
                 # (trusted) corrects an estimate that a burst of load, or first calls, made too long
                 if (warmups == 1 or again) and regrow(
-                    plan_, min(w.res.per_call_ms, w.r_ms), job.config.window_ms, min_factor=1.5 if again else 1.0
+                    plan_, fastest, job.config.window_ms, min_factor=1.5 if again else 1.0
                 ):
                     warmups += 1  # the runner's allocator gets the larger window's blocks before timing
                     plan_.warmup_calls = plan_.calls if self.on_gpu else plan_.warmup_calls
