@@ -123,9 +123,8 @@ def test_a_timed_output_may_stray_as_far_as_the_trials_did_with_room_and_no_furt
 
 def test_each_rounds_inputs_are_freed_before_the_next_round_draws_its_own():
     """A round's sets (the warm-up's too) are gone when the next round draws: the memory the next
-    windows use is the memory the last one freed, as on the runner's side. (A warm-up round kept
-    alive made the first timed reference window's outputs new memory, a page fault per 4 KiB: its
-    reference read 1.6-2x the later windows'.)"""
+    windows use is the memory the last one freed, as on the runner's side. (A round kept alive puts
+    the next reference window's outputs on new memory: on the CPU a page fault per 4 KiB, timed.)"""
     import weakref
 
     batches: list[list[weakref.ref]] = []
