@@ -29,7 +29,8 @@ def test_the_executor_starts_its_worker_before_its_first_task_and_the_task_runs_
     assert result.metadata["executor"]["worker"] == warm  # the worker started ahead, not one started for it
     assert isinstance(result.metadata["spare_wait_s"], float) and result.metadata["spare_wait_s"] >= 0
     waited = startup_on_path([result.to_dict()])
-    assert waited["sum_s"] is not None and waited["sum_s"] >= result.metadata["spare_wait_s"]
+    # (the sum is given to 0.01 s: compared at that precision, a start-up span under 5 ms rounds away)
+    assert waited["sum_s"] is not None and waited["sum_s"] >= round(result.metadata["spare_wait_s"], 2)
 
 
 def test_a_servers_pool_starts_its_first_spare_alone_then_the_next(cache_dir, monkeypatch):
