@@ -80,3 +80,44 @@ def test_warm_evaluator_keeps_one_spare_and_stops_it_on_close(cpu_config):
         assert r.status is Status.INCORRECT and "prestarted" in r.metadata
         last = warm._spare
     assert last is not None and not last.alive() and not last.workdir.exists()
+
+
+def test_a_spare_whose_judge_is_ready_after_its_runner_is_seen_ready(tmp_path):
+    """The warm pool waits for a spare one slice at a time (`Spare.wait_ready(1.0)`, again and
+    again). On a GPU the judge starts up after the runner (its CUDA context and clock): the runner's
+    `ready`, read in one slice, must still count in the next. A `ready` taken as read once made the
+    pool wait out its whole start-up budget, and every evaluation of a GPU worker waited 30 s for a
+    spare that had started long before (2 x H200, 2026-11-28)."""
+    import json
+    import threading
+    import time
+    from pathlib import Path
+
+    from kernelwright.engine.evaluation import Spare
+    from kernelwright.engine.process import Child
+
+    class Running:
+        pid = 0
+
+        def poll(self):
+            return None
+
+    def child(fd: int) -> Child:
+        return Child(proc=Running(), read_fd=fd, log_fd=-1, workdir=tmp_path, started=time.monotonic())
+
+    (rr, rw), (jr, jw) = os.pipe(), os.pipe()
+    ready = (json.dumps({"type": "ready", "t": 0}) + "\n").encode()
+    os.write(rw, ready)  # the runner is up at once
+    late = threading.Timer(1.5, lambda: os.write(jw, ready))  # the judge 1.5 s later
+    late.start()
+    spare = Spare(child(rr), child(jr), "key", tmp_path, tmp_path / "j", {}, Path(tmp_path))
+    try:
+        end = time.monotonic() + 10
+        while not spare.wait_ready(1.0) and time.monotonic() < end:
+            pass
+        assert spare.wait_ready(0), "a spare whose two children both said ready is not seen ready"
+        assert time.monotonic() < end - 6, "the slices waited on past both children's ready"
+    finally:
+        late.cancel()
+        for fd in (rr, rw, jr, jw):
+            os.close(fd)

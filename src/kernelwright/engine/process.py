@@ -49,6 +49,7 @@ class Child:
     started: float  # time.monotonic() at spawn, or when a spare got its job (`go`): the budgets' origin
     reader: LineReader = field(default_factory=LineReader)
     pending: list[dict[str, Any]] = field(default_factory=list)  # messages read while waiting for `ready`
+    ready: bool = False  # its `ready` came (`wait_ready`, which may be asked again)
     stdin_open: bool = True
     isolation: Any = (
         None  # engine.isolation.containment.Isolation: cleaned up (cgroup, marker sweep) when the child ends
@@ -70,7 +71,11 @@ class Child:
         return self.reader.feed(chunk), False
 
     def wait_ready(self, timeout: float) -> bool:
-        """Block until a spare has started up (True), died or `timeout` passed (False)."""
+        """Block until a spare has started up (True), died or `timeout` passed (False). Asked again
+        once it has, True at once: a spare's two children are waited for in turn, one slice at a
+        time (warm_pool.py), and the `ready` read in an earlier slice is not sent twice."""
+        if self.ready:
+            return True
         end = time.monotonic() + timeout
         while not any(m.get("type") == "ready" for m in self.pending):
             remaining = end - time.monotonic()
@@ -81,6 +86,7 @@ class Child:
             if eof or (not msgs and not self.alive()) or self.reader.overflow:
                 return False
         self.pending = [m for m in self.pending if m.get("type") != "ready"]
+        self.ready = True
         return True
 
     def send(self, line: str) -> bool:
