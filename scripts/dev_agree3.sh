@@ -12,12 +12,12 @@ export PYTHONPATH=$PWD/src:$PWD PYTHONUNBUFFERED=1
 { nvidia-smi --query-gpu=name,driver_version --format=csv; date -u +%FT%TZ; git log -1 --format=%h; } >"$OUT/x/machine.txt" 2>&1
 ind() {  # LIMIT_S then the pair selection
     local limit=$1; shift
-    CUDA_VISIBLE_DEVICES=0,1 timeout "$((limit + 60))" python3 benchmarks/timer_agreement.py independent .corpus "$@" \
+    CUDA_VISIBLE_DEVICES=0,1 timeout "$((limit + 30))" python3 benchmarks/timer_agreement.py independent .corpus "$@" \
         --out "$OUT" --gpus 2 --build-jobs 24 --limit-s "$limit" --timeout 90 >>"$OUT/x/ind.log" 2>&1
     echo "independent $*: exit $? at $SECONDS s, $(wc -l <"$OUT/independent.jsonl") rows"
 }
 if [ -z "${KW_SKIP_IND:-}" ]; then
-    ind "${KW_IND3_LIMIT:-150}" --levels 3
+    [ "${KW_IND3_LIMIT:-150}" -gt 0 ] && ind "${KW_IND3_LIMIT:-150}" --levels 3
     ind "${KW_IND12_LIMIT:-70}" --levels 1,2 --pairs-from .agree/passed.jsonl
 else
     cp .agree/independent3.jsonl "$OUT/independent.jsonl"
