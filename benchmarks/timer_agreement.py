@@ -41,6 +41,9 @@ ROOT = Path(__file__).resolve().parent.parent
 SEED = 0
 SETS = 8
 B2B_CALLS = 200
+# a slow side (a level-3 model at tens of ms a call) takes fewer calls: about this long of them, at
+# least a tenth of the counts (200 back-to-back calls of a 50 ms model are 10 s of one side's time)
+B2B_BUDGET_MS, EVENTS_BUDGET_MS = 1000.0, 500.0
 ROW = "kw-side-row "  # the side server's rows, told apart from anything else on its stdout
 
 
@@ -107,17 +110,21 @@ def time_side(problem: Path, source: Path, cls_name: str, device: str, build_onl
             out["do_bench_ms"] = float(
                 triton.testing.do_bench(lambda: model(*sets[0]), warmup=25, rep=100, return_mode="median")
             )
+            each = max(out["do_bench_ms"], 1e-3)
+            n_b2b = max(B2B_CALLS // 10, min(B2B_CALLS, round(B2B_BUDGET_MS / each)))
+            n_ev = max(10, min(100, round(EVENTS_BUDGET_MS / each)))
+            out["calls"] = {"b2b": n_b2b, "events": n_ev}
             ev = [torch.cuda.Event(enable_timing=True) for _ in range(2)]
-            for i in range(20):
+            for i in range(min(20, n_b2b)):
                 model(*sets[i % SETS])
             ev[0].record()
-            for i in range(B2B_CALLS):
+            for i in range(n_b2b):
                 model(*sets[i % SETS])
             ev[1].record()
             sync()
-            out["b2b_ms"] = ev[0].elapsed_time(ev[1]) / B2B_CALLS
+            out["b2b_ms"] = ev[0].elapsed_time(ev[1]) / n_b2b
             times = []
-            for i in range(100):
+            for i in range(n_ev):
                 a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 a.record()
                 model(*sets[i % SETS])
@@ -270,10 +277,10 @@ def independent(
     build_jobs: int,
     limit_s: float,
 ) -> None:
-    """Pre-build the candidates that compile; then, on each GPU, its share of the pairs: the
-    references in one forked process (trusted code; each changes no process-wide setting), then
-    each candidate in a forked process of its own (its `__init__` may set cuDNN or TF32 flags).
-    Stops sending work at `limit_s` after the start; rows land in independent.jsonl as they come."""
+    """Pre-build the candidates that compile; then, on each GPU, its share of the pairs, pair by
+    pair: the reference, then the candidate, each in a process forked from one that imported torch
+    (a candidate's `__init__` may set cuDNN or TF32 flags: they die with it). Stops sending work at
+    `limit_s` after the start; rows land in independent.jsonl as they come."""
     import threading
 
     t0 = time.monotonic()
@@ -289,18 +296,18 @@ def independent(
         if not mine:
             return
         server = SideServer(devs[g])
-        refs = server.run(
-            {
-                "cls": "Model",
-                "device": device,
-                "pairs": [[str(p), str(p)] for _, p, _ in mine],
-                "ext_dir": str(ext_root / "_references"),
-                "timeout": timeout * len(mine),
-            }
-        )
-        for (stem, problem, cand), ref in zip(mine, refs, strict=True):
+        for stem, problem, cand in mine:  # pair by pair: each row lands as it comes, up to the limit
             if time.monotonic() - t0 > limit_s:
                 break
+            ref = server.run(
+                {
+                    "cls": "Model",
+                    "device": device,
+                    "pairs": [[str(problem), str(problem)]],
+                    "ext_dir": str(ext_root / "_references"),
+                    "timeout": timeout,
+                }
+            )[0]
             job = {
                 "cls": "ModelNew",
                 "device": device,
