@@ -222,6 +222,40 @@ def test_gpus_free_while_the_only_tasks_left_are_building_make_the_builds_the_bo
     assert quick.starved_s == 0.0 and quick.bottleneck() == ""
 
 
+def test_evaluations_that_wait_for_their_spares_are_named_as_the_bottleneck(monkeypatch):
+    """What a GPU worker whose spares were never seen ready looked like (2 x H200, 2026-11-28:
+    every evaluation waited 30 s, then ran 5 s): the suite's closing line says so. Each GPU's
+    first wait is its first spare starting up alone, on the path by design: left out."""
+    import kernelwright.suites.pipeline as pl
+
+    now = [100.0]
+    monkeypatch.setattr(pl.time, "monotonic", lambda: now[0])
+
+    def record(wait: float) -> SimpleNamespace:
+        return SimpleNamespace(
+            stage_times=SimpleNamespace(correctness_s=2.0, timing_s=2.0), metadata={"spare_wait_s": wait}
+        )
+
+    stuck = Pipeline(gpus=1)
+    for key in "abcd":
+        now[0] += 35.0
+        stuck.done(key, record(30.0))
+    waited, share = stuck.spare_wait_share()
+    assert waited == pytest.approx(90.0) and share == pytest.approx(90.0 / 140.0)
+    line = stuck.bottleneck()
+    assert "waited for a spare still starting up 64%" in line and "spare_wait_s" in line, line
+    assert not line.startswith("builds")  # no build held it back
+    warm = Pipeline(gpus=2)  # each GPU's first spare took 9 s; every later one was ready
+    for key, wait in zip("abcdef", [9.0, 8.5, 0.0, 0.0, 0.0, 0.2], strict=True):
+        now[0] += 3.0
+        warm.done(key, record(wait))
+    assert warm.spare_wait_share()[0] == pytest.approx(0.2) and warm.bottleneck() == ""
+    bare = Pipeline(gpus=1)  # records without the field (the serial executor's): nothing waited
+    now[0] += 5.0
+    bare.done("a", SimpleNamespace(stage_times=SimpleNamespace(correctness_s=1.0, timing_s=1.0)))
+    assert bare.spare_wait_share() == (0.0, 0.0)
+
+
 def test_an_in_order_driver_counts_the_waits_it_measured():
     pipe = Pipeline(gpus=1)
     pipe.in_order = True

@@ -9,7 +9,10 @@ The GPUs' busy share is the engine's own GPU work (the correctness and timing st
 finished record) over the wall time the suite's GPUs have been held: `busy_s / (elapsed x gpus)`.
 The time the GPUs waited for builds (`starved_s`): GPU-seconds during which a GPU had no task,
 no task was waiting for one, and builds were still queued or running; where that is a fifth of
-the GPUs' time or more, the builds were the suite's bottleneck, and `bottleneck` says so.
+the GPUs' time or more, the builds were the suite's bottleneck, and `bottleneck` says so. So too
+for the evaluations' waits for a spare still starting up (`spare_wait_s` of each record), beyond
+each GPU's first (which starts up alone): a fifth of the GPUs' time or more is a pool whose spares
+are not ready in time, which `bottleneck` says in a second sentence.
 Thread-safe: the executors call `stage` from their own threads.
 """
 
@@ -22,6 +25,7 @@ from typing import Any
 
 STATES = ("build queued", "building", "waiting for a GPU", "on the GPU", "done")
 BUILD_BOUND = 0.2  # the share of the GPUs' time spent waiting for builds that makes them the bottleneck
+SPARE_BOUND = 0.2  # the same for the waits for spares, beyond each GPU's first
 
 _OF_STAGE = {
     "prebuild": "build queued",
@@ -42,6 +46,12 @@ def gpu_work_s(result: Any) -> float:
     return float(st.correctness_s or 0.0) + float(st.timing_s or 0.0)
 
 
+def spare_wait_s(result: Any) -> float:
+    """How long one record's evaluation waited for a spare still starting up (the warm pool's)."""
+    wait = (getattr(result, "metadata", None) or {}).get("spare_wait_s")
+    return float(wait) if isinstance(wait, int | float) else 0.0
+
+
 class Pipeline:
     def __init__(self, gpus: int = 1):
         self.gpus = max(1, gpus)
@@ -49,6 +59,7 @@ class Pipeline:
         self._lock = threading.Lock()
         self.busy_s = 0.0
         self.starved_s = 0.0  # GPU-seconds a GPU stood free while the only tasks left to run were building
+        self.spare_waits: list[float] = []  # each finished record's wait for a spare still starting up
         self.t0 = time.monotonic()
         self._mark = self.t0
         # a driver that evaluates in order (one GPU, the next task waits for its own build whatever
@@ -87,6 +98,7 @@ class Pipeline:
             self._state[key] = "done"
             if result is not None:
                 self.busy_s += gpu_work_s(result)
+                self.spare_waits.append(spare_wait_s(result))
 
     def starved_share(self) -> float:
         """The share of the GPUs' time they waited for builds."""
@@ -95,16 +107,34 @@ class Pipeline:
         wall = (time.monotonic() - self.t0) * self.gpus
         return self.starved_s / wall if wall > 0 else 0.0
 
+    def spare_wait_share(self) -> tuple[float, float]:
+        """(GPU-seconds, share of the GPUs' time) the evaluations waited for a spare still starting
+        up, each GPU's first wait left out (a worker's first spare starts up alone, on the path)."""
+        with self._lock:
+            waits = sorted(self.spare_waits)
+        beyond = sum(waits[: max(0, len(waits) - self.gpus)])
+        wall = (time.monotonic() - self.t0) * self.gpus
+        return beyond, (beyond / wall if wall > 0 else 0.0)
+
     def bottleneck(self) -> str:
-        """A line where the builds held the GPUs back for `BUILD_BOUND` of their time or more, else ""."""
+        """A line where the builds, or the waits for spares, held the GPUs back for a fifth of their
+        time or more (`BUILD_BOUND`, `SPARE_BOUND`), else ""."""
+        said = []
         share = self.starved_share()
-        if share < BUILD_BOUND:
-            return ""
-        return (
-            f"builds were the bottleneck: the GPUs stood free for want of a built candidate {100 * share:.0f}% "
-            f"of their time ({self.starved_s:.0f} GPU-s); more build workers (--build-workers) or a build "
-            "cache warmed by an earlier run would shorten the suite"
-        )
+        if share >= BUILD_BOUND:
+            said.append(
+                f"builds were the bottleneck: the GPUs stood free for want of a built candidate {100 * share:.0f}% "
+                f"of their time ({self.starved_s:.0f} GPU-s); more build workers (--build-workers) or a build "
+                "cache warmed by an earlier run would shorten the suite"
+            )
+        waited, share = self.spare_wait_share()
+        if share >= SPARE_BOUND:
+            said.append(
+                f"evaluations waited for a spare still starting up {100 * share:.0f}% of the GPUs' time "
+                f"({waited:.0f} GPU-s beyond each GPU's first): the spares were not ready in time (a machine "
+                "too loaded for them to start up, or spares that fail: each record's metadata.spare_wait_s)"
+            )
+        return "; ".join(said)
 
     def counts(self) -> dict[str, int]:
         with self._lock:
