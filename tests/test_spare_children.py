@@ -119,5 +119,6 @@ def test_a_spare_whose_judge_is_ready_after_its_runner_is_seen_ready(tmp_path):
         assert time.monotonic() < end - 6, "the slices waited on past both children's ready"
     finally:
         late.cancel()
+        late.join()  # never a write into a descriptor closed below (and maybe reused)
         for fd in (rr, rw, jr, jw):
             os.close(fd)
