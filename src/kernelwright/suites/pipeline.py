@@ -109,7 +109,8 @@ class Pipeline:
 
     def spare_wait_share(self) -> tuple[float, float]:
         """(GPU-seconds, share of the GPUs' time) the evaluations waited for a spare still starting
-        up, each GPU's first wait left out (a worker's first spare starts up alone, on the path)."""
+        up, as many of the longest waits left out as there are GPUs: each worker's first spare starts
+        up alone, on the path by design, and its wait is the longest where the pool is sound."""
         with self._lock:
             waits = sorted(self.spare_waits)
         beyond = sum(waits[: max(0, len(waits) - self.gpus)])
