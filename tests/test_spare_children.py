@@ -87,7 +87,7 @@ def test_a_spare_whose_judge_is_ready_after_its_runner_is_seen_ready(tmp_path):
     again). On a GPU the judge starts up after the runner (its CUDA context and clock): the runner's
     `ready`, read in one slice, must still count in the next. A `ready` taken as read once made the
     pool wait out its whole start-up budget, and every evaluation of a GPU worker waited 30 s for a
-    spare that had started long before (2 x H200, 2026-11-28)."""
+    spare that had started long before."""
     import json
     import threading
     import time

@@ -223,9 +223,9 @@ def test_gpus_free_while_the_only_tasks_left_are_building_make_the_builds_the_bo
 
 
 def test_evaluations_that_wait_for_their_spares_are_named_as_the_bottleneck(monkeypatch):
-    """What a GPU worker whose spares were never seen ready looked like (2 x H200, 2026-11-28:
-    every evaluation waited 30 s, then ran 5 s): the suite's closing line says so. Each GPU's
-    first wait is its first spare starting up alone, on the path by design: left out."""
+    """A GPU worker whose spares are never seen ready: every evaluation waits 30 s, then runs 5 s;
+    the suite's closing line says so. Each GPU's first wait is its first spare starting up alone,
+    on the path by design: left out."""
     import kernelwright.suites.pipeline as pl
 
     now = [100.0]

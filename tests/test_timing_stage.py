@@ -44,7 +44,12 @@ def _serve(sock: socket.socket, model: Callable[..., Any]) -> None:
         rings.close()
 
 
-def _timed(model: Callable[..., Any], windows: int = 3) -> TimingOutcome:
+def _timed(
+    model: Callable[..., Any],
+    windows: int = 3,
+    draw: Callable[[], list[torch.Tensor]] | None = None,
+    reference: Callable[..., torch.Tensor] = _reference,
+) -> TimingOutcome:
     judge_end, runner_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     runner = threading.Thread(target=_serve, args=(runner_end, model), daemon=True)
     runner.start()
@@ -56,8 +61,8 @@ def _timed(model: Callable[..., Any], windows: int = 3) -> TimingOutcome:
                 device=torch.device("cpu"),
                 sock=judge_end,
                 config=TimingConfig(windows=windows, window_ms=2.0, max_window_calls=8, window_deadline_s=30.0),
-                draw=lambda: [torch.randn(32, 64, generator=gen)],
-                reference=_reference,
+                draw=draw or (lambda: [torch.randn(32, 64, generator=gen)]),
+                reference=reference,
                 inputs=inputs,
                 reference_output=_reference(*inputs),
                 bound=TimedBound(rtol=1e-3),
@@ -144,27 +149,7 @@ def test_each_rounds_inputs_are_freed_before_the_next_round_draws_its_own():
         new_batch[0] = True  # the round's draws are over once its reference window runs
         return _reference(x)
 
-    judge_end, runner_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    runner = threading.Thread(target=_serve, args=(runner_end, lambda x: torch.sigmoid(x) * x), daemon=True)
-    runner.start()
-    inputs = [torch.randn(32, 64)]
-    try:
-        out = run(
-            TimingJob(
-                device=torch.device("cpu"),
-                sock=judge_end,
-                config=TimingConfig(windows=3, window_ms=2.0, max_window_calls=8, window_deadline_s=30.0),
-                draw=draw,
-                reference=reference,
-                inputs=inputs,
-                reference_output=_reference(*inputs),
-                bound=TimedBound(rtol=1e-3),
-            )
-        )
-    finally:
-        judge_end.close()
-        runner.join(10.0)
-        runner_end.close()
+    out = _timed(lambda x: torch.sigmoid(x) * x, draw=draw, reference=reference)
     assert out.failure is None, out.failure
     assert len(batches) >= 4  # a warm-up round and three timed ones
     assert alive_at_draw == [0] * len(batches), alive_at_draw
