@@ -132,10 +132,6 @@ def test_the_readme_layout_table_names_every_folder_and_its_modules():
 
 # ---- one name per job ------------------------------------------------------------------------------
 
-# a name two modules still share, until one is renamed: the reports' side by side (report/compare.py)
-# and the child's allclose (engine/child/compare.py), which the correctness rule's move takes up
-KNOWN_SHARED_NAMES = {"compare.py"}
-
 
 def test_no_two_modules_share_a_name():
     by_name: dict[str, list[str]] = {}
@@ -143,10 +139,7 @@ def test_no_two_modules_share_a_name():
         if path.name != "__init__.py":
             by_name.setdefault(path.name, []).append(str(path.relative_to(PKG)))
     shared = {name: sorted(paths) for name, paths in by_name.items() if len(paths) > 1}
-    for name, paths in sorted(shared.items()):
-        assert name in KNOWN_SHARED_NAMES, f"{' and '.join(paths)} share a name: name each for what it does"
-    for name in KNOWN_SHARED_NAMES:
-        assert name in shared, f"{name} is no longer shared: remove it from KNOWN_SHARED_NAMES"
+    assert not shared, "; ".join(f"{' and '.join(p)} share a name: name each for what it does" for p in shared.values())
 
 
 # ---- import cycles ---------------------------------------------------------------------------------

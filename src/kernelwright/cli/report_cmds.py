@@ -117,7 +117,7 @@ def report_cmd(
         page = lambda: render(data)  # noqa: E731
         as_json, as_csv = (lambda: report_data.to_json(data)), (lambda: report_data.to_csv(data))
     else:
-        from kernelwright.report import compare
+        from kernelwright.report import side_by_side as compare
 
         comp = compare.build_comparison(datas, size_robust=fast_p_size_robust)
         if not to_stdout:
@@ -154,7 +154,7 @@ def _load(target: str, store_path: Path, fast_p_counts: str = "all") -> dict:
 
 def render_comparison(comp: dict, console: Console) -> None:
     """Suites or runs side by side: a row per metric, a column per target (the best in bold)."""
-    from kernelwright.report.compare import fmt
+    from kernelwright.report.side_by_side import fmt
 
     t = Table(title="side by side (speed-ups over each problem's reference)", title_justify="left")
     t.add_column("metric", style="dim")
