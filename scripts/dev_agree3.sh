@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call on two GPUs (carry .deb .corpus .agree): the timer agreement over CUDA-L1's level 3
+# One device call on one or two GPUs (carry .deb .corpus .agree): the timer agreement over CUDA-L1's level 3
 # (every pair, built) and the level 1-2 pairs that passed before (.agree/passed.jsonl), both timers
 # in this one call: the independent ones on GPUs 0 and 1, then kernelwright's suite runs $KW_NAMES
 # (a name with g1: GPU 0 only; g2: GPUs 0 and 1; fresh: an empty build cache of its own).
@@ -10,15 +10,20 @@ mkdir -p "$OUT/x"
 export PYTHONPATH=$PWD/src:$PWD PYTHONUNBUFFERED=1
 . scripts/install_bwrap_deb.sh >"$OUT/x/bwrap.log" 2>&1
 { nvidia-smi --query-gpu=name,driver_version --format=csv; date -u +%FT%TZ; git log -1 --format=%h; } >"$OUT/x/machine.txt" 2>&1
+NG=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU'); NG=$((NG > 2 ? 2 : (NG < 1 ? 1 : NG)))
 ind() {  # LIMIT_S then the pair selection
     local limit=$1; shift
-    CUDA_VISIBLE_DEVICES=0,1 timeout "$((limit + 30))" python3 benchmarks/timer_agreement.py independent .corpus "$@" \
-        --out "$OUT" --gpus 2 --build-jobs 24 --limit-s "$limit" --timeout 90 >>"$OUT/x/ind.log" 2>&1
+    CUDA_VISIBLE_DEVICES=$(seq -s, 0 $((NG - 1))) timeout "$((limit + 30))" python3 benchmarks/timer_agreement.py independent .corpus "$@" \
+        --out "$OUT" --gpus "$NG" --build-jobs 24 --limit-s "$limit" --timeout 90 >>"$OUT/x/ind.log" 2>&1
     echo "independent $*: exit $? at $SECONDS s, $(wc -l <"$OUT/independent.jsonl") rows"
 }
 if [ -z "${KW_SKIP_IND:-}" ]; then
     [ "${KW_IND3_LIMIT:-150}" -gt 0 ] && ind "${KW_IND3_LIMIT:-150}" --levels 3
-    ind "${KW_IND12_LIMIT:-70}" --levels 1,2 --pairs-from .agree/passed.jsonl
+    if [ "${KW_IND12_LIMIT:-70}" -gt 0 ]; then
+        ind "${KW_IND12_LIMIT:-70}" --levels 1,2 --pairs-from .agree/passed.jsonl
+    else  # the rows an earlier call timed for those pairs (an H200 too)
+        cat .agree/passed.jsonl >>"$OUT/independent.jsonl"
+    fi
 else
     cp .agree/independent3.jsonl "$OUT/independent.jsonl"
 fi

@@ -171,9 +171,15 @@ def test_gpu_timing_forgeries_get_no_speedup(cpu_config, name):
     if name == "honest.py":
         assert r.status is Status.PASSED, r.error_log
         assert r.metadata["timing"]["fixed_costs"] == "device clock", r.metadata["timing"]["fixed_costs"]
-        # the reference's own code: about 1x, within the CPU control's band (a clock that charges
-        # the candidate what is not its work shows here first)
-        assert 0.4 < r.speedup < 2.5, r.speedup
+        # the reference's own code: about 1x where the record trusts its timing (a clock that charges
+        # the candidate what is not its work shows here first). A GPU shared with other work (the
+        # other workers of a parallel gpu suite) may leave the figure untrusted, saying why; never a
+        # trusted one outside the band.
+        flags = r.flags()
+        if r.speedup_trusted:
+            assert 0.8 < r.speedup < 1.25, (r.speedup, flags)
+        else:
+            assert "timing_unstable" in flags, (r.speedup, flags)
 
 
 @pytest.mark.gpu
