@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call on one or two GPUs (carry .deb .corpus .agree): the timer agreement over CUDA-L1's level 3
 # (every pair, built) and the level 1-2 pairs that passed before (.agree/passed.jsonl), both timers
-# in this one call: the independent ones on GPUs 0 and 1, then kernelwright's suite runs $KW_NAMES
+# in this one call: the independent ones on the first one or two GPUs, then kernelwright's suite runs $KW_NAMES
 # (a name with g1: GPU 0 only; g2: GPUs 0 and 1; fresh: an empty build cache of its own).
 set -uo pipefail
 cd "$(dirname "$0")/.."
