@@ -36,22 +36,7 @@ def _cuda_available() -> bool:
         return False
 
 
-# The files that take longest on two cores, longest first (the sums of their tests' times, measured
-# with --durations=0, 2026-11-28). Under pytest -n with --dist loadfile a worker takes the next file
-# in collection order when it is free (--no-loadscope-reorder, pytest-xdist 3.8: not by number of tests), so these go
-# first and the run does not end on one long file with the other workers idle. Only the schedule.
-HEAVIEST_FIRST = [
-    "test_trusted_builds.py", "test_clock_attacks.py", "test_cli.py", "test_illconditioned_verdicts.py",
-    "test_build_rule.py", "test_engine_verdicts.py", "test_executors.py", "test_suite_eval.py",
-    "test_cheats.py", "test_suite_pipeline.py", "test_shapes.py", "test_eval_server.py",
-    "test_judge_zygote.py", "test_profile.py", "test_identical_candidate.py", "test_sandbox.py",
-    "test_compile_watch.py", "test_physics.py", "test_suite_optimize.py", "test_isolation.py",
-]  # fmt: skip
-
-
 def pytest_collection_modifyitems(config, items):
-    rank = {name: i for i, name in enumerate(HEAVIEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a file's own order kept
     if not _cuda_available():
         skip = pytest.mark.skip(reason="needs a CUDA GPU (marked gpu)")
         for item in items:
