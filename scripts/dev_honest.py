@@ -1,6 +1,7 @@
 """The clock-attack suite's honest control (the reference's own code for swish) evaluated N times on
 the GPU, alone, then N times beside a process that keeps the GPU busy with matmuls: speed-up, whether
-the record trusts it, and its timing flag. `python3 scripts/dev_honest.py [N]` (PYTHONPATH=src)."""
+the record trusts it, and its timing flag. `python3 scripts/dev_honest.py [N] [--alone]` (PYTHONPATH=src;
+--alone: no busy process of its own, e.g. several of these side by side, as a parallel gpu suite runs)."""
 
 import subprocess
 import sys
@@ -26,9 +27,11 @@ def once(label: str) -> None:
     print(f"{label}: {r.status.value} {r.speedup} trusted={r.speedup_trusted} {took:.0f}s {unstable[:300]}", flush=True)
 
 
-n = int(sys.argv[1]) if len(sys.argv) > 1 else 2
+n = int(sys.argv[1]) if len(sys.argv) > 1 and sys.argv[1].isdigit() else 2
 for i in range(n):
     once(f"alone {i}")
+if "--alone" in sys.argv:
+    sys.exit(0)
 hog = subprocess.Popen([sys.executable, "-c", HOG])
 time.sleep(5)
 try:
