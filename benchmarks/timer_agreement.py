@@ -379,11 +379,17 @@ def kernelwright_suite(
 
 
 # ---------------------------------------------------------------- the comparison
-def _ratio(kw: dict, ind: dict, method: str) -> float | None:
+def _independent_speedup(ind: dict, method: str) -> float | None:
     r, c = ind.get("reference", {}).get(f"{method}_ms"), ind.get("candidate", {}).get(f"{method}_ms")
-    if not (kw.get("speedup") and r and c):
+    return r / c if r and c else None
+
+
+def _ratio(kw: dict, ind: dict, method: str) -> float | None:
+    """kernelwright's speed-up over the independent one (None where either is missing)."""
+    independent = _independent_speedup(ind, method)
+    if not (kw.get("speedup") and independent):
         return None
-    return float(kw["speedup"]) / (r / c)
+    return float(kw["speedup"]) / independent
 
 
 def _dist(ratios: list[float]) -> dict:
@@ -402,14 +408,22 @@ def _dist(ratios: list[float]) -> dict:
 
 
 SMALL_MS = 0.1  # a reference under this (do_bench) is a small problem: its calls' launch costs show
+INDEPENDENTS_AGREE = 0.10  # do_bench's and back-to-back's speed-ups this close: the pair's speed-up is not in doubt
+AGREE = f"do_bench ~ b2b within {INDEPENDENTS_AGREE:.0%}"
 
 
 def _pooled(per_pair: dict[str, dict], ind: dict) -> dict:
     """Each candidate passed in any run, once: the median of its runs' speed-ups over the
-    independent one, for every candidate, the small problems and the rest."""
+    independent one, for every candidate, the small problems and the rest, and the pairs whose two
+    independent timers agree with each other (where they do not, neither is the pair's speed-up)."""
     out: dict = {}
     for method in ("do_bench", "b2b"):
-        groups: dict[str, list[float]] = {"all": [], f"under {SMALL_MS} ms": [], f"{SMALL_MS} ms or more": []}
+        groups: dict[str, list[float]] = {
+            "all": [],
+            f"under {SMALL_MS} ms": [],
+            f"{SMALL_MS} ms or more": [],
+            AGREE: [],
+        }
         for pair, runs in per_pair.items():
             ratios = [r for k in runs.values() if (r := _ratio(k, ind[pair], method))]
             if not ratios:
@@ -418,6 +432,9 @@ def _pooled(per_pair: dict[str, dict], ind: dict) -> dict:
             ref = ind[pair].get("reference", {}).get("do_bench_ms") or 0.0
             groups["all"].append(r)
             groups[f"under {SMALL_MS} ms" if ref < SMALL_MS else f"{SMALL_MS} ms or more"].append(r)
+            db, bb = _independent_speedup(ind[pair], "do_bench"), _independent_speedup(ind[pair], "b2b")
+            if db and bb and abs(db / bb - 1) <= INDEPENDENTS_AGREE:
+                groups[AGREE].append(r)
         for size, ratios in groups.items():
             out[f"{method}:{size}"] = _dist(ratios)
     return out
@@ -454,7 +471,8 @@ def report(out: Path, names: list[str]) -> dict:
     pooled = _pooled(per_pair, ind)
     result["pooled"] = pooled
     lines += [
-        "## Every candidate once (the median of its runs' speed-ups), by the reference's do_bench time",
+        "## Every candidate once (the median of its runs' speed-ups), by the reference's do_bench time, and"
+        " where the two independent timers agree",
         "",
         "| against | reference | n | geomean | median abs dev | within 5% | within 10% | beyond 25% | range |",
         "|---|---|---|---|---|---|---|---|---|",

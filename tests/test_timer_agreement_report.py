@@ -1,0 +1,55 @@
+"""benchmarks/timer_agreement.py's report: kernelwright's speed-up over each independent timer's, per
+candidate once, and on the pairs whose two independent timers agree with each other (where they do
+not, neither is the pair's speed-up, and a disagreement with one of them says little)."""
+
+from __future__ import annotations
+
+import json
+
+from benchmarks import timer_agreement
+
+
+def _side(do_bench_ms: float, b2b_ms: float) -> dict:
+    return {"do_bench_ms": do_bench_ms, "b2b_ms": b2b_ms, "events_ms": do_bench_ms}
+
+
+def _kw(pair: str, speedup: float) -> dict:
+    return {
+        "pair": pair,
+        "status": "passed",
+        "speedup": speedup,
+        "speedup_as_launched": speedup,
+        "reference_ms": 1.0,
+        "candidate_ms": 1.0 / speedup,
+        "flags": [],
+    }
+
+
+def test_the_report_splits_out_the_pairs_whose_independent_timers_agree(tmp_path):
+    independent = [
+        # do_bench 2.0x, back-to-back 2.1x: they agree; kernelwright 2.0x
+        {"pair": "a", "reference": _side(1.0, 1.05), "candidate": _side(0.5, 0.5)},
+        # do_bench 4.0x, back-to-back 1.0x (a host-bound 20 us reference): they disagree; kernelwright 1.0x
+        {"pair": "b", "reference": _side(0.02, 0.01), "candidate": _side(0.005, 0.01)},
+        # they agree at 1.0x, and kernelwright reads 0.5x: the one miss where the speed-up is not in doubt
+        {"pair": "c", "reference": _side(0.5, 0.5), "candidate": _side(0.5, 0.5)},
+        # a side that failed: no row anywhere
+        {"pair": "d", "reference": {"error": "x"}, "candidate": _side(1.0, 1.0)},
+    ]
+    (tmp_path / "independent.jsonl").write_text("".join(json.dumps(r) + "\n" for r in independent))
+    runs = {"r1": [_kw("a", 2.0), _kw("b", 1.0), _kw("c", 0.5)], "r2": [_kw("a", 2.2), _kw("b", 1.0)]}
+    for name, rows in runs.items():
+        (tmp_path / f"kw-{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    result = timer_agreement.report(tmp_path, list(runs))
+
+    pooled = result["pooled"]
+    everything = pooled["do_bench:all"]
+    assert everything["n"] == 3 and everything["beyond_25pct"] == 2  # b (4x against 1x) and c
+    agree = pooled[f"do_bench:{timer_agreement.AGREE}"]
+    assert agree["n"] == 2  # a and c; b's timers disagree
+    assert agree["within_10pct"] == 1 and agree["beyond_25pct"] == 1  # a (the median of 2.0x, 2.2x: 2.1x) and c
+    # a (2.0x, 2.2x: 10%) and b (1.0x twice: 0%) passed in both runs
+    assert result["run_to_run"]["n"] == 2 and abs(result["run_to_run"]["p90"] - 0.1) < 1e-9
+    text = (tmp_path / "agreement.md").read_text()
+    assert f"| do_bench | {timer_agreement.AGREE} | 2 |" in text
