@@ -11,14 +11,19 @@ from kernelwright.report import plots
 SIZE_ROBUST_TITLE = "fast_p, all sizes: faster than p x"
 
 
-def render(data: dict[str, Any]) -> str:
-    env = jinja2.Environment(
+def environment() -> jinja2.Environment:
+    """The reports' templates (report/templates/), escaped, strict about missing names."""
+    return jinja2.Environment(
         loader=jinja2.PackageLoader("kernelwright.report", "templates"),
         autoescape=jinja2.select_autoescape(["html", "j2"]),
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
     )
+
+
+def render(data: dict[str, Any]) -> str:
+    env = environment()
     m = data["metrics"]
     robust = data.get("fast_p_counts") == "size_robust"
     curve = data["fast_p_curve"]

@@ -170,18 +170,10 @@ def to_csv(comp: dict[str, Any]) -> str:
 
 
 def render_html(comp: dict[str, Any]) -> str:
-    import jinja2
-
     from kernelwright.report import plots
-    from kernelwright.report.html import SIZE_ROBUST_TITLE
+    from kernelwright.report.html import SIZE_ROBUST_TITLE, environment
 
-    env = jinja2.Environment(
-        loader=jinja2.PackageLoader("kernelwright.report", "templates"),
-        autoescape=jinja2.select_autoescape(["html", "j2"]),
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
+    env = environment()
     speed = next(t for t in comp["tables"] if t["field"] == "speedup")
     title = {"title": SIZE_ROBUST_TITLE} if comp.get("fast_p_counts") == "size_robust" else {}
     figures = {
