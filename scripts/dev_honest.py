@@ -24,7 +24,12 @@ def once(label: str) -> None:
     r = t.run(t._config(make_cpu_config(tempfile.mkdtemp()), device="cuda"), "honest.py")
     unstable = r.flags().get("timing_unstable", "")
     took = time.time() - t0
-    print(f"{label}: {r.status.value} {r.speedup} trusted={r.speedup_trusted} {took:.0f}s {unstable[:300]}", flush=True)
+    turn = r.metadata.get("gpu_turn") or {}
+    waited = f"turn held={turn.get('held')} waited {turn.get('waited_s')} s"
+    print(
+        f"{label}: {r.status.value} {r.speedup} trusted={r.speedup_trusted} {took:.0f}s {waited} {unstable[:300]}",
+        flush=True,
+    )
 
 
 n = int(sys.argv[1]) if len(sys.argv) > 1 and sys.argv[1].isdigit() else 2

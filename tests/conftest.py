@@ -227,5 +227,8 @@ def cuda_config(cache_dir) -> EvalConfig:
             trials=3,
             cache_dir=cache_dir,
             timeouts=StageTimeouts(startup=120, build=600, init=60, correctness=30, timing=120, profile=300),
+            # the gpu suite runs 4-6 workers a GPU: one evaluation drives it at a time (gpu_turn.py), and a
+            # worker may wait behind five others' checks and windows
+            timing=TimingConfig(gpu_turn_wait_s=600.0),
         )
     )

@@ -49,6 +49,7 @@ def _timed(
     windows: int = 3,
     draw: Callable[[], list[torch.Tensor]] | None = None,
     reference: Callable[..., torch.Tensor] = _reference,
+    shared: Callable[[], str] = lambda: "",
 ) -> TimingOutcome:
     judge_end, runner_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     runner = threading.Thread(target=_serve, args=(runner_end, model), daemon=True)
@@ -66,6 +67,7 @@ def _timed(
                 inputs=inputs,
                 reference_output=_reference(*inputs),
                 bound=TimedBound(rtol=1e-3),
+                shared=shared,
             )
         )
     finally:
@@ -85,6 +87,23 @@ def test_an_honest_candidate_is_timed_and_every_timed_output_checked():
     assert len(timing["windows"]) == 3 and all(w["bad_slots"] == 0 for w in timing["windows"])
     # the warm-up window's calls are checked too
     assert out.facts["timed_calls_checked"] > sum(w["calls"] for w in timing["windows"])
+
+
+def test_windows_on_a_device_another_evaluation_drove_are_untrusted():
+    """The judge's turn on the GPU (gpu_turn.py) says, at the end of the windows, whether another
+    evaluation could drive the device meanwhile: then the figures stand, and the flag says why."""
+    asked: list[int] = []
+
+    def shared() -> str:
+        asked.append(1)
+        return "another kernelwright evaluation drove this GPU"
+
+    out = _timed(lambda x: torch.sigmoid(x) * x, shared=shared)
+    assert out.failure is None and out.speedup is not None
+    assert asked == [1]  # once, after the windows
+    assert "another kernelwright evaluation drove this GPU" in out.flags.get("timing_unstable", ""), out.flags
+    calm = _timed(lambda x: torch.sigmoid(x) * x)
+    assert "drove this GPU" not in calm.flags.get("timing_unstable", "")
 
 
 def test_a_candidate_that_replays_an_earlier_output_is_flagged():

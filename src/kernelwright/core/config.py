@@ -96,6 +96,9 @@ class TimingConfig:
     probe: bool = True
     # on a GPU the judge's stream spans the runner's work (engine/child/timing/device_clock.py)
     device_clock: bool = True
+    # on a GPU one evaluation drives the device at a time: a judge waits this long for the GPU's turn
+    # before its checks (engine/child/gpu_turn.py), then goes on with its timing untrusted (0: no turns)
+    gpu_turn_wait_s: float = 300.0
     physics_margin: float = 0.7  # a time under this share of the roofline floor is faster than the hardware
 
 

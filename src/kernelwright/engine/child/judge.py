@@ -199,6 +199,10 @@ class Judge(JudgeTrials):
         }
         rec.metadata["numerics"] = dict(self.numerics, oracle_error=self.oracle_error or None)
         rec.metadata["judged_by"] = "judge process (no candidate code)"
+        if self.turn is not None:
+            self.turn.check()
+            rec.metadata["gpu_turn"] = self.turn.facts()
+            self.turn.release()
         rec.metadata["judge_busy_s"] = {k: round(v, 4) for k, v in self.busy_s.items() if v >= 0.001}
         if self.handoff is not None:
             rec.metadata["judge_busy_s"]["device_handoff"] = round(self.handoff_s, 4)

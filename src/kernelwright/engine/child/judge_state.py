@@ -130,6 +130,7 @@ class JudgeState:
         self.handoff_self_test = ""  # why this process could not import its own export ('' when it could)
         self.anchor: Any = None  # device_clock.Anchor: the hand-over to another process before any candidate ran
         self.device_clock_off = ""  # why the device clock is not used ('' when it is, or on the CPU)
+        self.turn: Any = None  # gpu_turn.GpuTurn: this judge's turn on the GPU, once it asked for one
         if handoff_fd is not None:
             self.handoff = socket.socket(fileno=handoff_fd)
 

@@ -14,6 +14,7 @@ import torch
 from kernelwright.core import roofline
 from kernelwright.core.record import Stage, Status
 from kernelwright.engine.child import gpu_facts
+from kernelwright.engine.child.gpu_turn import GpuTurn, gpu_key
 from kernelwright.engine.child.judge_profile import JudgeProfile
 from kernelwright.engine.child.problem_io import trial_seed
 from kernelwright.engine.child.timing import TimingJob, TimingOutcome
@@ -24,6 +25,20 @@ TIMING_SEED_OFFSET = 10**9  # the timing draws' seeds are not the checks' seeds
 
 
 class JudgeTiming(JudgeProfile):
+    def take_turn(self) -> None:
+        """On a GPU, wait for the device's turn (gpu_turn.py) before the first check is sent: the
+        coordinator stops the runner's clocks while the judge is at work on a report, so the wait is
+        no stage's time. Held until the record is sent (`finish`), or the process ends."""
+        wait = self.cfg.timing.gpu_turn_wait_s
+        if self.turn is not None or self.device.type != "cuda" or wait <= 0:
+            return
+        try:
+            key = gpu_key(self.device)
+        except Exception as exc:  # (no identity, no turn: recorded, and the evaluation goes on)
+            self.rec.metadata["gpu_turn"] = {"none": f"no identity for the GPU: {type(exc).__name__}: {exc}"[:300]}
+            return
+        self.turn = GpuTurn(key, wait).take()
+
     def measure_anchor(self) -> None:
         """The device clock's yardstick, before any candidate code has run (probe_windows.measure_anchor)."""
         self.anchor, self.device_clock_off = measure_anchor(self.device, self.cfg.timing, self.handoff is not None)
@@ -97,6 +112,7 @@ class JudgeTiming(JudgeProfile):
             bound=self.timed_bound,
             anchor=self.anchor,
             device_clock_off=self.device_clock_off,
+            shared=self.turn.check if self.turn is not None else (lambda: ""),
         )
 
     def take_timing(self, outcome: TimingOutcome) -> bool:

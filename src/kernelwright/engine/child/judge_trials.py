@@ -32,6 +32,7 @@ class JudgeTrials(JudgeTiming, JudgeShapes, JudgeGuards):
     def r_compiled(self, msg: dict[str, Any]) -> None:
         """The candidate imported: send every check at once (the runner answers in order)."""
         self.rec.compiled = True
+        self.take_turn()  # (on a GPU: one evaluation drives it at a time, from its first check on)
         init = self.write_inputs("in_init.kwt", self.init_inputs)
         cmds: list[Any] = [protocol.Construct(init=init, seed=self.cfg.seed)]
         for t in range(self.cfg.trials):

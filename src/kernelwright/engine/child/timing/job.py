@@ -32,6 +32,9 @@ class TimingJob:
     bound: TimedBound  # how far a timed output may stray from the reference's
     anchor: Any = None  # device_clock.Anchor: measured at the judge's start-up (None: no device clock)
     device_clock_off: str = ""  # why the judge has no device clock ('' when it has one, or on the CPU)
+    # at the end of the windows: why the device may have been shared with another evaluation ('' when
+    # it is not known to be; gpu_turn.GpuTurn.check)
+    shared: Callable[[], str] = lambda: ""
 
     def deadline(self, expected_s: float) -> float:
         """How long a window that should take `expected_s` may take before it times out."""

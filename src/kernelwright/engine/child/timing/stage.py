@@ -433,6 +433,9 @@ class _Stage:
             reasons += stability.load_problems(load, cfg, self.on_gpu)
         if self.clocked and timer.cal.contended():
             reasons.append(timer.cal.contended())
+        shared = self.job.shared()
+        if shared:
+            reasons.append(shared)
         if not self.clocked:  # the judge's wall clock: windows whose fixed costs did not all come off
             judged, said = [], []
             for d in self.details:

@@ -1,0 +1,113 @@
+"""The GPU's turn (engine/child/gpu_turn.py): one judge at a time holds it, a waiting one gives up
+after its limit and says the device was shared, and a lock file a candidate could tamper with is
+never trusted, never followed and never waited on for ever. On the CPU: the lock itself is plain
+flock, the same on any machine."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import stat
+import threading
+import time
+
+import pytest
+
+from kernelwright.engine.child.gpu_turn import GpuTurn
+
+
+def _hold(directory: str, key: str, ready, release) -> None:  # another judge, in another process
+    turn = GpuTurn(key, 5.0, directory).take()
+    ready.set()
+    release.wait(30)
+    turn.release()
+
+
+@pytest.fixture
+def other_judge(tmp_path):
+    ctx = mp.get_context("spawn")
+    ready, release = ctx.Event(), ctx.Event()
+    d = str(tmp_path / "turns")
+    p = ctx.Process(target=_hold, args=(d, "GPU-a", ready, release), daemon=True)
+    p.start()
+    assert ready.wait(60)
+    yield d, release
+    release.set()
+    p.join(30)
+
+
+def test_a_free_turn_is_taken_at_once_and_recorded(tmp_path):
+    turn = GpuTurn("GPU-a", 5.0, str(tmp_path / "turns")).take()
+    assert turn.held and not turn.shared and not turn.why_none and turn.waited_s < 1.0
+    assert stat.S_IMODE(os.stat(tmp_path / "turns").st_mode) == 0o700
+    assert turn.check() == "" and turn.facts()["held"] is True
+    turn.release()
+    again = GpuTurn("GPU-a", 5.0, str(tmp_path / "turns")).take()  # released: the next judge's at once
+    assert again.held
+    again.release()
+
+
+def test_a_judge_waits_for_the_turn_and_says_when_it_never_came(other_judge):
+    d, _ = other_judge
+    t0 = time.monotonic()
+    turn = GpuTurn("GPU-a", 0.5, d).take()
+    assert 0.5 <= time.monotonic() - t0 < 5.0
+    assert not turn.held and "another kernelwright evaluation drove this GPU" in turn.shared
+    assert turn.check() == turn.shared and turn.facts()["shared"]
+    other = GpuTurn("GPU-b", 0.5, d).take()  # another GPU's turn is its own
+    assert other.held and not other.shared
+    turn.release()
+    other.release()
+
+
+def test_the_turn_comes_when_the_holder_lets_go(other_judge):
+    d, release = other_judge
+    threading.Timer(0.5, release.set).start()
+    turn = GpuTurn("GPU-a", 20.0, d).take()
+    assert turn.held and not turn.shared and 0.3 < turn.waited_s < 20.0
+    turn.release()
+
+
+def test_a_replaced_lock_file_makes_the_turn_shared(tmp_path):
+    d = str(tmp_path / "turns")
+    turn = GpuTurn("GPU-a", 1.0, d).take()
+    assert turn.held
+    os.unlink(turn.path)  # what a runner without a sandbox could do, to let a second judge in
+    second = GpuTurn("GPU-a", 1.0, d).take()
+    assert second.held  # a new file, a new lock: two judges "hold" the turn...
+    assert "removed" in turn.check() or "replaced" in turn.check()  # ...and the first one knows
+    os.replace(second.path, second.path + ".old")
+    open(second.path, "w").close()
+    assert "replaced" in second.check()
+    turn.release()
+    second.release()
+
+
+def test_a_fifo_or_a_link_in_the_lock_files_place_is_refused_without_waiting(tmp_path):
+    d = tmp_path / "turns"
+    first = GpuTurn("GPU-a", 1.0, str(d)).take()  # (makes the directory)
+    first.release()
+    os.unlink(first.path)
+    os.mkfifo(first.path)
+    t0 = time.monotonic()
+    fifo = GpuTurn("GPU-a", 1.0, str(d)).take()
+    assert time.monotonic() - t0 < 1.0 and not fifo.held and "not a plain file" in fifo.why_none
+    os.unlink(first.path)
+    target = tmp_path / "elsewhere"
+    target.write_text("x")
+    os.symlink(target, first.path)
+    link = GpuTurn("GPU-a", 1.0, str(d)).take()
+    assert not link.held and link.why_none and target.read_text() == "x"
+    assert not fifo.shared and not link.shared  # no turn to be had is not contention
+
+
+def test_a_directory_others_may_write_is_not_used(tmp_path):
+    d = tmp_path / "turns"
+    d.mkdir(mode=0o700)
+    os.chmod(d, 0o777)
+    turn = GpuTurn("GPU-a", 1.0, str(d)).take()
+    assert not turn.held and "may be written by others" in turn.why_none
+    os.chmod(d, 0o700)
+    os.symlink(d, tmp_path / "link")
+    via_link = GpuTurn("GPU-a", 1.0, str(tmp_path / "link")).take()
+    assert not via_link.held and "not a directory" in via_link.why_none
