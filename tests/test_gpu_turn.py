@@ -111,3 +111,46 @@ def test_a_directory_others_may_write_is_not_used(tmp_path):
     os.symlink(d, tmp_path / "link")
     via_link = GpuTurn("GPU-a", 1.0, str(tmp_path / "link")).take()
     assert not via_link.held and "not a directory" in via_link.why_none
+
+
+def _judge(wait: float, device: str = "cuda"):
+    from types import SimpleNamespace
+
+    import torch
+
+    from kernelwright.core.config import TimingConfig
+
+    cfg = SimpleNamespace(timing=TimingConfig(gpu_turn_wait_s=wait))
+    return SimpleNamespace(cfg=cfg, turn=None, device=torch.device(device), rec=SimpleNamespace(metadata={}))
+
+
+def test_the_judge_takes_its_turn_on_a_gpu_only_and_once(tmp_path, monkeypatch):
+    """JudgeTiming.take_turn, as `r_compiled` calls it: on a GPU, the device's turn under its identity;
+    on the CPU, or with the wait set to 0, none; a GPU with no identity is recorded, not fatal."""
+    import functools
+
+    from kernelwright.engine.child import judge_timing
+
+    monkeypatch.setattr(judge_timing, "gpu_key", lambda device: "GPU-0000")
+    monkeypatch.setattr(judge_timing, "GpuTurn", functools.partial(GpuTurn, directory=str(tmp_path / "t")))
+    j = _judge(5.0)
+    judge_timing.JudgeTiming.take_turn(j)
+    assert j.turn is not None and j.turn.held and j.turn.path.endswith("GPU-0000.lock")
+    first = j.turn
+    judge_timing.JudgeTiming.take_turn(j)  # (a second report of `compiled` takes nothing more)
+    assert j.turn is first
+    waiting = _judge(0.2)
+    judge_timing.JudgeTiming.take_turn(waiting)  # another judge in this process: flock is per open file
+    assert not waiting.turn.held and waiting.turn.shared
+    first.release()
+    for off in (_judge(5.0, "cpu"), _judge(0.0)):
+        judge_timing.JudgeTiming.take_turn(off)
+        assert off.turn is None
+
+    def no_identity(device):
+        raise RuntimeError("no uuid")
+
+    monkeypatch.setattr(judge_timing, "gpu_key", no_identity)
+    j = _judge(5.0)
+    judge_timing.JudgeTiming.take_turn(j)
+    assert j.turn is None and "no identity for the GPU" in j.rec.metadata["gpu_turn"]["none"]
