@@ -222,6 +222,9 @@ class _Coordination:
             self.forward(msg)
         while self.runner_open and self._step():
             pass
+        # the judge's last report in hand when following ended (it asked `stop` from inside its
+        # handler, before its `handled` came): its time so far counts, whichever line came first
+        self.resume_clocks(time.monotonic())
 
     def _limit(self) -> tuple[float, float]:
         """The runner's next deadline, and the limit between its reports that sets it (0: none)."""
