@@ -154,3 +154,28 @@ def test_the_judge_takes_its_turn_on_a_gpu_only_and_once(tmp_path, monkeypatch):
     j = _judge(5.0)
     judge_timing.JudgeTiming.take_turn(j)
     assert j.turn is None and "no identity for the GPU" in j.rec.metadata["gpu_turn"]["none"]
+
+
+def test_the_parent_takes_the_judges_turn_for_a_profile_only_under_the_recorded_key():
+    """`after_the_judge`: the parent's work on the GPU after the judge (ncu, compute-sanitizer) waits
+    for the same lock, under the key the judge's record names; without one (the CPU, a judge that
+    took no turn, turns off) it takes none."""
+    import uuid
+
+    from kernelwright.engine.child.gpu_turn import after_the_judge
+
+    key = f"GPU-test-{uuid.uuid4()}"
+    assert after_the_judge(None, 5.0) is None
+    assert after_the_judge({"none": "no identity for the GPU"}, 5.0) is None
+    assert after_the_judge({"key": key}, 0.0) is None
+    judge = GpuTurn(key, 5.0).take()  # the judge's own, in the user's real turn directory
+    try:
+        waiting = after_the_judge({"key": key, "held": True}, 0.2)
+        assert waiting is not None and not waiting.held and waiting.shared
+        waiting.release()
+    finally:
+        judge.release()
+    parent = after_the_judge({"key": key}, 5.0)
+    assert parent is not None and parent.held
+    parent.release()
+    os.unlink(parent.path)

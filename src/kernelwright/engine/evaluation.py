@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from kernelwright.core import formats
 from kernelwright.core.config import EvalConfig
@@ -23,7 +24,7 @@ from kernelwright.core.printable import printable
 from kernelwright.core.record import EvalResult, Stage, Status
 from kernelwright.core.settings_file import protection_lowered
 from kernelwright.engine import nsight, process, runner_fork, sanitizer
-from kernelwright.engine.child import protocol
+from kernelwright.engine.child import gpu_turn, protocol
 from kernelwright.engine.compile_watch import CompileWatch, jit_dirs
 from kernelwright.engine.config_resolution import check_device, resolve_config
 from kernelwright.engine.errors import EngineError
@@ -526,46 +527,71 @@ def _run(
             st = result.stage_times
             st.build_s = (st.build_s or 0.0) + trusted.wall_s
             st.total_s = (st.total_s or 0.0) + trusted.wall_s
-    if config.profile.enabled and result.status is Status.PASSED:
-        if on_stage:
-            on_stage("profile")
-        profile_began = time.time()
-        # the runner under ncu constructs ModelNew and runs it on the judge's first trial inputs
-        # (the first two wire files the judge wrote, kept above)
-        job = dict(job, init_path=str(workdir / "in_init.kwt"), inputs_path=str(workdir / "in_000.kwt"))
-        nsight.attach(
-            result,
-            config,
-            workdir,
-            env,
-            job,
-            wrap=lambda a, *report_dir: sandbox.wrap(
-                a,
-                config.sandbox,
-                workdir,
-                [*environment.candidate_writable(config), *report_dir],
-                _read_only_for_candidates(config),
-            ),
-        )
-        profiled = time.time()
-        result.stage_times.spans["profile"] = [round(profile_began, 3), round(profiled, 3)]
-        result.stage_times.profile_s = (result.stage_times.profile_s or 0.0) + profiled - profile_began
-    if config.sanitize and result.status is Status.PASSED:  # one forward under memcheck (engine/sanitizer.py)
-        sanitizer.attach(
-            result,
-            config,
-            workdir,
-            env,
-            dict(job, init_path=str(workdir / "in_init.kwt"), inputs_path=str(workdir / "in_000.kwt")),
-            wrap=lambda a: sandbox.wrap(
-                a,
-                config.sandbox,
-                workdir,
-                environment.candidate_writable(config),
-                _read_only_for_candidates(config),
-            ),
-        )
+    if result.status is Status.PASSED and (config.profile.enabled or config.sanitize):
+        _after_the_judge(result, config, workdir, env, job, on_stage)
     return _redacted(result)
+
+
+def _after_the_judge(
+    result: EvalResult,
+    config: EvalConfig,
+    workdir: Path,
+    env: dict[str, str],
+    job: dict[str, Any],
+    on_stage: Callable[[str], None] | None,
+) -> None:
+    """A passed candidate's profile under Nsight Compute and its forward under compute-sanitizer, on
+    the judge's first trial inputs (the first two wire files the judge wrote, kept above), in the
+    GPU's turn (engine/child/gpu_turn.py): no other evaluation times its windows beside their replays."""
+    job = dict(job, init_path=str(workdir / "in_init.kwt"), inputs_path=str(workdir / "in_000.kwt"))
+    turn = gpu_turn.after_the_judge(result.metadata.get("gpu_turn"), config.timing.gpu_turn_wait_s)
+    try:
+        if config.profile.enabled:
+            if on_stage:
+                on_stage("profile")
+            profile_began = time.time()
+            nsight.attach(
+                result,
+                config,
+                workdir,
+                env,
+                job,
+                wrap=lambda a, *report_dir: sandbox.wrap(
+                    a,
+                    config.sandbox,
+                    workdir,
+                    [*environment.candidate_writable(config), *report_dir],
+                    _read_only_for_candidates(config),
+                ),
+            )
+            profiled = time.time()
+            result.stage_times.spans["profile"] = [round(profile_began, 3), round(profiled, 3)]
+            result.stage_times.profile_s = (result.stage_times.profile_s or 0.0) + profiled - profile_began
+        if config.sanitize:  # one forward under memcheck (engine/sanitizer.py)
+            sanitizer.attach(
+                result,
+                config,
+                workdir,
+                env,
+                job,
+                wrap=lambda a: sandbox.wrap(
+                    a,
+                    config.sandbox,
+                    workdir,
+                    environment.candidate_writable(config),
+                    _read_only_for_candidates(config),
+                ),
+            )
+    finally:
+        if turn is not None:
+            turn.release()
+            facts = result.metadata.get("gpu_turn")
+            if isinstance(facts, dict):
+                facts["after_the_judge"] = {
+                    "held": turn.held,
+                    "waited_s": round(turn.waited_s, 3),
+                    "none": turn.why_none,
+                }
 
 
 def _record(outcome, config: EvalConfig) -> EvalResult:

@@ -6,6 +6,8 @@ on one H200 gave trusted speed-ups of 0.021x, 0.25x and 0.34x (2026-11-29, docs/
 So a judge takes the GPU's turn before it sends its runner the first check (`JudgeTrials.r_compiled`)
 and keeps it until its record is sent: trials, guards, timing windows, other sizes and evidence run
 while no other evaluation of this user drives the device. Start-up and builds run side by side.
+The parent takes the same turn for a profile or compute-sanitizer's run after the judge
+(`after_the_judge`), under the key the judge recorded.
 
 The turn is an exclusive `flock` on `<dir>/<GPU's UUID>.lock`, `<dir>` = /tmp/kernelwright-<uid>/
 gpu-turns (a directory of this user's, mode 0700; a sandboxed runner sees an empty /tmp). The
@@ -19,7 +21,7 @@ The lock file is input, not truth: opened without following links and without bl
 in its place cannot hang the judge), held only if it is a plain file of this user's, and checked
 again at the end of the timing stage: a lock file that was unlinked or replaced during the turn
 could have let a second judge in (`replaced`). The process's end drops the lock, whatever ends it.
-Imports only torch and the standard library.
+Imports only the standard library (torch, lazily, for the GPU's identity).
 """
 
 from __future__ import annotations
@@ -31,8 +33,6 @@ import stat
 import time
 from dataclasses import dataclass, field
 from typing import Any
-
-import torch
 
 POLL_S = 0.02  # how often a waiting judge tries the lock again
 
@@ -156,6 +156,7 @@ class GpuTurn:
 
     def facts(self) -> dict[str, Any]:
         return {
+            "key": self.key,
             "held": self.held,
             "waited_s": round(self.waited_s, 3),
             "wait_limit_s": self.wait_s,
@@ -167,6 +168,8 @@ class GpuTurn:
 def gpu_key(device: Any) -> str:
     """The GPU's identity, the same in every process whatever CUDA_VISIBLE_DEVICES says: its UUID
     (else its PCI address, else its index)."""
+    import torch  # (lazy on purpose: the parent takes turns too, after the judge, and imports no torch)
+
     props = torch.cuda.get_device_properties(device)
     uuid = getattr(props, "uuid", None)
     if uuid:
@@ -175,3 +178,13 @@ def gpu_key(device: Any) -> str:
     if bus is not None:
         return f"pci-{getattr(props, 'pci_domain_id', 0)}-{bus}-{getattr(props, 'pci_device_id', 0)}"
     return f"index-{torch.cuda.current_device() if device.index is None else device.index}"
+
+
+def after_the_judge(facts: Any, wait_s: float) -> GpuTurn | None:
+    """The GPU's turn for what the parent runs on it after the judge has let go (a profile under
+    Nsight Compute, compute-sanitizer's run): the same lock, under the key the judge recorded
+    (`facts`: its `metadata.gpu_turn`). None where the judge took no turn, or turns are off."""
+    key = facts.get("key") if isinstance(facts, dict) else None
+    if not isinstance(key, str) or not key or wait_s <= 0:
+        return None
+    return GpuTurn(key, wait_s).take()
