@@ -77,6 +77,22 @@ def test_the_runners_clocks_stand_still_while_the_judge_works_and_go_on_when_it_
     assert c._limit() == (pytest.approx(T0 + 72), 0.0)  # the 40 s added to the stage's budget
 
 
+def test_the_judges_time_on_its_last_report_counts_when_it_asked_stop_before_saying_handled(clock):
+    """The judge asks `stop` from inside its handler (after the timing stage), then sends `handled`.
+    When `stop` arrives in a read of its own, following the runner ends there: the judge's time on
+    that report still counts as the runner's clocks standing still (it read 0.008 s once, not 4 s)."""
+    c = coordination()
+    c.runner_open = False  # (no runner to follow: follow_runner only settles the clocks)
+    clock.t = T0 + 2
+    c.forward({"type": "output", "label": "guards"})  # the report whose handler runs the windows
+    clock.t = T0 + 6
+    c._from_judge({"type": "ask", "what": "stop"})  # in one read; its `handled` never seen
+    c.follow_runner()
+    assert c.judge_busy_since is None and c.judge_busy_s == pytest.approx(4)
+    c._from_judge({"type": "handled", "n": 1})  # the late line adds nothing more
+    assert c.judge_busy_s == pytest.approx(4)
+
+
 def test_the_judges_limit_between_reports_ends_a_stage_sooner_never_later(clock):
     c = coordination(jit_out_of_sight=True)
     c.forward({"type": "stage", "stage": "correctness"})
