@@ -3,6 +3,7 @@
 # device tool (at most 10 minutes). Logs go under $OUT (the device tool brings them back).
 #
 #   bash scripts/device_checks.sh handoff   # ~6 min: device hand-off tests, overhead with and without it
+#   bash scripts/device_checks.sh turns     # ~2 min: six honest controls at once on one GPU: with the GPU's turn, none trusted outside 0.8-1.25x
 #   bash scripts/device_checks.sh suite2    # ~8 min on two GPUs: the same suite (Mamba-2's tests aside), half of the files on each GPU
 #   bash scripts/device_checks.sh suiteall  # the same over every GPU (~4 min on four); KW_THEN: a command after it, in KW_THEN_LIMIT s
 #   bash scripts/device_checks.sh suite     # ~15 min: the whole gpu suite, 4 workers (8 ran the judges out of device memory; KW_PYTEST_ARGS: more pytest arguments, e.g. --ignore=tests/test_mamba2_gpu.py)
@@ -118,6 +119,17 @@ suite)
     step gpu_suite "${KW_SUITE_LIMIT:-560}" python3 -m pytest -m gpu -n "${KW_WORKERS:-4}" -v -p no:cacheprovider --durations=25 ${KW_PYTEST_ARGS:-}
     grep -E "timer_escape|FAILED|ERROR" "$OUT/gpu_suite.log" | head -40 >"$OUT/gpu_suite_failures.txt"
     grep -cE " PASSED " "$OUT/gpu_suite.log" >"$OUT/gpu_suite_passed_count.txt"
+    ;;
+turns)  # ~2 min: six honest controls at once on GPU 0 (scripts/dev_honest.py 2 --alone, six processes),
+    # each record's speed-up, whether it is trusted and its GPU turn (engine/child/gpu_turn.py): with
+    # turns, no trusted figure outside 0.8-1.25x (before them: 0.021x, 0.25x, 0.34x trusted, 2026-11-29)
+    for i in 1 2 3 4 5 6; do
+        CUDA_VISIBLE_DEVICES=0 timeout "${KW_TURNS_LIMIT:-300}" python3 scripts/dev_honest.py 2 --alone >"$OUT/turns$i.log" 2>&1 &
+    done
+    wait
+    cat "$OUT"/turns[1-6].log >"$OUT/turns.log" && rm -f "$OUT"/turns[1-6].log
+    awk '/: passed /{n++; if ($5 == "trusted=True") {t++; if ($4 < 0.8 || $4 > 1.25) bad++}}
+         END {printf "turns: %d records, %d trusted, %d trusted outside 0.8-1.25x\n", n, t, bad}' "$OUT/turns.log"
     ;;
 suite2|suiteall)  # the gpu suite over every GPU: one pytest run per GPU side by side, each with its
     # own build cache, the files dealt out in turn (heaviest first); Mamba-2's tests left to `mamba`
