@@ -199,6 +199,8 @@ class Judge(JudgeTrials):
         }
         rec.metadata["numerics"] = dict(self.numerics, oracle_error=self.oracle_error or None)
         rec.metadata["judged_by"] = "judge process (no candidate code)"
+        if self.gpu_query is not None:  # evidence only (timing/gpu_load.py)
+            rec.metadata["gpu_processes"] = dict(self.gpu_query.result(), judge_pid=os.getpid())
         if self.turn is not None:
             self.turn.check()
             rec.metadata["gpu_turn"] = self.turn.facts()

@@ -131,6 +131,7 @@ class JudgeState:
         self.anchor: Any = None  # device_clock.Anchor: the hand-over to another process before any candidate ran
         self.device_clock_off = ""  # why the device clock is not used ('' when it is, or on the CPU)
         self.turn: Any = None  # gpu_turn.GpuTurn: this judge's turn on the GPU, once it asked for one
+        self.gpu_query: Any = None  # timing.gpu_load.Query: who kept the GPU busy during the windows
         if handoff_fd is not None:
             self.handoff = socket.socket(fileno=handoff_fd)
 

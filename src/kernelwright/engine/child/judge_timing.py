@@ -17,7 +17,7 @@ from kernelwright.engine.child import gpu_facts
 from kernelwright.engine.child.gpu_turn import GpuTurn, gpu_key
 from kernelwright.engine.child.judge_profile import JudgeProfile
 from kernelwright.engine.child.problem_io import trial_seed
-from kernelwright.engine.child.timing import TimingJob, TimingOutcome
+from kernelwright.engine.child.timing import TimingJob, TimingOutcome, gpu_load
 from kernelwright.engine.child.timing import run as run_timing
 from kernelwright.engine.child.timing.probe_windows import measure_anchor
 
@@ -84,7 +84,10 @@ class JudgeTiming(JudgeProfile):
                 )
                 return
             ref_out, _, inputs = self.reference(trial_seed(self.secret, 0))
+            since = gpu_load.now_us()
             outcome = run_timing(self.timing_job(self.handoff, inputs, ref_out))
+            if self.device.type == "cuda" and self.turn is not None:  # (evidence: read at `finish`)
+                self.gpu_query = gpu_load.Query(self.turn.key, since)
             if self.take_timing(outcome):
                 self.physics(inputs)
         finally:

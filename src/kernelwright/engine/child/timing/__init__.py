@@ -29,8 +29,9 @@ runner's side of a wall-clock window), `window_timer` (the judge's side), `windo
 sets a window holds), `device_clock` (on a GPU, windows on the device's own timeline), `probe`
 (on a GPU, a trusted stand-in for the runner) and `probe_windows` (the judge's windows on it),
 `stability` (when not to trust a figure), `window_facts` (what the stage records of its clocks),
-`summary` (the record's statistics). Whether a timed output is right is `correctness.TimedBound`'s
-to say. Imports only torch, the standard library and `core`.
+`summary` (the record's statistics), `gpu_load` (the processes NVML saw busy on the GPU during the
+windows: evidence the judge records, read in a process of its own). Whether a timed output is right
+is `correctness.TimedBound`'s to say. Imports only torch, the standard library and `core`.
 """
 
 from kernelwright.engine.child.timing.job import TimingFailure, TimingJob, TimingOutcome
