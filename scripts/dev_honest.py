@@ -25,7 +25,9 @@ def once(label: str) -> None:
     unstable = r.flags().get("timing_unstable", "")
     took = time.time() - t0
     turn = r.metadata.get("gpu_turn") or {}
+    procs = r.metadata.get("gpu_processes") or {}  # NVML's busy processes during the windows (evidence)
     waited = f"turn held={turn.get('held')} waited {turn.get('waited_s')} s"
+    waited += f" nvml busy={procs.get('busy')} {procs.get('processes') or procs.get('unavailable', '')}"
     print(
         f"{label}: {r.status.value} {r.speedup} trusted={r.speedup_trusted} {took:.0f}s {waited} {unstable[:300]}",
         flush=True,
