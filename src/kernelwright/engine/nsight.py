@@ -26,8 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import errno
-import fcntl
 import io
 import json
 import os
@@ -40,6 +38,8 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from kernelwright.engine.child.gpu_turn import flock_within
 
 STALL_REASONS = (
     "long_scoreboard",
@@ -443,18 +443,10 @@ def profiling_lock(max_wait_s: float, path: str | None = None):
         yield 0.0
         return
     try:
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except OSError as exc:
-                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                    raise
-            if time.monotonic() - t0 > max_wait_s:
-                raise NcuUnavailable(
-                    f"another ncu profile on this machine held the profiling lock for over {max_wait_s:g} s"
-                )
-            time.sleep(0.1)
+        if not flock_within(fd, max_wait_s, poll_s=0.1):
+            raise NcuUnavailable(
+                f"another ncu profile on this machine held the profiling lock for over {max_wait_s:g} s"
+            )
         yield time.monotonic() - t0
     finally:
         os.close(fd)  # releases the lock

@@ -37,6 +37,22 @@ from typing import Any
 POLL_S = 0.02  # how often a waiting judge tries the lock again
 
 
+def flock_within(fd: int, wait_s: float, poll_s: float = POLL_S) -> bool:
+    """An exclusive flock on `fd`, tried until it is had or `wait_s` has passed: whether it was had.
+    (flock itself waits for ever or not at all.)"""
+    t0 = time.monotonic()
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except OSError as exc:
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise
+        if time.monotonic() - t0 >= wait_s:
+            return False
+        time.sleep(poll_s)
+
+
 def turn_dir() -> str:
     """Where this user's GPU turns live: the same path for every judge of the user on the host."""
     return os.path.join("/tmp", f"kernelwright-{os.getuid()}", "gpu-turns")
@@ -109,24 +125,14 @@ class GpuTurn:
             return
         self.fd, self._ident = fd, (st.st_dev, st.st_ino)
         t0 = time.monotonic()
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                self.held = True
-                break
-            except OSError as exc:
-                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                    raise
-            if time.monotonic() - t0 >= self.wait_s:
-                break
-            time.sleep(POLL_S)
+        self.held = flock_within(fd, self.wait_s)
         self.waited_s = time.monotonic() - t0
         if not self.held:
             self.shared = (
                 f"another kernelwright evaluation drove this GPU for all of the {self.waited_s:.0f} s this one waited "
                 "for its turn: the windows ran beside its work"
             )
-        elif self.replaced():
+        else:
             self.shared = self.replaced()
 
     def replaced(self) -> str:
