@@ -216,13 +216,15 @@ def rows(records: list[dict]) -> list[dict]:
     for r in sorted(records, key=lambda r: r.get("_written", 0.0)):
         m = r.get("metadata") or {}
         t = m.get("timing") or {}
-        first = (r.get("error_log") or "").strip().splitlines()
+        lines = [x for x in (r.get("error_log") or "").strip().splitlines() if x.strip()]
+        # its first line says where, its last what (a traceback's exception): a row says both
+        error = lines[0][:200] + (" ... " + lines[-1].strip()[:200] if len(lines) > 1 else "") if lines else ""
         out.append(
             {
-                "problem": str(r.get("path", "")).split("/")[1] if "/" in str(r.get("path", "")) else r.get("path"),
+                "problem": "/".join(str(r.get("path", "")).split("/")[:2]),  # level2/1_task
                 "status": r.get("status"),
                 "speedup": r.get("speedup"),
-                "error": first[0][:200] if first else "",
+                "error": error,
                 "stages": {
                     k: round(v, 2) for k, v in (r.get("stage_times") or {}).items() if isinstance(v, int | float) and v
                 },
@@ -283,34 +285,27 @@ def run(
     name: str,
     extra: list[str],
     time_limit: float | None,
-    stems: set[str] | None = None,
+    keys: set[str] | None = None,
     per_level: int | None = None,
 ) -> int:
     problems = [corpus / "problems" / f"level{lv}" for lv in levels]
-    cands = corpus / "candidates"
-    # one candidates folder for every level: link the chosen levels' files side by side
-    flat = corpus / "candidates_flat"
-    flat.mkdir(exist_ok=True)
+    cands = corpus / "candidates"  # levelN/<stem>.py: the suite pairs them by key (level2/1_task)
     chosen: list[str] = []
     for lv in levels:
         files = sorted((cands / f"level{lv}").glob("*.py"), key=lambda p: int(p.name.split("_")[0]))
-        for f in files[:per_level] if per_level else files:
-            target = flat / f.name
-            if not target.exists():
-                target.write_text(f.read_text())
-            chosen.append(f.stem)
-    if stems is not None:  # these problems only (`benchmarks/timer_agreement.py`)
-        chosen = [c for c in chosen if c in stems]
+        chosen += [f"level{lv}/{f.stem}" for f in (files[:per_level] if per_level else files)]
+    if keys is not None:  # these problems only (`benchmarks/timer_agreement.py`)
+        chosen = [c for c in chosen if c in keys]
     if limit:
         chosen = chosen[:limit]
     only: list[str] = []
-    for stem in chosen:
-        only += ["--only", stem]
+    for key in chosen:
+        only += ["--only", key]
     out_root = corpus / "runs" / name
     store = corpus / "runs" / "store.db"
     cmd = [
         sys.executable, "-c", "from kernelwright.cli.main import main; main()", "suite", "eval",
-        *map(str, problems), str(flat),
+        *map(str, problems), str(cands),
         "--name", name, "--out", str(out_root), "--store", str(store), "--json", *only, *extra,
     ]  # fmt: skip
     t0 = time.monotonic()

@@ -367,10 +367,10 @@ def kernelwright_suite(
     from benchmarks import corpus_suite
 
     levels = sorted({stem.split("/")[0].removeprefix("level") for stem, _, _ in chosen})
-    stems = {stem.split("/")[1] for stem, _, _ in chosen}
+    keys = {key for key, _, _ in chosen}  # level2/1_task
     started = time.time()
     limit = float(os.environ.get("KW_SUITE_LIMIT", "0")) or None  # stopped as Ctrl-C stops it: records stay
-    corpus_suite.run(corpus, levels, None, name, extra, limit, stems)
+    corpus_suite.run(corpus, levels, None, name, extra, limit, keys)
     dest = out / f"kw-{name}.jsonl"
     with dest.open("a") as f:
         for rec in corpus_suite._records(corpus / "runs" / name, since=started):

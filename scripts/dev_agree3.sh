@@ -2,7 +2,7 @@
 # One device call on one or two GPUs (carry .deb .corpus .agree): the timer agreement over CUDA-L1's level 3
 # (every pair, built) and the level 1-2 pairs that passed before (.agree/passed.jsonl), both timers
 # in this one call: the independent ones on the first one or two GPUs, then kernelwright's suite runs $KW_NAMES
-# (a name with g1: GPU 0 only; g2: GPUs 0 and 1; fresh: an empty build cache of its own).
+# (KW_AGREE_LEVELS: the levels kernelwright evaluates, 1,2,3; a name with g1: GPU 0 only; g2: GPUs 0 and 1; fresh: an empty build cache of its own).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/kw-a3}
@@ -25,7 +25,7 @@ if [ -z "${KW_SKIP_IND:-}" ]; then
         cat .agree/passed.jsonl >>"$OUT/independent.jsonl"
     fi
 else
-    cp .agree/independent3.jsonl "$OUT/independent.jsonl"
+    cp "${KW_IND_FILE:-.agree/independent3.jsonl}" "$OUT/independent.jsonl"  # an earlier call's rows (same kind of GPU)
 fi
 for name in ${KW_NAMES-g2fresh g2}; do
     extra=()
@@ -37,7 +37,7 @@ for name in ${KW_NAMES-g2fresh g2}; do
     t0=$SECONDS
     export KW_SUITE_LIMIT=$((limit - 25))
     OUT=$OUT/x KERNELWRIGHT_CACHE=$cache timeout "$limit" python3 benchmarks/timer_agreement.py kernelwright .corpus \
-        --levels 1,2,3 --name "$name" --out "$OUT" --only-timed -- "${extra[@]}" >"$OUT/x/$name.log" 2>&1
+        --levels "${KW_AGREE_LEVELS:-1,2,3}" --name "$name" --out "$OUT" --only-timed -- "${extra[@]}" >"$OUT/x/$name.log" 2>&1
     echo "$name: exit $? in $((SECONDS - t0)) s, $(wc -l <"$OUT/kw-$name.jsonl" 2>/dev/null) records"
     [ -f "$OUT/x/corpus_suite.json" ] && mv "$OUT/x/corpus_suite.json" "$OUT/suite-$name.json"
 done

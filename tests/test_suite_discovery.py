@@ -85,6 +85,38 @@ def test_candidates_by_file_name_with_one_problem_missing():
     assert pairs[0][1].text == (SUITE / "candidates" / "1_add_one.py").read_text()
 
 
+def test_a_candidate_never_crosses_levels_by_its_file_name(tmp_path):
+    """A published corpus's layout (CUDA-L1: candidates/levelN/<id>_task.py, the same names in every
+    level): level2/2_task takes level2's file; a level with no file of that name gets none, not
+    another level's (a level-1 ModelNew against a level-2 problem read as `failed to construct`)."""
+    root, cands = tmp_path / "problems", tmp_path / "candidates"
+    for lv in ("level1", "level2"):
+        (root / lv).mkdir(parents=True)
+        (cands / lv).mkdir(parents=True)
+    shutil.copy(LEVEL1 / "1_add_one.py", root / "level1" / "1_task.py")
+    shutil.copy(LEVEL1 / "2_swish.py", root / "level1" / "2_task.py")
+    shutil.copy(LEVEL1 / "2_swish.py", root / "level2" / "2_task.py")
+    shutil.copy(LEVEL1 / "1_add_one.py", root / "level2" / "1_task.py")
+    (cands / "level1" / "1_task.py").write_text("# level1/1\n")
+    (cands / "level1" / "2_task.py").write_text("# level1/2\n")
+    (cands / "level2" / "2_task.py").write_text("# level2/2\n")  # level2/1 has none
+    pairs, missing = match(discover([str(root)]), load_candidates(cands))
+    assert {p.key: c.text for p, c in pairs} == {
+        "level1/1_task": "# level1/1\n",
+        "level1/2_task": "# level1/2\n",
+        "level2/2_task": "# level2/2\n",
+    }
+    assert keys(missing) == ["level2/1_task"]
+    # a problem outside any level folder: a name two levels' files share is ambiguous, so no match
+    shutil.copy(LEVEL1 / "2_swish.py", tmp_path / "2_task.py")
+    pairs, missing = match(discover([str(tmp_path / "2_task.py")]), load_candidates(cands))
+    assert pairs == [] and keys(missing) == ["2_task"]
+    # ...while a name only one file has still matches across the layout, as before
+    shutil.copy(LEVEL1 / "1_add_one.py", tmp_path / "1_task.py")
+    pairs, _ = match(discover([str(tmp_path / "1_task.py")]), load_candidates(cands))
+    assert [c.text for _, c in pairs] == ["# level1/1\n"]
+
+
 def test_kernelbench_runs_layout_takes_the_lowest_sample():
     pairs, missing = match(discover([str(LEVEL1)]), load_candidates(SUITE / "runs_layout"))
     got = {p.name: Path(c.source).name for p, c in pairs}

@@ -141,12 +141,15 @@ def discover(paths: list[str], only: list[str] | None = None, skip: list[str] | 
 class Candidate:
     text: str
     source: str  # where it came from (a path, or "FILE:line N")
+    level: str | None = None  # the level folder it sits in ("level3"), when it sits in one
 
 
 def _lookup(table: dict[str, Candidate], prob: Problem) -> Candidate | None:
     for k in (prob.key, prob.name):
-        if k in table:
-            return table[k]
+        c = table.get(k)
+        # a bare name never crosses levels: level3/1_task is not level1/1_task's candidate
+        if c is not None and not (k != prob.key and c.level and prob.level and c.level != prob.level):
+            return c
     if prob.problem_id is not None and prob.level_number is not None:
         return table.get(f"level_{prob.level_number}_problem_{prob.problem_id}")
     return None
@@ -181,6 +184,7 @@ def _from_records(records: list, where: str) -> dict[str, Candidate]:
 def _from_folder(folder: Path) -> dict[str, Candidate]:
     table: dict[str, Candidate] = {}
     samples: dict[str, tuple[int, Path]] = {}
+    stems: dict[str, list[Candidate]] = {}
     for f in sorted(folder.rglob("*.py")):
         m = KB_SAMPLE.match(f.name)
         if m:
@@ -189,8 +193,16 @@ def _from_folder(folder: Path) -> dict[str, Candidate]:
                 samples[key] = (sample, f)
             continue
         rel = f.relative_to(folder).with_suffix("").as_posix()
-        table.setdefault(rel, Candidate(_read(f), str(f)))
-        table.setdefault(f.stem, Candidate(_read(f), str(f)))
+        level = f.parent.name if f.parent != folder and LEVEL_DIR.match(f.parent.name) else None
+        cand = Candidate(_read(f), str(f), level)
+        table.setdefault(rel, cand)
+        stems.setdefault(f.stem, []).append(cand)
+    for stem, cands in stems.items():
+        for c in cands:  # runs/level3/1_task.py is level3/1_task's too
+            if c.level:
+                table.setdefault(f"{c.level}/{stem}", c)
+        if len(cands) == 1:  # a name two files share (level1/1_task.py, level3/1_task.py) matches by key only
+            table.setdefault(stem, cands[0])
     for key, (_, f) in samples.items():
         table[key] = Candidate(_read(f), str(f))
     return table
