@@ -21,6 +21,7 @@ ResolvedSandbox = Literal["bwrap", "none"]
 VerdictMode = Literal["strict", "calibrated"]
 ShapesMode = Literal["check", "strict", "off"]
 OracleDtype = Literal["float64", "float32"]
+ModelMode = Literal["as_constructed", "eval"]
 
 
 def default_cache_dir() -> Path:
@@ -109,6 +110,11 @@ class EvalConfig:
     atol: float = 1e-3
     rtol: float = 1e-3
     seed: int = 42
+    # The mode both models run in. "as_constructed" (KernelBench's and the published figures'): neither
+    # .train() nor .eval() is called, so a freshly built BatchNorm normalises by its batch's statistics
+    # and a Dropout draws; "eval": both in eval mode (running statistics: a fresh BatchNorm is nearly the
+    # identity, and a candidate that leaves it out passes).
+    model_mode: ModelMode = "as_constructed"
     verdict: VerdictMode = "calibrated"
     # Other sizes of the problem (engine/child/shapes.py, docs/VERDICTS.md): a passed candidate gets one
     # more trial at each size derived from the problem's constants. check: a failure there is the

@@ -78,7 +78,9 @@ class Judge(JudgeTrials):
     def load_problem(self) -> bool:
         try:
             self.problem = load_source(self.job.problem_source, self.job.problem_name, "kw_problem")
-            self.io = ProblemIO(self.problem, self.device, self.cfg.inputs_on_device, self.rec.metadata)
+            self.io = ProblemIO(
+                self.problem, self.device, self.cfg.inputs_on_device, self.rec.metadata, self.cfg.model_mode
+            )
             self.ref_model = self.io.construct(self.problem.Model, self.cfg.seed)
             torch.manual_seed(self.cfg.seed)
             self.init_inputs = self.problem.get_init_inputs()

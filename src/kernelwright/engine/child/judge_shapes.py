@@ -14,7 +14,7 @@ from kernelwright.core.record import Stage, Status
 from kernelwright.engine.child import numerics, protocol, shapes
 from kernelwright.engine.child.judge_outputs import JudgeOutputs
 from kernelwright.engine.child.judge_state import first_line
-from kernelwright.engine.child.problem_io import sync, trial_seed
+from kernelwright.engine.child.problem_io import in_mode, sync, trial_seed
 from kernelwright.engine.child.trees import clone
 from kernelwright.engine.child.wire import WireError
 
@@ -76,7 +76,7 @@ class JudgeShapes(JudgeOutputs):
 
         def construct(init_inputs: Any) -> Any:
             torch.manual_seed(self.cfg.seed)
-            return self.problem.Model(*init_inputs).to(self.device).eval()
+            return in_mode(self.problem.Model(*init_inputs).to(self.device), self.cfg.model_mode)
 
         def oracle(model: Any, inputs: Any) -> Any:
             if not self.cfg.numerics.oracle or self.oracle_error:

@@ -69,8 +69,9 @@ def oracle_dtype(name: str) -> torch.dtype:
 
 
 def build_oracle(ref_model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
-    """A deep copy of the reference module with floating parameters and buffers in `dtype`."""
-    return copy.deepcopy(ref_model).to(dtype).eval()
+    """A deep copy of the reference module with floating parameters and buffers in `dtype`, in the
+    reference's own mode (EvalConfig.model_mode)."""
+    return copy.deepcopy(ref_model).to(dtype)
 
 
 def run_oracle(oracle: torch.nn.Module, inputs: Any, dtype: torch.dtype) -> Any:

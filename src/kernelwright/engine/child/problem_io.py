@@ -69,9 +69,17 @@ def sync(device: torch.device) -> None:
 class ProblemIO:
     """Inputs and models of one problem on one device, seeded."""
 
-    def __init__(self, problem: Any, device: torch.device, on_device: bool, meta: dict[str, Any]):
+    def __init__(
+        self,
+        problem: Any,
+        device: torch.device,
+        on_device: bool,
+        meta: dict[str, Any],
+        model_mode: str = "as_constructed",
+    ):
         self.problem = problem
         self.device = device
+        self.model_mode = model_mode
         self.on_device = on_device and device.type != "cpu"
         self.meta = meta  # where the inputs were drawn is recorded here
 
@@ -96,7 +104,13 @@ class ProblemIO:
         torch.manual_seed(seed)
         init_inputs = self.problem.get_init_inputs()
         torch.manual_seed(seed)
-        return cls(*init_inputs).to(self.device).eval()
+        return in_mode(cls(*init_inputs).to(self.device), self.model_mode)
+
+
+def in_mode(model: torch.nn.Module, mode: str) -> torch.nn.Module:
+    """The model in the evaluation's mode (EvalConfig.model_mode): as its constructor left it
+    (KernelBench's), or in eval mode. The reference and the candidate are put in the same mode."""
+    return model.eval() if mode == "eval" else model
 
 
 def seed_all(seed: int) -> None:

@@ -474,16 +474,11 @@ class Runner:
             raise Stop() from None
 
     def construct(self, cmd: protocol.Construct) -> None:
-        import torch
-
         if cmd.label:
             return self.construct_other(cmd)
         self.stage("init")
         try:
-            init = self.read_inputs(cmd.init)
-            init = list(init) if isinstance(init, (list, tuple)) else [init]
-            torch.manual_seed(cmd.seed)
-            self.cand_model = self.candidate.ModelNew(*init).to(self.device).eval()
+            self.cand_model = self.new_model(self.read_inputs(cmd.init), cmd.seed)
             self.sync()
         except Stop:
             raise
@@ -495,18 +490,23 @@ class Runner:
         self.patches("at import or construction")
         self.chan.send("constructed")
 
-    def construct_other(self, cmd: protocol.Construct) -> None:
-        """One more ModelNew, for other sizes of the problem: a failure is that size's, not the verdict's."""
+    def new_model(self, init: Any, seed: int) -> Any:
+        """ModelNew built as the judge builds the reference: seeded, on the device, in the mode of both."""
         import torch
 
+        from kernelwright.engine.child.problem_io import in_mode  # torch's, loaded lazily
+
+        torch.manual_seed(seed)
+        init = list(init) if isinstance(init, (list, tuple)) else [init]
+        return in_mode(self.candidate.ModelNew(*init).to(self.device), self.cfg.model_mode)
+
+    def construct_other(self, cmd: protocol.Construct) -> None:
+        """One more ModelNew, for other sizes of the problem: a failure is that size's, not the verdict's."""
         if self._device_lost:
             self.chan.send("call_error", label=cmd.label, probe=True, lost=True, message=self._device_lost)
             return
         try:
-            init = self.read_inputs(cmd.init)
-            init = list(init) if isinstance(init, (list, tuple)) else [init]
-            torch.manual_seed(cmd.seed)
-            self.models[cmd.label] = self.candidate.ModelNew(*init).to(self.device).eval()
+            self.models[cmd.label] = self.new_model(self.read_inputs(cmd.init), cmd.seed)
             self.sync()
         except Stop:
             raise
@@ -734,10 +734,8 @@ class Runner:
 
         self.stage("profile")
         try:
-            init = read_tree(self.job.init_path, self.device)
             inputs = read_tree(self.job.inputs_path, self.device)
-            torch.manual_seed(self.cfg.seed)
-            model = self.candidate.ModelNew(*init).to(self.device).eval()
+            model = self.new_model(read_tree(self.job.init_path, self.device), self.cfg.seed)
             with torch.no_grad():
                 for _ in range(self.cfg.profile.forward_runs):
                     model(*inputs)

@@ -1,0 +1,44 @@
+"""The mode the models run in (EvalConfig.model_mode): as their constructors leave them, as
+KernelBench and the published figures run them, so a BatchNorm normalises by its batch. In eval mode a
+fresh BatchNorm is nearly the identity: a candidate that computes the batch's statistics (what a
+fused level-2 kernel does) reads `incorrect` there, and one that leaves the norm out reads `passed`."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from conftest import FIXTURES
+from kernelwright.core.config import EvalConfig
+from kernelwright.core.record import Status
+from kernelwright.engine import evaluate
+
+MM = FIXTURES / "model_mode"
+
+
+def test_the_default_is_the_mode_the_constructor_leaves():
+    assert EvalConfig().model_mode == "as_constructed"
+    with pytest.raises(ValueError, match="model.mode"):
+        EvalConfig(model_mode="train").validate()  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "mode,honest,skipper",
+    [("as_constructed", Status.PASSED, Status.INCORRECT), ("eval", Status.INCORRECT, Status.PASSED)],
+)
+def test_batch_statistics_are_the_reference_s_as_constructed(cpu_config, mode, honest, skipper):
+    cfg = dataclasses.replace(cpu_config, model_mode=mode)
+    r = evaluate(MM / "conv_bn.py", MM / "fused_batch_stats.py", cfg)
+    assert r.status is honest, r.error_log
+    r = evaluate(MM / "conv_bn.py", MM / "skips_the_norm.py", cfg)
+    assert r.status is skipper, r.error_log
+    if skipper is Status.INCORRECT:
+        assert "not close" in (r.error_log or "")
+
+
+def test_a_dropout_in_training_mode_draws_alike_on_both_sides(cpu_config):
+    """Both sides are seeded alike before each call: the reference's own code, dropout and all,
+    matches it draw for draw (a different generator's draws would not, as in KernelBench)."""
+    r = evaluate(MM / "gemm_dropout.py", MM / "gemm_dropout_same.py", cpu_config)
+    assert r.status is Status.PASSED, r.error_log
