@@ -53,7 +53,11 @@ class JudgeShapes(JudgeOutputs):
             model = ""
             if v.init_changed:  # init sizes change: a new ModelNew, kept by the runner under this label
                 init = self.write_inputs(f"in_{v.label}_init.kwt", v.init_inputs)
-                self.ask(protocol.to_line(protocol.Construct(init=init, seed=self.cfg.seed, label=v.label)))
+                self.ask(
+                    protocol.to_line(
+                        protocol.Construct(init=init, seed=self.cfg.seed, label=v.label, mode=self.io.model_mode)
+                    )
+                )
                 model = v.label
             self.expected.add(v.label)
             inputs = self.write_inputs(f"in_{v.label}.kwt", v.inputs)
@@ -76,7 +80,7 @@ class JudgeShapes(JudgeOutputs):
 
         def construct(init_inputs: Any) -> Any:
             torch.manual_seed(self.cfg.seed)
-            return in_mode(self.problem.Model(*init_inputs).to(self.device), self.cfg.model_mode)
+            return in_mode(self.problem.Model(*init_inputs).to(self.device), self.io.model_mode)
 
         def oracle(model: Any, inputs: Any) -> Any:
             if not self.cfg.numerics.oracle or self.oracle_error:

@@ -18,7 +18,7 @@ from kernelwright.engine.child.compare import compare_outputs, flatten
 from kernelwright.engine.child.correctness import errors
 from kernelwright.engine.child.judge_guards import JudgeGuards
 from kernelwright.engine.child.judge_shapes import JudgeShapes
-from kernelwright.engine.child.judge_state import dict_field, plain_data, text
+from kernelwright.engine.child.judge_state import ReferenceFailure, dict_field, plain_data, short_tb, text
 from kernelwright.engine.child.judge_timing import JudgeTiming
 from kernelwright.engine.child.problem_io import guard_seeds, trial_seed
 from kernelwright.engine.child.trees import clone
@@ -33,8 +33,12 @@ class JudgeTrials(JudgeTiming, JudgeShapes, JudgeGuards):
         """The candidate imported: send every check at once (the runner answers in order)."""
         self.rec.compiled = True
         self.take_turn()  # (on a GPU: one evaluation drives it at a time, from its first check on)
+        try:  # before the reference's first checked call: as constructed, or eval where it draws at random
+            mode = self.io.settle_mode(self.ref_model, trial_seed(self.secret, 0))
+        except Exception as exc:
+            raise ReferenceFailure(short_tb(exc)) from exc
         init = self.write_inputs("in_init.kwt", self.init_inputs)
-        cmds: list[Any] = [protocol.Construct(init=init, seed=self.cfg.seed)]
+        cmds: list[Any] = [protocol.Construct(init=init, seed=self.cfg.seed, mode=mode)]
         for t in range(self.cfg.trials):
             seed = trial_seed(self.secret, t)
             cmds.append(protocol.Call(label=f"trial{t}", inputs=self.inputs_file(seed)))

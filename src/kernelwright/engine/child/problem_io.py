@@ -106,6 +106,53 @@ class ProblemIO:
         torch.manual_seed(seed)
         return in_mode(cls(*init_inputs).to(self.device), self.model_mode)
 
+    def settle_mode(self, model: torch.nn.Module, seed: int) -> str:
+        """The mode both models run in, decided once before the reference's first checked call. As
+        constructed (the default), a model whose output is a random draw there (a Dropout, a drop
+        path: two calls on one input set differ) cannot be checked value by value, so both run in
+        eval mode instead, and the record says why (`metadata["model_mode"]`). Its state (a
+        BatchNorm's running statistics) is put back as it was before the two probing calls."""
+        if self.model_mode == "eval" or not any(m.training for m in model.modules()):
+            return self.model_mode
+        state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        inputs = self.inputs(seed)
+        with torch.no_grad():
+            first = model(*_cloned(inputs))
+            second = model(*_cloned(inputs))
+        model.load_state_dict(state)
+        if _same(first, second):
+            return self.model_mode
+        model.eval()
+        self.model_mode = "eval"
+        self.meta["model_mode"] = {
+            "asked": "as_constructed",
+            "used": "eval",
+            "why": "the reference's output is a random draw as constructed (two calls on one input set "
+            "differ: a Dropout or a drop path in training mode), so both models run in eval mode",
+        }
+        return self.model_mode
+
+
+def _cloned(tree: Any) -> Any:
+    if isinstance(tree, torch.Tensor):
+        return tree.clone()
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(_cloned(t) for t in tree)
+    return tree
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Two outputs of one input set alike, up to a kernel's order of summation (atomics)."""
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        if a.shape != b.shape or a.dtype != b.dtype:
+            return False
+        if not a.is_floating_point():
+            return bool(torch.equal(a, b))
+        return bool(torch.allclose(a, b, rtol=1e-4, atol=1e-5, equal_nan=True))
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return True
+
 
 def in_mode(model: torch.nn.Module, mode: str) -> torch.nn.Module:
     """The model in the evaluation's mode (EvalConfig.model_mode): as its constructor left it

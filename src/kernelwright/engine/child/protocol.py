@@ -26,6 +26,7 @@ class Construct:
     init: str
     seed: int
     label: str = ""
+    mode: str = ""  # the mode both models run in (ProblemIO.settle_mode); '': EvalConfig.model_mode
 
 
 @dataclass

@@ -478,7 +478,7 @@ class Runner:
             return self.construct_other(cmd)
         self.stage("init")
         try:
-            self.cand_model = self.new_model(self.read_inputs(cmd.init), cmd.seed)
+            self.cand_model = self.new_model(self.read_inputs(cmd.init), cmd.seed, cmd.mode)
             self.sync()
         except Stop:
             raise
@@ -490,7 +490,7 @@ class Runner:
         self.patches("at import or construction")
         self.chan.send("constructed")
 
-    def new_model(self, init: Any, seed: int) -> Any:
+    def new_model(self, init: Any, seed: int, mode: str = "") -> Any:
         """ModelNew built as the judge builds the reference: seeded, on the device, in the mode of both."""
         import torch
 
@@ -498,7 +498,7 @@ class Runner:
 
         torch.manual_seed(seed)
         init = list(init) if isinstance(init, (list, tuple)) else [init]
-        return in_mode(self.candidate.ModelNew(*init).to(self.device), self.cfg.model_mode)
+        return in_mode(self.candidate.ModelNew(*init).to(self.device), mode or self.cfg.model_mode)
 
     def construct_other(self, cmd: protocol.Construct) -> None:
         """One more ModelNew, for other sizes of the problem: a failure is that size's, not the verdict's."""
@@ -506,7 +506,7 @@ class Runner:
             self.chan.send("call_error", label=cmd.label, probe=True, lost=True, message=self._device_lost)
             return
         try:
-            self.models[cmd.label] = self.new_model(self.read_inputs(cmd.init), cmd.seed)
+            self.models[cmd.label] = self.new_model(self.read_inputs(cmd.init), cmd.seed, cmd.mode)
             self.sync()
         except Stop:
             raise
