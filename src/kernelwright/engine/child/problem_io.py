@@ -142,13 +142,14 @@ def _cloned(tree: Any) -> Any:
 
 
 def _same(a: Any, b: Any) -> bool:
-    """Two outputs of one input set alike, up to a kernel's order of summation (atomics)."""
+    """Two outputs of one input set alike, up to a kernel's order of summation (atomics, in bf16 too):
+    a dropout's or a drop path's draws differ by the size of the elements themselves."""
     if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
         if a.shape != b.shape or a.dtype != b.dtype:
             return False
         if not a.is_floating_point():
             return bool(torch.equal(a, b))
-        return bool(torch.allclose(a, b, rtol=1e-4, atol=1e-5, equal_nan=True))
+        return bool(torch.allclose(a, b, rtol=1e-2, atol=1e-3, equal_nan=True))
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
         return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
     return True
