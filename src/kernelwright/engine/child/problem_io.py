@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from kernelwright.engine.child.trees import to_device
+from kernelwright.engine.child.trees import clone, to_device
 
 GUARD_SEED_OFFSET = 777_777  # guard inputs are not the trials' inputs
 
@@ -117,8 +117,8 @@ class ProblemIO:
         state = {k: v.detach().clone() for k, v in model.state_dict().items()}
         inputs = self.inputs(seed)
         with torch.no_grad():
-            first = model(*_cloned(inputs))
-            second = model(*_cloned(inputs))
+            first = model(*clone(inputs))
+            second = model(*clone(inputs))
         model.load_state_dict(state)
         if _same(first, second):
             return self.model_mode
@@ -131,14 +131,6 @@ class ProblemIO:
             "differ: a Dropout or a drop path in training mode), so both models run in eval mode",
         }
         return self.model_mode
-
-
-def _cloned(tree: Any) -> Any:
-    if isinstance(tree, torch.Tensor):
-        return tree.clone()
-    if isinstance(tree, (list, tuple)):
-        return type(tree)(_cloned(t) for t in tree)
-    return tree
 
 
 def _same(a: Any, b: Any) -> bool:
