@@ -50,3 +50,12 @@ def test_a_reference_that_draws_at_random_as_constructed_runs_in_eval_mode(cpu_c
     # a model with no random draw keeps the mode it was constructed in (its BatchNorm's batch statistics)
     r = evaluate(MM / "conv_bn.py", MM / "fused_batch_stats.py", cpu_config)
     assert r.status is Status.PASSED and "model_mode" not in r.metadata, r.error_log
+
+
+def test_the_probing_calls_leave_the_running_statistics_as_constructed(cpu_config):
+    """BatchNorm and a Dropout: eval mode, with the statistics a fresh BatchNorm has, so the
+    reference's own code (a fresh BatchNorm too) matches it; without the state put back, the two
+    probing calls in training mode would have moved the reference's running mean (inputs * 3 + 1)."""
+    r = evaluate(MM / "conv_bn_dropout.py", MM / "conv_bn_dropout_same.py", cpu_config)
+    assert r.status is Status.PASSED, r.error_log
+    assert r.metadata["model_mode"]["used"] == "eval"
