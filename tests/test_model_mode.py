@@ -44,12 +44,14 @@ def test_a_reference_that_draws_at_random_as_constructed_runs_in_eval_mode(cpu_c
     r = evaluate(MM / "gemm_dropout.py", MM / "gemm_dropout_same.py", cpu_config)
     assert r.status is Status.PASSED, r.error_log
     assert r.metadata["model_mode"]["used"] == "eval" and "random draw" in r.metadata["model_mode"]["why"]
+    assert "random draw" in r.flags()["random_reference"]  # the line a reader of the report sees
     assert r.metadata["numerics"]["strict_passed"]  # checked value by value, not within the noise
     r = evaluate(MM / "gemm_dropout.py", MM / "gemm_dropout_no_relu.py", cpu_config)
     assert r.status is Status.INCORRECT, r.error_log
     # a model with no random draw keeps the mode it was constructed in (its BatchNorm's batch statistics)
     r = evaluate(MM / "conv_bn.py", MM / "fused_batch_stats.py", cpu_config)
     assert r.status is Status.PASSED and "model_mode" not in r.metadata, r.error_log
+    assert "random_reference" not in r.flags() and "random_reference" in r.metadata["guards"]["checked"]
 
 
 def test_the_probing_calls_leave_the_running_statistics_as_constructed(cpu_config):

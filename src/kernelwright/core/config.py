@@ -253,6 +253,7 @@ GUARD_FLAGS = (
     "memory_error",  # an out-of-bounds or misaligned access under compute-sanitizer (EvalConfig.sanitize)
     "borderline",  # the error within 2x of the tolerance's edge, either side: another draw may decide otherwise
     "launch_bound",  # the speed-up as launched (host launches counted) differs from the device's: a fact of timing
+    "random_reference",  # the reference draws at random as constructed: both models ran in eval mode
 )
 # Flags that report a fact about the problem or the machine, never the candidate's fault.
 REPORT_ONLY_FLAGS = (
@@ -264,6 +265,7 @@ REPORT_ONLY_FLAGS = (
     "shape_specific",
     "borderline",
     "launch_bound",
+    "random_reference",
 )
 
 

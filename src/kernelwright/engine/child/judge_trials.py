@@ -37,6 +37,9 @@ class JudgeTrials(JudgeTiming, JudgeShapes, JudgeGuards):
             mode = self.io.settle_mode(self.ref_model, trial_seed(self.secret, 0))
         except Exception as exc:
             raise ReferenceFailure(short_tb(exc)) from exc
+        self.checked.append("random_reference")
+        if mode != self.cfg.model_mode:
+            self.flag("random_reference", self.rec.metadata["model_mode"]["why"])
         init = self.write_inputs("in_init.kwt", self.init_inputs)
         cmds: list[Any] = [protocol.Construct(init=init, seed=self.cfg.seed, mode=mode)]
         for t in range(self.cfg.trials):
