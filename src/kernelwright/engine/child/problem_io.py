@@ -80,6 +80,7 @@ class ProblemIO:
         self.problem = problem
         self.device = device
         self.model_mode = model_mode
+        self.draws_in_eval = False  # settle_mode: the reference draws at random whatever its mode
         self.on_device = on_device and device.type != "cpu"
         self.meta = meta  # where the inputs were drawn is recorded here
 
@@ -110,26 +111,41 @@ class ProblemIO:
         """The mode both models run in, decided once before the reference's first checked call. As
         constructed (the default), a model whose output is a random draw there (a Dropout, a drop
         path: two calls on one input set differ) cannot be checked value by value, so both run in
-        eval mode instead, and the record says why (`metadata["model_mode"]`). Its state (a
-        BatchNorm's running statistics) is put back as it was before the two probing calls."""
-        if self.model_mode == "eval" or not any(m.training for m in model.modules()):
-            return self.model_mode
-        state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-        inputs = self.inputs(seed)
-        with torch.no_grad():
-            first = model(*clone(inputs))
-            second = model(*clone(inputs))
-        model.load_state_dict(state)
-        if _same(first, second):
-            return self.model_mode
-        model.eval()
-        self.model_mode = "eval"
-        self.meta["model_mode"] = {
-            "asked": "as_constructed",
-            "used": "eval",
-            "why": "the reference's output is a random draw as constructed (two calls on one input set "
-            "differ: a Dropout or a drop path in training mode), so both models run in eval mode",
-        }
+        eval mode instead, and the record says why (`metadata["model_mode"]`). One that draws in eval
+        mode too (`torch.rand` in its forward) sets `draws_in_eval`: the judge then checks strictly,
+        never within the reference's own noise. Its state (a BatchNorm's running statistics) is put
+        back as it was before each pair of probing calls."""
+        inputs: list[Any] = []
+
+        def draws() -> bool:
+            if not inputs:
+                inputs.append(self.inputs(seed))
+            state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+            with torch.no_grad():
+                first = model(*clone(inputs[0]))
+                second = model(*clone(inputs[0]))
+            model.load_state_dict(state)
+            return not _same(first, second)
+
+        asked = self.model_mode
+        if asked != "eval" and draws():
+            model.eval()
+            self.model_mode = "eval"
+            self.meta["model_mode"] = {
+                "asked": asked,
+                "used": "eval",
+                "why": "the reference's output is a random draw as constructed (two calls on one input set "
+                "differ: a Dropout or a drop path in training mode), so both models run in eval mode",
+            }
+        if self.model_mode == "eval" and draws():
+            self.draws_in_eval = True
+            self.meta["model_mode"] = {
+                "asked": asked,
+                "used": "eval",
+                "why": "the reference's output is a random draw in eval mode too (two calls on one input set "
+                "differ: random numbers in its forward), so it is checked strictly against one draw, never "
+                "within its own noise: only a candidate that draws alike passes",
+            }
         return self.model_mode
 
 
