@@ -71,3 +71,4 @@ def test_a_reference_that_draws_in_eval_mode_too_is_checked_strictly(cpu_config)
     assert r.status is Status.INCORRECT, r.error_log
     assert r.metadata["numerics"]["verdict"] == "strict"
     assert "in eval mode too" in r.flags()["random_reference"]
+    assert r.metadata["model_mode"]["used"] == "as_constructed"  # eval mode removed no draw: not used

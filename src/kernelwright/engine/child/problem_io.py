@@ -112,9 +112,9 @@ class ProblemIO:
         constructed (the default), a model whose output is a random draw there (a Dropout, a drop
         path: two calls on one input set differ) cannot be checked value by value, so both run in
         eval mode instead, and the record says why (`metadata["model_mode"]`). One that draws in eval
-        mode too (`torch.rand` in its forward) sets `draws_in_eval`: the judge then checks strictly,
-        never within the reference's own noise. Its state (a BatchNorm's running statistics) is put
-        back as it was before each pair of probing calls."""
+        mode too (`torch.rand` in its forward) keeps the mode asked for and sets `draws_in_eval`: the
+        judge then checks strictly, never within the reference's own noise. Its state (a BatchNorm's
+        running statistics) is put back as it was before each pair of probing calls."""
         inputs: list[Any] = []
 
         def draws() -> bool:
@@ -128,6 +128,7 @@ class ProblemIO:
             return not _same(first, second)
 
         asked = self.model_mode
+        constructed = [(m, m.training) for m in model.modules()]  # each module's mode as constructed
         if asked != "eval" and draws():
             model.eval()
             self.model_mode = "eval"
@@ -139,9 +140,12 @@ class ProblemIO:
             }
         if self.model_mode == "eval" and draws():
             self.draws_in_eval = True
+            for m, training in constructed:  # eval mode removed no draw: the mode asked for stands
+                m.training = training
+            self.model_mode = asked
             self.meta["model_mode"] = {
                 "asked": asked,
-                "used": "eval",
+                "used": asked,
                 "why": "the reference's output is a random draw in eval mode too (two calls on one input set "
                 "differ: random numbers in its forward), so it is checked strictly against one draw, never "
                 "within its own noise: only a candidate that draws alike passes",
