@@ -83,9 +83,10 @@ class TimingConfig:
     # candidate's beside it) may spread by this p90/p10 at most: a figure that moves more from one
     # window to the next is not resolved to the 0.8-1.25x an identical candidate must read (0: no check)
     max_ratio_spread: float = 1.25
-    # on the device basis, the speed-up as launched (each side's calls launched one at a time, host
-    # included) may differ from the device's by this factor, either way, before `launch_bound` says
-    # so: a timer that counts launches (back-to-back calls) reads the other figure (0: no check)
+    # on the device basis, a side's host may take this factor x its device time to launch a call, and
+    # the speed-up as launched (each side's calls launched one at a time, host included) may differ
+    # from the device's by this factor either way, before `launch_bound` says so: a timer that waits
+    # for the host (back-to-back calls) reads another figure (0: no check)
     max_launch_gap: float = 1.25
     # The judge's clock (engine/child/timing/): windows of back-to-back calls on fresh inputs.
     windows: int = 5  # timed windows of each side (after one warm-up window)

@@ -413,7 +413,8 @@ class _Stage:
             out.basis = "device"
             out.speedup_as_launched = launch.get("speedup_as_launched")
             out.checked.append("launch_bound")
-            gap = launch_gap(out.speedup, out.speedup_as_launched, cfg.max_launch_gap)
+            per_call = {"reference": ref.median_ms, "candidate": c.median_ms}
+            gap = launch_gap(out.speedup, launch, per_call, cfg.max_launch_gap)
             if gap:
                 out.flags["launch_bound"] = gap
         else:
