@@ -140,6 +140,20 @@ def test_honest_python_candidate_raises_no_failing_flag(cpu_config):
     assert "timed_output_mismatch" in r.metadata["guards"]["checked"]
 
 
+def test_a_candidate_that_turns_on_autotuning_is_said_to_and_still_passes(cpu_config):
+    """`autotuned`: ModelNew's process turned `torch.backends.cudnn.benchmark` on (its speed is a
+    draw of the algorithms timed in that process). A fact, never a verdict; the honest candidate
+    without it is not flagged (test above)."""
+    from kernelwright.core.config import REPORT_ONLY_FLAGS
+
+    r = evaluate(ADD_ONE, CANDIDATES / "py_autotunes.py", cpu_config)
+    assert r.status is Status.PASSED, r.error_log
+    assert "torch.backends.cudnn.benchmark" in flags(r)["autotuned"] and not failed(r)
+    assert "autotuned" in REPORT_ONLY_FLAGS and "autotuned" in r.metadata["guards"]["checked"]
+    # (and nothing else a check could say of it: on a loaded machine, its timing may be unstable)
+    assert set(flags(r)) - {"timing_unstable"} == {"no_custom_kernel", "autotuned"}, flags(r)
+
+
 @pytest.mark.slow
 def test_honest_cpp_examples_are_flagged_by_nothing(cpu_config, small_swish):
     # the example's candidate and build on the example's problem at batch 16 (its 2M elements took

@@ -255,6 +255,7 @@ GUARD_FLAGS = (
     "borderline",  # the error within 2x of the tolerance's edge, either side: another draw may decide otherwise
     "launch_bound",  # the speed-up as launched (host launches counted) differs from the device's: a fact of timing
     "random_reference",  # the reference draws at random as constructed: both models ran in eval mode
+    "autotuned",  # the candidate's process turned on autotuning (cudnn.benchmark): its speed is a draw
 )
 # Flags that report a fact about the problem or the machine, never the candidate's fault.
 REPORT_ONLY_FLAGS = (
@@ -267,6 +268,7 @@ REPORT_ONLY_FLAGS = (
     "borderline",
     "launch_bound",
     "random_reference",
+    "autotuned",
 )
 
 

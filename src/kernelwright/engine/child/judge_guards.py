@@ -38,6 +38,7 @@ class JudgeGuards(JudgeOutputs):
             "output_aliases_input",
             "output_changed_later",
             "background_threads",
+            "autotuned",
         ]
         facts = dict_field(msg, "facts")
         files = dict_field(msg, "files")
@@ -70,6 +71,14 @@ class JudgeGuards(JudgeOutputs):
             self.flag(
                 "background_threads",
                 f"ModelNew left Python thread(s) running ({names}): work that may escape the timer",
+            )
+        if facts.get("autotunes"):
+            names = ", ".join(text(x, 60) for x in facts["autotunes"][:3])
+            self.flag(
+                "autotuned",
+                f"ModelNew's process turned on {names} (its process says): each new process picks its "
+                "algorithms by timing them, so the speed-up is a draw of that choice, and a rerun or a "
+                "timer in its own process may draw another",
             )
         try:
             ref_out, oracle_out, inputs = self.reference(seeds["call"])

@@ -647,6 +647,9 @@ class Runner:
             del out_b
         new_threads = [t for t in guards.python_threads() - self.threads_at_start if t.is_alive()]
         facts["threads"] = [t.name for t in new_threads[:5]]
+        # process-wide autotuning the candidate turned on (torch's default: off): its speed is then a
+        # draw of the algorithms timed in this process (the candidate's word: a report, no verdict)
+        facts["autotunes"] = ["torch.backends.cudnn.benchmark"] if torch.backends.cudnn.benchmark else []
         self.phase("guarded_calls", t_start)
         self.chan.send("guards", files=files, facts=facts)
 
