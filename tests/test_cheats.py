@@ -152,6 +152,10 @@ def test_a_candidate_that_turns_on_autotuning_is_said_to_and_still_passes(cpu_co
     assert "autotuned" in REPORT_ONLY_FLAGS and "autotuned" in r.metadata["guards"]["checked"]
     # (and nothing else a check could say of it: on a loaded machine, its timing may be unstable)
     assert set(flags(r)) - {"timing_unstable"} == {"no_custom_kernel", "autotuned"}, flags(r)
+    # the runner's report is the candidate's word: any shape of it is read as text, never trusted as a list
+    from kernelwright.engine.child.judge_guards import _listed
+
+    assert _listed(7) == [7] and _listed("abc") == ["abc"] and _listed(["a", "b"]) == ["a", "b"]
 
 
 @pytest.mark.slow

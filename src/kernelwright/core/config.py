@@ -253,7 +253,7 @@ GUARD_FLAGS = (
     "shape_specific",  # correct at the problem's own sizes, wrong at other sizes of it (EvalConfig.shapes)
     "memory_error",  # an out-of-bounds or misaligned access under compute-sanitizer (EvalConfig.sanitize)
     "borderline",  # the error within 2x of the tolerance's edge, either side: another draw may decide otherwise
-    "launch_bound",  # the speed-up as launched (host launches counted) differs from the device's: a fact of timing
+    "launch_bound",  # a side's host is slower than its device, or the speed-up as launched differs: a fact of timing
     "random_reference",  # the reference draws at random as constructed: both models ran in eval mode
     "autotuned",  # the candidate's process turned on autotuning (cudnn.benchmark): its speed is a draw
 )

@@ -66,14 +66,14 @@ class JudgeGuards(JudgeOutputs):
                     f"output {text(pair[0], 80)} shares memory with input "
                     f"{text(pair[1], 80).replace('out', 'inputs', 1)}",
                 )
-        if facts.get("threads"):
-            names = ", ".join(text(x, 60) for x in facts["threads"][:3])
+        if facts.get("threads"):  # (the candidate's process's word: any shape, read as text)
+            names = ", ".join(text(x, 60) for x in _listed(facts["threads"])[:3])
             self.flag(
                 "background_threads",
                 f"ModelNew left Python thread(s) running ({names}): work that may escape the timer",
             )
         if facts.get("autotunes"):
-            names = ", ".join(text(x, 60) for x in facts["autotunes"][:3])
+            names = ", ".join(text(x, 60) for x in _listed(facts["autotunes"])[:3])
             self.flag(
                 "autotuned",
                 f"ModelNew's process turned on {names} (its process says): each new process picks its "
@@ -141,3 +141,8 @@ class JudgeGuards(JudgeOutputs):
             out = self.ref_model(*inputs)
         keys = {guards.storage_key(x) for _, x in guards.tensors(inputs)}
         return {n for n, o in guards.tensors(out) if guards.storage_key(o) in keys}
+
+
+def _listed(value: Any) -> list[Any]:
+    """A list from the runner's report as it is, anything else as one item."""
+    return value if isinstance(value, list) else [value]

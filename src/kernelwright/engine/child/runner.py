@@ -649,7 +649,10 @@ class Runner:
         facts["threads"] = [t.name for t in new_threads[:5]]
         # process-wide autotuning the candidate turned on (torch's default: off): its speed is then a
         # draw of the algorithms timed in this process (the candidate's word: a report, no verdict)
-        facts["autotunes"] = ["torch.backends.cudnn.benchmark"] if torch.backends.cudnn.benchmark else []
+        try:
+            facts["autotunes"] = ["torch.backends.cudnn.benchmark"] if torch.backends.cudnn.benchmark is True else []
+        except Exception:  # torch.backends replaced by the candidate: nothing to say
+            facts["autotunes"] = []
         self.phase("guarded_calls", t_start)
         self.chan.send("guards", files=files, facts=facts)
 
