@@ -647,12 +647,7 @@ class Runner:
             del out_b
         new_threads = [t for t in guards.python_threads() - self.threads_at_start if t.is_alive()]
         facts["threads"] = [t.name for t in new_threads[:5]]
-        # process-wide autotuning the candidate turned on (torch's default: off): its speed is then a
-        # draw of the algorithms timed in this process (the candidate's word: a report, no verdict)
-        try:
-            facts["autotunes"] = ["torch.backends.cudnn.benchmark"] if torch.backends.cudnn.benchmark is True else []
-        except Exception:  # torch.backends replaced by the candidate: nothing to say
-            facts["autotunes"] = []
+        facts["autotunes"] = guards.autotuning()
         self.phase("guarded_calls", t_start)
         self.chan.send("guards", files=files, facts=facts)
 
