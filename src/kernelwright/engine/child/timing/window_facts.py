@@ -44,9 +44,8 @@ def launch_gap(speedup: float | None, launch: dict[str, Any], device_ms: dict[st
     - a side's host takes more than `limit` x its device time to launch one call (`device_ms`: each
       side's device time per call, the figures of the speed-up). A quick kernel behind Python
       (a few small launches) is then paced by the host, and timers that wait for it (`do_bench`,
-      whose cache flush hides only part of it; back-to-back calls) read the host's pace. This one
-      holds from run to run: on CUDA-L1's kernels timed in two or three runs on one H200
-      (2026-11-29), it changed its mind on 2 of 31, where the gap rule below did on 13;
+      whose cache flush hides only part of it; back-to-back calls) read the host's pace. It compares
+      each side's host with its own device, so it holds from run to run (docs/PERFORMANCE.md);
     - the speed-up as launched (`launch["speedup_as_launched"]`, each side's calls launched one at a
       time) differs from the device's by more than `limit` either way. The host's figures move from
       window to window far more than the device's, so this one alone flips between runs."""
