@@ -286,9 +286,11 @@ def independent(
     t0 = time.monotonic()
     ext_root = Path(os.environ.get("KW_EXT_ROOT", "/tmp/kw-agreement-ext"))
     devs: list[str | None] = [str(g) for g in range(gpus)] if gpus > 1 else [None]
+    dest = out / "independent.jsonl"
+    done = {json.loads(x)["pair"] for x in dest.read_text().splitlines()} if dest.exists() else set()
+    chosen = [c for c in chosen if c[0] not in done]  # a later call goes on where an earlier one stopped
     skip = prebuild(chosen, ext_root, devs, build_jobs, limit_s * 0.45) if build_jobs else set()
     print(f"pre-builds done at {time.monotonic() - t0:.0f} s", flush=True)
-    dest = out / "independent.jsonl"
     lock = threading.Lock()
 
     def share(g: int) -> None:
@@ -410,6 +412,7 @@ def _dist(ratios: list[float]) -> dict:
 SMALL_MS = 0.1  # a reference under this (do_bench) is a small problem: its calls' launch costs show
 INDEPENDENTS_AGREE = 0.10  # do_bench's and back-to-back's speed-ups this close: the pair's speed-up is not in doubt
 AGREE = f"do_bench ~ b2b within {INDEPENDENTS_AGREE:.0%}"
+UNFLAGGED = "no launch_bound in any run"  # the record says its timers would disagree where it is flagged
 
 
 def _pooled(per_pair: dict[str, dict], ind: dict) -> dict:
@@ -423,6 +426,7 @@ def _pooled(per_pair: dict[str, dict], ind: dict) -> dict:
             f"under {SMALL_MS} ms": [],
             f"{SMALL_MS} ms or more": [],
             AGREE: [],
+            UNFLAGGED: [],
         }
         for pair, runs in per_pair.items():
             ratios = [r for k in runs.values() if (r := _ratio(k, ind[pair], method))]
@@ -435,6 +439,8 @@ def _pooled(per_pair: dict[str, dict], ind: dict) -> dict:
             db, bb = _independent_speedup(ind[pair], "do_bench"), _independent_speedup(ind[pair], "b2b")
             if db and bb and abs(db / bb - 1) <= INDEPENDENTS_AGREE:
                 groups[AGREE].append(r)
+            if not any("launch_bound" in k["flags"] for k in runs.values()):
+                groups[UNFLAGGED].append(r)
         for size, ratios in groups.items():
             out[f"{method}:{size}"] = _dist(ratios)
     return out
@@ -490,14 +496,31 @@ def report(out: Path, names: list[str]) -> dict:
         for runs in per_pair.values()
         if len(sp := [float(r["speedup"]) for r in runs.values() if r.get("speedup")]) >= 2
     )
-    if spreads:  # the same candidate across the runs: max/min - 1 of its speed-ups
-        p90 = spreads[min(len(spreads) - 1, math.ceil(0.9 * len(spreads)) - 1)]
-        result["run_to_run"] = {"n": len(spreads), "median": round(statistics.median(spreads), 4), "p90": round(p90, 4)}
-        lines += [
-            f"Run to run ({len(spreads)} candidates passed in two runs or more; max/min - 1 of each one's "
-            f"speed-ups): median {statistics.median(spreads):.1%}, p90 {p90:.1%}, largest {spreads[-1]:.1%}",
-            "",
-        ]
+    result["run_to_run"] = {}
+    for label, keep in (
+        ("all", lambda runs: True),
+        ("no autotuned flag", lambda runs: not any("autotuned" in r["flags"] for r in runs.values())),
+    ):
+        spreads = sorted(
+            max(sp) / min(sp) - 1
+            for runs in per_pair.values()
+            if keep(runs) and len(sp := [float(r["speedup"]) for r in runs.values() if r.get("speedup")]) >= 2
+        )
+        if spreads:  # the same candidate across the runs: max/min - 1 of its speed-ups
+            p90 = spreads[min(len(spreads) - 1, math.ceil(0.9 * len(spreads)) - 1)]
+            med = statistics.median(spreads)
+            result["run_to_run"][label] = {"n": len(spreads), "median": round(med, 4), "p90": round(p90, 4)}
+            lines += [
+                f"Run to run, {label} ({len(spreads)} candidates passed in two runs or more; max/min - 1 of each "
+                f"one's speed-ups): median {med:.1%}, p90 {p90:.1%}, largest {spreads[-1]:.1%}",
+                "",
+            ]
+    levels = sorted({p.split("/")[0] for p in per_pair})
+    lines += [
+        "Passed in any run, by level: "
+        + ", ".join(f"{lv} {sum(p.startswith(lv + '/') for p in per_pair)}" for lv in levels),
+        "",
+    ]
     lines += [
         "## Per candidate (speed-ups; kernelwright per run, its first run's as launched, then do_bench, b2b)",
         "",
@@ -555,6 +578,9 @@ def main() -> int:
         p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "benchmarks/out")))
         p.add_argument("--device", default="cuda")
         p.add_argument("--pairs-from", type=Path, help="only the pairs with both sides timed in this independent.jsonl")
+        p.add_argument(
+            "--passed-in", type=Path, action="append", default=[], help="only the pairs passed in this kw-NAME.jsonl"
+        )
         if verb == "independent":
             p.add_argument("--timeout", type=float, default=180.0)
             p.add_argument(
@@ -594,6 +620,10 @@ def main() -> int:
         chosen = [c for c in chosen if c[0] in _timed(args.out / "independent.jsonl")]
     if args.pairs_from:
         chosen = [c for c in chosen if c[0] in _timed(args.pairs_from)]
+    if args.passed_in:  # kernelwright ran first: time independently only what it passed
+        rows = [json.loads(x) for f in args.passed_in for x in f.read_text().splitlines()]
+        passed = {k["pair"] for k in rows if k["status"] == "passed"}
+        chosen = [c for c in chosen if c[0] in passed]
     print(f"{len(chosen)} pairs", flush=True)
     if args.cmd == "independent":
         independent(chosen, args.out, args.device, args.timeout, args.gpus, args.build_jobs, args.limit_s)

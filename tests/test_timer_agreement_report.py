@@ -13,7 +13,7 @@ def _side(do_bench_ms: float, b2b_ms: float) -> dict:
     return {"do_bench_ms": do_bench_ms, "b2b_ms": b2b_ms, "events_ms": do_bench_ms}
 
 
-def _kw(pair: str, speedup: float) -> dict:
+def _kw(pair: str, speedup: float, flags: tuple[str, ...] = ()) -> dict:
     return {
         "pair": pair,
         "status": "passed",
@@ -21,7 +21,7 @@ def _kw(pair: str, speedup: float) -> dict:
         "speedup_as_launched": speedup,
         "reference_ms": 1.0,
         "candidate_ms": 1.0 / speedup,
-        "flags": [],
+        "flags": list(flags),
     }
 
 
@@ -37,7 +37,10 @@ def test_the_report_splits_out_the_pairs_whose_independent_timers_agree(tmp_path
         {"pair": "d", "reference": {"error": "x"}, "candidate": _side(1.0, 1.0)},
     ]
     (tmp_path / "independent.jsonl").write_text("".join(json.dumps(r) + "\n" for r in independent))
-    runs = {"r1": [_kw("a", 2.0), _kw("b", 1.0), _kw("c", 0.5)], "r2": [_kw("a", 2.2), _kw("b", 1.0)]}
+    runs = {
+        "r1": [_kw("a", 2.0), _kw("b", 1.0, ("launch_bound",)), _kw("c", 0.5)],
+        "r2": [_kw("a", 2.2, ("autotuned",)), _kw("b", 1.0)],
+    }
     for name, rows in runs.items():
         (tmp_path / f"kw-{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
@@ -50,6 +53,11 @@ def test_the_report_splits_out_the_pairs_whose_independent_timers_agree(tmp_path
     assert agree["n"] == 2  # a and c; b's timers disagree
     assert agree["within_10pct"] == 1 and agree["beyond_25pct"] == 1  # a (the median of 2.0x, 2.2x: 2.1x) and c
     # a (2.0x, 2.2x: 10%) and b (1.0x twice: 0%) passed in both runs
-    assert result["run_to_run"]["n"] == 2 and abs(result["run_to_run"]["p90"] - 0.1) < 1e-9
+    assert result["run_to_run"]["all"]["n"] == 2 and abs(result["run_to_run"]["all"]["p90"] - 0.1) < 1e-9
+    # b is flagged launch_bound in one of its runs: out of the unflagged group, which keeps a and c
+    assert pooled[f"do_bench:{timer_agreement.UNFLAGGED}"]["n"] == 2
+    # a turned on cuDNN's autotuner in one run: the run-to-run figure without it is b's alone
+    assert result["run_to_run"]["no autotuned flag"] == {"n": 1, "median": 0.0, "p90": 0.0}
+    assert "Passed in any run, by level" in (tmp_path / "agreement.md").read_text()
     text = (tmp_path / "agreement.md").read_text()
     assert f"| do_bench | {timer_agreement.AGREE} | 2 |" in text

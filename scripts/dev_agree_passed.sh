@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The timer agreement with kernelwright first (carry .deb .corpus .agree), on one GPU, in two calls:
+#   KW_PHASE=1: `suite eval` run `a3` over CUDA-L1's level-3 pairs and run `a12` over levels 1-2 (the pairs
+#     whose candidates build no extension: those that pass), each to its time limit; then the independent
+#     timers (do_bench, back-to-back, each side alone in its own process) on the pairs it passed.
+#   KW_PHASE=2 (after copying phase 1's files into .agree/): the independent timers go on where phase 1
+#     stopped; runs `r2` and `r3` over every pair with independent figures; a second independent pass
+#     (ind2/, the independent timers' own run to run) if time is left; then the report.
+# Limits (seconds): KW_L3, KW_L12, KW_IND (phase 1); KW_R (each run), KW_IND2 (phase 2).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/kw-ap}
+mkdir -p "$OUT/x"
+export PYTHONPATH=$PWD/src:$PWD PYTHONUNBUFFERED=1
+. scripts/install_bwrap_deb.sh >"$OUT/x/bwrap.log" 2>&1
+{ nvidia-smi --query-gpu=name,driver_version --format=csv; date -u +%FT%TZ; git log -1 --format=%h; } >"$OUT/x/machine.txt" 2>&1
+kw() {  # NAME LEVELS LIMIT_S [selection...]
+    local name=$1 levels=$2 limit=$3 t0=$SECONDS; shift 3
+    KW_SUITE_LIMIT=$((limit - 20)) OUT=$OUT/x KERNELWRIGHT_CACHE=/tmp/kw-agree-cache timeout "$limit" \
+        python3 benchmarks/timer_agreement.py kernelwright .corpus --levels "$levels" --name "$name" --out "$OUT" "$@" \
+        -- --gpus 0 >"$OUT/x/$name.log" 2>&1
+    echo "$name: exit $? in $((SECONDS - t0)) s, $(grep -c '"passed"' "$OUT/kw-$name.jsonl" 2>/dev/null) passed of $(wc -l <"$OUT/kw-$name.jsonl" 2>/dev/null)"
+    [ -f "$OUT/x/corpus_suite.json" ] && mv "$OUT/x/corpus_suite.json" "$OUT/x/suite-$name.json"
+}
+ind() {  # DEST LIMIT_S then the selection
+    local dest=$1 limit=$2 t0=$SECONDS; shift 2
+    mkdir -p "$dest"
+    timeout "$((limit + 30))" python3 benchmarks/timer_agreement.py independent .corpus --levels 1,2,3 "$@" \
+        --out "$dest" --limit-s "$limit" --timeout 90 >>"$OUT/x/ind.log" 2>&1
+    echo "independent into $dest: exit $? in $((SECONDS - t0)) s, $(wc -l <"$dest/independent.jsonl" 2>/dev/null) rows"
+}
+if [ "${KW_PHASE:-1}" = 1 ]; then
+    kw a3 3 "${KW_L3:-170}" --no-builds
+    kw a12 1,2 "${KW_L12:-220}" --no-builds
+    ind "$OUT" "${KW_IND:-150}" --passed-in "$OUT/kw-a3.jsonl" --passed-in "$OUT/kw-a12.jsonl"
+    names="a3 a12"
+else
+    cp .agree/independent.jsonl .agree/kw-*.jsonl "$OUT/"
+    ind "$OUT" "${KW_IND:-60}" --passed-in "$OUT/kw-a3.jsonl" --passed-in "$OUT/kw-a12.jsonl"
+    kw r2 1,2,3 "${KW_R:-200}" --only-timed
+    kw r3 1,2,3 "${KW_R:-200}" --only-timed
+    left=$((560 - SECONDS))
+    [ "$left" -gt 40 ] && ind "$OUT/ind2" "$((left - 30))" --pairs-from "$OUT/independent.jsonl"
+    names="a3 a12 r2 r3"
+fi
+python3 benchmarks/timer_agreement.py report "$OUT" $(for n in $names; do echo --name "$n"; done) >"$OUT/x/report.log" 2>&1
+[ -f "$OUT/agreement.md" ] && head -c 3000 "$OUT/agreement.md"
+tar czf "$OUT/logs.tgz" -C "$OUT" x && rm -rf "$OUT/x"
+ls -la "$OUT"
