@@ -344,6 +344,8 @@ def _kw_row(stem: str, rec: dict, how: str) -> dict:
         "reference_ms": rec.get("reference_ms"),
         "flags": sorted(((m.get("guards") or {}).get("flags") or {}).keys()),
         "timing": m.get("timing"),
+        "gpu_processes": m.get("gpu_processes"),  # who kept the GPU busy during the windows (NVML)
+        "gpu_turn": m.get("gpu_turn"),
         "stage_times": rec.get("stage_times"),
     }
 
@@ -594,6 +596,7 @@ def main() -> int:
             p.add_argument("--name", default="suite")
             p.add_argument("--alone", action="store_true", help="`kernelwright eval` per pair, not `suite eval`")
             p.add_argument("--only-timed", action="store_true", help="only pairs with both sides in independent.jsonl")
+            p.add_argument("--keys", default="", help="only these pairs (level1/46_task,...)")
     r = sub.add_parser("report")
     r.add_argument("out", type=Path)
     r.add_argument("--name", action="append", default=[])
@@ -620,6 +623,8 @@ def main() -> int:
         chosen = [c for c in chosen if c[0] in _timed(args.out / "independent.jsonl")]
     if args.pairs_from:
         chosen = [c for c in chosen if c[0] in _timed(args.pairs_from)]
+    if getattr(args, "keys", ""):
+        chosen = [c for c in chosen if c[0] in set(args.keys.split(","))]
     if args.passed_in:  # kernelwright ran first: time independently only what it passed
         rows = [json.loads(x) for f in args.passed_in for x in f.read_text().splitlines()]
         passed = {k["pair"] for k in rows if k["status"] == "passed"}

@@ -37,11 +37,19 @@ if [ "${KW_PHASE:-1}" = 1 ]; then
 else
     cp .agree/independent.jsonl .agree/kw-*.jsonl "$OUT/"
     ind "$OUT" "${KW_IND:-60}" --passed-in "$OUT/kw-a3.jsonl" --passed-in "$OUT/kw-a12.jsonl"
-    kw r2 1,2,3 "${KW_R:-200}" --only-timed
-    kw r3 1,2,3 "${KW_R:-200}" --only-timed
+    kw r2 1,2,3 "${KW_R:-190}" --only-timed
+    names="a3 a12 r2"
+    if [ -n "${KW_ALONE:-}" ]; then  # `kernelwright eval` alone, one pair at a time, nothing else on the GPU
+        t0=$SECONDS
+        timeout "${KW_ALONE_S:-170}" python3 benchmarks/timer_agreement.py kernelwright .corpus --levels 1,2,3 --name al \
+            --out "$OUT" --alone --keys "$KW_ALONE" >"$OUT/x/al.log" 2>&1
+        echo "al: exit $? in $((SECONDS - t0)) s, $(wc -l <"$OUT/kw-al.jsonl" 2>/dev/null) records"
+        names="$names al"
+    fi
+    kw r3 1,2,3 "${KW_R:-190}" --only-timed
+    names="$names r3"
     left=$((560 - SECONDS))
     [ "$left" -gt 40 ] && ind "$OUT/ind2" "$((left - 30))" --pairs-from "$OUT/independent.jsonl"
-    names="a3 a12 r2 r3"
 fi
 python3 benchmarks/timer_agreement.py report "$OUT" $(for n in $names; do echo --name "$n"; done) >"$OUT/x/report.log" 2>&1
 [ -f "$OUT/agreement.md" ] && head -c 3000 "$OUT/agreement.md"
