@@ -117,24 +117,6 @@ def byte_copy(dst: torch.Tensor, src: torch.Tensor) -> None:
     torch.bitwise_or(s, 0, out=d)
 
 
-def copy_within(block: torch.Tensor) -> None:
-    """As many bytes read and written as a copy of `block`'s size from other memory into it, without
-    other memory: its first half into its second, then the second into the first (a last odd
-    256 bytes onto themselves). A block copied onto itself reads and writes the same lines, which
-    the DRAM serves faster than a copy's two streams: 10-11% faster on an H200 for a 0.5-10 GB window
-    (2026-11-29), which the candidate's figure carried. What it leaves is the block's own bytes."""
-    flat = block.reshape(-1).view(torch.uint8)
-    n = flat.numel()
-    half = n // 2 // 256 * 256
-    if half == 0:
-        byte_copy(flat, flat)
-        return
-    byte_copy(flat[half : 2 * half], flat[:half])
-    byte_copy(flat[:half], flat[half : 2 * half])
-    if 2 * half < n:
-        byte_copy(flat[2 * half :], flat[2 * half :])
-
-
 def self_test(device: torch.device) -> str:
     """'' when this process can order its stream on a flag in device memory, else why not."""
     try:
@@ -527,7 +509,7 @@ class Clock:
         self, block: torch.Tensor, snap: torch.Tensor, ref_outs: list[Any], out_layout: Any
     ) -> tuple[float, float, float]:
         """The judge's own measure, device ms, of the window's three copies, on its own memory: the
-        copy in (`block`, the inputs' region: as many bytes read and written, `copy_within`), the snapshot (the
+        copy in (`block`, the inputs' region, onto itself: as many bytes read and written), the snapshot (the
         snapshot's memory onto itself) and the commit (the reference's outputs into the snapshot's
         memory, with the runner's code). Enqueued behind a device-side sleep, so that the device
         runs them back to back, as it runs the runner's commit: queued, with its calls, before the
@@ -539,7 +521,7 @@ class Clock:
         torch.cuda._sleep(int(max(1.0, 2.0 * self.host_ms) * 2e6))
         ev = self.events
         ev[0].record()
-        copy_within(block)
+        byte_copy(block, block)
         ev[1].record()
         byte_copy(snap, snap)
         ev[2].record()

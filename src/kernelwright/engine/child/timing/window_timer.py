@@ -424,8 +424,8 @@ class WindowTimer:
         # before the clock, on the judge's own memory only (the runner can read the ring and the
         # inputs' region): what the window's copy in, snapshot and commit cost (device_clock)
         snap_into = torch.empty(out_bytes, dtype=torch.uint8, device=self.device)
-        # (the copy in measured within the inputs' region, the memory the window's copy writes: it
-        # holds only the last window's inputs, which the runner has seen)
+        # (the copy in measured on the inputs' region onto itself, the memory the window's copy
+        # writes: it holds only the last window's inputs, which the runner has seen)
         cal = self.clock.calibrate(self.inputs.tensor[:in_bytes], snap_into, ref_outs, out_layout)
         t_views = time.perf_counter()
         in_layout.sets(self.inputs, calls)  # (the judge's own time for the views the runner makes)
