@@ -3,6 +3,7 @@
 #   KW_PHASE=1: `suite eval` run `a3` over CUDA-L1's level-3 pairs and run `a12` over levels 1-2 (the pairs
 #     whose candidates build no extension: those that pass), each to its time limit; then the independent
 #     timers (do_bench, back-to-back, each side alone in its own process) on the pairs it passed.
+#   KW_PHASE=3: run `fx` over the pairs $KW_KEYS (a change re-timed), reported beside the earlier runs.
 #   KW_PHASE=2 (after copying phase 1's files into .agree/): the independent timers go on where phase 1
 #     stopped; runs `r2` and `r3` over every pair with independent figures; a second independent pass
 #     (ind2/, the independent timers' own run to run) if time is left; then the report.
@@ -34,6 +35,10 @@ if [ "${KW_PHASE:-1}" = 1 ]; then
     kw a12 1,2 "${KW_L12:-220}" --no-builds
     ind "$OUT" "${KW_IND:-150}" --passed-in "$OUT/kw-a3.jsonl" --passed-in "$OUT/kw-a12.jsonl"
     names="a3 a12"
+elif [ "${KW_PHASE}" = 3 ]; then  # a change re-timed: run `fx` over $KW_KEYS (pairs with independent figures) beside the earlier runs
+    cp .agree/independent.jsonl .agree/kw-*.jsonl "$OUT/"
+    kw fx 1,2,3 "${KW_R:-150}" --only-timed --keys "$KW_KEYS"
+    names="$(cd "$OUT" && ls kw-*.jsonl | sed 's/^kw-//; s/\.jsonl$//' | tr '\n' ' ')"
 else
     cp .agree/independent.jsonl .agree/kw-*.jsonl "$OUT/"
     ind "$OUT" "${KW_IND:-60}" --passed-in "$OUT/kw-a3.jsonl" --passed-in "$OUT/kw-a12.jsonl"
