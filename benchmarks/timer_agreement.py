@@ -493,11 +493,6 @@ def report(out: Path, names: list[str]) -> dict:
                 f"{d['within_10pct']} | {d['beyond_25pct']} | {d['range'][0]}-{d['range'][1]} |"
             )
     lines.append("")
-    spreads = sorted(
-        max(sp) / min(sp) - 1
-        for runs in per_pair.values()
-        if len(sp := [float(r["speedup"]) for r in runs.values() if r.get("speedup")]) >= 2
-    )
     result["run_to_run"] = {}
     for label, keep in (
         ("all", lambda runs: True),

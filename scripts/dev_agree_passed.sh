@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# The timer agreement with kernelwright first (carry .deb .corpus .agree), on one GPU, in two calls:
+# The timer agreement with kernelwright first (carry .deb .corpus .agree), on one GPU, one call a phase:
 #   KW_PHASE=1: `suite eval` run `a3` over CUDA-L1's level-3 pairs and run `a12` over levels 1-2 (the pairs
 #     whose candidates build no extension: those that pass), each to its time limit; then the independent
 #     timers (do_bench, back-to-back, each side alone in its own process) on the pairs it passed.
-#   KW_PHASE=3: run `fx` over the pairs $KW_KEYS (a change re-timed), reported beside the earlier runs.
 #   KW_PHASE=2 (after copying phase 1's files into .agree/): the independent timers go on where phase 1
-#     stopped; runs `r2` and `r3` over every pair with independent figures; a second independent pass
-#     (ind2/, the independent timers' own run to run) if time is left; then the report.
-# Limits (seconds): KW_L3, KW_L12, KW_IND (phase 1); KW_R (each run), KW_IND2 (phase 2).
+#     stopped; runs `r2` and `r3` over every pair with independent figures, `al` (`eval` alone) over
+#     $KW_ALONE between them; a second independent pass (ind2/, the independent timers' own run to run,
+#     not in the report) if time is left; then the report.
+#   KW_PHASE=3 (after copying the earlier files into .agree/): run `fx` over the pairs $KW_KEYS (a change
+#     re-timed), reported beside the earlier runs.
+# Limits (seconds): KW_L3, KW_L12, KW_IND (phase 1); KW_R (each run), KW_ALONE_S, KW_IND (phase 2).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/kw-ap}
