@@ -614,6 +614,7 @@ def main() -> int:
         p.add_argument(
             "--passed-in", type=Path, action="append", default=[], help="only the pairs passed in this kw-NAME.jsonl"
         )
+        p.add_argument("--keys", default="", help="only these pairs (level1/46_task,...)")
         if verb == "independent":
             p.add_argument("--timeout", type=float, default=180.0)
             p.add_argument(
@@ -627,7 +628,6 @@ def main() -> int:
             p.add_argument("--name", default="suite")
             p.add_argument("--alone", action="store_true", help="`kernelwright eval` per pair, not `suite eval`")
             p.add_argument("--only-timed", action="store_true", help="only pairs with both sides in independent.jsonl")
-            p.add_argument("--keys", default="", help="only these pairs (level1/46_task,...)")
     r = sub.add_parser("report")
     r.add_argument("out", type=Path)
     r.add_argument("--name", action="append", default=[])
@@ -654,7 +654,7 @@ def main() -> int:
         chosen = [c for c in chosen if c[0] in _timed(args.out / "independent.jsonl")]
     if args.pairs_from:
         chosen = [c for c in chosen if c[0] in _timed(args.pairs_from)]
-    if getattr(args, "keys", ""):
+    if args.keys:
         chosen = [c for c in chosen if c[0] in set(args.keys.split(","))]
     if args.passed_in:  # kernelwright ran first: time independently only what it passed
         rows = [json.loads(x) for f in args.passed_in for x in f.read_text().splitlines()]
