@@ -9,11 +9,21 @@
 #     not in the report) if time is left; then the report.
 #   KW_PHASE=3 (after copying the earlier files into .agree/): run `fx` over the pairs $KW_KEYS (a change
 #     re-timed), reported beside the earlier runs.
+#   KW_PHASE=4 (every GPU of the machine): run `b1` over levels 1-3, candidates that build included, then the
+#     independent timers on what it passed, split over the GPUs (pre-builds $KW_BUILD_JOBS at a time).
+#   KW_PHASE=5 (every GPU, after phase 4 on the same warm machine, or with its files in .agree/): runs `b2`
+#     and `b3` over the pairs with independent figures, then the report over b1-b3.
+# KW_WORK: where the rows are kept between phases (/tmp lasts while the machine stays warm); copied to $OUT.
 # Limits (seconds): KW_L3, KW_L12, KW_IND (phase 1); KW_R (each run), KW_ALONE_S, KW_IND (phase 2).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/kw-ap}
-mkdir -p "$OUT/x"
+RET=$OUT  # what comes back
+OUT=${KW_WORK:-$OUT}
+mkdir -p "$OUT/x" "$RET"
+NG=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+NG=$((NG > 0 ? NG : 1))
+ALL=$(seq -s, 0 $((NG - 1)))
 export PYTHONPATH=$PWD/src:$PWD PYTHONUNBUFFERED=1
 . scripts/install_bwrap_deb.sh >"$OUT/x/bwrap.log" 2>&1
 { nvidia-smi --query-gpu=name,driver_version --format=csv; date -u +%FT%TZ; git log -1 --format=%h; } >"$OUT/x/machine.txt" 2>&1
@@ -21,7 +31,7 @@ kw() {  # NAME LEVELS LIMIT_S [selection...]
     local name=$1 levels=$2 limit=$3 t0=$SECONDS; shift 3
     KW_SUITE_LIMIT=$((limit - 20)) OUT=$OUT/x KERNELWRIGHT_CACHE=/tmp/kw-agree-cache timeout "$limit" \
         python3 benchmarks/timer_agreement.py kernelwright .corpus --levels "$levels" --name "$name" --out "$OUT" "$@" \
-        -- --gpus 0 >"$OUT/x/$name.log" 2>&1
+        -- --gpus "${KW_GPUS:-0}" >"$OUT/x/$name.log" 2>&1
     echo "$name: exit $? in $((SECONDS - t0)) s, $(grep -c '"passed"' "$OUT/kw-$name.jsonl" 2>/dev/null) passed of $(wc -l <"$OUT/kw-$name.jsonl" 2>/dev/null)"
     [ -f "$OUT/x/corpus_suite.json" ] && mv "$OUT/x/corpus_suite.json" "$OUT/x/suite-$name.json"
 }
@@ -29,7 +39,8 @@ ind() {  # DEST LIMIT_S then the selection
     local dest=$1 limit=$2 t0=$SECONDS; shift 2
     mkdir -p "$dest"
     timeout "$((limit + 30))" python3 benchmarks/timer_agreement.py independent .corpus --levels 1,2,3 "$@" \
-        --out "$dest" --limit-s "$limit" --timeout 90 >>"$OUT/x/ind.log" 2>&1
+        --out "$dest" --limit-s "$limit" --timeout 90 --gpus "${KW_NGPU:-1}" --build-jobs "${KW_BUILD_JOBS:-0}" \
+        >>"$OUT/x/ind.log" 2>&1
     echo "independent into $dest: exit $? in $((SECONDS - t0)) s, $(wc -l <"$dest/independent.jsonl" 2>/dev/null) rows"
 }
 if [ "${KW_PHASE:-1}" = 1 ]; then
@@ -37,6 +48,17 @@ if [ "${KW_PHASE:-1}" = 1 ]; then
     kw a12 1,2 "${KW_L12:-220}" --no-builds
     ind "$OUT" "${KW_IND:-150}" --passed-in "$OUT/kw-a3.jsonl" --passed-in "$OUT/kw-a12.jsonl"
     names="a3 a12"
+elif [ "${KW_PHASE}" = 4 ]; then  # every GPU, builds included
+    export KW_GPUS=$ALL KW_NGPU=$NG KW_BUILD_JOBS=${KW_BUILD_JOBS:-16}
+    kw b1 1,2,3 "${KW_B:-300}"
+    ind "$OUT" "${KW_IND:-240}" --passed-in "$OUT/kw-b1.jsonl"
+    names="b1"
+elif [ "${KW_PHASE}" = 5 ]; then
+    export KW_GPUS=$ALL KW_NGPU=$NG
+    [ -f "$OUT/independent.jsonl" ] || cp .agree/independent.jsonl .agree/kw-b1.jsonl "$OUT/"
+    kw b2 1,2,3 "${KW_R:-150}" --only-timed
+    kw b3 1,2,3 "${KW_R:-150}" --only-timed
+    names="b1 b2 b3"
 elif [ "${KW_PHASE}" = 3 ]; then  # a change re-timed: run `fx` over $KW_KEYS (pairs with independent figures) beside the earlier runs
     cp .agree/independent.jsonl .agree/kw-*.jsonl "$OUT/"
     kw fx 1,2,3 "${KW_R:-150}" --only-timed --keys "$KW_KEYS"
@@ -60,5 +82,6 @@ else
 fi
 python3 benchmarks/timer_agreement.py report "$OUT" $(for n in $names; do echo --name "$n"; done) >"$OUT/x/report.log" 2>&1
 [ -f "$OUT/agreement.md" ] && head -c 3000 "$OUT/agreement.md"
-tar czf "$OUT/logs.tgz" -C "$OUT" x && rm -rf "$OUT/x"
-ls -la "$OUT"
+tar czf "$RET/logs-${KW_PHASE:-1}.tgz" -C "$OUT" x
+if [ "$RET" != "$OUT" ]; then cp "$OUT"/*.jsonl "$OUT"/agreement.* "$RET/" 2>/dev/null; else rm -rf "$OUT/x"; fi
+ls -la "$RET"

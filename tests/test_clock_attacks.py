@@ -183,6 +183,27 @@ def test_gpu_timing_forgeries_get_no_speedup(cpu_config, name):
 
 
 @pytest.mark.gpu
+def test_gpu_work_moved_into_the_copy_in_gains_at_most_the_drift_cap(cpu_config):
+    """Its output buffers' zero fill moved into the judge's copy in (on a stream that does not wait
+    for `in`), and the device kept busy while the judge measures the next copy: what comes off a
+    window's copy in stays within its own measure, COPY_IN_DRIFT x the stage's smallest and the
+    phase, and no forged speed-up survives (honest, the zero fill is in its calls: about 0.7x)."""
+    from kernelwright.engine.child.timing.device_clock import COPY_IN_DRIFT
+
+    r = run(_config(cpu_config, device="cuda"), "inflate_copy_in.py")
+    assert not_forged(r), (r.status, r.speedup, r.error_log)
+    timing = r.metadata["timing"]
+    if timing.get("fixed_costs") != "device clock":
+        pytest.skip(f"the device clock was off here: {timing.get('device_clock')}")
+    smallest = max(timing["device_clock"]["copy_in_ms"].values())
+    for w in timing["windows"]:
+        d = w["device_ms"]
+        assert d["off"]["copy_in"] <= min(d["measured"]["copy_in"], d["copy_in"]) + 1e-3, d
+        assert d["off"]["copy_in"] <= COPY_IN_DRIFT * smallest + 1e-3, (d, smallest)
+    assert r.speedup is None or r.speedup < 1.2 or not r.speedup_trusted, (r.speedup, flags(r))
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("name", ["honest.py", "inflate_probe.py", "inflate_measures.py"])
 def test_gpu_the_wall_clock_still_holds_where_the_device_clock_is_off(cpu_config, name):
     # the windows a GPU without stream memory operations gets: the judge's wall clock and its probe

@@ -81,6 +81,27 @@ def test_the_smallest_measure_of_the_stage_comes_off():
     assert cal.off(p)["snapshot"] == 4.25  # (capped by the phase: 4.25 ms)
 
 
+def test_the_copy_in_takes_off_the_windows_own_measure_within_the_drift_cap():
+    # level1/46_task of CUDA-L1 on an H200: the stage's smallest copy in was an early window's
+    # 4.31 ms; every later window's copy took 4.82 ms and its own measure just before it 4.81 ms.
+    # The stage's smallest left 0.5 ms a window (28 us a call) on the candidate: it read 8% slow.
+    cal = dc.Calibration(anchor=None)
+    cal.see(phases(cal_copy_in_ms=4.31))
+    late = phases(copy_in_ms=4.82, cal_copy_in_ms=4.81)
+    cal.see(late)
+    assert cal.off(late)["copy_in"] == pytest.approx(4.81)
+    # a measure inflated by work beside it (the runner's, time-sliced) gains at most the cap ...
+    inflated = phases(copy_in_ms=9.0, cal_copy_in_ms=9.0)
+    cal.see(inflated)
+    assert cal.off(inflated)["copy_in"] == pytest.approx(dc.COPY_IN_DRIFT * 4.31)
+    # ... and never more than the phase took
+    quick = phases(copy_in_ms=4.5, cal_copy_in_ms=5.0)
+    cal.see(quick)
+    assert cal.off(quick)["copy_in"] == pytest.approx(4.5)
+    # the snapshot and the commit still take off the stage's smallest
+    assert cal.off(late)["snapshot"] == pytest.approx(4.25)
+
+
 def test_the_switches_are_capped_by_the_start_up_anchor():
     cal = dc.Calibration(anchor=dc.Anchor(switch_ms=0.3))
     cal.see(phases())
