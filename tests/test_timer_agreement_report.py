@@ -56,6 +56,12 @@ def test_the_report_splits_out_the_pairs_whose_independent_timers_agree(tmp_path
     assert result["run_to_run"]["all"]["n"] == 2 and abs(result["run_to_run"]["all"]["p90"] - 0.1) < 1e-9
     # b is flagged launch_bound in one of its runs: out of the unflagged group, which keeps a and c
     assert pooled[f"do_bench:{timer_agreement.UNFLAGGED}"]["n"] == 2
+    # beyond 25%: b says why (launch_bound in r1), c says nothing
+    assert result["beyond_25pct_unexplained"] == ["c"]
+    assert (
+        "with no flag that says why (autotuned, launch_bound, timing_unstable in any run): 1 (c)"
+        in (tmp_path / "agreement.md").read_text()
+    )
     # a turned on cuDNN's autotuner in one run: the run-to-run figure without it is b's alone
     assert result["run_to_run"]["no autotuned flag"] == {"n": 1, "median": 0.0, "p90": 0.0}
     assert "Passed in any run, by level" in (tmp_path / "agreement.md").read_text()
