@@ -35,6 +35,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -414,22 +415,33 @@ def _dist(ratios: list[float]) -> dict:
 SMALL_MS = 0.1  # a reference under this (do_bench) is a small problem: its calls' launch costs show
 INDEPENDENTS_AGREE = 0.10  # do_bench's and back-to-back's speed-ups this close: the pair's speed-up is not in doubt
 AGREE = f"do_bench ~ b2b within {INDEPENDENTS_AGREE:.0%}"
-UNFLAGGED = "no launch_bound in any run"
+UNFLAGGED = "no launch_bound in any run"  # the record says its timers would disagree where it is flagged
 # the flags that say why a speed-up may differ from an independent timer's: the host paces the calls, the
 # candidate's own algorithm choice (cuDNN's benchmark mode) moves from run to run, the timing itself was unsteady
-EXPLAINS = {
-    "launch_bound",
-    "autotuned",
-    "timing_unstable",
-}  # the record says its timers would disagree where it is flagged
+EXPLAINS = frozenset({"launch_bound", "autotuned", "timing_unstable"})
+QUICKER_HALF = "all, the quicker half of each side's windows (diagnostic)"
+
+
+def _recorded(kw: dict) -> float | None:
+    """The record's speed-up."""
+    return float(kw["speedup"]) if kw.get("speedup") else None
+
+
+def _median_ratio(
+    runs: dict, ind_row: dict, method: str, figure: Callable[[dict], float | None] = _recorded
+) -> float | None:
+    """The median over a candidate's runs of kernelwright's speed-up (`figure` of each run's record)
+    over the independent one; None where either is missing."""
+    independent = _independent_speedup(ind_row, method)
+    sp = [x for k in runs.values() if (x := figure(k))]
+    return statistics.median(sp) / independent if sp and independent else None
 
 
 def quicker_half_speedup(kw: dict) -> float | None:
     """A diagnostic, not the record's rule: the speed-up from the mean of the quicker half of each
-    side's windows, where the record takes each side's median. Another process's work on the GPU
-    (time-sliced with some windows: a suite's other evaluations starting up beside the one timed)
-    slows a few windows of either side by 10-60%; the median of five keeps it where three are hit.
-    None without windows."""
+    side's windows, where the record takes each side's median. Another process's work on the GPU,
+    time-sliced with some windows (a suite's other evaluations starting up beside the one timed),
+    slows them; the median of five keeps it where three are hit. None without windows."""
     ws = [w for w in (kw.get("timing") or {}).get("windows") or [] if w.get("candidate_ms") and w.get("reference_ms")]
     if not ws:
         return None
@@ -453,10 +465,9 @@ def _pooled(per_pair: dict[str, dict], ind: dict) -> dict:
             UNFLAGGED: [],
         }
         for pair, runs in per_pair.items():
-            ratios = [r for k in runs.values() if (r := _ratio(k, ind[pair], method))]
-            if not ratios:
+            r = _median_ratio(runs, ind[pair], method)
+            if r is None:
                 continue
-            r = statistics.median(ratios)
             ref = ind[pair].get("reference", {}).get("do_bench_ms") or 0.0
             groups["all"].append(r)
             groups[f"under {SMALL_MS} ms" if ref < SMALL_MS else f"{SMALL_MS} ms or more"].append(r)
@@ -467,17 +478,11 @@ def _pooled(per_pair: dict[str, dict], ind: dict) -> dict:
                 groups[UNFLAGGED].append(r)
         for size, ratios in groups.items():
             out[f"{method}:{size}"] = _dist(ratios)
-    quick = []  # the same, from the quicker half of each side's windows (quicker_half_speedup)
-    for pair, runs in per_pair.items():
-        independent = _independent_speedup(ind[pair], "do_bench")
-        sp = [x for k in runs.values() if (x := quicker_half_speedup(k))]
-        if sp and independent:
-            quick.append(statistics.median(sp) / independent)
+    quick = [
+        r for pair, runs in per_pair.items() if (r := _median_ratio(runs, ind[pair], "do_bench", quicker_half_speedup))
+    ]
     out[f"do_bench:{QUICKER_HALF}"] = _dist(quick)
     return out
-
-
-QUICKER_HALF = "all, the quicker half of each side's windows (diagnostic)"
 
 
 def report(out: Path, names: list[str]) -> dict:
@@ -527,16 +532,13 @@ def report(out: Path, names: list[str]) -> dict:
     lines.append("")
     result["run_to_run"] = {}
 
-    def unflagged(runs: dict) -> bool:
+    def not_autotuned(runs: dict) -> bool:
         return not any("autotuned" in r["flags"] for r in runs.values())
 
-    def recorded(r: dict) -> float | None:
-        return float(r["speedup"]) if r.get("speedup") else None
-
     for label, keep, figure in (
-        ("all", lambda runs: True, recorded),
-        ("no autotuned flag", unflagged, recorded),
-        ("no autotuned flag, the quicker half (diagnostic)", unflagged, quicker_half_speedup),
+        ("all", lambda runs: True, _recorded),
+        ("no autotuned flag", not_autotuned, _recorded),
+        ("no autotuned flag, the quicker half (diagnostic)", not_autotuned, quicker_half_speedup),
     ):
         spreads = sorted(
             max(sp) / min(sp) - 1
@@ -555,9 +557,9 @@ def report(out: Path, names: list[str]) -> dict:
     # the issue's bar: none beyond 25% of do_bench without a flag that says why
     unexplained = []
     for pair, runs in sorted(per_pair.items()):
-        ratios = [r for k in runs.values() if (r := _ratio(k, ind[pair], "do_bench"))]
+        r = _median_ratio(runs, ind[pair], "do_bench")
         said = {f for k in runs.values() for f in k["flags"]} & EXPLAINS
-        if ratios and abs(statistics.median(ratios) - 1) > 0.25 and not said:
+        if r is not None and abs(r - 1) > 0.25 and not said:
             unexplained.append(pair)
     result["beyond_25pct_unexplained"] = unexplained
     lines += [

@@ -64,9 +64,8 @@ IN_AT, DONE_AT = 0, 512  # byte offsets of the two flags (apart: no shared cache
 _WAIT_GEQ = 0x0
 SLACK_MS = 0.02
 SWITCH_CAP_MS = 1.0  # the most two context switches may take off a window
-# the most a window's own measure of its copy in may take off, over the stage's smallest: the copy's
-# rate drifts over a stage (9.7 GB copies read 4.57 ms in one window and 5.09 ms in every later one
-# of the same evaluation, on an H200), so the stage's smallest alone left the drift on the candidate
+# the most a window's own measure of its copy in may take off, as a multiple of the stage's smallest
+# (the copy's rate drifts over a stage: docs/PERFORMANCE.md)
 COPY_IN_DRIFT = 1.25
 HEAD_START_S = 0.25  # the most the judge waits for a window to be queued before it starts it
 POLL_FIRST_S, POLL_MAX_S = 50e-6, 1e-3  # the judge's naps while a window runs (doubling from the first)
@@ -418,8 +417,7 @@ class Calibration:
     the probe's empty windows. Each is taken where the runner cannot tell it from idle time (the
     judge's own memory, between windows): work the runner runs on the device beside them (a
     persistent kernel, time-sliced with the judge's) can only make them larger, and the smallest
-    is the closest to the truth; but the copy in's rate drifts over a stage, so its off is the
-    window's own measure within COPY_IN_DRIFT of the smallest (`off`)."""
+    is the closest to the truth (the copy in excepted: `off`)."""
 
     anchor: Anchor | None
     copy_in: dict[int, float] = field(default_factory=dict)  # bytes -> ms
