@@ -45,6 +45,19 @@ def test_randomly_slowed_calls_widen_the_band_and_are_named():
     assert any("spread widely" in r for r in reasons)
 
 
+def test_on_a_gpu_windows_the_host_paces_are_named_where_device_paced_ones_are_not():
+    # level3/29 (SwinMLP: hundreds of small launches a call, paced by the host) and level3/12 (its
+    # device paces it): their windows (ms a call) in one suite run on an H200, 2026-11-29. do_bench
+    # read level3/29's reference at 4.1-10.9 ms from run to run (benchmarks/host_load.py)
+    host_paced = {"reference": [8.277, 8.762, 7.71, 5.443, 5.527], "candidate": [6.598, 6.247, 5.65, 5.726, 5.857]}
+    device_paced = {"reference": [3.511, 3.518, 3.512, 3.512, 3.51], "candidate": [1.735, 1.732, 1.732, 1.732, 1.734]}
+    said = stability.sample_problems(host_paced, CFG, on_gpu=True)
+    assert len(said) == 1 and "reference's windows spread widely (p90/p10 = 1.61" in said[0] and "host" in said[0]
+    assert stability.sample_problems(device_paced, CFG, on_gpu=True) == []
+    # the CPU's own limit is wider (a CPU's calls spread more): the same windows are not named there
+    assert stability.sample_problems(host_paced, CFG, on_gpu=False) == []
+
+
 def test_load_on_the_timing_threads_cores_is_named_even_when_the_samples_look_tight():
     # a run slowed throughout: tight band, no drift, and still not what the next run measures
     samples = {"candidate": _steady(0.8), "reference": _steady(32.0, seed=1)}

@@ -71,7 +71,12 @@ class TimingConfig:
     stability_checks: bool = True
     stability_retries: int = 2  # repeat (with a doubled budget) while the samples drift or spread
     max_drift: float = 0.2  # median of the stage's second half vs its first half
-    max_band: float = 2.0  # p90 / p10
+    max_band: float = 2.0  # p90 / p10 of a side's windows
+    # on a GPU: work the device paces reads within 1.05 (p90/p10) from window to window in every condition
+    # measured (an H200 quiet, beside 24 compilers, beside them at nice 19), while a model whose hundreds
+    # of small launches the host paces spreads 1.24-2.45, and moves up to 2x between runs for do_bench
+    # as well (benchmarks/host_load.py, docs/PERFORMANCE.md): its speed-up is then a draw of the host's pace
+    max_band_device: float = 1.25
     load_slack_cores: float = 0.5  # other processes may keep this much of our threads' cores busy
     # on the judge's wall clock, windows whose time per call is over this multiple of the runner's own
     # account of its calls held costs that did not come off: the speed-up is not resolved (0: no check).

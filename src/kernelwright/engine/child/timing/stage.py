@@ -422,7 +422,7 @@ class _Stage:
         if self.comp_ms:
             out.compiled_reference = _stats(self.comp_ms, 1)
         samples = {"reference": self.ref_ms, "candidate": self.cand_ms}
-        reasons = stability.sample_problems(samples, cfg)
+        reasons = stability.sample_problems(samples, cfg, self.on_gpu)
         load = stability.LoadFacts(
             cores=self.cores,
             threads=self.threads,
