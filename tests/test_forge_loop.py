@@ -67,7 +67,7 @@ def loop_config(folder):
     path.write_text(
         "[loop]\nspread_factor = 0.0\n"
         # and the test fixture's cheaper timing (tests/conftest.py: cpu_config)
-        "[eval.timing]\nwindows = 3\nmax_window_calls = 64\nstability_retries = 0\n"
+        "[eval.timing]\nwindows = 3\nmax_window_calls = 64\n"
         # a call's limit far above a loaded machine's slowest call: the verdicts are the loop's subject
         "[eval.timeouts]\ncall_floor = 60\n"
     )

@@ -71,25 +71,23 @@ def test_load_on_the_timing_threads_cores_is_named_even_when_the_samples_look_ti
 def test_a_queue_of_runnable_tasks_is_load_even_when_busy_cores_cannot_show_it():
     # saturated machine: others can only be seen busy on what this process leaves them
     load = LoadFacts(cores=2, threads=1, others_busy_cores=1.4, others_runnable=2.5)
-    reasons = stability.load_problems(load, CFG, on_gpu=False)
+    reasons = stability.load_problems(load, CFG)
     assert reasons and "2.5 of their tasks runnable" in reasons[0]
-    assert (
-        stability.load_problems(
-            LoadFacts(cores=2, threads=1, others_busy_cores=0.9, others_runnable=0.7), CFG, on_gpu=False
-        )
-        == []
-    )
+    assert stability.load_problems(LoadFacts(cores=2, threads=1, others_busy_cores=0.9, others_runnable=0.7), CFG) == []
 
 
 def test_load_on_cores_the_timing_does_not_need_is_not_a_problem():
-    assert stability.load_problems(LoadFacts(cores=8, threads=2, others_busy_cores=5.0), CFG, False) == []
+    assert stability.load_problems(LoadFacts(cores=8, threads=2, others_busy_cores=5.0), CFG) == []
 
 
-def test_other_processes_and_low_clocks_on_the_gpu_are_named():
-    load = LoadFacts(cores=16, threads=16, gpu_other_processes=7, gpu_sm_clock_mhz=900, gpu_sm_clock_max_mhz=1980)
-    reasons = stability.load_problems(load, CFG, on_gpu=True)
-    assert any("7 other process(es)" in r for r in reasons)
-    assert any("900 MHz of 1980 MHz" in r for r in reasons)
+def test_on_a_gpu_the_cpus_load_is_no_reason_and_the_samples_still_are():
+    # the GPU's runner is another process on the device by design; its host's load shows in its
+    # windows, if anywhere (the band), not in the cores' figures
+    busy = LoadFacts(cores=2, threads=2, others_busy_cores=1.9, loadavg_1m=5.0)
+    steady = {"candidate": _steady(0.8), "reference": _steady(2.5, seed=1, jitter=0.01)}
+    assert stability.assess(steady, busy, CFG, on_gpu=True) == []
+    drifting = {"candidate": _steady(0.8), "reference": _steady(2.5, 20) + _steady(9.0, 20)}
+    assert any("median time moved" in r for r in stability.assess(drifting, busy, CFG, on_gpu=True))
 
 
 def test_windows_that_kept_their_fixed_costs_do_not_resolve_the_speedup():
@@ -125,33 +123,6 @@ def test_windows_whose_speedups_agree_are_one_figure():
     assert stability.ratio_spread([1.0, 1.1, 0.9, 1.0], [0.50, 0.54, 0.46, 0.51], limit=1.25) == ""  # 1.96-2.04x
     assert stability.ratio_spread([1.0, 2.0], [1.0, 1.0], limit=1.25) == ""  # two windows: too few to tell
     assert stability.ratio_spread([1.0, 2.0, 3.0], [1.0, 1.0, 1.0], limit=0) == ""  # the check off
-
-
-def test_an_unstable_attempt_is_repeated_with_a_wider_budget_and_the_stable_one_kept():
-    calls = []
-
-    def measure_once(scale):
-        calls.append(scale)
-        if len(calls) == 1:
-            return {"candidate": _steady(0.8), "reference": _steady(2.5, 20) + _steady(9.0, 20)}
-        return {"candidate": _steady(0.8, n=80), "reference": _steady(2.5, n=80, seed=5)}
-
-    idle = LoadFacts(cores=2, threads=2, others_busy_cores=0.1)
-    samples, report = stability.timed_stably(measure_once, lambda: idle, CFG, on_gpu=False)
-    assert calls == [1.0, 2.0]
-    assert report.attempts == 2 and report.unstable == []
-    assert len(samples["reference"]) == 80
-    assert report.threads == 2
-
-
-def test_when_every_attempt_is_unstable_the_report_says_why():
-    def measure_once(scale):
-        return {"candidate": _steady(0.8), "reference": _steady(2.5, 20) + _steady(30.0, 20)}
-
-    idle = LoadFacts(cores=2, threads=2, others_busy_cores=0.1)
-    _, report = stability.timed_stably(measure_once, lambda: idle, CFG, on_gpu=False)
-    assert report.attempts == 1 + CFG.stability_retries
-    assert report.unstable and "reference's median time moved" in report.unstable[0]
 
 
 def test_the_load_monitor_gives_a_figure_within_the_machine_while_this_process_works():

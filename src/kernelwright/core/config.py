@@ -66,10 +66,13 @@ class TimingConfig:
     flush_l2: bool = True
     compare_compile: bool = False  # also time torch.compile(reference)
     # Stability (engine/child/timing/stability.py): one fixed, recorded CPU thread count for candidate and
-    # reference (0: every core this process may use); load, drift and band checks; repeats.
+    # reference (0: every core this process may use); load, drift and band checks.
     cpu_threads: int = 0
+    # not acted on, kept so that settings files that name them still load: the checks always run (a
+    # speed-up is trusted only where they find nothing), and the stage never repeats (its window plan
+    # sets the budget)
     stability_checks: bool = True
-    stability_retries: int = 2  # repeat (with a doubled budget) while the samples drift or spread
+    stability_retries: int = 2
     max_drift: float = 0.2  # median of the stage's second half vs its first half
     max_band: float = 2.0  # p90 / p10 of a side's windows
     # on a GPU: a model its device paces (level3/12) read within 1.005 (p90/p10) from window to window in

@@ -1,34 +1,30 @@
-"""Timing that says when it is not to be trusted (`timing_unstable`).
+"""Timing that says when it is not to be trusted (`timing_unstable`): the timing stage's rules.
 
 On a machine shared with other work a speed-up can be precise in one run and wrong in the
-next: the reference's intra-op threads contend with other processes on a CPU, other processes
-share a GPU, clocks change. Each run's own p10/p90 band can stay tight while the medians of two
+next: the reference's intra-op threads contend with other processes on a CPU, a host paces a
+GPU's small launches, clocks change. Each run's own band can stay tight while the medians of two
 runs differ tenfold. This module
 
 - controls what it can: one fixed, recorded CPU thread count for candidate and reference alike
   (`TimingConfig.cpu_threads`);
-- detects what it cannot: load on the machine (other processes' busy cores over the stage: the
-  machine's busy time from /proc/stat less this process's own; the load average), other
-  processes on the GPU (nvidia-smi, once, after the stage), SM clocks below
-  their maximum, and in the samples themselves a reference or candidate whose time drifts between
-  the first and the second half of the interleaved stage, or whose band is wide (p90/p10);
-- repeats the measurement with a wider budget when it sees a problem in the samples, and keeps
-  the attempt with the tightest reference band;
-- says so: `TimingReport.unstable` holds the reasons, one line each.
+- detects what it cannot, and says so (`assess`, one line a reason): on a CPU, load on the
+  timing threads' cores (other processes' busy cores over the stage: the machine's busy time from
+  /proc/stat less this process's own; runnable tasks; the load average); on either device, a side
+  whose per-call medians drift between the first and the second half of the interleaved windows,
+  or whose windows spread (p90/p10: `max_band` on a CPU, the narrower `max_band_device` on a GPU);
+  on the judge's wall clock, windows whose fixed costs did not all come off (`unresolved`) or
+  whose own speed-ups spread (`ratio_spread`).
 
-The decision (`assess`) is a pure function of samples and load facts, tested with fake samples.
+It never repeats a measurement: the window plan (`window_plan.py`) sets the stage's budget. The
+rules are pure functions of samples and load facts, tested with fake samples.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import statistics
-import subprocess
 import time
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 from kernelwright.core.config import TimingConfig
 
@@ -40,23 +36,6 @@ class LoadFacts:
     others_busy_cores: float | None = None  # cores kept busy by other processes during the timing stage
     others_runnable: float | None = None  # other runnable tasks, mean of readings during the stage
     loadavg_1m: float | None = None
-    gpu_other_processes: int | None = None  # compute processes on our GPU other than this one
-    gpu_sm_clock_mhz: int | None = None
-    gpu_sm_clock_max_mhz: int | None = None
-    notes: list[str] = field(default_factory=list)
-
-
-@dataclass
-class TimingReport:
-    threads: int | None
-    attempts: int
-    load: dict[str, Any]
-    drift: dict[str, float]  # name -> |median(2nd half) - median(1st half)| / the smaller
-    band: dict[str, float]  # name -> p90 / p10
-    unstable: list[str]  # reasons, one line each; empty: the figures can be trusted
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 # ---- facts about the machine ---------------------------------------------------------------------
@@ -124,38 +103,6 @@ def available_cores() -> int:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         return os.cpu_count() or 1
-
-
-def gpu_facts(device_id: str) -> dict[str, Any]:
-    """Other compute processes on the GPU and its SM clock, from nvidia-smi (best effort, 3 s at most).
-    `device_id`: the GPU's UUID ("GPU-...") or nvidia-smi index."""
-    out: dict[str, Any] = {}
-    smi = shutil.which("nvidia-smi")
-    if not smi:
-        return out
-    try:
-        r = subprocess.run(
-            [smi, "-i", device_id, "--query-compute-apps=pid", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=3,
-        )
-        if r.returncode == 0:
-            pids = {int(p) for p in r.stdout.split() if p.strip().isdigit()}
-            # this process holds a context there too; in a container it may be listed under a host pid
-            out["gpu_other_processes"] = len(pids - {os.getpid()}) if os.getpid() in pids else max(0, len(pids) - 1)
-        r = subprocess.run(
-            [smi, "-i", device_id, "--query-gpu=clocks.sm,clocks.max.sm", "--format=csv,noheader,nounits"],
-            capture_output=True,
-            text=True,
-            timeout=3,
-        )
-        if r.returncode == 0 and "," in r.stdout:
-            cur, mx = (int(float(v)) for v in r.stdout.strip().splitlines()[0].split(",")[:2])
-            out["gpu_sm_clock_mhz"], out["gpu_sm_clock_max_mhz"] = cur, mx
-    except (OSError, subprocess.SubprocessError, ValueError):
-        pass
-    return out
 
 
 def resolve_threads(cfg: TimingConfig, cores: int) -> int:
@@ -255,76 +202,27 @@ def ratio_spread(reference_ms: list[float], candidate_ms: list[float], limit: fl
     )
 
 
-def load_problems(load: LoadFacts, cfg: TimingConfig, on_gpu: bool) -> list[str]:
-    """Reasons found in the machine: other processes on our cores or our GPU, clocks below their maximum."""
+def load_problems(load: LoadFacts, cfg: TimingConfig) -> list[str]:
+    """Reasons found in the machine (a CPU's timing): other processes on the timing threads' cores.
+    (On a GPU the runner is another process on the device by design, and the GPU's turn keeps
+    kernelwright's other evaluations off it: engine/child/gpu_turn.py.)"""
     reasons = []
-    if not on_gpu:
-        busy = load.others_busy_cores
-        runnable = load.others_runnable
-        free_busy = load.cores - busy if busy is not None else None
-        free_queue = load.cores - runnable if runnable is not None else None
-        if (free_busy is not None and free_busy < load.threads - cfg.load_slack_cores) or (
-            free_queue is not None and free_queue < load.threads - cfg.load_slack_cores
-        ):
-            reasons.append(
-                f"other processes kept {busy or 0:.1f} of {load.cores} cores busy "
-                f"({runnable or 0:.1f} of their tasks runnable on average) while {load.threads} timing "
-                f"thread(s) needed them (load average {load.loadavg_1m or 0:.1f}); time on an idle "
-                "machine, or with fewer threads (timing.cpu_threads)"
-            )
-    if on_gpu and load.gpu_other_processes:
-        reasons.append(f"{load.gpu_other_processes} other process(es) were running on the GPU")
-    if (
-        on_gpu
-        and load.gpu_sm_clock_mhz
-        and load.gpu_sm_clock_max_mhz
-        and load.gpu_sm_clock_mhz < 0.8 * load.gpu_sm_clock_max_mhz
+    busy = load.others_busy_cores
+    runnable = load.others_runnable
+    free_busy = load.cores - busy if busy is not None else None
+    free_queue = load.cores - runnable if runnable is not None else None
+    if (free_busy is not None and free_busy < load.threads - cfg.load_slack_cores) or (
+        free_queue is not None and free_queue < load.threads - cfg.load_slack_cores
     ):
         reasons.append(
-            f"the GPU's SM clock was {load.gpu_sm_clock_mhz} MHz of {load.gpu_sm_clock_max_mhz} MHz "
-            "(throttled or idle-clocked)"
+            f"other processes kept {busy or 0:.1f} of {load.cores} cores busy "
+            f"({runnable or 0:.1f} of their tasks runnable on average) while {load.threads} timing "
+            f"thread(s) needed them (load average {load.loadavg_1m or 0:.1f}); time on an idle "
+            "machine, or with fewer threads (timing.cpu_threads)"
         )
     return reasons
 
 
 def assess(samples: dict[str, list[float]], load: LoadFacts, cfg: TimingConfig, on_gpu: bool) -> list[str]:
-    """Every reason not to trust the figures from these samples under this load (empty: trust them)."""
-    return sample_problems(samples, cfg, on_gpu) + load_problems(load, cfg, on_gpu)
-
-
-# ---- the stage -------------------------------------------------------------------------------------
-
-
-def timed_stably(
-    measure_once: Callable[[float], dict[str, list[float]]],
-    sample_load: Callable[[], LoadFacts],
-    cfg: TimingConfig,
-    on_gpu: bool,
-) -> tuple[dict[str, list[float]], TimingReport]:
-    """Measure, assess, and repeat with a doubled budget while the samples look unstable
-    (`cfg.stability_retries` more times at most). Returns the attempt with the tightest reference
-    band and the report. `measure_once(rep_scale)` returns samples per name in time order;
-    `sample_load()` the load over the whole stage, read when it ends."""
-    attempts: list[tuple[dict[str, list[float]], list[str]]] = []
-    scale = 1.0
-    for _ in range(1 + max(0, cfg.stability_retries)):
-        samples = measure_once(scale)
-        problems = sample_problems(samples, cfg, on_gpu)
-        attempts.append((samples, problems))
-        if not problems:
-            break
-        scale *= 2.0
-    load = sample_load()
-    best, problems = min(attempts, key=lambda a: (bool(a[1]), band(a[0].get("reference", [1.0]))))
-    # Load flags a run by itself: a run slowed throughout has a tight band and no drift, and is
-    # still not what the next run will measure.
-    reasons = list(problems) + load_problems(load, cfg, on_gpu)
-    report = TimingReport(
-        threads=load.threads if not on_gpu else None,
-        attempts=len(attempts),
-        load=asdict(load),
-        drift={n: round(drift(x), 4) for n, x in best.items()},
-        band={n: round(band(x), 4) for n, x in best.items()},
-        unstable=reasons,
-    )
-    return best, report
+    """Every reason in the samples and the machine not to trust the figures (empty: trust them)."""
+    return sample_problems(samples, cfg, on_gpu) + ([] if on_gpu else load_problems(load, cfg))

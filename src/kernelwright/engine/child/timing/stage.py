@@ -422,7 +422,6 @@ class _Stage:
         if self.comp_ms:
             out.compiled_reference = _stats(self.comp_ms, 1)
         samples = {"reference": self.ref_ms, "candidate": self.cand_ms}
-        reasons = stability.sample_problems(samples, cfg, self.on_gpu)
         load = stability.LoadFacts(
             cores=self.cores,
             threads=self.threads,
@@ -430,8 +429,7 @@ class _Stage:
             others_runnable=statistics.fmean(self.runnable) if self.runnable else None,
             loadavg_1m=os.getloadavg()[0],
         )
-        if not self.on_gpu:  # (on a GPU the runner is another process on the device by design)
-            reasons += stability.load_problems(load, cfg, self.on_gpu)
+        reasons = stability.assess(samples, load, cfg, self.on_gpu)
         if self.clocked and timer.cal.contended():
             reasons.append(timer.cal.contended())
         shared = self.job.shared()
