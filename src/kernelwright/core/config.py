@@ -56,8 +56,12 @@ class StageTimeouts:
 
 @dataclass
 class TimingConfig:
-    """The timing protocol (after triton.testing.do_bench): budgets in ms, derived counts, L2 flush."""
+    """The timing stage (engine/child/timing/): the judge's windows of back-to-back calls on fresh
+    inputs (`windows`, `window_ms`, `max_window_calls`), its clocks, and the rules that withhold trust."""
 
+    # not acted on, kept so that settings files that name them still load: the per-call protocol of
+    # triton's do_bench (warm-up and repetition budgets, an L2 flush before each call) that the
+    # windows replaced (each call of a window reads an input set of its own instead)
     warmup_ms: float = 25.0
     rep_ms: float = 100.0
     min_reps: int = 10
@@ -287,7 +291,7 @@ class GuardConfig:
 
     enabled: bool = True
     nan_fill: bool = True  # fill uninitialised memory with NaN while the candidate is checked (never while timed)
-    check_timed_outputs: bool = True
+    check_timed_outputs: bool = True  # not acted on: a timed call's outputs are always checked (docs/SANDBOX.md)
     refill_inputs: bool = True
     profile_kernels: bool = True  # look for a kernel of the candidate's own (no_custom_kernel)
     fail_on: tuple[str, ...] = tuple(f for f in GUARD_FLAGS if f not in REPORT_ONLY_FLAGS)
