@@ -107,7 +107,6 @@ def main() -> int:
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
     dest = a.out / "host_load.jsonl"
-    rows = []
     for cond in a.conditions.split(","):
         procs = [] if cond == "quiet" else _burners(a.burners, 19 if cond == "load_nice" else 0)
         try:
@@ -121,7 +120,6 @@ def main() -> int:
                 row["kernelwright"] = _eval(problem, cand)
                 row["do_bench_reference"] = _do_bench_reference(problem)
                 row["loadavg_after"], row["seconds"] = _loadavg(), round(time.time() - t0, 1)
-                rows.append(row)
                 with dest.open("a") as f:
                     f.write(json.dumps(row) + "\n")
                 kw, ind = row["kernelwright"], row["do_bench_reference"]

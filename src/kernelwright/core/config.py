@@ -79,11 +79,9 @@ class TimingConfig:
     stability_retries: int = 2
     max_drift: float = 0.2  # median of the stage's second half vs its first half
     max_band: float = 2.0  # p90 / p10 of a side's windows
-    # on a GPU: a model its device paces (level3/12) read within 1.005 (p90/p10) from window to window in
-    # every condition measured (an H200 quiet, beside 24 compilers, beside them at nice 19), while models
-    # whose hundreds of small launches the host paces spread 1.24-2.45, and moved up to 2x between runs
-    # for do_bench as well (benchmarks/host_load.py, docs/PERFORMANCE.md): a speed-up that is a draw of
-    # the host's pace. 14 of 115 suite records of CUDA-L1's levels 1-3 spread beyond 1.25
+    # on a GPU, p90/p10 of a side's windows: work its device paces stays far inside it, while a model
+    # whose many small launches the host paces spreads beyond it and its time is a draw of the host's
+    # pace, for any timer (the measurements: docs/PERFORMANCE.md, benchmarks/host_load.py)
     max_band_device: float = 1.25
     load_slack_cores: float = 0.5  # other processes may keep this much of our threads' cores busy
     # on the judge's wall clock, windows whose time per call is over this multiple of the runner's own
