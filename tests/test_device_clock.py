@@ -114,6 +114,29 @@ def test_the_switches_are_capped_by_the_start_up_anchor():
     assert calm.contended() == ""
 
 
+def test_an_anchor_taken_beside_another_evaluations_windows_gives_way_to_the_one_taken_in_the_turn():
+    # a spare's start-up anchor measured while another evaluation drove the device: its hand-over is long
+    a = dc.Anchor(switch_ms=1.6, startup_ms=1.6)
+    loose = dc.Calibration(anchor=a)
+    loose.see_switch(4.0)  # the stage's empty windows slowed by another context
+    assert loose.contended() == ""  # against the long anchor the contention goes unseen
+    wide = loose.off(phases())["commit_and_switch"]
+    a.see_in_turn(0.3)  # measured again when the judge's own turn began: the lesser stands
+    assert a.switch_ms == 0.3 and a.startup_ms == 1.6 and a.in_turn_ms == 0.3
+    assert loose.off(phases())["commit_and_switch"] < wide
+    assert "another context" in loose.contended()
+    assert a.to_json() == {"switch_ms": 0.3, "startup_ms": 1.6, "in_turn_ms": 0.3, "startup_turn": ""}
+
+
+@pytest.mark.parametrize("again", [5.0, None])
+def test_an_anchor_measured_again_never_widens_what_comes_off(again):
+    # work the candidate left running (or a probe that failed) only lengthens or loses the second measure
+    a = dc.Anchor(switch_ms=0.3, startup_ms=0.3)
+    cap = a.switch_cap()
+    a.see_in_turn(again)
+    assert a.switch_ms == 0.3 and a.switch_cap() == cap and a.in_turn_ms == again
+
+
 def test_without_an_anchor_the_switches_take_off_at_most_the_fixed_cap():
     cal = dc.Calibration(anchor=None)
     cal.see(phases())

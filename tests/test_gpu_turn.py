@@ -121,7 +121,15 @@ def _judge(wait: float, device: str = "cuda"):
     from kernelwright.core.config import TimingConfig
 
     cfg = SimpleNamespace(timing=TimingConfig(gpu_turn_wait_s=wait))
-    return SimpleNamespace(cfg=cfg, turn=None, device=torch.device(device), rec=SimpleNamespace(metadata={}))
+    return SimpleNamespace(
+        cfg=cfg,
+        turn=None,
+        device=torch.device(device),
+        rec=SimpleNamespace(metadata={}),
+        handoff=None,
+        anchor=None,
+        device_clock_off="",
+    )
 
 
 def test_the_judge_takes_its_turn_on_a_gpu_only_and_once(tmp_path, monkeypatch):
@@ -154,6 +162,48 @@ def test_the_judge_takes_its_turn_on_a_gpu_only_and_once(tmp_path, monkeypatch):
     j = _judge(5.0)
     judge_timing.JudgeTiming.take_turn(j)
     assert j.turn is None and "no identity for the GPU" in j.rec.metadata["gpu_turn"]["none"]
+
+
+def test_the_start_up_anchor_is_measured_in_the_turn_and_again_when_the_checks_turn_begins(tmp_path, monkeypatch):
+    """JudgeTiming.measure_anchor (a judge's start-up, a spare's too): the probe's empty windows run
+    while this judge holds the GPU's turn, which it lets go at once; when the turn for the checks
+    begins (`take_turn`) they are measured again and the lesser hand-over stands."""
+    import functools
+
+    from kernelwright.engine.child import judge_timing
+    from kernelwright.engine.child.timing import device_clock
+
+    d = str(tmp_path / "t")
+    monkeypatch.setattr(judge_timing, "gpu_key", lambda device: "GPU-0000")
+    monkeypatch.setattr(judge_timing, "GpuTurn", functools.partial(GpuTurn, directory=d))
+    held_while_measured = []
+
+    def measure(device, config, has_socket):  # the probe's windows: is another judge kept off meanwhile?
+        other = GpuTurn("GPU-0000", 0.0, d).take()
+        held_while_measured.append(not other.held)
+        other.release()
+        return device_clock.Anchor(switch_ms=1.6, startup_ms=1.6), ""
+
+    monkeypatch.setattr(judge_timing, "measure_anchor", measure)
+    monkeypatch.setattr(judge_timing, "switch_ms", lambda device, config: 0.3)
+    j = _judge(5.0)
+    judge_timing.JudgeTiming.measure_anchor(j)
+    assert held_while_measured == [True] and j.anchor.startup_turn == "held"
+    after = GpuTurn("GPU-0000", 0.0, d).take()  # let go once the windows were done
+    assert after.held
+    after.release()
+    judge_timing.JudgeTiming.take_turn(j)
+    assert j.anchor.switch_ms == 0.3 and j.anchor.startup_ms == 1.6 and j.anchor.in_turn_ms == 0.3
+    j.turn.release()
+
+    blocker = GpuTurn("GPU-0000", 0.0, d).take()  # another evaluation drives the GPU all along
+    late = _judge(0.2)
+    judge_timing.JudgeTiming.measure_anchor(late)  # measured all the same, and said so
+    assert late.anchor is not None and late.anchor.startup_turn == "not had within 0.2 s"
+    blocker.release()
+    off = _judge(0.0)
+    judge_timing.JudgeTiming.measure_anchor(off)
+    assert off.anchor.startup_turn.startswith("no turns")
 
 
 def test_the_parent_takes_the_judges_turn_for_a_profile_only_under_the_recorded_key():

@@ -72,7 +72,7 @@ class Judge(JudgeTrials):
                 (x @ x).sum().item()
             if self.handoff is not None:  # the driver's calls for the runner's device outputs, loaded now
                 self.handoff_self_test = device_handoff.self_test(self.device)
-            self.measure_anchor()
+            self.measure_anchor()  # (in the GPU's turn: judge_timing.JudgeTiming.measure_anchor)
         self.started = True
 
     def load_problem(self) -> bool:

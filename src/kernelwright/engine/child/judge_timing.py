@@ -17,9 +17,9 @@ from kernelwright.engine.child import gpu_facts
 from kernelwright.engine.child.gpu_turn import GpuTurn, gpu_key
 from kernelwright.engine.child.judge_profile import JudgeProfile
 from kernelwright.engine.child.problem_io import trial_seed
-from kernelwright.engine.child.timing import TimingJob, TimingOutcome, gpu_load
+from kernelwright.engine.child.timing import TimingJob, TimingOutcome, gpu_load, probe
 from kernelwright.engine.child.timing import run as run_timing
-from kernelwright.engine.child.timing.probe_windows import measure_anchor
+from kernelwright.engine.child.timing.probe_windows import ANCHOR_PROBE_S, measure_anchor, switch_ms
 
 TIMING_SEED_OFFSET = 10**9  # the timing draws' seeds are not the checks' seeds
 
@@ -38,10 +38,34 @@ class JudgeTiming(JudgeProfile):
             self.rec.metadata["gpu_turn"] = {"none": f"no identity for the GPU: {type(exc).__name__}: {exc}"[:300]}
             return
         self.turn = GpuTurn(key, wait).take()
+        if self.anchor is not None and self.cfg.timing.device_clock:  # again, in the turn (device_clock.Anchor)
+            self.anchor.see_in_turn(switch_ms(self.device, self.cfg.timing))
 
     def measure_anchor(self) -> None:
-        """The device clock's yardstick, before any candidate code has run (probe_windows.measure_anchor)."""
-        self.anchor, self.device_clock_off = measure_anchor(self.device, self.cfg.timing, self.handoff is not None)
+        """The device clock's yardstick, before any candidate code has run (probe_windows.measure_anchor),
+        in the GPU's turn: its empty windows neither run beside another evaluation's timing windows
+        nor take their hand-overs' length from them. The probe starts up outside the turn; the
+        turn is let go as soon as the windows are done. At start-up the judge knows only its
+        device (a spare's job comes later): the turn's wait is the default's."""
+        wait = self.cfg.timing.gpu_turn_wait_s
+        if self.cfg.timing.probe and self.cfg.timing.device_clock and self.handoff is not None:
+            p = probe.start(self.device)
+            if p is not None:
+                p.wait_ready(ANCHOR_PROBE_S)
+        turn, how = None, "no turns (timing.gpu_turn_wait_s = 0)"
+        if wait > 0:
+            try:
+                turn = GpuTurn(gpu_key(self.device), wait).take()
+            except Exception as exc:  # (no identity, no turn: the anchor is measured all the same)
+                how = f"none: no identity for the GPU: {type(exc).__name__}: {exc}"[:300]
+        try:
+            self.anchor, self.device_clock_off = measure_anchor(self.device, self.cfg.timing, self.handoff is not None)
+        finally:
+            if turn is not None:
+                how = turn_said(turn)
+                turn.release()
+        if self.anchor is not None:
+            self.anchor.startup_turn = how
 
     def warm_in_background(self) -> None:
         """The FLOP counter's first use (the physics check counts the reference's work with it)
@@ -194,3 +218,12 @@ def peaks_hold(reference_ms: float | None, floor_ms: float) -> bool:
     """Are the peaks a ceiling? Not when the reference, timed by the judge, ran faster than the
     floor they give: then no candidate can be judged against them."""
     return reference_ms is None or reference_ms >= floor_ms
+
+
+def turn_said(turn: GpuTurn) -> str:
+    """How a turn had the GPU, in a few words: 'held' (at once), 'held after N s', or why not."""
+    if turn.why_none:
+        return f"none: {turn.why_none}"
+    if not turn.held:
+        return f"not had within {turn.wait_s:g} s"
+    return "held" if turn.waited_s < 0.01 else f"held after {turn.waited_s:.3g} s"

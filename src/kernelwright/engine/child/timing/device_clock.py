@@ -146,9 +146,24 @@ def self_test(device: torch.device) -> str:
 class Anchor:
     """The two processes' hand-over as the judge's probe showed it at the judge's start-up, before
     any candidate code could run: the cap of what the stage's context switches may take off, and
-    the yardstick for a device kept busy by another context (`Calibration.contended`)."""
+    the yardstick for a device kept busy by another context (`Calibration.contended`).
 
-    switch_ms: float | None = None  # the probe's empty window (two context switches)
+    Measured twice, each time in the GPU's turn (engine/child/gpu_turn.py): at start-up, and
+    again when the judge's turn for the checks begins (`see_in_turn`). The least of the two
+    stands: another context's work only lengthens a hand-over, so the lesser is the cleaner (an
+    anchor taken while another evaluation timed its windows would widen the cap and hide the
+    contention it is the yardstick of), and work the candidate could leave running by then
+    can only lengthen the second, never shorten the first."""
+
+    switch_ms: float | None = None  # the probe's empty window (two context switches): the least seen
+    startup_ms: float | None = None  # as measured at the judge's start-up
+    in_turn_ms: float | None = None  # as measured when the judge's turn for its checks began
+    startup_turn: str = ""  # how the start-up measure had the GPU ('held', 'waited N s', or why not)
+
+    def see_in_turn(self, ms: float | None) -> None:
+        self.in_turn_ms = ms
+        if ms is not None and (self.switch_ms is None or ms < self.switch_ms):
+            self.switch_ms = ms
 
     def switch_cap(self) -> float:
         if self.switch_ms is None:
@@ -156,7 +171,15 @@ class Anchor:
         return min(SWITCH_CAP_MS, 1.25 * self.switch_ms + SLACK_MS)
 
     def to_json(self) -> dict[str, Any]:
-        return {"switch_ms": None if self.switch_ms is None else round(self.switch_ms, 4)}
+        def ms(v: float | None) -> float | None:
+            return None if v is None else round(v, 4)
+
+        return {
+            "switch_ms": ms(self.switch_ms),
+            "startup_ms": ms(self.startup_ms),
+            "in_turn_ms": ms(self.in_turn_ms),
+            "startup_turn": self.startup_turn,
+        }
 
 
 def _events(n: int) -> list[torch.cuda.Event]:

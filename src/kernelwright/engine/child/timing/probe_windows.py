@@ -49,13 +49,19 @@ def measure_anchor(device: torch.device, config: TimingConfig, has_socket: bool)
     if why:
         return None, why
     anchor = device_clock.Anchor()
+    anchor.switch_ms = anchor.startup_ms = switch_ms(device, config)
+    return anchor, ""
+
+
+def switch_ms(device: torch.device, config: TimingConfig) -> float | None:
+    """The least of five of the probe's empty windows (two context switches), or None where the
+    probe or its windows failed."""
     cal = device_clock.Calibration(anchor=None)
     deadline = config.window_deadline_s
     pt, _ = switch_timer(device, config, cal, lambda s: deadline, windows_first=5, wait_s=ANCHOR_PROBE_S)
     if pt is not None:
         release_probe(pt)
-    anchor.switch_ms = cal.switch
-    return anchor, ""
+    return cal.switch
 
 
 def switch_timer(
