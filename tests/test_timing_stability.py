@@ -58,6 +58,18 @@ def test_on_a_gpu_windows_the_host_paces_are_named_where_device_paced_ones_are_n
     assert stability.sample_problems(host_paced, CFG, on_gpu=False) == []
 
 
+def test_a_burst_the_more_windows_absorb_is_no_drift_but_a_drift_of_the_planned_windows_is():
+    # a burst slowed the first three windows 30% on a GPU; six more were timed (timing.more_windows)
+    burst = [1.3, 1.3, 1.3, 1.0, 1.0] + [1.0] * 6
+    said = stability.sample_problems({"reference": burst}, CFG, on_gpu=True, planned=5)
+    assert not any("median time moved" in r for r in said), said
+    assert any("median time moved" in r for r in stability.sample_problems({"reference": burst}, CFG, on_gpu=True))
+    # a drift within the planned windows is named as before (with ten planned, the halves are five each)
+    ten = [1.0] * 5 + [1.4] * 5 + [1.4] * 6
+    said = stability.sample_problems({"reference": ten}, CFG, on_gpu=True, planned=10)
+    assert any("reference's median time moved by 40%" in r for r in said), said
+
+
 def test_load_on_the_timing_threads_cores_is_named_even_when_the_samples_look_tight():
     # a run slowed throughout: tight band, no drift, and still not what the next run measures
     samples = {"candidate": _steady(0.8), "reference": _steady(32.0, seed=1)}

@@ -172,3 +172,31 @@ def test_each_rounds_inputs_are_freed_before_the_next_round_draws_its_own():
     assert out.failure is None, out.failure
     assert len(batches) >= 4  # a warm-up round and three timed ones
     assert alive_at_draw == [0] * len(batches), alive_at_draw
+
+
+def _stage_after_windows(ref_ms: list[float], cand_ms: list[float], on_gpu: bool = True, **cfg: Any) -> Any:
+    """The stage as its planned windows leave it (their per-call figures), for `more_rounds`."""
+    from types import SimpleNamespace
+
+    from kernelwright.engine.child.timing.stage import _Stage
+
+    stage = SimpleNamespace(
+        job=SimpleNamespace(config=TimingConfig(**cfg)), on_gpu=on_gpu, ref_ms=ref_ms, cand_ms=cand_ms, more=None
+    )
+    return stage, _Stage.more_rounds(stage)
+
+
+def test_on_a_gpu_a_burst_that_slows_a_few_windows_gets_more_windows_once_and_says_so():
+    # level1/1 in run b5 (2026-11-29, H200): three of five windows a side slowed by another context's burst
+    ref = [0.341467, 0.388813, 0.395304, 0.410698, 0.351769]
+    cand = [0.380965, 0.362419, 0.364024, 0.341432, 0.340729]
+    stage, more = _stage_after_windows(ref, cand)
+    assert more == TimingConfig().more_windows == 6
+    assert stage.more["added"] == 6 and "the reference's windows spread 1.2x" in stage.more["why"]
+    # device-paced windows as they come on a quiet device (level1/1 in b1): the planned five stand
+    calm = [0.340702, 0.341096, 0.340925, 0.340925, 0.342314]
+    stage, more = _stage_after_windows(calm, calm)
+    assert more == 0 and stage.more is None
+    # on the CPU (its own rules), or with `more_windows` 0: never
+    assert _stage_after_windows(ref, cand, on_gpu=False)[1] == 0
+    assert _stage_after_windows(ref, cand, more_windows=0)[1] == 0

@@ -133,17 +133,20 @@ def band(samples: list[float]) -> float:
     return p90 / p10 if p10 > 0 else 1.0
 
 
-def sample_problems(samples: dict[str, list[float]], cfg: TimingConfig, on_gpu: bool = False) -> list[str]:
+def sample_problems(
+    samples: dict[str, list[float]], cfg: TimingConfig, on_gpu: bool = False, planned: int | None = None
+) -> list[str]:
     """Reasons found in the samples themselves: drift between the halves, a wide band (on a GPU the
     narrower `max_band_device`: there a side's windows spread only where something besides its device
-    work paces them)."""
+    work paces them). `planned`: the drift is of the planned windows only (more were timed because a
+    burst slowed some of them: `timing.more_windows`; a burst is not a drift)."""
     reasons = []
     limit = cfg.max_band_device if on_gpu else cfg.max_band
     for name in ("reference", "candidate"):
         xs = samples.get(name)
         if not xs:
             continue
-        d, w = drift(xs), band(xs)
+        d, w = drift(xs[:planned]), band(xs)
         if d > cfg.max_drift:
             reasons.append(
                 f"the {name}'s median time moved by {100 * d:.0f}% between the first and the second half "
@@ -224,6 +227,8 @@ def load_problems(load: LoadFacts, cfg: TimingConfig) -> list[str]:
     return reasons
 
 
-def assess(samples: dict[str, list[float]], load: LoadFacts, cfg: TimingConfig, on_gpu: bool) -> list[str]:
+def assess(
+    samples: dict[str, list[float]], load: LoadFacts, cfg: TimingConfig, on_gpu: bool, planned: int | None = None
+) -> list[str]:
     """Every reason in the samples and the machine not to trust the figures (empty: trust them)."""
-    return sample_problems(samples, cfg, on_gpu) + ([] if on_gpu else load_problems(load, cfg))
+    return sample_problems(samples, cfg, on_gpu, planned) + ([] if on_gpu else load_problems(load, cfg))

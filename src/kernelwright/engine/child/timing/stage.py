@@ -2,10 +2,11 @@
 
 `run(job)` plans the windows from the reference's own time and the memory at hand, runs one
 warm-up window (more where it grows the windows) and then `timing.windows` pairs (reference
-window, then candidate window, each on a fresh draw from the judge's secret stream), and returns
-the outcome. Nothing the runner reports about time enters: the candidate's figure is the judge's
-clock around the window (the package's docstring), and every timed output is held to the job's
-bound against the reference's output for the same inputs.
+window, then candidate window, each on a fresh draw from the judge's secret stream; on a GPU,
+`timing.more_windows` more pairs once where a side's windows spread), and returns the outcome.
+Nothing the runner reports about time enters: the candidate's figure is the judge's clock around
+the window (the package's docstring), and every timed output is held to the job's bound against
+the reference's output for the same inputs.
 """
 
 from __future__ import annotations
@@ -113,6 +114,7 @@ class _Stage:
         self.ptimer: WindowTimer | None = None
         self.fixed_by = ""
         self.compiled: Any = None
+        self.more: dict[str, Any] | None = None  # more windows timed, and why (`more_rounds`)
 
     def run(self) -> TimingOutcome:
         self.est_ms, self.plan = self.plan_windows()
@@ -201,7 +203,8 @@ class _Stage:
         job, plan_, timer = self.job, self.plan, self.timer
         warmups = 1
         r = shrunk = 0
-        while r < plan_.rounds + warmups:
+        rounds = plan_.rounds
+        while r < rounds + warmups:
             warm = r < warmups
             shrink = False
             try:
@@ -253,6 +256,28 @@ class _Stage:
                 continue
             self.keep(w)
             del w
+            if r == rounds + warmups and rounds == plan_.rounds:
+                rounds += self.more_rounds()
+
+    def more_rounds(self) -> int:
+        """On a GPU, once the planned windows are timed: more pairs where a side's spread beyond
+        `more_windows_band` (TimingConfig), recorded with why (0: none)."""
+        cfg = self.job.config
+        if not self.on_gpu or cfg.more_windows <= 0 or cfg.more_windows_band <= 1.0:
+            return 0
+        spread = {
+            side: max(ms) / min(ms)
+            for side, ms in (("reference", self.ref_ms), ("candidate", self.cand_ms))
+            if ms and min(ms) > 0
+        }
+        wide = {side: s for side, s in spread.items() if s > cfg.more_windows_band}
+        if not wide:
+            return 0
+        self.more = {
+            "added": cfg.more_windows,
+            "why": ", ".join(f"the {side}'s windows spread {s:.3g}x" for side, s in wide.items()),
+        }
+        return cfg.more_windows
 
     def unqueued(self) -> str:
         """On the device clock, the side whose last window could not be queued whole before the
@@ -429,7 +454,7 @@ class _Stage:
             others_runnable=statistics.fmean(self.runnable) if self.runnable else None,
             loadavg_1m=os.getloadavg()[0],
         )
-        reasons = stability.assess(samples, load, cfg, self.on_gpu)
+        reasons = stability.assess(samples, load, cfg, self.on_gpu, self.plan.rounds)
         if self.clocked and timer.cal.contended():
             reasons.append(timer.cal.contended())
         shared = self.job.shared()
@@ -465,12 +490,13 @@ class _Stage:
             "threads": None if self.on_gpu else self.threads,
             "judge_phases_s": self.phases,
             "attempts": 1,
+            "more_windows": self.more,  # (None: the planned windows only)
             "unstable": reasons,
             "load": {
                 "others_busy_cores": load.others_busy_cores,
                 "others_runnable": load.others_runnable,
                 "loadavg_1m": load.loadavg_1m,
             },
-            "drift": {k: stability.drift(v) for k, v in samples.items() if v},
+            "drift": {k: stability.drift(v[: self.plan.rounds]) for k, v in samples.items() if v},
             "band": {k: stability.band(v) for k, v in samples.items() if v},
         }
