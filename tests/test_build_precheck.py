@@ -3,8 +3,6 @@ candidate caught (to fall back to PyTorch) is said in the log."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from conftest import ADD_ONE, EXAMPLES, FIXTURES
@@ -81,8 +79,15 @@ def test_a_module_block_that_may_not_clash_is_left_to_the_compiler(text, functio
 # ---- through the engine: no compiler run, a clear message ----------------------------------------------
 
 
+def _no_compiler_ran(r) -> None:
+    """Neither the trusted builder nor the runner made a build directory or a cache key for the
+    load: the precheck answered, and no compiler ran. (Not a time: the trusted builder's own start,
+    a torch import, takes 5-10 s on a loaded 2-core machine, as long as a small compile.)"""
+    seen = r.metadata["builds"] + r.metadata.get("trusted_build", {}).get("builds", [])
+    assert seen and all(b.get("precheck") is True and not b.get("dir") and not b.get("key") for b in seen), seen
+
+
 def test_undeclared_function_is_a_compile_error_found_before_compiling(cpu_config):
-    t0 = time.perf_counter()
     r = evaluate(ADD_ONE, BF / "global_kernel_in_functions.py", cpu_config)
     assert r.status is Status.COMPILE_ERROR, r.error_log
     assert "names 'relu_kernel', a __global__ kernel in cuda_sources, which no C++ source declares" in r.error_log
@@ -92,8 +97,7 @@ def test_undeclared_function_is_a_compile_error_found_before_compiling(cpu_confi
     assert issue.candidate_line == 23  # the line of functions=[...] in the fixture
     builds = r.metadata["builds"]
     assert builds and builds[0]["precheck"] is True
-    assert r.stage_times.build_s is None or r.stage_times.build_s < 20  # a compiler run takes ~60 s here
-    assert time.perf_counter() - t0 < 60
+    _no_compiler_ran(r)
 
 
 def test_a_caught_build_failure_says_the_candidate_would_have_run_pytorch(cpu_config):
@@ -143,4 +147,4 @@ def test_a_module_defined_twice_is_a_compile_error_found_before_compiling(cpu_co
     assert "two definitions of PyInit_relu_plus_one_twice" in r.error_log
     assert "no compiler was run" in r.error_log
     assert r.metadata["builds"][0]["precheck"] is True
-    assert r.stage_times.build_s is None or r.stage_times.build_s < 10  # the compiler alone takes ~20 s here
+    _no_compiler_ran(r)
