@@ -148,17 +148,18 @@ class Anchor:
     any candidate code could run: the cap of what the stage's context switches may take off, and
     the yardstick for a device kept busy by another context (`Calibration.contended`).
 
-    Measured twice, each time in the GPU's turn (engine/child/gpu_turn.py): at start-up, and
-    again when the judge's turn for the checks begins (`see_in_turn`). The least of the two
-    stands: another context's work only lengthens a hand-over, so the lesser is the cleaner (an
+    Measured twice, each time once the judge has waited for the GPU's turn (engine/child/gpu_turn.py):
+    at start-up, and again when its turn for the checks begins (`see_in_turn`). The least of the
+    two stands: another context's work only lengthens a hand-over, so the lesser is the cleaner (an
     anchor taken while another evaluation timed its windows would widen the cap and hide the
-    contention it is the yardstick of), and work the candidate could leave running by then
-    can only lengthen the second, never shorten the first."""
+    contention it is the yardstick of). The candidate has been imported by the second: work it
+    left running can only lengthen that one, and a shorter anchor only takes less off both sides'
+    windows, which lowers a speed-up above 1, never raises it."""
 
     switch_ms: float | None = None  # the probe's empty window (two context switches): the least seen
     startup_ms: float | None = None  # as measured at the judge's start-up
     in_turn_ms: float | None = None  # as measured when the judge's turn for its checks began
-    startup_turn: str = ""  # how the start-up measure had the GPU ('held', 'waited N s', or why not)
+    startup_turn: str = ""  # how the start-up measure had the GPU ('held', 'held after N s', or why not)
 
     def see_in_turn(self, ms: float | None) -> None:
         self.in_turn_ms = ms

@@ -260,7 +260,8 @@ class _Stage:
                 rounds += self.more_rounds()
 
     def more_rounds(self) -> int:
-        """On a GPU, once the planned windows are timed: more pairs where a side's spread beyond
+        """On a GPU, once the planned windows are timed: more pairs where a side's windows spread
+        (slowest / fastest, as timed, before the stage's calibration comes off) beyond
         `more_windows_band` (TimingConfig), recorded with why (0: none)."""
         cfg = self.job.config
         if not self.on_gpu or cfg.more_windows <= 0 or cfg.more_windows_band <= 1.0:
