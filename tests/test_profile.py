@@ -235,7 +235,7 @@ def test_prebuild_then_evaluate_hits_the_cache(cpu_config, tmp_path, cache_dir):
     assert r.status is Status.PASSED, r.error_log
     b = r.metadata["builds"][0]
     assert b["cached"] is True and b["key"] == pre.builds[0]["key"]
-    assert r.stage_times.build_s < 5
+    assert r.stage_times.build_s < pre.builds[0]["call_s"]  # (a load, not a compile: under any load)
 
 
 def test_prebuild_of_a_broken_candidate_is_reported_not_raised(cpu_config):
