@@ -269,7 +269,8 @@ def test_unchanged_extension_is_not_rebuilt(cpu_config, small_swish):
     assert first.status is Status.PASSED
     assert second.metadata["builds"][0]["cached"] is True
     assert second.metadata["builds"][0]["key"] == first.metadata["builds"][0]["key"]
-    assert second.stage_times.build_s < first.stage_times.build_s  # (a load, not a compile: under any load)
+    # (no time bound: the first may itself be a load from the session's cache, and under a loaded
+    # CI machine a load's time says nothing; `cached` and the one key are what "not rebuilt" means)
     assert second.status is Status.INCORRECT  # same kernel, wrong call: the cache does not mask it
 
 
