@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import sys
 import threading
 import uuid
 from pathlib import Path
@@ -324,3 +325,32 @@ def test_the_profiler_reads_only_build_directories_the_runner_could_have_built(t
     reported += [{"dir": 7}, "garbage", {}]
     got = nsight._own_build_dirs(reported, cpu_config, tmp_path / "work")
     assert got == [os.path.realpath(own), os.path.realpath(private)]
+
+
+@needs_bwrap
+def test_a_caller_with_tmp_or_home_on_its_path_unhides_neither(cpu_config, monkeypatch):
+    """A script run from /tmp or $HOME puts that directory on the caller's sys.path, which the sandbox
+    binds for the child's Python: bound whole, it unhid /tmp (other evaluations' GPU turns, which a
+    candidate could then hold with flock on a read-only descriptor, and their directories) and $HOME
+    (the caller's secrets). Neither may show; the candidate still imports (what it needs is bound alone)."""
+    marks = [
+        f"/tmp/kw-hidden-{uuid.uuid4().hex}",
+        os.path.join(os.path.expanduser("~"), f".kw-hidden-{uuid.uuid4().hex}"),
+    ]
+    for m in marks:
+        Path(m).write_text("secret")
+    monkeypatch.setattr(sys, "path", ["/tmp", os.path.expanduser("~"), *sys.path])
+    attempt = (
+        "import os\n"
+        f"_seen = [m for m in {marks!r} if os.path.exists(m)]\n"
+        "if _seen:\n"
+        "    raise RuntimeError(f'SEEN {_seen}')"
+    )
+    try:
+        r = _eval(cpu_config, attempt, "bwrap")
+        assert r.status is Status.PASSED and r.sandbox == "bwrap", r.error_log
+        r = _eval(cpu_config, attempt, "none")  # the control: without the sandbox both show
+        assert r.status is Status.RUNTIME_ERROR and "SEEN" in r.error_log
+    finally:
+        for m in marks:
+            os.remove(m)

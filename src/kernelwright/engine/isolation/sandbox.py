@@ -79,6 +79,7 @@ def _python_paths() -> list[str]:
         sys.base_prefix,
         os.path.dirname(os.path.realpath(sys.executable)),
         str(Path(kernelwright.__file__).resolve().parent.parent),
+        str(Path(kernelwright.__file__).resolve().parent),  # alone, where its parent is a hidden directory
     }
     paths.update(p for p in sys.path if p)
     return sorted(p for p in paths if os.path.isdir(p))
@@ -118,6 +119,11 @@ def _bwrap_argv(
     for rp in sorted({os.path.realpath(p) for p in _python_paths()}, key=len):
         if any(rp == e or rp.startswith(e.rstrip("/") + "/") for e in exposed):
             continue  # already visible through a parent
+        if any(h == rp or h.startswith(rp.rstrip("/") + "/") for h in hidden):
+            # a hidden directory itself, or one above it (a script run from /tmp or $HOME puts it on the
+            # caller's sys.path): bound, it would unhide all of it, other evaluations' GPU turns and
+            # directories and the caller's secrets included; what the child needs under it is bound alone
+            continue
         if any(rp == h or rp.startswith(h.rstrip("/") + "/") for h in hidden):
             argv += ["--ro-bind", rp, rp]
             exposed.append(rp)
