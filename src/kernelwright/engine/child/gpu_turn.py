@@ -5,7 +5,8 @@ Two of kernelwright's evaluations on one GPU (a parallel gpu test suite, two use
 on one H200 gave trusted speed-ups of 0.021x, 0.25x and 0.34x (2026-11-29, docs/PERFORMANCE.md).
 So a judge takes the GPU's turn before it sends its runner the first check (`JudgeTrials.r_compiled`)
 and keeps it until its record is sent: trials, guards, timing windows, other sizes and evidence run
-while no other evaluation of this user drives the device. Start-up and builds run side by side.
+while no other evaluation of this user drives the device. Start-up and builds run side by side, but
+for the device clock's anchor, whose empty windows a judge times in a brief turn of its own at start-up.
 The parent takes the same turn for a profile or compute-sanitizer's run after the judge
 (`after_the_judge`), under the key the judge recorded.
 

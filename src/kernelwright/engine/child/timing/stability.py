@@ -208,8 +208,8 @@ def ratio_spread(reference_ms: list[float], candidate_ms: list[float], limit: fl
 def load_problems(load: LoadFacts, cfg: TimingConfig) -> list[str]:
     """Reasons found in the machine (a CPU's timing): other processes on the timing threads' cores.
     (On a GPU the runner is another process on the device by design, and the GPU's turn keeps
-    kernelwright's other evaluations' checks and windows off it, not their start-ups:
-    engine/child/gpu_turn.py; what the host's load does to a GPU's windows shows in their band.)"""
+    kernelwright's other evaluations' checks, windows and start-up anchors off it, not the rest of
+    their start-ups: engine/child/gpu_turn.py; what the host's load does to a GPU's windows shows in their band.)"""
     reasons = []
     busy = load.others_busy_cores
     runnable = load.others_runnable
