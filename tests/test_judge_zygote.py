@@ -46,6 +46,30 @@ def test_one_zygote_serves_many_evaluations_and_their_caches(cpu_config, tmp_pat
     assert len(zygote_client._ZYGOTES) <= zygote_client.MAX_ZYGOTES
 
 
+def test_a_forked_judge_counts_a_new_problems_work_without_importing_the_flop_counters_modules(
+    cpu_config, tmp_path
+):
+    """The flop counter's first use imports torch._dynamo (2-3 s of CPU on a 2-core machine). The
+    zygote pays it once (`evidence.warm_flop_counter`), so a forked judge's first evaluation of a
+    problem (its work not yet in the judge's cache) counts it warm; an exec'd judge pays it itself."""
+
+    def counted(fork: bool, n: int) -> dict:
+        cpu_config.fork_judge = fork
+        problem = tmp_path / f"add_one_{n}.py"  # a text of its own: its work is not in the cache
+        problem.write_text(ADD_ONE.read_text() + f"\n# problem {n}\n")
+        r = evaluate(problem, CANDIDATES / "py_correct.py", cpu_config)
+        assert r.status is Status.PASSED, r.error_log
+        physics = r.metadata["guards"]["facts"]["physics"]
+        assert isinstance(physics, dict), physics
+        return {"process": r.metadata["judge_process"], **physics["reference_work"]}
+
+    _forked(cpu_config)  # the zygote is ready
+    forked = counted(True, 1)
+    assert forked["process"] == "forked" and forked["counter_warm"] is True, forked
+    started = counted(False, 2)
+    assert started["process"] == "started" and started["counter_warm"] is False, started
+
+
 def test_a_zygote_not_yet_ready_never_makes_the_caller_wait(cpu_config):
     """One evaluation alone starts no zygote; the next starts it and is exec'd while it imports
     torch (an evaluation never waits for it); a later one is forked."""

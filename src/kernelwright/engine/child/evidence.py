@@ -17,6 +17,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import sys
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -46,14 +48,32 @@ def _tensors(obj: Any) -> Iterable[torch.Tensor]:
 _PRECISION = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16", torch.float64: "fp64"}
 
 
+def warm_flop_counter() -> None:
+    """The flop counter's first use, on two small matrices: it imports torch._dynamo (2-5 s of
+    CPU, once per process), which `reference_work` would otherwise pay at the first evaluation of
+    every new problem. Called off the path: in a GPU judge's start-up thread, and in the CPU
+    judges' zygote before it forks any judge (engine/child/zygote.py). Never raises."""
+    try:
+        # imported here on purpose: this import (torch._dynamo) is the work done off the path
+        from torch.utils.flop_counter import FlopCounterMode
+
+        with torch.no_grad(), FlopCounterMode(display=False):
+            torch.ones(2, 2) @ torch.ones(2, 2)
+    except Exception:
+        pass
+
+
 def reference_work(ref_model: torch.nn.Module, inputs: Any) -> dict[str, Any]:
     """FLOPs and minimal bytes of one reference forward, and its dominant floating precision."""
     # (imported here: the flop counter imports torch._dynamo, seconds, only where the work is counted)
+    warm = "torch._dynamo" in sys.modules  # (else this count pays its import: `warm_flop_counter`)
+    t0 = time.perf_counter()
     from torch.utils.flop_counter import FlopCounterMode
 
     counter = FlopCounterMode(display=False)
     with torch.no_grad(), counter:
         out = ref_model(*inputs)
+    count_s = time.perf_counter() - t0
     by_op = {str(k): int(v) for k, v in counter.get_flop_counts().get("Global", {}).items()}
     read = list(_tensors(inputs)) + list(ref_model.parameters()) + list(ref_model.buffers())
     seen: set[int] = set()
@@ -79,6 +99,8 @@ def reference_work(ref_model: torch.nn.Module, inputs: Any) -> dict[str, Any]:
         "min_bytes": in_bytes + out_bytes,
         "precision": precision,
         "flop_counter": "torch.utils.flop_counter (matmul/conv/attention; elementwise ops count 0)",
+        "counter_warm": warm,
+        "count_s": round(count_s, 4),
     }
 
 

@@ -9,11 +9,9 @@ import threading
 import time
 from typing import Any
 
-import torch
-
 from kernelwright.core import roofline
 from kernelwright.core.record import Stage, Status
-from kernelwright.engine.child import gpu_facts
+from kernelwright.engine.child import evidence, gpu_facts
 from kernelwright.engine.child.gpu_turn import GpuTurn, gpu_key
 from kernelwright.engine.child.judge_profile import JudgeProfile
 from kernelwright.engine.child.problem_io import trial_seed
@@ -75,17 +73,7 @@ class JudgeTiming(JudgeProfile):
         if self._warming is not None:
             return
 
-        def warm() -> None:
-            try:
-                # imported here on purpose: this import (torch._dynamo) is the work done off the path
-                from torch.utils.flop_counter import FlopCounterMode
-
-                with torch.no_grad(), FlopCounterMode(display=False):
-                    torch.ones(2, 2) @ torch.ones(2, 2)
-            except Exception:
-                pass
-
-        self._warming = threading.Thread(target=warm, name="kw-warm-flop-counter", daemon=True)
+        self._warming = threading.Thread(target=evidence.warm_flop_counter, name="kw-warm-flop-counter", daemon=True)
         self._warming.start()
 
     def warmed(self, timeout_s: float = 60.0) -> None:
@@ -189,6 +177,10 @@ class JudgeTiming(JudgeProfile):
                 "floor_ms": r.floor_ms,
                 "fraction_of_floor": r.fraction_of_floor,
                 "peak_source": source,
+                # the output bytes from the judge's cache, or counted here (and what the count took)
+                "reference_work": "cached"
+                if work.get("cached")
+                else {"count_s": work.get("count_s"), "counter_warm": work.get("counter_warm")},
             }
             if not peaks_hold(self.rec.reference_ms, r.floor_ms):
                 # the reference itself beat the floor: the peaks are no ceiling (a measurement taken on

@@ -12,7 +12,9 @@ directory and environment, and runs the entry's `main`. When it ends, the zygote
 code (as `subprocess.Popen.returncode` has it) on its status pipe. The zygote ends when its
 parent closes the socket (or dies: it asks for SIGKILL then).
 
-`judge` (trusted code only): the judges of CPU evaluations. A GPU judge is not forked (CUDA must
+`judge` (trusted code only): the judges of CPU evaluations. Besides torch, the zygote imports
+what a judge's flop counter imports at its first use (torch._dynamo: `evidence.warm_flop_counter`),
+once, so that no forked judge pays it at the first evaluation of each new problem. A GPU judge is not forked (CUDA must
 not be initialised before a fork; a GPU evaluation's judge starts as a spare, off the path).
 
 `runner`: the runners of CPU evaluations. This zygote runs inside the runner's sandbox (bubblewrap
@@ -164,8 +166,11 @@ def main(argv: list[str] | None = None) -> int:
         ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: no fork reads or writes us
         why = confine.probe({"proc": argv[2] if len(argv) > 2 else "required"})
     else:
-        from kernelwright.engine.child import judge  # noqa: F401
+        from kernelwright.engine.child import evidence, judge  # noqa: F401
 
+        # once here, not in every fork: a judge counts a new problem's work with the flop counter,
+        # whose first use imports torch._dynamo (2-3 s of CPU on a 2-core machine, per problem)
+        evidence.warm_flop_counter()
         why = ""
     try:  # until this comes, the parent execs its children (it never waits for us)
         sock.send(json.dumps({"ready": not why, "why": why}).encode())
