@@ -46,9 +46,7 @@ def test_one_zygote_serves_many_evaluations_and_their_caches(cpu_config, tmp_pat
     assert len(zygote_client._ZYGOTES) <= zygote_client.MAX_ZYGOTES
 
 
-def test_a_forked_judge_counts_a_new_problems_work_without_importing_the_flop_counters_modules(
-    cpu_config, tmp_path
-):
+def test_a_forked_judge_counts_a_new_problems_work_without_importing_the_flop_counters_modules(cpu_config, tmp_path):
     """The flop counter's first use imports torch._dynamo (2-3 s of CPU on a 2-core machine). The
     zygote pays it once (`evidence.warm_flop_counter`), so a forked judge's first evaluation of a
     problem (its work not yet in the judge's cache) counts it warm; an exec'd judge pays it itself."""
