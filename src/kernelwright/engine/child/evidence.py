@@ -234,6 +234,30 @@ def torch_profile(
     return rec
 
 
+def work_cache_path(
+    cache_dir: str, device: torch.device, problem_path: str | None = None, problem_text: str | None = None
+) -> Path | None:
+    """Where the judge's cache keeps a problem's `reference_work` (by its text, the device type and
+    torch's version), or None where the problem has no text to key it by."""
+    if problem_text is not None:
+        text = problem_text.encode()
+    elif problem_path:
+        try:
+            text = Path(problem_path).read_bytes()
+        except OSError:
+            return None
+    else:
+        return None
+    key = hashlib.sha256(text + f"|{device.type}|{torch.__version__}".encode()).hexdigest()[:20]
+    return Path(cache_dir) / jsoncache.JUDGE_CACHE_SUBDIR / "reference_work" / f"{key}.json"
+
+
+def work_cached(cache_dir: str, device: torch.device, problem_text: str | None) -> bool:
+    """Whether the judge's cache holds this problem's `reference_work` (what `cached_reference_work` reads)."""
+    path = work_cache_path(cache_dir, device, problem_text=problem_text)
+    return path is not None and isinstance(jsoncache.read(path), dict)
+
+
 def cached_reference_work(
     ref_model: torch.nn.Module,
     inputs: Any,
@@ -246,17 +270,7 @@ def cached_reference_work(
 
     FlopCounterMode's first use costs seconds (lazy imports); a run evaluates one problem many times.
     """
-    key = None
-    if problem_text is not None:
-        blob = problem_text.encode() + f"|{device.type}|{torch.__version__}".encode()
-        key = hashlib.sha256(blob).hexdigest()[:20]
-    elif problem_path:
-        try:
-            blob = Path(problem_path).read_bytes() + f"|{device.type}|{torch.__version__}".encode()
-            key = hashlib.sha256(blob).hexdigest()[:20]
-        except OSError:
-            key = None
-    path = Path(cache_dir) / jsoncache.JUDGE_CACHE_SUBDIR / "reference_work" / f"{key}.json" if key else None
+    path = work_cache_path(cache_dir, device, problem_path, problem_text)
     if path is not None:
         work = jsoncache.read(path)
         if isinstance(work, dict):

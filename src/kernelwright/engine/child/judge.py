@@ -263,6 +263,8 @@ def main(argv: list[str] | None = None) -> int:
         judge.take(json.loads(line))
         loaded = judge.load_problem()
         chan.send("loaded", ok=loaded)
+        if loaded and judge.device.type != "cuda":
+            judge.warm_if_uncounted()
         if not loaded:
             judge.ask("stop")
         ended: dict[str, Any] = {}

@@ -5,6 +5,7 @@ judge holds, the outcome into its record, then the physics check of the candidat
 from __future__ import annotations
 
 import socket
+import sys
 import threading
 import time
 from typing import Any
@@ -75,6 +76,17 @@ class JudgeTiming(JudgeProfile):
 
         self._warming = threading.Thread(target=evidence.warm_flop_counter, name="kw-warm-flop-counter", daemon=True)
         self._warming.start()
+
+    def warm_if_uncounted(self) -> None:
+        """On the CPU (a GPU judge warms at its start-up): the same warm-up, started once the job's
+        problem is loaded, while the runner starts, builds and is checked, where the judge will
+        count this problem's work (it is timed, and its work is not in the judge's cache) and nothing
+        warmed this process before (a judge forked from its zygote is warm already)."""
+        if "torch._dynamo" in sys.modules or not self.cfg.time_candidate:
+            return
+        if evidence.work_cached(self.cfg.cache_dir, self.device, self.job.problem_source):
+            return
+        self.warm_in_background()
 
     def warmed(self, timeout_s: float = 60.0) -> None:
         if self._warming is not None:
