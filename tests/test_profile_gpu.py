@@ -117,4 +117,5 @@ def test_prebuild_on_the_cpu_then_gpu_evaluation_hits_the_cache(cuda_config, tmp
     assert r.status is Status.PASSED, r.error_log
     b = r.metadata["builds"][0]
     assert b["cached"] is True and b["key"] == pre.builds[0]["key"]
-    assert r.stage_times.build_s < 5
+    # a load, not a compile, under any load (a bound in seconds failed with 4 workers a GPU: 7.6 s, 2026-11-29)
+    assert r.stage_times.build_s < pre.builds[0]["call_s"]
