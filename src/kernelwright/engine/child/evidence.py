@@ -51,8 +51,10 @@ _PRECISION = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp1
 def warm_flop_counter() -> None:
     """The flop counter's first use, on two small matrices: it imports torch._dynamo (2-5 s of
     CPU, once per process), which `reference_work` would otherwise pay at the first evaluation of
-    every new problem. Called off the path: in a GPU judge's start-up thread, and in the CPU
-    judges' zygote before it forks any judge (engine/child/zygote.py). Never raises."""
+    every new problem. Called off the path: in a GPU judge's start-up thread, in the CPU judges'
+    zygote before it forks any judge (engine/child/zygote.py), and in an exec'd CPU judge's thread
+    once its problem is loaded, where that problem's work is not cached (`JudgeTiming.warm_if_uncounted`).
+    Never raises."""
     try:
         # imported here on purpose: this import (torch._dynamo) is the work done off the path
         from torch.utils.flop_counter import FlopCounterMode

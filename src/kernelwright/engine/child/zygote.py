@@ -12,10 +12,11 @@ directory and environment, and runs the entry's `main`. When it ends, the zygote
 code (as `subprocess.Popen.returncode` has it) on its status pipe. The zygote ends when its
 parent closes the socket (or dies: it asks for SIGKILL then).
 
-`judge` (trusted code only): the judges of CPU evaluations. Besides torch, the zygote imports
-what a judge's flop counter imports at its first use (torch._dynamo: `evidence.warm_flop_counter`),
-once, so that no forked judge pays it at the first evaluation of each new problem. A GPU judge is not forked (CUDA must
-not be initialised before a fork; a GPU evaluation's judge starts as a spare, off the path).
+`judge` (trusted code only): the judges of CPU evaluations. Besides torch, the zygote imports what
+a judge's flop counter imports at its first use (torch._dynamo: `evidence.warm_flop_counter`), once,
+so that no forked judge pays it at the first evaluation of each new problem. A GPU judge is not
+forked (CUDA must not be initialised before a fork; a GPU evaluation's judge starts as a spare, off
+the path).
 
 `runner`: the runners of CPU evaluations. This zygote runs inside the runner's sandbox (bubblewrap
 or none), never runs candidate code itself and is not dumpable. Each fork says its process id to
