@@ -9,7 +9,11 @@ reference, so its process-wide settings touch nothing else), by three independen
   each call (what KernelBench's do_bench timing and most papers report: device time per call);
 - `b2b`: 200 back-to-back calls cycling through 8 input sets, CUDA events around the whole loop
   (device time where the host keeps ahead, host time per call where it cannot);
-- `events`: KernelBench's original per-call CUDA events with a synchronise after each call (mean).
+- `events`: KernelBench's original per-call CUDA events with a synchronise after each call (mean);
+- `cupti`: the device's own busy time per call, from the profiler's (CUPTI's) record of every kernel,
+  copy and fill the calls ran: the union of their intervals over `CUPTI_CALLS` back-to-back calls.
+  No host time and no per-call event in it: the device time kernelwright's clock claims to measure.
+  It leaves out the device's idle gaps between one call's kernels, where a window includes them.
 
 Then kernelwright's figures for the same pairs come from its records (`suite eval` and/or `eval`
 alone), and `report` prints, per candidate, kernelwright's speed-up over each independent one, and
@@ -45,6 +49,7 @@ B2B_CALLS = 200
 # a slow side (a level-3 model at tens of ms a call) takes fewer calls: about this long of them, at
 # least a tenth of the counts (200 back-to-back calls of a 50 ms model are 10 s of one side's time)
 B2B_BUDGET_MS, EVENTS_BUDGET_MS = 1000.0, 500.0
+CUPTI_CALLS, CUPTI_BUDGET_MS = 50, 500.0  # the profiled calls: at most this many, about this long of them
 ROW = "kw-side-row "  # the side server's rows, told apart from anything else on its stdout
 
 
@@ -133,12 +138,50 @@ def time_side(problem: Path, source: Path, cls_name: str, device: str, build_onl
                 sync()
                 times.append(a.elapsed_time(b))
             out["events_ms"] = statistics.fmean(times)
+            try:
+                out.update(profiled_busy(model, sets, max(5, min(CUPTI_CALLS, round(CUPTI_BUDGET_MS / each)))))
+            except Exception as e:  # a profiler that cannot start: the side keeps its other three figures
+                out["cupti_error"] = f"{type(e).__name__}: {e}"[:200]
         else:
             t0 = time.perf_counter()
             for i in range(B2B_CALLS // 10):
                 model(*sets[i % SETS])
             out["b2b_ms"] = (time.perf_counter() - t0) * 1e3 / (B2B_CALLS // 10)
     return out
+
+
+def busy_us(intervals: list[tuple[float, float]]) -> float:
+    """The time covered by at least one of `intervals` (start, end): kernels of several streams that
+    overlap count once, and the gaps between them not at all."""
+    total, end = 0.0, float("-inf")
+    for a, b in sorted(intervals):
+        if b <= end:
+            continue
+        total += b - max(a, end)
+        end = b
+    return total
+
+
+def profiled_busy(model, sets: list, calls: int) -> dict:  # type: ignore[no-untyped-def]
+    """`cupti_ms`: the device's busy time per call over `calls` back-to-back calls (after the other
+    methods' warm-ups), from the profiler's device activity (kernels, copies, fills), and how many
+    device activities a call ran."""
+    import torch
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for i in range(calls):
+            model(*sets[i % SETS])
+        torch.cuda.synchronize()
+    spans = [
+        (e.time_range.start, e.time_range.end)
+        for e in prof.events()
+        if e.device_type == DeviceType.CUDA and e.time_range.end > e.time_range.start
+    ]
+    if not spans:
+        raise RuntimeError("the profiler recorded no device activity")
+    return {"cupti_ms": busy_us(spans) / 1e3 / calls, "cupti_activities": round(len(spans) / calls, 2)}
 
 
 def _ext_dir(root: Path, source: Path) -> str:
@@ -456,7 +499,7 @@ def _pooled(per_pair: dict[str, dict], ind: dict) -> dict:
     independent one, for every candidate, the small problems and the rest, and the pairs whose two
     independent timers agree with each other (where they do not, neither is the pair's speed-up)."""
     out: dict = {}
-    for method in ("do_bench", "b2b"):
+    for method in ("do_bench", "b2b", "cupti"):
         groups: dict[str, list[float]] = {
             "all": [],
             f"under {SMALL_MS} ms": [],
@@ -485,6 +528,29 @@ def _pooled(per_pair: dict[str, dict], ind: dict) -> dict:
     return out
 
 
+def side_against_cupti(per_pair: dict[str, dict], ind: dict) -> dict:
+    """Each side's time per call, kernelwright's over the profiler's busy time (`cupti_ms`): the same
+    quantity, device time, if both are right, so it is compared as milliseconds, not as a speed-up.
+    Per pair the median over its runs, split by the reference's do_bench time; above 1 where a window
+    holds the device's idle gaps between a call's kernels (or time another context took), below 1
+    never for a right clock beyond the two timers' noise."""
+    out: dict = {}
+    for side in ("reference", "candidate"):
+        groups: dict[str, list[float]] = {"all": [], f"under {SMALL_MS} ms": [], f"{SMALL_MS} ms or more": []}
+        for pair, runs in per_pair.items():
+            cupti = ind[pair].get(side, {}).get("cupti_ms")
+            ms = [float(x) for k in runs.values() if (x := k.get(f"{side}_ms"))]
+            if not (cupti and ms):
+                continue
+            r = statistics.median(ms) / cupti
+            ref = ind[pair].get("reference", {}).get("do_bench_ms") or 0.0
+            groups["all"].append(r)
+            groups[f"under {SMALL_MS} ms" if ref < SMALL_MS else f"{SMALL_MS} ms or more"].append(r)
+        for size, ratios in groups.items():
+            out[f"{side}:{size}"] = _dist(ratios)
+    return out
+
+
 def report(out: Path, names: list[str]) -> dict:
     ind = {}
     for line in (out / "independent.jsonl").read_text().splitlines():
@@ -497,7 +563,7 @@ def report(out: Path, names: list[str]) -> dict:
         kw = [json.loads(x) for x in (out / f"kw-{name}.jsonl").read_text().splitlines()]
         passed = [k for k in kw if k["status"] == "passed" and k["pair"] in ind]
         dists = {}
-        for method in ("do_bench", "b2b", "events"):
+        for method in ("do_bench", "b2b", "events", "cupti"):
             ratios = [r for k in passed if (r := _ratio(k, ind[k["pair"]], method))]
             dists[method] = _dist(ratios)
         result["runs"][name] = {"passed": len(passed), "of": len(kw), "against": dists}
@@ -530,6 +596,23 @@ def report(out: Path, names: list[str]) -> dict:
                 f"{d['within_10pct']} | {d['beyond_25pct']} | {d['range'][0]}-{d['range'][1]} |"
             )
     lines.append("")
+    sides = side_against_cupti(per_pair, ind)
+    if any(d["n"] for d in sides.values()):
+        result["side_ms_over_cupti"] = sides
+        lines += [
+            "## Each side's time per call, kernelwright's ms over the profiler's device busy time (cupti)",
+            "",
+            "| side | reference | n | geomean | median abs dev | within 5% | within 10% | beyond 25% | range |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for key, d in sides.items():
+            if d["n"]:
+                side, size = key.split(":")
+                lines.append(
+                    f"| {side} | {size} | {d['n']} | {d['geomean']} | {d['median_abs_dev']} | {d['within_5pct']} | "
+                    f"{d['within_10pct']} | {d['beyond_25pct']} | {d['range'][0]}-{d['range'][1]} |"
+                )
+        lines.append("")
     result["run_to_run"] = {}
 
     def not_autotuned(runs: dict) -> bool:
@@ -575,14 +658,14 @@ def report(out: Path, names: list[str]) -> dict:
     ]
     lines += [
         "## Per candidate (speed-ups; kernelwright per run, its first run's as launched and from the quicker half of"
-        " its windows, then do_bench, b2b)",
+        " its windows, then do_bench, b2b, cupti)",
         "",
     ]
     lines += [
-        "| pair | ref ms (kw/do_bench/b2b) | cand ms (kw/do_bench/b2b) | kw | as launched | quicker half | do_bench "
-        "| b2b | flags |"
+        "| pair | ref ms (kw/do_bench/b2b/cupti) | cand ms (kw/do_bench/b2b/cupti) | kw | as launched | quicker half "
+        "| do_bench | b2b | cupti | flags |"
     ]
-    lines += ["|---|---|---|---|---|---|---|---|---|"]
+    lines += ["|---|---|---|---|---|---|---|---|---|---|"]
     for pair, runs in sorted(per_pair.items()):
         i = ind[pair]
         ir, ic = i.get("reference", {}), i.get("candidate", {})
@@ -596,11 +679,12 @@ def report(out: Path, names: list[str]) -> dict:
             return f"{a / b:.3f}" if a and b else "-"
 
         lines.append(
-            f"| {pair} | {f(first['reference_ms'])}/{f(ir.get('do_bench_ms'))}/{f(ir.get('b2b_ms'))} | "
-            f"{f(first['candidate_ms'])}/{f(ic.get('do_bench_ms'))}/{f(ic.get('b2b_ms'))} | {sp} | "
-            f"{f(first.get('speedup_as_launched'))} | {f(quicker_half_speedup(first))} | "
+            f"| {pair} | {f(first['reference_ms'])}/{f(ir.get('do_bench_ms'))}/{f(ir.get('b2b_ms'))}"
+            f"/{f(ir.get('cupti_ms'))} | "
+            f"{f(first['candidate_ms'])}/{f(ic.get('do_bench_ms'))}/{f(ic.get('b2b_ms'))}/{f(ic.get('cupti_ms'))} | "
+            f"{sp} | {f(first.get('speedup_as_launched'))} | {f(quicker_half_speedup(first))} | "
             f"{ratio(ir.get('do_bench_ms'), ic.get('do_bench_ms'))} | {ratio(ir.get('b2b_ms'), ic.get('b2b_ms'))} | "
-            f"{','.join(first['flags'])} |"
+            f"{ratio(ir.get('cupti_ms'), ic.get('cupti_ms'))} | {','.join(first['flags'])} |"
         )
     (out / "agreement.md").write_text("\n".join(lines) + "\n")
     (out / "agreement.json").write_text(json.dumps(result, indent=1))

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from benchmarks import timer_agreement
 
 
@@ -88,3 +90,56 @@ def test_the_diagnostic_takes_the_quicker_half_of_each_sides_windows():
     assert timer_agreement.quicker_half_speedup(_kw("p", 2.0)) is None
     one = dict(_kw("p", 2.0), timing={"windows": [{"calls": 1, "reference_ms": 2.0, "candidate_ms": 1.0}]})
     assert timer_agreement.quicker_half_speedup(one) == 2.0
+
+
+def test_the_profilers_busy_time_counts_overlapping_activities_once_and_gaps_not_at_all():
+    assert timer_agreement.busy_us([]) == 0.0
+    # two streams overlap over 5-10: 0-15 is busy once; 20-22 after a gap; 21-21.5 inside it counts nothing
+    assert timer_agreement.busy_us([(5.0, 15.0), (0.0, 10.0), (20.0, 22.0), (21.0, 21.5)]) == 17.0
+    # one activity inside another, then one that starts where the first ends
+    assert timer_agreement.busy_us([(0.0, 10.0), (2.0, 3.0), (10.0, 12.0)]) == 12.0
+
+
+def test_each_sides_time_is_compared_with_the_profilers_as_milliseconds(tmp_path):
+    # p: a 10 us reference kernelwright reads right (10.2 us) and a candidate it reads 1.5x the device's
+    # busy time (idle gaps between its kernels); q: a 1 ms pair both read alike; r: no cupti figure
+    ref_p = dict(_side(0.016, 0.03), cupti_ms=0.010)
+    cand_p = dict(_side(0.012, 0.03), cupti_ms=0.004)
+    independent = [
+        {"pair": "p", "reference": ref_p, "candidate": cand_p},
+        {
+            "pair": "q",
+            "reference": dict(_side(1.0, 1.0), cupti_ms=1.0),
+            "candidate": dict(_side(1.0, 1.0), cupti_ms=1.0),
+        },
+        {"pair": "r", "reference": _side(1.0, 1.0), "candidate": _side(1.0, 1.0)},
+    ]
+    (tmp_path / "independent.jsonl").write_text("".join(json.dumps(r) + "\n" for r in independent))
+    rows = [
+        dict(_kw("p", 0.0102 / 0.006), reference_ms=0.0102, candidate_ms=0.006),
+        dict(_kw("q", 1.0), reference_ms=1.01, candidate_ms=0.99),
+        _kw("r", 1.0),
+    ]
+    (tmp_path / "kw-r1.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    result = timer_agreement.report(tmp_path, ["r1"])
+
+    sides = result["side_ms_over_cupti"]
+    assert sides["reference:all"]["n"] == 2 and sides["reference:all"]["within_5pct"] == 2
+    assert sides["candidate:all"]["n"] == 2 and sides["candidate:all"]["beyond_25pct"] == 1  # p's 1.5x
+    assert sides[f"candidate:under {timer_agreement.SMALL_MS} ms"]["range"] == [1.5, 1.5]
+    # the speed-up against cupti: p 1.7x against 2.5x, q 1.02x against 1.0x; r has none
+    assert result["pooled"]["cupti:all"]["n"] == 2
+    text = (tmp_path / "agreement.md").read_text()
+    assert "| p | 0.0102/0.016/0.03/0.01 |" in text and "| 2.500 |" in text
+
+
+@pytest.mark.gpu
+def test_a_side_on_a_gpu_gets_the_profilers_busy_time_beside_the_other_timers():
+    from tests.conftest import ADD_ONE
+
+    row = timer_agreement.time_side(ADD_ONE, ADD_ONE, "Model", "cuda")
+    assert "cupti_error" not in row, row
+    # relu, then the addition: at least one device activity a call, each call's busy time positive
+    assert row["cupti_activities"] >= 1 and row["cupti_ms"] > 0, row
+    assert {"do_bench_ms", "b2b_ms", "events_ms"} <= set(row)
