@@ -10,6 +10,8 @@ mkdir -p "$W" "$OUT"
 NG=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 { nvidia-smi --query-gpu=name,driver_version --format=csv; date -u +%FT%TZ; git log -1 --format=%h; } >"$OUT/log.txt" 2>&1
 cp .agree/kw-b*.jsonl "$W/"
+# an earlier call's rows (.agree/cupti/independent.jsonl): this one goes on with the pairs it did not reach
+[ -f .agree/cupti/independent.jsonl ] && cp .agree/cupti/independent.jsonl "$W/"
 names=$(ls "$W" | sed -n 's/^kw-\(b[0-9]*\)\.jsonl$/\1/p' | sort -V | tr '\n' ' ')
 passed=$(for n in $names; do printf -- '--passed-in %s ' "$W/kw-$n.jsonl"; done)
 t0=$SECONDS
