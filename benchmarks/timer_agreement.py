@@ -184,6 +184,49 @@ def profiled_busy(model, sets: list, calls: int) -> dict:  # type: ignore[no-unt
     return {"cupti_ms": busy_us(spans) / 1e3 / calls, "cupti_activities": round(len(spans) / calls, 2)}
 
 
+FLOOR_REPEATS = 20
+TARED = "do_bench_tared"  # do_bench less its own per-call cost (`do_bench_floor`), where floor.json is present
+
+
+def do_bench_floor(repeats: int = FLOOR_REPEATS) -> dict:
+    """do_bench's own per-call cost on this GPU: its reading of a one-element add (the least work a call
+    can launch), `repeats` times, beside the profiler's duration of that kernel. The difference (`tare_ms`)
+    is what do_bench adds to every call that is not the device's work (its events, the launch after its
+    cache clear): on a 3 us kernel it is most of the reading, on a 1 ms one nothing."""
+    import torch
+    import triton.testing
+
+    x = torch.zeros(1, device="cuda")
+
+    def tiny(t):  # type: ignore[no-untyped-def]
+        return t.add_(1.0)
+
+    readings = [
+        float(triton.testing.do_bench(lambda: tiny(x), warmup=25, rep=100, return_mode="median"))
+        for _ in range(repeats)
+    ]
+    kernel_ms = profiled_busy(tiny, [[x]] * SETS, 50)["cupti_ms"]
+    floor = statistics.median(readings)
+    return {
+        "device": torch.cuda.get_device_name(),
+        "do_bench_floor_ms": floor,
+        "floor_range_ms": [min(readings), max(readings)],
+        "tiny_kernel_ms": kernel_ms,
+        "tare_ms": max(0.0, floor - kernel_ms),
+    }
+
+
+def with_tared(ind: dict, floor: dict) -> None:
+    """Adds `do_bench_tared_ms` (do_bench less `floor`'s tare, never below a hundredth of the reading)
+    to each timed side of the independent rows `ind`."""
+    tare = float(floor["tare_ms"])
+    for row in ind.values():
+        for side in ("reference", "candidate"):
+            ms = row.get(side, {}).get("do_bench_ms")
+            if ms:
+                row[side][f"{TARED}_ms"] = max(ms - tare, ms / 100)
+
+
 def _ext_dir(root: Path, source: Path) -> str:
     """One TORCH_EXTENSIONS_DIR per candidate: two candidates that name their extension alike never
     rebuild each other's, and the timing process finds the build its pre-build left."""
@@ -494,12 +537,12 @@ def quicker_half_speedup(kw: dict) -> float | None:
     return statistics.fmean(ref) / statistics.fmean(cand)
 
 
-def _pooled(per_pair: dict[str, dict], ind: dict) -> dict:
+def _pooled(per_pair: dict[str, dict], ind: dict, methods: list[str]) -> dict:
     """Each candidate passed in any run, once: the median of its runs' speed-ups over the
     independent one, for every candidate, the small problems and the rest, and the pairs whose two
     independent timers agree with each other (where they do not, neither is the pair's speed-up)."""
     out: dict = {}
-    for method in ("do_bench", "b2b", "cupti"):
+    for method in methods:
         groups: dict[str, list[float]] = {
             "all": [],
             f"under {SMALL_MS} ms": [],
@@ -558,12 +601,25 @@ def report(out: Path, names: list[str]) -> dict:
         ind[row["pair"]] = row
     result: dict = {"runs": {}}
     lines = ["# Timer agreement", ""]
+    methods = ["do_bench", "b2b", "events", "cupti"]
+    if (out / "floor.json").exists():  # do_bench's own per-call cost on the GPU (`floor`): taken off too
+        floor = json.loads((out / "floor.json").read_text())
+        with_tared(ind, floor)
+        methods.append(TARED)
+        result["floor"] = floor
+        lines += [
+            f"do_bench's floor ({floor['device']}): {floor['do_bench_floor_ms'] * 1e3:.2f} us a call for a one-element"
+            f" add ({floor['floor_range_ms'][0] * 1e3:.2f}-{floor['floor_range_ms'][1] * 1e3:.2f} us over"
+            f" {FLOOR_REPEATS} readings), whose kernel the profiler times at {floor['tiny_kernel_ms'] * 1e3:.2f} us:"
+            f" {TARED} takes {floor['tare_ms'] * 1e3:.2f} us off each side's do_bench figure.",
+            "",
+        ]
     per_pair: dict[str, dict] = {}
     for name in names:
         kw = [json.loads(x) for x in (out / f"kw-{name}.jsonl").read_text().splitlines()]
         passed = [k for k in kw if k["status"] == "passed" and k["pair"] in ind]
         dists = {}
-        for method in ("do_bench", "b2b", "events", "cupti"):
+        for method in methods:
             ratios = [r for k in passed if (r := _ratio(k, ind[k["pair"]], method))]
             dists[method] = _dist(ratios)
         result["runs"][name] = {"passed": len(passed), "of": len(kw), "against": dists}
@@ -579,7 +635,7 @@ def report(out: Path, names: list[str]) -> dict:
         lines.append("")
         for k in passed:
             per_pair.setdefault(k["pair"], {})[name] = k
-    pooled = _pooled(per_pair, ind)
+    pooled = _pooled(per_pair, ind, [m for m in methods if m != "events"])
     result["pooled"] = pooled
     lines += [
         "## Every candidate once (the median of its runs' speed-ups), by the reference's do_bench time, and"
@@ -707,6 +763,8 @@ def main() -> int:
     s.add_argument("--device", default="cuda")
     s.add_argument("--build-only", action="store_true")
     sub.add_parser("serve-sides")
+    fl = sub.add_parser("floor", help="do_bench's own per-call cost on this GPU, into OUT/floor.json")
+    fl.add_argument("--out", type=Path, required=True)
     for verb in ("independent", "kernelwright"):
         p = sub.add_parser(verb)
         p.add_argument("corpus", type=Path)
@@ -749,6 +807,12 @@ def main() -> int:
         return 0
     if args.cmd == "serve-sides":
         return serve_sides()
+    if args.cmd == "floor":
+        args.out.mkdir(parents=True, exist_ok=True)
+        floor = do_bench_floor()
+        (args.out / "floor.json").write_text(json.dumps(floor, indent=1))
+        print(json.dumps(floor))
+        return 0
     if args.cmd == "report":
         report(args.out, args.name or ["suite"])
         return 0

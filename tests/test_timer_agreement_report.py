@@ -143,3 +143,30 @@ def test_a_side_on_a_gpu_gets_the_profilers_busy_time_beside_the_other_timers():
     # relu, then the addition: at least one device activity a call, each call's busy time positive
     assert row["cupti_activities"] >= 1 and row["cupti_ms"] > 0, row
     assert {"do_bench_ms", "b2b_ms", "events_ms"} <= set(row)
+
+
+def test_do_bench_less_its_own_floor_is_reported_where_the_floor_was_measured(tmp_path):
+    # a 3 us kernel against a 6 us one, read by do_bench at 6 us and 9 us (its floor adds 3 us to each);
+    # kernelwright reads 0.5x, do_bench 0.667x, do_bench less the 3 us tare 0.5x
+    independent = [{"pair": "s", "reference": _side(0.006, 0.02), "candidate": _side(0.009, 0.02)}]
+    (tmp_path / "independent.jsonl").write_text("".join(json.dumps(r) + "\n" for r in independent))
+    (tmp_path / "kw-r1.jsonl").write_text(json.dumps(dict(_kw("s", 0.5), reference_ms=0.003, candidate_ms=0.006)))
+    floor = {
+        "device": "GPU",
+        "do_bench_floor_ms": 0.0045,
+        "floor_range_ms": [0.0044, 0.0047],
+        "tiny_kernel_ms": 0.0015,
+        "tare_ms": 0.003,
+    }
+    (tmp_path / "floor.json").write_text(json.dumps(floor))
+
+    result = timer_agreement.report(tmp_path, ["r1"])
+
+    assert result["pooled"]["do_bench:all"]["range"] == [0.75, 0.75]
+    tared = result["pooled"][f"{timer_agreement.TARED}:all"]
+    assert tared["n"] == 1 and abs(tared["range"][0] - 1.0) < 1e-9
+    assert "takes 3.00 us off each side's do_bench figure" in (tmp_path / "agreement.md").read_text()
+    # never below a hundredth of the reading: a tare larger than a side's figure leaves it positive
+    rows = {"t": {"reference": {"do_bench_ms": 0.002}, "candidate": {"error": "x"}}}
+    timer_agreement.with_tared(rows, floor)
+    assert rows["t"]["reference"][f"{timer_agreement.TARED}_ms"] == 0.002 / 100
