@@ -3,7 +3,7 @@
 For each (problem, candidate) pair of an outside corpus (CUDA-L1's release unpacked by
 `benchmarks/corpus_suite.py unpack`: `problems/levelN/<stem>.py`, `candidates/levelN/<stem>.py`),
 each side is timed alone, in a process of its own (the candidate's process never holds the
-reference, so its process-wide settings touch nothing else), by three independent methods:
+reference, so its process-wide settings touch nothing else), by four independent methods:
 
 - `do_bench`: triton.testing.do_bench, the median of per-call CUDA events with L2 cleared before
   each call (what KernelBench's do_bench timing and most papers report: device time per call);
@@ -25,7 +25,8 @@ flags the record carries).
     python3 benchmarks/timer_agreement.py report DIR [--name NAME ...]
 
 `independent` and `kernelwright` write JSON lines into DIR (`independent.jsonl`,
-`kw-<NAME>.jsonl`); `report` joins them (`agreement.md`, `agreement.json`).
+`kw-<NAME>.jsonl`); `report` joins them (`agreement.md`, `agreement.json`); `floor --out DIR` adds
+do_bench's own per-call floor on the GPU (`floor.json`), which the report then takes off as a diagnostic.
 """
 
 from __future__ import annotations
@@ -190,9 +191,9 @@ TARED = "do_bench_tared"  # do_bench less its own per-call cost (`do_bench_floor
 
 def do_bench_floor(repeats: int = FLOOR_REPEATS) -> dict:
     """do_bench's own per-call cost on this GPU: its reading of a one-element add (the least work a call
-    can launch), `repeats` times, beside the profiler's duration of that kernel. The difference (`tare_ms`)
-    is what do_bench adds to every call that is not the device's work (its events, the launch after its
-    cache clear): on a 3 us kernel it is most of the reading, on a 1 ms one nothing."""
+    can launch), `repeats` times, beside the profiler's duration of that kernel. The difference (`tare_ms`:
+    its events, the launch after its cache clear) taken as a constant of every call is the hypothesis
+    the report's `do_bench_tared` tests; on an H200 it did not hold (docs/PERFORMANCE.md)."""
     import torch
     import triton.testing
 
