@@ -105,3 +105,25 @@ def test_a_confinement_the_kernel_refuses_is_reported_not_run(tmp_path):
     missing = tmp_path / "missing"
     why = confine.probe({"covers": [[str(missing), [str(missing / "dir")]]], "proc": "try", "network": False})
     assert why and "missing" in why, why
+
+
+def test_the_bases_of_a_configuration_put_aside_for_newer_ones_are_removed_at_exit(cpu_config, tmp_path, monkeypatch):
+    """A process that evaluates under more configurations than it keeps zygotes for (`MAX_KEYS`) puts
+    the oldest aside; its base folders (one of them on /dev/shm, memory) went only with the two-hour
+    sweep of leftovers (one CI run of these tests: ten on /dev/shm, from the pytest workers). Now they
+    go at the process's exit as the kept ones do, where the evaluations in them removed their own."""
+    monkeypatch.setattr(runner_fork, "_SETS", {})
+    monkeypatch.setattr(runner_fork, "_RETIRED", [], raising=False)
+    monkeypatch.setattr(runner_fork, "_DIRS", {})
+    bases: list[Path] = []
+    for i in range(runner_fork.MAX_KEYS + 1):
+        cfg = dataclasses.replace(cpu_config, cache_dir=str(tmp_path / f"cache{i}"))
+        for _ in range(2):  # the first evaluation of a configuration is exec'd, in a directory of its own
+            d = runner_fork.workdir(cfg)
+        assert d is not None
+        bases += [b for b in runner_fork.bases() if b not in bases]
+        d.rmdir()  # the evaluation removed its own directory
+    assert len(runner_fork._SETS) == runner_fork.MAX_KEYS  # the first configuration's set was put aside
+    assert len(bases) >= runner_fork.MAX_KEYS + 1 and all(b.is_dir() for b in bases)
+    runner_fork.close_all()
+    assert [b for b in bases if b.exists()] == []

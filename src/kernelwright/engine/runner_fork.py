@@ -67,6 +67,7 @@ class _Set:
 
 
 _SETS: dict[tuple, _Set] = {}
+_RETIRED: list[_Set] = []  # sets put aside for newer configurations: their bases are removed at exit too
 _DIRS: dict[tuple, int] = {}  # evaluation directories asked for, by configuration
 
 
@@ -98,7 +99,9 @@ def _set_for(config: EvalConfig) -> _Set:
                 stale.append(_SETS.pop(oldest))
         s.used = time.monotonic()
     for old in stale:
-        old.close(now=False)
+        old.close(now=False)  # an evaluation in its bases may still be running: they go at exit
+    with _LOCK:
+        _RETIRED.extend(stale)
     return s
 
 
@@ -226,8 +229,9 @@ def _place(iso: containment.Isolation, pid: int) -> None:
 
 def close_all() -> None:
     with _LOCK:
-        sets = list(_SETS.values())
+        sets = [*_SETS.values(), *_RETIRED]
         _SETS.clear()
+        _RETIRED.clear()
     for s in sets:
         s.close()
         for base in (s.work_base, s.out_base):  # evaluations remove their own directories (or keep them: kept)
