@@ -5,13 +5,13 @@
 # KW_KEYS: the pairs (level1/46_task,...); KW_RUNS: the run names (a1 a2 a3). Three files come back.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+: "${KW_KEYS:?set KW_KEYS to the pairs, e.g. level1/46_task,level2/7_task}"
 export PYTHONPATH=$PWD/src:$PWD PYTHONUNBUFFERED=1
 mkdir -p "$OUT"
 . scripts/install_bwrap_deb.sh >"$OUT/log.txt" 2>&1
 { nvidia-smi --query-gpu=name,driver_version --format=csv; date -u +%FT%TZ; git log -1 --format=%h; } >>"$OUT/log.txt" 2>&1
 NG=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 NG=$((NG > 0 ? NG : 1))
-: "${KW_KEYS:?set KW_KEYS to the pairs, e.g. level1/46_task,level2/7_task}"
 IFS=, read -r -a keys <<<"$KW_KEYS"
 W=/tmp/kw-alone
 for ((g = 0; g < NG; g++)); do
