@@ -59,83 +59,25 @@ int nvmlDeviceGetProcessUtilization(void *h, S *out, unsigned int *n, unsigned l
 }
 """
 
-# nvmlDeviceGetSamples beside it: the SM clock (5) and the memory clock (6), as unsigned ints (value type 1)
-FAKE_NVML_CLOCKS = r"""
-typedef struct { unsigned long long timeStamp; unsigned long long value; } V;
-static const V sm[] = {{4, 1755}, {5, 1980}, {6, 1410}, {9, 1980}};
-int nvmlDeviceGetSamples(void *h, int kind, unsigned long long since, int *vt, unsigned int *n, V *out) {
-    unsigned int k = 0, i;
-    if (kind == 6) {
-        *vt = 1;
-        *n = 1;
-        if (out != 0) { out[0].timeStamp = 8; out[0].value = 2619; }
-        return 0;
-    }
-    if (kind != 5) return 6;
-    *vt = 1;
-    for (i = 0; i < 4; i++) if (sm[i].timeStamp > since) k++;
-    if (out == 0) { *n = k; return k ? 0 : 6; }
-    for (i = 0, k = 0; i < 4; i++) if (sm[i].timeStamp > since) out[k++] = sm[i];
-    *n = k;
-    return 0;
-}
-"""
-
-
-def _stand_in(tmp_path, monkeypatch, source: str) -> None:
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        pytest.skip("no C compiler to build the stand-in NVML")
-    (tmp_path / "nvml.c").write_text(source)
-    subprocess.run(
-        [cc, "-shared", "-fPIC", "-o", str(tmp_path / "libnvidia-ml.so.1"), str(tmp_path / "nvml.c")], check=True
-    )
-    monkeypatch.setenv("LD_LIBRARY_PATH", str(tmp_path))
-
 
 def test_the_query_reads_nvmls_samples_per_process_since_the_windows_began(tmp_path, monkeypatch):
     """Against a stand-in for libnvidia-ml built from C with NVML's own structure: the two-call
     protocol, the samples' layout, each process's largest utilisation, and only samples since."""
-    _stand_in(tmp_path, monkeypatch, FAKE_NVML)
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler to build the stand-in NVML")
+    (tmp_path / "nvml.c").write_text(FAKE_NVML)
+    subprocess.run(
+        [cc, "-shared", "-fPIC", "-o", str(tmp_path / "libnvidia-ml.so.1"), str(tmp_path / "nvml.c")], check=True
+    )
+    monkeypatch.setenv("LD_LIBRARY_PATH", str(tmp_path))
     out = answered(Query("GPU-1234", 5))
     assert out["processes"] == [
         {"pid": 11, "sm_pct": 97, "memory_pct": 40, "samples": 2},
         {"pid": 12, "sm_pct": 0, "memory_pct": 0, "samples": 1},
     ], out
     assert out["busy"] == 1
-    assert "clocks" not in out  # a library without nvmlDeviceGetSamples: the processes as ever
     assert answered(Query("GPU-1234", 100))["processes"] == []  # no sample since then
-
-
-def test_the_query_reads_the_clocks_sampled_since_the_windows_began(tmp_path, monkeypatch):
-    """The SM clock dipped to 1410 MHz in one sample after the windows began (the one before them, at
-    1755, is not theirs); the memory clock held. A speed-up of a compute-bound side over a memory-bound
-    one moves with such a dip."""
-    _stand_in(tmp_path, monkeypatch, FAKE_NVML + FAKE_NVML_CLOCKS)
-    out = answered(Query("GPU-1234", 4))
-    assert out["clocks"] == {
-        "sm_mhz": {"min": 1410, "max": 1980, "samples": 3},
-        "memory_mhz": {"min": 2619, "max": 2619, "samples": 1},
-    }, out
-    assert answered(Query("GPU-1234", 9))["clocks"] == {"memory_mhz": {"min": 2619, "max": 2619, "samples": 1}}
-
-
-def test_the_clocks_are_read_as_bounded_data():
-    def clocks(c: object) -> object:
-        return parse(json.dumps({"processes": [], "clocks": c}).encode(), 0).get("clocks")
-
-    assert clocks({"sm_mhz": [1410, 1980, 3]}) == {"sm_mhz": {"min": 1410, "max": 1980, "samples": 3}}
-    for bad in (
-        [1, 2, 3],
-        {"sm_mhz": [1980, 1410, 3]},
-        {"sm_mhz": [0, 1, 1]},
-        {"sm_mhz": [1, 10**6, 1]},
-        {"sm_mhz": [1.5, 2, 1]},
-        {"sm_mhz": [1, 2, 0]},
-        {"sm_mhz": [1, 2]},
-        {"power_mw": [1, 2, 3]},
-    ):
-        assert clocks(bad) is None, bad
 
 
 def test_the_record_waits_for_the_query_no_longer_than_its_bound(monkeypatch):

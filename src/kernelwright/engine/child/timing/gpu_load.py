@@ -6,9 +6,7 @@ any evaluation) time-slices into the windows just the same. NVML keeps, for each
 context on the device, samples of its SM utilisation; after the windows the judge asks for the
 samples since the first window began (`nvmlDeviceGetProcessUtilization`), and records, per process,
 its largest SM and memory utilisation and how many samples it had. A judge, its runner and its
-probe account for three busy processes at most. Beside them, the device's own samples of its SM and
-memory clocks over the same time (`nvmlDeviceGetSamples`; `clocks`, the lowest and highest in MHz):
-a speed-up of two sides with different bottlenecks moves with the chip's clocks (docs/PERFORMANCE.md).
+probe account for three busy processes at most.
 
 The record only, for now: which rule separates a foreign job from the evaluation's own processes
 (PIDs as NVML reports them, from the host's namespace; utilisation sampled at 1/6 s to 1 s) is to be
@@ -29,12 +27,9 @@ TIMEOUT_S = 5.0  # the query's whole life
 WAIT_S = 1.0  # the most the record waits for it: an evaluation is never more than this slower for it
 MAX_OUTPUT = 1 << 16
 MAX_PROCESSES = 64
-CLOCKS = ("sm_mhz", "memory_mhz")  # NVML's samples of the SM and memory clocks over the windows
-MAX_MHZ = 100_000
 
 # argv: the GPU's UUID as NVML writes it ("GPU-..."), the first window's start (microseconds since the epoch).
-# Prints {"processes": [[pid, max SM %, max memory %, samples], ...], "clocks": {"sm_mhz": [min, max, samples], ...}}
-# or {"unavailable": why}.
+# Prints {"processes": [[pid, max SM %, max memory %, samples], ...]} or {"unavailable": why}.
 _QUERY = r"""
 import ctypes, json, sys
 def out(d):
@@ -56,40 +51,20 @@ if r != 0:
 since = ctypes.c_ulonglong(int(sys.argv[2]))
 n = ctypes.c_uint(0)
 r = nv.nvmlDeviceGetProcessUtilization(h, None, ctypes.byref(n), since)
-per = {}
-if r == 7:
-    buf = (S * n.value)()
-    r = nv.nvmlDeviceGetProcessUtilization(h, buf, ctypes.byref(n), since)
-    if r != 0:
-        out({"unavailable": "nvmlDeviceGetProcessUtilization returned %d" % r})
-    for s in buf[: n.value]:
-        sm, mem, k = per.get(s.pid, (0, 0, 0))
-        per[s.pid] = (max(sm, s.smUtil), max(mem, s.memUtil), k + 1)
-elif r != 6:  # 6: no sample since then
+if r == 6:
+    out({"processes": []})
+if r != 7:
     out({"unavailable": "nvmlDeviceGetProcessUtilization returned %d" % r})
-class V(ctypes.Structure):
-    _fields_ = [("timeStamp", ctypes.c_ulonglong), ("value", ctypes.c_ulonglong)]
-def clock(kind):  # [min, max, samples] of one clock's samples since, in MHz; None where NVML has none
-    vt, k = ctypes.c_int(-1), ctypes.c_uint(0)
-    if nv.nvmlDeviceGetSamples(h, ctypes.c_int(kind), since, ctypes.byref(vt), ctypes.byref(k), None) or not k.value:
-        return None
-    got = (V * k.value)()
-    if nv.nvmlDeviceGetSamples(h, ctypes.c_int(kind), since, ctypes.byref(vt), ctypes.byref(k), got):
-        return None
-    if vt.value not in (1, 2, 3):  # unsigned integers only
-        return None
-    vals = [s.value & 0xFFFFFFFF if vt.value == 1 else s.value for s in got[: k.value]]
-    return [min(vals), max(vals), len(vals)] if vals else None
-clocks = {}
-try:  # evidence beside the processes: a driver without it leaves them as they are
-    for name, kind in (("sm_mhz", 5), ("memory_mhz", 6)):  # NVML_PROCESSOR_CLK_SAMPLES, NVML_MEMORY_CLK_SAMPLES
-        c = clock(kind)
-        if c is not None:
-            clocks[name] = c
-except Exception:
-    pass
+buf = (S * n.value)()
+r = nv.nvmlDeviceGetProcessUtilization(h, buf, ctypes.byref(n), since)
+if r != 0:
+    out({"unavailable": "nvmlDeviceGetProcessUtilization returned %d" % r})
+per = {}
+for s in buf[: n.value]:
+    sm, mem, k = per.get(s.pid, (0, 0, 0))
+    per[s.pid] = (max(sm, s.smUtil), max(mem, s.memUtil), k + 1)
 nv.nvmlShutdown()
-out({"processes": [[p, sm, mem, k] for p, (sm, mem, k) in sorted(per.items())], "clocks": clocks})
+out({"processes": [[p, sm, mem, k] for p, (sm, mem, k) in sorted(per.items())]})
 """
 
 
@@ -155,22 +130,7 @@ def parse(stdout: bytes, returncode: int) -> dict[str, Any]:
         for r in rows[:MAX_PROCESSES]
         if isinstance(r, list) and len(r) == 4 and all(type(x) is int and 0 <= x < 1 << 32 for x in r)
     ]
-    facts: dict[str, Any] = {
+    return {
         "processes": [{"pid": p, "sm_pct": sm, "memory_pct": mem, "samples": k} for p, sm, mem, k in kept],
         "busy": sum(1 for _, sm, _, _ in kept if sm > 0),
     }
-    clocks = data.get("clocks")
-    if isinstance(clocks, dict):  # each clock's [min, max, samples] since the windows began, in MHz
-        said = {
-            name: {"min": c[0], "max": c[1], "samples": c[2]}
-            for name in CLOCKS
-            if isinstance(c := clocks.get(name), list)
-            and len(c) == 3
-            and all(type(x) is int and 0 < x <= MAX_MHZ for x in c[:2])
-            and c[0] <= c[1]
-            and type(c[2]) is int
-            and 0 < c[2] < 1 << 20
-        }
-        if said:
-            facts["clocks"] = said
-    return facts
