@@ -82,7 +82,7 @@ def _module(path: Path, name: str):  # type: ignore[no-untyped-def]
 
 
 def time_side(problem: Path, source: Path, cls_name: str, device: str, build_only: bool = False) -> dict:
-    """One side's three figures (ms per call), each after its own warm-up; `build_only`: construct
+    """One side's four figures (ms per call), each after its own warm-up; `build_only`: construct
     the model and make one call (its extension builds land in TORCH_EXTENSIONS_DIR), time nothing."""
     import torch
 
@@ -151,18 +151,6 @@ def time_side(problem: Path, source: Path, cls_name: str, device: str, build_onl
     return out
 
 
-def busy_us(intervals: list[tuple[float, float]]) -> float:
-    """The time covered by at least one of `intervals` (start, end): kernels of several streams that
-    overlap count once, and the gaps between them not at all."""
-    total, end = 0.0, float("-inf")
-    for a, b in sorted(intervals):
-        if b <= end:
-            continue
-        total += b - max(a, end)
-        end = b
-    return total
-
-
 def profiled_busy(model, sets: list, calls: int) -> dict:  # type: ignore[no-untyped-def]
     """`cupti_ms`: the device's busy time per call over `calls` back-to-back calls (after the other
     methods' warm-ups), from the profiler's device activity (kernels, copies, fills), and how many
@@ -171,18 +159,20 @@ def profiled_busy(model, sets: list, calls: int) -> dict:  # type: ignore[no-unt
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
+    from kernelwright.suites.accounting import union_s  # kernels of several streams that overlap count once
+
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for i in range(calls):
             model(*sets[i % SETS])
         torch.cuda.synchronize()
     spans = [
-        (e.time_range.start, e.time_range.end)
+        [e.time_range.start, e.time_range.end]
         for e in prof.events()
         if e.device_type == DeviceType.CUDA and e.time_range.end > e.time_range.start
     ]
     if not spans:
         raise RuntimeError("the profiler recorded no device activity")
-    return {"cupti_ms": busy_us(spans) / 1e3 / calls, "cupti_activities": round(len(spans) / calls, 2)}
+    return {"cupti_ms": union_s(spans) / 1e3 / calls, "cupti_activities": round(len(spans) / calls, 2)}
 
 
 FLOOR_REPEATS = 20
@@ -595,6 +585,18 @@ def side_against_cupti(per_pair: dict[str, dict], ind: dict) -> dict:
     return out
 
 
+def _dist_table(labels: list[str], dists: dict[str, dict]) -> list[str]:
+    """A markdown table of `_dist` results, one row a key (its parts split at ":" under `labels`), then a blank line."""
+    cols = ["n", "geomean", "median abs dev", "within 5%", "within 10%", "beyond 25%", "range"]
+    lines = ["| " + " | ".join(labels + cols) + " |", "|" + "---|" * (len(labels) + len(cols))]
+    for key, d in dists.items():
+        if d["n"]:
+            cells = [*key.split(":"), d["n"], d["geomean"], d["median_abs_dev"], d["within_5pct"], d["within_10pct"]]
+            cells += [d["beyond_25pct"], f"{d['range'][0]}-{d['range'][1]}"]
+            lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+    return [*lines, ""]
+
+
 def report(out: Path, names: list[str]) -> dict:
     ind = {}
     for line in (out / "independent.jsonl").read_text().splitlines():
@@ -625,15 +627,7 @@ def report(out: Path, names: list[str]) -> dict:
             dists[method] = _dist(ratios)
         result["runs"][name] = {"passed": len(passed), "of": len(kw), "against": dists}
         lines += [f"## {name}: {len(passed)} passed of {len(kw)}", ""]
-        lines += ["| against | n | geomean | median abs dev | within 5% | within 10% | beyond 25% | range |"]
-        lines += ["|---|---|---|---|---|---|---|---|"]
-        for method, d in dists.items():
-            if d["n"]:
-                lines.append(
-                    f"| {method} | {d['n']} | {d['geomean']} | {d['median_abs_dev']} | {d['within_5pct']} | "
-                    f"{d['within_10pct']} | {d['beyond_25pct']} | {d['range'][0]}-{d['range'][1]} |"
-                )
-        lines.append("")
+        lines += _dist_table(["against"], dists)
         for k in passed:
             per_pair.setdefault(k["pair"], {})[name] = k
     pooled = _pooled(per_pair, ind, [m for m in methods if m != "events"])
@@ -642,34 +636,16 @@ def report(out: Path, names: list[str]) -> dict:
         "## Every candidate once (the median of its runs' speed-ups), by the reference's do_bench time, and"
         " where the two independent timers agree",
         "",
-        "| against | reference | n | geomean | median abs dev | within 5% | within 10% | beyond 25% | range |",
-        "|---|---|---|---|---|---|---|---|---|",
+        *_dist_table(["against", "reference"], pooled),
     ]
-    for key, d in pooled.items():
-        if d["n"]:
-            method, size = key.split(":")
-            lines.append(
-                f"| {method} | {size} | {d['n']} | {d['geomean']} | {d['median_abs_dev']} | {d['within_5pct']} | "
-                f"{d['within_10pct']} | {d['beyond_25pct']} | {d['range'][0]}-{d['range'][1]} |"
-            )
-    lines.append("")
     sides = side_against_cupti(per_pair, ind)
     if any(d["n"] for d in sides.values()):
         result["side_ms_over_cupti"] = sides
         lines += [
             "## Each side's time per call, kernelwright's ms over the profiler's device busy time (cupti)",
             "",
-            "| side | reference | n | geomean | median abs dev | within 5% | within 10% | beyond 25% | range |",
-            "|---|---|---|---|---|---|---|---|---|",
+            *_dist_table(["side", "reference"], sides),
         ]
-        for key, d in sides.items():
-            if d["n"]:
-                side, size = key.split(":")
-                lines.append(
-                    f"| {side} | {size} | {d['n']} | {d['geomean']} | {d['median_abs_dev']} | {d['within_5pct']} | "
-                    f"{d['within_10pct']} | {d['beyond_25pct']} | {d['range'][0]}-{d['range'][1]} |"
-                )
-        lines.append("")
     result["run_to_run"] = {}
 
     def not_autotuned(runs: dict) -> bool:

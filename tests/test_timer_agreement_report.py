@@ -9,6 +9,7 @@ import json
 import pytest
 
 from benchmarks import timer_agreement
+from kernelwright.suites.accounting import union_s
 
 
 def _side(do_bench_ms: float, b2b_ms: float) -> dict:
@@ -93,11 +94,11 @@ def test_the_diagnostic_takes_the_quicker_half_of_each_sides_windows():
 
 
 def test_the_profilers_busy_time_counts_overlapping_activities_once_and_gaps_not_at_all():
-    assert timer_agreement.busy_us([]) == 0.0
+    assert union_s([]) == 0.0
     # two streams overlap over 5-10: 0-15 is busy once; 20-22 after a gap; 21-21.5 inside it counts nothing
-    assert timer_agreement.busy_us([(5.0, 15.0), (0.0, 10.0), (20.0, 22.0), (21.0, 21.5)]) == 17.0
+    assert union_s([[5.0, 15.0], [0.0, 10.0], [20.0, 22.0], [21.0, 21.5]]) == 17.0
     # one activity inside another, then one that starts where the first ends
-    assert timer_agreement.busy_us([(0.0, 10.0), (2.0, 3.0), (10.0, 12.0)]) == 12.0
+    assert union_s([[0.0, 10.0], [2.0, 3.0], [10.0, 12.0]]) == 12.0
 
 
 def test_each_sides_time_is_compared_with_the_profilers_as_milliseconds(tmp_path):
