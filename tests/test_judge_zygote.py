@@ -26,8 +26,8 @@ def test_forked_and_started_judges_give_the_same_verdicts(cpu_config):
 
 
 def _forked(cpu_config) -> dict:
-    """An evaluation whose judge was forked (the first ones of a new zygote are exec'd while it
-    imports torch: the caller never waits for it)."""
+    """An evaluation whose judge was forked (the first one of a process is exec'd and starts no
+    zygote; a zygote whose import outlasts `READY_WAIT_S` on a loaded machine is not waited for)."""
     for _ in range(20):
         r = evaluate(ADD_ONE, CANDIDATES / "py_correct.py", cpu_config)
         assert r.status is Status.PASSED, r.error_log
@@ -69,16 +69,41 @@ def test_a_judge_counts_a_new_problems_work_with_the_flop_counters_modules_impor
     assert started["process"] == "started" and started["counter_warm"] is True, started
 
 
-def test_a_zygote_not_yet_ready_never_makes_the_caller_wait(cpu_config):
-    """One evaluation alone starts no zygote; the next starts it and is exec'd while it imports
-    torch (an evaluation never waits for it); a later one is forked."""
+def test_a_judge_waits_for_a_zygote_importing_torch_instead_of_importing_it_beside_it(cpu_config):
+    """One evaluation alone starts no zygote; the next starts it and waits for its import (an exec'd
+    judge would import torch beside it, on the same cores, and be ready no sooner), then is forked."""
     zygote_client.close_all()
     zygote_client._ASKED.clear()
-    for _ in range(2):
-        r = evaluate(ADD_ONE, CANDIDATES / "py_correct.py", cpu_config)
-        assert r.status is Status.PASSED and r.metadata["judge_process"] == "started"
+    first = evaluate(ADD_ONE, CANDIDATES / "py_correct.py", cpu_config)
+    assert first.status is Status.PASSED and first.metadata["judge_process"] == "started"
+    assert not zygote_client._ZYGOTES
+    second = evaluate(ADD_ONE, CANDIDATES / "py_correct.py", cpu_config)
+    assert second.status is Status.PASSED and second.metadata["judge_process"] == "forked", second.error_log
     assert len(zygote_client._ZYGOTES) == 1
-    assert _forked(cpu_config)["judge_process"] == "forked"
+
+
+def test_a_zygote_that_kept_its_caller_waiting_too_long_is_not_waited_for_again():
+    """A zygote whose import outlasts the wait is not waited for by later callers (they are exec'd
+    at once) until its first message comes; it is then used as any other. No torch: a stand-in
+    whose socket the test writes."""
+    import socket
+    import threading
+
+    z = object.__new__(zygote_client._Zygote)
+    z.ready, z.slow, z.lock = False, False, threading.Lock()
+    z.sock, theirs = socket.socketpair()
+    try:
+        t0 = time.monotonic()
+        assert not z.is_ready(0.3) and z.slow
+        assert time.monotonic() - t0 >= 0.3
+        t0 = time.monotonic()
+        assert not z.is_ready(30.0)
+        assert time.monotonic() - t0 < 5.0  # not waited for again
+        theirs.send(b'{"ready": true}')
+        assert z.is_ready(30.0)
+    finally:
+        z.sock.close()
+        theirs.close()
 
 
 def test_one_eval_from_the_cli_leaves_nothing_on_its_output(tmp_path, cache_dir):
@@ -89,7 +114,8 @@ def test_one_eval_from_the_cli_leaves_nothing_on_its_output(tmp_path, cache_dir)
 
     code = (
         "import sys; sys.path.insert(0, sys.argv[1]); import conftest; from pathlib import Path;"
-        "from kernelwright.engine import evaluate; cfg = conftest.make_cpu_config(sys.argv[2]);"
+        "from kernelwright.engine import evaluate, zygote_client; cfg = conftest.make_cpu_config(sys.argv[2]);"
+        "zygote_client.READY_WAIT_S = 0.0;"  # the second evaluation is exec'd, and the process ends in the import
         "[evaluate(conftest.ADD_ONE, conftest.CANDIDATES / 'py_correct.py', cfg) for _ in range(2)]"
     )
     tests = str(CANDIDATES.parents[1])
@@ -106,7 +132,7 @@ def test_a_forked_judge_that_is_killed_is_seen_to_die(cpu_config, tmp_path):
     cpu_config.fork_judge = True
     env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": os.environ.get("PYTHONPATH", ""), "TMPDIR": str(tmp_path)}
     env["PYTHONPATH"] = str(CANDIDATES.parents[2] / "src") + os.pathsep + env["PYTHONPATH"]
-    for _ in range(100):  # the zygote's first judges are exec'd while it imports torch
+    for _ in range(100):  # the first is exec'd (no zygote yet), the next waits for the zygote's import
         child = process.spawn(
             process.child_argv("judge") + ["cpu", "--spare"], None, tmp_path, env, name="judge", fork=True
         )

@@ -30,7 +30,7 @@ def _attack(name: str, **fill: object) -> str:
 
 def _until_forked(cfg) -> None:
     """Evaluations until one's runner was forked (the first is exec'd and starts no zygote; the next
-    starts it and is exec'd while it imports torch)."""
+    starts it and waits for its import, unless that outlasts `zygote_client.READY_WAIT_S`)."""
     for _ in range(20):
         r = evaluate(ADD_ONE, CANDIDATES / "py_correct.py", cfg)
         assert r.status is Status.PASSED, r.error_log

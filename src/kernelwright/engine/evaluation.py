@@ -172,12 +172,11 @@ def prestart(config: EvalConfig | None = None) -> Spare:
     return spare
 
 
-def _start_spare(config: EvalConfig, workdir: Path, ahead: bool = True) -> Spare:
-    """`ahead`: started before its evaluation (off the path), not by the evaluation itself."""
+def _start_spare(config: EvalConfig, workdir: Path) -> Spare:
     judge_dir = leftovers.make_dir("kw-judge-")
     out_dir = runner_fork.out_dir(config, workdir) or _out_dir(workdir)
     job = {"problem_path": "", "candidate_path": "", "config": config.to_dict()}
-    runner, judge, env = _spawn_pair(config, workdir, job, judge_dir, out_dir, spare=True, ahead=ahead)
+    runner, judge, env = _spawn_pair(config, workdir, job, judge_dir, out_dir, spare=True)
     return Spare(runner, judge, _spawn_key(config), workdir, judge_dir, env, out_dir)
 
 
@@ -188,7 +187,6 @@ def _spawn_pair(
     judge_dir: Path,
     out_dir: Path,
     spare: bool = False,
-    ahead: bool = False,
 ) -> tuple[process.Child, process.Child, dict[str, str]]:
     """Runner and judge, with a socket between them for device outputs where the device is a GPU
     (`device_handoff`: the runner's CUDA outputs reach the judge without a trip through host memory)."""
@@ -197,14 +195,14 @@ def _spawn_pair(
     a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     ends: tuple[int | None, int | None] = (a.detach(), b.detach())
     try:
-        runner, env = _spawn_runner(config, workdir, job, spare=spare, out_dir=out_dir, handoff_fd=ends[0], ahead=ahead)
+        runner, env = _spawn_runner(config, workdir, job, spare=spare, out_dir=out_dir, handoff_fd=ends[0])
     except BaseException:
         for fd in ends:
             if fd is not None:
                 os.close(fd)
         raise
     try:
-        judge = _spawn_judge(config, judge_dir, env, spare=spare, handoff_fd=ends[1], ahead=ahead)
+        judge = _spawn_judge(config, judge_dir, env, spare=spare, handoff_fd=ends[1])
     except BaseException:
         if ends[1] is not None:
             os.close(ends[1])
@@ -360,7 +358,6 @@ def _spawn_runner(
     spare: bool = False,
     out_dir: Path | None = None,
     handoff_fd: int | None = None,
-    ahead: bool = False,
 ):
     """Start the runner in `workdir` (its TMPDIR inside it; its outputs in `out_dir`, by default
     inside it too): (child, environment)."""
@@ -375,13 +372,9 @@ def _spawn_runner(
     argv = sandbox.wrap(process.child_argv("runner"), config.sandbox, workdir, writable, read_only)
     iso = isolation.prepare(config.device, config.sandbox, config.memory_limit_mb)
 
-    wait_s = process.SPARE_WAITS_FOR_ZYGOTE_S if ahead else 0.0  # a spare's runner: off the path
-
     def forker(args: list[str], child_env: dict[str, str], log_fd: int, report_w: int):
         out = out_dir or workdir / "out"
-        return runner_fork.spawn(
-            config, workdir, out, child_env, read_only, args, log_fd, report_w, handoff_fd, iso, wait_s
-        )
+        return runner_fork.spawn(config, workdir, out, child_env, read_only, args, log_fd, report_w, handoff_fd, iso)
 
     child = process.spawn(
         argv,
@@ -403,12 +396,9 @@ def _spawn_judge(
     env: dict[str, str],
     spare: bool = False,
     handoff_fd: int | None = None,
-    ahead: bool = False,
 ) -> process.Child:
     """Start the judge: it runs no candidate code, gets its job on stdin, and keeps its files in a
-    directory of its own (none of them in the runner's reach under bubblewrap). `ahead` (a spare
-    started before its evaluation): a zygote still importing torch is waited for, so that its
-    import ends before the next evaluation instead of running beside its timed windows."""
+    directory of its own (none of them in the runner's reach under bubblewrap)."""
     return process.spawn(
         process.child_argv("judge") + [config.device],
         None,
@@ -419,7 +409,6 @@ def _spawn_judge(
         handoff_fd=handoff_fd,
         # a CPU judge forks from a process that imported torch once (a GPU judge starts as a spare, off the path)
         fork=config.fork_judge and config.device == "cpu",
-        fork_wait_s=process.SPARE_WAITS_FOR_ZYGOTE_S if ahead else 0.0,
     )
 
 
@@ -440,7 +429,7 @@ def _run(
     t_phase = time.monotonic()
     own_spare = spare is None
     if spare is None:  # the runner and judge start up (python, torch, CUDA) while the trusted builder works
-        spare = _start_spare(config, workdir, ahead=False)
+        spare = _start_spare(config, workdir)
     if on_children is not None:
         on_children(spare)
     out_dir = spare.out_dir

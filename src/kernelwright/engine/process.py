@@ -160,9 +160,6 @@ def _create_log(path: Path) -> int:
         return os.open(path, flags, 0o600)
 
 
-# A judge started ahead of its evaluation waits this long for a zygote still importing torch
-# (engine/zygote_client.py): it is off the path, and the import would otherwise run beside the next timing
-SPARE_WAITS_FOR_ZYGOTE_S = 20.0
 SPAWN_FIELDS = ("fd", "handoff_fd")  # a job file's descriptors: fixed at the spawn, kept by `go`
 
 
@@ -177,7 +174,6 @@ def spawn(
     isolation: Any = None,
     handoff_fd: int | None = None,
     fork: bool = False,
-    fork_wait_s: float = 0.0,
     forker: Callable[[list[str], dict[str, str], int, int], Any] | None = None,
 ) -> Child:
     """Start a child on `job` (written to workdir/NAME_job.json). A `spare` starts up and waits
@@ -186,8 +182,8 @@ def spawn(
     and its job on stdin (the judge, whose job must not lie where the runner could change it).
     `handoff_fd`: its end of the socket on which device outputs pass from runner to judge
     (inherited; closed here after the spawn). `fork`: a judge (`job` None, no isolation) forked from
-    the zygote that imported torch once (`engine/zygote_client.py`), where it can; else exec'd as any child
-    (`fork_wait_s`: how long a zygote still importing torch is waited for first). `forker`: a
+    the zygote that imported torch once (`engine/zygote_client.py`), where it can; else exec'd as any
+    child. `forker`: a
     runner forked from its zygote (`engine/runner_fork.py`), called with the child's own arguments,
     its environment, its log and its report descriptor; where it returns None, the child is exec'd."""
     read_fd, write_fd = os.pipe()
@@ -217,7 +213,6 @@ def spawn(
             log_fd,
             write_fd,
             handoff_fd,
-            wait_s=fork_wait_s,
         )
     proc = proc or subprocess.Popen(
         argv,
