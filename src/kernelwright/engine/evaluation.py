@@ -430,6 +430,9 @@ def _run(
     own_spare = spare is None
     if spare is None:  # the runner and judge start up (python, torch, CUDA) while the trusted builder works
         spare = _start_spare(config, workdir)
+        # a CPU child to be forked may have waited here for its zygote's torch import (zygote_client.READY_WAIT_S)
+        phases["spawn"] = time.monotonic() - t_phase
+        t_phase = time.monotonic()
     if on_children is not None:
         on_children(spare)
     out_dir = spare.out_dir

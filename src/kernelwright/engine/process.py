@@ -183,9 +183,9 @@ def spawn(
     `handoff_fd`: its end of the socket on which device outputs pass from runner to judge
     (inherited; closed here after the spawn). `fork`: a judge (`job` None, no isolation) forked from
     the zygote that imported torch once (`engine/zygote_client.py`), where it can; else exec'd as any
-    child. `forker`: a
-    runner forked from its zygote (`engine/runner_fork.py`), called with the child's own arguments,
-    its environment, its log and its report descriptor; where it returns None, the child is exec'd."""
+    child. `forker`: a runner forked from its zygote (`engine/runner_fork.py`), called with the
+    child's own arguments, its environment, its log and its report descriptor; where it returns
+    None, the child is exec'd."""
     read_fd, write_fd = os.pipe()
     os.set_inheritable(read_fd, False)
     log_fd = _create_log(workdir / f"{name}.log")
