@@ -139,14 +139,13 @@ def spawn(
     report_w: int,
     handoff_fd: int | None,
     iso: containment.Isolation,
-    wait_s: float | None = None,
 ) -> Any | None:
     """A runner forked for this evaluation (a `ForkedJudge`, which stands in for its Popen), or None
     (the caller execs it): forking does not apply, the directories are not the base's, every
     zygote of this configuration is busy or still starting, or forking was given up. The first
     evaluation of a configuration gets no directory in the base (`workdir`), so its runner is exec'd
-    and starts no zygote (one `kernelwright eval` would pay a second torch import beside it).
-    `wait_s`: how long a zygote still importing torch is waited for (by default `zygote_client.READY_WAIT_S`)."""
+    and starts no zygote (one `kernelwright eval` would pay a second torch import beside it). A
+    zygote still importing torch is waited for, `zygote_client.READY_WAIT_S` at most."""
     if not applies(config):
         return None
     s = _SETS.get(_key(config))
@@ -179,7 +178,7 @@ def spawn(
             z.reserved = True  # this thread's until its fork is made (or not)
         try:
             # still importing torch after the wait: this runner is exec'd
-            if not z.is_ready(zygotes.READY_WAIT_S if wait_s is None else wait_s):
+            if not z.is_ready(zygotes.READY_WAIT_S):
                 return None
             if z.env != base_env:  # a configuration the key does not tell apart: not this zygote's
                 return None

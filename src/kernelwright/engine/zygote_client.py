@@ -35,10 +35,8 @@ from typing import IO
 _PER_JUDGE = ("TMPDIR", "TRITON_CACHE_DIR", "CUDA_CACHE_PATH", "TORCHINDUCTOR_CACHE_DIR", "MAX_JOBS")
 # A judge or runner to be forked waits this long for a zygote still importing torch, rather than being
 # exec'd beside it: an exec'd child imports torch too, so it is not ready much sooner, and the two
-# imports share the cores. Measured on a 2-core machine (seven CPU evaluations of one configuration
-# in one process): with exec'd children beside the zygotes' imports the second and third took
-# 6.8 s and 3.5 s; waiting, 7.8 s and 0.8 s, and the seven used 31% less CPU (13.6 core-s, not 19.8).
-# A zygote that once kept a caller waiting this long is not waited for again (`_Zygote.is_ready`).
+# imports share the cores. A zygote that once kept a caller waiting this long is not waited for again
+# (`_Zygote.is_ready`).
 READY_WAIT_S = 20.0
 MAX_ZYGOTES = 2  # one per judge environment, the least recently used stopped beyond this (each holds torch)
 _ZYGOTES: dict[tuple[tuple[str, str], ...], _Zygote] = {}
@@ -284,11 +282,10 @@ def spawn(
     log_fd: int,
     report_w: int,
     handoff_fd: int | None,
-    wait_s: float | None = None,
 ) -> ForkedJudge | None:
     """A judge forked with `argv` (judge.py's own arguments, the report descriptor last); None
-    where forking is given up in this process (the caller then execs the judge). `wait_s`: how long
-    a zygote still importing torch is waited for (by default `READY_WAIT_S`, which says why)."""
+    where forking is given up in this process, or its zygote is still importing torch after
+    `READY_WAIT_S` (the caller then execs the judge)."""
     if _BROKEN:
         return None
     base = {k: v for k, v in env.items() if k not in _PER_JUDGE}
@@ -319,7 +316,7 @@ def spawn(
         for z in stale:
             z.close(now=False)  # a judge it forked may still be running
         # still importing torch after the wait: this judge is exec'd
-        if not zygote.is_ready(READY_WAIT_S if wait_s is None else wait_s):
+        if not zygote.is_ready(READY_WAIT_S):
             return None
         return zygote.spawn(argv, cwd, env, log_fd, report_w, handoff_fd)
     except (OSError, ValueError) as exc:
