@@ -9,7 +9,7 @@ import time
 
 from conftest import ADD_ONE, CANDIDATES
 from kernelwright.core.record import Status
-from kernelwright.engine import evaluate, zygote_client
+from kernelwright.engine import evaluate, runner_fork, zygote_client
 
 
 def test_forked_and_started_judges_give_the_same_verdicts(cpu_config):
@@ -26,8 +26,8 @@ def test_forked_and_started_judges_give_the_same_verdicts(cpu_config):
 
 
 def _forked(cpu_config) -> dict:
-    """An evaluation whose judge was forked (the first one of a process is exec'd and starts no
-    zygote; a zygote whose import outlasts `READY_WAIT_S` on a loaded machine is not waited for)."""
+    """An evaluation whose judge was forked (a zygote whose import outlasts `READY_WAIT_S` on a loaded
+    machine is not waited for: that evaluation's judge is exec'd)."""
     for _ in range(20):
         r = evaluate(ADD_ONE, CANDIDATES / "py_correct.py", cpu_config)
         assert r.status is Status.PASSED, r.error_log
@@ -70,18 +70,22 @@ def test_a_judge_counts_a_new_problems_work_with_the_flop_counters_modules_impor
 
 
 def test_a_judge_waits_for_a_zygote_importing_torch_instead_of_importing_it_beside_it(cpu_config, monkeypatch):
-    """One evaluation alone starts no zygote; the next starts it and waits for its import (an exec'd
-    judge would import torch beside it, on the same cores, and be ready no sooner), then is forked."""
+    """The first evaluation of a configuration starts the zygote and waits for its import (an exec'd
+    judge would import torch as long, on the same cores), then is forked; the next is forked from
+    the same zygote. Its runner likewise, from the runner's zygote."""
     # the rule, not its bound: a loaded CI machine may take longer than READY_WAIT_S to import torch
     monkeypatch.setattr(zygote_client, "READY_WAIT_S", 180.0)
     zygote_client.close_all()
-    zygote_client._ASKED.clear()
+    runner_fork.close_all()
     first = evaluate(ADD_ONE, CANDIDATES / "py_correct.py", cpu_config)
-    assert first.status is Status.PASSED and first.metadata["judge_process"] == "started"
-    assert not zygote_client._ZYGOTES
+    assert first.status is Status.PASSED, first.error_log
+    assert (first.metadata["judge_process"], first.metadata["runner_process"]) == ("forked", "forked")
+    assert first.metadata["engine_phases_s"]["spawn"] > 0  # (the wait is on the record)
+    assert len(zygote_client._ZYGOTES) == 1
+    zygote = next(iter(zygote_client._ZYGOTES.values()))
     second = evaluate(ADD_ONE, CANDIDATES / "py_correct.py", cpu_config)
     assert second.status is Status.PASSED and second.metadata["judge_process"] == "forked", second.error_log
-    assert len(zygote_client._ZYGOTES) == 1
+    assert list(zygote_client._ZYGOTES.values()) == [zygote]
 
 
 def test_a_zygote_that_kept_its_caller_waiting_too_long_is_not_waited_for_again():
@@ -109,15 +113,15 @@ def test_a_zygote_that_kept_its_caller_waiting_too_long_is_not_waited_for_again(
 
 
 def test_one_eval_from_the_cli_leaves_nothing_on_its_output(tmp_path, cache_dir):
-    """A process that ends while its zygote imports torch: the zygote says nothing on the caller's
-    terminal and ends."""
+    """A process that ends while its zygotes import torch: they say nothing on the caller's terminal
+    and end."""
     import subprocess
     import sys
 
     code = (
         "import sys; sys.path.insert(0, sys.argv[1]); import conftest; from pathlib import Path;"
         "from kernelwright.engine import evaluate, zygote_client; cfg = conftest.make_cpu_config(sys.argv[2]);"
-        "zygote_client.READY_WAIT_S = 0.0;"  # the second evaluation is exec'd, and the process ends in the import
+        "zygote_client.READY_WAIT_S = 0.0;"  # no wait: the children are exec'd, and the process ends in the import
         "[evaluate(conftest.ADD_ONE, conftest.CANDIDATES / 'py_correct.py', cfg) for _ in range(2)]"
     )
     tests = str(CANDIDATES.parents[1])
@@ -134,7 +138,7 @@ def test_a_forked_judge_that_is_killed_is_seen_to_die(cpu_config, tmp_path):
     cpu_config.fork_judge = True
     env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": os.environ.get("PYTHONPATH", ""), "TMPDIR": str(tmp_path)}
     env["PYTHONPATH"] = str(CANDIDATES.parents[2] / "src") + os.pathsep + env["PYTHONPATH"]
-    for _ in range(100):  # the first is exec'd (no zygote yet), the next waits for the zygote's import
+    for _ in range(100):  # (a zygote whose import outlasted READY_WAIT_S: exec'd)
         child = process.spawn(
             process.child_argv("judge") + ["cpu", "--spare"], None, tmp_path, env, name="judge", fork=True
         )
@@ -160,10 +164,9 @@ def test_a_spare_waits_for_the_zygote_so_its_import_never_runs_beside_the_next_e
     from kernelwright.engine import WarmEvaluator
 
     zygote_client.close_all()
-    zygote_client._ASKED.clear()
     with WarmEvaluator(cpu_config) as warm:
         first = warm.evaluate(ADD_ONE, CANDIDATES / "py_correct.py")
-        assert first.metadata["judge_process"] == "started"  # one evaluation alone: no zygote yet
+        assert first.status is Status.PASSED, first.error_log
         zyg = next(iter(zygote_client._ZYGOTES.values()))
         assert zyg.ready  # the spare started after it waited for the import to end
         second = warm.evaluate(ADD_ONE, CANDIDATES / "py_correct.py")
@@ -179,9 +182,8 @@ def test_a_zygote_outlives_the_thread_that_asked_for_it(cpu_config):
     import threading
 
     zygote_client.close_all()
-    zygote_client._ASKED.clear()
 
-    def two_evaluations() -> None:  # the second one starts the zygote
+    def two_evaluations() -> None:  # the first one starts the zygote
         for _ in range(2):
             evaluate(ADD_ONE, CANDIDATES / "py_correct.py", cpu_config)
 

@@ -29,8 +29,8 @@ def _attack(name: str, **fill: object) -> str:
 
 
 def _until_forked(cfg) -> None:
-    """Evaluations until one's runner was forked (the first is exec'd and starts no zygote; the next
-    starts it and waits for its import, unless that outlasts `zygote_client.READY_WAIT_S`)."""
+    """Evaluations until one's runner was forked (the first starts the zygote and waits for its import,
+    unless that outlasts `zygote_client.READY_WAIT_S`)."""
     for _ in range(20):
         r = evaluate(ADD_ONE, CANDIDATES / "py_correct.py", cfg)
         assert r.status is Status.PASSED, r.error_log
@@ -114,12 +114,10 @@ def test_the_bases_of_a_configuration_put_aside_for_newer_ones_are_removed_at_ex
     go at the process's exit as the kept ones do, where the evaluations in them removed their own."""
     monkeypatch.setattr(runner_fork, "_SETS", {})
     monkeypatch.setattr(runner_fork, "_RETIRED", [], raising=False)
-    monkeypatch.setattr(runner_fork, "_DIRS", {})
     bases: list[Path] = []
     for i in range(runner_fork.MAX_KEYS + 1):
         cfg = dataclasses.replace(cpu_config, cache_dir=str(tmp_path / f"cache{i}"))
-        for _ in range(2):  # the first evaluation of a configuration is exec'd, in a directory of its own
-            d = runner_fork.workdir(cfg)
+        d = runner_fork.workdir(cfg)
         assert d is not None
         bases += [b for b in runner_fork.bases() if b not in bases]
         d.rmdir()  # the evaluation removed its own directory

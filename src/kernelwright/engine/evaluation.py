@@ -23,7 +23,7 @@ from kernelwright.core.config import EvalConfig
 from kernelwright.core.printable import printable
 from kernelwright.core.record import EvalResult, Stage, Status
 from kernelwright.core.settings_file import protection_lowered
-from kernelwright.engine import nsight, process, runner_fork, sanitizer
+from kernelwright.engine import nsight, process, runner_fork, sanitizer, zygote_client
 from kernelwright.engine.child import gpu_turn, protocol
 from kernelwright.engine.compile_watch import CompileWatch, jit_dirs
 from kernelwright.engine.config_resolution import check_device, resolve_config
@@ -178,6 +178,22 @@ def _start_spare(config: EvalConfig, workdir: Path) -> Spare:
     job = {"problem_path": "", "candidate_path": "", "config": config.to_dict()}
     runner, judge, env = _spawn_pair(config, workdir, job, judge_dir, out_dir, spare=True)
     return Spare(runner, judge, _spawn_key(config), workdir, judge_dir, env, out_dir)
+
+
+def _forks_children(config: EvalConfig) -> bool:
+    """Whether an evaluation's runner or judge is forked from a zygote (a CPU evaluation, by default)."""
+    return config.device == "cpu" and (config.fork_judge or runner_fork.applies(config))
+
+
+def _start_zygotes(config: EvalConfig, workdir: Path) -> None:
+    """The zygotes this evaluation's children are forked from, started now where none is alive:
+    they import torch while the caller does other work. Variables set per child (TMPDIR, the JIT
+    caches) are not in a zygote's key, so the environment of any evaluation directory will do."""
+    env = environment.child_env(config, workdir / "tmp")
+    if runner_fork.applies(config):
+        runner_fork.start(config, env, _read_only_for_candidates(config))
+    if config.fork_judge:
+        zygote_client.start(environment.judge_env(env, config, workdir))
 
 
 def _spawn_pair(
@@ -427,26 +443,19 @@ def _run(
     (workdir / "out").mkdir(exist_ok=True)
     phases: dict[str, float] = {}  # the engine's own time, by phase (metadata["engine_phases_s"])
     t_phase = time.monotonic()
+    # CPU children forked from zygotes: the zygotes import torch while the trusted builder works, and
+    # the children are forked after it (a fork waits for its zygote's import, zygote_client.READY_WAIT_S).
+    # Exec'd children start up (python, torch, CUDA) while it works.
     own_spare = spare is None
-    if spare is None:  # the runner and judge start up (python, torch, CUDA) while the trusted builder works
+    fork_after_build = own_spare and _forks_children(config)
+    if fork_after_build:
+        _start_zygotes(config, workdir)
+    elif spare is None:
         spare = _start_spare(config, workdir)
-        # a CPU child to be forked may have waited here for its zygote's torch import (zygote_client.READY_WAIT_S)
         phases["spawn"] = time.monotonic() - t_phase
         t_phase = time.monotonic()
-    if on_children is not None:
+    if on_children is not None and spare is not None:
         on_children(spare)
-    out_dir = spare.out_dir
-    files = {"out_dir": str(out_dir), "spill_dir": str(workdir / "out")}
-    job = {"problem_path": "", "candidate_path": str(cand_path), "config": config.to_dict(), **files}
-    judge_job = protocol.JudgeJob(
-        config=config.to_dict(),
-        problem_source=Path(problem_path).read_text(),
-        problem_name=str(problem_path),
-        out_dir=files["out_dir"],
-        spill_dir=files["spill_dir"],
-        # read here, by the parent: a candidate that compiles at its first call gets the JIT allowance
-        candidate_jit=formats.compiles_at_first_call(cand_path.read_text(errors="replace")),
-    ).to_json()
     trusted = None
     if config.build.trusted_cache:  # build what can be built without running the candidate
         tdir = workdir / "trusted-build"
@@ -461,12 +470,31 @@ def _run(
                 on_stage=on_stage,
             )
         except BaseException:
-            spare.discard(remove_workdir=False)
+            if spare is not None:
+                spare.discard(remove_workdir=False)
             raise
-        job.update(trusted_builds.job_fields(trusted, workdir))
         trusted_span.append(time.time())
         phases["trusted_build"] = time.monotonic() - t_phase
-    t_phase = time.monotonic()
+        t_phase = time.monotonic()
+    if spare is None:
+        spare = _start_spare(config, workdir)
+        phases["spawn"] = time.monotonic() - t_phase  # with the wait for a zygote still importing torch
+        t_phase = time.monotonic()
+        if on_children is not None:
+            on_children(spare)
+    out_dir = spare.out_dir
+    files = {"out_dir": str(out_dir), "spill_dir": str(workdir / "out")}
+    job = {"problem_path": "", "candidate_path": str(cand_path), "config": config.to_dict(), **files}
+    job.update(trusted_builds.job_fields(trusted, workdir))
+    judge_job = protocol.JudgeJob(
+        config=config.to_dict(),
+        problem_source=Path(problem_path).read_text(),
+        problem_name=str(problem_path),
+        out_dir=files["out_dir"],
+        spill_dir=files["spill_dir"],
+        # read here, by the parent: a candidate that compiles at its first call gets the JIT allowance
+        candidate_jit=formats.compiles_at_first_call(cand_path.read_text(errors="replace")),
+    ).to_json()
     env, judge_dir = spare.env, spare.judge_dir
     if process.go(spare.runner, job) and spare.judge.alive():
         runner, judge = spare.runner, spare.judge

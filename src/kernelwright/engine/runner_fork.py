@@ -68,7 +68,6 @@ class _Set:
 
 _SETS: dict[tuple, _Set] = {}
 _RETIRED: list[_Set] = []  # sets put aside for newer configurations: their bases are removed at exit too
-_DIRS: dict[tuple, int] = {}  # evaluation directories asked for, by configuration
 
 
 def _key(config: EvalConfig) -> tuple:
@@ -109,11 +108,6 @@ def workdir(config: EvalConfig) -> Path | None:
     """A fresh evaluation directory inside the forked runners' base (None: runners are exec'd)."""
     if not applies(config):
         return None
-    key = _key(config)
-    with _LOCK:
-        _DIRS[key] = _DIRS.get(key, 0) + 1
-        if _DIRS[key] < 2:  # its runner is exec'd (one `kernelwright eval` starts no zygote): a directory as ever
-            return None
     s = _set_for(config)
     return Path(leftovers.make_dir("kw-eval-", s.work_base))
 
@@ -142,10 +136,9 @@ def spawn(
 ) -> Any | None:
     """A runner forked for this evaluation (a `ForkedJudge`, which stands in for its Popen), or None
     (the caller execs it): forking does not apply, the directories are not the base's, every
-    zygote of this configuration is busy or still starting, or forking was given up. The first
-    evaluation of a configuration gets no directory in the base (`workdir`), so its runner is exec'd
-    and starts no zygote (one `kernelwright eval` would pay a second torch import beside it). A
-    zygote still importing torch is waited for, `zygote_client.READY_WAIT_S` at most."""
+    zygote of this configuration is busy, or forking was given up. A zygote still importing torch
+    is waited for, `zygote_client.READY_WAIT_S` at most: the first evaluation of a configuration
+    starts one (or `start` did) and waits for it, where an exec'd runner would import torch too."""
     if not applies(config):
         return None
     s = _SETS.get(_key(config))
@@ -201,6 +194,24 @@ def spawn(
     iso.notes = [n for n in iso.notes if not n.startswith("no PID namespace")]
     iso.notes.append("runner forked from a zygote that imported torch once, confined in namespaces of its own")
     return child
+
+
+def start(config: EvalConfig, env: dict[str, str], read_only: list[Path]) -> None:
+    """Start a zygote for this configuration's runners now, where it has none alive, without
+    waiting for it: it imports torch while the caller does other work (an evaluation's trusted
+    build). `env`: a runner's environment (`environment.child_env`)."""
+    if not applies(config):
+        return
+    s = _set_for(config)
+    base_env = {k: v for k, v in env.items() if k not in _PER_RUNNER}
+    try:
+        with _LOCK:
+            if any(z.proc.poll() is None for z in s.zygotes):
+                return
+            s.zygotes = [z for z in s.zygotes if z.proc.poll() is None]
+            s.zygotes.append(zygotes._on_owner_thread(lambda: _start(config, s, base_env, read_only)))
+    except (OSError, ValueError) as exc:
+        _BROKEN.append(f"{type(exc).__name__}: {exc}")
 
 
 def _start(config: EvalConfig, s: _Set, base_env: dict[str, str], read_only: list[Path]) -> zygotes._Zygote:

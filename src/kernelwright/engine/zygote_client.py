@@ -1,11 +1,12 @@
 """Judges forked from a zygote that imported torch once (`engine/child/zygote.py`), for CPU evaluations.
 
 A CPU evaluation starts two children, each importing torch (1.5 s of CPU each on a 2-core machine):
-the runner, which runs the candidate and is started fresh (in its sandbox), and the judge, which
-runs no candidate code and can be forked from a process that has imported it already. One zygote
-per parent process and judge environment, started at the first CPU judge and stopped with the
-parent (`close_all`, at exit; it also dies with its parent). `spawn` returns a `ForkedJudge`, which
-stands in for the `subprocess.Popen` of an exec'd judge wherever `process.Child` uses one.
+the runner, which runs the candidate (forked in its sandbox by `engine/runner_fork.py`, or exec'd),
+and the judge, which runs no candidate code and can be forked from a process that has imported it
+already. One zygote per parent process and judge environment, started at the first CPU judge (or
+ahead of it, `start`) and stopped with the parent (`close_all`, at exit; it also dies with its
+parent). `spawn` returns a `ForkedJudge`, which stands in for the `subprocess.Popen` of an exec'd
+judge wherever `process.Child` uses one.
 
 `EvalConfig.fork_judge` (on by default) switches it; a zygote that cannot start or answer is given
 up for the rest of the process, and judges are exec'd as before.
@@ -41,7 +42,6 @@ READY_WAIT_S = 20.0
 MAX_ZYGOTES = 2  # one per judge environment, the least recently used stopped beyond this (each holds torch)
 _ZYGOTES: dict[tuple[tuple[str, str], ...], _Zygote] = {}
 _LOCK = threading.Lock()
-_ASKED: dict[tuple[tuple[str, str], ...], int] = {}  # judges asked for, by environment
 _BROKEN: list[str] = []  # why forking was given up in this process (then judges are exec'd)
 
 
@@ -275,6 +275,47 @@ def _on_owner_thread(make: Callable[[], _Zygote]) -> _Zygote:
     return box[0]
 
 
+def _zygote_for(env: dict[str, str]) -> _Zygote:
+    """The zygote for a judge environment, started now where there is none (it imports torch
+    meanwhile); the least recently used beyond `MAX_ZYGOTES` is stopped."""
+    base = {k: v for k, v in env.items() if k not in _PER_JUDGE}
+    key = tuple(sorted(base.items()))
+    stale = []
+    with _LOCK:
+        zygote = _ZYGOTES.get(key)
+        make = zygote is None or zygote.proc.poll() is not None
+    if make:
+        zygote_env = dict(base, TMPDIR=tempfile.gettempdir())
+        made = _on_owner_thread(lambda: _Zygote(zygote_env))
+        with _LOCK:
+            zygote = _ZYGOTES.get(key)
+            if zygote is None or zygote.proc.poll() is not None:
+                zygote = _ZYGOTES[key] = made
+            else:  # another thread made one meanwhile
+                made.close()
+    with _LOCK:
+        assert zygote is not None
+        zygote.used = time.monotonic()
+        while len(_ZYGOTES) > MAX_ZYGOTES:
+            oldest = min(_ZYGOTES, key=lambda k: _ZYGOTES[k].used)
+            stale.append(_ZYGOTES.pop(oldest))
+    for z in stale:
+        z.close(now=False)  # a judge it forked may still be running
+    return zygote
+
+
+def start(env: dict[str, str]) -> None:
+    """Start the zygote for judges of this environment now, without waiting for it: it imports
+    torch while the caller does other work (an evaluation's trusted build), and the judge forked
+    from it later waits less or not at all."""
+    if _BROKEN:
+        return
+    try:
+        _zygote_for(env)
+    except (OSError, ValueError) as exc:
+        _BROKEN.append(f"{type(exc).__name__}: {exc}")
+
+
 def spawn(
     argv: list[str],
     cwd: Path,
@@ -285,36 +326,13 @@ def spawn(
 ) -> ForkedJudge | None:
     """A judge forked with `argv` (judge.py's own arguments, the report descriptor last); None
     where forking is given up in this process, or its zygote is still importing torch after
-    `READY_WAIT_S` (the caller then execs the judge)."""
+    `READY_WAIT_S` (the caller then execs the judge). The first judge of an environment starts its
+    zygote and waits for it, as every later one would for a zygote still importing: an exec'd judge
+    imports torch too, on the same cores, and is ready no sooner."""
     if _BROKEN:
         return None
-    base = {k: v for k, v in env.items() if k not in _PER_JUDGE}
-    key = tuple(sorted(base.items()))
     try:
-        stale = []
-        with _LOCK:
-            zygote = _ZYGOTES.get(key)
-            _ASKED[key] = _ASKED.get(key, 0) + 1
-            if _ASKED[key] < 2:  # one evaluation alone (one `kernelwright eval`) starts no zygote
-                return None
-            make = zygote is None or zygote.proc.poll() is not None
-        if make:
-            zygote_env = dict(base, TMPDIR=tempfile.gettempdir())
-            made = _on_owner_thread(lambda: _Zygote(zygote_env))
-            with _LOCK:
-                zygote = _ZYGOTES.get(key)
-                if zygote is None or zygote.proc.poll() is not None:
-                    zygote = _ZYGOTES[key] = made
-                else:  # another thread made one meanwhile
-                    made.close()
-        with _LOCK:
-            assert zygote is not None
-            zygote.used = time.monotonic()
-            while len(_ZYGOTES) > MAX_ZYGOTES:
-                oldest = min(_ZYGOTES, key=lambda k: _ZYGOTES[k].used)
-                stale.append(_ZYGOTES.pop(oldest))
-        for z in stale:
-            z.close(now=False)  # a judge it forked may still be running
+        zygote = _zygote_for(env)
         # still importing torch after the wait: this judge is exec'd
         if not zygote.is_ready(READY_WAIT_S):
             return None
