@@ -19,8 +19,9 @@ _KILLED_MIDWAY = """
 import sys
 from pathlib import Path
 from kernelwright.core.config import EvalConfig
-from kernelwright.engine import evaluation, prestart
-evaluation.SHM, evaluation.SHM_MIN_FREE = Path(sys.argv[2]), 0
+from kernelwright.engine import evaluation, prestart, runner_fork
+evaluation.SHM, evaluation.SHM_MIN_FREE = Path(sys.argv[2]), 0  # an exec'd runner's
+runner_fork.SHM, runner_fork.SHM_MIN_FREE = Path(sys.argv[2]), 0  # a forked runner's base
 from kernelwright.engine.config_resolution import resolve_config
 spare = prestart(resolve_config(EvalConfig(device="cpu", cache_dir=sys.argv[1])))
 print(spare.workdir, spare.judge_dir, spare.out_dir, flush=True)
@@ -44,16 +45,19 @@ def test_a_killed_evaluators_directories_are_swept_and_a_live_ones_are_not(tmp_p
     dirs = [Path(p) for p in proc.stdout.readline().split()]
     assert all(d.is_dir() for d in dirs) and all(f"-{proc.pid}-" in d.name for d in dirs)
     live = leftovers.make_dir("kw-eval-", tmp_path)  # this process's own, as old as the others
-    for d in [*dirs, live]:
+    roots = (tmp_path, shm)
+    # what the sweep sees: each directory, or the base folder it lies in (a forked runner's, runner_fork.py)
+    tops = {next(p for p in [d, *d.parents] if p.parent in roots) for d in dirs}
+    for d in [*dirs, *tops, live]:
         _age(d, 3 * 3600)
-    assert leftovers.sweep((tmp_path, dirs[2].parent)) == []  # its evaluator is alive: nothing goes
+    assert leftovers.sweep(roots) == []  # its evaluator is alive: nothing goes
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
     time.sleep(0.5)  # its spare's children die with it (parent-death signal)
-    for d in dirs:
+    for d in tops:
         _age(d, 3 * 3600)
-    removed = leftovers.sweep((tmp_path, dirs[2].parent))
-    assert sorted(removed) == sorted(d.name for d in dirs)
+    removed = leftovers.sweep(roots)
+    assert sorted(removed) == sorted(d.name for d in tops)
     assert not any(d.exists() for d in dirs) and live.is_dir()
 
 

@@ -282,7 +282,8 @@ def test_links_left_by_the_candidate_do_not_turn_the_copies_on_the_user(cpu_conf
         r = evaluate(ADD_ONE, None, cpu_config, candidate_text=text)
         assert r.status is Status.PASSED, r.error_log
         assert victim.read_bytes() == b"the user's file"
-        (workdir,) = [d for d in made if d.name.startswith("kw-eval-")]
+        # (a forked runner's directory lies in its zygote's base, itself a kw-eval- folder)
+        (workdir,) = [d for d in made if d.name.startswith("kw-eval-") and (d / "candidate.py").exists()]
         copied = [f for f in workdir.glob("in_*.kwt") if not f.is_symlink()]
         assert all(b"TOKEN-4f2a" not in f.read_bytes() for f in copied), copied
     finally:
