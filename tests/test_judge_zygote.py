@@ -3,9 +3,12 @@ zygote for many evaluations, and a forked judge that dies is seen to die."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
+
+import pytest
 
 from conftest import ADD_ONE, CANDIDATES
 from kernelwright.core.record import Status
@@ -83,9 +86,39 @@ def test_a_judge_waits_for_a_zygote_importing_torch_instead_of_importing_it_besi
     assert first.metadata["engine_phases_s"]["spawn"] > 0  # (the wait is on the record)
     assert len(zygote_client._ZYGOTES) == 1
     zygote = next(iter(zygote_client._ZYGOTES.values()))
-    second = evaluate(ADD_ONE, CANDIDATES / "py_correct.py", cpu_config)
+    assert zygote.warm_asked  # after the evaluation, its flop counter's one-time import (`warm`)
+    second = evaluate(ADD_ONE, CANDIDATES / "py_correct.py", cpu_config)  # forked once that import is done
     assert second.status is Status.PASSED and second.metadata["judge_process"] == "forked", second.error_log
     assert list(zygote_client._ZYGOTES.values()) == [zygote]
+
+
+def test_a_judge_zygote_is_asked_to_warm_once_and_never_before_it_is_ready(monkeypatch):
+    """`warm` asks a ready judge zygote once (the parent idle, after an evaluation) and one still
+    importing torch never: its first judge would wait behind it. No torch: a stand-in whose socket
+    the test reads."""
+    import socket
+    import threading
+    import types
+
+    z = object.__new__(zygote_client._Zygote)
+    z.ready, z.warm_asked, z.lock = False, False, threading.Lock()
+    z.proc = types.SimpleNamespace(poll=lambda: None)
+    z.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    monkeypatch.setattr(zygote_client, "_ZYGOTES", {(("K", "V"),): z})
+    theirs.setblocking(False)
+    try:
+        zygote_client.warm()
+        with pytest.raises(BlockingIOError):  # still importing: not asked
+            theirs.recv(64)
+        z.ready = True
+        zygote_client.warm()
+        zygote_client.warm()
+        assert json.loads(theirs.recv(64)) == {"warm": True}
+        with pytest.raises(BlockingIOError):  # once
+            theirs.recv(64)
+    finally:
+        z.sock.close()
+        theirs.close()
 
 
 def test_a_zygote_that_kept_its_caller_waiting_too_long_is_not_waited_for_again():

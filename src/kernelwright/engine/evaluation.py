@@ -520,6 +520,7 @@ def _run(
     finally:
         runner.stop()
         judge.stop()
+        zygote_client.warm()  # its children are done: a judge zygote's one-time warm-up runs beside none of them
         if config.profile.enabled or config.sanitize:  # the judge's first inputs, for ncu / compute-sanitizer
             for name in ("in_init.kwt", "in_000.kwt"):
                 _copy_without_links(Path(out_dir), workdir, name)

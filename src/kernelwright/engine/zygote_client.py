@@ -156,6 +156,7 @@ class _Zygote:
         self.used = time.monotonic()
         self.env = dict(env)  # what its forks share (a runner zygote's: without the per-runner variables)
         self.current: ForkedJudge | None = None  # a runner zygote's one fork at a time
+        self.warm_asked = False  # a judge zygote asked to warm its flop counter (`warm`)
         self.reserved = False  # a runner is being forked from it
 
     def is_ready(self, wait_s: float = 0.0) -> bool:
@@ -340,6 +341,25 @@ def spawn(
     except (OSError, ValueError) as exc:
         _BROKEN.append(f"{type(exc).__name__}: {exc}")
         return None
+
+
+def warm() -> None:
+    """Ask each ready judge zygote, once, to warm its flop counter (`evidence.warm_flop_counter`):
+    called by the evaluator after an evaluation, when this process's children are done, so the
+    import runs beside no evaluation of this process. Not before the zygote's first judge: it would
+    keep that judge waiting, and a process that evaluates once (one `kernelwright eval`) needs it
+    only where its problem's work is not counted, which that judge then warms for itself."""
+    with _LOCK:
+        zygotes = [z for z in _ZYGOTES.values() if z.ready and not z.warm_asked and z.proc.poll() is None]
+    for z in zygotes:
+        with z.lock:
+            if z.warm_asked:
+                continue
+            z.warm_asked = True
+            try:
+                z.sock.send(json.dumps({"warm": True}).encode())
+            except OSError:
+                pass  # a zygote that is gone is found so at its next judge
 
 
 def close_all() -> None:

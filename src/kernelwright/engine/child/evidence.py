@@ -52,8 +52,9 @@ def warm_flop_counter() -> None:
     """The flop counter's first use, on two small matrices: it imports torch._dynamo (2-5 s of
     CPU, once per process), which `reference_work` would otherwise pay at the first evaluation of
     every new problem. Called off the path: in a GPU judge's start-up thread, in the CPU judges'
-    zygote before it forks any judge (engine/child/zygote.py), and in an exec'd CPU judge's thread
-    once its problem is loaded, where that problem's work is not cached (`JudgeTiming.warm_if_uncounted`).
+    zygote when its parent is idle (engine/child/zygote.py), and in a CPU judge's thread once its
+    problem is loaded, where that problem's work is not cached and nothing warmed its process
+    (`JudgeTiming.warm_if_uncounted`).
     Never raises."""
     try:
         # imported here on purpose: this import (torch._dynamo) is the work done off the path

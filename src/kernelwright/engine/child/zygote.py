@@ -12,9 +12,12 @@ directory and environment, and runs the entry's `main`. When it ends, the zygote
 code (as `subprocess.Popen.returncode` has it) on its status pipe. The zygote ends when its
 parent closes the socket (or dies: it asks for SIGKILL then).
 
-`judge` (trusted code only): the judges of CPU evaluations. Besides torch, the zygote imports what
-a judge's flop counter imports at its first use (torch._dynamo: `evidence.warm_flop_counter`), once,
-so that no forked judge pays it at the first evaluation of each new problem. A GPU judge is not
+`judge` (trusted code only): the judges of CPU evaluations. Asked to (`{"warm": true}`, no
+descriptors, no answer), the zygote also imports what a judge's flop counter imports at its first
+use (torch._dynamo: `evidence.warm_flop_counter`, 3-4 s of CPU on a 2-core machine), once, so that
+no later forked judge pays it at the first evaluation of each new problem; its parent asks when it
+is idle, after an evaluation, never before the zygote's first judge (a judge whose problem's work
+is not counted yet warms itself, in a thread, as an exec'd judge does). A GPU judge is not
 forked (CUDA must not be initialised before a fork; a GPU evaluation's judge starts as a spare, off
 the path).
 
@@ -169,9 +172,6 @@ def main(argv: list[str] | None = None) -> int:
     else:
         from kernelwright.engine.child import evidence, judge  # noqa: F401
 
-        # once here, not in every fork: a judge counts a new problem's work with the flop counter,
-        # whose first use imports torch._dynamo (2-3 s of CPU on a 2-core machine, per problem)
-        evidence.warm_flop_counter()
         why = ""
     try:  # until this comes, the parent execs its children (it never waits for us)
         sock.send(json.dumps({"ready": not why, "why": why}).encode())
@@ -213,6 +213,12 @@ def main(argv: list[str] | None = None) -> int:
                 fds += list(struct.unpack(f"{len(payload) // 4}i", payload[: len(payload) // 4 * 4]))
         try:
             request = json.loads(data)
+            if entry == "judge" and request == {"warm": True} and not fds:
+                # asked for when the parent is idle, and not answered: see `warm` in zygote_client.py
+                from kernelwright.engine.child import evidence
+
+                evidence.warm_flop_counter()
+                continue
             if len(fds) < 4:
                 raise ValueError(f"{len(fds)} descriptors, 4 needed")
         except ValueError as exc:
