@@ -190,10 +190,11 @@ def test_a_forked_judge_that_is_killed_is_seen_to_die(cpu_config, tmp_path):
 
 
 def test_a_spare_waits_for_the_zygote_so_its_import_never_runs_beside_the_next_evaluation(cpu_config):
-    """The loop's spare (started after an evaluation, off the path) is the zygote's first judge: it
-    waits for the zygote's torch import instead of running a judge's import beside it, so the next
-    evaluation is timed with neither running (the README's optimize example: its second round's
-    timing had overlapped the zygote's import, `timing_unstable`)."""
+    """A loop's spares (the first started ahead, the next after an evaluation, off the path) are
+    forked: the first waits for the zygote's torch import instead of running a judge's import beside
+    it, and the next is forked once the zygote's warm-up after the first evaluation is done, so no
+    evaluation is timed beside either (the README's optimize example: its second round's timing
+    had overlapped the zygote's import, `timing_unstable`)."""
     from kernelwright.engine import WarmEvaluator
 
     zygote_client.close_all()
@@ -201,7 +202,7 @@ def test_a_spare_waits_for_the_zygote_so_its_import_never_runs_beside_the_next_e
         first = warm.evaluate(ADD_ONE, CANDIDATES / "py_correct.py")
         assert first.status is Status.PASSED, first.error_log
         zyg = next(iter(zygote_client._ZYGOTES.values()))
-        assert zyg.ready  # the spare started after it waited for the import to end
+        assert zyg.ready and first.metadata["judge_process"] == "forked"  # it waited for the import to end
         second = warm.evaluate(ADD_ONE, CANDIDATES / "py_correct.py")
     assert second.status is Status.PASSED, second.error_log
     assert second.metadata["judge_process"] == "forked"

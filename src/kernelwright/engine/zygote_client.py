@@ -345,10 +345,11 @@ def spawn(
 
 def warm() -> None:
     """Ask each ready judge zygote, once, to warm its flop counter (`evidence.warm_flop_counter`):
-    called by the evaluator after an evaluation, when this process's children are done, so the
-    import runs beside no evaluation of this process. Not before the zygote's first judge: it would
-    keep that judge waiting, and a process that evaluates once (one `kernelwright eval`) needs it
-    only where its problem's work is not counted, which that judge then warms for itself."""
+    called by the evaluator after an evaluation, once its children are stopped, so the import runs
+    beside none of them, and the next judge is forked when it is done. Never while the zygote is
+    still importing torch: its first judge would wait behind it, and a process that evaluates once
+    (one `kernelwright eval`) needs the warm-up only where its problem's work is not counted yet,
+    which that judge then does for itself, in a thread."""
     with _LOCK:
         zygotes = [z for z in _ZYGOTES.values() if z.ready and not z.warm_asked and z.proc.poll() is None]
     for z in zygotes:
