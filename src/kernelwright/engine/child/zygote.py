@@ -15,9 +15,9 @@ parent closes the socket (or dies: it asks for SIGKILL then).
 `judge` (trusted code only): the judges of CPU evaluations. Asked to (`{"warm": true}`, no
 descriptors, no answer), the zygote also imports what a judge's flop counter imports at its first
 use (torch._dynamo: `evidence.warm_flop_counter`, 3-4 s of CPU on a 2-core machine), once, so that
-no later forked judge pays it at the first evaluation of each new problem; its parent asks when it
-is idle, after an evaluation, never before the zygote's first judge (a judge whose problem's work
-is not counted yet warms itself, in a thread, as an exec'd judge does). A GPU judge is not
+no later forked judge pays it at the first evaluation of each new problem; its parent asks after
+an evaluation, once its children are stopped, and never while the zygote still imports torch (a
+judge whose problem's work is not counted yet warms itself, in a thread, as an exec'd judge does). A GPU judge is not
 forked (CUDA must not be initialised before a fork; a GPU evaluation's judge starts as a spare, off
 the path).
 
