@@ -4,6 +4,7 @@
 #
 #   bash scripts/device_checks.sh handoff   # ~6 min: device hand-off tests, overhead with and without it
 #   bash scripts/device_checks.sh turns     # ~2 min: six honest controls at once on one GPU: with the GPU's turn, none trusted outside 0.8-1.25x
+#   bash scripts/device_checks.sh whole     # ~5 min: the whole CPU suite, the slow tests CI's gate leaves out too (tests/conftest.py), GPUs hidden
 #   bash scripts/device_checks.sh suite2    # ~8 min on two GPUs: the same suite (Mamba-2's tests aside), half of the files on each GPU
 #   bash scripts/device_checks.sh suiteall  # the same over every GPU (~4 min on four); KW_THEN: a command after it, in KW_THEN_LIMIT s
 #   bash scripts/device_checks.sh suite     # ~15 min: the whole gpu suite, 4 workers (8 ran the judges out of device memory; KW_PYTEST_ARGS: more pytest arguments, e.g. --ignore=tests/test_mamba2_gpu.py)
@@ -130,6 +131,11 @@ turns)  # ~2 min: six honest controls at once on GPU 0 (scripts/dev_honest.py 2 
     cat "$OUT"/turns[1-6].log >"$OUT/turns.log" && rm -f "$OUT"/turns[1-6].log
     awk '/: passed /{n++; if ($5 == "trusted=True") {t++; if ($4 < 0.8 || $4 > 1.25) bad++}}
          END {printf "turns: %d records, %d trusted, %d trusted outside 0.8-1.25x\n", n, t, bad}' "$OUT/turns.log"
+    ;;
+whole)  # the CPU suite as CI's machine runs it, GPUs hidden, with the tests marked slow that CI's gate leaves
+    # out (pytest --whole): the gate plus these, on the device's cores ($KW_WORKERS, 12, workers)
+    step whole "${KW_WHOLE_LIMIT:-570}" env CUDA_VISIBLE_DEVICES= python3 -m pytest --whole -n "${KW_WORKERS:-12}" -p no:cacheprovider --durations=20
+    grep -E "^(FAILED|ERROR)" "$OUT/whole.log" | head -40 >"$OUT/whole_failures.txt"
     ;;
 suite2|suiteall)  # the gpu suite over every GPU: one pytest run per GPU side by side, each with its
     # own build cache, the files dealt out in turn (heaviest first); Mamba-2's tests left to `mamba`

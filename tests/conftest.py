@@ -1,4 +1,10 @@
-"""Shared fixtures. Tests marked `gpu` are skipped where no CUDA GPU is visible (CI)."""
+"""Shared fixtures, and the two tiers of the suite.
+
+Tests marked `gpu` are skipped where no CUDA GPU is visible (CI). Tests marked `slow` (each costs
+about 8 s of a core or more: a C++ build, a CLI, server or executor process, a whole loop, an
+evaluation repeated in both sandbox modes) are left out of a plain `python3 -m pytest`, the gate CI
+runs; `--whole` runs them too (scripts/device_checks.sh `whole`, before a change lands). Naming a
+test (`file.py::test`) or giving `-m` runs what was asked for, slow or not."""
 
 from __future__ import annotations
 
@@ -36,7 +42,29 @@ def _cuda_available() -> bool:
         return False
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--whole", action="store_true", help="the whole suite: the tests marked slow too (a plain run is CI's gate)"
+    )
+
+
+def _gate(config) -> bool:
+    """A plain run, CI's: no `--whole`, no `-m`, no test named by its id."""
+    return not (config.getoption("whole") or config.option.markexpr or any("::" in a for a in config.args))
+
+
+def pytest_report_header(config):
+    if _gate(config):
+        return "CI's gate: tests marked slow are left out (--whole runs them)"
+    return None
+
+
 def pytest_collection_modifyitems(config, items):
+    if _gate(config):
+        slow = [item for item in items if "slow" in item.keywords]
+        if slow:
+            config.hook.pytest_deselected(items=slow)
+            items[:] = [item for item in items if "slow" not in item.keywords]
     if not _cuda_available():
         skip = pytest.mark.skip(reason="needs a CUDA GPU (marked gpu)")
         for item in items:
@@ -75,8 +103,8 @@ def pytest_sessionstart(session):
     CI's machine, against 20 s), where otherwise the run's second build with a flag set would make
     its header inside some test (about 40 s there, under load)."""
     config = session.config
-    if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None):
-        return
+    if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None) or _gate(config):
+        return  # CI's gate builds too little C++ for the headers to pay (two headers: about 160 s of a core)
     import subprocess
     import sys
 
@@ -89,14 +117,22 @@ def pytest_sessionstart(session):
         [sys.executable, "-c", _HEADER_MAKER, shared, str(EXAMPLES / "cpu_swish" / "candidate.py"), _MAKING],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        start_new_session=True,  # its group is its own: the compiler it runs goes with it
     )
     marker.write_text(str(config._kw_header_maker.pid))
 
 
 def pytest_unconfigure(config):
+    """The header maker and the compiler it runs end with the run (a run that collects only, or
+    stops early, would otherwise leave gcc at work on a header for a minute or more)."""
+    import signal
+
     maker = getattr(config, "_kw_header_maker", None)
     if maker is not None and maker.poll() is None:
-        maker.kill()
+        try:
+            os.killpg(maker.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
         maker.wait()
 
 

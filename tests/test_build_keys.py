@@ -67,6 +67,7 @@ def test_a_trusted_build_with_one_header_is_not_loaded_beside_another(tmp_path):
     assert other["value"] == 2  # its own header's, not the one baked into the trusted build
 
 
+@pytest.mark.slow
 def test_the_included_files_are_the_preprocessors(tmp_path):
     """A header through a quoted include, a search path and a macro; torch's and the system's
     left to the toolchain's fingerprint; names relative to the source's folder."""

@@ -110,6 +110,7 @@ def test_a_caught_build_failure_says_the_candidate_would_have_run_pytorch(cpu_co
     assert r.metadata["build_failure_caught"] is True
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("fixture", "stage", "caught"),
     [
@@ -130,6 +131,7 @@ def test_a_build_that_fails_after_import_is_a_compile_error_as_at_import(cpu_con
     assert [b["ok"] for b in r.metadata["builds"]] == [False]  # reported, although made after the import
 
 
+@pytest.mark.slow
 def test_a_real_compile_error_caught_by_a_fallback_says_so_too(cpu_config):
     r = evaluate(ADD_ONE, BF / "cpp_compile_error_fallback.py", cpu_config)
     assert r.status is Status.COMPILE_ERROR, r.error_log

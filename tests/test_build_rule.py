@@ -324,6 +324,7 @@ class ModelNew(nn.Module):
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where", sorted(LAZY))
 def test_a_build_made_in_init_or_at_the_first_call_is_recorded_given_the_problem(cpu_config, tmp_path, where):
     """The build recorder constructs ModelNew and calls it once on the CPU (given the problem): the

@@ -133,12 +133,14 @@ def test_optimize_refuses_bad_profile_and_sandbox_options_in_one_line(tmp_path):
         assert res.exit_code == 2 and words in res.output and "Traceback" not in res.output
 
 
+@pytest.mark.slow
 def test_a_format_error_names_no_unknown_device(tmp_path, cache_dir):
     res = kw("eval", ADD_ONE, CANDIDATES / "py_no_modelnew.py", "--device", "cpu", cwd=tmp_path, cache_dir=cache_dir)
     assert res.returncode == 0 and "format_error" in res.stdout  # eval ran; the verdict is in the output
     assert "on ?" not in res.stdout
 
 
+@pytest.mark.slow
 def test_a_cuda_candidate_on_the_cpu_is_said_in_one_line(tmp_path, cache_dir):
     res = kw("eval", CUDA_PROBLEM, CUDA_CANDIDATE, "--device", "cpu", cwd=tmp_path, cache_dir=cache_dir)
     assert res.returncode == 0, res.stderr
@@ -151,6 +153,7 @@ def test_a_cuda_candidate_on_the_cpu_is_said_in_one_line(tmp_path, cache_dir):
     assert re.match(r"runtime_error \[\w+\]: this candidate needs CUDA, which cpu", quiet.stdout), quiet.stdout
 
 
+@pytest.mark.slow
 def test_eval_verbose_shows_each_stage_with_the_time_elapsed(tmp_path, cache_dir):
     res = kw(
         "eval",
@@ -183,6 +186,7 @@ def test_an_unknown_key_in_the_settings_file_is_one_line_naming_key_and_file(tmp
     )
 
 
+@pytest.mark.slow
 def test_settings_come_from_pyproject_and_the_command_line_overrides_them(tmp_path, cache_dir):
     (tmp_path / "pyproject.toml").write_text(
         '[project]\nname = "x"\n\n[tool.kernelwright.eval]\natol = 0.5\nrtol = 0.25\ntrials = 2\ndevice = "cpu"\n'
@@ -198,6 +202,7 @@ def test_settings_come_from_pyproject_and_the_command_line_overrides_them(tmp_pa
 # ---- optimize: exit codes, summary, numbering ---------------------------------------------------
 
 
+@pytest.mark.slow
 @needs_openai
 def test_an_endpoint_never_reached_stops_the_run_with_exit_1(tmp_path, cache_dir):
     import socket
@@ -282,6 +287,7 @@ def test_a_run_that_finished_exits_0_and_numbers_rounds_from_0_everywhere(tmp_pa
     assert "Failed to initialize NumPy" not in res.stdout + res.stderr
 
 
+@pytest.mark.slow
 @needs_openai
 def test_optimize_json_and_quiet(tmp_path, cache_dir):
     script = {"coder": [Reply(answer(CANDIDATES / "py_correct.py"))] * 2}
@@ -336,6 +342,7 @@ def test_optimize_json_and_quiet(tmp_path, cache_dir):
     assert quiet.stdout.startswith("finished: round limit (1) reached; best ") and "from round 0" in quiet.stdout
 
 
+@pytest.mark.slow
 @needs_openai
 def test_a_judge_left_to_the_coders_model_warns_once_and_its_failures_are_on_the_round_line(tmp_path, cache_dir):
     """The newcomer's run: one model at --base-url writes the code and, by default, judges it; it
@@ -361,6 +368,7 @@ def test_a_judge_left_to_the_coders_model_warns_once_and_its_failures_are_on_the
     assert summary["best"]["round"] == 0 and [r["became_best"] for r in summary["rounds"]] == [True, False]
 
 
+@pytest.mark.slow
 @needs_openai
 def test_optimize_verbose_shows_stages_with_elapsed_time(tmp_path, cache_dir):
     script = {"coder": [Reply(answer(CANDIDATES / "py_correct.py"))] * 2, "judge": [Reply(PERF)]}
@@ -406,6 +414,7 @@ DUMPS_ON_SIGUSR1 = (
 )
 
 
+@pytest.mark.slow
 @needs_openai
 def test_ctrl_c_ends_the_run_with_130_and_a_stopped_summary(tmp_path, cache_dir):
     script = {"coder": [Reply(answer(CANDIDATES / "py_correct.py"), delay_s=60)]}

@@ -122,6 +122,7 @@ def test_run_files_are_readable_by_others(tmp_path, monkeypatch):
     assert stat.S_IMODE(report.stat().st_mode) == 0o644
 
 
+@pytest.mark.slow
 def test_eval_fail_on_makes_ci_fail_on_the_listed_verdicts():
     wrong = str(CANDIDATES / "py_wrong.py")
     plain = cli("eval", str(ADD_ONE), wrong, "--device", "cpu", "--quiet")

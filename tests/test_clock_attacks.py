@@ -75,6 +75,7 @@ def test_honest_control_passes_and_is_never_trusted_with_a_forged_speedup(cpu_co
     assert "timed_output_mismatch" not in flags(r) and "faster_than_hardware" not in flags(r), flags(r)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "name",
     [
@@ -94,6 +95,7 @@ def test_timing_forgeries_get_no_trusted_speedup(cpu_config, name):
     assert not trusted_forgery(r), (r.status, r.speedup, flags(r), r.error_log)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["poison_shared_inputs.py", "skip_work.py"])
 def test_window_tricks_fail_on_their_outputs(cpu_config, name):
     """Writing every input set of a window through the shared storage, skipping work in a burst:
@@ -105,6 +107,7 @@ def test_window_tricks_fail_on_their_outputs(cpu_config, name):
     assert "timed_output_mismatch" in flags(r), flags(r)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sandbox", SANDBOXES)
 def test_work_hidden_in_the_commit_behind_slowed_measures_counts(cpu_config, sandbox):
     """Every timed call returns at once and the work runs inside the runner's commit, after
@@ -128,6 +131,7 @@ def test_device_hog_while_idle_is_caught(cpu_config):
     assert "background_threads" in flags(r), flags(r)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sandbox", SANDBOXES)
 def test_predicted_test_set_fails(cpu_config, sandbox):
     """The seed in the candidate's process is only the weights' seed: the inputs it re-draws are
@@ -137,6 +141,7 @@ def test_predicted_test_set_fails(cpu_config, sandbox):
     assert not any(t.passed for t in r.trials)
 
 
+@pytest.mark.slow
 def test_window_that_never_closes_times_out(cpu_config):
     cfg = _config(cpu_config)
     cfg = dataclasses.replace(

@@ -5,7 +5,9 @@ the cap. The watch itself: a real compiler is seen, a sleeping process named lik
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -23,6 +25,15 @@ from kernelwright.engine.compile_watch import CompileWatch, jit_dirs
 def _parent_of(cmd: str) -> subprocess.Popen:
     """A shell that runs `cmd` as its child (as a runner runs its compiler)."""
     return subprocess.Popen(["sh", "-c", f"{cmd}; sleep 30"], start_new_session=True)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """The shell and its compiler both (killing the shell alone leaves gcc at work, about 40 s of a core)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
 
 
 def _seen_within(watch: CompileWatch, seconds: float) -> float | None:
@@ -52,8 +63,7 @@ def test_a_compiler_at_work_in_the_tree_is_seen(tmp_path):
         assert _seen_within(watch, 20) is not None
         assert set(watch.seen) & {"cc1plus", "g++", "as"}
     finally:
-        proc.kill()
-        proc.wait()
+        _stop(proc)
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="needs /proc")
@@ -65,8 +75,7 @@ def test_a_sleeping_process_named_like_a_compiler_is_not_seen(tmp_path):
         watch = CompileWatch(proc.pid, [])
         assert _seen_within(watch, 2.0) is None
     finally:
-        proc.kill()
-        proc.wait()
+        _stop(proc)
 
 
 def test_a_growing_jit_cache_is_seen_and_a_quiet_one_is_not(tmp_path):
@@ -125,6 +134,7 @@ def test_a_stuck_call_of_a_jit_candidate_is_stopped_at_the_floor(cpu_config):
     assert r.stage_times.correctness_s < 15 and "compile_seen" not in r.metadata
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("ninja") is None or shutil.which("g++") is None, reason="needs ninja and g++")
 def test_an_honest_first_call_that_compiles_is_not_timed_out(cpu_config):
     cpu_config.timeouts.correctness = 300

@@ -113,6 +113,7 @@ def get_init_inputs():
 """
 
 
+@pytest.mark.slow
 def test_a_runner_waiting_for_a_slow_judge_is_not_timed_out(cpu_config, tmp_path):
     """The judge draws every input itself (a window's worth at a time): with a slow get_inputs() the
     runner waits seconds for its next window, longer than its correctness stage's limit between
@@ -146,6 +147,7 @@ class ModelNew(nn.Module):
 """
 
 
+@pytest.mark.slow
 def test_the_limit_is_per_call_so_a_slow_candidate_that_returns_is_not_stopped(cpu_config):
     cpu_config.timeouts.correctness = 120
     # the guards' report comes after two calls (2.4 s of sleep): 5 s to spare for a loaded machine
@@ -158,6 +160,7 @@ def test_the_limit_is_per_call_so_a_slow_candidate_that_returns_is_not_stopped(c
     assert r.stage_times.correctness_s > 9.5  # the stage outlasted the limit; no call did
 
 
+@pytest.mark.slow
 def test_a_candidate_that_compiles_at_its_first_call_gets_the_jit_allowance(cpu_config):
     cpu_config.timeouts.correctness = 120
     cpu_config.timeouts.call_floor = 4

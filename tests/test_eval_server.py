@@ -68,6 +68,7 @@ def _record(proc: subprocess.CompletedProcess) -> dict:
     return json.loads(proc.stdout)
 
 
+@pytest.mark.slow
 def test_eval_is_served_by_a_running_server_and_the_server_stops_cleanly(tmp_path):
     cache = tmp_path / "cache"
     path = _socket_for(cache)
@@ -108,6 +109,7 @@ def _alive(pid: int) -> bool:
         return f.read().rsplit(")", 1)[1].split()[0] != "Z"
 
 
+@pytest.mark.slow
 def test_an_eval_that_found_no_server_starts_one_the_next_eval_is_served_and_stop_ends_it(tmp_path):
     """serve.autostart: the first eval evaluates by itself and then starts a server in the background
     (a session of its own, outliving the CLI process); the next fresh eval is served by it, on a spare
@@ -227,6 +229,7 @@ def _old_server(tmp_path: Path, cache: Path) -> subprocess.Popen:
     return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
+@pytest.mark.slow
 def test_a_server_of_other_code_is_stopped_evaluated_past_and_replaced(tmp_path):
     """A server left from before an upgrade (another code stamp) refuses the job: the CLI asks it to
     stop, evaluates by itself, and (serve.autostart) starts one of its own code after."""
@@ -292,6 +295,7 @@ def test_another_users_process_is_refused_even_where_it_can_reach_the_socket(tmp
     assert server.served == 0
 
 
+@pytest.mark.slow
 def test_an_idle_server_stops_by_itself(tmp_path):
     cache = tmp_path / "cache"
     path = _socket_for(cache)
@@ -334,6 +338,7 @@ def test_a_client_in_other_namespaces_is_told_apart_from_one_in_the_servers(tmp_
         proc.wait()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spares", [1, 0])
 def test_a_client_that_goes_away_takes_its_evaluation_with_it(tmp_path, cpu_config, spares):
     """Ctrl-C on a served `kernelwright eval`: the client closes its socket, and the server stops the

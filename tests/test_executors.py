@@ -146,6 +146,7 @@ def test_child_environment_pins_the_gpu_and_passes_the_nvlink_multicast_switches
 # ---- the local executor ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_local_executor_gives_the_serial_verdicts_on_two_fake_gpus(cache_dir, serial_verdicts):
     cfg = _cpu(cache_dir)
     with LocalExecutor(cfg, gpus=["0", "1"], build_workers=1) as ex:
@@ -164,6 +165,7 @@ def test_local_executor_gives_the_serial_verdicts_on_two_fake_gpus(cache_dir, se
     assert build_started_while_timing and not any(build_started_while_timing)
 
 
+@pytest.mark.slow
 def test_a_killed_local_worker_has_its_task_retried_once_elsewhere(cache_dir):
     cfg = replace(_cpu(cache_dir), sandbox="none")  # no bwrap --die-with-parent: the orphan is ours to stop
     killed: list[tuple[int, int, str]] = []
@@ -191,6 +193,7 @@ def test_a_killed_local_worker_has_its_task_retried_once_elsewhere(cache_dir):
     assert orphans.tagged_pids(tag) == []  # the dead worker's evaluation child was stopped
 
 
+@pytest.mark.slow
 def test_a_task_whose_retry_dies_too_resolves_with_worker_lost(cache_dir):
     cfg = replace(_cpu(cache_dir), sandbox="none")
     kills = []
@@ -234,6 +237,7 @@ def local_ray():
     ray.shutdown()
 
 
+@pytest.mark.slow
 @needs_ray
 def test_ray_executor_gives_the_serial_verdicts_and_retries_a_killed_actor(local_ray, cache_dir, serial_verdicts):
     from kernelwright.executors.ray_executor import RayExecutor

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from kernelwright.core.record import Status
 from kernelwright.engine import evaluate
 
@@ -11,6 +13,7 @@ HERE = Path(__file__).parent
 SWISH = HERE / "fixtures" / "problems" / "swish.py"
 
 
+@pytest.mark.slow
 def test_a_choice_made_on_the_first_call_is_made_outside_the_checks(cpu_config):
     # Were its first call made under deterministic mode, the candidate would keep a path that does a
     # hundred times the reference's work (about 0.02x on 2 cores). Made as timed, it is the reference's

@@ -133,6 +133,7 @@ def test_partial_bug_on_an_ill_conditioned_problem_is_incorrect(cfg, problem, ca
     assert leaf["excess_share"] > 10 * leaf["excess_allowed"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("problem,candidate", CORRECT, ids=[c.stem for _, c in CORRECT])
 def test_correct_candidates_on_ill_conditioned_problems_still_pass(judged, problem, candidate):
     r = judged(problem, candidate)
@@ -144,6 +145,7 @@ def test_correct_candidates_on_ill_conditioned_problems_still_pass(judged, probl
             assert leaf["within_distribution"] and leaf["excess_share"] <= leaf["excess_allowed"]
 
 
+@pytest.mark.slow
 def test_torch_compile_of_the_reference_passes_on_the_cpu(cfg):
     """torch.compile leaves its compile-thread pool running: that is torch's, not escaped work."""
     cfg.timeouts.correctness = 300

@@ -90,6 +90,7 @@ def test_the_evaluators_environment_cannot_be_read(cpu_config, tmp_path):
             shutil.rmtree(d, ignore_errors=True)
 
 
+@pytest.mark.slow
 def test_the_evaluator_survives_a_candidate_that_kills_its_parent(cpu_config, tmp_path):
     cpu_config.sandbox, cpu_config.time_candidate = "none", False
     cand = tmp_path / "kill_parent.py"
@@ -128,6 +129,7 @@ def test_no_process_outlives_the_evaluation(cpu_config, tmp_path, monkeypatch, c
         assert iso["swept_processes"] >= 1 and any("no PID namespace" in n for n in iso["notes"])
 
 
+@pytest.mark.slow
 def test_a_memory_hog_runs_into_the_limit(cpu_config):
     cpu_config.sandbox, cpu_config.time_candidate, cpu_config.memory_limit_mb = "none", False, 2048
     r = evaluate(ADD_ONE, None, cpu_config, candidate_text=_attack("memory_hog", gib=4))
@@ -137,6 +139,7 @@ def test_a_memory_hog_runs_into_the_limit(cpu_config):
     assert r.metadata["isolation"]["rlimits"]["RLIMIT_AS"] == 2048 << 20
 
 
+@pytest.mark.slow
 def test_a_memory_hog_is_stopped_by_the_cgroup_where_no_rlimit_applies(cpu_config, monkeypatch):
     """A CUDA evaluation has no RLIMIT_AS (the driver reserves huge address space): the cgroup limits it."""
     parents, why = containment._cgroup_parents()

@@ -15,6 +15,7 @@ from kernelwright.core.record import Status
 from kernelwright.engine import evaluate, runner_fork, zygote_client
 
 
+@pytest.mark.slow
 def test_forked_and_started_judges_give_the_same_verdicts(cpu_config):
     for candidate, status in (("py_correct.py", Status.PASSED), ("py_wrong.py", Status.INCORRECT)):
         seen = {}
@@ -40,6 +41,7 @@ def _forked(cpu_config) -> dict:
     raise AssertionError("no judge was forked in 20 evaluations")
 
 
+@pytest.mark.slow
 def test_one_zygote_serves_many_evaluations_and_their_caches(cpu_config, tmp_path):
     _forked(cpu_config)
     pids = {z.proc.pid for z in zygote_client._ZYGOTES.values()}
@@ -49,6 +51,7 @@ def test_one_zygote_serves_many_evaluations_and_their_caches(cpu_config, tmp_pat
     assert len(zygote_client._ZYGOTES) <= zygote_client.MAX_ZYGOTES
 
 
+@pytest.mark.slow
 def test_a_judge_counts_a_new_problems_work_with_the_flop_counters_modules_imported_off_the_path(cpu_config, tmp_path):
     """The flop counter's first use imports torch._dynamo (2-3 s of CPU on a 2-core machine). A judge
     forked from the zygote has it already (the zygote paid it once: `evidence.warm_flop_counter`); an
@@ -72,6 +75,7 @@ def test_a_judge_counts_a_new_problems_work_with_the_flop_counters_modules_impor
     assert started["process"] == "started" and started["counter_warm"] is True, started
 
 
+@pytest.mark.slow
 def test_a_judge_waits_for_a_zygote_importing_torch_instead_of_importing_it_beside_it(cpu_config, monkeypatch):
     """The first evaluation of a configuration starts the zygote and waits for its import (an exec'd
     judge would import torch as long, on the same cores), then is forked; the next is forked from
@@ -145,6 +149,7 @@ def test_a_zygote_that_kept_its_caller_waiting_too_long_is_not_waited_for_again(
         theirs.close()
 
 
+@pytest.mark.slow
 def test_one_eval_from_the_cli_leaves_nothing_on_its_output(tmp_path, cache_dir):
     """A process that ends while its zygotes import torch: they say nothing on the caller's terminal
     and end."""
@@ -189,6 +194,7 @@ def test_a_forked_judge_that_is_killed_is_seen_to_die(cpu_config, tmp_path):
     child.stop()
 
 
+@pytest.mark.slow
 def test_a_spare_waits_for_the_zygote_so_its_import_never_runs_beside_the_next_evaluation(cpu_config):
     """A loop's spares (the first started ahead, the next after an evaluation, off the path) are
     forked: the first waits for the zygote's torch import instead of running a judge's import beside
@@ -208,6 +214,7 @@ def test_a_spare_waits_for_the_zygote_so_its_import_never_runs_beside_the_next_e
     assert second.metadata["judge_process"] == "forked"
 
 
+@pytest.mark.slow
 def test_a_zygote_outlives_the_thread_that_asked_for_it(cpu_config):
     """A zygote dies with the thread that started it (its parent-death signal): started by a thread
     that then ended, as a Ray actor's task thread does, it took its forked judges with it (the Ray

@@ -41,6 +41,7 @@ def test_ids_are_level_slash_number():
     assert parse_id("19") is None and parse_id("level1/19_ReLU.py") is None
 
 
+@pytest.mark.slow
 def test_eval_by_id_from_a_local_checkout(tmp_path):
     repo = checkout(tmp_path / "kb")
     for source in (repo, repo / "KernelBench"):  # the repository, or its KernelBench/ folder

@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from conftest import ADD_ONE, CANDIDATES
 from kernelwright.engine.isolation import leftovers
 
@@ -35,6 +37,7 @@ def _age(path: Path, seconds: float) -> None:
         os.utime(p, (past, past), follow_symlinks=False)
 
 
+@pytest.mark.slow
 def test_a_killed_evaluators_directories_are_swept_and_a_live_ones_are_not(tmp_path, cache_dir):
     env = dict(os.environ, TMPDIR=str(tmp_path))
     shm = tmp_path / "shm"

@@ -85,6 +85,7 @@ CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,want,what", CASES, ids=[c[0] for c in CASES])
 def test_bf16_mamba2_candidates_through_the_engine(cpu_config, bf16_problem, name, want, what):
     cpu_config.verdict = "calibrated"

@@ -23,6 +23,7 @@ def small_problems(tmp_path_factory):
     return {kind: problem_at_shape(kind, dest, **SMALL) for kind in ("y", "state")}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["y", "state"])
 def test_plain_torch_control_passes(cpu_config, small_problems, kind):
     r = evaluate(small_problems[kind], BUGGY / f"ssd_torch_{kind}.py", cpu_config)

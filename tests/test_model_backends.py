@@ -38,6 +38,7 @@ def test_price_table_matches_prefixes_and_takes_user_files(tmp_path):
         PriceTable.load(tmp_path / "bad.json")
 
 
+@pytest.mark.slow
 @needs_clients
 def test_missing_keys_and_endpoints_are_one_line_errors(monkeypatch, tmp_path):
     for var in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "MY_KEY"):

@@ -23,6 +23,7 @@ def test_the_default_is_the_mode_the_constructor_leaves():
         EvalConfig(model_mode="train").validate()  # type: ignore[arg-type]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "mode,honest,skipper",
     [("as_constructed", Status.PASSED, Status.INCORRECT), ("eval", Status.INCORRECT, Status.PASSED)],

@@ -88,6 +88,7 @@ def _leaf(r):
     return r.trials[0].extra["numerics"]["leaves"][0]
 
 
+@pytest.mark.slow
 def test_mamba2_small_strict_rejects_a_correct_candidate_calibrated_accepts_it(mamba_cfg):
     mamba_cfg.verdict = "strict"
     strict = evaluate(MAMBA_SMALL, M2 / "mamba2_f64.py", mamba_cfg)
@@ -101,6 +102,7 @@ def test_mamba2_small_strict_rejects_a_correct_candidate_calibrated_accepts_it(m
     assert leaf["candidate"]["norm_rel"] < leaf["reference"]["norm_rel"]
 
 
+@pytest.mark.slow
 def test_mamba2_small_off_by_one_and_bf16_fail_calibrated(mamba_cfg):
     for name in ("mamba2_off_by_one.py", "mamba2_bf16.py"):
         r = evaluate(MAMBA_SMALL, M2 / name, mamba_cfg)

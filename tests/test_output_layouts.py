@@ -4,6 +4,7 @@ make, and the judge reads each slot in the runner's stated order, which it does 
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from conftest import FIXTURES
@@ -43,6 +44,7 @@ def test_an_order_that_does_not_fit_is_ignored():
         assert laid_out(slot, bad) is slot
 
 
+@pytest.mark.slow
 def test_a_channels_last_candidate_passes_with_its_timed_outputs_right(cpu_config):
     r = evaluate(HERE / "problem.py", HERE / "channels_last.py", cpu_config)
     assert r.status is Status.PASSED, r.error_log
@@ -50,6 +52,7 @@ def test_a_channels_last_candidate_passes_with_its_timed_outputs_right(cpu_confi
     assert all(w["bad_slots"] == 0 for w in r.metadata["timing"]["windows"])
 
 
+@pytest.mark.slow
 def test_a_runner_that_lies_about_its_layout_gets_no_trusted_speed_up(cpu_config):
     r = evaluate(HERE / "problem.py", HERE / "lying_order.py", cpu_config)
     assert r.status is not Status.PASSED or "timed_output_mismatch" in r.flags(), (r.status, r.flags())

@@ -66,6 +66,7 @@ def test_peaks_hold_only_while_the_reference_does_not_beat_their_floor():
     assert not peaks_hold(0.5, 1.0)
 
 
+@pytest.mark.slow
 def test_an_honest_candidate_is_not_flagged_by_a_measured_peak_that_came_out_low(tmp_path, cpu_config):
     problem, cand, cache = _files(tmp_path, MATMUL, CANDIDATE)
     # what a measurement on a loaded machine leaves in the cache

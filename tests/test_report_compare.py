@@ -131,6 +131,7 @@ def test_two_suites_side_by_side(suites, tmp_path):
     assert bad.returncode == 2 and "no suite or run named 'nope'" in bad.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     CHROMIUM is None, reason="needs Debian's chromium (apt-get install -y chromium) to render the report"
 )

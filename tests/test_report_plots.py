@@ -62,6 +62,7 @@ def test_the_histograms_bins_hold_the_slowest_and_the_fastest_kernel(speeds):
     assert counts.sum() == len(speeds)
 
 
+@pytest.mark.slow
 def test_a_folder_suites_report_has_no_empty_level_column_and_keeps_where_the_error_is(store, tmp_path):
     page = tmp_path / "report.html"
     out = CliRunner().invoke(app, ["report", "folder", "--store", str(store), "--html", str(page)])

@@ -124,6 +124,7 @@ def test_the_store_and_the_json_say_which_kernels_hold_at_every_size(store):
     assert robust["fast_p_counts"] == "size_robust" and robust["metrics"] == m  # the same numbers
 
 
+@pytest.mark.slow
 def test_the_page_has_an_all_sizes_column_and_says_what_fast_p_counts(store, tmp_path):
     report(store, "sized", "--html", str(tmp_path / "all.html"))
     page = (tmp_path / "all.html").read_text()

@@ -42,6 +42,7 @@ def _until_forked(cfg) -> None:
     raise AssertionError(f"no runner was forked in 20 evaluations: {runner_fork.broken()}")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sandbox", SANDBOXES)
 def test_forked_and_started_runners_give_the_same_verdicts(cpu_config, sandbox):
     cpu_config.sandbox, cpu_config.time_candidate = sandbox, False

@@ -201,6 +201,7 @@ def _reads(path: str) -> bytes:
         return b""
 
 
+@pytest.mark.slow
 @needs_bwrap
 def test_the_memory_limit_holds_in_the_sandbox(cpu_config):
     cpu_config.sandbox, cpu_config.time_candidate, cpu_config.memory_limit_mb = "bwrap", False, 2048
@@ -210,6 +211,7 @@ def test_the_memory_limit_holds_in_the_sandbox(cpu_config):
     assert r.metadata["isolation"]["sandbox"] == "bwrap" and r.metadata["isolation"]["pid_namespace"]
 
 
+@pytest.mark.slow
 @needs_bwrap
 def test_the_judges_compiler_caches_are_out_of_the_runners_reach(cpu_config, tmp_path):
     """The runner's Triton/CUDA caches lie in its own directory; the judge's (its compiler caches,
@@ -263,6 +265,7 @@ def test_the_users_evaluation_server_takes_no_job_from_inside_the_sandbox(cpu_co
     assert not marker.exists() and served == []
 
 
+@pytest.mark.slow
 def test_links_left_by_the_candidate_do_not_turn_the_copies_on_the_user(cpu_config, tmp_path, monkeypatch):
     """The parent copies the judge's first inputs into the runner's directory for the profiler: it
     neither follows a link the candidate left there (a clobber of the user's file) nor reads the
@@ -328,6 +331,7 @@ def test_the_profiler_reads_only_build_directories_the_runner_could_have_built(t
     assert got == [os.path.realpath(own), os.path.realpath(private)]
 
 
+@pytest.mark.slow
 @needs_bwrap
 def test_a_caller_with_tmp_or_home_on_its_path_unhides_neither(cpu_config, monkeypatch):
     """A script run from /tmp or $HOME puts that directory on the caller's sys.path, which the sandbox

@@ -6,6 +6,8 @@ import os
 import signal
 from dataclasses import replace
 
+import pytest
+
 from conftest import ADD_ONE
 from conftest import CANDIDATES as CAND
 from kernelwright.core.record import Stage, Status
@@ -40,6 +42,7 @@ def test_a_spare_that_waited_longer_than_its_startup_budget_still_evaluates(cpu_
     assert r.metadata["prestarted"]["idle_s"] > 0
 
 
+@pytest.mark.slow
 def test_a_spare_applies_the_stage_limits_and_reports_crashes(cpu_config):
     cpu_config.timeouts.correctness = 6  # the judge's own work on this tiny problem takes well under a second
     spare = prestart(cpu_config)
@@ -50,6 +53,7 @@ def test_a_spare_applies_the_stage_limits_and_reports_crashes(cpu_config):
     assert r.status is Status.CRASHED and "SIGSEGV" in r.error_log
 
 
+@pytest.mark.slow
 def test_a_spare_is_not_used_for_another_configuration(cpu_config, tmp_path):
     spare = prestart(cpu_config)
     other = replace(cpu_config, cache_dir=str(tmp_path / "other-cache"))

@@ -326,6 +326,7 @@ def test_suite_eval_of_jsonl_records(tmp_path, cache_dir, monkeypatch):
         }
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_a_suite_at_once_and_keeps_what_is_recorded(tmp_path, cache_dir):
     """Ctrl-C (SIGINT to the foreground group) while a suite runs: the CLI stops within seconds,
     says how many problems the store holds and how to go on, exits 130, and leaves no process

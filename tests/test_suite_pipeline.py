@@ -58,6 +58,7 @@ def _cpu(cache_dir):
     return cfg
 
 
+@pytest.mark.slow
 def test_suite_eval_json_config_and_no_evidence_stage(tmp_path, cache_dir, monkeypatch):
     """Two torch-only candidates through the local executor; a settings file sets the trials; the
     records carry no profile stage and no roofline, as no profile was asked."""
@@ -118,6 +119,7 @@ def test_suite_eval_json_config_and_no_evidence_stage(tmp_path, cache_dir, monke
     assert "suite pipe: 2/2 correct" in again.output and "ran 0, skipped 2" in again.output
 
 
+@pytest.mark.slow
 def test_eval_without_profile_has_no_evidence_stage(cache_dir, monkeypatch):
     monkeypatch.setenv("KERNELWRIGHT_CACHE", cache_dir)
     out = cli("eval", str(ADD_ONE), str(CANDIDATES / "py_correct.py"), "--device", "cpu", "--trials", "2", "--json")
@@ -266,6 +268,7 @@ def test_an_in_order_driver_counts_the_waits_it_measured():
     assert pipe.starved_s == pytest.approx(0.5)  # the states alone add nothing in order
 
 
+@pytest.mark.slow
 def test_warm_pool_keeps_two_spares_and_hands_a_ready_one_over(cache_dir):
     cfg = _cpu(cache_dir)
     text = (CANDIDATES / "py_correct.py").read_text()
@@ -389,21 +392,29 @@ def test_spares_are_paused_while_an_evaluation_is_timed_where_cores_are_scarce(c
                     pass
         return out
 
+    text = (CANDIDATES / "py_correct.py").read_text()
     with WarmPool(cfg, size=1) as pool:
         assert pool.pause_while_timing  # no startup cores given
         pool.prestart()
+        # two evaluations first, the pool refilled after each: the spare started while the third is
+        # timed is then in the pool to be seen. In a process's first evaluations a spare waits for
+        # its zygotes (the second runner zygote's start, the judge zygote's one warm-up), and one
+        # still being asked for is not in the pool yet (it is paused as it joins: `_start_spares`)
+        for _ in range(2):
+            assert pool.evaluate(ADD_ONE, None, cfg, candidate_text=text).status is Status.PASSED
+            with pool._cv:
+                assert pool._cv.wait_for(lambda: pool._spares, timeout=120)
+            time.sleep(1.0)
 
         def on_stage(s: str) -> None:
             if s == "timing":
                 time.sleep(0.3)  # a signal is delivered asynchronously
                 seen.append(states(pool))
 
-        result = pool.evaluate(
-            ADD_ONE, None, cfg, candidate_text=(CANDIDATES / "py_correct.py").read_text(), on_stage=on_stage
-        )
+        result = pool.evaluate(ADD_ONE, None, cfg, candidate_text=text, on_stage=on_stage)
         after = states(pool)
     assert result.status is Status.PASSED
-    assert pool.pauses == 1 and seen and seen[0] == {"T"}  # every process of the spare stopped while timed
+    assert pool.pauses == 3 and seen and seen[0] == {"T"}  # every process of the spare stopped while timed
     assert "T" not in after  # resumed once the timing ended
 
 

@@ -180,6 +180,7 @@ def burner():
             p.terminate()
 
 
+@pytest.mark.slow
 def test_a_run_on_a_busy_machine_says_its_speedup_is_not_to_be_trusted(cpu_config, burner):
     """Its burner loads every core (other tests beside it only add to that)."""
     ex = EXAMPLES / "cpu_swish"

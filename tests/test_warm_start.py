@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from conftest import ADD_ONE, CANDIDATES, make_cpu_config
 from kernelwright.core.record import Status
 from kernelwright.executors.interface import EvalTask
@@ -13,6 +15,7 @@ from kernelwright.executors.local import LocalExecutor
 from kernelwright.suites.accounting import startup_on_path
 
 
+@pytest.mark.slow
 def test_the_executor_starts_its_worker_before_its_first_task_and_the_task_runs_there(cache_dir):
     cfg = make_cpu_config(cache_dir)
     cfg.trials, cfg.shapes = 2, "off"
