@@ -3,8 +3,8 @@
 Tests marked `gpu` are skipped where no CUDA GPU is visible (CI). Tests marked `slow` (each costs
 about 8 s of a core or more: a C++ build, a CLI, server or executor process, a whole loop, an
 evaluation repeated in both sandbox modes) are left out of a plain `python3 -m pytest`, the gate CI
-runs; `--whole` runs them too (scripts/device_checks.sh `whole`, before a change lands). Naming a
-test (`file.py::test`) or giving `-m` runs what was asked for, slow or not."""
+runs; `--whole` runs them too, before a change lands (20-25 min on two cores). Naming a
+test (`file.py::test`) or giving `-m` or `-k` runs what was asked for, slow or not."""
 
 from __future__ import annotations
 
@@ -49,8 +49,9 @@ def pytest_addoption(parser):
 
 
 def _gate(config) -> bool:
-    """A plain run, CI's: no `--whole`, no `-m`, no test named by its id."""
-    return not (config.getoption("whole") or config.option.markexpr or any("::" in a for a in config.args))
+    """A plain run, CI's: no `--whole`, no `-m` or `-k`, no test named by its id."""
+    named = config.option.markexpr or config.option.keyword or any("::" in a for a in config.args)
+    return not (config.getoption("whole") or named)
 
 
 def pytest_report_header(config):
