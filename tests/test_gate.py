@@ -1,0 +1,64 @@
+"""CI's gate (tests/conftest.py): a plain run leaves out the tests marked slow, and still holds one
+control of each kind, the honest control against forged speed-ups first among them."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from conftest import _gate
+
+TESTS = Path(__file__).resolve().parent
+
+# one end-to-end control of each kind that the gate must keep (README: "Run the tests")
+CONTROLS = [
+    ("test_clock_attacks.py", "test_honest_control_passes_and_is_never_trusted_with_a_forged_speedup"),
+    ("test_footholds.py", "test_a_candidate_that_impersonates_the_server_gets_no_honest_job"),
+    ("test_footholds.py", "test_an_eval_below_a_planted_settings_file_keeps_its_verdict"),
+    ("test_runner_fork.py", "test_a_forked_runner_sees_nothing_of_the_other_evaluations"),
+    ("test_isolation.py", "test_no_process_outlives_the_evaluation"),
+    ("test_isolation.py", "test_the_evaluators_environment_cannot_be_read"),
+    ("test_illconditioned_verdicts.py", "test_partial_bug_on_an_ill_conditioned_problem_is_incorrect"),
+    ("test_degenerate_reference.py", "test_constant_candidate_passes_with_the_flag_and_its_sentence"),
+    ("test_identical_candidate.py", "test_the_reference_against_itself_is_never_a_trusted_speedup_outside_the_band"),
+    ("test_timing_stability.py", "test_the_thread_count_is_fixed_and_recorded"),  # the CPU example's C++ build
+    ("test_cli.py", "test_a_run_that_finished_exits_0_and_numbers_rounds_from_0_everywhere"),
+]
+
+
+def _marks(fn: ast.FunctionDef) -> set[str]:
+    out = set()
+    for d in fn.decorator_list:
+        node = d.func if isinstance(d, ast.Call) else d
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute) and node.value.attr == "mark":
+            out.add(node.attr)
+    return out
+
+
+@pytest.mark.parametrize("file, name", CONTROLS, ids=[n for _, n in CONTROLS])
+def test_each_control_is_in_the_gate(file, name):
+    tree = ast.parse((TESTS / file).read_text())
+    module_marks = [n for n in tree.body if isinstance(n, ast.Assign) and "pytestmark" in ast.unparse(n)]
+    assert not any("slow" in ast.unparse(n) for n in module_marks), f"{file} is slow as a whole"
+    (fn,) = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name]
+    assert "slow" not in _marks(fn), f"{file}::{name} is a control of CI's gate: it must not be marked slow"
+
+
+def _config(args=("tests",), whole=False, markexpr="", keyword=""):
+    return SimpleNamespace(
+        args=list(args),
+        option=SimpleNamespace(markexpr=markexpr, keyword=keyword),
+        getoption=lambda name: {"whole": whole}[name],
+    )
+
+
+def test_a_plain_run_is_the_gate_and_any_naming_of_tests_is_not():
+    assert _gate(_config())
+    assert _gate(_config(args=["tests/test_cli.py"]))  # a file: its tests in the gate
+    assert not _gate(_config(whole=True))
+    assert not _gate(_config(markexpr="gpu"))
+    assert not _gate(_config(keyword="poison"))
+    assert not _gate(_config(args=["tests/test_cli.py::test_optimize_json_and_quiet"]))
