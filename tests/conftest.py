@@ -98,8 +98,9 @@ _MAKING = ".kw-test-headers-making"
 
 
 def pytest_sessionstart(session):
-    """Under pytest -n, the controller makes the headers of torch's default flags and of the
-    example's (`_HEADER_MAKER`) in the workers' shared build cache (engine/child/flag_pch.py) while
+    """Under pytest -n, where tests marked slow run (not in CI's gate: it builds two extensions, and
+    the headers would cost more than they save), the controller makes the headers of torch's default
+    flags and of the example's (`_HEADER_MAKER`) in the workers' shared build cache (engine/child/flag_pch.py) while
     the first tests run: every C++ build of the run with those flags then uses them (8 s a build on
     CI's machine, against 20 s), where otherwise the run's second build with a flag set would make
     its header inside some test (about 40 s there, under load)."""
