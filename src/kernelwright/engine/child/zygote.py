@@ -17,9 +17,9 @@ descriptors, no answer), the zygote also imports what a judge's flop counter imp
 use (torch._dynamo: `evidence.warm_flop_counter`, 3-4 s of CPU on a 2-core machine), once, so that
 no later forked judge pays it at the first evaluation of each new problem; its parent asks after
 an evaluation, once its children are stopped, and never while the zygote still imports torch (a
-judge whose problem's work is not counted yet warms itself, in a thread, as an exec'd judge does). A GPU judge is not
-forked (CUDA must not be initialised before a fork; a GPU evaluation's judge starts as a spare, off
-the path).
+judge whose problem's work is not counted yet warms itself, in a thread, as an exec'd judge does).
+A GPU judge is not forked (CUDA must not be initialised before a fork; a GPU evaluation's judge
+starts as a spare, off the path).
 
 `runner`: the runners of CPU evaluations. This zygote runs inside the runner's sandbox (bubblewrap
 or none), never runs candidate code itself and is not dumpable. Each fork says its process id to
