@@ -11,12 +11,13 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 import torch
 
 from kernelwright.core.config import TimingConfig
 from kernelwright.core.record import Status
 from kernelwright.engine.child import shared_region
-from kernelwright.engine.child.correctness import TimedBound
+from kernelwright.engine.child.correctness import TimedBound, errors, leaf_abs_errors
 from kernelwright.engine.child.timing import TimingJob, TimingOutcome, run
 from kernelwright.engine.child.timing.runner_window import Rings, serve_window
 
@@ -50,6 +51,7 @@ def _timed(
     draw: Callable[[], list[torch.Tensor]] | None = None,
     reference: Callable[..., torch.Tensor] = _reference,
     shared: Callable[[], str] = lambda: "",
+    bound: TimedBound | None = None,
 ) -> TimingOutcome:
     judge_end, runner_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     runner = threading.Thread(target=_serve, args=(runner_end, model), daemon=True)
@@ -66,7 +68,7 @@ def _timed(
                 reference=reference,
                 inputs=inputs,
                 reference_output=_reference(*inputs),
-                bound=TimedBound(rtol=1e-3),
+                bound=bound or TimedBound(rtol=1e-3),
                 shared=shared,
             )
         )
@@ -143,6 +145,102 @@ def test_a_timed_output_may_stray_as_far_as_the_trials_did_with_room_and_no_furt
     wider = bound.widened((1e-4, 1e-4)).widened(None)
     assert wider.allows((1e-3, 1e-3), ref)  # 10x what a correct trial strayed: within the room
     assert not wider.allows((0.5, 1.0), ref)  # an output of other inputs strays by its own size
+
+
+def test_the_absolute_way_goes_leaf_by_leaf_and_only_as_far_as_a_trial_went():
+    big, small = torch.full((8,), 1e3), torch.zeros(8)
+    small[2] = 2.2e-4
+    ref = (big, small)
+    trial = (big + 1e-4, small.clone())  # the large leaf rounds by 1e-4, the small one not at all
+    bound = TimedBound(rtol=1e-3).widened(errors(trial, ref), trial, ref)
+    (_, big_seen), (small_norm, small_seen) = bound.abs_seen
+    assert big_seen == pytest.approx(1e-4, rel=0.3) and small_norm == small_seen == 0.0
+    dropped = (big.clone(), torch.zeros(8))  # the small leaf's survivor left out: 2.2e-4, under 16 x 1e-4
+    assert not bound.allows(errors(dropped, ref), ref, dropped)  # measured against its own leaf's trials
+    rounded = (big - 1e-4, small + torch.tensor([0, 0, 1e-5, 0, 0, 0, 0, 0]))
+    assert not bound.allows(errors(rounded, ref), ref, rounded)  # the small leaf was exact in the trial
+    assert bound.allows(errors((big - 1e-4, small), ref), ref, (big - 1e-4, small))
+    no_trial = TimedBound(rtol=1e-3)
+    assert not no_trial.allows((1.0, 1.0), ref, ref)  # no correct trial yet: no absolute way
+    assert leaf_abs_errors((big,), ref) is None  # another structure
+    assert leaf_abs_errors((big, small.double()), ref) is not None  # (a dtype of the same kind: compared)
+    nan = small.clone()
+    nan[0] = float("nan")
+    assert leaf_abs_errors((big, nan), ref) is None  # a NaN where the reference has a number
+
+
+def _shifted_relu(x: torch.Tensor) -> torch.Tensor:
+    """A reference like KernelBench's level 2 problem 9 (a ReLU behind a large negative shift):
+    most outputs are zero, a few survive."""
+    return torch.relu(x - 3.0)
+
+
+def _reassociated(x: torch.Tensor) -> torch.Tensor:
+    """An honest candidate for it: the same function, rounded another way (as a candidate that
+    folds the shift into a scaled weight rounds it). Its outputs differ by a rounding step."""
+    return torch.relu((x * 1.5 - 4.5) / 1.5)
+
+
+def _lone_survivor(survivor: float) -> Callable[[], list[torch.Tensor]]:
+    """Draws where one output only, at a random place, survives the shift, by `survivor`."""
+    gen = torch.Generator().manual_seed(5)
+
+    def draw() -> list[torch.Tensor]:
+        x = torch.randn(32, 64, generator=gen) * 0.5  # (0.5 x 6 sigma: nothing else gets past 3)
+        i, j = int(torch.randint(0, 32, (1,), generator=gen)), int(torch.randint(0, 64, (1,), generator=gen))
+        x[i, j] = 3.0 + survivor
+        return [x]
+
+    return draw
+
+
+def _trial_bound(model: Callable[..., torch.Tensor]) -> TimedBound:
+    """The bound the correctness trials leave for `model`: three trials of ordinary inputs, where
+    many outputs survive the shift, by up to a few units."""
+    gen, bound = torch.Generator().manual_seed(9), TimedBound(rtol=1e-3)
+    for _ in range(3):
+        x = torch.randn(32, 64, generator=gen) * 2.0
+        c, r = model(x), _shifted_relu(x)
+        bound = bound.widened(errors(c, r), c, r)
+    return bound
+
+
+def test_a_slot_whose_only_survivor_is_one_rounding_step_is_right_for_an_honest_candidate():
+    """The verdict that flipped: an honest candidate (CUDA-L1's level 2 problem 9, one addmm with
+    a pre-scaled weight, then relu_) was called wrong in one suite run in ten, for one slot in
+    1,408. That slot's only nonzero output was 2.2e-4, and the candidate's differed from it by
+    one rounding step of the pre-activation (2.4e-7): an error of 1e-3 of that slot's own scale,
+    over the bound. Here every slot's lone survivor is 4.8e-7 and the candidate's is a rounding
+    step off (a third of that slot's scale): still right, because the trials showed such absolute
+    errors."""
+    x = torch.full((1,), 3.0 + 2**-21)
+    c, r = _reassociated(x), _shifted_relu(x)
+    assert 0 < float((c - r).abs().max()) < 2**-21  # (the case: a rounding step, a large share of the survivor)
+    bound = _trial_bound(_reassociated)
+    assert not bound.allows(errors(c, r), r)  # relative to the slot's own scale: over the bound
+    assert bound.allows(errors(c, r), r, c)
+    out = _timed(_reassociated, draw=_lone_survivor(2**-21), reference=_shifted_relu, bound=bound)
+    assert out.failure is None, out.failure
+    assert "timed_output_mismatch" not in out.flags, out.metadata["timing"]["windows"]
+    assert out.facts["timed_calls_checked"] > 0 and out.speedup is not None
+
+
+def test_a_replayed_output_is_still_wrong_where_the_slots_scale_is_small():
+    """The absolute way is no way round the check: a candidate that returns its last answer
+    (right once, then stale) strays by the survivors' own size, far beyond the trials' rounding."""
+    last: list[torch.Tensor] = []
+
+    def stale(x: torch.Tensor) -> torch.Tensor:
+        out = last[0] if last else _reassociated(x)
+        last[:] = [_reassociated(x)]
+        return out.clone()
+
+    out = _timed(stale, draw=_lone_survivor(0.01), reference=_shifted_relu, bound=_trial_bound(_reassociated))
+    assert "timed_output_mismatch" in out.flags, out.flags
+    windows = out.metadata["timing"]["windows"]
+    assert all(w["bad_slots"] == w["calls"] for w in windows)  # every timed call answered the one before it
+    first = windows[0]["bad_at"][0]
+    assert first[0] == 0 and first[1][1] >= 0.99  # where, and by how much: the survivor's whole size
 
 
 def test_each_rounds_inputs_are_freed_before_the_next_round_draws_its_own():

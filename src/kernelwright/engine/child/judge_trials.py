@@ -130,7 +130,7 @@ class JudgeTrials(JudgeTiming, JudgeShapes, JudgeGuards):
             s["calibrated_passed"] = None
         self.degenerate.add(inputs, ref_out)
         if passed:  # how far a correct output of this candidate strays: the bound for its timed outputs
-            self.timed_bound = self.timed_bound.widened(errors(cand, ref_out))
+            self.timed_bound = self.timed_bound.widened(errors(cand, ref_out), cand, ref_out)
         self.add_trial(trial)
 
     def add_trial(self, trial: TrialRecord) -> None:

@@ -372,6 +372,7 @@ class _Stage:
                     str(k)[:20]: v for k, v in list(res.runner_ms.items())[:6] if isinstance(v, (int, float))
                 },
                 "bad_slots": res.bad_slots,
+                "bad_at": res.bad_at,
             }
         )
 

@@ -43,6 +43,8 @@ class WindowResult:
     open_to_computed_ms: float = 0.0
     runner_ms: dict[str, Any] = field(default_factory=dict)  # the runner's own account: evidence, never used
     phases: Any = None  # on the device clock: device_clock.Phases (what per_call_ms is made from)
+    # the first wrong slots, as evidence: [index in the window, [normwise, element] error or None]
+    bad_at: list[Any] = field(default_factory=list)
 
 
 class WindowTimer:
@@ -54,7 +56,7 @@ class WindowTimer:
         device: torch.device,
         draw: Callable[[], list[Any]],
         reference: Callable[..., Any],
-        check: Callable[[tuple[float, float] | None, Any], bool],
+        check: Callable[[tuple[float, float] | None, Any, Any], bool],
         deadline_s: Callable[[float], float],
         threads: int | None = None,
     ):
@@ -63,7 +65,8 @@ class WindowTimer:
         self.device = device
         self.draw = draw  # fresh inputs from the judge's secret stream
         self.reference = reference
-        self.check = check  # (a slot's errors against its reference output, that output) -> acceptable
+        # (a slot's errors against its reference output, that output, the slot's own) -> acceptable
+        self.check = check
         self.deadline_s = deadline_s  # (expected window seconds) -> how long to wait for `done`
         self.next_id = 0
         self.ring: shared_region.Region | None = None  # the outputs' region, lent once for every window
@@ -353,7 +356,7 @@ class WindowTimer:
         timed_ms = wall_ms - min(copy_ms, after_ms) - min(open_ms, 0.5 * before_ms)
         if reply.get("error"):
             raise WindowError(f"ModelNew failed in a timing window: {str(reply['error'])[:300]}")
-        bad = self._bad_slots(snap, out_layout, ref_outs, reply.get("orders"))
+        wrong = self._bad_slots(snap, out_layout, ref_outs, reply.get("orders"))
         runner_ms = reply.get("runner_ms")
         return WindowResult(
             calls=calls,
@@ -361,14 +364,18 @@ class WindowTimer:
             copy_ms=copy_ms,
             open_ms=open_ms,
             per_call_ms=timed_ms / calls,
-            bad_slots=bad,
+            bad_slots=len(wrong),
+            bad_at=_evidence(wrong),
             after_ms=after_ms,
             open_to_computed_ms=(t_done - t0) * 1e3,
             runner_ms=runner_ms if isinstance(runner_ms, dict) else {},
         )
 
-    def _bad_slots(self, snap: torch.Tensor, out_layout: Layout, ref_outs: list[Any], orders: Any = None) -> int:
-        """How many of a window's slots, as snapshot into `snap`, are wrong for their own inputs.
+    def _bad_slots(
+        self, snap: torch.Tensor, out_layout: Layout, ref_outs: list[Any], orders: Any = None
+    ) -> list[tuple[int, tuple[float, float] | None]]:
+        """A window's slots, as snapshot into `snap`, that are wrong for their own inputs: (index,
+        its errors as `slot_errors` gives them).
         `orders`: the runner's word on the dim order its outputs were committed in (runner_window's
         `dense_orders`); an order that does not fit a slot is ignored (`laid_out`)."""
         region = shared_region.Region(snap, snap.numel(), -1)
@@ -377,7 +384,8 @@ class WindowTimer:
             slots = [[laid_out(q, o) for q, o in zip(sl, orders, strict=False)] + sl[len(orders) :] for sl in slots]
         cands = [_rebuild(ref, sl) for ref, sl in zip(ref_outs, slots, strict=True)]
         errs = slot_errors(cands, ref_outs)
-        return sum(1 for e, ref in zip(errs, ref_outs, strict=True) if not self.check(e, ref))
+        rows = enumerate(zip(errs, ref_outs, cands, strict=True))
+        return [(i, e) for i, (e, ref, c) in rows if not self.check(e, ref, c)]
 
     def _lend(self, name: str, region: shared_region.Region, rid: int, fds: list[int]) -> list[Any]:
         """`[name, id, bytes, new]` for a window's header; a region this timer's peer has not mapped
@@ -481,7 +489,7 @@ class WindowTimer:
         if self.cal is not None:
             self.cal.see(phases)
         per_call = self.cal.candidate_ms(phases) if self.cal is not None else phases.span_ms / calls
-        bad = self._bad_slots(snap_into, out_layout, ref_outs, reply.get("orders"))
+        wrong = self._bad_slots(snap_into, out_layout, ref_outs, reply.get("orders"))
         runner_ms = reply.get("runner_ms")
         return WindowResult(
             calls=calls,
@@ -489,7 +497,8 @@ class WindowTimer:
             copy_ms=0.0,
             open_ms=0.0,
             per_call_ms=per_call,
-            bad_slots=bad,
+            bad_slots=len(wrong),
+            bad_at=_evidence(wrong),
             after_ms=snap_ms,
             open_to_computed_ms=copy_in_ms + middle_ms,
             runner_ms=runner_ms if isinstance(runner_ms, dict) else {},
@@ -534,6 +543,11 @@ class WindowTimer:
             if isinstance(msg, dict) and msg.get("done") == wid:
                 return msg
         raise WindowError("the runner flooded the window socket")
+
+
+def _evidence(wrong: list[tuple[int, tuple[float, float] | None]], most: int = 3) -> list[Any]:
+    """The first `most` wrong slots of a window for the record: [index, [norm, element] or None]."""
+    return [[i, None if e is None else [float(f"{x:.3g}") for x in e]] for i, e in wrong[:most]]
 
 
 def _own(out: Any) -> Any:
