@@ -243,6 +243,24 @@ def test_a_replayed_output_is_still_wrong_where_the_slots_scale_is_small():
     assert first[0] == 0 and first[1][1] >= 0.99  # where, and by how much: the survivor's whole size
 
 
+def test_a_candidate_that_rounds_to_bf16_once_its_trials_are_over_is_still_wrong():
+    """Exact in its trials, then bfloat16 in its timed calls (cheaper work where nobody looks): the
+    trials' absolute errors were nil, so the absolute way allows nothing more, and the relative
+    way sees bf16's rounding (2e-3 of the output's norm) over the bound."""
+    calls = [0]
+
+    def sloppy(x: torch.Tensor) -> torch.Tensor:
+        calls[0] += 1
+        y = _reference(x)
+        return y if calls[0] <= 1 else y.bfloat16().float()
+
+    x = torch.randn(32, 64, generator=torch.Generator().manual_seed(4))
+    c, r = sloppy(x), _reference(x)
+    out = _timed(sloppy, bound=TimedBound(rtol=1e-3).widened(errors(c, r), c, r))
+    assert "timed_output_mismatch" in out.flags, out.flags
+    assert all(w["bad_slots"] == w["calls"] for w in out.metadata["timing"]["windows"])
+
+
 def test_each_rounds_inputs_are_freed_before_the_next_round_draws_its_own():
     """A round's sets (the warm-up's too) are gone when the next round draws: the memory the next
     windows use is the memory the last one freed, as on the runner's side. (A round kept alive puts
