@@ -73,6 +73,25 @@ def test_pointer_cache_is_caught_by_the_refill_alone(cpu_config):
     assert "inputs refilled in place with new values" in r.error_log
 
 
+def test_a_wrong_output_on_refilled_inputs_that_is_no_kept_answer_is_an_error_not_a_cache(cpu_config, tmp_path):
+    """A candidate wrong on the refilled tensors, but not with the answer it gave them before (here
+    off by 0.5; in the wild, an honest kernel whose error sits at the tolerance's edge, CUDA-L1's
+    level 1 problem 60 on an H200): incorrect all the same, but not called a stale output."""
+    cand = tmp_path / "wrong_on_refill.py"
+    cand.write_text(
+        "import torch\nimport torch.nn as nn\n\n"
+        "class ModelNew(nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        again = getattr(x, '_kw_seen', False)  # the same tensor object: refilled in place\n"
+        "        x._kw_seen = True\n"
+        "        return torch.relu(x) + (1.5 if again else 1.0)\n"
+    )
+    r = evaluate(ADD_ONE, cand, dataclasses.replace(cpu_config, time_candidate=False))
+    assert r.status is Status.INCORRECT and r.speedup is None, (r.status, r.error_log)
+    assert "stale_output_on_refill" not in flags(r), r.metadata.get("guards")
+    assert "output on a further input" in r.error_log and "written into the tensors of the one before" in r.error_log
+
+
 def test_stored_output_fails_on_the_second_trial(cpu_config):
     r = run(cpu_config, "stored_output.py")
     assert r.status is Status.INCORRECT
