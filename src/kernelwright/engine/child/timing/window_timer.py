@@ -356,7 +356,7 @@ class WindowTimer:
         timed_ms = wall_ms - min(copy_ms, after_ms) - min(open_ms, 0.5 * before_ms)
         if reply.get("error"):
             raise WindowError(f"ModelNew failed in a timing window: {str(reply['error'])[:300]}")
-        wrong = self._bad_slots(snap, out_layout, ref_outs, reply.get("orders"))
+        wrong = self._wrong_slots(snap, out_layout, ref_outs, reply.get("orders"))
         runner_ms = reply.get("runner_ms")
         return WindowResult(
             calls=calls,
@@ -371,7 +371,7 @@ class WindowTimer:
             runner_ms=runner_ms if isinstance(runner_ms, dict) else {},
         )
 
-    def _bad_slots(
+    def _wrong_slots(
         self, snap: torch.Tensor, out_layout: Layout, ref_outs: list[Any], orders: Any = None
     ) -> list[tuple[int, tuple[float, float] | None]]:
         """A window's slots, as snapshot into `snap`, that are wrong for their own inputs: (index,
@@ -489,7 +489,7 @@ class WindowTimer:
         if self.cal is not None:
             self.cal.see(phases)
         per_call = self.cal.candidate_ms(phases) if self.cal is not None else phases.span_ms / calls
-        wrong = self._bad_slots(snap_into, out_layout, ref_outs, reply.get("orders"))
+        wrong = self._wrong_slots(snap_into, out_layout, ref_outs, reply.get("orders"))
         runner_ms = reply.get("runner_ms")
         return WindowResult(
             calls=calls,
