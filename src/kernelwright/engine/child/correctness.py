@@ -305,11 +305,11 @@ class TimedBound:
 
     The second way is for outputs whose scale collapses: after a ReLU behind a large negative shift
     most outputs are all zeros, and one whose lone survivor is 2e-4 reads a one-ulp difference of
-    the pre-activation (2.4e-7) as an error of 1e-3 of its scale. Such a slot turns up about once
-    in 10,000 draws (CUDA-L1's level 2 problem 9): a timing stage checks over a thousand, the
-    correctness trials a handful, so the timed check called an honest candidate wrong in about one
-    suite run in ten. Absolute errors no larger than the trials' own are the trials' rounding
-    again, whatever the slot's scale; a replayed or skipped output still strays by its own values."""
+    the pre-activation (2.4e-7) as an error of 1e-3 of its scale (about 2 slots in 10,000 of
+    CUDA-L1's level 2 problem 9): a timing stage checks over a thousand slots, the correctness
+    trials a handful, so only the timed check meets them. Absolute errors no larger than the
+    trials' own are the trials' rounding again, whatever the slot's scale; a replayed or skipped
+    output still strays by its own values."""
 
     rtol: float
     norm_seen: float = 0.0

@@ -161,3 +161,26 @@ def detect(trials: list[tuple[Any, Any]]) -> DegenerateFinding:
     for inputs, outputs in trials:
         d.add(inputs, outputs)
     return d.finding()
+
+
+def identical(a: Any, b: Any) -> bool:
+    """Whether two outputs are the same, element for element (NaN equal to NaN): the timing stage's
+    test of whether the reference's outputs of its draws differ (`judge_degenerate`'s other evidence)."""
+    fa, fb = flatten(a), flatten(b)
+    if len(fa) != len(fb):
+        return False
+    for (_, x), (_, y) in zip(fa, fb, strict=True):
+        if isinstance(x, torch.Tensor) != isinstance(y, torch.Tensor):
+            return False
+        if not isinstance(x, torch.Tensor):
+            if x != y:
+                return False
+            continue
+        if x.shape != y.shape or x.dtype != y.dtype or x.device != y.device:
+            return False
+        if torch.equal(x, y):
+            continue
+        floating = x.is_floating_point() or x.is_complex()
+        if not floating or not torch.allclose(x, y, rtol=0.0, atol=0.0, equal_nan=True):
+            return False
+    return True

@@ -21,6 +21,7 @@ import torch
 
 from kernelwright.core.record import Status
 from kernelwright.engine.child.compare import tensor_bytes
+from kernelwright.engine.child.degenerate import identical
 from kernelwright.engine.child.problem_io import sync
 from kernelwright.engine.child.timing import device_clock, stability
 from kernelwright.engine.child.timing.job import TimingFailure, TimingJob, TimingOutcome
@@ -102,6 +103,11 @@ class _Stage:
         self.seen: list[Measures] = []  # the judge's per-call measures of the windows' own costs
         self.details: list[dict[str, Any]] = []
         self.bad = self.checked = 0
+        # whether the reference's outputs of the stage's draws differ (the degenerate check's other
+        # evidence: a handful of trials can all draw the same output from a reference that rarely
+        # leaves it, a ReLU behind a large shift); the first one kept to compare with
+        self.first_ref: Any = None
+        self.ref_varies = False
         # on a GPU the judge's stream spans the runner's work (device_clock.py), where the driver can;
         # else a trusted probe process measures what a window costs besides the calls (probe.py)
         self.clocked = on_gpu and job.anchor is not None and job.config.device_clock
@@ -292,6 +298,16 @@ class _Stage:
             return "the candidate"
         return ""
 
+    def note_variation(self, ref_outs: list[Any]) -> None:
+        """Whether any of these reference outputs differs from the stage's first (until one does)."""
+        if self.ref_varies or not ref_outs:
+            return
+        if self.first_ref is None:
+            self.first_ref = ref_outs[0]
+        self.ref_varies = any(not identical(o, self.first_ref) for o in ref_outs)
+        if self.ref_varies:
+            self.first_ref = None
+
     def one_round(self, warm: bool) -> tuple[_Round, float]:
         """A reference window, the judge's measures of a window's own costs, the candidate's window
         (and the probe's after it): the round, and the clock where its last phase began."""
@@ -303,6 +319,7 @@ class _Stage:
         # measures of the window's own costs, taken right after it (the runner waits then)
         monitor = stability.CpuLoadMonitor()
         r_ms, ref_outs = timer.reference_window(sets, layout)
+        self.note_variation(ref_outs)
         ref_host = timer.ref_host_ms if self.clocked and timer.ref_queued and not timer.as_launched else None
         monitor.tick()
         # (the probe's window after the candidate's measures the opening)
@@ -413,6 +430,7 @@ class _Stage:
         out, cfg, timer = self.out, self.job.config, self.timer
         out.checked.append("timed_output_mismatch")
         out.facts["timed_calls_checked"] = self.checked
+        out.facts["timed_reference_outputs_vary"] = self.ref_varies
         if self.bad:
             out.flags["timed_output_mismatch"] = (
                 f"{self.bad} of {self.checked} timed calls of ModelNew gave a wrong output for the "
