@@ -52,6 +52,7 @@ def _timed(
     reference: Callable[..., torch.Tensor] = _reference,
     shared: Callable[[], str] = lambda: "",
     bound: TimedBound | None = None,
+    max_calls: int = 8,
 ) -> TimingOutcome:
     judge_end, runner_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     runner = threading.Thread(target=_serve, args=(runner_end, model), daemon=True)
@@ -63,7 +64,7 @@ def _timed(
             TimingJob(
                 device=torch.device("cpu"),
                 sock=judge_end,
-                config=TimingConfig(windows=windows, window_ms=2.0, max_window_calls=8, window_deadline_s=30.0),
+                config=TimingConfig(windows=windows, window_ms=2.0, max_window_calls=max_calls, window_deadline_s=30.0),
                 draw=draw or (lambda: [torch.randn(32, 64, generator=gen)]),
                 reference=reference,
                 inputs=inputs,
@@ -259,6 +260,18 @@ def test_a_candidate_that_rounds_to_bf16_once_its_trials_are_over_is_still_wrong
     out = _timed(sloppy, bound=TimedBound(rtol=1e-3).widened(errors(c, r), c, r))
     assert "timed_output_mismatch" in out.flags, out.flags
     assert all(w["bad_slots"] == w["calls"] for w in out.metadata["timing"]["windows"])
+
+
+def test_the_stage_says_whether_the_references_outputs_of_its_draws_differ():
+    """The degenerate check's other evidence: within a window, and (one set a window) from window to
+    window, by fingerprint."""
+    for calls in (8, 1):
+        varying = _timed(lambda x: torch.sigmoid(x) * x, max_calls=calls)
+        assert varying.facts["timed_reference_outputs_vary"] is True
+        constant = _timed(lambda x: torch.zeros_like(x), reference=lambda x: x * 0.0, max_calls=calls)
+        assert constant.failure is None and constant.facts["timed_reference_outputs_vary"] is False
+        nan = _timed(lambda x: torch.full_like(x, float("nan")), reference=lambda x: x * float("nan"), max_calls=calls)
+        assert nan.facts["timed_reference_outputs_vary"] is False  # NaN everywhere, every draw: alike
 
 
 def test_each_rounds_inputs_are_freed_before_the_next_round_draws_its_own():

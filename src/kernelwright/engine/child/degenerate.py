@@ -103,6 +103,11 @@ def _same(a: Fingerprint, b: Fingerprint) -> bool:
     )
 
 
+def alike(a: list[Fingerprint], b: list[Fingerprint]) -> bool:
+    """Two outputs' fingerprints, tensor by tensor, equal (`_same`)."""
+    return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+
+
 class DegenerateDetector:
     """Fed one trial at a time (inputs, the reference's outputs); `finding()` after two or more.
 

@@ -20,8 +20,8 @@ from typing import Any
 import torch
 
 from kernelwright.core.record import Status
-from kernelwright.engine.child.compare import tensor_bytes
-from kernelwright.engine.child.degenerate import identical
+from kernelwright.engine.child.compare import flatten, tensor_bytes
+from kernelwright.engine.child.degenerate import alike, fingerprint, identical
 from kernelwright.engine.child.problem_io import sync
 from kernelwright.engine.child.timing import device_clock, stability
 from kernelwright.engine.child.timing.job import TimingFailure, TimingJob, TimingOutcome
@@ -105,7 +105,8 @@ class _Stage:
         self.bad = self.checked = 0
         # whether the reference's outputs of the stage's draws differ (the degenerate check's other
         # evidence: a handful of trials can all draw the same output from a reference that rarely
-        # leaves it, a ReLU behind a large shift); the first one kept to compare with
+        # leaves it, a ReLU behind a large shift); the first window's first output's fingerprint to
+        # compare the next windows' with (no tensor kept: the next round reuses the freed memory)
         self.first_ref: Any = None
         self.ref_varies = False
         # on a GPU the judge's stream spans the runner's work (device_clock.py), where the driver can;
@@ -299,14 +300,15 @@ class _Stage:
         return ""
 
     def note_variation(self, ref_outs: list[Any]) -> None:
-        """Whether any of these reference outputs differs from the stage's first (until one does)."""
+        """Whether a window's reference outputs differ from one another or, by fingerprint, from the
+        stage's first window's (looked at until they do)."""
         if self.ref_varies or not ref_outs:
             return
+        head = ref_outs[0]
+        prints = [fingerprint(t) for _, t in flatten(head) if isinstance(t, torch.Tensor)]
         if self.first_ref is None:
-            self.first_ref = ref_outs[0]
-        self.ref_varies = any(not identical(o, self.first_ref) for o in ref_outs)
-        if self.ref_varies:
-            self.first_ref = None
+            self.first_ref = prints
+        self.ref_varies = any(not identical(o, head) for o in ref_outs[1:]) or not alike(prints, self.first_ref)
 
     def one_round(self, warm: bool) -> tuple[_Round, float]:
         """A reference window, the judge's measures of a window's own costs, the candidate's window
