@@ -321,7 +321,6 @@ class _Stage:
         # measures of the window's own costs, taken right after it (the runner waits then)
         monitor = stability.CpuLoadMonitor()
         r_ms, ref_outs = timer.reference_window(sets, layout)
-        self.note_variation(ref_outs)
         ref_host = timer.ref_host_ms if self.clocked and timer.ref_queued and not timer.as_launched else None
         monitor.tick()
         # (the probe's window after the candidate's measures the opening)
@@ -343,6 +342,7 @@ class _Stage:
             measures=measured,
             ceiling=ceiling(self.seen),
         )
+        self.note_variation(ref_outs)  # (after the candidate's window: no judge work between the two)
         if self.clocked and self.ptimer is not None:
             self.ptimer = switch_window(self.ptimer, timer.cal)
         elif self.ptimer is not None:
