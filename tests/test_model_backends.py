@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -53,6 +55,29 @@ def test_missing_keys_and_endpoints_are_one_line_errors(monkeypatch, tmp_path):
         resolve_model(f"replay:{tmp_path / 'nope'}", "coder", ModelConfig())
     local = resolve_model("qwen2.5-coder:7b", "coder", ModelConfig(base_url="http://127.0.0.1:9/v1"))
     assert local.model == "qwen2.5-coder:7b"  # a bare name (with ollama's colon) served at --base-url
+
+
+@needs_clients
+def test_the_sdks_response_schemas_are_built_before_a_rounds_coders_call_at_once():
+    """The SDKs build their response models' pydantic schemas at first use, not thread-safely: three
+    coders of one round, first calls at once, raised AttributeError ('type object ChatCompletion has
+    no attribute __pydantic_core_schema__') once in a suite. A backend builds them when it is made,
+    in the thread that makes it. Checked in a fresh interpreter (another test may have built them)."""
+    code = (
+        "import os\n"
+        "os.environ['OPENAI_API_KEY'] = os.environ['ANTHROPIC_API_KEY'] = 'sk-test'\n"
+        "from openai.types.chat import ChatCompletion\n"
+        "from anthropic.types import Message\n"
+        "from kernelwright.core.config import ModelConfig\n"
+        "from kernelwright.models import resolve_model\n"
+        "before = (ChatCompletion.__pydantic_complete__, Message.__pydantic_complete__)\n"
+        "resolve_model('openai:gpt-5', 'coder', ModelConfig())\n"
+        "resolve_model('anthropic:claude-sonnet-4-kw-test', 'judge', ModelConfig())\n"
+        "print(before, (ChatCompletion.__pydantic_complete__, Message.__pydantic_complete__))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["(False,", "False)", "(True,", "True)"], out.stdout  # (deferred at import)
 
 
 @needs_clients

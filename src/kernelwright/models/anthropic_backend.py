@@ -8,9 +8,10 @@ from __future__ import annotations
 import os
 
 import anthropic
+from anthropic.types import Message as AnthropicMessage
 
 from kernelwright.core.config import ModelConfig
-from kernelwright.models.chat import Completion, Message, ModelSetupError, Usage
+from kernelwright.models.chat import Completion, Message, ModelSetupError, Usage, complete_response_schemas
 from kernelwright.models.limits import limiter_for
 from kernelwright.models.pricing import PriceTable
 from kernelwright.models.retry import Failure, call_with_retries, classify_sdk_error
@@ -33,6 +34,7 @@ class AnthropicChat:
         self.client = anthropic.Anthropic(
             api_key=key, base_url=config.base_url, max_retries=0, timeout=config.retry.request_timeout_s
         )
+        complete_response_schemas(AnthropicMessage)
 
     def _classify(self, exc: BaseException) -> Failure | None:
         return classify_sdk_error(exc, anthropic, self.config.retry.request_timeout_s, self.key_env, RETRYABLE_STATUS)

@@ -87,3 +87,12 @@ def one_line(text: object, limit: int = 300) -> str:
     """A provider's error text folded to one line of at most `limit` characters."""
     line = " ".join(str(text).split())
     return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def complete_response_schemas(*models: Any) -> None:
+    """Build an SDK's response models' pydantic schemas now, in the thread that makes the backend.
+    The SDKs defer them to first use, and that build is not thread-safe: a round's coders call at
+    once (loop/forge.py), and two first uses at once can raise AttributeError ("type object
+    'ChatCompletion' has no attribute '__pydantic_core_schema__'")."""
+    for model in models:
+        model.model_rebuild()

@@ -10,9 +10,10 @@ from __future__ import annotations
 import os
 
 import openai
+from openai.types.chat import ChatCompletion
 
 from kernelwright.core.config import ModelConfig
-from kernelwright.models.chat import Completion, Message, ModelSetupError, Usage
+from kernelwright.models.chat import Completion, Message, ModelSetupError, Usage, complete_response_schemas
 from kernelwright.models.limits import limiter_for
 from kernelwright.models.pricing import PriceTable
 from kernelwright.models.retry import Failure, call_with_retries, classify_sdk_error
@@ -40,6 +41,7 @@ class OpenAIChat:
         self.client = openai.OpenAI(
             api_key=key, base_url=config.base_url, max_retries=0, timeout=config.retry.request_timeout_s
         )
+        complete_response_schemas(ChatCompletion)
 
     def _classify(self, exc: BaseException) -> Failure | None:
         return classify_sdk_error(
