@@ -14,7 +14,7 @@ from kernelwright.engine.child.timing.window_timer import WindowTimer
 
 
 def _timer(sock, draw):
-    return WindowTimer(sock, torch.device("cpu"), draw, lambda x: x * 2, lambda e, r, c: True, lambda s: 30.0)
+    return WindowTimer(sock, torch.device("cpu"), draw, lambda x: x * 2, lambda e, r, c, s: True, lambda s: 30.0)
 
 
 def test_a_probe_serves_windows_on_the_runners_ring_and_reports_its_fixed_costs():

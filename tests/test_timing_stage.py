@@ -182,14 +182,16 @@ def _reassociated(x: torch.Tensor) -> torch.Tensor:
     return torch.relu((x * 1.5 - 4.5) / 1.5)
 
 
-def _lone_survivor(survivor: float) -> Callable[[], list[torch.Tensor]]:
-    """Draws where one output only, at a random place, survives the shift, by `survivor`."""
-    gen = torch.Generator().manual_seed(5)
+def _lone_survivor(*survivors: float) -> Callable[[], list[torch.Tensor]]:
+    """Draws where one output only, at a random place, survives the shift, by each of `survivors`
+    in turn."""
+    gen, n = torch.Generator().manual_seed(5), [0]
 
     def draw() -> list[torch.Tensor]:
         x = torch.randn(32, 64, generator=gen) * 0.5  # (0.5 x 6 sigma: nothing else gets past 3)
         i, j = int(torch.randint(0, 32, (1,), generator=gen)), int(torch.randint(0, 64, (1,), generator=gen))
-        x[i, j] = 3.0 + survivor
+        x[i, j] = 3.0 + survivors[n[0] % len(survivors)]
+        n[0] += 1
         return [x]
 
     return draw
@@ -224,6 +226,28 @@ def test_a_slot_whose_only_survivor_is_one_rounding_step_is_right_for_an_honest_
     assert out.failure is None, out.failure
     assert "timed_output_mismatch" not in out.flags, out.metadata["timing"]["windows"]
     assert out.facts["timed_calls_checked"] > 0 and out.speedup is not None
+
+
+def test_trials_that_drew_only_zeros_leave_the_windows_scale_to_judge_a_collapsed_slot():
+    """The trials showed no rounding at all (every output zero, the candidate's too: CUDA-L1's level
+    2 problem 9 draws that in a third of its evaluations), so the absolute way has nothing to go on
+    from them; the window's own scale does: a slot whose lone survivor is a rounding step off, in a
+    window whose other slots' survivors are 0.5, strays by 3e-7 of 0.5."""
+    zeros = torch.zeros(32, 64)
+    bound = TimedBound(rtol=1e-3).widened(errors(zeros, zeros), zeros, zeros)
+    assert bound.abs_seen == ((0.0, 0.0),) and bound.norm_seen == bound.elem_seen == 0.0
+    out = _timed(_reassociated, draw=_lone_survivor(0.5, 2**-21), reference=_shifted_relu, bound=bound)
+    assert out.failure is None and "timed_output_mismatch" not in out.flags, out.metadata["timing"]["windows"]
+    last: list[torch.Tensor] = []
+
+    def stale(x: torch.Tensor) -> torch.Tensor:  # the answer before, as in the replay test below
+        out = last[0] if last else _reassociated(x)
+        last[:] = [_reassociated(x)]
+        return out.clone()
+
+    out = _timed(stale, draw=_lone_survivor(0.5, 2**-21), reference=_shifted_relu, bound=bound)
+    windows = out.metadata["timing"]["windows"]
+    assert "timed_output_mismatch" in out.flags and all(w["bad_slots"] == w["calls"] for w in windows)
 
 
 def test_a_replayed_output_is_still_wrong_where_the_slots_scale_is_small():

@@ -295,6 +295,28 @@ def leaf_abs_errors(cand: Any, ref: Any) -> tuple[tuple[float, float], ...] | No
     return tuple(out)
 
 
+def leaf_scales(refs: list[Any]) -> tuple[tuple[float, float], ...] | None:
+    """For each floating-point tensor leaf, over outputs `refs` (a window's reference outputs): the
+    largest norm and the largest |element| over finite positions (1.0 where all are zero, as
+    `errors` takes a zero scale). None where the outputs differ in structure."""
+    per: list[list[float]] | None = None
+    for r in refs:
+        leaves = [t for _, t in flatten(r) if isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex())]
+        if per is None:
+            per = [[0.0, 0.0] for _ in leaves]
+        if len(leaves) != len(per):
+            return None
+        for acc, t in zip(per, leaves, strict=True):
+            if not t.numel():
+                continue
+            x = torch.where(torch.isfinite(t), t, torch.zeros((), dtype=t.dtype, device=t.device)).to(
+                torch.complex128 if t.is_complex() else torch.float64
+            )
+            acc[0] = max(acc[0], float(torch.linalg.vector_norm(x)))
+            acc[1] = max(acc[1], float(x.abs().max()))
+    return None if per is None else tuple((n or 1.0, m or 1.0) for n, m in per)
+
+
 @dataclass(frozen=True)
 class TimedBound:
     """How far a timed output may stray from the reference's output for the same inputs: no
@@ -317,27 +339,44 @@ class TimedBound:
     # per floating leaf: the largest (norm, element) absolute difference a correct trial showed
     abs_seen: tuple[tuple[float, float], ...] = ()
 
-    def allows(self, e: tuple[float, float] | None, ref: Any, cand: Any = None) -> bool:
+    def allows(
+        self,
+        e: tuple[float, float] | None,
+        ref: Any,
+        cand: Any = None,
+        scales: tuple[tuple[float, float], ...] | None = None,
+    ) -> bool:
         """A slot's errors (`errors`: None where structure or non-finite pattern differ) -> right.
         `cand` (the slot's output) is looked at again in absolute terms where the relative test
-        fails."""
+        fails: against the trials' absolute errors, and, given `scales` (`leaf_scales` of the
+        window's reference outputs), by the relative test's own bounds against the window's scale
+        rather than the slot's alone (the trials may have drawn nothing but zeros, and shown no
+        rounding at all)."""
         if e is None:
             return False
-        floor = max(self.rtol, resolution(ref))
-        if e[0] <= max(TIMED_ROOM * self.norm_seen, floor) and e[1] <= max(TIMED_ROOM * self.elem_seen, 4 * floor):
+        if self._relative(e[0], e[1], ref, 1.0, 1.0):
             return True
-        return cand is not None and self.within_abs_seen(cand, ref)
-
-    def within_abs_seen(self, cand: Any, ref: Any) -> bool:
-        """Whether every floating leaf of `cand` strays from `ref`'s, in absolute terms, no further
-        than TIMED_ROOM times what a correct trial showed for that leaf (never where no trial did)."""
-        if not self.abs_seen:
+        if cand is None:
             return False
         got = leaf_abs_errors(cand, ref)
-        if got is None or len(got) != len(self.abs_seen):
+        if got is None:
             return False
-        return all(
-            n <= TIMED_ROOM * sn and m <= TIMED_ROOM * sm for (n, m), (sn, sm) in zip(got, self.abs_seen, strict=True)
+        seen = self.abs_seen
+        if seen and len(got) == len(seen):
+            if all(n <= TIMED_ROOM * sn and m <= TIMED_ROOM * sm for (n, m), (sn, sm) in zip(got, seen, strict=True)):
+                return True
+        return (
+            scales is not None
+            and len(scales) == len(got)
+            and all(self._relative(n, m, ref, sn, sm) for (n, m), (sn, sm) in zip(got, scales, strict=True))
+        )
+
+    def _relative(self, norm: float, elem: float, ref: Any, norm_scale: float, elem_scale: float) -> bool:
+        """The relative test: errors within TIMED_ROOM times the trials' or the resolution floor,
+        each bound times its scale (1: errors already relative to the slot's own)."""
+        floor = max(self.rtol, resolution(ref))
+        return norm <= max(TIMED_ROOM * self.norm_seen, floor) * norm_scale and elem <= (
+            max(TIMED_ROOM * self.elem_seen, 4 * floor) * elem_scale
         )
 
     def widened(self, e: tuple[float, float] | None, cand: Any = None, ref: Any = None) -> TimedBound:

@@ -79,7 +79,7 @@ def switch_timer(
     if p is None:
         return None, f"device clock; no probe ({why}): the context switches stay in"
     # (empty windows call no model: at the judge's start-up there is no reference yet)
-    pt = WindowTimer(p.sock, device, list, _no_model, lambda e, r, c: True, deadline)
+    pt = WindowTimer(p.sock, device, list, _no_model, lambda e, r, c, s: True, deadline)
     pt.clock = device_clock.Clock(device)
     for _ in range(windows_first):
         if switch_window(pt, cal) is None:
@@ -118,7 +118,7 @@ def probe_timer(
     p, why = _probe_process(device, config)
     if p is None:
         return None, f"the judge's own measures ({why})"
-    pt = WindowTimer(p.sock, device, draw, reference, lambda e, r, c: True, deadline)
+    pt = WindowTimer(p.sock, device, draw, reference, lambda e, r, c, s: True, deadline)
     pt.ring_owner = timer
     return pt, "probe"
 

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from kernelwright.engine.child import shared_region
-from kernelwright.engine.child.correctness import slot_errors
+from kernelwright.engine.child.correctness import leaf_scales, slot_errors
 from kernelwright.engine.child.timing import device_clock
 from kernelwright.engine.child.timing.layouts import Layout, WindowError, _next_region_id
 from kernelwright.engine.child.timing.runner_window import commit, laid_out
@@ -56,7 +56,7 @@ class WindowTimer:
         device: torch.device,
         draw: Callable[[], list[Any]],
         reference: Callable[..., Any],
-        check: Callable[[tuple[float, float] | None, Any, Any], bool],
+        check: Callable[[tuple[float, float] | None, Any, Any, Any], bool],
         deadline_s: Callable[[float], float],
         threads: int | None = None,
     ):
@@ -65,7 +65,8 @@ class WindowTimer:
         self.device = device
         self.draw = draw  # fresh inputs from the judge's secret stream
         self.reference = reference
-        # (a slot's errors against its reference output, that output, the slot's own) -> acceptable
+        # (a slot's errors against its reference output, that output, the slot's own, the window's
+        # scales or None) -> acceptable
         self.check = check
         self.deadline_s = deadline_s  # (expected window seconds) -> how long to wait for `done`
         self.next_id = 0
@@ -384,8 +385,12 @@ class WindowTimer:
             slots = [[laid_out(q, o) for q, o in zip(sl, orders, strict=False)] + sl[len(orders) :] for sl in slots]
         cands = [_rebuild(ref, sl) for ref, sl in zip(ref_outs, slots, strict=True)]
         errs = slot_errors(cands, ref_outs)
-        rows = enumerate(zip(errs, ref_outs, cands, strict=True))
-        return [(i, e) for i, (e, ref, c) in rows if not self.check(e, ref, c)]
+        rows = [(i, e, ref, c) for i, (e, ref, c) in enumerate(zip(errs, ref_outs, cands, strict=True))]
+        wrong = [row for row in rows if not self.check(row[1], row[2], row[3], None)]
+        if wrong:  # looked at again against the window's scale (`TimedBound.allows`)
+            scales = leaf_scales(ref_outs)
+            wrong = [row for row in wrong if not self.check(row[1], row[2], row[3], scales)]
+        return [(i, e) for i, e, _, _ in wrong]
 
     def _lend(self, name: str, region: shared_region.Region, rid: int, fds: list[int]) -> list[Any]:
         """`[name, id, bytes, new]` for a window's header; a region this timer's peer has not mapped
