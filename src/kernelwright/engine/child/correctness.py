@@ -323,7 +323,9 @@ class TimedBound:
     further than the candidate's correct trials did (`norm_seen`, `elem_seen`, as `errors` gives
     them), with TIMED_ROOM, or than the output dtype's resolution (and `rtol`), relative to the
     output's own scale; or, where that fails, no further in absolute terms, leaf by leaf, than the
-    trials did (`abs_seen`, as `leaf_abs_errors` gives them), with TIMED_ROOM.
+    trials did (`abs_seen`, as `leaf_abs_errors` gives them), with TIMED_ROOM, or than the same
+    relative bounds allow against the window's scale (`leaf_scales`: where the trials drew only
+    zeros, they showed no rounding to go on).
 
     The second way is for outputs whose scale collapses: after a ReLU behind a large negative shift
     most outputs are all zeros, and one whose lone survivor is 2e-4 reads a one-ulp difference of
