@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernelwright.engine.child.correctness import errors, slot_errors
+from kernelwright.engine.child.correctness import errors, leaf_abs_errors, leaf_scales, slot_errors
 from kernelwright.engine.child.timing.window_plan import Measures, ceiling
 
 
@@ -198,6 +198,38 @@ def test_errors_in_the_outputs_own_precision_agree_with_float64(dtype):
     assert errors(c, both_inf) is None  # the pattern differs
     huge = torch.full((4,), 3e38)
     assert errors(-huge, huge) == pytest.approx((2.0, 2.0))  # the difference overflows float32: exact path
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_the_absolute_errors_and_the_windows_scale_agree_with_float64(dtype):
+    """`leaf_abs_errors` and `leaf_scales` measure as `errors` does: in the leaf's working precision
+    where everything is finite, in float64 where a value is not or a norm overflows; figures that
+    agree with float64's, leaf by leaf, and a non-finite position left out of the scale."""
+    g = torch.Generator().manual_seed(7)
+    r = ((torch.randn(128, 96, generator=g) * 30).to(dtype), torch.randn(7, generator=g).to(dtype))
+    c = tuple((x.float() + 1e-2 * torch.randn(x.shape, generator=g)).to(dtype) for x in r)
+    fast = leaf_abs_errors(c, r)
+    exact = leaf_abs_errors(tuple(x.double() for x in c), tuple(x.double() for x in r))
+    assert fast is not None and exact is not None and len(fast) == 2
+    for f, e in zip(fast, exact, strict=True):
+        assert f == pytest.approx(e, rel=1e-4)
+    scales = leaf_scales([r, tuple(2 * x for x in r)])
+    assert scales is not None
+    for (n, m), x in zip(scales, r, strict=True):
+        assert n == pytest.approx(2 * float(x.double().norm()), rel=1e-4)
+        assert m == pytest.approx(2 * float(x.double().abs().max()), rel=1e-4)
+    with_inf = r[0].clone()
+    with_inf[0, 0] = float("inf")
+    (n, m), _ = leaf_scales([(with_inf, r[1])])  # type: ignore[misc]
+    rest = r[0].double().clone()
+    rest[0, 0] = 0
+    assert (n, m) == pytest.approx((float(rest.norm()), float(rest.abs().max())), rel=1e-4)
+    assert leaf_scales([(torch.zeros(3, dtype=dtype),)]) == ((1.0, 1.0),)  # all zeros: scale 1, as `errors` takes it
+    if dtype == torch.float32:
+        huge = torch.full((4,), 3e38)
+        assert leaf_scales([(huge,)])[0] == pytest.approx((6e38, 3e38))  # type: ignore[index]  # the float32 norm overflows: float64
+        assert leaf_abs_errors((-huge,), (huge,))[0] == pytest.approx((1.2e39, 6e38))  # type: ignore[index]
+    assert leaf_abs_errors((torch.ones(3, dtype=torch.complex64),), (torch.ones(3),)) is None
 
 
 def test_what_a_window_takes_off_is_bounded_by_the_stages_smallest_measure():

@@ -208,48 +208,67 @@ def errors(cand: Any, ref: Any) -> tuple[float, float] | None:
             if not torch.equal(c.to(r.dtype), r):
                 return None
             continue
-        quick = _finite_leaf_errors(c, r)
-        if quick is not None:
-            norm, elem = max(norm, quick[0]), max(elem, quick[1])
-            continue
-        c64, r64 = (
-            c.to(torch.float64 if not r.is_complex() else torch.complex128),
-            r.to(torch.float64 if not r.is_complex() else torch.complex128),
-        )
-        fin = torch.isfinite(r64)
-        if not torch.equal(fin, torch.isfinite(c64)):  # NaN or Inf where the reference has none, or the reverse
+        got = _leaf_norms(c, r)
+        if got is None:
             return None
-        if not r64.numel():
-            continue
-        zero = torch.zeros((), dtype=r64.dtype, device=r64.device)
-        d = torch.where(fin, c64 - r64, zero)  # (a boolean mask index costs ms on a CPU: where() does not)
-        rf = torch.where(fin, r64, zero)
-        scale = float(torch.linalg.vector_norm(rf)) or 1.0
-        norm = max(norm, float(torch.linalg.vector_norm(d)) / scale)
-        top = float(rf.abs().max()) or 1.0
-        elem = max(elem, float(d.abs().max()) / top)
+        dn, dm, rn, rm = got
+        norm, elem = max(norm, dn / (rn or 1.0)), max(elem, dm / (rm or 1.0))
     return norm, elem
 
 
-def _finite_leaf_errors(c: torch.Tensor, r: torch.Tensor) -> tuple[float, float] | None:
-    """`errors` of one real floating-point leaf where both sides are finite everywhere, in the
-    leaf's own precision (float32 for float32 and narrower; float64 stays float64): a third of the
-    float64 path's memory traffic. None where a difference or a norm is not finite (a non-finite
-    value on either side, or an overflow): the caller takes the exact float64 path then. The
-    judge's bound for timed outputs comes from this same function, with 16x room above it."""
-    if r.is_complex() or c.is_complex() or not r.numel():
+def _norm_max(x: torch.Tensor) -> tuple[float, float]:
+    return float(torch.linalg.vector_norm(x)), float(x.abs().max())
+
+
+def _working(t: torch.Tensor) -> torch.dtype:
+    """The precision a real leaf is measured in: float64 stays float64, the rest in float32 (a
+    third of float64's memory traffic, half of it for a temporary of a huge output)."""
+    return torch.float64 if t.dtype == torch.float64 else torch.float32
+
+
+def _leaf_norms(c: torch.Tensor, r: torch.Tensor) -> tuple[float, float, float, float] | None:
+    """One floating-point leaf, over the reference's finite positions: (norm of c - r, largest
+    |c - r|, norm of r, largest |r|); None where the non-finite patterns differ (or one side is
+    complex and the other not). In the leaf's working precision where every difference and norm is
+    finite (what almost every output is); else exactly, in float64 (complex128). `errors`, the
+    trials' bound and `leaf_abs_errors` all measure with this, so the timed check's 16x room sits
+    above the same arithmetic."""
+    if r.is_complex() != c.is_complex():
         return None
-    wd = torch.float64 if r.dtype == torch.float64 else torch.float32
-    rw = r if r.dtype == wd else r.to(wd)
-    cw = c if (c.dtype == wd and c.device == r.device) else c.to(device=r.device, dtype=wd)
-    d = cw - rw  # non-finite wherever either side is (inf - inf, nan - x): the exact path decides then
-    if not bool(torch.isfinite(d).all()):
+    if not r.numel():
+        return 0.0, 0.0, 0.0, 0.0
+    if not r.is_complex():
+        wd = _working(r)
+        rw = r if r.dtype == wd else r.to(wd)
+        cw = c if (c.dtype == wd and c.device == r.device) else c.to(device=r.device, dtype=wd)
+        d = cw - rw  # non-finite wherever either side is (inf - inf, nan - x): the exact path decides then
+        if bool(torch.isfinite(d).all()):
+            got = (*_norm_max(d), *_norm_max(rw))
+            if all(math.isfinite(v) for v in got):
+                return got
+    wide = torch.complex128 if r.is_complex() else torch.float64
+    r64, c64 = r.to(wide), c.to(device=r.device, dtype=wide)
+    fin = torch.isfinite(r64)
+    if not torch.equal(fin, torch.isfinite(c64)):  # NaN or Inf where the reference has none, or the reverse
         return None
-    nd, nr = float(torch.linalg.vector_norm(d)), float(torch.linalg.vector_norm(rw))
-    dmax, top = float(d.abs().max()), float(rw.abs().max())
-    if not all(math.isfinite(v) for v in (nd, nr, dmax, top)):
-        return None
-    return nd / (nr or 1.0), dmax / (top or 1.0)
+    zero = torch.zeros((), dtype=wide, device=r64.device)  # (a boolean mask index costs ms on a CPU: where() does not)
+    return (*_norm_max(torch.where(fin, c64 - r64, zero)), *_norm_max(torch.where(fin, r64, zero)))
+
+
+def _finite_norm_max(t: torch.Tensor) -> tuple[float, float]:
+    """(norm, largest |element|) of one floating leaf over its finite positions, in its working
+    precision where it is finite everywhere and the norm does not overflow, else in float64."""
+    if not t.numel():
+        return 0.0, 0.0
+    if not t.is_complex():
+        w = t if t.dtype == _working(t) else t.to(_working(t))
+        if bool(torch.isfinite(w).all()):
+            got = _norm_max(w)
+            if all(math.isfinite(v) for v in got):
+                return got
+    wide = torch.complex128 if t.is_complex() else torch.float64
+    x = t.to(wide)
+    return _norm_max(torch.where(torch.isfinite(x), x, torch.zeros((), dtype=wide, device=x.device)))
 
 
 def resolution(ref: Any) -> float:
@@ -263,35 +282,20 @@ TIMED_ROOM = 16.0  # how much further than its correct trials a timed output may
 
 def leaf_abs_errors(cand: Any, ref: Any) -> tuple[tuple[float, float], ...] | None:
     """For each floating-point tensor leaf of `ref`, in order: (norm of the difference, largest
-    element difference) in absolute terms, over the reference's finite positions: in the leaf's
-    own precision (float32 for float32 and narrower) where the difference is finite everywhere,
-    else in float64. None where the structure, a shape or the non-finite pattern differs."""
+    element difference) in absolute terms, over the reference's finite positions (`_leaf_norms`).
+    None where the structure, a shape or the non-finite pattern differs."""
     if structure_mismatch(cand, ref):
         return None
     out: list[tuple[float, float]] = []
     for (_, c), (_, r) in zip(flatten(cand), flatten(ref), strict=False):
         if not (isinstance(r, torch.Tensor) and (r.is_floating_point() or r.is_complex())):
             continue
-        if not isinstance(c, torch.Tensor) or c.shape != r.shape or c.is_complex() != r.is_complex():
+        if not isinstance(c, torch.Tensor) or c.shape != r.shape:
             return None
-        if not r.numel():
-            out.append((0.0, 0.0))
-            continue
-        if not r.is_complex():
-            wd = torch.float64 if r.dtype == torch.float64 else torch.float32
-            d = c.to(device=r.device, dtype=wd) - r.to(wd)
-            if bool(torch.isfinite(d).all()):
-                got = float(torch.linalg.vector_norm(d)), float(d.abs().max())
-                if all(math.isfinite(v) for v in got):
-                    out.append(got)
-                    continue
-        wide = torch.complex128 if r.is_complex() else torch.float64
-        r64, c64 = r.to(wide), c.to(device=r.device, dtype=wide)
-        fin = torch.isfinite(r64)
-        if not torch.equal(fin, torch.isfinite(c64)):
+        got = _leaf_norms(c, r)
+        if got is None:
             return None
-        d = torch.where(fin, c64 - r64, torch.zeros((), dtype=wide, device=r64.device))
-        out.append((float(torch.linalg.vector_norm(d)), float(d.abs().max())))
+        out.append(got[:2])
     return tuple(out)
 
 
@@ -307,13 +311,8 @@ def leaf_scales(refs: list[Any]) -> tuple[tuple[float, float], ...] | None:
         if len(leaves) != len(per):
             return None
         for acc, t in zip(per, leaves, strict=True):
-            if not t.numel():
-                continue
-            x = torch.where(torch.isfinite(t), t, torch.zeros((), dtype=t.dtype, device=t.device)).to(
-                torch.complex128 if t.is_complex() else torch.float64
-            )
-            acc[0] = max(acc[0], float(torch.linalg.vector_norm(x)))
-            acc[1] = max(acc[1], float(x.abs().max()))
+            n, m = _finite_norm_max(t)
+            acc[0], acc[1] = max(acc[0], n), max(acc[1], m)
     return None if per is None else tuple((n or 1.0, m or 1.0) for n, m in per)
 
 
