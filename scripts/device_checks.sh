@@ -28,6 +28,8 @@
 #                                           #   prints wall, per problem, each GPU's busy share, stage sums, waits (carry .corpus; KW_CORPUS_DIR: another)
 #   bash scripts/device_checks.sh stuck     # ~3 min: a spinning CUDA kernel's stop, an honest Triton first-call compile, a spinning
 #                                           #   Triton kernel (benchmarks/stuck_kernel.py; default limits: call_floor 10 s, jit_allowance 120 s)
+#   bash scripts/device_checks.sh draws     # $KW_DRAWS_LIMIT (540) s: first-call draws of $KW_KEYS (CUDA-L1's level1/60 and 77) in plain
+#                                           #   processes and in `kernelwright eval` under $KW_WAYS (benchmarks/first_call_draws.py; carry .corpus)
 #
 # Carry .deb (bubblewrap for the sandbox tests) with every call, and .scratch/mamba/whl for `mamba`.
 set -uo pipefail
@@ -252,6 +254,12 @@ PY
         rm -f "$OUT/scale_${n}gpu/corpus_suite.md"  # the json holds it all
         rm -rf "$cache"
     done
+    ;;
+draws)  # what moves an autotuned candidate's first-call draw: a way a mechanism is off, fresh processes, interleaved
+    step draws "${KW_DRAWS_LIMIT:-540}" python3 benchmarks/first_call_draws.py run "${KW_CORPUS_DIR:-.corpus}" \
+        --keys "${KW_KEYS:-level1/77_conv_transposed_3D_square_input_square_kernel___padded____dilated____strided__,level1/60_conv_standard_3D__square_input__asymmetric_kernel}" \
+        --ways "${KW_WAYS:-plain,kw:default,kw:no_guards,kw:no_oracle,kw:host_clock}" --draws "${KW_N:-2}" --out "$OUT"
+    tail -n 20 "$OUT/draws.log"
     ;;
 stuck)  # a stuck kernel stopped within the floor; an honest first-call compile not timed out (engine/compile_watch.py)
     step stuck "${KW_STUCK_LIMIT:-400}" python3 benchmarks/stuck_kernel.py --device cuda

@@ -1,0 +1,169 @@
+"""How a candidate that makes its choices at its first call draws its speed, in plain processes and in
+kernelwright under each of its mechanisms turned off: to find by measurement what moves the draw.
+
+A candidate flagged `autotuned` (cuDNN's benchmark mode; often a layout it times itself at its first
+call) runs one steady path a process, chosen at that process's first call. On CUDA-L1's level 1/60
+and 77 (2 x H200, 2026-11-30) the same layout was chosen everywhere, yet 3 of 6 kernelwright
+evaluations drew a path 8-25% slower, and none of 20 plain processes did. Only 6 GB left free at the
+first call, another process's matmuls beside it, a profiler session before it: none moved a plain
+process's draw (docs/PERFORMANCE.md). What is left is something the engine does; this finds which, one draw a
+fresh process:
+
+- `plain`: the candidate alone (benchmarks/timer_agreement.py `side`: its first call, then
+  triton's `do_bench`);
+- `kw:<variant>`: `kernelwright eval --json --no-server --no-profile`, with one of VARIANTS (a
+  settings file and options that turn one mechanism off), the candidate's ms from the record.
+
+    python3 benchmarks/first_call_draws.py run CORPUS --keys level1/60_...,level1/77_... \\
+        --draws 4 --ways plain,kw:default,kw:no_guards --out DIR
+    python3 benchmarks/first_call_draws.py summary DIR
+
+`run` appends a JSON line per draw to DIR/draws.jsonl (a later run adds to it); `summary` writes
+DIR/draws.md: per pair and way, every draw's ms, their median, and how many draws are over 5% slower
+than the median of the plain draws (a slow draw).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SLOW = 1.05  # a draw this much over the plain draws' median is a slow draw
+
+# each: (settings file text, extra `kernelwright eval` options); one mechanism off in each
+VARIANTS: dict[str, tuple[str, list[str]]] = {
+    "default": ("", []),
+    "no_sandbox": ("", ["--sandbox", "none"]),
+    "no_guards": ("[eval.guards]\nenabled = false\n", []),
+    "no_nan_fill": ("[eval.guards]\nnan_fill = false\n", []),
+    "no_oracle": ("[eval.numerics]\noracle = false\n", []),
+    "host_clock": ("[eval.timing]\ndevice_clock = false\nprobe = false\n", []),
+    "no_handoff": ("[eval]\ndevice_handoff = false\n", []),
+    "one_trial": ("", ["--trials", "1"]),
+    "no_shapes": ("", ["--shapes", "off"]),
+}
+
+
+def plain_draw(problem: Path, cand: Path, device: str, timeout: float) -> dict:
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "timer_agreement.py"), "side", "ModelNew", str(problem), str(cand)]
+    p = subprocess.run([*cmd, "--device", device], capture_output=True, text=True, timeout=timeout, cwd=cand.parent)
+    rows = [json.loads(x) for x in p.stdout.splitlines() if x.startswith("{")]
+    if not rows or "error" in rows[-1]:
+        return {"error": (rows[-1].get("error") if rows else p.stderr.strip()[-300:]) or f"exit {p.returncode}"}
+    row = rows[-1]
+    ms = row.get("do_bench_ms", row.get("b2b_ms"))
+    return {"ms": ms, "figures": row}
+
+
+def kw_draw(problem: Path, cand: Path, variant: str, device: str, timeout: float, work: Path) -> dict:
+    text, opts = VARIANTS[variant]
+    cmd = [sys.executable, "-m", "kernelwright.cli.main", "eval", str(problem), str(cand), "--json"]
+    cmd += ["--no-server", "--no-profile", "--device", device, *opts]
+    if text:
+        cfg = work / f"settings-{variant}.toml"  # in the caller's folder: a settings file in /tmp is passed over
+        cfg.write_text(text)
+        cmd += ["--config", str(cfg)]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    try:
+        rec = json.loads(p.stdout)
+    except ValueError:
+        return {"error": f"no record (exit {p.returncode}): {p.stderr.strip()[-300:]}"}
+    if rec.get("status") != "passed":
+        return {"error": f"{rec.get('status')}: {str(rec.get('error_log') or '')[:200]}"}
+    flags = sorted(((rec.get("metadata") or {}).get("guards") or {}).get("flags") or {})
+    return {"ms": rec.get("candidate_ms"), "reference_ms": rec.get("reference_ms"), "flags": flags}
+
+
+def run(corpus: Path, keys: list[str], ways: list[str], draws: int, device: str, out: Path, timeout: float) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    for way in ways:
+        if way != "plain" and way.removeprefix("kw:") not in VARIANTS:
+            raise SystemExit(f"unknown way {way!r}: plain, or kw:<one of {', '.join(VARIANTS)}>")
+    with (out / "draws.jsonl").open("a") as f:
+        for key in keys:
+            level, stem = key.split("/", 1)
+            problem, cand = corpus / "problems" / level / f"{stem}.py", corpus / "candidates" / level / f"{stem}.py"
+            if not (problem.exists() and cand.exists()):
+                raise SystemExit(f"no pair {key} in {corpus} (problems/ and candidates/{level}/{stem}.py)")
+            for i in range(draws):  # the ways interleaved, so a drift of the machine touches each alike
+                for way in ways:
+                    t0 = time.perf_counter()
+                    try:
+                        if way == "plain":
+                            row = plain_draw(problem, cand, device, timeout)
+                        else:
+                            row = kw_draw(problem, cand, way.removeprefix("kw:"), device, timeout, out)
+                    except subprocess.TimeoutExpired:
+                        row = {"error": f"timed out after {timeout:.0f} s"}
+                    row.update(pair=key, way=way, draw=i, wall_s=round(time.perf_counter() - t0, 1))
+                    f.write(json.dumps(row) + "\n")
+                    f.flush()
+                    print(f"{key} {way} #{i}: {row.get('ms') or row.get('error')}", flush=True)
+
+
+def summary(out: Path) -> dict:
+    rows = [json.loads(x) for x in (out / "draws.jsonl").read_text().splitlines() if x.strip()]
+    table: dict[str, dict[str, list[float]]] = {}
+    errors: dict[tuple[str, str], int] = {}
+    for r in rows:
+        if isinstance(r.get("ms"), (int, float)):
+            table.setdefault(r["pair"], {}).setdefault(r["way"], []).append(float(r["ms"]))
+        else:
+            errors[(r["pair"], r["way"])] = errors.get((r["pair"], r["way"]), 0) + 1
+    result: dict = {}
+    lines = [
+        "# First-call draws",
+        "",
+        f"A slow draw: over {SLOW:.2f}x the median of the pair's plain draws.",
+        "",
+        "| pair | way | draws (ms) | median | slow draws | failed |",
+        "|---|---|---|---|---|---|",
+    ]
+    for pair, ways in sorted(table.items()):
+        base = statistics.median(ways["plain"]) if ways.get("plain") else None
+        for way, ms in sorted(ways.items(), key=lambda kv: (kv[0] != "plain", kv[0])):
+            slow = sum(1 for m in ms if base is not None and m > SLOW * base)
+            result.setdefault(pair, {})[way] = {"ms": ms, "median": statistics.median(ms), "slow": slow}
+            cells = ", ".join(f"{m:.4g}" for m in ms)
+            mark = "-" if base is None else f"{slow} of {len(ms)}"
+            lines.append(
+                f"| {pair} | {way} | {cells} | {statistics.median(ms):.4g} | {mark} | {errors.get((pair, way), 0)} |"
+            )
+    (out / "draws.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return result
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("corpus", type=Path)
+    r.add_argument("--keys", required=True, help="pairs: level1/60_conv_standard_3D__...,level1/77_...")
+    r.add_argument("--ways", default="plain,kw:default", help=f"plain, kw:<variant> ({', '.join(VARIANTS)})")
+    r.add_argument("--draws", type=int, default=4)
+    r.add_argument("--device", default="cuda")
+    r.add_argument("--timeout", type=float, default=300.0)
+    r.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "benchmarks/out")))
+    s = sub.add_parser("summary")
+    s.add_argument("out", type=Path)
+    args = ap.parse_args()
+    if args.cmd == "run":
+        keys = [k for k in args.keys.split(",") if k]
+        ways = [w for w in args.ways.split(",") if w]
+        run(args.corpus.resolve(), keys, ways, args.draws, args.device, args.out.resolve(), args.timeout)
+        summary(args.out)
+    else:
+        summary(args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
