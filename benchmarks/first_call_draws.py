@@ -11,6 +11,9 @@ fresh process:
 
 - `plain`: the candidate alone (benchmarks/timer_agreement.py `side`: its first call, then
   triton's `do_bench`);
+- `fill`: the same plain process, then calls whose outputs it keeps until the device has less than
+  FILL_LEFT_GB free (as a timing window keeps its outputs), then `do_bench` again with them freed:
+  whether memory taken after the first call alone moves the path (`ms_before`, `ms`);
 - `kw:<variant>`: `kernelwright eval --json --no-server --no-profile`, with one of VARIANTS (a
   settings file and options that turn one mechanism off), the candidate's ms from the record.
 
@@ -36,6 +39,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SLOW = 1.05  # a draw this much over the plain draws' median is a slow draw
+FILL_LEFT_GB = 4.0  # `fill`: outputs kept until this much of the device is free
 
 # each: (settings file text, extra `kernelwright eval` options); one mechanism off in each
 VARIANTS: dict[str, tuple[str, list[str]]] = {
@@ -48,6 +52,9 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
     "no_handoff": ("[eval]\ndevice_handoff = false\n", []),
     "one_trial": ("", ["--trials", "1"]),
     "no_shapes": ("", ["--shapes", "off"]),
+    # the windows' memory capped (default: 70% of what is free when they are planned): PyTorch's cuDNN
+    # path runs its find again when a cached plan's workspace cannot be allocated, and keeps what fits
+    "small_windows": ("[eval.timing]\nwindow_budget_mb = 4096\n", []),
 }
 
 
@@ -60,6 +67,41 @@ def plain_draw(problem: Path, cand: Path, device: str, timeout: float) -> dict:
     row = rows[-1]
     ms = row.get("do_bench_ms", row.get("b2b_ms"))
     return {"ms": ms, "figures": row}
+
+
+def fill_side(problem: Path, cand: Path, device: str) -> dict:
+    """In this process: the candidate's first call and `do_bench`, then outputs kept until less than
+    FILL_LEFT_GB is free (at most 4096 calls), freed, and `do_bench` again. A GPU's only."""
+    if not device.startswith("cuda"):
+        return {"error": "the fill way needs a CUDA device (--device cuda)"}
+    import torch
+    import triton.testing
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from timer_agreement import SEED, _module
+
+    prob, mod = _module(problem, "kw_draws_problem"), _module(cand, "kw_draws_candidate")
+    dev = torch.device(device)
+    torch.manual_seed(SEED)
+    model = mod.ModelNew(*[x.to(dev) if isinstance(x, torch.Tensor) else x for x in prob.get_init_inputs()]).to(dev)
+    torch.manual_seed(SEED + 1)
+    args = [x.to(dev) if isinstance(x, torch.Tensor) else x for x in prob.get_inputs()]
+    with torch.no_grad():
+        model(*args)
+        torch.cuda.synchronize()
+        before = float(triton.testing.do_bench(lambda: model(*args), warmup=25, rep=100, return_mode="median"))
+        kept, oom = [], ""
+        try:
+            while torch.cuda.mem_get_info(dev)[0] > FILL_LEFT_GB * 2**30 and len(kept) < 4096:
+                kept.append(model(*args))
+        except torch.OutOfMemoryError as exc:
+            oom = str(exc)[:120]
+        torch.cuda.synchronize()
+        n = len(kept)
+        kept.clear()
+        torch.cuda.synchronize()
+        after = float(triton.testing.do_bench(lambda: model(*args), warmup=25, rep=100, return_mode="median"))
+    return {"ms": after, "ms_before": before, "kept_calls": n, "oom": oom}
 
 
 def kw_draw(problem: Path, cand: Path, variant: str, device: str, timeout: float, work: Path) -> dict:
@@ -81,11 +123,18 @@ def kw_draw(problem: Path, cand: Path, variant: str, device: str, timeout: float
     return {"ms": rec.get("candidate_ms"), "reference_ms": rec.get("reference_ms"), "flags": flags}
 
 
+def _in_child(argv: list[str], timeout: float) -> dict:
+    """One of this file's own sides in a fresh process: its last JSON line."""
+    p = subprocess.run([sys.executable, __file__, *argv], capture_output=True, text=True, timeout=timeout)
+    rows = [json.loads(x) for x in p.stdout.splitlines() if x.startswith("{")]
+    return rows[-1] if rows else {"error": p.stderr.strip()[-300:] or f"exit {p.returncode}"}
+
+
 def run(corpus: Path, keys: list[str], ways: list[str], draws: int, device: str, out: Path, timeout: float) -> None:
     out.mkdir(parents=True, exist_ok=True)
     for way in ways:
-        if way != "plain" and way.removeprefix("kw:") not in VARIANTS:
-            raise SystemExit(f"unknown way {way!r}: plain, or kw:<one of {', '.join(VARIANTS)}>")
+        if way not in ("plain", "fill") and way.removeprefix("kw:") not in VARIANTS:
+            raise SystemExit(f"unknown way {way!r}: plain, fill, or kw:<one of {', '.join(VARIANTS)}>")
     with (out / "draws.jsonl").open("a") as f:
         for key in keys:
             level, stem = key.split("/", 1)
@@ -98,6 +147,8 @@ def run(corpus: Path, keys: list[str], ways: list[str], draws: int, device: str,
                     try:
                         if way == "plain":
                             row = plain_draw(problem, cand, device, timeout)
+                        elif way == "fill":
+                            row = _in_child(["fill-side", str(problem), str(cand), "--device", device], timeout)
                         else:
                             row = kw_draw(problem, cand, way.removeprefix("kw:"), device, timeout, out)
                     except subprocess.TimeoutExpired:
@@ -147,14 +198,25 @@ def main() -> int:
     r = sub.add_parser("run")
     r.add_argument("corpus", type=Path)
     r.add_argument("--keys", required=True, help="pairs: level1/60_conv_standard_3D__...,level1/77_...")
-    r.add_argument("--ways", default="plain,kw:default", help=f"plain, kw:<variant> ({', '.join(VARIANTS)})")
+    r.add_argument("--ways", default="plain,kw:default", help=f"plain, fill, kw:<variant> ({', '.join(VARIANTS)})")
     r.add_argument("--draws", type=int, default=4)
     r.add_argument("--device", default="cuda")
     r.add_argument("--timeout", type=float, default=300.0)
     r.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "benchmarks/out")))
     s = sub.add_parser("summary")
     s.add_argument("out", type=Path)
+    f = sub.add_parser("fill-side")
+    f.add_argument("problem", type=Path)
+    f.add_argument("cand", type=Path)
+    f.add_argument("--device", default="cuda")
     args = ap.parse_args()
+    if args.cmd == "fill-side":
+        try:
+            row = fill_side(args.problem.resolve(), args.cand.resolve(), args.device)
+        except Exception as exc:  # the draw's failure is its row
+            row = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+        print(json.dumps(row), flush=True)
+        return 0
     if args.cmd == "run":
         keys = [k for k in args.keys.split(",") if k]
         ways = [w for w in args.ways.split(",") if w]
