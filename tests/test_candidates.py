@@ -58,6 +58,12 @@ def test_the_judge_reviews_the_fastest_correct_or_the_failure_that_got_furthest(
     assert chosen.index == 1
     chosen, why = choose_candidate([_cand(0, None), _cand(1, None)])  # every Coder call failed
     assert chosen.index == 0 and why == "no candidate was evaluated"
+    # a figure the record withholds (timing_unstable, faster_than_hardware) loses to any trusted one
+    unstable = _cand(0, Status.PASSED, 22.0)
+    assert unstable.result is not None
+    unstable.result.metadata = {"guards": {"flags": {"timing_unstable": "a loaded machine"}}}
+    chosen, _ = choose_candidate([unstable, _cand(1, Status.PASSED, 1.2)])
+    assert chosen.index == 1
 
 
 @pytest.mark.slow

@@ -82,7 +82,11 @@ def fake_engine(calls):
         spread = eval(text.split("SPREAD = ")[1].splitlines()[0])
         if value is None:
             return EvalResult(status=Status.INCORRECT, error_log="Outputs are not close")
-        return timed(value, spread)
+        result = timed(value, spread)
+        tag = eval(text.split("TAG = ")[1].splitlines()[0])
+        if tag in ("timing_unstable", "faster_than_hardware"):  # the record withholds the figure
+            result.metadata = {"guards": {"flags": {tag: "evidence"}}}
+        return result
 
     return evaluate
 
@@ -123,6 +127,31 @@ def test_target_speedup_stops_early_and_skips_the_judge(tmp_path):
     state = f.run()
     assert len(state.rounds) == 2 and state.stop_reason == "target speedup 2.5x reached"
     assert len(judge.prompts) == 1
+
+
+def test_a_withheld_figure_neither_becomes_the_best_nor_reaches_the_target(tmp_path):
+    """Through the loop: 22x `timing_unstable` after a trusted 1.1x is not kept and stops nothing;
+    the Coder is told why; a trusted 3.0x then is kept and reaches the target."""
+    f, coder, _, _ = forge(
+        tmp_path,
+        [block(code(1.1)), block(code(22.0, tag="timing_unstable")), block(code(3.0)), block(code(4.0))],
+        [PERF, PERF, PERF],
+        rounds=10,
+        target_speedup=2.5,
+    )
+    state = f.run()
+    assert [r.became_best for r in state.rounds] == [True, False, True]
+    assert state.stop_reason == "target speedup 2.5x reached" and state.best.index == 2
+    assert "a figure not trusted (timing_unstable)" in coder.prompts[2]
+    assert read_summary(tmp_path / "run")["best"]["speedup_withheld_by"] == []
+
+
+def test_a_run_whose_only_correct_figure_is_withheld_says_so(tmp_path):
+    f, *_ = forge(tmp_path, [block(code(9.0, tag="faster_than_hardware"))], [PERF], rounds=1, target_speedup=2.0)
+    state = f.run()
+    assert state.best.index == 0 and state.stop_reason == "round limit (1) reached"  # no target reached
+    best = read_summary(tmp_path / "run")["best"]
+    assert best["speedup"] == 9.0 and best["speedup_withheld_by"] == ["faster_than_hardware"]
 
 
 def test_token_and_cost_budgets_stop_the_run(tmp_path):
@@ -197,6 +226,33 @@ def test_a_new_best_must_beat_the_min_improvement_and_the_measured_spread():
     assert improvement(timed(0.5, 0.5), None, cfg) == (True, "the first correct candidate")
     untimed = EvalResult(status=Status.PASSED, correct=True)
     assert not improvement(untimed, best, cfg)[0] and improvement(best, untimed, cfg)[0]
+
+
+def test_a_speed_up_the_record_withholds_never_becomes_the_best_and_never_holds_it():
+    """A figure measured while the timing conditions did not hold, or faster than the hardware, is
+    no measure: on a machine loaded from outside a hostile candidate and an honest one alike swing
+    0.15x-22x, every one `timing_unstable`. It counts as untimed in the choice of the best."""
+    cfg = LoopConfig()
+
+    def flagged(speedup: float, *names: str) -> EvalResult:
+        r = timed(speedup, 0.01)
+        r.metadata = {"guards": {"flags": {n: "evidence" for n in names}}}
+        return r
+
+    trusted = timed(1.5, 0.01)
+    for name in ("timing_unstable", "faster_than_hardware"):
+        won, why = improvement(flagged(22.0, name), trusted, cfg)
+        assert not won and f"not trusted ({name})" in why, why
+        won, why = improvement(trusted, flagged(22.0, name), cfg)  # a trusted figure takes its place
+        assert won and f"was not trusted ({name})" in why, why
+    assert not improvement(flagged(9.0, "timing_unstable"), flagged(1.1, "faster_than_hardware"), cfg)[0]
+    assert improvement(flagged(0.3, "timing_unstable"), None, cfg)[0]  # still the first correct candidate
+    # flags that say nothing against the figure leave the rule as it was
+    assert improvement(flagged(2.0, "launch_bound", "autotuned", "borderline"), trusted, cfg)[0]
+    assert flagged(2.0, "faster_than_hardware", "timing_unstable").speedup_withheld_by == [
+        "timing_unstable",
+        "faster_than_hardware",
+    ]
 
 
 def test_a_resubmitted_candidate_does_not_win_by_noise(tmp_path):

@@ -433,6 +433,51 @@ def test_a_problem_with_a_degenerate_reference_is_counted_apart(tmp_path):
     assert m.problems == 1 and m.degenerate == ["deg_guards", "deg_meta"] and m.correct == 1
 
 
+def test_a_withheld_speed_up_stays_in_the_row_and_leaves_the_suites_figures(tmp_path):
+    """A problem whose kept kernel's record says `timing_unstable` or `faster_than_hardware`: its row
+    keeps the figure and names the flag, and the suite's fast_p and means count it as untimed."""
+    from kernelwright.suites.metrics import ProblemOutcome, summarize
+
+    def flagged(name: str | None):
+        def evaluate(problem, code, on_stage, report_dir):
+            result = fake_evaluate(problem, code, on_stage, report_dir)
+            if name is not None:
+                result.metadata = {"guards": {"flags": {name: "evidence", "launch_bound": "a fact"}}}
+            return result
+
+        return evaluate
+
+    with Store.open(tmp_path / "kw.db") as db:
+        for problem, name in (("plain", None), ("unstable", "timing_unstable"), ("physics", "faster_than_hardware")):
+            rd = RunDir(tmp_path / problem, PROBLEM, {})
+            Forge(
+                PROBLEM,
+                Scripted("coder"),
+                Scripted("judge"),
+                flagged(name),
+                LoopConfig(rounds=2, backend="cpp"),
+                device="cpu",
+                recorder=rd,
+            ).run()
+            with db.transaction() as tx:
+                tx.execute(
+                    "INSERT OR IGNORE INTO suites (id, kind, problems, out_dir, created) "
+                    "VALUES ('s', 'optimize', '[]', '/', 0)"
+                )
+            index_run(db, tmp_path / problem, suite_id="s", problem=problem)
+    with open_store(tmp_path / "kw.db") as api:
+        rows = {r["problem"]: r for r in api.problems("s")}
+    assert {k: r["speedup_withheld_by"] for k, r in rows.items()} == {
+        "plain": [],
+        "unstable": ["timing_unstable"],
+        "physics": ["faster_than_hardware"],
+    }
+    assert all(r["correct"] and r["speedup"] is not None for r in rows.values())  # the figure stays in the row
+    m = summarize([ProblemOutcome(**r) for r in rows.values()])
+    assert m.correct == 3 and m.speedups_withheld == ["physics", "unstable"]
+    assert m.mean_speedup == pytest.approx(rows["plain"]["speedup"])
+
+
 def test_a_child_that_died_in_start_up_is_evaluated_once_more_a_candidate_crash_is_not():
     """A crash before the candidate was imported is the machine's, not the candidate's."""
     import concurrent.futures as cf

@@ -114,6 +114,21 @@ def test_untimed_correct_kernel_counts_for_fast_0_only():
     assert summarize(o).mean_speedup is None
 
 
+def test_a_withheld_speed_up_counts_as_untimed_and_is_named():
+    """A correct kernel whose record withholds its speed-up (timing_unstable, faster_than_hardware)
+    counts for fast_0 only and in no mean, as an untimed pass does; the summary names it."""
+    forged = ProblemOutcome("f", verdict="passed", correct=True, speedup=22.0, speedup_withheld_by=["timing_unstable"])
+    honest = ProblemOutcome("h", verdict="passed", correct=True, speedup=1.5, speedup_vs_compile=1.2)
+    fast = ProblemOutcome("x", verdict="passed", correct=True, speedup=9.0, speedup_vs_compile=9.0)
+    fast.speedup_withheld_by = ["faster_than_hardware"]
+    m = summarize([forged, honest, fast])
+    assert m.correct == 3 and m.fast_p == pytest.approx({"0": 1.0, "1": 1 / 3, "1.5": 0.0, "2": 0.0})
+    assert m.mean_speedup == pytest.approx(1.5) and m.geomean_speedup == pytest.approx(1.5)
+    assert m.mean_speedup_vs_compile == pytest.approx(1.2)
+    assert m.speedups_withheld == ["f", "x"]
+    assert summarize([honest]).speedups_withheld == []
+
+
 @pytest.mark.parametrize(
     "record, flagged",
     [

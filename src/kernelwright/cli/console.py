@@ -383,8 +383,11 @@ def render_run(summary: dict, run_dir, console: Console) -> None:
             if best.get("candidate_ms") is not None and best.get("reference_ms") is not None
             else ""
         )
+        withheld = best.get("speedup_withheld_by") or []
+        untrusted = f" [yellow](not trusted: {', '.join(withheld)})[/]" if withheld else ""
         console.print(
-            f"best: [bold green]{_x(best['speedup'])}[/] from round {best['round']}{times} → {run_dir}/{best['file']}",
+            f"best: [bold green]{_x(best['speedup'])}[/]{untrusted} from round {best['round']}{times}"
+            f" → {run_dir}/{best['file']}",
             highlight=False,
         )
     else:

@@ -50,6 +50,13 @@ def render_metrics(m, console: Console, title: str, size_robust: bool = False) -
     else:
         t.add_row("fast_p", "  ".join(f"fast_{p} {v:.1%}" for p, v in m.fast_p.items()))
     t.add_row("speed-up (correct)", f"geomean {_x(m.geomean_speedup)}, mean {_x(m.mean_speedup)}")
+    withheld = getattr(m, "speedups_withheld", [])  # (a report's JSON written before the field: none)
+    if withheld:
+        t.add_row(
+            "not trusted",
+            f"{len(withheld)} speed-ups withheld (timing_unstable, faster_than_hardware), counted as untimed: "
+            + ", ".join(withheld),
+        )
     if m.geomean_speedup_vs_compile is not None:
         t.add_row(
             "over torch.compile", f"geomean {_x(m.geomean_speedup_vs_compile)}, mean {_x(m.mean_speedup_vs_compile)}"

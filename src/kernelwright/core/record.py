@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -57,6 +58,18 @@ class RoundVerdict(str, Enum):
 
     def __str__(self) -> str:  # pragma: no cover - trivial
         return self.value
+
+
+# The flags that withhold a measured speed-up from every comparison and aggregate: the timing
+# conditions did not hold (`timing_unstable`), or the time beats the hardware (`faster_than_hardware`).
+# The figure stays in the record; it never makes a round the loop's best, nor counts in fast_p.
+WITHHOLDING_FLAGS = ("timing_unstable", "faster_than_hardware")
+
+
+def withheld_by(flags: Iterable[str]) -> list[str]:
+    """Of `flags` (a record's flag names), those that withhold its speed-up, in WITHHOLDING_FLAGS' order."""
+    names = set(flags)
+    return [f for f in WITHHOLDING_FLAGS if f in names]
 
 
 class Stage(str, Enum):
@@ -241,15 +254,16 @@ class EvalResult:
         return True if tried and all(isinstance(t, dict) and t.get("passed") is True for t in tried) else None
 
     @property
+    def speedup_withheld_by(self) -> list[str]:
+        """The flags that withhold this measured speed-up from every comparison and aggregate (the
+        loop's choice of its best, a suite's fast_p and means): its timing conditions did not hold,
+        or its time beats what the hardware can do. Empty where the figure stands."""
+        return withheld_by(self.flags())
+
+    @property
     def speedup_trusted(self) -> bool:
         """A speed-up to aggregate: measured, on a problem that is not degenerate, timed in stable conditions."""
-        flags = self.flags()
-        return (
-            self.speedup is not None
-            and not self.degenerate_reference
-            and "timing_unstable" not in flags
-            and "faster_than_hardware" not in flags
-        )
+        return self.speedup is not None and not self.degenerate_reference and not self.speedup_withheld_by
 
     def to_kernelbench(self) -> dict[str, Any]:
         """The record in KernelBench's `KernelExecResult` shape, for tools that read that format."""

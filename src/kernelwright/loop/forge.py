@@ -438,8 +438,11 @@ class Forge:
 
     def _stop_reason(self, rounds_done: int) -> str | None:
         cfg, st = self.config, self.state
-        if cfg.target_speedup is not None and st.best is not None and (st.best.speedup or 0) >= cfg.target_speedup:
-            return f"target speedup {cfg.target_speedup:g}x reached"
+        best = st.best.result if st.best is not None else None
+        # a figure the record withholds reaches no target
+        if cfg.target_speedup is not None and best is not None and not best.speedup_withheld_by:
+            if (best.speedup or 0) >= cfg.target_speedup:
+                return f"target speedup {cfg.target_speedup:g}x reached"
         if cfg.max_tokens is not None and st.usage.total_tokens >= cfg.max_tokens:
             return f"token budget spent ({st.usage.total_tokens} of {cfg.max_tokens})"
         if cfg.max_cost_usd is not None and st.cost_usd >= cfg.max_cost_usd:
@@ -492,12 +495,21 @@ _PROGRESS = {
 
 
 def choose_candidate(cands: list[Candidate]) -> tuple[Candidate, str]:
-    """The candidate the Judge reviews: the fastest correct one (a timed one before an untimed
-    one), else the failure that got furthest (incorrect > runtime error > timeout > crash >
-    compile error > format error), else the first; ties go to the lower index."""
+    """The candidate the Judge reviews: the fastest correct one (a timed one before an untimed one,
+    a trusted figure before one its record withholds), else the failure that got furthest
+    (incorrect > runtime error > timeout > crash > compile error > format error), else the first;
+    ties go to the lower index."""
     passed = [c for c in cands if c.result is not None and c.result.status is Status.PASSED]
     if passed:
-        best = max(passed, key=lambda c: (_result(c).speedup is not None, _result(c).speedup or 0.0, -c.index))
+        best = max(
+            passed,
+            key=lambda c: (
+                _result(c).speedup is not None,
+                not _result(c).speedup_withheld_by,
+                _result(c).speedup or 0.0,
+                -c.index,
+            ),
+        )
         return best, f"the fastest of {len(passed)} correct candidates"
     failed = [c for c in cands if c.result is not None]
     if failed:
@@ -548,14 +560,26 @@ def improvement(new: EvalResult, best: EvalResult | None, config: LoopConfig) ->
         s_new * median/p90 (new's slow end) > s_best * median/p10 (best's fast end)
     with each band's width scaled by `spread_factor` (0: no spread test). So a re-submitted
     identical candidate, or one within the measured noise, never wins; neither does a regression.
-    The first correct candidate always becomes the best; an untimed pass never replaces a timed one.
+    The first correct candidate always becomes the best; an untimed pass never replaces a timed one,
+    and a speed-up the record withholds (`timing_unstable`, `faster_than_hardware`) counts as untimed:
+    a figure measured in conditions that did not hold, or faster than the hardware, decides nothing.
     """
     if best is None:
         return True, "the first correct candidate"
     if new.speedup is None:
         return False, "passed but untimed; an untimed candidate never replaces a timed one"
+    if new.speedup_withheld_by:
+        return False, (
+            f"passed at {new.speedup:.3f}x, a figure not trusted ({', '.join(new.speedup_withheld_by)}); "
+            "an untrusted speed-up never replaces the best"
+        )
     if best.speedup is None:
         return True, f"timed at {new.speedup:.3f}x; the best so far was untimed"
+    if best.speedup_withheld_by:
+        return True, (
+            f"timed at {new.speedup:.3f}x; the best so far ({best.speedup:.3f}x) was not trusted "
+            f"({', '.join(best.speedup_withheld_by)})"
+        )
     s_new, s_best = new.speedup, best.speedup
     slow_new, _ = _band(new, config.spread_factor)
     _, fast_best = _band(best, config.spread_factor)

@@ -30,6 +30,7 @@ CSV_COLUMNS = [
     "speedup",
     "speedup_basis",
     "speedup_as_launched",
+    "speedup_withheld_by",
     "speedup_vs_compile",
     "candidate_ms",
     "reference_ms",
@@ -214,6 +215,7 @@ def to_csv(data: dict[str, Any]) -> str:
                 "rounds": len(p["rounds"]),
                 "verdicts": " ".join(p["verdicts"]),
                 "sizes_failed": " ".join(p.get("sizes_failed") or []),
+                "speedup_withheld_by": " ".join(p.get("speedup_withheld_by") or []),
             }
         )
     return buf.getvalue()

@@ -27,7 +27,11 @@ def render(data: dict[str, Any]) -> str:
     m = data["metrics"]
     robust = data.get("fast_p_counts") == "size_robust"
     curve = data["fast_p_curve"]
-    speedups = [p["speedup"] for p in data["problems"] if p["correct"] and p["speedup"] and not p["degenerate"]]
+    speedups = [  # the distribution of the figures fast_p counts: none degenerate, none withheld
+        p["speedup"]
+        for p in data["problems"]
+        if p["correct"] and p["speedup"] and not p["degenerate"] and not p.get("speedup_withheld_by")
+    ]
     figures = {
         "distribution": plots.speedup_distribution(speedups),
         "fast_p": plots.fast_p_curve(curve["p"], curve["fast_p_size_robust"], SIZE_ROBUST_TITLE)

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from kernelwright.core.record import EvalResult, RoundVerdict, Status
+from kernelwright.core.record import EvalResult, RoundVerdict, Status, withheld_by
 from kernelwright.store.db import Store, StoreError
 
 STORE_ENV = "KERNELWRIGHT_STORE"
@@ -82,6 +82,16 @@ def size_check(record: dict[str, Any] | None) -> tuple[bool | None, list[str]]:
     return result.size_robust, result.sizes_failed
 
 
+def _withheld(evaluation: dict[str, Any]) -> list[str]:
+    """The flags of an evaluation row (`guard_flags`, the record's JSON object) that withhold its speed-up."""
+    raw = evaluation.get("guard_flags")
+    try:
+        flags = json.loads(raw) if isinstance(raw, str) else (raw or {})
+    except ValueError:
+        return []
+    return withheld_by(flags) if isinstance(flags, dict) else []
+
+
 def _row(r) -> dict[str, Any]:
     d = dict(r)
     for key in ("info", "critique", "expectation", "record"):
@@ -140,7 +150,9 @@ class RunStore:
             " e.speedup_vs_compile, e.candidate_ms, e.reference_ms, e.device, e.degenerate,"
             # what the speed-up measures, and the calls as launched one at a time (the record's own fields)
             " json_extract(e.record, '$.speedup_basis') AS speedup_basis,"
-            " json_extract(e.record, '$.speedup_as_launched') AS speedup_as_launched"
+            " json_extract(e.record, '$.speedup_as_launched') AS speedup_as_launched,"
+            # the record's flags (an object: name -> evidence), for the ones that withhold the speed-up
+            " json_extract(e.record, '$.metadata.guards.flags') AS guard_flags"
         )
         sql = f"SELECT {cols}, r.problem, r.level, r.suite_id FROM evaluations e JOIN runs r ON r.id = e.run_id"
         if run is not None:
@@ -183,6 +195,7 @@ class RunStore:
                     speedup_vs_compile=None,
                     speedup_basis=None,
                     speedup_as_launched=None,
+                    speedup_withheld_by=[],
                     verdicts=[],
                     speedups=[],
                     tokens=0,
@@ -200,11 +213,16 @@ class RunStore:
     def _problem(self, run: dict[str, Any]) -> dict[str, Any]:
         rounds = self.rounds(run["id"])
         evals = {e["round_idx"]: e for e in self.evaluations(run=run["id"], full=False)}
-        # the run's best (the kernel the loop kept: best.py), else the fastest correct evaluation
+        # the run's best (the kernel the loop kept: best.py), else the fastest correct evaluation whose
+        # speed-up the record does not withhold (then the fastest of the rest)
         best = evals.get(run["best_round"]) if run["best_round"] is not None else None
         if best is None or not (best["correct"] and best["status"] == Status.PASSED):
             correct = [e for e in evals.values() if e["correct"] and e["status"] == Status.PASSED]
-            best = max(correct, key=lambda e: (e["speedup"] is not None, e["speedup"] or 0.0), default=None)
+            best = max(
+                correct,
+                key=lambda e: (e["speedup"] is not None, not _withheld(e), e["speedup"] or 0.0),
+                default=None,
+            )
         verdicts = [RoundVerdict(r["verdict"]) for r in rounds]
         robust: bool | None = None
         failed: list[str] = []
@@ -220,6 +238,7 @@ class RunStore:
             speedup_vs_compile=best["speedup_vs_compile"] if best else None,
             speedup_basis=best["speedup_basis"] if best else None,
             speedup_as_launched=best["speedup_as_launched"] if best else None,
+            speedup_withheld_by=_withheld(best) if best else [],
             verdicts=verdicts,
             speedups=[r["speedup"] for r in rounds],
             tokens=run["tokens"] or 0,

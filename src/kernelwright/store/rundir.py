@@ -215,6 +215,7 @@ class RunDir:
             "round": best.index,
             "dir": self.dirs.get(best.index),
             "speedup": result.speedup,
+            "speedup_withheld_by": result.speedup_withheld_by,  # flags that say the figure is not trusted
             "candidate_ms": result.candidate_ms,
             "reference_ms": result.reference_ms,
             "device": result.device,

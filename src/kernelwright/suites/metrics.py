@@ -3,8 +3,10 @@
 One `ProblemOutcome` per problem: its best correct evaluation when it has one (the fastest), else
 its last verdict. `fast_p` is KernelBench's: the share of ALL problems whose kernel is correct AND
 faster than p times the reference (speedup > p). A correct kernel without a timing (an untimed pass)
-counts for p = 0 only. Problems whose reference is flagged degenerate (the `degenerate_reference` guard) are
-counted apart: they are in `degenerate` and in no rate, mean or denominator.
+counts for p = 0 only, and so does one whose speed-up its record withholds (`timing_unstable`,
+`faster_than_hardware`: `speedup_withheld_by`); neither enters the means. Problems whose reference
+is flagged degenerate (the `degenerate_reference` guard) are counted apart: they are in `degenerate`
+and in no rate, mean or denominator.
 
 `size_robust`: does the problem's kernel hold at every other size of the problem the shapes check
 tried (`EvalResult.size_robust`)? True: checked and held everywhere; False: flagged
@@ -34,6 +36,9 @@ class ProblemOutcome:
     speedup_vs_compile: float | None = None  # of the same kernel, over torch.compile (when timed)
     speedup_basis: str | None = None  # what `speedup` measures: "device" (the device's timeline) or "host"
     speedup_as_launched: float | None = None  # the calls as launched one at a time, host time included
+    # the flags that withhold the kept kernel's speed-up (timing_unstable, faster_than_hardware): the
+    # figure is shown, and counts as untimed in fast_p and the means
+    speedup_withheld_by: list[str] = field(default_factory=list)
     verdicts: list[RoundVerdict] = field(default_factory=list)  # every round's verdict, in order
     speedups: list[float | None] = field(default_factory=list)  # every round's (None unless passed)
     tokens: int = 0
@@ -63,6 +68,7 @@ class SuiteMetrics:
     size_specific: int  # correct kernels wrong at some other size (flagged shape_specific)
     size_unchecked: int  # correct kernels whose other sizes were not checked
     fast_p_size_robust: dict[str, float]  # fast_p counting only size-robust kernels, same denominator
+    speedups_withheld: list[str]  # correct kernels whose speed-up the record withholds: counted as untimed
     tokens_per_problem: float
     cost_per_problem: float | None
     wall_s_per_problem: float | None
@@ -83,7 +89,7 @@ def fast_p(outcomes: list[ProblemOutcome], p: float, size_robust: bool = False) 
         for o in outcomes
         if o.correct
         and (not size_robust or o.size_robust is True)
-        and (p == 0 or (o.speedup is not None and o.speedup > p))
+        and (p == 0 or (o.speedup is not None and not o.speedup_withheld_by and o.speedup > p))
     )
     return hits / len(outcomes)
 
@@ -110,8 +116,9 @@ def summarize(outcomes: list[ProblemOutcome]) -> SuiteMetrics:
     counted = [o for o in outcomes if not o.degenerate]
     n = len(counted)
     correct = [o for o in counted if o.correct]
-    timed = [o.speedup for o in correct if o.speedup is not None]
-    vs_compile = [o.speedup_vs_compile for o in correct if o.speedup_vs_compile is not None]
+    trusted = [o for o in correct if not o.speedup_withheld_by]
+    timed = [o.speedup for o in trusted if o.speedup is not None]
+    vs_compile = [o.speedup_vs_compile for o in trusted if o.speedup_vs_compile is not None]
     costs = [o.cost_usd for o in counted]
     priced = [c for c in costs if c is not None]
     walls = [o.wall_s for o in counted if o.wall_s is not None]
@@ -131,6 +138,7 @@ def summarize(outcomes: list[ProblemOutcome]) -> SuiteMetrics:
         size_specific=sum(1 for o in correct if o.size_robust is False),
         size_unchecked=sum(1 for o in correct if o.size_robust is None),
         fast_p_size_robust={_p_key(p): fast_p(counted, p, size_robust=True) for p in FAST_P},
+        speedups_withheld=sorted(o.problem for o in correct if o.speedup_withheld_by),
         tokens_per_problem=sum(o.tokens for o in counted) / n if n else 0.0,
         cost_per_problem=(sum(priced) / n if len(priced) == len(costs) else None) if n else None,
         wall_s_per_problem=mean(walls),
