@@ -58,12 +58,13 @@ def test_the_judge_reviews_the_fastest_correct_or_the_failure_that_got_furthest(
     assert chosen.index == 1
     chosen, why = choose_candidate([_cand(0, None), _cand(1, None)])  # every Coder call failed
     assert chosen.index == 0 and why == "no candidate was evaluated"
-    # a figure the record withholds (timing_unstable, faster_than_hardware) loses to any trusted one
-    unstable = _cand(0, Status.PASSED, 22.0)
-    assert unstable.result is not None
+    # a figure the record withholds loses to one that stands; faster_than_hardware to an unstable one
+    unstable, physics = _cand(0, Status.PASSED, 22.0), _cand(2, Status.PASSED, 50.0)
+    assert unstable.result is not None and physics.result is not None
     unstable.result.metadata = {"guards": {"flags": {"timing_unstable": "a loaded machine"}}}
-    chosen, _ = choose_candidate([unstable, _cand(1, Status.PASSED, 1.2)])
-    assert chosen.index == 1
+    physics.result.metadata = {"guards": {"flags": {"faster_than_hardware": "under the floor"}}}
+    assert choose_candidate([unstable, _cand(1, Status.PASSED, 1.2), physics])[0].index == 1
+    assert choose_candidate([physics, unstable])[0].index == 0
 
 
 @pytest.mark.slow

@@ -132,11 +132,20 @@ def test_loop_repairs_then_speeds_up_and_keeps_the_fastest(recorded_run):
     assert [r["evaluated"] for r in summary["rounds"]] == [True, True, True, False]
     slow, fast = summary["rounds"][1]["speedup"], summary["rounds"][2]["speedup"]
     # the fused candidate is about 5x the rowwise one on a quiet machine; a loaded one can move either
-    # figure, so the round kept is the one the rule keeps on the figures measured (spread test off)
-    kept = 2 if fast >= slow * (1 + LoopConfig().min_improvement) else 1
+    # figure, so the round kept is the one the rule keeps on the figures measured (spread test off):
+    # a figure timed while the conditions did not hold (timing_unstable, most on a shared 2-core CPU)
+    # never replaces one that stands, one that stands replaces it, and two alike meet the rule
+    unstable = [
+        "timing_unstable" in json.loads((out / r["dir"] / "eval.json").read_text())["metadata"]["guards"]["flags"]
+        for r in summary["rounds"][1:3]
+    ]
+    if unstable[0] != unstable[1]:
+        kept = 2 if unstable[0] else 1
+    else:
+        kept = 2 if fast >= slow * (1 + LoopConfig().min_improvement) else 1
     best = summary["best"]
     assert best["round"] == kept and best["speedup"] == (fast if kept == 2 else slow)
-    if kept == 2:
+    if kept == 2 and unstable[0] == unstable[1]:
         assert summary["rounds"][2]["best_decision"].startswith(f"{fast:.3f}x beats the best ({slow:.3f}x)")
     kept_file = "cpp_swish_fused.py" if kept == 2 else "cpp_swish_rowwise.py"
     assert (out / "best.py").read_text() == (LOOP / kept_file).read_text()

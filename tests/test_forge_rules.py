@@ -142,7 +142,7 @@ def test_a_withheld_figure_neither_becomes_the_best_nor_reaches_the_target(tmp_p
     state = f.run()
     assert [r.became_best for r in state.rounds] == [True, False, True]
     assert state.stop_reason == "target speedup 2.5x reached" and state.best.index == 2
-    assert "a figure not trusted (timing_unstable)" in coder.prompts[2]
+    assert "a figure not trusted (timing_unstable" in coder.prompts[2]
     assert read_summary(tmp_path / "run")["best"]["speedup_withheld_by"] == []
 
 
@@ -228,10 +228,11 @@ def test_a_new_best_must_beat_the_min_improvement_and_the_measured_spread():
     assert not improvement(untimed, best, cfg)[0] and improvement(best, untimed, cfg)[0]
 
 
-def test_a_speed_up_the_record_withholds_never_becomes_the_best_and_never_holds_it():
-    """A figure measured while the timing conditions did not hold, or faster than the hardware, is
-    no measure: on a machine loaded from outside a hostile candidate and an honest one alike swing
-    0.15x-22x, every one `timing_unstable`. It counts as untimed in the choice of the best."""
+def test_a_withheld_speed_up_ranks_below_one_that_stands():
+    """`faster_than_hardware` decides nothing: it counts as untimed. `timing_unstable` (on a machine
+    loaded from outside a hostile candidate and an honest one alike swing 0.15x-22x, every one
+    flagged) never replaces a figure that stands, and one that stands replaces it; two unstable
+    figures meet the ordinary rule (on a shared CPU most figures are unstable)."""
     cfg = LoopConfig()
 
     def flagged(speedup: float, *names: str) -> EvalResult:
@@ -240,13 +241,21 @@ def test_a_speed_up_the_record_withholds_never_becomes_the_best_and_never_holds_
         return r
 
     trusted = timed(1.5, 0.01)
-    for name in ("timing_unstable", "faster_than_hardware"):
-        won, why = improvement(flagged(22.0, name), trusted, cfg)
-        assert not won and f"not trusted ({name})" in why, why
-        won, why = improvement(trusted, flagged(22.0, name), cfg)  # a trusted figure takes its place
-        assert won and f"was not trusted ({name})" in why, why
-    assert not improvement(flagged(9.0, "timing_unstable"), flagged(1.1, "faster_than_hardware"), cfg)[0]
-    assert improvement(flagged(0.3, "timing_unstable"), None, cfg)[0]  # still the first correct candidate
+    won, why = improvement(flagged(22.0, "timing_unstable"), trusted, cfg)
+    assert not won and "not trusted (timing_unstable" in why and "best that stands (1.500x)" in why, why
+    won, why = improvement(flagged(22.0, "faster_than_hardware"), trusted, cfg)
+    assert not won and "faster than the hardware can go" in why, why
+    won, why = improvement(trusted, flagged(22.0, "timing_unstable"), cfg)
+    assert won and "(22.000x) was not trusted (timing_unstable)" in why, why
+    won, why = improvement(trusted, flagged(22.0, "faster_than_hardware"), cfg)
+    assert won and "faster than the hardware can go" in why, why
+    # unstable against unstable: the ordinary rule on the figures
+    assert improvement(flagged(3.0, "timing_unstable"), flagged(1.0, "timing_unstable"), cfg)[0]
+    assert not improvement(flagged(1.0, "timing_unstable"), flagged(3.0, "timing_unstable"), cfg)[0]
+    # an unstable figure beats one that decides nothing; two of those: the incumbent stays
+    assert improvement(flagged(0.9, "timing_unstable"), flagged(9.0, "faster_than_hardware"), cfg)[0]
+    assert not improvement(flagged(99.0, "faster_than_hardware"), flagged(9.0, "faster_than_hardware"), cfg)[0]
+    assert improvement(flagged(0.3, "faster_than_hardware"), None, cfg)[0]  # still the first correct candidate
     # flags that say nothing against the figure leave the rule as it was
     assert improvement(flagged(2.0, "launch_bound", "autotuned", "borderline"), trusted, cfg)[0]
     assert flagged(2.0, "faster_than_hardware", "timing_unstable").speedup_withheld_by == [

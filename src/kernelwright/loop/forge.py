@@ -504,9 +504,9 @@ def choose_candidate(cands: list[Candidate]) -> tuple[Candidate, str]:
         best = max(
             passed,
             key=lambda c: (
-                _result(c).speedup is not None,
-                not _result(c).speedup_withheld_by,
-                _result(c).speedup or 0.0,
+                _figure(_result(c)) is not None,
+                not _unstable(_result(c)),
+                _figure(_result(c)) or 0.0,
                 -c.index,
             ),
         )
@@ -516,6 +516,15 @@ def choose_candidate(cands: list[Candidate]) -> tuple[Candidate, str]:
         best = max(failed, key=lambda c: (_PROGRESS.get(_result(c).status, -1), -c.index))
         return best, f"none correct; the {_result(best).status.value} got furthest"
     return cands[0], "no candidate was evaluated"
+
+
+def _figure(result: EvalResult) -> float | None:
+    """The speed-up the loop compares: None untimed, or faster than the hardware can go."""
+    return None if "faster_than_hardware" in result.speedup_withheld_by else result.speedup
+
+
+def _unstable(result: EvalResult) -> bool:
+    return "timing_unstable" in result.speedup_withheld_by
 
 
 def _band(result: EvalResult, factor: float) -> tuple[float, float]:
@@ -560,27 +569,34 @@ def improvement(new: EvalResult, best: EvalResult | None, config: LoopConfig) ->
         s_new * median/p90 (new's slow end) > s_best * median/p10 (best's fast end)
     with each band's width scaled by `spread_factor` (0: no spread test). So a re-submitted
     identical candidate, or one within the measured noise, never wins; neither does a regression.
-    The first correct candidate always becomes the best; an untimed pass never replaces a timed one,
-    and a speed-up the record withholds (`timing_unstable`, `faster_than_hardware`) counts as untimed:
-    a figure measured in conditions that did not hold, or faster than the hardware, decides nothing.
+    The first correct candidate always becomes the best; an untimed pass never replaces a timed one.
+    A speed-up the record withholds ranks below one that stands: `faster_than_hardware` (a time under
+    what the hardware can do) counts as untimed; `timing_unstable` (timed while the conditions did
+    not hold) never replaces a figure that stands, and one that stands replaces it; two unstable
+    figures are compared by the rule above, whose bands their own spread widens (on a shared CPU
+    most figures are unstable, and the loop must still be able to keep the faster kernel).
     """
     if best is None:
         return True, "the first correct candidate"
-    if new.speedup is None:
-        return False, "passed but untimed; an untimed candidate never replaces a timed one"
-    if new.speedup_withheld_by:
+    s_new, s_best = _figure(new), _figure(best)
+    if s_new is None:
+        if new.speedup is None:
+            return False, "passed but untimed; an untimed candidate never replaces a timed one"
         return False, (
-            f"passed at {new.speedup:.3f}x, a figure not trusted ({', '.join(new.speedup_withheld_by)}); "
-            "an untrusted speed-up never replaces the best"
+            f"passed at {new.speedup:.3f}x, faster than the hardware can go (faster_than_hardware): "
+            "a figure that decides nothing never replaces the best"
         )
-    if best.speedup is None:
-        return True, f"timed at {new.speedup:.3f}x; the best so far was untimed"
-    if best.speedup_withheld_by:
-        return True, (
-            f"timed at {new.speedup:.3f}x; the best so far ({best.speedup:.3f}x) was not trusted "
-            f"({', '.join(best.speedup_withheld_by)})"
+    if s_best is None:
+        if best.speedup is None:
+            return True, f"timed at {s_new:.3f}x; the best so far was untimed"
+        return True, f"timed at {s_new:.3f}x; the best so far ({best.speedup:.3f}x) was faster than the hardware can go"
+    if _unstable(new) and not _unstable(best):
+        return False, (
+            f"passed at {s_new:.3f}x, a figure not trusted (timing_unstable: timed while the conditions "
+            f"did not hold); it never replaces a best that stands ({s_best:.3f}x)"
         )
-    s_new, s_best = new.speedup, best.speedup
+    if _unstable(best) and not _unstable(new):
+        return True, f"timed at {s_new:.3f}x; the best so far ({s_best:.3f}x) was not trusted (timing_unstable)"
     slow_new, _ = _band(new, config.spread_factor)
     _, fast_best = _band(best, config.spread_factor)
     floor = s_best * (1 + config.min_improvement)
