@@ -83,6 +83,11 @@ def test_live_progress_numbers_rounds_from_0_and_estimates_the_time_left():
     lines = buf.getvalue().splitlines()
     assert lines[0].startswith("round 0 (1 of 3): passed 1.500x  best 1.500x  ")
     assert lines[1].startswith("round 1 (2 of 3): incorrect  best 1.500x  ")
+    unstable = io.StringIO()
+    flagged = EvalResult(status=Status.PASSED, speedup=8.1, metadata={"guards": {"flags": {"timing_unstable": "x"}}})
+    with LoopProgress(Console(file=unstable, width=200), rounds=1, verbosity=NORMAL) as p:
+        p.update(Progress(round=0, stage="done", verdict="passed", speedup=8.1, best_speedup=8.1, result=flagged))
+    assert unstable.getvalue().startswith("round 0 (1 of 1): passed 8.100x (not trusted: timing_unstable)  best ")
     quiet = io.StringIO()
     with LoopProgress(Console(file=quiet), rounds=3, verbosity=QUIET) as p:
         p.update(Progress(round=0, stage="done", verdict="passed", speedup=1.5, best_speedup=1.5))

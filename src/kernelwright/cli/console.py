@@ -293,6 +293,8 @@ class LoopProgress:
                 return
             style = _VERDICT_STYLE.get(p.verdict or "", "red")
             speed = f" {_x(p.speedup)}" if p.speedup is not None else ""
+            withheld = p.result.speedup_withheld_by if p.result is not None and p.speedup is not None else []
+            speed += f" [yellow](not trusted: {', '.join(withheld)})[/]" if withheld else ""
             why = device_problem(p.result) if p.result is not None else None
             note = f" ({escape(why)})" if why else ""
             cold = cold_build(p.result) if p.result is not None else None
