@@ -273,7 +273,9 @@ def test_a_run_that_finished_exits_0_and_numbers_rounds_from_0_everywhere(tmp_pa
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["state"] == "finished" and summary["stop_reason"] == "round limit (2) reached"
     # one numbering: the live lines, the table, the folders and the JSON all call the first round 0
-    assert re.search(r"^round 0 \(1 of 2\): passed \d+\.\d{3}x  best", res.stderr, re.M), res.stderr
+    # (a figure timed while the conditions did not hold says so: a shared 2-core CPU often gives one)
+    untrusted = r"( \(not trusted: timing_unstable\))?"
+    assert re.search(rf"^round 0 \(1 of 2\): passed \d+\.\d{{3}}x{untrusted}  best", res.stderr, re.M), res.stderr
     assert re.search(r"^round 1 \(2 of 2\): incorrect", res.stderr, re.M)
     assert [r["round"] for r in summary["rounds"]] == [0, 1]
     assert [r["dir"][:4] for r in summary["rounds"]] == ["000_", "001_"]
