@@ -102,3 +102,6 @@ def test_withheld_figures_are_shown_marked_and_counted_as_untimed(store, tmp_pat
     relu_row = table_html[table_html.index(">1_relu</a>") :].split("</tr>")[0]
     assert "not trusted" not in relu_row
     assert 'id="withheld"' in page and "2_forged, 3_physics" in page
+    details = page[page.index("level1/2_forged:") :].split("</summary>")[0]
+    assert "22.000x" in details and "(not trusted: timing_unstable)" in details
+    assert max(data["fast_p_curve"]["p"]) == pytest.approx(2.2)  # the grid spans the figures fast_p counts
