@@ -42,6 +42,7 @@ class FakeEngine:
 
     def __init__(self, interrupt_at: int | None = None):
         self.calls, self.interrupt_at = 0, interrupt_at
+        self.output = ""  # the console output of the run it served (`optimize_suite`)
 
     def close(self) -> None:
         pass
@@ -105,3 +106,25 @@ def optimize(monkeypatch, engine: FakeEngine, answers: Path, *args: str, problem
             *args,
         ],
     )
+
+
+def optimize_suite(monkeypatch, root: Path, suite: str, problems: list[tuple[str, str, list[str], FakeEngine]]) -> Path:
+    """A suite of `optimize` runs in the store `root/kw.db`, one per (level, problem, the Coder's
+    answers round by round, its engine), each indexed under `suite`: the store's path. Each engine
+    keeps its run's console output (`output`)."""
+    from kernelwright.store.db import Store
+    from kernelwright.store.indexer import index_run
+    from kernelwright.suites.driver import register_suite
+
+    path = root / "kw.db"
+    with Store.open(path) as db:
+        register_suite(db, suite, "optimize", ["fixtures"], root / suite)
+        for level, name, speeds, engine in problems:
+            run = root / suite / level / name
+            answers = recorded_answers(root / "answers" / name, speeds)
+            args = ("--rounds", str(len(speeds)), "--out", str(run), "--store", str(path))
+            out = optimize(monkeypatch, engine, answers, *args)
+            assert out.exit_code == 0, out.output
+            engine.output = out.output
+            index_run(db, run, suite_id=suite, problem=name, level=level)
+    return path

@@ -11,14 +11,11 @@ import json
 from pathlib import Path
 
 import pytest
-from replay_runs import FakeEngine, optimize, recorded_answers
+from replay_runs import FakeEngine, optimize_suite
 from typer.testing import CliRunner
 
 from kernelwright.cli.main import app
 from kernelwright.core.record import EvalResult
-from kernelwright.store.db import Store
-from kernelwright.store.indexer import index_run
-from kernelwright.suites.driver import register_suite
 
 FLAG = "ModelNew is correct at the problem's own sizes (batch_size=16, dim=1024) but not at dim=1023 (wrong values)"
 
@@ -65,25 +62,8 @@ PROBLEMS = [
 
 @pytest.fixture
 def store(tmp_path, monkeypatch) -> Path:
-    path = tmp_path / "kw.db"
-    with Store.open(path) as db:
-        register_suite(db, "sized", "optimize", ["fixtures"], tmp_path / "sized")
-        for level, name, speeds, shapes in PROBLEMS:
-            run = tmp_path / "sized" / level / name
-            out = optimize(
-                monkeypatch,
-                SizedEngine(shapes),
-                recorded_answers(tmp_path / "answers" / name, speeds),
-                "--rounds",
-                str(len(speeds)),
-                "--out",
-                str(run),
-                "--store",
-                str(path),
-            )
-            assert out.exit_code == 0, out.output
-            index_run(db, run, suite_id="sized", problem=name, level=level)
-    return path
+    problems = [(level, name, speeds, SizedEngine(shapes)) for level, name, speeds, shapes in PROBLEMS]
+    return optimize_suite(monkeypatch, tmp_path, "sized", problems)
 
 
 def report(store: Path, *args: str) -> str:

@@ -11,14 +11,11 @@ import json
 from pathlib import Path
 
 import pytest
-from replay_runs import FakeEngine, optimize, recorded_answers
+from replay_runs import FakeEngine, optimize_suite
 from typer.testing import CliRunner
 
 from kernelwright.cli.main import app
 from kernelwright.core.record import EvalResult
-from kernelwright.store.db import Store
-from kernelwright.store.indexer import index_run
-from kernelwright.suites.driver import register_suite
 
 
 class FlaggedEngine(FakeEngine):
@@ -45,27 +42,10 @@ PROBLEMS = [
 
 @pytest.fixture
 def store(tmp_path, monkeypatch) -> tuple[Path, dict[str, str]]:
-    path = tmp_path / "kw.db"
-    outputs = {}
-    with Store.open(path) as db:
-        register_suite(db, "trust", "optimize", ["fixtures"], tmp_path / "trust")
-        for name, speeds, flag in PROBLEMS:
-            run = tmp_path / "trust" / name
-            out = optimize(
-                monkeypatch,
-                FlaggedEngine(flag),
-                recorded_answers(tmp_path / "answers" / name, speeds),
-                "--rounds",
-                str(len(speeds)),
-                "--out",
-                str(run),
-                "--store",
-                str(path),
-            )
-            assert out.exit_code == 0, out.output
-            outputs[name] = out.output
-            index_run(db, run, suite_id="trust", problem=name, level="level1")
-    return path, outputs
+    engines = {name: FlaggedEngine(flag) for name, _, flag in PROBLEMS}
+    problems = [("level1", name, speeds, engines[name]) for name, speeds, _ in PROBLEMS]
+    path = optimize_suite(monkeypatch, tmp_path, "trust", problems)
+    return path, {name: engine.output for name, engine in engines.items()}
 
 
 def report(path: Path, *args: str) -> str:

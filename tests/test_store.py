@@ -387,29 +387,11 @@ def test_the_indexer_reads_records_through_eval_result(tmp_path):
         assert row["record"] == EvalResult.from_json((first / "eval.json").read_text()).to_dict()
 
 
-def test_a_problem_with_a_degenerate_reference_is_counted_apart(tmp_path):
-    """Issue 13's flag, in either spelling, on an evaluation in the store: the problem leaves every
-    rate and mean and is listed apart (hand-made records)."""
-    from kernelwright.suites.metrics import ProblemOutcome, summarize
-
-    def flagged(where: str):
-        def evaluate(problem, code, on_stage, report_dir):
-            result = fake_evaluate(problem, code, on_stage, report_dir)
-            result.metadata = (
-                {"guards": {"flags": {"degenerate_reference": True}}}
-                if where == "guards"
-                else {"degenerate_reference": {"reason": "the output is all zeros"}}
-            )
-            return result
-
-        return evaluate
-
+def suite_rows(tmp_path, engines: dict) -> dict[str, dict]:
+    """Runs of the loop, one per problem name with its stand-in engine, indexed as one suite ("s"):
+    the store's row of each problem."""
     with Store.open(tmp_path / "kw.db") as db:
-        for name, evaluate in (
-            ("plain", fake_evaluate),
-            ("deg_guards", flagged("guards")),
-            ("deg_meta", flagged("meta")),
-        ):
+        for name, evaluate in engines.items():
             rd = RunDir(tmp_path / name, PROBLEM, {})
             Forge(
                 PROBLEM,
@@ -427,7 +409,27 @@ def test_a_problem_with_a_degenerate_reference_is_counted_apart(tmp_path):
                 )
             index_run(db, tmp_path / name, suite_id="s", problem=name)
     with open_store(tmp_path / "kw.db") as api:
-        rows = {r["problem"]: r for r in api.problems("s")}
+        return {r["problem"]: r for r in api.problems("s")}
+
+
+def test_a_problem_with_a_degenerate_reference_is_counted_apart(tmp_path):
+    """Issue 13's flag, in either spelling, on an evaluation in the store: the problem leaves every
+    rate and mean and is listed apart (hand-made records)."""
+    from kernelwright.suites.metrics import ProblemOutcome, summarize
+
+    def flagged(where: str):
+        def evaluate(problem, code, on_stage, report_dir):
+            result = fake_evaluate(problem, code, on_stage, report_dir)
+            result.metadata = (
+                {"guards": {"flags": {"degenerate_reference": True}}}
+                if where == "guards"
+                else {"degenerate_reference": {"reason": "the output is all zeros"}}
+            )
+            return result
+
+        return evaluate
+
+    rows = suite_rows(tmp_path, {"plain": fake_evaluate, "deg_guards": flagged("guards"), "deg_meta": flagged("meta")})
     assert {k: r["degenerate"] for k, r in rows.items()} == {"plain": False, "deg_guards": True, "deg_meta": True}
     m = summarize([ProblemOutcome(**r) for r in rows.values()])
     assert m.problems == 1 and m.degenerate == ["deg_guards", "deg_meta"] and m.correct == 1
@@ -447,26 +449,10 @@ def test_a_withheld_speed_up_stays_in_the_row_and_leaves_the_suites_figures(tmp_
 
         return evaluate
 
-    with Store.open(tmp_path / "kw.db") as db:
-        for problem, name in (("plain", None), ("unstable", "timing_unstable"), ("physics", "faster_than_hardware")):
-            rd = RunDir(tmp_path / problem, PROBLEM, {})
-            Forge(
-                PROBLEM,
-                Scripted("coder"),
-                Scripted("judge"),
-                flagged(name),
-                LoopConfig(rounds=2, backend="cpp"),
-                device="cpu",
-                recorder=rd,
-            ).run()
-            with db.transaction() as tx:
-                tx.execute(
-                    "INSERT OR IGNORE INTO suites (id, kind, problems, out_dir, created) "
-                    "VALUES ('s', 'optimize', '[]', '/', 0)"
-                )
-            index_run(db, tmp_path / problem, suite_id="s", problem=problem)
-    with open_store(tmp_path / "kw.db") as api:
-        rows = {r["problem"]: r for r in api.problems("s")}
+    rows = suite_rows(
+        tmp_path,
+        {"plain": flagged(None), "unstable": flagged("timing_unstable"), "physics": flagged("faster_than_hardware")},
+    )
     assert {k: r["speedup_withheld_by"] for k, r in rows.items()} == {
         "plain": [],
         "unstable": ["timing_unstable"],
