@@ -11,7 +11,10 @@ fresh process:
 
 - `plain`: the candidate alone (benchmarks/timer_agreement.py `side`: its first call, then
   triton's `do_bench`);
-- `fill`: the same plain process, then calls whose outputs it keeps until the device has less than
+- `pressure`, `busy`, `profiler`: a plain process of this file's whose first call has only 6 GB of
+  the device left free, another process's matmuls beside it, or a profiler session opened before it
+  (as the runner's start-up opens one); then `do_bench`;
+- `fill`: a quiet first call, then calls whose outputs it keeps until the device has less than
   FILL_LEFT_GB free (as a timing window keeps its outputs), then `do_bench` again with them freed:
   whether memory taken after the first call alone moves the path (`ms_before`, `ms`);
 - `kw:<variant>`: `kernelwright eval --json --no-server --no-profile`, with one of VARIANTS (a
@@ -69,11 +72,20 @@ def plain_draw(problem: Path, cand: Path, device: str, timeout: float) -> dict:
     return {"ms": ms, "figures": row}
 
 
-def fill_side(problem: Path, cand: Path, device: str) -> dict:
-    """In this process: the candidate's first call and `do_bench`, then outputs kept until less than
-    FILL_LEFT_GB is free (at most 4096 calls), freed, and `do_bench` again. A GPU's only."""
+# the ways that run the candidate in a plain process of this file's own, under a condition
+SIDE_WAYS = ("fill", "pressure", "busy", "profiler")
+BUSY_S = 8.0  # `busy`: how long the other process multiplies matrices (from 3 s before the first call)
+
+
+def plain_side(problem: Path, cand: Path, device: str, way: str) -> dict:
+    """In this process: the candidate built, then its first call under `way`'s condition, and
+    `do_bench` (`ms`). `pressure`: only 6 GB of the device left free at the first call; `busy`:
+    another process's matmuls beside it; `profiler`: a profiler session opened and closed before
+    it, as the runner's start-up does; `fill`: after a quiet first call (`ms_before`), outputs kept
+    until less than FILL_LEFT_GB is free (at most 4096 calls), as a timing window keeps them, then
+    freed and timed again. A GPU's only."""
     if not device.startswith("cuda"):
-        return {"error": "the fill way needs a CUDA device (--device cuda)"}
+        return {"error": f"the {way} way needs a CUDA device (--device cuda)"}
     import torch
     import triton.testing
 
@@ -86,22 +98,46 @@ def fill_side(problem: Path, cand: Path, device: str) -> dict:
     model = mod.ModelNew(*[x.to(dev) if isinstance(x, torch.Tensor) else x for x in prob.get_init_inputs()]).to(dev)
     torch.manual_seed(SEED + 1)
     args = [x.to(dev) if isinstance(x, torch.Tensor) else x for x in prob.get_inputs()]
+    out: dict = {}
+    hold, busy = None, None
+    if way == "pressure":
+        hold = torch.empty(max(0, torch.cuda.mem_get_info(dev)[0] - 6 * 2**30), dtype=torch.uint8, device=dev)
+    elif way == "busy":
+        loop = "import time, torch\na = torch.randn(8192, 8192, device='cuda')\nt = time.time()\n"
+        loop += f"while time.time() - t < {BUSY_S}:\n    a @ a\n    torch.cuda.synchronize()\n"
+        busy = subprocess.Popen([sys.executable, "-c", loop])
+        time.sleep(3.0)
+    elif way == "profiler":
+        from torch.autograd.profiler import profile
+
+        with profile(use_device="cuda"):
+            torch.ones(1, device=dev).add_(1)
+            torch.cuda.synchronize()
+
+    def bench() -> float:
+        return float(triton.testing.do_bench(lambda: model(*args), warmup=25, rep=100, return_mode="median"))
+
     with torch.no_grad():
-        model(*args)
+        model(*args)  # the first call: the candidate's one-time choices
         torch.cuda.synchronize()
-        before = float(triton.testing.do_bench(lambda: model(*args), warmup=25, rep=100, return_mode="median"))
-        kept, oom = [], ""
-        try:
-            while torch.cuda.mem_get_info(dev)[0] > FILL_LEFT_GB * 2**30 and len(kept) < 4096:
-                kept.append(model(*args))
-        except torch.OutOfMemoryError as exc:
-            oom = str(exc)[:120]
-        torch.cuda.synchronize()
-        n = len(kept)
-        kept.clear()
-        torch.cuda.synchronize()
-        after = float(triton.testing.do_bench(lambda: model(*args), warmup=25, rep=100, return_mode="median"))
-    return {"ms": after, "ms_before": before, "kept_calls": n, "oom": oom}
+        if busy is not None:
+            busy.wait()
+        del hold  # the memory `pressure` held goes back before anything is timed
+        torch.cuda.empty_cache()
+        if way == "fill":
+            out["ms_before"] = bench()
+            kept: list = []
+            try:
+                while torch.cuda.mem_get_info(dev)[0] > FILL_LEFT_GB * 2**30 and len(kept) < 4096:
+                    kept.append(model(*args))
+            except torch.OutOfMemoryError as exc:
+                out["oom"] = str(exc)[:120]
+            torch.cuda.synchronize()
+            out["kept_calls"] = len(kept)
+            kept.clear()
+            torch.cuda.synchronize()
+        out["ms"] = bench()
+    return out
 
 
 def kw_draw(problem: Path, cand: Path, variant: str, device: str, timeout: float, work: Path) -> dict:
@@ -133,8 +169,9 @@ def _in_child(argv: list[str], timeout: float) -> dict:
 def run(corpus: Path, keys: list[str], ways: list[str], draws: int, device: str, out: Path, timeout: float) -> None:
     out.mkdir(parents=True, exist_ok=True)
     for way in ways:
-        if way not in ("plain", "fill") and way.removeprefix("kw:") not in VARIANTS:
-            raise SystemExit(f"unknown way {way!r}: plain, fill, or kw:<one of {', '.join(VARIANTS)}>")
+        if way != "plain" and way not in SIDE_WAYS and way.removeprefix("kw:") not in VARIANTS:
+            known = ", ".join(("plain", *SIDE_WAYS))
+            raise SystemExit(f"unknown way {way!r}: {known}, or kw:<one of {', '.join(VARIANTS)}>")
     with (out / "draws.jsonl").open("a") as f:
         for key in keys:
             level, stem = key.split("/", 1)
@@ -147,8 +184,8 @@ def run(corpus: Path, keys: list[str], ways: list[str], draws: int, device: str,
                     try:
                         if way == "plain":
                             row = plain_draw(problem, cand, device, timeout)
-                        elif way == "fill":
-                            row = _in_child(["fill-side", str(problem), str(cand), "--device", device], timeout)
+                        elif way in SIDE_WAYS:
+                            row = _in_child(["side", way, str(problem), str(cand), "--device", device], timeout)
                         else:
                             row = kw_draw(problem, cand, way.removeprefix("kw:"), device, timeout, out)
                     except subprocess.TimeoutExpired:
@@ -198,21 +235,23 @@ def main() -> int:
     r = sub.add_parser("run")
     r.add_argument("corpus", type=Path)
     r.add_argument("--keys", required=True, help="pairs: level1/60_conv_standard_3D__...,level1/77_...")
-    r.add_argument("--ways", default="plain,kw:default", help=f"plain, fill, kw:<variant> ({', '.join(VARIANTS)})")
+    ways_help = f"plain, {', '.join(SIDE_WAYS)}, kw:<variant> ({', '.join(VARIANTS)})"
+    r.add_argument("--ways", default="plain,kw:default", help=ways_help)
     r.add_argument("--draws", type=int, default=4)
     r.add_argument("--device", default="cuda")
     r.add_argument("--timeout", type=float, default=300.0)
     r.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "benchmarks/out")))
     s = sub.add_parser("summary")
     s.add_argument("out", type=Path)
-    f = sub.add_parser("fill-side")
+    f = sub.add_parser("side", help="one draw in this process (a way of SIDE_WAYS)")
+    f.add_argument("way", choices=SIDE_WAYS)
     f.add_argument("problem", type=Path)
     f.add_argument("cand", type=Path)
     f.add_argument("--device", default="cuda")
     args = ap.parse_args()
-    if args.cmd == "fill-side":
+    if args.cmd == "side":
         try:
-            row = fill_side(args.problem.resolve(), args.cand.resolve(), args.device)
+            row = plain_side(args.problem.resolve(), args.cand.resolve(), args.device, args.way)
         except Exception as exc:  # the draw's failure is its row
             row = {"error": f"{type(exc).__name__}: {exc}"[:300]}
         print(json.dumps(row), flush=True)
