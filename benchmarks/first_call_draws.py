@@ -2,11 +2,9 @@
 kernelwright under each of its mechanisms turned off: to find by measurement what moves the draw.
 
 A candidate flagged `autotuned` (cuDNN's benchmark mode; often a layout it times itself at its first
-call) runs one steady path a process, chosen at that process's first call. On CUDA-L1's level 1/60
-and 77 (2 x H200, 2026-11-30) the same layout was chosen everywhere, yet 3 of 6 kernelwright
-evaluations drew a path 8-25% slower, and none of 20 plain processes did. Only 6 GB left free at the
-first call, another process's matmuls beside it, a profiler session before it: none moved a plain
-process's draw (docs/PERFORMANCE.md). What is left is something the engine does; this finds which, one draw a
+call) runs one steady path a process, chosen at that process's first call; kernelwright's runner has
+drawn the slower path more often than a plain process does (docs/PERFORMANCE.md). This finds which
+of the engine's mechanisms, or which condition around the first call, moves the draw, one draw a
 fresh process:
 
 - `plain`: the candidate alone (benchmarks/timer_agreement.py `side`: its first call, then

@@ -102,7 +102,7 @@ def per_level(outcomes: list[ProblemOutcome]) -> dict[str, dict[str, Any]]:
 
 
 def fast_p_grid(outcomes: list[ProblemOutcome]) -> list[float]:
-    top = max([o.speedup for o in outcomes if o.correct and o.speedup and not o.speedup_withheld_by] + [2.0])
+    top = max([s for s in (o.counted_speedup for o in outcomes) if s] + [2.0])
     top = min(top * 1.1, 100.0)
     n = 60
     return [round(top * i / n, 4) for i in range(n + 1)]

@@ -50,6 +50,12 @@ class ProblemOutcome:
     size_robust: bool | None = None  # the best correct kernel holds at every size tried (None: not known)
     sizes_failed: list[str] = field(default_factory=list)  # the sizes it failed at, when flagged
 
+    @property
+    def counted_speedup(self) -> float | None:
+        """The speed-up fast_p and the means count: a correct kernel's figure that its record does not
+        withhold (None: incorrect, untimed, or withheld)."""
+        return self.speedup if self.correct and not self.speedup_withheld_by else None
+
 
 @dataclass
 class SuiteMetrics:
@@ -89,7 +95,7 @@ def fast_p(outcomes: list[ProblemOutcome], p: float, size_robust: bool = False) 
         for o in outcomes
         if o.correct
         and (not size_robust or o.size_robust is True)
-        and (p == 0 or (o.speedup is not None and not o.speedup_withheld_by and o.speedup > p))
+        and (p == 0 or (o.counted_speedup is not None and o.counted_speedup > p))
     )
     return hits / len(outcomes)
 
@@ -116,8 +122,8 @@ def summarize(outcomes: list[ProblemOutcome]) -> SuiteMetrics:
     counted = [o for o in outcomes if not o.degenerate]
     n = len(counted)
     correct = [o for o in counted if o.correct]
+    timed = [s for s in (o.counted_speedup for o in correct) if s is not None]
     trusted = [o for o in correct if not o.speedup_withheld_by]
-    timed = [o.speedup for o in trusted if o.speedup is not None]
     vs_compile = [o.speedup_vs_compile for o in trusted if o.speedup_vs_compile is not None]
     costs = [o.cost_usd for o in counted]
     priced = [c for c in costs if c is not None]
