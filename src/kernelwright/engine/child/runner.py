@@ -205,7 +205,9 @@ class Runner:
         self.started = True
 
     def warm_up(self) -> None:
-        """A spare's extra start-up: the device context, the build machinery, the engine's modules."""
+        """A spare's extra start-up: the device context, the build machinery, the engine's modules.
+        What allocates on the device for the engine's own tools waits for the candidate's first call
+        (`warm_tools`)."""
         import torch
         import torch.utils.cpp_extension  # noqa: F401
 
@@ -215,14 +217,31 @@ class Runner:
         if self.device.type == "cuda":
             torch.empty(1, device=self.device)
             torch.cuda.synchronize(self.device)
-            if isinstance(self.job.handoff_fd, int):  # the driver's calls for device outputs, loaded now
-                from kernelwright.engine.child import device_handoff
+        self._tools_cold = True
 
-                why = device_handoff.probe(self.device)
-                if why:
-                    self._handoff_off = why
-                    self.meta["device_handoff_off"] = why
-        try:  # the guards' call tracer opens a profiler session: its first one costs seconds (kineto)
+    def warm_tools(self) -> None:
+        """After the candidate's first call, once: the driver's calls for device outputs, and the
+        profiler session the guards' call tracer opens (its first one costs seconds: kineto).
+
+        Not before that call: a process that has made either (CUPTI's buffers, an exportable
+        allocation) before the candidate's weights, inputs and first call lays its device memory out
+        otherwise than a plain process does, and some kernels run slower there for the whole process.
+        CUDA-L1's level1/77 (cuDNN's strided dgrad kernel, the same kernel in both) took 1.41 ms a
+        call in a process that had done either first, 1.30 ms in one that had not (triton's do_bench,
+        2 of 2 each, H200, 2026-11-30: docs/PERFORMANCE.md)."""
+        if not getattr(self, "_tools_cold", False):
+            return
+        self._tools_cold = False
+        import torch
+
+        if self.device.type == "cuda" and isinstance(self.job.handoff_fd, int):
+            from kernelwright.engine.child import device_handoff
+
+            why = device_handoff.probe(self.device)
+            if why:
+                self._handoff_off = why
+                self.meta["device_handoff_off"] = why
+        try:
             from torch.autograd.profiler import profile
 
             with profile(use_device="cuda") if self.device.type == "cuda" else profile():
@@ -559,6 +578,9 @@ class Runner:
                 # timed (no deterministic mode, no NaN fill), not under the checks. Output unused.
                 self._settled = True
                 self.call(inputs, nan_fill=False)
+                t0 = self.phase("calls", t0)
+                self.warm_tools()
+                t0 = self.phase("warm_tools", t0)
             out = self.call(inputs, cmd.nan_fill)
         except Exception as exc:
             self.build_failure_after_import(exc, "correctness")  # a build at the call that failed
