@@ -1,0 +1,54 @@
+"""The engine's own device tools wait for the candidate's first call: a spare's start-up opens no
+profiler session and makes no exportable allocation before the candidate's weights, inputs and
+first call are in place (a process that did either first ran CUDA-L1's level1/77 at 1.41 ms a call
+against a plain process's 1.30: runner.py `warm_tools`)."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import torch
+
+from kernelwright.engine.child import protocol
+from kernelwright.engine.child.channel import Channel
+from kernelwright.engine.child.runner import Runner
+
+
+def _runner(cpu_config, events: list[str], monkeypatch) -> Runner:
+    job = {"config": cpu_config.to_dict(), "candidate_path": "candidate.py"}
+    runner = Runner(job, Channel(None))  # (a channel with no pipe: its reports go nowhere)
+    runner.device = torch.device("cpu")
+
+    @contextlib.contextmanager
+    def profile(*args: Any, **kwargs: Any):
+        events.append("profiler")
+        yield
+
+    monkeypatch.setattr(torch.autograd.profiler, "profile", profile)
+    monkeypatch.setattr(runner, "read_inputs", lambda name: [torch.ones(3)])
+    monkeypatch.setattr(runner, "write", lambda label, out: f"{label}.kwt")
+    monkeypatch.setattr(runner, "patches", lambda when: None)
+    monkeypatch.setattr(runner, "build_failure_after_import", lambda exc, stage: None)
+    runner.cand_model = lambda x: events.append("call") or x + 1
+    return runner
+
+
+def test_a_spare_warms_its_tools_after_the_candidates_first_call_and_once(cpu_config, monkeypatch):
+    events: list[str] = []
+    runner = _runner(cpu_config, events, monkeypatch)
+    runner.warm_up()
+    assert events == [], "the spare's start-up opened the engine's tools before any candidate code ran"
+    runner.call_cmd(protocol.Call(label="trial0", inputs="in0.kwt"))
+    # the settling call, the tools, then the checked call
+    assert events == ["call", "profiler", "call"], events
+    runner.call_cmd(protocol.Call(label="trial1", inputs="in1.kwt"))
+    assert events == ["call", "profiler", "call", "call"], events
+    assert "warm_tools" in runner.phases
+
+
+def test_a_runner_that_was_not_a_spare_opens_no_tools_of_its_own(cpu_config, monkeypatch):
+    events: list[str] = []
+    runner = _runner(cpu_config, events, monkeypatch)
+    runner.call_cmd(protocol.Call(label="trial0", inputs="in0.kwt"))
+    assert events == ["call", "call"], events  # (its tracer's first session comes with the guards, as before)
