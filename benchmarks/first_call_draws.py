@@ -11,7 +11,10 @@ fresh process:
   triton's `do_bench`);
 - `pressure`, `busy`, `profiler`: a plain process of this file's whose first call has only 6 GB of
   the device left free, another process's matmuls beside it, or a profiler session opened before it
-  (as the runner's start-up opens one); then `do_bench`;
+  (after the weights and inputs are on the device); then `do_bench`;
+- `tools_first`: a plain process that opens a profiler session and makes the device hand-off's
+  exportable allocation before anything of the problem is on the device, as a spare runner's
+  start-up did until 2026-11-30 (runner.py `warm_tools` now waits for the candidate's first call);
 - `fill`: a quiet first call, then calls whose outputs it keeps until the device has less than
   FILL_LEFT_GB free (as a timing window keeps its outputs), then `do_bench` again with them freed:
   whether memory taken after the first call alone moves the path (`ms_before`, `ms`);
@@ -71,7 +74,7 @@ def plain_draw(problem: Path, cand: Path, device: str, timeout: float) -> dict:
 
 
 # the ways that run the candidate in a plain process of this file's own, under a condition
-SIDE_WAYS = ("fill", "pressure", "busy", "profiler")
+SIDE_WAYS = ("fill", "pressure", "busy", "profiler", "tools_first")
 BUSY_S = 8.0  # `busy`: how long the other process multiplies matrices (from 3 s before the first call)
 
 
@@ -79,7 +82,8 @@ def plain_side(problem: Path, cand: Path, device: str, way: str) -> dict:
     """In this process: the candidate built, then its first call under `way`'s condition, and
     `do_bench` (`ms`). `pressure`: only 6 GB of the device left free at the first call; `busy`:
     another process's matmuls beside it; `profiler`: a profiler session opened and closed before
-    it, as the runner's start-up does; `fill`: after a quiet first call (`ms_before`), outputs kept
+    it; `tools_first`: a profiler session and an exportable allocation (device_handoff.probe) before
+    the model is built; `fill`: after a quiet first call (`ms_before`), outputs kept
     until less than FILL_LEFT_GB is free (at most 4096 calls), as a timing window keeps them, then
     freed and timed again. A GPU's only."""
     if not device.startswith("cuda"):
@@ -90,8 +94,18 @@ def plain_side(problem: Path, cand: Path, device: str, way: str) -> dict:
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from timer_agreement import SEED, _module
 
-    prob, mod = _module(problem, "kw_draws_problem"), _module(cand, "kw_draws_candidate")
     dev = torch.device(device)
+    if way == "tools_first":  # before anything of the problem is on the device
+        sys.path.insert(0, str(ROOT / "src"))
+        from torch.autograd.profiler import profile
+
+        from kernelwright.engine.child import device_handoff
+
+        with profile(use_device="cuda"):
+            torch.ones(1, device=dev).add_(1)
+            torch.cuda.synchronize()
+        device_handoff.probe(dev)
+    prob, mod = _module(problem, "kw_draws_problem"), _module(cand, "kw_draws_candidate")
     torch.manual_seed(SEED)
     model = mod.ModelNew(*[x.to(dev) if isinstance(x, torch.Tensor) else x for x in prob.get_init_inputs()]).to(dev)
     torch.manual_seed(SEED + 1)

@@ -258,7 +258,7 @@ PY
 draws)  # what moves an autotuned candidate's first-call draw: a way a mechanism is off, fresh processes, interleaved
     step draws "${KW_DRAWS_LIMIT:-540}" python3 benchmarks/first_call_draws.py run "${KW_CORPUS_DIR:-.corpus}" \
         --keys "${KW_KEYS:-level1/77_conv_transposed_3D_square_input_square_kernel___padded____dilated____strided__,level1/60_conv_standard_3D__square_input__asymmetric_kernel}" \
-        --ways "${KW_WAYS:-plain,fill,kw:default,kw:small_windows,kw:no_guards}" --draws "${KW_N:-2}" --out "$OUT"
+        --ways "${KW_WAYS:-plain,tools_first,kw:default}" --draws "${KW_N:-2}" --out "$OUT"
     tail -n 20 "$OUT/draws.log"
     ;;
 stuck)  # a stuck kernel stopped within the floor; an honest first-call compile not timed out (engine/compile_watch.py)
