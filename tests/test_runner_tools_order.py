@@ -15,9 +15,21 @@ from kernelwright.engine.child.channel import Channel
 from kernelwright.engine.child.runner import Runner
 
 
+class _Reports(Channel):
+    """The runner's reports, kept in order beside the calls (no pipe)."""
+
+    def __init__(self, events: list[str]):
+        super().__init__(None)
+        self.events = events
+
+    def send(self, kind: str, **payload: Any) -> None:
+        if kind != "stage":
+            self.events.append(f"report:{kind}")
+
+
 def _runner(cpu_config, events: list[str], monkeypatch) -> Runner:
     job = {"config": cpu_config.to_dict(), "candidate_path": "candidate.py"}
-    runner = Runner(job, Channel(None))  # (a channel with no pipe: its reports go nowhere)
+    runner = Runner(job, _Reports(events))
     runner.device = torch.device("cpu")
 
     @contextlib.contextmanager
@@ -40,10 +52,11 @@ def test_a_spare_warms_its_tools_after_the_candidates_first_call_and_once(cpu_co
     runner.warm_up()
     assert events == [], "the spare's start-up opened the engine's tools before any candidate code ran"
     runner.call_cmd(protocol.Call(label="trial0", inputs="in0.kwt"))
-    # the settling call, the tools, then the checked call
-    assert events == ["call", "profiler", "call"], events
+    # the settling call, the tools, a report (the checked call's time to the next one is its own), the checked call
+    first = ["call", "profiler", "report:settled", "call", "report:output"]
+    assert events == first, events
     runner.call_cmd(protocol.Call(label="trial1", inputs="in1.kwt"))
-    assert events == ["call", "profiler", "call", "call"], events
+    assert events == [*first, "call", "report:output"], events
     assert "warm_tools" in runner.phases
 
 
@@ -51,4 +64,5 @@ def test_a_runner_that_was_not_a_spare_opens_no_tools_of_its_own(cpu_config, mon
     events: list[str] = []
     runner = _runner(cpu_config, events, monkeypatch)
     runner.call_cmd(protocol.Call(label="trial0", inputs="in0.kwt"))
-    assert events == ["call", "call"], events  # (its tracer's first session comes with the guards, as before)
+    # (its tracer's first session comes with the guards, as before)
+    assert events == ["call", "report:settled", "call", "report:output"], events
