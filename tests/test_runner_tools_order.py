@@ -1,7 +1,7 @@
-"""The engine's own device tools wait for the candidate's first call: a spare's start-up opens no
-profiler session and makes no exportable allocation before the candidate's weights, inputs and
-first call are in place (a process that did either first ran CUDA-L1's level1/77 at 1.41 ms a call
-against a plain process's 1.30: runner.py `warm_tools`)."""
+"""The engine's own tools wait for the candidate's first call: a spare's start-up makes no exportable
+allocation and opens no profiler session before the candidate's weights, inputs and first call are
+in place (a process that did either first ran CUDA-L1's level1/77 at 1.41 ms a call against a plain
+process's 1.30: runner.py `warm_up`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from kernelwright.engine.child import protocol
+from kernelwright.engine.child import device_handoff, protocol
 from kernelwright.engine.child.channel import Channel
 from kernelwright.engine.child.runner import Runner
 
@@ -27,8 +27,14 @@ class _Reports(Channel):
             self.events.append(f"report:{kind}")
 
 
+class _OnAGpu:
+    """What the runner asks of its device after start-up, as a GPU answers (no GPU here)."""
+
+    type = "cuda"
+
+
 def _runner(cpu_config, events: list[str], monkeypatch) -> Runner:
-    job = {"config": cpu_config.to_dict(), "candidate_path": "candidate.py"}
+    job = {"config": cpu_config.to_dict(), "candidate_path": "candidate.py", "handoff_fd": 7}
     runner = Runner(job, _Reports(events))
     runner.device = torch.device("cpu")
 
@@ -38,31 +44,34 @@ def _runner(cpu_config, events: list[str], monkeypatch) -> Runner:
         yield
 
     monkeypatch.setattr(torch.autograd.profiler, "profile", profile)
+    monkeypatch.setattr(device_handoff, "probe", lambda device: events.append("hand-off probe") or "")
     monkeypatch.setattr(runner, "read_inputs", lambda name: [torch.ones(3)])
     monkeypatch.setattr(runner, "write", lambda label, out: f"{label}.kwt")
     monkeypatch.setattr(runner, "patches", lambda when: None)
+    monkeypatch.setattr(runner, "sync", lambda: None)
     monkeypatch.setattr(runner, "build_failure_after_import", lambda exc, stage: None)
     runner.cand_model = lambda x: events.append("call") or x + 1
     return runner
 
 
-def test_a_spare_warms_its_tools_after_the_candidates_first_call_and_once(cpu_config, monkeypatch):
+def test_a_spare_probes_the_hand_off_after_the_candidates_first_call_and_once(cpu_config, monkeypatch):
     events: list[str] = []
     runner = _runner(cpu_config, events, monkeypatch)
     runner.warm_up()
-    assert events == [], "the spare's start-up opened the engine's tools before any candidate code ran"
+    assert events == [], "the spare's start-up used the engine's tools before any candidate code ran"
+    runner.device = _OnAGpu()  # type: ignore[assignment]  (from here on as on a GPU)
     runner.call_cmd(protocol.Call(label="trial0", inputs="in0.kwt"))
-    # the settling call, the tools, a report (the checked call's time to the next one is its own), the checked call
-    first = ["call", "profiler", "report:settled", "call", "report:output"]
+    first = ["call", "hand-off probe", "call", "report:output"]  # the settling call, the probe, the checked call
     assert events == first, events
     runner.call_cmd(protocol.Call(label="trial1", inputs="in1.kwt"))
     assert events == [*first, "call", "report:output"], events
-    assert "warm_tools" in runner.phases
+    assert "warm_tools" in runner.phases  # (the probe's time, apart from the calls')
 
 
-def test_a_runner_that_was_not_a_spare_opens_no_tools_of_its_own(cpu_config, monkeypatch):
+def test_a_runner_that_was_not_a_spare_probes_nothing_before_its_outputs(cpu_config, monkeypatch):
     events: list[str] = []
     runner = _runner(cpu_config, events, monkeypatch)
+    runner.device = _OnAGpu()  # type: ignore[assignment]
     runner.call_cmd(protocol.Call(label="trial0", inputs="in0.kwt"))
-    # (its tracer's first session comes with the guards, as before)
-    assert events == ["call", "report:settled", "call", "report:output"], events
+    # (its first export is its first output's; its tracer's first session comes with the guards)
+    assert events == ["call", "call", "report:output"], events

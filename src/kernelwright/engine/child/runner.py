@@ -206,8 +206,16 @@ class Runner:
 
     def warm_up(self) -> None:
         """A spare's extra start-up: the device context, the build machinery, the engine's modules.
-        What allocates on the device for the engine's own tools waits for the candidate's first call
-        (`warm_tools`)."""
+        Nothing of the engine's own tools that touches the device's memory: the hand-off's probe
+        waits for the candidate's first call (`warm_tools`), and the first profiler session (seconds:
+        kineto) comes with the guards' tracer, while the judge checks the trials' outputs.
+
+        Not before that call: a process that made either (an exportable allocation, CUPTI's) before
+        the candidate's weights, inputs and first call runs some kernels slower than a plain process
+        does, for its whole life. CUDA-L1's level1/77 (cuDNN's strided dgrad kernel, the same kernel
+        in both) took 1.41 ms a call in a plain process that had done either first, 1.30 ms in one
+        that did both after its first call (triton's do_bench, 2 of 2 each, H200, 2026-11-30:
+        docs/PERFORMANCE.md)."""
         import torch
         import torch.utils.cpp_extension  # noqa: F401
 
@@ -220,20 +228,11 @@ class Runner:
         self._tools_cold = True
 
     def warm_tools(self) -> None:
-        """After the candidate's first call, once: the driver's calls for device outputs, and the
-        profiler session the guards' call tracer opens (its first one costs seconds: kineto).
-
-        Not before that call: a process that has made either (CUPTI's buffers, an exportable
-        allocation) before the candidate's weights, inputs and first call lays its device memory out
-        otherwise than a plain process does, and some kernels run slower there for the whole process.
-        CUDA-L1's level1/77 (cuDNN's strided dgrad kernel, the same kernel in both) took 1.41 ms a
-        call in a process that had done either first, 1.30 ms in one that had not (triton's do_bench,
-        2 of 2 each, H200, 2026-11-30: docs/PERFORMANCE.md)."""
+        """A spare's, once, after the candidate's first call: the driver's calls for device outputs
+        loaded, and whether this machine can export them (`warm_up` says why not before)."""
         if not getattr(self, "_tools_cold", False):
             return
         self._tools_cold = False
-        import torch
-
         if self.device.type == "cuda" and isinstance(self.job.handoff_fd, int):
             from kernelwright.engine.child import device_handoff
 
@@ -241,15 +240,6 @@ class Runner:
             if why:
                 self._handoff_off = why
                 self.meta["device_handoff_off"] = why
-        try:
-            from torch.autograd.profiler import profile
-
-            with profile(use_device="cuda") if self.device.type == "cuda" else profile():
-                torch.ones(1, device=self.device).add_(1)
-                if self.device.type == "cuda":
-                    torch.cuda.synchronize(self.device)
-        except Exception:
-            pass
 
     def run(self) -> None:
         try:
@@ -581,10 +571,6 @@ class Runner:
                 t0 = self.phase("calls", t0)
                 self.warm_tools()
                 t0 = self.phase("warm_tools", t0)
-                # a report after them: the checked call that follows has an interval of the judge's
-                # limit to itself (a first profiler session took 5.7 s on an H100)
-                first_s = self.phases.get("calls", 0.0) + self.phases.get("warm_tools", 0.0)
-                self.chan.send("settled", s=round(first_s, 3))
             out = self.call(inputs, cmd.nan_fill)
         except Exception as exc:
             self.build_failure_after_import(exc, "correctness")  # a build at the call that failed
