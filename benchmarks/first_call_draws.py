@@ -14,7 +14,7 @@ fresh process:
   (after the weights and inputs are on the device); then `do_bench`;
 - `tools_first`: a plain process that opens a profiler session and makes the device hand-off's
   exportable allocation before anything of the problem is on the device, as a spare runner's
-  start-up did until 2026-11-30 (runner.py `warm_tools` now waits for the candidate's first call);
+  start-up did until 2026-11-30 (runner.py `warm_up`: both now come after the candidate's first call);
 - `fill`: a quiet first call, then calls whose outputs it keeps until the device has less than
   FILL_LEFT_GB free (as a timing window keeps its outputs), then `do_bench` again with them freed:
   whether memory taken after the first call alone moves the path (`ms_before`, `ms`);
