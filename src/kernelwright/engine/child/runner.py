@@ -205,17 +205,12 @@ class Runner:
         self.started = True
 
     def warm_up(self) -> None:
-        """A spare's extra start-up: the device context, the build machinery, the engine's modules.
-        Nothing of the engine's own tools that touches the device's memory: the hand-off's probe
-        waits for the candidate's first call (`warm_tools`), and the first profiler session (seconds:
-        kineto) comes with the guards' tracer, while the judge checks the trials' outputs.
-
-        Not before that call: a process that made either (an exportable allocation, CUPTI's) before
-        the candidate's weights, inputs and first call runs some kernels slower than a plain process
-        does, for its whole life. CUDA-L1's level1/77 (cuDNN's strided dgrad kernel, the same kernel
-        in both) took 1.41 ms a call in a plain process that had done either first, 1.30 ms in one
-        that did both after its first call (triton's do_bench, 2 of 2 each, H200, 2026-11-30:
-        docs/PERFORMANCE.md)."""
+        """A spare's extra start-up: the device context, the build machinery, the engine's modules;
+        nothing of the engine's tools that takes device memory. A process that made an exportable
+        allocation or opened a profiler session before the candidate's weights, inputs and first
+        call ran CUDA-L1's level1/77 at 1.41 ms a call against a plain process's 1.30 (H200,
+        docs/PERFORMANCE.md): the hand-off's probe waits for that call (`warm_tools`), the first
+        profiler session (seconds) for the guards' tracer, while the judge checks the trials."""
         import torch
         import torch.utils.cpp_extension  # noqa: F401
 
@@ -228,12 +223,9 @@ class Runner:
         self._tools_cold = True
 
     def warm_tools(self) -> None:
-        """A spare's, once, after the candidate's first call: the driver's calls for device outputs
-        loaded, and whether this machine can export them (`warm_up` says why not before)."""
-        if not getattr(self, "_tools_cold", False):
-            return
-        self._tools_cold = False
-        if self.device.type == "cuda" and isinstance(self.job.handoff_fd, int):
+        """A spare's, once, after the candidate's first call: can this machine export device outputs?"""
+        cold, self._tools_cold = getattr(self, "_tools_cold", False), False
+        if cold and self.device.type == "cuda" and isinstance(self.job.handoff_fd, int):
             from kernelwright.engine.child import device_handoff
 
             why = device_handoff.probe(self.device)
@@ -568,9 +560,7 @@ class Runner:
                 # timed (no deterministic mode, no NaN fill), not under the checks. Output unused.
                 self._settled = True
                 self.call(inputs, nan_fill=False)
-                t0 = self.phase("calls", t0)
                 self.warm_tools()
-                t0 = self.phase("warm_tools", t0)
             out = self.call(inputs, cmd.nan_fill)
         except Exception as exc:
             self.build_failure_after_import(exc, "correctness")  # a build at the call that failed
