@@ -585,6 +585,39 @@ def side_against_cupti(per_pair: dict[str, dict], ind: dict) -> dict:
     return out
 
 
+SLOW_SIDE = 0.03  # a side kernelwright reads this much over both do_bench and cupti: worth a look
+
+
+def slow_sides(per_pair: dict[str, dict], ind: dict, over: float = SLOW_SIDE) -> list[dict]:
+    """The sides of pairs whose reference takes SMALL_MS or more that kernelwright reads more than
+    `over` slower than both do_bench and cupti (its median over the runs): where its process, not the
+    kernel, may set the pace (level1/77's candidate read 1.42 ms against 1.317 and 1.317 while the
+    runner's start-up laid the device's memory out before the candidate's first call). Slowest first."""
+    found = []
+    for pair, runs in per_pair.items():
+        if (ind[pair].get("reference", {}).get("do_bench_ms") or 0.0) < SMALL_MS:
+            continue  # small problems: the timers measure different quantities there (launches, gaps)
+        for side in ("reference", "candidate"):
+            i = ind[pair].get(side, {})
+            ms = [float(x) for k in runs.values() if (x := k.get(f"{side}_ms"))]
+            db, cupti = i.get("do_bench_ms"), i.get("cupti_ms")
+            if not (ms and db and cupti):
+                continue
+            kw = statistics.median(ms)
+            if kw > (1 + over) * max(db, cupti):
+                found.append(
+                    {
+                        "pair": pair,
+                        "side": side,
+                        "kw_ms": kw,
+                        "do_bench_ms": db,
+                        "cupti_ms": cupti,
+                        "over": round(kw / max(db, cupti) - 1, 4),
+                    }
+                )
+    return sorted(found, key=lambda r: -r["over"])
+
+
 def _dist_table(labels: list[str], dists: dict[str, dict]) -> list[str]:
     """A markdown table of `_dist` results, one row a key (its parts split at ":" under `labels`), then a blank line."""
     cols = ["n", "geomean", "median abs dev", "within 5%", "within 10%", "beyond 25%", "range"]
@@ -646,6 +679,18 @@ def report(out: Path, names: list[str]) -> dict:
             "",
             *_dist_table(["side", "reference"], sides),
         ]
+    slow = slow_sides(per_pair, ind)
+    result["slow_sides"] = slow
+    lines += [
+        f"Sides kernelwright reads over {SLOW_SIDE:.0%} slower than both do_bench and cupti (references of"
+        f" {SMALL_MS} ms or more): {len(slow)}"
+        + "".join(
+            f"\n- {r['pair']} {r['side']}: {r['kw_ms']:.4g} ms against {r['do_bench_ms']:.4g} and"
+            f" {r['cupti_ms']:.4g} (+{r['over']:.1%})"
+            for r in slow
+        ),
+        "",
+    ]
     result["run_to_run"] = {}
 
     def not_autotuned(runs: dict) -> bool:

@@ -171,3 +171,33 @@ def test_do_bench_less_its_own_floor_is_reported_where_the_floor_was_measured(tm
     rows = {"t": {"reference": {"do_bench_ms": 0.002}, "candidate": {"error": "x"}}}
     timer_agreement.with_tared(rows, floor)
     assert rows["t"]["reference"][f"{timer_agreement.TARED}_ms"] == 0.002 / 100
+
+
+def test_a_side_read_slower_than_both_independent_timers_is_listed_slowest_first(tmp_path):
+    # a: its candidate 8% over both (the runner's start-up, before 2026-11-30); b: its reference 5% over
+    # both; c: 8% over cupti but within do_bench (timers disagree: not listed); d: a 50 us problem 40% over
+    # (small problems: the timers measure other quantities, not listed)
+    def side(db: float, cupti: float) -> dict:
+        return dict(_side(db, db), cupti_ms=cupti)
+
+    independent = [
+        {"pair": "a", "reference": side(1.82, 1.82), "candidate": side(1.317, 1.317)},
+        {"pair": "b", "reference": side(1.182, 1.175), "candidate": side(0.314, 0.303)},
+        {"pair": "c", "reference": side(1.0, 1.0), "candidate": side(0.54, 0.50)},
+        {"pair": "d", "reference": side(0.05, 0.04), "candidate": side(0.02, 0.02)},
+    ]
+    (tmp_path / "independent.jsonl").write_text("".join(json.dumps(r) + "\n" for r in independent))
+    rows = [
+        dict(_kw("a", 1.28), reference_ms=1.822, candidate_ms=1.42),
+        dict(_kw("b", 3.9), reference_ms=1.236, candidate_ms=0.316),
+        dict(_kw("c", 1.85), reference_ms=1.0, candidate_ms=0.54),
+        dict(_kw("d", 2.5), reference_ms=0.07, candidate_ms=0.028),
+    ]
+    (tmp_path / "kw-r1.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    result = timer_agreement.report(tmp_path, ["r1"])
+
+    assert [(r["pair"], r["side"]) for r in result["slow_sides"]] == [("a", "candidate"), ("b", "reference")]
+    assert result["slow_sides"][0]["over"] == pytest.approx(1.42 / 1.317 - 1, abs=1e-4)
+    text = (tmp_path / "agreement.md").read_text()
+    assert "- a candidate: 1.42 ms against 1.317 and 1.317 (+7.8%)" in text
