@@ -591,8 +591,8 @@ SLOW_SIDE = 0.03  # a side kernelwright reads this much over both do_bench and c
 def slow_sides(per_pair: dict[str, dict], ind: dict, over: float = SLOW_SIDE) -> list[dict]:
     """The sides of pairs whose reference takes SMALL_MS or more that kernelwright reads more than
     `over` slower than both do_bench and cupti (its median over the runs): where its process, not the
-    kernel, may set the pace (level1/77's candidate read 1.42 ms against 1.317 and 1.317 while the
-    runner's start-up laid the device's memory out before the candidate's first call). Slowest first."""
+    kernel, may set the pace (level1/77's candidate read 1.42 ms against 1.317 and 1.317 while a
+    spare runner's start-up used the engine's device tools before the candidate's first call). Slowest first."""
     found = []
     for pair, runs in per_pair.items():
         if (ind[pair].get("reference", {}).get("do_bench_ms") or 0.0) < SMALL_MS:
