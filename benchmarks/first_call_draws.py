@@ -13,8 +13,8 @@ fresh process:
   the device left free, another process's matmuls beside it, or a profiler session opened before it
   (after the weights and inputs are on the device); then `do_bench`;
 - `tools_first`: a plain process that opens a profiler session and makes the device hand-off's
-  exportable allocation before anything of the problem is on the device, as a spare runner's
-  start-up did until 2026-11-30 (runner.py `warm_up`: both now come after the candidate's first call);
+  exportable allocation before anything of the problem is on the device: a spare runner's old
+  start-up order (runner.py `warm_up` now leaves both to after the candidate's first call);
 - `fill`: a quiet first call, then calls whose outputs it keeps until the device has less than
   FILL_LEFT_GB free (as a timing window keeps its outputs), then `do_bench` again with them freed:
   whether memory taken after the first call alone moves the path (`ms_before`, `ms`);

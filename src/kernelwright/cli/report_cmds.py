@@ -12,6 +12,7 @@ from rich.table import Table
 
 from kernelwright.cli.console import out_console
 from kernelwright.cli.help import STORE_HELP
+from kernelwright.core.record import WITHHOLDING_FLAGS
 from kernelwright.store.files import write_public
 
 err = Console(stderr=True)
@@ -54,7 +55,7 @@ def render_metrics(m, console: Console, title: str, size_robust: bool = False) -
     if withheld:
         t.add_row(
             "not trusted",
-            f"{len(withheld)} speed-ups withheld (timing_unstable, faster_than_hardware), counted as untimed: "
+            f"{len(withheld)} speed-ups withheld ({', '.join(WITHHOLDING_FLAGS)}), counted as untimed: "
             + ", ".join(withheld),
         )
     if m.geomean_speedup_vs_compile is not None:
