@@ -15,11 +15,17 @@ fresh process:
 - `tools_first`: a plain process that opens a profiler session and makes the device hand-off's
   exportable allocation before anything of the problem is on the device: a spare runner's old
   start-up order (runner.py `warm_up` now leaves both to after the candidate's first call);
+- `handoff_first`, `judge_first`: the same for the reference's side (`--side reference`, the judge
+  times the reference): the hand-off's self-test alone, or every device call of the judge's start-up
+  (its context and cuBLAS handles, the hand-off's and the device clock's self-tests), made before the
+  problem is on the device, as the judge makes them;
 - `fill`: a quiet first call, then calls whose outputs it keeps until the device has less than
   FILL_LEFT_GB free (as a timing window keeps its outputs), then `do_bench` again with them freed:
   whether memory taken after the first call alone moves the path (`ms_before`, `ms`);
 - `kw:<variant>`: `kernelwright eval --json --no-server --no-profile`, with one of VARIANTS (a
-  settings file and options that turn one mechanism off), the candidate's ms from the record.
+  settings file and options that turn one mechanism off), the side's ms from the record.
+
+`--side reference` draws the problem's `Model` instead of the candidate's `ModelNew`.
 
     python3 benchmarks/first_call_draws.py run CORPUS --keys level1/60_...,level1/77_... \\
         --draws 4 --ways plain,kw:default,kw:no_guards --out DIR
@@ -62,8 +68,13 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
 }
 
 
-def plain_draw(problem: Path, cand: Path, device: str, timeout: float) -> dict:
-    cmd = [sys.executable, str(ROOT / "benchmarks" / "timer_agreement.py"), "side", "ModelNew", str(problem), str(cand)]
+SIDES = {"candidate": "ModelNew", "reference": "Model"}  # --side: the class drawn
+
+
+def plain_draw(problem: Path, cand: Path, device: str, timeout: float, side: str = "candidate") -> dict:
+    source = cand if side == "candidate" else problem
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "timer_agreement.py"), "side", SIDES[side]]
+    cmd += [str(problem), str(source)]
     p = subprocess.run([*cmd, "--device", device], capture_output=True, text=True, timeout=timeout, cwd=cand.parent)
     rows = [json.loads(x) for x in p.stdout.splitlines() if x.startswith("{")]
     if not rows or "error" in rows[-1]:
@@ -74,16 +85,17 @@ def plain_draw(problem: Path, cand: Path, device: str, timeout: float) -> dict:
 
 
 # the ways that run the candidate in a plain process of this file's own, under a condition
-SIDE_WAYS = ("fill", "pressure", "busy", "profiler", "tools_first")
+SIDE_WAYS = ("fill", "pressure", "busy", "profiler", "tools_first", "handoff_first", "judge_first")
 BUSY_S = 8.0  # `busy`: how long the other process multiplies matrices (from 3 s before the first call)
 
 
-def plain_side(problem: Path, cand: Path, device: str, way: str) -> dict:
+def plain_side(problem: Path, cand: Path, device: str, way: str, side: str = "candidate") -> dict:
     """In this process: the candidate built, then its first call under `way`'s condition, and
     `do_bench` (`ms`). `pressure`: only 6 GB of the device left free at the first call; `busy`:
     another process's matmuls beside it; `profiler`: a profiler session opened and closed before
     it; `tools_first`: a profiler session and an exportable allocation (device_handoff.probe) before
-    the model is built; `fill`: after a quiet first call (`ms_before`), outputs kept
+    the model is built; `handoff_first`, `judge_first`: the hand-off's self-test, or the judge's
+    start-up's device calls, before the model is built; `fill`: after a quiet first call (`ms_before`), outputs kept
     until less than FILL_LEFT_GB is free (at most 4096 calls), as a timing window keeps them, then
     freed and timed again. A GPU's only."""
     if not device.startswith("cuda"):
@@ -105,9 +117,25 @@ def plain_side(problem: Path, cand: Path, device: str, way: str) -> dict:
             torch.ones(1, device=dev).add_(1)
             torch.cuda.synchronize()
         device_handoff.probe(dev)
-    prob, mod = _module(problem, "kw_draws_problem"), _module(cand, "kw_draws_candidate")
+    elif way in ("handoff_first", "judge_first"):  # the judge's start-up order (judge.Judge.startup)
+        sys.path.insert(0, str(ROOT / "src"))
+        from kernelwright.engine.child import device_handoff
+        from kernelwright.engine.child.timing import device_clock
+
+        if way == "judge_first":
+            for dtype in (torch.float32, torch.float64):
+                x = torch.ones(8, 8, device=dev, dtype=dtype)
+                (x @ x).sum().item()
+        out_test = device_handoff.self_test(dev)
+        if way == "judge_first":
+            out_test += device_clock.self_test(dev)
+        if out_test:
+            return {"error": f"a self-test failed: {out_test}"}
+    prob = _module(problem, "kw_draws_problem")
+    mod = _module(cand, "kw_draws_candidate") if side == "candidate" else prob
     torch.manual_seed(SEED)
-    model = mod.ModelNew(*[x.to(dev) if isinstance(x, torch.Tensor) else x for x in prob.get_init_inputs()]).to(dev)
+    init = [x.to(dev) if isinstance(x, torch.Tensor) else x for x in prob.get_init_inputs()]
+    model = getattr(mod, SIDES[side])(*init).to(dev)
     torch.manual_seed(SEED + 1)
     args = [x.to(dev) if isinstance(x, torch.Tensor) else x for x in prob.get_inputs()]
     out: dict = {}
@@ -152,7 +180,9 @@ def plain_side(problem: Path, cand: Path, device: str, way: str) -> dict:
     return out
 
 
-def kw_draw(problem: Path, cand: Path, variant: str, device: str, timeout: float, work: Path) -> dict:
+def kw_draw(
+    problem: Path, cand: Path, variant: str, device: str, timeout: float, work: Path, side: str = "candidate"
+) -> dict:
     text, opts = VARIANTS[variant]
     cmd = [sys.executable, "-m", "kernelwright.cli.main", "eval", str(problem), str(cand), "--json"]
     cmd += ["--no-server", "--no-profile", "--device", device, *opts]
@@ -168,7 +198,8 @@ def kw_draw(problem: Path, cand: Path, variant: str, device: str, timeout: float
     if rec.get("status") != "passed":
         return {"error": f"{rec.get('status')}: {str(rec.get('error_log') or '')[:200]}"}
     flags = sorted(((rec.get("metadata") or {}).get("guards") or {}).get("flags") or {})
-    return {"ms": rec.get("candidate_ms"), "reference_ms": rec.get("reference_ms"), "flags": flags}
+    other = "reference" if side == "candidate" else "candidate"
+    return {"ms": rec.get(f"{side}_ms"), f"{other}_ms": rec.get(f"{other}_ms"), "flags": flags}
 
 
 def _in_child(argv: list[str], timeout: float) -> dict:
@@ -178,7 +209,16 @@ def _in_child(argv: list[str], timeout: float) -> dict:
     return rows[-1] if rows else {"error": p.stderr.strip()[-300:] or f"exit {p.returncode}"}
 
 
-def run(corpus: Path, keys: list[str], ways: list[str], draws: int, device: str, out: Path, timeout: float) -> None:
+def run(
+    corpus: Path,
+    keys: list[str],
+    ways: list[str],
+    draws: int,
+    device: str,
+    out: Path,
+    timeout: float,
+    side: str = "candidate",
+) -> None:
     out.mkdir(parents=True, exist_ok=True)
     for way in ways:
         if way != "plain" and way not in SIDE_WAYS and way.removeprefix("kw:") not in VARIANTS:
@@ -195,14 +235,16 @@ def run(corpus: Path, keys: list[str], ways: list[str], draws: int, device: str,
                     t0 = time.perf_counter()
                     try:
                         if way == "plain":
-                            row = plain_draw(problem, cand, device, timeout)
+                            row = plain_draw(problem, cand, device, timeout, side)
                         elif way in SIDE_WAYS:
-                            row = _in_child(["side", way, str(problem), str(cand), "--device", device], timeout)
+                            argv = ["side", way, str(problem), str(cand), "--device", device, "--side", side]
+                            row = _in_child(argv, timeout)
                         else:
-                            row = kw_draw(problem, cand, way.removeprefix("kw:"), device, timeout, out)
+                            row = kw_draw(problem, cand, way.removeprefix("kw:"), device, timeout, out, side)
                     except subprocess.TimeoutExpired:
                         row = {"error": f"timed out after {timeout:.0f} s"}
-                    row.update(pair=key, way=way, draw=i, wall_s=round(time.perf_counter() - t0, 1))
+                    pair = key if side == "candidate" else f"{key} (reference)"
+                    row.update(pair=pair, way=way, draw=i, wall_s=round(time.perf_counter() - t0, 1))
                     f.write(json.dumps(row) + "\n")
                     f.flush()
                     print(f"{key} {way} #{i}: {row.get('ms') or row.get('error')}", flush=True)
@@ -250,6 +292,7 @@ def main() -> int:
     ways_help = f"plain, {', '.join(SIDE_WAYS)}, kw:<variant> ({', '.join(VARIANTS)})"
     r.add_argument("--ways", default="plain,kw:default", help=ways_help)
     r.add_argument("--draws", type=int, default=4)
+    r.add_argument("--side", choices=SIDES, default="candidate", help="which class is drawn (default: candidate)")
     r.add_argument("--device", default="cuda")
     r.add_argument("--timeout", type=float, default=300.0)
     r.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "benchmarks/out")))
@@ -260,10 +303,11 @@ def main() -> int:
     f.add_argument("problem", type=Path)
     f.add_argument("cand", type=Path)
     f.add_argument("--device", default="cuda")
+    f.add_argument("--side", choices=SIDES, default="candidate")
     args = ap.parse_args()
     if args.cmd == "side":
         try:
-            row = plain_side(args.problem.resolve(), args.cand.resolve(), args.device, args.way)
+            row = plain_side(args.problem.resolve(), args.cand.resolve(), args.device, args.way, args.side)
         except Exception as exc:  # the draw's failure is its row
             row = {"error": f"{type(exc).__name__}: {exc}"[:300]}
         print(json.dumps(row), flush=True)
@@ -271,7 +315,7 @@ def main() -> int:
     if args.cmd == "run":
         keys = [k for k in args.keys.split(",") if k]
         ways = [w for w in args.ways.split(",") if w]
-        run(args.corpus.resolve(), keys, ways, args.draws, args.device, args.out.resolve(), args.timeout)
+        run(args.corpus.resolve(), keys, ways, args.draws, args.device, args.out.resolve(), args.timeout, args.side)
         summary(args.out)
     else:
         summary(args.out)

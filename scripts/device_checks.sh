@@ -29,7 +29,8 @@
 #   bash scripts/device_checks.sh stuck     # ~3 min: a spinning CUDA kernel's stop, an honest Triton first-call compile, a spinning
 #                                           #   Triton kernel (benchmarks/stuck_kernel.py; default limits: call_floor 10 s, jit_allowance 120 s)
 #   bash scripts/device_checks.sh draws     # $KW_DRAWS_LIMIT (540) s: first-call draws of $KW_KEYS (CUDA-L1's level1/60 and 77) in plain
-#                                           #   processes and in `kernelwright eval` under $KW_WAYS (benchmarks/first_call_draws.py; carry .corpus)
+#                                           #   processes and in `kernelwright eval` under $KW_WAYS (benchmarks/first_call_draws.py; carry .corpus;
+#                                           #   KW_SIDE=reference: the problems' Model, as the judge times it)
 #
 # Carry .deb (bubblewrap for the sandbox tests) with every call, and .scratch/mamba/whl for `mamba`.
 set -uo pipefail
@@ -231,6 +232,7 @@ scale)  # where a suite's wall goes on 1 GPU and on every GPU (benchmarks/corpus
     PASSES="1:0"
     [ "$NG" -gt 2 ] && PASSES="$PASSES 2:0,1"  # four GPUs: 1, 2 and 4 (KW_SCALE_LIMIT=150 fits one call)
     [ "$NG" -gt 1 ] && PASSES="$PASSES $NG:$ALL"  # one GPU only: its pass alone
+    PASSES=${KW_SCALE_PASSES:-$PASSES}  # e.g. 1:1, GPU 1 alone (--gpus takes CUDA_VISIBLE_DEVICES entries)
     for pass in $PASSES; do
         n=${pass%%:*} gpus=${pass#*:}
         rm -rf "$CORPUS/runs/scale_${n}gpu"  # nothing resumed: every problem evaluated in this pass
@@ -258,7 +260,7 @@ PY
 draws)  # what moves an autotuned candidate's first-call draw: a way a mechanism is off, fresh processes, interleaved
     step draws "${KW_DRAWS_LIMIT:-540}" python3 benchmarks/first_call_draws.py run "${KW_CORPUS_DIR:-.corpus}" \
         --keys "${KW_KEYS:-level1/77_conv_transposed_3D_square_input_square_kernel___padded____dilated____strided__,level1/60_conv_standard_3D__square_input__asymmetric_kernel}" \
-        --ways "${KW_WAYS:-plain,tools_first,kw:default}" --draws "${KW_N:-2}" --out "$OUT"
+        --ways "${KW_WAYS:-plain,tools_first,kw:default}" --draws "${KW_N:-2}" --side "${KW_SIDE:-candidate}" --out "$OUT"
     tail -n 20 "$OUT/draws.log"
     ;;
 stuck)  # a stuck kernel stopped within the floor; an honest first-call compile not timed out (engine/compile_watch.py)
