@@ -496,12 +496,22 @@ UNFLAGGED = "no launch_bound in any run"  # the record says its timers would dis
 # the flags that say why a speed-up may differ from an independent timer's: the host paces the calls, the
 # candidate's own algorithm choice (cuDNN's benchmark mode) moves from run to run, the timing itself was unsteady
 EXPLAINS = frozenset({"launch_bound", "autotuned", "timing_unstable"})
+# a speed-up the record trusts in every run (core/record.py: not withheld, the reference not degenerate): the
+# figure a user reads and a reward takes; a constant output's 1e4x is no kernel's speed
+TRUSTED = "trusted in every run"
 QUICKER_HALF = "all, the quicker half of each side's windows (diagnostic)"
 
 
 def _recorded(kw: dict) -> float | None:
     """The record's speed-up."""
     return float(kw["speedup"]) if kw.get("speedup") else None
+
+
+def _trusted(kw: dict) -> bool:
+    """Does the record trust this run's speed-up (core/record.py, `speedup_trusted`)?"""
+    from kernelwright.core.record import withheld_by
+
+    return bool(kw.get("speedup")) and "degenerate_reference" not in kw["flags"] and not withheld_by(kw["flags"])
 
 
 def _median_ratio(
@@ -540,6 +550,7 @@ def _pooled(per_pair: dict[str, dict], ind: dict, methods: list[str]) -> dict:
             f"{SMALL_MS} ms or more": [],
             AGREE: [],
             UNFLAGGED: [],
+            TRUSTED: [],
         }
         for pair, runs in per_pair.items():
             r = _median_ratio(runs, ind[pair], method)
@@ -553,6 +564,8 @@ def _pooled(per_pair: dict[str, dict], ind: dict, methods: list[str]) -> dict:
                 groups[AGREE].append(r)
             if not any("launch_bound" in k["flags"] for k in runs.values()):
                 groups[UNFLAGGED].append(r)
+            if all(_trusted(k) for k in runs.values()):
+                groups[TRUSTED].append(r)
         for size, ratios in groups.items():
             out[f"{method}:{size}"] = _dist(ratios)
     quick = [

@@ -125,10 +125,23 @@ def test_the_timing_gate_holds_a_build_while_a_gpu_is_timed():
     assert idle.wait_clear() == 0.0  # cores to spare: never held
 
 
-def test_gpus_option_is_parsed_and_duplicates_are_refused():
+def test_gpus_option_is_parsed_and_duplicates_are_refused(monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     assert parse_gpus("0, 1,3") == ["0", "1", "3"] and parse_gpus(None) is None
     with pytest.raises(ValueError, match="names a GPU twice"):
         parse_gpus("0,0")
+
+
+def test_gpus_outside_the_callers_visible_devices_are_refused(monkeypatch):
+    # a shell given GPUs 2 and 3 of a shared machine: each worker's CUDA_VISIBLE_DEVICES is its --gpus
+    # entry, so "0" would put it on GPU 0, which this shell was not given
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    assert parse_gpus("3") == ["3"] and parse_gpus("2,3") == ["2", "3"]
+    with pytest.raises(ValueError, match=r"0 not among this shell's CUDA_VISIBLE_DEVICES \(2,3\).*--gpus 2,3"):
+        parse_gpus("0,3")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # none given: every entry is outside
+    with pytest.raises(ValueError, match="none"):
+        parse_gpus("0")
 
 
 def test_child_environment_pins_the_gpu_and_passes_the_nvlink_multicast_switches(tmp_path, monkeypatch):

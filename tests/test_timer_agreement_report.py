@@ -201,3 +201,30 @@ def test_a_side_read_slower_than_both_independent_timers_is_listed_slowest_first
     assert result["slow_sides"][0]["over"] == pytest.approx(1.42 / 1.317 - 1, abs=1e-4)
     text = (tmp_path / "agreement.md").read_text()
     assert "- a candidate: 1.42 ms against 1.317 and 1.317 (+7.8%)" in text
+
+
+def test_the_trusted_group_leaves_out_speed_ups_the_record_does_not_trust(tmp_path):
+    # CUDA-L1's level2/83 (Conv3d ... Dropout, a constant output): 22107x, do_bench 271x; its reference is
+    # degenerate, so no trusted figure, and its 81x disagreement is no timer's. b is withheld in one run
+    # (timing_unstable); c is trusted in both runs
+    independent = [
+        {"pair": p, "reference": _side(1.0, 1.0), "candidate": _side(c, c)}
+        for p, c in (("a", 1 / 271), ("b", 0.5), ("c", 0.5))
+    ]
+    (tmp_path / "independent.jsonl").write_text("".join(json.dumps(r) + "\n" for r in independent))
+    runs = {
+        "r1": [
+            _kw("a", 22107.0, ("degenerate_reference", "faster_than_hardware")),
+            _kw("b", 2.0),
+            _kw("c", 2.0),
+        ],
+        "r2": [_kw("b", 3.2, ("timing_unstable",)), _kw("c", 2.04)],
+    }
+    for name, rows in runs.items():
+        (tmp_path / f"kw-{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    pooled = timer_agreement.report(tmp_path, list(runs))["pooled"]
+
+    assert pooled["do_bench:all"]["n"] == 3 and pooled["do_bench:all"]["beyond_25pct"] == 2  # a, and b (the median of 2x and 3.2x: 1.3x do_bench's)
+    trusted = pooled[f"do_bench:{timer_agreement.TRUSTED}"]
+    assert trusted["n"] == 1 and trusted["within_5pct"] == 1  # c alone

@@ -33,12 +33,23 @@ def detect_gpus() -> list[str]:
 
 
 def parse_gpus(text: str | None) -> list[str] | None:
-    """`--gpus 0,1,3` -> ["0", "1", "3"]; None or "" -> None (all visible GPUs)."""
+    """`--gpus 0,1,3` -> ["0", "1", "3"]; None or "" -> None (all visible GPUs). Each worker gets its
+    entry as its CUDA_VISIBLE_DEVICES: where the caller's own CUDA_VISIBLE_DEVICES is set, an entry
+    outside it would reach a GPU the caller was not given (someone else's, on a shared machine)."""
     if not text:
         return None
     gpus = [g.strip() for g in text.split(",") if g.strip()]
     if len(set(gpus)) != len(gpus):
         raise ValueError(f"--gpus names a GPU twice ({text}); name each GPU once, e.g. --gpus 0,1")
+    if os.environ.get("CUDA_VISIBLE_DEVICES") is not None:
+        visible = detect_gpus()
+        outside = [g for g in gpus if g not in visible]
+        if outside:
+            raise ValueError(
+                f"--gpus {text}: {','.join(outside)} not among this shell's CUDA_VISIBLE_DEVICES"
+                f" ({','.join(visible) or 'none'}); name GPUs as it does, e.g. --gpus {','.join(visible[:2]) or '0'},"
+                " or leave --gpus out for all of them"
+            )
     return gpus
 
 
