@@ -14,13 +14,14 @@ from dataclasses import replace
 import pytest
 
 from conftest import ADD_ONE, CANDIDATES, EXAMPLES, make_cpu_config
+from kernelwright.core.config import EvalConfig
 from kernelwright.core.record import Status
 from kernelwright.engine import EngineError
 from kernelwright.engine.isolation.environment import child_env, child_environment
 from kernelwright.executors import orphans
 from kernelwright.executors.interface import EvalTask, SerialExecutor, WorkerLost
 from kernelwright.executors.local import LocalExecutor
-from kernelwright.executors.placement import TimingGate, parse_gpus, plan_cores
+from kernelwright.executors.placement import TimingGate, parse_gpus, plan_cores, refuse_unseen
 
 # Passes only in a child pinned to one of the fake GPUs: the pinning is checked by the verdict.
 PINNED = """import os
@@ -125,8 +126,7 @@ def test_the_timing_gate_holds_a_build_while_a_gpu_is_timed():
     assert idle.wait_clear() == 0.0  # cores to spare: never held
 
 
-def test_gpus_option_is_parsed_and_duplicates_are_refused(monkeypatch):
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+def test_gpus_option_is_parsed_and_duplicates_are_refused():
     assert parse_gpus("0, 1,3") == ["0", "1", "3"] and parse_gpus(None) is None
     with pytest.raises(ValueError, match="names a GPU twice"):
         parse_gpus("0,0")
@@ -136,12 +136,20 @@ def test_gpus_outside_the_callers_visible_devices_are_refused(monkeypatch):
     # a shell given GPUs 2 and 3 of a shared machine: each worker's CUDA_VISIBLE_DEVICES is its --gpus
     # entry, so "0" would put it on GPU 0, which this shell was not given
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
-    assert parse_gpus("3") == ["3"] and parse_gpus("2,3") == ["2", "3"]
+    refuse_unseen(["3"])
+    refuse_unseen(["2", "3"])
     with pytest.raises(ValueError, match=r"0 not among this shell's CUDA_VISIBLE_DEVICES \(2,3\).*--gpus 2,3"):
-        parse_gpus("0,3")
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # none given: every entry is outside
-    with pytest.raises(ValueError, match="none"):
-        parse_gpus("0")
+        refuse_unseen(["0", "3"])
+    # through the executor, as `--gpus` reaches it (this machine's device check left out: it may have no GPU)
+    monkeypatch.setattr("kernelwright.executors.local.resolve_config", lambda config: config)
+    with pytest.raises(ValueError, match=r"not among"):
+        LocalExecutor(EvalConfig(device="cuda"), gpus=["0"])
+    LocalExecutor(EvalConfig(device="cpu"), gpus=["0", "1"]).close()  # the CPU's slots: no GPU reached
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # none given
+    with pytest.raises(ValueError, match="gives no GPU; unset it"):
+        refuse_unseen(["0"])
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")  # not set: every GPU of the machine is the caller's
+    refuse_unseen(["0", "7"])
 
 
 def test_child_environment_pins_the_gpu_and_passes_the_nvlink_multicast_switches(tmp_path, monkeypatch):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import shutil
 import time
 from dataclasses import replace
@@ -437,13 +438,17 @@ def test_a_pool_whose_spares_cannot_start_does_not_hold_evaluations_back(cache_d
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("gpus", [[], ["--gpus", "0"]], ids=["in-process", "gpu-worker"])
-def test_on_the_gpu_each_evaluation_after_the_first_gets_a_spare_that_was_ready(tmp_path, cache_dir, monkeypatch, gpus):
+@pytest.mark.parametrize("worker", [False, True], ids=["in-process", "gpu-worker"])
+def test_on_the_gpu_each_evaluation_after_the_first_gets_a_spare_that_was_ready(
+    tmp_path, cache_dir, monkeypatch, worker
+):
     """The issue's finding was a spare idle 0.0 s (never ready before its job): with two warm
     spares, every evaluation after the first finds one that waited for it. Through a GPU worker
     (`--gpus`: its first spare starts up alone), no evaluation after the first waits for a spare:
     a judge ready after its runner once left each one waiting 30 s for a spare started long before."""
     monkeypatch.setenv("KERNELWRIGHT_CACHE", cache_dir)
+    # the first GPU this test was given (--gpus takes CUDA_VISIBLE_DEVICES' own entries)
+    gpus = ["--gpus", (os.environ.get("CUDA_VISIBLE_DEVICES") or "0").split(",")[0]] if worker else []
     problems, cands = tmp_path / "level1", tmp_path / "cands"
     problems.mkdir()
     cands.mkdir()

@@ -44,7 +44,14 @@ from kernelwright.engine.config_resolution import resolve_config
 from kernelwright.executors import orphans
 from kernelwright.executors.dispatch import Job, SlotQueue, safe_stage
 from kernelwright.executors.interface import WORKER_RETRIES, EvalTask, Interrupted, WorkerLost
-from kernelwright.executors.placement import CorePlan, TimingGate, default_build_workers, detect_gpus, plan_cores
+from kernelwright.executors.placement import (
+    CorePlan,
+    TimingGate,
+    default_build_workers,
+    detect_gpus,
+    plan_cores,
+    refuse_unseen,
+)
 
 
 class _Worker:
@@ -179,6 +186,8 @@ class LocalExecutor(SlotQueue):
         self.config = resolve_config(config or EvalConfig())  # "auto" made concrete once, for every worker
         if gpus is None:
             gpus = detect_gpus() if self.config.device != "cpu" else []
+        elif self.config.device != "cpu":  # (on the CPU, --gpus names slots that share its cores)
+            refuse_unseen(gpus)
         slots: list[str | None] = list(gpus) or [None]
         self.plan = plan or plan_cores(len(slots), cores_per_gpu)
         self.gate = TimingGate(active=self.plan.scarce)

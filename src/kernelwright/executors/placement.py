@@ -33,24 +33,35 @@ def detect_gpus() -> list[str]:
 
 
 def parse_gpus(text: str | None) -> list[str] | None:
-    """`--gpus 0,1,3` -> ["0", "1", "3"]; None or "" -> None (all visible GPUs). Each worker gets its
-    entry as its CUDA_VISIBLE_DEVICES: where the caller's own CUDA_VISIBLE_DEVICES is set, an entry
-    outside it would reach a GPU the caller was not given (someone else's, on a shared machine)."""
+    """`--gpus 0,1,3` -> ["0", "1", "3"]; None or "" -> None (all visible GPUs)."""
     if not text:
         return None
     gpus = [g.strip() for g in text.split(",") if g.strip()]
     if len(set(gpus)) != len(gpus):
         raise ValueError(f"--gpus names a GPU twice ({text}); name each GPU once, e.g. --gpus 0,1")
-    if os.environ.get("CUDA_VISIBLE_DEVICES") is not None:
-        visible = detect_gpus()
-        outside = [g for g in gpus if g not in visible]
-        if outside:
-            raise ValueError(
-                f"--gpus {text}: {','.join(outside)} not among this shell's CUDA_VISIBLE_DEVICES"
-                f" ({','.join(visible) or 'none'}); name GPUs as it does, e.g. --gpus {','.join(visible[:2]) or '0'},"
-                " or leave --gpus out for all of them"
-            )
     return gpus
+
+
+def refuse_unseen(gpus: list[str]) -> None:
+    """ValueError where a GPU of `gpus` is outside this process's CUDA_VISIBLE_DEVICES. Each worker
+    gets its entry as its own CUDA_VISIBLE_DEVICES, so such an entry would reach a GPU the caller was
+    not given (on a shared machine, someone else's). Nothing to check where the variable is unset."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES") is None:
+        return
+    visible = detect_gpus()
+    outside = [g for g in gpus if g not in visible]
+    if not outside:
+        return
+    if not visible:
+        raise ValueError(
+            f"--gpus {','.join(gpus)}: this shell's CUDA_VISIBLE_DEVICES gives no GPU; unset it, or set it to"
+            " the GPUs to use"
+        )
+    raise ValueError(
+        f"--gpus {','.join(gpus)}: {','.join(outside)} not among this shell's CUDA_VISIBLE_DEVICES"
+        f" ({','.join(visible)}); name GPUs as it does, e.g. --gpus {','.join(visible[:2])}, or leave"
+        " --gpus out for all of them"
+    )
 
 
 @dataclass
