@@ -19,6 +19,7 @@ from kernelwright.core.record import Status
 from kernelwright.engine import EngineError
 from kernelwright.engine.isolation.environment import child_env, child_environment
 from kernelwright.executors import orphans
+from kernelwright.executors.factory import make_executor
 from kernelwright.executors.interface import EvalTask, SerialExecutor, WorkerLost
 from kernelwright.executors.local import LocalExecutor
 from kernelwright.executors.placement import TimingGate, parse_gpus, plan_cores, refuse_unseen
@@ -144,6 +145,8 @@ def test_gpus_outside_the_callers_visible_devices_are_refused(monkeypatch):
     monkeypatch.setattr("kernelwright.executors.local.resolve_config", lambda config: config)
     with pytest.raises(ValueError, match=r"not among"):
         LocalExecutor(EvalConfig(device="cuda"), gpus=["0"])
+    with pytest.raises(ValueError, match=r"not among"):  # `--executor serial --gpus 0`: its child's, alike
+        make_executor("serial", EvalConfig(device="cuda"), ["0"])
     LocalExecutor(EvalConfig(device="cpu"), gpus=["0", "1"]).close()  # the CPU's slots: no GPU reached
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # none given
     with pytest.raises(ValueError, match="gives no GPU; unset it"):

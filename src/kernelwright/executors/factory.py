@@ -22,6 +22,10 @@ def make_executor(
         if gpus:
             from dataclasses import replace
 
+            from kernelwright.executors.placement import refuse_unseen
+
+            if config.device != "cpu":  # its child's CUDA_VISIBLE_DEVICES is the entry, as a local worker's
+                refuse_unseen(gpus)
             config = replace(config, visible_devices=gpus[0])
         return SerialExecutor(config)
     if kind == "local":
