@@ -15,10 +15,10 @@ fresh process:
 - `tools_first`: a plain process that opens a profiler session and makes the device hand-off's
   exportable allocation before anything of the problem is on the device: a spare runner's old
   start-up order (runner.py `warm_up` now leaves both to after the candidate's first call);
-- `handoff_first`, `judge_first`: the same for the reference's side (`--side reference`, the judge
-  times the reference): the hand-off's self-test alone, or every device call of the judge's start-up
-  (its context and cuBLAS handles, the hand-off's and the device clock's self-tests), made before the
-  problem is on the device, as the judge makes them;
+- `handoff_first`, `cublas_first`, `clock_first`, `judge_first`: the same for the reference's side
+  (`--side reference`, the judge times the reference): the hand-off's self-test alone, cuBLAS's handles
+  alone (a float32 and a float64 matmul), the device clock's self-test alone, or all three in the
+  judge's order (judge.Judge.startup), made before the problem is on the device;
 - `fill`: a quiet first call, then calls whose outputs it keeps until the device has less than
   FILL_LEFT_GB free (as a timing window keeps its outputs), then `do_bench` again with them freed:
   whether memory taken after the first call alone moves the path (`ms_before`, `ms`);
@@ -85,7 +85,8 @@ def plain_draw(problem: Path, cand: Path, device: str, timeout: float, side: str
 
 
 # the ways that run the candidate in a plain process of this file's own, under a condition
-SIDE_WAYS = ("fill", "pressure", "busy", "profiler", "tools_first", "handoff_first", "judge_first")
+JUDGE_WAYS = ("handoff_first", "cublas_first", "clock_first", "judge_first")  # the judge's start-up, or a part
+SIDE_WAYS = ("fill", "pressure", "busy", "profiler", "tools_first", *JUDGE_WAYS)
 BUSY_S = 8.0  # `busy`: how long the other process multiplies matrices (from 3 s before the first call)
 
 
@@ -94,8 +95,8 @@ def plain_side(problem: Path, cand: Path, device: str, way: str, side: str = "ca
     `do_bench` (`ms`). `pressure`: only 6 GB of the device left free at the first call; `busy`:
     another process's matmuls beside it; `profiler`: a profiler session opened and closed before
     it; `tools_first`: a profiler session and an exportable allocation (device_handoff.probe) before
-    the model is built; `handoff_first`, `judge_first`: the hand-off's self-test, or the judge's
-    start-up's device calls, before the model is built; `fill`: after a quiet first call (`ms_before`), outputs kept
+    the model is built; JUDGE_WAYS: the judge's start-up's device calls, or one part of them, before
+    the model is built; `fill`: after a quiet first call (`ms_before`), outputs kept
     until less than FILL_LEFT_GB is free (at most 4096 calls), as a timing window keeps them, then
     freed and timed again. A GPU's only."""
     if not device.startswith("cuda"):
@@ -117,20 +118,22 @@ def plain_side(problem: Path, cand: Path, device: str, way: str, side: str = "ca
             torch.ones(1, device=dev).add_(1)
             torch.cuda.synchronize()
         device_handoff.probe(dev)
-    elif way in ("handoff_first", "judge_first"):  # the judge's start-up order (judge.Judge.startup)
+    elif way in JUDGE_WAYS:  # in the judge's order (judge.Judge.startup)
         sys.path.insert(0, str(ROOT / "src"))
         from kernelwright.engine.child import device_handoff
         from kernelwright.engine.child.timing import device_clock
 
-        if way == "judge_first":
+        failed = ""
+        if way in ("cublas_first", "judge_first"):
             for dtype in (torch.float32, torch.float64):
                 x = torch.ones(8, 8, device=dev, dtype=dtype)
                 (x @ x).sum().item()
-        out_test = device_handoff.self_test(dev)
-        if way == "judge_first":
-            out_test += device_clock.self_test(dev)
-        if out_test:
-            return {"error": f"a self-test failed: {out_test}"}
+        if way in ("handoff_first", "judge_first"):
+            failed += device_handoff.self_test(dev)
+        if way in ("clock_first", "judge_first"):
+            failed += device_clock.self_test(dev)
+        if failed:
+            return {"error": f"a self-test failed: {failed}"}
     prob = _module(problem, "kw_draws_problem")
     mod = _module(cand, "kw_draws_candidate") if side == "candidate" else prob
     torch.manual_seed(SEED)
