@@ -250,7 +250,7 @@ def run(
                     row.update(pair=pair, way=way, draw=i, wall_s=round(time.perf_counter() - t0, 1))
                     f.write(json.dumps(row) + "\n")
                     f.flush()
-                    print(f"{key} {way} #{i}: {row.get('ms') or row.get('error')}", flush=True)
+                    print(f"{pair} {way} #{i}: {row.get('ms') or row.get('error')}", flush=True)
 
 
 def summary(out: Path) -> dict:
