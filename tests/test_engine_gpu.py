@@ -71,7 +71,7 @@ def test_kernel_that_never_returns_is_stopped_within_seconds_and_the_gpu_is_usab
     r = evaluate(ADD_ONE, None, cuda_config, candidate_text=bad_access(2))
     assert r.status is Status.TIMEOUT, r.error_log
     # the floor, or a little over it where other tests' kernels slice the GPU and slow the reference's
-    # calls (10.7 s: 27 ms an add beside a suite on the same GPU, H200, 2026-11-30), never the flat 180 s
+    # calls (an add can take tens of ms beside a suite on the same GPU), never the flat 180 s
     floor = cuda_config.timeouts.call_floor
     assert floor <= r.metadata["correctness_limit_s"] < 2 * floor
     assert r.stage_times.correctness_s < 15

@@ -6,6 +6,7 @@ from typing import Any
 
 import jinja2
 
+from kernelwright.core.record import WITHHOLDING_FLAGS
 from kernelwright.report import plots
 
 SIZE_ROBUST_TITLE = "fast_p, all sizes: faster than p x"
@@ -47,5 +48,6 @@ def render(data: dict[str, Any]) -> str:
         figures=figures,
         charts=charts,
         colors=plots.VERDICT_COLORS,
+        withholding=WITHHOLDING_FLAGS,
         has_levels=any(p["level"] for p in data["problems"]),  # a folder suite has none: no empty column
     )
