@@ -19,6 +19,11 @@ fresh process:
   (`--side reference`, the judge times the reference): the hand-off's self-test alone, cuBLAS's handles
   alone (a float32 and a float64 matmul), the device clock's self-test alone, or all three in the
   judge's order (judge.Judge.startup), made before the problem is on the device;
+- `memops_first`, `region_first`: the device clock's self-test in parts: stream memory operations on a
+  flag of the caching allocator's, or a driver-made region (cuMemCreate) zeroed and given back;
+  `judge_first_released`: `judge_first`, then cuBLAS's workspaces and the allocator's cache given back;
+- `lent_inputs`: after the first call, `do_bench` on the inputs as they are (`ms_before`), then on a
+  copy of them in a region laid out as a timing window lends them (`ms`);
 - `fill`: a quiet first call, then calls whose outputs it keeps until the device has less than
   FILL_LEFT_GB free (as a timing window keeps its outputs), then `do_bench` again with them freed:
   whether memory taken after the first call alone moves the path (`ms_before`, `ms`);
@@ -86,7 +91,9 @@ def plain_draw(problem: Path, cand: Path, device: str, timeout: float, side: str
 
 # the ways that run the candidate in a plain process of this file's own, under a condition
 JUDGE_WAYS = ("handoff_first", "cublas_first", "clock_first", "judge_first")  # the judge's start-up, or a part
-SIDE_WAYS = ("fill", "pressure", "busy", "profiler", "tools_first", *JUDGE_WAYS)
+# the parts of the device clock's self-test, and the judge's start-up with what it cached given back
+SPLIT_WAYS = ("memops_first", "region_first", "judge_first_released")
+SIDE_WAYS = ("fill", "pressure", "busy", "profiler", "tools_first", *JUDGE_WAYS, *SPLIT_WAYS, "lent_inputs")
 BUSY_S = 8.0  # `busy`: how long the other process multiplies matrices (from 3 s before the first call)
 
 
@@ -118,6 +125,34 @@ def plain_side(problem: Path, cand: Path, device: str, way: str, side: str = "ca
             torch.ones(1, device=dev).add_(1)
             torch.cuda.synchronize()
         device_handoff.probe(dev)
+    elif way in SPLIT_WAYS:
+        sys.path.insert(0, str(ROOT / "src"))
+        from kernelwright.engine.child import shared_region
+        from kernelwright.engine.child.timing import device_clock
+
+        if way == "memops_first":  # stream memory operations on a flag of the caching allocator's
+            flag = torch.zeros(64, dtype=torch.int32, device=dev)
+            stream = torch.cuda.current_stream(dev)
+            device_clock.memops().write(stream, flag.data_ptr(), 7)
+            device_clock.memops().wait(stream, flag.data_ptr(), 7)
+            torch.cuda.synchronize(dev)
+            del flag
+        elif way == "region_first":  # a driver-made (cuMemCreate) region, zeroed and given back; no memops
+            region = shared_region.create(device_clock.FLAG_BYTES, dev)
+            region.tensor.zero_()
+            torch.cuda.synchronize(dev)
+            region.close()
+        else:  # judge_first, then cuBLAS's workspaces and the allocator's cache given back
+            from kernelwright.engine.child import device_handoff
+
+            for dtype in (torch.float32, torch.float64):
+                x = torch.ones(8, 8, device=dev, dtype=dtype)
+                (x @ x).sum().item()
+            failed = device_handoff.self_test(dev) + device_clock.self_test(dev)
+            if failed:
+                return {"error": f"a self-test failed: {failed}"}
+            torch._C._cuda_clearCublasWorkspaces()
+            torch.cuda.empty_cache()
     elif way in JUDGE_WAYS:  # in the judge's order (judge.Judge.startup)
         sys.path.insert(0, str(ROOT / "src"))
         from kernelwright.engine.child import device_handoff
@@ -160,6 +195,8 @@ def plain_side(problem: Path, cand: Path, device: str, way: str, side: str = "ca
     def bench() -> float:
         return float(triton.testing.do_bench(lambda: model(*args), warmup=25, rep=100, return_mode="median"))
 
+    region = None  # lent_inputs: kept until the side is timed
+
     with torch.no_grad():
         model(*args)  # the first call: the candidate's one-time choices
         torch.cuda.synchronize()
@@ -167,6 +204,21 @@ def plain_side(problem: Path, cand: Path, device: str, way: str, side: str = "ca
             busy.wait()
         del hold  # the memory `pressure` held goes back before anything is timed
         torch.cuda.empty_cache()
+        if way == "lent_inputs":  # after the first call: its inputs copied into a region as a window's are lent
+            sys.path.insert(0, str(ROOT / "src"))
+            from kernelwright.engine.child import shared_region
+            from kernelwright.engine.child.timing.layouts import Layout
+
+            out["ms_before"] = bench()
+            layout = Layout.of_inputs(args)
+            region = shared_region.create(layout.stride, dev)
+            lent = list(args)
+            for i, leaf in enumerate(layout.leaves):
+                if leaf[0] == "tensor":
+                    lent[i] = region.view(leaf[1], args[i].dtype, leaf[3])
+                    lent[i].copy_(args[i])
+            args = lent
+            torch.cuda.synchronize(dev)
         if way == "fill":
             out["ms_before"] = bench()
             kept: list = []
