@@ -22,7 +22,7 @@ from kernelwright.executors import orphans
 from kernelwright.executors.factory import make_executor
 from kernelwright.executors.interface import EvalTask, SerialExecutor, WorkerLost
 from kernelwright.executors.local import LocalExecutor
-from kernelwright.executors.placement import TimingGate, parse_gpus, plan_cores, refuse_unseen
+from kernelwright.executors.placement import TimingGate, parse_gpus, plan_cores, refuse_unseen, visible_entries
 
 # Passes only in a child pinned to one of the fake GPUs: the pinning is checked by the verdict.
 PINNED = """import os
@@ -153,6 +153,18 @@ def test_gpus_outside_the_callers_visible_devices_are_refused(monkeypatch):
         refuse_unseen(["0"])
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")  # not set: every GPU of the machine is the caller's
     refuse_unseen(["0", "7"])
+
+
+def test_visible_devices_are_read_as_cuda_reads_them(monkeypatch):
+    # CUDA ignores every entry after the first that names no GPU: `1,-1,0` gives this shell GPU 1 alone
+    assert visible_entries("1,-1,0") == ["1"]
+    assert visible_entries("0, 2,3") == ["0", "2", "3"]
+    assert visible_entries("GPU-aa,MIG-bb,x,1") == ["GPU-aa", "MIG-bb"]
+    assert visible_entries("-1") == [] and visible_entries("") == [] and visible_entries("0,,1") == ["0"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,-1,0")
+    refuse_unseen(["1"])
+    with pytest.raises(ValueError, match=r"0 not among this shell's CUDA_VISIBLE_DEVICES \(1\)"):
+        refuse_unseen(["0"])
 
 
 def test_child_environment_pins_the_gpu_and_passes_the_nvlink_multicast_switches(tmp_path, monkeypatch):

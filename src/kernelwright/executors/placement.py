@@ -22,7 +22,7 @@ def detect_gpus() -> list[str]:
     """The GPUs this process may use, as CUDA_VISIBLE_DEVICES entries (no CUDA context is created)."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
-        return [g.strip() for g in visible.split(",") if g.strip() and g.strip() != "-1"]
+        return visible_entries(visible)
     try:
         out = subprocess.run(
             ["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"], capture_output=True, text=True, timeout=20
@@ -30,6 +30,18 @@ def detect_gpus() -> list[str]:
     except (OSError, subprocess.SubprocessError):
         return []
     return [line.strip() for line in out.stdout.splitlines() if line.strip()] if out.returncode == 0 else []
+
+
+def visible_entries(value: str) -> list[str]:
+    """A CUDA_VISIBLE_DEVICES value's entries as CUDA reads them: up to the first that names no GPU
+    (`-1`, an empty or malformed entry), after which the driver ignores the rest (`1,-1,0` is GPU 1
+    alone). An index or UUID the machine lacks is not checked here: that needs the driver."""
+    entries: list[str] = []
+    for entry in (e.strip() for e in value.split(",")):
+        if not (entry.isdigit() or entry.startswith(("GPU-", "MIG-"))):
+            break
+        entries.append(entry)
+    return entries
 
 
 def parse_gpus(text: str | None) -> list[str] | None:
