@@ -39,6 +39,8 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/kw-device-out}
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1 KW_TEST_CACHE=${KW_TEST_CACHE:-/tmp/kwc}
+# (KW_FAILURES_LOG, set per pytest step: each failure's traceback written as it happens, tests/conftest.py;
+# a step stopped at its limit prints no summary)
 . scripts/install_bwrap_deb.sh >"$OUT/bwrap.log" 2>&1 || echo "bubblewrap not installed: bwrap tests will skip"
 # torch's build-in-progress files left by a build this script's time limits stopped in an earlier call
 # on a warm machine: torch waits for them for ever (one such wait cost a whole call, 2026-11-23)
@@ -121,7 +123,7 @@ corpus+fresh)  # the two above, fresh first (bounded), then the corpus with what
     ;;
 suite)
     # -v: each test's name and outcome as it ends (a run stopped at the limit prints no summary)
-    step gpu_suite "${KW_SUITE_LIMIT:-560}" python3 -m pytest -m gpu -n "${KW_WORKERS:-4}" -v -p no:cacheprovider --durations=25 ${KW_PYTEST_ARGS:-}
+    KW_FAILURES_LOG=$OUT/gpu_suite_tracebacks.txt step gpu_suite "${KW_SUITE_LIMIT:-560}" python3 -m pytest -m gpu -n "${KW_WORKERS:-4}" -v -p no:cacheprovider --durations=25 ${KW_PYTEST_ARGS:-}
     grep -E "timer_escape|FAILED|ERROR" "$OUT/gpu_suite.log" | head -40 >"$OUT/gpu_suite_failures.txt"
     grep -cE " PASSED " "$OUT/gpu_suite.log" >"$OUT/gpu_suite_passed_count.txt"
     ;;
@@ -152,7 +154,7 @@ suite2|suiteall)  # the gpu suite over every GPU: one pytest run per GPU side by
     for ((g = 0; g < NG; g++)); do
         share=()
         for i in "${!files[@]}"; do ((i % NG == g)) && share+=("${files[$i]}"); done
-        CUDA_VISIBLE_DEVICES=$g KW_TEST_CACHE=/tmp/kwc$g step gpu_suite$g "${KW_SUITE_LIMIT:-540}" \
+        CUDA_VISIBLE_DEVICES=$g KW_TEST_CACHE=/tmp/kwc$g KW_FAILURES_LOG=$OUT/gpu_suite${g}_tracebacks.txt step gpu_suite$g "${KW_SUITE_LIMIT:-540}" \
             python3 -m pytest -m gpu -n "${KW_WORKERS:-4}" -v -p no:cacheprovider --durations=15 "${share[@]}" &
     done
     wait

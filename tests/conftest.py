@@ -124,6 +124,23 @@ def pytest_sessionstart(session):
     marker.write_text(str(config._kw_header_maker.pid))
 
 
+_FAILURES_LOG: list[str] = []  # KW_FAILURES_LOG's path, in the controller (pytest_runtest_logreport)
+
+
+def pytest_configure(config):
+    if not hasattr(config, "workerinput") and os.environ.get("KW_FAILURES_LOG"):
+        _FAILURES_LOG[:] = [os.environ["KW_FAILURES_LOG"]]
+
+
+def pytest_runtest_logreport(report):
+    """`KW_FAILURES_LOG=PATH`: each failure's report appended to PATH as it comes (by the controller
+    alone under pytest -n). A device run stopped at its time limit prints no summary, and with it
+    went the only traceback of a failure (scripts/device_checks.sh sets it)."""
+    if _FAILURES_LOG and report.failed:
+        with open(_FAILURES_LOG[0], "a") as f:
+            f.write(f"===== {report.nodeid} ({report.when}, {report.duration:.1f} s)\n{report.longreprtext}\n")
+
+
 def pytest_unconfigure(config):
     """The header maker and the compiler it runs end with the run (a run that collects only, or
     stops early, would otherwise leave gcc at work on a header for a minute or more)."""
