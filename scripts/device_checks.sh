@@ -8,6 +8,8 @@
 #                                           #   not CI's machine: some tests fail there for the machine alone (see the mode)
 #   bash scripts/device_checks.sh suite2    # ~8 min on two GPUs: the same suite (Mamba-2's tests aside), half of the files on each GPU
 #   bash scripts/device_checks.sh suiteall  # the same over every GPU (~4 min on four); KW_THEN: a command after it, in KW_THEN_LIMIT s
+#   bash scripts/device_checks.sh suitespread # the same in one pytest run over every GPU: $KW_WORKERS (4) workers a GPU, each
+#                                           #   worker on one GPU (KW_SPREAD_GPUS, tests/conftest.py), files to whichever is free
 #   bash scripts/device_checks.sh suite     # ~15 min: the whole gpu suite, 4 workers (8 ran the judges out of device memory; KW_PYTEST_ARGS: more pytest arguments, e.g. --ignore=tests/test_mamba2_gpu.py)
 #   bash scripts/device_checks.sh mamba     # >10 min now: Mamba-2 gpu tests, paths $KW_PATHS (2,5) at l2048, the side-by-side benchmark
 #                                           #   (mamba-tests: the first two only, ~5 min; mamba-bench: the benchmark only, ~9 min;
@@ -161,6 +163,14 @@ suite2|suiteall)  # the gpu suite over every GPU: one pytest run per GPU side by
     grep -hE "timer_escape|FAILED|ERROR" "$OUT"/gpu_suite[0-9].log | head -40 >"$OUT/gpu_suite_failures.txt"
     tail -qn 1 "$OUT"/gpu_suite[0-9].log
     [ -n "${KW_THEN:-}" ] && step then "${KW_THEN_LIMIT:-200}" bash -c "$KW_THEN"  # e.g. the stuck benchmark after it
+    ;;
+suitespread)  # the files dealt as workers come free (suite2's halves by size ended 230 s apart on 2 x H200)
+    NG=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+    NG=$((NG > 0 ? NG : 1))
+    KW_SPREAD_GPUS=$(seq -s, 0 $((NG - 1))) KW_FAILURES_LOG=$OUT/gpu_suite_tracebacks.txt step gpu_suite "${KW_SUITE_LIMIT:-540}" \
+        python3 -m pytest -m gpu -n $((NG * ${KW_WORKERS:-4})) -v -p no:cacheprovider --durations=25 --ignore=tests/test_mamba2_gpu.py
+    grep -E "timer_escape|FAILED|ERROR" "$OUT/gpu_suite.log" | head -40 >"$OUT/gpu_suite_failures.txt"
+    tail -n 1 "$OUT/gpu_suite.log"
     ;;
 mamba|mamba-tests|mamba-bench|mamba-final)  # mamba_ssm's pure-Python wheel (see benchmarks/mamba2_ssd.py), carried in .scratch/mamba/whl
     if ls .scratch/mamba/whl/*.whl >/dev/null 2>&1; then

@@ -14,8 +14,25 @@ from pathlib import Path
 
 import pytest
 
-from kernelwright.core.config import EvalConfig, StageTimeouts, TimingConfig
-from kernelwright.engine.config_resolution import resolve_config
+
+def spread_gpu(spread: str, worker: str) -> str | None:
+    """`KW_SPREAD_GPUS=0,1`: the GPU a pytest -n worker (`gw5`) drives alone, its entries in turn
+    (gw0 on 0, gw1 on 1, gw2 on 0, ...). One run over every GPU then deals its files to whichever
+    worker is free, where a run per GPU with half of the files each ended 230 s apart
+    (scripts/device_checks.sh `suitespread`)."""
+    gpus = [g.strip() for g in spread.split(",") if g.strip()]
+    if not gpus or not worker.startswith("gw") or not worker[2:].isdigit():
+        return None
+    return gpus[int(worker[2:]) % len(gpus)]
+
+
+# set before anything can start CUDA in this worker (CUDA reads the variable once)
+_SPREAD = spread_gpu(os.environ.get("KW_SPREAD_GPUS", ""), os.environ.get("PYTEST_XDIST_WORKER", ""))
+if _SPREAD is not None:
+    os.environ["CUDA_VISIBLE_DEVICES"] = _SPREAD
+
+from kernelwright.core.config import EvalConfig, StageTimeouts, TimingConfig  # noqa: E402
+from kernelwright.engine.config_resolution import resolve_config  # noqa: E402
 
 # a test's `kernelwright eval` on a GPU would otherwise leave a server of warm evaluations behind it
 # (ServeConfig.autostart); the tests of that server set it themselves

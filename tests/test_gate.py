@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from conftest import _gate
+from conftest import _gate, spread_gpu
 
 TESTS = Path(__file__).resolve().parent
 
@@ -62,3 +62,11 @@ def test_a_plain_run_is_the_gate_and_any_naming_of_tests_is_not():
     assert not _gate(_config(markexpr="gpu"))
     assert not _gate(_config(keyword="poison"))
     assert not _gate(_config(args=["tests/test_cli.py::test_optimize_json_and_quiet"]))
+
+
+def test_spread_workers_take_the_gpus_in_turn():
+    # KW_SPREAD_GPUS: pytest -n's workers over every GPU, each driving one (its CUDA_VISIBLE_DEVICES)
+    assert [spread_gpu("0,1", f"gw{i}") for i in range(5)] == ["0", "1", "0", "1", "0"]
+    assert spread_gpu("2, 3", "gw1") == "3" and spread_gpu("GPU-aa", "gw7") == "GPU-aa"
+    assert spread_gpu("", "gw0") is None  # not asked for: the worker sees what the caller gave it
+    assert spread_gpu("0,1", "") is None and spread_gpu("0,1", "master") is None  # not a pytest -n worker
