@@ -22,6 +22,8 @@ fresh process:
 - `memops_first`, `region_first`: the device clock's self-test in parts: stream memory operations on a
   flag of the caching allocator's, or a driver-made region (cuMemCreate) zeroed and given back;
   `judge_first_released`: `judge_first`, then cuBLAS's workspaces and the allocator's cache given back;
+- `shift_64mb`, `shift_1gb`: that much device memory taken (and kept) before the model is built: whether
+  a plain process's figure moves with where its memory lies;
 - `lent_inputs`: after the first call, `do_bench` on the inputs as they are (`ms_before`), then on a
   copy of them in a region laid out as a timing window lends them (`ms`);
 - `fill`: a quiet first call, then calls whose outputs it keeps until the device has less than
@@ -93,7 +95,9 @@ def plain_draw(problem: Path, cand: Path, device: str, timeout: float, side: str
 JUDGE_WAYS = ("handoff_first", "cublas_first", "clock_first", "judge_first")  # the judge's start-up, or a part
 # the parts of the device clock's self-test, and the judge's start-up with what it cached given back
 SPLIT_WAYS = ("memops_first", "region_first", "judge_first_released")
-SIDE_WAYS = ("fill", "pressure", "busy", "profiler", "tools_first", *JUDGE_WAYS, *SPLIT_WAYS, "lent_inputs")
+SHIFT_WAYS = {"shift_64mb": 64, "shift_1gb": 1024}  # MiB of the caching allocator's taken and kept first
+SIDE_WAYS = ("fill", "pressure", "busy", "profiler", "tools_first", *JUDGE_WAYS, *SPLIT_WAYS, *SHIFT_WAYS)
+SIDE_WAYS += ("lent_inputs",)
 BUSY_S = 8.0  # `busy`: how long the other process multiplies matrices (from 3 s before the first call)
 
 
@@ -125,6 +129,9 @@ def plain_side(problem: Path, cand: Path, device: str, way: str, side: str = "ca
             torch.ones(1, device=dev).add_(1)
             torch.cuda.synchronize()
         device_handoff.probe(dev)
+    shift = None
+    if way in SHIFT_WAYS:  # the model's memory placed elsewhere, nothing else changed
+        shift = torch.empty(SHIFT_WAYS[way] << 20, dtype=torch.uint8, device=dev)
     elif way in SPLIT_WAYS:
         sys.path.insert(0, str(ROOT / "src"))
         from kernelwright.engine.child import shared_region
@@ -232,6 +239,11 @@ def plain_side(problem: Path, cand: Path, device: str, way: str, side: str = "ca
             kept.clear()
             torch.cuda.synchronize()
         out["ms"] = bench()
+    # where the side's memory lay: each address's offset in its 2 MiB page (the first weight, the first input)
+    tensors = [*list(model.parameters())[:1], *[a for a in args if isinstance(a, torch.Tensor)][:1]]
+    out["offsets_2mib"] = [t.data_ptr() % (2 << 20) for t in tensors]
+    if shift is not None:
+        out["shift_mib"] = shift.numel() >> 20
     return out
 
 
