@@ -499,6 +499,10 @@ EXPLAINS = frozenset({"launch_bound", "autotuned", "timing_unstable"})
 # a speed-up the record trusts in every run (core/record.py: not withheld, the reference not degenerate): the
 # figure a user reads and a reward takes; a constant output's 1e4x is no kernel's speed
 TRUSTED = "trusted in every run"
+# trusted, and the two timers of device time agree with each other: where they do not (a small problem whose
+# kernels leave the device idle between them: do_bench counts the gaps, cupti's busy time does not), no one
+# figure can lie within 10% of both
+DEVICE_AGREE = f"trusted, do_bench ~ cupti within {INDEPENDENTS_AGREE:.0%}"
 QUICKER_HALF = "all, the quicker half of each side's windows (diagnostic)"
 
 
@@ -551,6 +555,7 @@ def _pooled(per_pair: dict[str, dict], ind: dict, methods: list[str]) -> dict:
             AGREE: [],
             UNFLAGGED: [],
             TRUSTED: [],
+            DEVICE_AGREE: [],
         }
         for pair, runs in per_pair.items():
             r = _median_ratio(runs, ind[pair], method)
@@ -566,6 +571,9 @@ def _pooled(per_pair: dict[str, dict], ind: dict, methods: list[str]) -> dict:
                 groups[UNFLAGGED].append(r)
             if all(_trusted(k) for k in runs.values()):
                 groups[TRUSTED].append(r)
+                cu = _independent_speedup(ind[pair], "cupti")
+                if db and cu and abs(db / cu - 1) <= INDEPENDENTS_AGREE:
+                    groups[DEVICE_AGREE].append(r)
         for size, ratios in groups.items():
             out[f"{method}:{size}"] = _dist(ratios)
     quick = [

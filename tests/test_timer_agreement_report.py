@@ -229,3 +229,26 @@ def test_the_trusted_group_leaves_out_speed_ups_the_record_does_not_trust(tmp_pa
     assert pooled["do_bench:all"]["n"] == 3 and pooled["do_bench:all"]["beyond_25pct"] == 2
     trusted = pooled[f"do_bench:{timer_agreement.TRUSTED}"]
     assert trusted["n"] == 1 and trusted["within_5pct"] == 1  # c alone
+
+
+def test_the_device_timers_agree_group_holds_trusted_pairs_whose_do_bench_and_cupti_agree(tmp_path):
+    # CUDA-L1's level2/28 (a fused BMM epilogue, 25 us): do_bench 4.30x, cupti 1.16x; no one figure is within
+    # 10% of both, so it is left out. b: both timers near 2x; c: the same, but withheld in its run
+    def side(db: float, cupti: float) -> dict:
+        return dict(_side(db, db), cupti_ms=cupti)
+
+    independent = [
+        {"pair": "a", "reference": side(0.1135, 0.0179), "candidate": side(0.0264, 0.0155)},
+        {"pair": "b", "reference": side(1.0, 0.98), "candidate": side(0.5, 0.5)},
+        {"pair": "c", "reference": side(1.0, 1.0), "candidate": side(0.5, 0.5)},
+    ]
+    (tmp_path / "independent.jsonl").write_text("".join(json.dumps(r) + "\n" for r in independent))
+    rows = [_kw("a", 1.12, ("launch_bound",)), _kw("b", 2.0), _kw("c", 2.0, ("timing_unstable",))]
+    (tmp_path / "kw-r1.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    pooled = timer_agreement.report(tmp_path, ["r1"])["pooled"]
+
+    assert pooled[f"cupti:{timer_agreement.TRUSTED}"]["n"] == 2  # a and b
+    agree = pooled[f"cupti:{timer_agreement.DEVICE_AGREE}"]
+    assert agree["n"] == 1 and agree["within_5pct"] == 1  # b alone
+    assert pooled[f"do_bench:{timer_agreement.DEVICE_AGREE}"]["n"] == 1
