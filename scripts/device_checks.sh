@@ -287,7 +287,8 @@ clock)  # the judge's clock against the old one (carry .old: `git archive 3f26e5
         tests/test_clock_attacks.py tests/test_device_clock.py
     ;;
 *)
-    echo "usage: bash scripts/device_checks.sh handoff|suite|mamba|mamba-tests|mamba-bench|path5|quick|profile|clock|scale|stuck" >&2
+    modes=$(grep -oE '^[a-z0-9+|-]+\)' "$0" | tr -d ')' | paste -sd'|')  # this file's own modes, as it reads them
+    echo "usage: bash scripts/device_checks.sh $modes (the modes are described at the top of $0)" >&2
     exit 2
     ;;
 esac
