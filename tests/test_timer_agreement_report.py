@@ -16,6 +16,15 @@ def _side(do_bench_ms: float, b2b_ms: float) -> dict:
     return {"do_bench_ms": do_bench_ms, "b2b_ms": b2b_ms, "events_ms": do_bench_ms}
 
 
+def _timed(do_bench_ms: float, cupti_ms: float) -> dict:
+    """A side whose do_bench and back-to-back figures agree, with the profiler's busy time beside them."""
+    return dict(_side(do_bench_ms, do_bench_ms), cupti_ms=cupti_ms)
+
+
+def _write_jsonl(path, rows) -> None:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
 def _kw(pair: str, speedup: float, flags: tuple[str, ...] = ()) -> dict:
     return {
         "pair": pair,
@@ -39,13 +48,13 @@ def test_the_report_splits_out_the_pairs_whose_independent_timers_agree(tmp_path
         # a side that failed: no row anywhere
         {"pair": "d", "reference": {"error": "x"}, "candidate": _side(1.0, 1.0)},
     ]
-    (tmp_path / "independent.jsonl").write_text("".join(json.dumps(r) + "\n" for r in independent))
+    _write_jsonl(tmp_path / "independent.jsonl", independent)
     runs = {
         "r1": [_kw("a", 2.0), _kw("b", 1.0, ("launch_bound",)), _kw("c", 0.5)],
         "r2": [_kw("a", 2.2, ("autotuned",)), _kw("b", 1.0)],
     }
     for name, rows in runs.items():
-        (tmp_path / f"kw-{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        _write_jsonl(tmp_path / f"kw-{name}.jsonl", rows)
 
     result = timer_agreement.report(tmp_path, list(runs))
 
@@ -108,20 +117,16 @@ def test_each_sides_time_is_compared_with_the_profilers_as_milliseconds(tmp_path
     cand_p = dict(_side(0.012, 0.03), cupti_ms=0.004)
     independent = [
         {"pair": "p", "reference": ref_p, "candidate": cand_p},
-        {
-            "pair": "q",
-            "reference": dict(_side(1.0, 1.0), cupti_ms=1.0),
-            "candidate": dict(_side(1.0, 1.0), cupti_ms=1.0),
-        },
+        {"pair": "q", "reference": _timed(1.0, 1.0), "candidate": _timed(1.0, 1.0)},
         {"pair": "r", "reference": _side(1.0, 1.0), "candidate": _side(1.0, 1.0)},
     ]
-    (tmp_path / "independent.jsonl").write_text("".join(json.dumps(r) + "\n" for r in independent))
+    _write_jsonl(tmp_path / "independent.jsonl", independent)
     rows = [
         dict(_kw("p", 0.0102 / 0.006), reference_ms=0.0102, candidate_ms=0.006),
         dict(_kw("q", 1.0), reference_ms=1.01, candidate_ms=0.99),
         _kw("r", 1.0),
     ]
-    (tmp_path / "kw-r1.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    _write_jsonl(tmp_path / "kw-r1.jsonl", rows)
 
     result = timer_agreement.report(tmp_path, ["r1"])
 
@@ -150,7 +155,7 @@ def test_do_bench_less_its_own_floor_is_reported_where_the_floor_was_measured(tm
     # a 3 us kernel against a 6 us one, read by do_bench at 6 us and 9 us (its floor adds 3 us to each);
     # kernelwright reads 0.5x, do_bench 0.667x, do_bench less the 3 us tare 0.5x
     independent = [{"pair": "s", "reference": _side(0.006, 0.02), "candidate": _side(0.009, 0.02)}]
-    (tmp_path / "independent.jsonl").write_text("".join(json.dumps(r) + "\n" for r in independent))
+    _write_jsonl(tmp_path / "independent.jsonl", independent)
     (tmp_path / "kw-r1.jsonl").write_text(json.dumps(dict(_kw("s", 0.5), reference_ms=0.003, candidate_ms=0.006)))
     floor = {
         "device": "GPU",
@@ -177,23 +182,20 @@ def test_a_side_read_slower_than_both_independent_timers_is_listed_slowest_first
     # a: its candidate 8% over both (the runner's start-up, before 2026-11-30); b: its reference 5% over
     # both; c: 8% over cupti but within do_bench (timers disagree: not listed); d: a 50 us problem 40% over
     # (small problems: the timers measure other quantities, not listed)
-    def side(db: float, cupti: float) -> dict:
-        return dict(_side(db, db), cupti_ms=cupti)
-
     independent = [
-        {"pair": "a", "reference": side(1.82, 1.82), "candidate": side(1.317, 1.317)},
-        {"pair": "b", "reference": side(1.182, 1.175), "candidate": side(0.314, 0.303)},
-        {"pair": "c", "reference": side(1.0, 1.0), "candidate": side(0.54, 0.50)},
-        {"pair": "d", "reference": side(0.05, 0.04), "candidate": side(0.02, 0.02)},
+        {"pair": "a", "reference": _timed(1.82, 1.82), "candidate": _timed(1.317, 1.317)},
+        {"pair": "b", "reference": _timed(1.182, 1.175), "candidate": _timed(0.314, 0.303)},
+        {"pair": "c", "reference": _timed(1.0, 1.0), "candidate": _timed(0.54, 0.50)},
+        {"pair": "d", "reference": _timed(0.05, 0.04), "candidate": _timed(0.02, 0.02)},
     ]
-    (tmp_path / "independent.jsonl").write_text("".join(json.dumps(r) + "\n" for r in independent))
+    _write_jsonl(tmp_path / "independent.jsonl", independent)
     rows = [
         dict(_kw("a", 1.28), reference_ms=1.822, candidate_ms=1.42),
         dict(_kw("b", 3.9), reference_ms=1.236, candidate_ms=0.316),
         dict(_kw("c", 1.85), reference_ms=1.0, candidate_ms=0.54),
         dict(_kw("d", 2.5), reference_ms=0.07, candidate_ms=0.028),
     ]
-    (tmp_path / "kw-r1.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    _write_jsonl(tmp_path / "kw-r1.jsonl", rows)
 
     result = timer_agreement.report(tmp_path, ["r1"])
 
@@ -211,7 +213,7 @@ def test_the_trusted_group_leaves_out_speed_ups_the_record_does_not_trust(tmp_pa
         {"pair": p, "reference": _side(1.0, 1.0), "candidate": _side(c, c)}
         for p, c in (("a", 1 / 271), ("b", 0.5), ("c", 0.5))
     ]
-    (tmp_path / "independent.jsonl").write_text("".join(json.dumps(r) + "\n" for r in independent))
+    _write_jsonl(tmp_path / "independent.jsonl", independent)
     runs = {
         "r1": [
             _kw("a", 22107.0, ("degenerate_reference", "faster_than_hardware")),
@@ -221,7 +223,7 @@ def test_the_trusted_group_leaves_out_speed_ups_the_record_does_not_trust(tmp_pa
         "r2": [_kw("b", 3.2, ("timing_unstable",)), _kw("c", 2.04)],
     }
     for name, rows in runs.items():
-        (tmp_path / f"kw-{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        _write_jsonl(tmp_path / f"kw-{name}.jsonl", rows)
 
     pooled = timer_agreement.report(tmp_path, list(runs))["pooled"]
 
@@ -234,17 +236,14 @@ def test_the_trusted_group_leaves_out_speed_ups_the_record_does_not_trust(tmp_pa
 def test_the_device_timers_agree_group_holds_trusted_pairs_whose_do_bench_and_cupti_agree(tmp_path):
     # CUDA-L1's level2/28 (a fused BMM epilogue, 25 us): do_bench 4.30x, cupti 1.16x; no one figure is within
     # 10% of both, so it is left out. b: both timers near 2x; c: the same, but withheld in its run
-    def side(db: float, cupti: float) -> dict:
-        return dict(_side(db, db), cupti_ms=cupti)
-
     independent = [
-        {"pair": "a", "reference": side(0.1135, 0.0179), "candidate": side(0.0264, 0.0155)},
-        {"pair": "b", "reference": side(1.0, 0.98), "candidate": side(0.5, 0.5)},
-        {"pair": "c", "reference": side(1.0, 1.0), "candidate": side(0.5, 0.5)},
+        {"pair": "a", "reference": _timed(0.1135, 0.0179), "candidate": _timed(0.0264, 0.0155)},
+        {"pair": "b", "reference": _timed(1.0, 0.98), "candidate": _timed(0.5, 0.5)},
+        {"pair": "c", "reference": _timed(1.0, 1.0), "candidate": _timed(0.5, 0.5)},
     ]
-    (tmp_path / "independent.jsonl").write_text("".join(json.dumps(r) + "\n" for r in independent))
+    _write_jsonl(tmp_path / "independent.jsonl", independent)
     rows = [_kw("a", 1.12, ("launch_bound",)), _kw("b", 2.0), _kw("c", 2.0, ("timing_unstable",))]
-    (tmp_path / "kw-r1.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    _write_jsonl(tmp_path / "kw-r1.jsonl", rows)
 
     pooled = timer_agreement.report(tmp_path, ["r1"])["pooled"]
 
