@@ -22,8 +22,13 @@ fresh process:
 - `memops_first`, `region_first`: the device clock's self-test in parts: stream memory operations on a
   flag of the caching allocator's, or a driver-made region (cuMemCreate) zeroed and given back;
   `judge_first_released`: `judge_first`, then cuBLAS's workspaces and the allocator's cache given back;
-- `shift_64mb`, `shift_1gb`: that much device memory taken (and kept) before the model is built: whether
-  a plain process's figure moves with where its memory lies;
+- `shift_2mb` ... `shift_1gb`: that much device memory taken (and kept) before the model is built: whether
+  a plain process's figure moves with where its memory lies; `shift_64mb_freed`: taken and given back
+  (the allocator's cache emptied) first; `va_64mb`: only that much address space reserved (cuMemAddressReserve)
+  and kept; `pa_64mb`: only that much physical memory made (cuMemCreate, never mapped) and kept;
+  `baseline`: none of it (this file's own plain side, which records its addresses);
+- `exp:<way>`: a way of SIDE_WAYS with the caching allocator's expandable segments on
+  (PYTORCH_CUDA_ALLOC_CONF), which maps its own address range instead of calling cudaMalloc;
 - `lent_inputs`: after the first call, `do_bench` on the inputs as they are (`ms_before`), then on a
   copy of them in a region laid out as a timing window lends them (`ms`);
 - `fill`: a quiet first call, then calls whose outputs it keeps until the device has less than
@@ -95,9 +100,12 @@ def plain_draw(problem: Path, cand: Path, device: str, timeout: float, side: str
 JUDGE_WAYS = ("handoff_first", "cublas_first", "clock_first", "judge_first")  # the judge's start-up, or a part
 # the parts of the device clock's self-test, and the judge's start-up with what it cached given back
 SPLIT_WAYS = ("memops_first", "region_first", "judge_first_released")
-SHIFT_WAYS = {"shift_64mb": 64, "shift_1gb": 1024}  # MiB of the caching allocator's taken and kept first
+# MiB of the caching allocator's taken and kept first
+SHIFT_WAYS = {"shift_2mb": 2, "shift_32mb": 32, "shift_64mb": 64, "shift_512mb": 512, "shift_1gb": 1024}
+PLACE_WAYS = ("baseline", "shift_64mb_freed", "va_64mb", "pa_64mb")  # which of address or memory moves it
 SIDE_WAYS = ("fill", "pressure", "busy", "profiler", "tools_first", *JUDGE_WAYS, *SPLIT_WAYS, *SHIFT_WAYS)
-SIDE_WAYS += ("lent_inputs",)
+SIDE_WAYS += ("lent_inputs", *PLACE_WAYS)
+EXPANDABLE = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}  # `exp:<way>`
 BUSY_S = 8.0  # `busy`: how long the other process multiplies matrices (from 3 s before the first call)
 
 
@@ -130,8 +138,28 @@ def plain_side(problem: Path, cand: Path, device: str, way: str, side: str = "ca
             torch.cuda.synchronize()
         device_handoff.probe(dev)
     shift = None
+    kept_driver: list = []  # va_64mb / pa_64mb: what the driver gave, kept until the side is timed
     if way in SHIFT_WAYS:  # the model's memory placed elsewhere, nothing else changed
         shift = torch.empty(SHIFT_WAYS[way] << 20, dtype=torch.uint8, device=dev)
+    elif way == "shift_64mb_freed":
+        torch.empty(64 << 20, dtype=torch.uint8, device=dev)
+        torch.cuda.synchronize(dev)
+        torch.cuda.empty_cache()
+    elif way in ("va_64mb", "pa_64mb"):
+        import ctypes
+
+        sys.path.insert(0, str(ROOT / "src"))
+        from kernelwright.engine.child import device_handoff as dh
+
+        torch.ones(1, device=dev)  # the context made first, as in every other way
+        d, idx = dh._driver(), dh._index(dev)
+        size = dh._granular(64 << 20, idx)
+        handle = ctypes.c_ulonglong()
+        if way == "va_64mb":
+            d.check(d.lib.cuMemAddressReserve(ctypes.byref(handle), size, 0, 0, 0), "cuMemAddressReserve")
+        else:
+            d.check(d.lib.cuMemCreate(ctypes.byref(handle), size, ctypes.byref(dh._prop(idx)), 0), "cuMemCreate")
+        kept_driver.append(handle.value)
     elif way in SPLIT_WAYS:
         sys.path.insert(0, str(ROOT / "src"))
         from kernelwright.engine.child import shared_region
@@ -242,6 +270,12 @@ def plain_side(problem: Path, cand: Path, device: str, way: str, side: str = "ca
     # where the side's memory lay: each address's offset in its 2 MiB page (the first weight, the first input)
     tensors = [*list(model.parameters())[:1], *[a for a in args if isinstance(a, torch.Tensor)][:1]]
     out["offsets_2mib"] = [t.data_ptr() % (2 << 20) for t in tensors]
+    out["ptrs"] = [hex(t.data_ptr()) for t in tensors]
+    # every segment of the caching allocator's, in address order: where the driver placed the side's memory
+    segs = sorted((s["address"], s["total_size"]) for s in torch.cuda.memory_snapshot() if s.get("device") == dev.index)
+    out["segments"] = [[hex(a), n >> 10] for a, n in segs]  # KiB
+    if kept_driver:
+        out["driver_kept"] = hex(kept_driver[0])
     if shift is not None:
         out["shift_mib"] = shift.numel() >> 20
     return out
@@ -269,9 +303,10 @@ def kw_draw(
     return {"ms": rec.get(f"{side}_ms"), f"{other}_ms": rec.get(f"{other}_ms"), "flags": flags}
 
 
-def _in_child(argv: list[str], timeout: float) -> dict:
-    """One of this file's own sides in a fresh process: its last JSON line."""
-    p = subprocess.run([sys.executable, __file__, *argv], capture_output=True, text=True, timeout=timeout)
+def _in_child(argv: list[str], timeout: float, env: dict | None = None) -> dict:
+    """One of this file's own sides in a fresh process (`env`: added to its environment): its last JSON line."""
+    full = {**os.environ, **env} if env else None
+    p = subprocess.run([sys.executable, __file__, *argv], capture_output=True, text=True, timeout=timeout, env=full)
     rows = [json.loads(x) for x in p.stdout.splitlines() if x.startswith("{")]
     return rows[-1] if rows else {"error": p.stderr.strip()[-300:] or f"exit {p.returncode}"}
 
@@ -288,7 +323,8 @@ def run(
 ) -> None:
     out.mkdir(parents=True, exist_ok=True)
     for way in ways:
-        if way != "plain" and way not in SIDE_WAYS and way.removeprefix("kw:") not in VARIANTS:
+        side_way = way.removeprefix("exp:")
+        if way != "plain" and side_way not in SIDE_WAYS and way.removeprefix("kw:") not in VARIANTS:
             known = ", ".join(("plain", *SIDE_WAYS))
             raise SystemExit(f"unknown way {way!r}: {known}, or kw:<one of {', '.join(VARIANTS)}>")
     with (out / "draws.jsonl").open("a") as f:
@@ -303,9 +339,10 @@ def run(
                     try:
                         if way == "plain":
                             row = plain_draw(problem, cand, device, timeout, side)
-                        elif way in SIDE_WAYS:
-                            argv = ["side", way, str(problem), str(cand), "--device", device, "--side", side]
-                            row = _in_child(argv, timeout)
+                        elif way.removeprefix("exp:") in SIDE_WAYS:
+                            argv = ["side", way.removeprefix("exp:"), str(problem), str(cand), "--device", device]
+                            env = EXPANDABLE if way.startswith("exp:") else None
+                            row = _in_child([*argv, "--side", side], timeout, env)
                         else:
                             row = kw_draw(problem, cand, way.removeprefix("kw:"), device, timeout, out, side)
                     except subprocess.TimeoutExpired:
