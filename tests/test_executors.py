@@ -22,7 +22,14 @@ from kernelwright.executors import orphans
 from kernelwright.executors.factory import make_executor
 from kernelwright.executors.interface import EvalTask, SerialExecutor, WorkerLost
 from kernelwright.executors.local import LocalExecutor
-from kernelwright.executors.placement import TimingGate, parse_gpus, plan_cores, refuse_unseen, visible_entries
+from kernelwright.executors.placement import (
+    TimingGate,
+    detect_gpus,
+    parse_gpus,
+    plan_cores,
+    refuse_unseen,
+    visible_entries,
+)
 
 # Passes only in a child pinned to one of the fake GPUs: the pinning is checked by the verdict.
 PINNED = """import os
@@ -377,10 +384,9 @@ class ModelNew(nn.Module):
 
 @pytest.mark.gpu
 def test_local_executor_pins_one_gpu_per_worker_and_records_it(cuda_config):
-    import torch
-
-    n = torch.cuda.device_count()
-    gpus = [str(i) for i in range(n)]
+    # named as the caller's CUDA_VISIBLE_DEVICES names them (a test worker given GPU 1 alone sees `1`, not `0`)
+    gpus = detect_gpus()
+    n = len(gpus)
     with LocalExecutor(cuda_config, gpus=gpus) as ex:
         batch = [EvalTask(key=f"add_one/pinned{i}", problem=ADD_ONE, candidate_text=ONE_GPU) for i in range(2 * n)]
         results = run_all(ex, batch)
