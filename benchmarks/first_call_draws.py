@@ -272,7 +272,10 @@ def plain_side(problem: Path, cand: Path, device: str, way: str, side: str = "ca
     out["offsets_2mib"] = [t.data_ptr() % (2 << 20) for t in tensors]
     out["ptrs"] = [hex(t.data_ptr()) for t in tensors]
     # every segment of the caching allocator's, in address order: where the driver placed the side's memory
-    segs = sorted((s["address"], s["total_size"]) for s in torch.cuda.memory_snapshot() if s.get("device") == dev.index)
+    # (`cuda` names no index: the current device's; a segment's blocks are the side's weights, inputs,
+    # outputs and its library's workspace)
+    index = dev.index if dev.index is not None else torch.cuda.current_device()
+    segs = sorted((s["address"], s["total_size"]) for s in torch.cuda.memory_snapshot() if s.get("device") == index)
     out["segments"] = [[hex(a), n >> 10] for a, n in segs]  # KiB
     if kept_driver:
         out["driver_kept"] = hex(kept_driver[0])

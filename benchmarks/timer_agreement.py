@@ -15,13 +15,6 @@ reference, so its process-wide settings touch nothing else), by four independent
   No host time and no per-call event in it: the device time kernelwright's clock claims to measure.
   It leaves out the device's idle gaps between one call's kernels, where a window includes them.
 
-Where the driver places a process's memory moves some kernels by up to a fifth (cuDNN's transposed
-convolutions: benchmarks/first_call_draws.py), so each of these figures is one draw of placement. On
-a GPU each side is then built again in PLACEMENTS other places, in the same process (more device
-memory held first, or its inputs made before its weights), and `do_bench` timed each time
-(`placements_ms`): the report compares kernelwright's figures with the median of `do_bench` over all
-the placements too, and says where one lies outside their range.
-
 Then kernelwright's figures for the same pairs come from its records (`suite eval` and/or `eval`
 alone), and `report` prints, per candidate, kernelwright's speed-up over each independent one, and
 the distribution (geomean, median |ratio - 1|, share within 5% and 10%, those beyond 25% with the
@@ -39,7 +32,6 @@ do_bench's own per-call floor on the GPU (`floor.json`), which the report then t
 from __future__ import annotations
 
 import argparse
-import functools
 import importlib.util
 import json
 import math
@@ -59,9 +51,6 @@ B2B_CALLS = 200
 # least a tenth of the counts (200 back-to-back calls of a 50 ms model are 10 s of one side's time)
 B2B_BUDGET_MS, EVENTS_BUDGET_MS = 1000.0, 500.0
 CUPTI_CALLS, CUPTI_BUDGET_MS = 50, 500.0  # the profiled calls: at most this many, about this long of them
-# each placement: (MiB more device memory held before it, its inputs made before its weights);
-# the holds add up, so every placement lies beyond the ones before
-PLACEMENTS = ((2, False), (64, False), (0, True), (320, False))
 ROW = "kw-side-row "  # the side server's rows, told apart from anything else on its stdout
 
 
@@ -104,11 +93,9 @@ def time_side(problem: Path, source: Path, cls_name: str, device: str, build_onl
     def to_dev(x):  # type: ignore[no-untyped-def]
         return x.to(dev) if isinstance(x, torch.Tensor) else x
 
-    def build():  # type: ignore[no-untyped-def]
-        torch.manual_seed(SEED)
-        return getattr(mod, cls_name)(*[to_dev(x) for x in prob.get_init_inputs()]).to(dev)
-
-    model = build()
+    torch.manual_seed(SEED)
+    init = [to_dev(x) for x in prob.get_init_inputs()]
+    model = getattr(mod, cls_name)(*init).to(dev)
     sets = []
     for i in range(SETS):
         torch.manual_seed(SEED + 1 + i)
@@ -156,45 +143,12 @@ def time_side(problem: Path, source: Path, cls_name: str, device: str, build_onl
                 out.update(profiled_busy(model, sets, max(5, min(CUPTI_CALLS, round(CUPTI_BUDGET_MS / each)))))
             except Exception as e:  # a profiler that cannot start: the side keeps its other three figures
                 out["cupti_error"] = f"{type(e).__name__}: {e}"[:200]
-            try:
-                out["placements_ms"] = placement_draws(build, lambda: [to_dev(x) for x in prob.get_inputs()], dev)
-            except Exception as e:  # a model that cannot be built twice: the side keeps its first placement
-                out["placements_error"] = f"{type(e).__name__}: {e}"[:200]
         else:
             t0 = time.perf_counter()
             for i in range(B2B_CALLS // 10):
                 model(*sets[i % SETS])
             out["b2b_ms"] = (time.perf_counter() - t0) * 1e3 / (B2B_CALLS // 10)
     return out
-
-
-def placement_draws(build: Callable, make_inputs: Callable, dev) -> list[float]:  # type: ignore[no-untyped-def]
-    """`do_bench` (ms a call) of the side built afresh in each of PLACEMENTS: more device memory held
-    first (kept until the last), or its inputs made before its weights. The same kernels, the same
-    one-time choices (cuDNN's are kept by shape), other addresses."""
-    import torch
-    import triton.testing
-
-    held, ms = [], []
-    for mib, inputs_first in PLACEMENTS:
-        if mib:
-            held.append(torch.empty(mib << 20, dtype=torch.uint8, device=dev))
-        torch.manual_seed(SEED + 1)
-        args = make_inputs() if inputs_first else None
-        model = build()
-        if args is None:
-            torch.manual_seed(SEED + 1)
-            args = make_inputs()
-        with torch.no_grad():
-            model(*args)
-            torch.cuda.synchronize(dev)
-            call = functools.partial(model, *args)
-            ms.append(float(triton.testing.do_bench(call, warmup=25, rep=100, return_mode="median")))
-        del model, args, call
-        torch.cuda.synchronize(dev)
-        torch.cuda.empty_cache()  # its memory back to the driver: the next one is placed anew
-    del held
-    return ms
 
 
 def profiled_busy(model, sets: list, calls: int) -> dict:  # type: ignore[no-untyped-def]

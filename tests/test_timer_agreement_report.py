@@ -149,9 +149,6 @@ def test_a_side_on_a_gpu_gets_the_profilers_busy_time_beside_the_other_timers():
     # relu, then the addition: at least one device activity a call, each call's busy time positive
     assert row["cupti_activities"] >= 1 and row["cupti_ms"] > 0, row
     assert {"do_bench_ms", "b2b_ms", "events_ms"} <= set(row)
-    # the side built again in each other placement, each timed by do_bench
-    assert "placements_error" not in row, row
-    assert len(row["placements_ms"]) == len(timer_agreement.PLACEMENTS) and min(row["placements_ms"]) > 0, row
 
 
 def test_do_bench_less_its_own_floor_is_reported_where_the_floor_was_measured(tmp_path):
