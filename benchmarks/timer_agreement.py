@@ -81,14 +81,25 @@ def _module(path: Path, name: str):  # type: ignore[no-untyped-def]
     return mod
 
 
-def time_side(problem: Path, source: Path, cls_name: str, device: str, build_only: bool = False) -> dict:
+def time_side(
+    problem: Path, source: Path, cls_name: str, device: str, build_only: bool = False, placement: str = ""
+) -> dict:
     """One side's four figures (ms per call), each after its own warm-up; `build_only`: construct
-    the model and make one call (its extension builds land in TORCH_EXTENSIONS_DIR), time nothing."""
+    the model and make one call (its extension builds land in TORCH_EXTENSIONS_DIR), time nothing;
+    `placement` (one of placement_spread.PLACEMENTS): device memory or address space taken before
+    anything of the side's, kept while it is timed, and `do_bench` alone timed."""
     import torch
 
     prob = _module(problem, f"kw_agreement_problem_{abs(hash(problem))}")
     mod = prob if source == problem else _module(source, "kw_agreement_candidate")
     dev = torch.device(device)
+    held = None
+    if placement:
+        if str(ROOT) not in sys.path:  # run as a script (the side server): the repository root, for `benchmarks`
+            sys.path.insert(0, str(ROOT))
+        from benchmarks.placement_spread import hold
+
+        held = hold(placement, dev)
 
     def to_dev(x):  # type: ignore[no-untyped-def]
         return x.to(dev) if isinstance(x, torch.Tensor) else x
@@ -111,6 +122,11 @@ def time_side(problem: Path, source: Path, cls_name: str, device: str, build_onl
         for i in range(3):
             model(*sets[i % SETS])
         sync()
+        if held is not None:  # a placement's draw: do_bench only, as the plain side's first figure
+            import triton.testing
+
+            ms = triton.testing.do_bench(lambda: model(*sets[0]), warmup=25, rep=100, return_mode="median")
+            return {"do_bench_ms": float(ms), "placement": placement, **held.facts}
         if dev.type == "cuda":
             import triton.testing
 
@@ -225,7 +241,7 @@ def _ext_dir(root: Path, source: Path) -> str:
 
 
 def serve_sides() -> int:
-    """Read jobs (JSON lines: cls, device, pairs, ext_dir, timeout) from stdin; time each in a child
+    """Read jobs (JSON lines: cls, device, pairs, ext_dir, timeout, placement) from stdin; time each in a child
     forked from this process, which has imported torch but made no CUDA context (so the fork is
     safe): each side pays no interpreter or torch import, yet still runs in a process of its own
     (its process-wide settings die with it). One JSON line per pair on stdout."""
@@ -248,7 +264,12 @@ def serve_sides() -> int:
                 for problem, source in job["pairs"]:
                     try:
                         row = time_side(
-                            Path(problem), Path(source), job["cls"], job["device"], job.get("build_only", False)
+                            Path(problem),
+                            Path(source),
+                            job["cls"],
+                            job["device"],
+                            job.get("build_only", False),
+                            job.get("placement", ""),
                         )
                     except BaseException as e:  # one side's failure is its row; the next pair still runs
                         row = {"error": f"{type(e).__name__}: {e}"[:300]}

@@ -30,6 +30,9 @@
 #                                           #   prints wall, per problem, each GPU's busy share, stage sums, waits (carry .corpus; KW_CORPUS_DIR: another)
 #   bash scripts/device_checks.sh stuck     # ~3 min: a spinning CUDA kernel's stop, an honest Triton first-call compile, a spinning
 #                                           #   Triton kernel (benchmarks/stuck_kernel.py; default limits: call_floor 10 s, jit_allowance 120 s)
+#   bash scripts/device_checks.sh placements # $KW_PLACE_LIMIT (480) s: each side of the pairs of .agree/final/independent.jsonl
+#                                           #   timed by do_bench under each placement of benchmarks/placement_spread.py, a process
+#                                           #   a draw, over every GPU (carry .corpus .agree; then `placement_spread.py report`)
 #   bash scripts/device_checks.sh draws     # $KW_DRAWS_LIMIT (540) s: first-call draws of $KW_KEYS (CUDA-L1's level1/60 and 77) in plain
 #                                           #   processes and in `kernelwright eval` under $KW_WAYS (benchmarks/first_call_draws.py; carry .corpus;
 #                                           #   KW_SIDE=reference: the problems' Model, as the judge times it)
@@ -274,6 +277,13 @@ draws)  # what moves an autotuned candidate's first-call draw: a way a mechanism
         --keys "${KW_KEYS:-level1/77_conv_transposed_3D_square_input_square_kernel___padded____dilated____strided__,level1/60_conv_standard_3D__square_input__asymmetric_kernel}" \
         --ways "${KW_WAYS:-plain,tools_first,kw:default}" --draws "${KW_N:-2}" --side "${KW_SIDE:-candidate}" --out "$OUT"
     tail -n 20 "$OUT/draws.log"
+    ;;
+placements)  # how far where the driver places a side's memory moves its do_bench figure
+    NG=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+    PYTHONPATH=$PWD/src:$PWD step placements "${KW_PLACE_LIMIT:-480}" python3 benchmarks/placement_spread.py run .corpus \
+        --pairs-from "${KW_PAIRS_FROM:-.agree/final/independent.jsonl}" --out "$OUT" --gpus "$((NG > 0 ? NG : 1))" \
+        --build-jobs 16 --limit-s "$(( ${KW_PLACE_LIMIT:-480} - 30 ))"
+    wc -l <"$OUT/placements.jsonl"
     ;;
 stuck)  # a stuck kernel stopped within the floor; an honest first-call compile not timed out (engine/compile_watch.py)
     step stuck "${KW_STUCK_LIMIT:-400}" python3 benchmarks/stuck_kernel.py --device cuda

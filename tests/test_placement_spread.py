@@ -1,0 +1,135 @@
+"""benchmarks/placement_spread.py: each side's `do_bench` over several address layouts, and whether
+kernelwright's speed-up lies within the independent timer's own spread. The fixtures are shaped as
+the 2 x H200 draws read (level2/61's reference 0.283-0.340 ms by layout, level1/77's candidate
+1.30-1.42 ms)."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+
+import pytest
+
+from benchmarks import placement_spread as ps
+
+
+def _write_jsonl(path, rows) -> None:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def _kw(pair: str, speedup: float, flags: tuple[str, ...] = ()) -> dict:
+    return {"pair": pair, "status": "passed", "speedup": speedup, "flags": list(flags)}
+
+
+def _ind(pair: str, ref_ms: float, cand_ms: float) -> dict:
+    return {"pair": pair, "reference": {"do_bench_ms": ref_ms}, "candidate": {"do_bench_ms": cand_ms}}
+
+
+def _placed(pair: str, refs: list[float], cands: list[float | None]) -> list[dict]:
+    rows = []
+    for placement, r, c in zip(ps.PLACEMENTS, refs, cands, strict=True):
+        cand = {"do_bench_ms": c} if c else {"error": "RuntimeError: CUDA error: out of memory"}
+        rows.append({"pair": pair, "placement": placement, "reference": {"do_bench_ms": r}, "candidate": cand})
+    return rows
+
+
+@pytest.fixture
+def corpus_dir(tmp_path):
+    _write_jsonl(
+        tmp_path / "independent.jsonl",
+        [
+            # the reference moved by layout: plain 0.287, then 0.283 / 0.340 / 0.339; the candidate steady
+            _ind("level2/61", 0.287, 0.182),
+            # both steady at 1.0x; kernelwright reads 1.5x: outside every draw
+            _ind("level1/19", 0.5, 0.5),
+            # the candidate moved by layout (1.30 plain, 1.42 with 64 MiB of address space reserved first)
+            _ind("level1/77", 1.82, 1.30),
+            # a candidate whose placement draws all failed: one draw of it, no range
+            _ind("level1/5", 1.0, 0.5),
+        ],
+    )
+    _write_jsonl(
+        tmp_path / "placements.jsonl",
+        [
+            *_placed("level2/61", [0.283, 0.340, 0.339], [0.182, 0.183, 0.182]),
+            *_placed("level1/19", [0.5, 0.5, 0.5], [0.5, 0.5, 0.5]),
+            *_placed("level1/77", [1.82, 1.83, 1.82], [1.30, 1.42, 1.41]),
+            *_placed("level1/5", [1.0, 1.0, 1.0], [None, None, None]),
+        ],
+    )
+    _write_jsonl(
+        tmp_path / "kw-r1.jsonl",
+        [
+            _kw("level2/61", 1.79),
+            _kw("level1/19", 1.5),
+            _kw("level1/77", 1.29, ("autotuned",)),
+            _kw("level1/5", 2.0),
+        ],
+    )
+    _write_jsonl(tmp_path / "kw-r2.jsonl", [_kw("level2/61", 1.77), _kw("level1/77", 1.31, ("autotuned",))])
+    return tmp_path
+
+
+def test_a_speedup_within_the_independent_draws_counts_as_within_range_and_one_outside_does_not(corpus_dir):
+    result = ps.report(corpus_dir, ["r1", "r2"])
+    rows = {r["pair"]: r for r in result["pairs"]}
+
+    # level2/61: the reference's draws 0.283-0.340 over the candidate's 0.182-0.183; kernelwright's 1.78 lies inside
+    r61 = rows["level2/61"]
+    assert r61["range"] == pytest.approx([0.283 / 0.183, 0.340 / 0.182])
+    assert r61["speedup"] == pytest.approx(statistics.median([0.287, 0.283, 0.340, 0.339]) / 0.182)
+    assert r61["kw"] == pytest.approx(1.78) and r61["within_range"]
+    # the plain draw alone reads 1.577x: kernelwright 13% over it, 3% under the draws' median
+    assert r61["kw"] / r61["plain"] > 1.1 and abs(r61["kw"] / r61["speedup"] - 1) < 0.05
+    # level1/19: 1.5x against a steady 1.0x is outside, whatever the layout
+    assert not rows["level1/19"]["within_range"]
+    # level1/77: the candidate's draws spread 9%; kernelwright's 1.30x lies within 1.28-1.40
+    assert rows["level1/77"]["within_range"]
+    assert rows["level1/77"]["spread"]["candidate"] == pytest.approx(1.42 / 1.30 - 1)
+    # a pair whose candidate has one draw only has no range and is left out, not read as agreeing
+    assert "level1/5" not in rows
+
+
+def test_the_sides_moved_by_layout_are_named_and_the_groups_count_what_lies_in_range(corpus_dir):
+    result = ps.report(corpus_dir, ["r1", "r2"])
+
+    moved = {(m["pair"], m["side"]) for m in result["moved_sides"]}
+    assert moved == {("level2/61", "reference"), ("level1/77", "candidate")}
+    trusted = result["groups"]["trusted:speedup"]
+    assert trusted["n"] == 3 and trusted["in_range"] == 2
+    plain = result["groups"]["trusted:plain"]
+    # against the plain draws alone, level2/61 is 13% off; against the draws' median, 3%
+    assert plain["within_10pct"] == 1 and trusted["within_10pct"] == 2
+    text = (corpus_dir / "placements.md").read_text()
+    assert "Sides whose draws spread over 5%: 2 of 6" in text
+
+
+def test_a_placement_is_refused_by_name_and_off_a_gpu():
+    torch = pytest.importorskip("torch")
+    with pytest.raises(ValueError, match="unknown placement 'shift_3mb'"):
+        ps.hold("shift_3mb", torch.device("cpu"))
+    with pytest.raises(ValueError, match="needs a CUDA device"):
+        ps.hold("va_64mb", torch.device("cpu"))
+
+
+def test_the_report_names_what_its_folder_lacks_in_one_line(tmp_path):
+    p = subprocess.run(
+        [sys.executable, "benchmarks/placement_spread.py", "report", str(tmp_path), "--name", "b1"],
+        capture_output=True,
+        text=True,
+    )
+    assert p.returncode == 2
+    assert p.stderr.strip() == f"placement_spread: {tmp_path} lacks independent.jsonl, placements.jsonl, kw-b1.jsonl"
+
+
+@pytest.mark.gpu
+def test_a_side_timed_under_each_placement_on_a_gpu_reads_a_positive_figure_and_where_its_hold_lies():
+    from benchmarks import timer_agreement
+    from tests.conftest import ADD_ONE
+
+    for placement in ps.PLACEMENTS:
+        row = timer_agreement.time_side(ADD_ONE, ADD_ONE, "Model", "cuda", placement=placement)
+        assert row["placement"] == placement and row["do_bench_ms"] > 0, row
+        assert row["held_at"].startswith("0x"), row
