@@ -170,7 +170,11 @@ suite2|suiteall)  # the gpu suite over every GPU: one pytest run per GPU side by
 suitespread)  # the files dealt as workers come free (suite2's halves by size ended 230 s apart on 2 x H200)
     NG=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
     NG=$((NG > 0 ? NG : 1))
-    KW_SPREAD_GPUS=$(seq -s, 0 $((NG - 1))) KW_FAILURES_LOG=$OUT/gpu_suite_tracebacks.txt step gpu_suite "${KW_SUITE_LIMIT:-540}" \
+    # each test's seconds as it ends (gpu_durations.jsonl); carried back as .scratch/gpu_durations.jsonl, the
+    # next run deals the longest first (tests/conftest.py KW_LONGEST_FIRST)
+    [ -f .scratch/gpu_durations.jsonl ] && export KW_LONGEST_FIRST=$PWD/.scratch/gpu_durations.jsonl
+    KW_SPREAD_GPUS=$(seq -s, 0 $((NG - 1))) KW_FAILURES_LOG=$OUT/gpu_suite_tracebacks.txt \
+        KW_DURATIONS_LOG=$OUT/gpu_durations.jsonl step gpu_suite "${KW_SUITE_LIMIT:-540}" \
         python3 -m pytest -m gpu -n $((NG * ${KW_WORKERS:-4})) -v -p no:cacheprovider --durations=25 --ignore=tests/test_mamba2_gpu.py
     grep -E "timer_escape|FAILED|ERROR" "$OUT/gpu_suite.log" | head -40 >"$OUT/gpu_suite_failures.txt"
     tail -n 1 "$OUT/gpu_suite.log"

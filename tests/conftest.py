@@ -8,6 +8,7 @@ test (`file.py::test`) or giving `-m` or `-k` runs what was asked for, slow or n
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -78,6 +79,8 @@ def pytest_report_header(config):
 
 
 def pytest_collection_modifyitems(config, items):
+    if os.environ.get("KW_LONGEST_FIRST"):  # an earlier run's KW_DURATIONS_LOG
+        items[:] = longest_first(items, read_durations(os.environ["KW_LONGEST_FIRST"]))
     if _gate(config):
         slow = [item for item in items if "slow" in item.keywords]
         if slow:
@@ -142,20 +145,60 @@ def pytest_sessionstart(session):
 
 
 _FAILURES_LOG: list[str] = []  # KW_FAILURES_LOG's path, in the controller (pytest_runtest_logreport)
+_DURATIONS_LOG: list[str] = []  # KW_DURATIONS_LOG's path, likewise
+_SPENT: dict[str, float] = {}  # a test's seconds so far (setup, call), until its teardown's report
 
 
 def pytest_configure(config):
-    if not hasattr(config, "workerinput") and os.environ.get("KW_FAILURES_LOG"):
-        _FAILURES_LOG[:] = [os.environ["KW_FAILURES_LOG"]]
+    if not hasattr(config, "workerinput"):
+        _FAILURES_LOG[:] = [os.environ["KW_FAILURES_LOG"]] if os.environ.get("KW_FAILURES_LOG") else []
+        _DURATIONS_LOG[:] = [os.environ["KW_DURATIONS_LOG"]] if os.environ.get("KW_DURATIONS_LOG") else []
 
 
 def pytest_runtest_logreport(report):
     """`KW_FAILURES_LOG=PATH`: each failure's report appended to PATH as it comes (by the controller
     alone under pytest -n). A device run stopped at its time limit prints no summary, and with it
-    went the only traceback of a failure (scripts/device_checks.sh sets it)."""
+    went the only traceback of a failure (scripts/device_checks.sh sets it).
+    `KW_DURATIONS_LOG=PATH`: a JSON line per test as it ends (its id, seconds of setup, call and
+    teardown, outcome), for `KW_LONGEST_FIRST` in a later run."""
     if _FAILURES_LOG and report.failed:
         with open(_FAILURES_LOG[0], "a") as f:
             f.write(f"===== {report.nodeid} ({report.when}, {report.duration:.1f} s)\n{report.longreprtext}\n")
+    if _DURATIONS_LOG:
+        spent = _SPENT.pop(report.nodeid, 0.0) + report.duration
+        if report.when != "teardown":
+            _SPENT[report.nodeid] = spent
+            return
+        row = {"test": report.nodeid, "s": round(spent, 2), "outcome": report.outcome}
+        with open(_DURATIONS_LOG[0], "a") as f:
+            f.write(json.dumps(row) + "\n")
+
+
+def longest_first(items: list, durations: dict[str, float]) -> list:
+    """`items` reordered so that the longest tests by an earlier run's `durations` go first, and those it
+    lacks (new, or unfinished when that run was stopped: likely long) before them all; ties keep their
+    order. Under pytest -n the workers take tests in this order as they come free, so a long test
+    no longer starts last and holds the run's end."""
+    known = [i for i in items if i.nodeid in durations]
+    known.sort(key=lambda i: -durations[i.nodeid])
+    return [i for i in items if i.nodeid not in durations] + known
+
+
+def read_durations(path: str) -> dict[str, float]:
+    """A KW_DURATIONS_LOG's tests and seconds (the longest where a test is there twice); {} where the
+    file is missing or a line is not such a row."""
+    out: dict[str, float] = {}
+    try:
+        lines = Path(path).read_text().splitlines()
+    except OSError:
+        return {}
+    for line in lines:
+        try:
+            row = json.loads(line)
+            out[row["test"]] = max(out.get(row["test"], 0.0), float(row["s"]))
+        except (ValueError, KeyError, TypeError):
+            continue
+    return out
 
 
 def pytest_unconfigure(config):
