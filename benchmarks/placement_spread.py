@@ -264,6 +264,9 @@ def main() -> int:
             return 2
         report(args.out, args.name)
         return 0
+    if not args.device.startswith("cuda"):
+        print(f"placement_spread: --device {args.device}: the placements are a GPU's; run it on one", file=sys.stderr)
+        return 2
     if not args.pairs_from.exists():
         print(f"placement_spread: no {args.pairs_from}: run timer_agreement.py independent first", file=sys.stderr)
         return 2

@@ -114,6 +114,18 @@ def test_a_placement_is_refused_by_name_and_off_a_gpu():
         ps.hold("va_64mb", torch.device("cpu"))
 
 
+def test_a_run_off_a_gpu_is_refused_in_one_line_before_anything_is_timed(tmp_path):
+    (tmp_path / "independent.jsonl").write_text("")
+    cmd = [sys.executable, "benchmarks/placement_spread.py", "run", str(tmp_path), "--device", "cpu"]
+    p = subprocess.run(
+        [*cmd, "--pairs-from", str(tmp_path / "independent.jsonl"), "--out", str(tmp_path / "o")],
+        capture_output=True,
+        text=True,
+    )
+    assert p.returncode == 2 and not (tmp_path / "o").exists()
+    assert p.stderr.strip() == "placement_spread: --device cpu: the placements are a GPU's; run it on one"
+
+
 def test_the_report_names_what_its_folder_lacks_in_one_line(tmp_path):
     p = subprocess.run(
         [sys.executable, "benchmarks/placement_spread.py", "report", str(tmp_path), "--name", "b1"],
