@@ -9,10 +9,13 @@ import json
 import statistics
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from benchmarks import placement_spread as ps
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _write_jsonl(path, rows) -> None:
@@ -121,6 +124,7 @@ def test_a_run_off_a_gpu_is_refused_in_one_line_before_anything_is_timed(tmp_pat
         [*cmd, "--pairs-from", str(tmp_path / "independent.jsonl"), "--out", str(tmp_path / "o")],
         capture_output=True,
         text=True,
+        cwd=ROOT,
     )
     assert p.returncode == 2 and not (tmp_path / "o").exists()
     assert p.stderr.strip() == "placement_spread: --device cpu: the placements are a GPU's; run it on one"
@@ -131,6 +135,7 @@ def test_the_report_names_what_its_folder_lacks_in_one_line(tmp_path):
         [sys.executable, "benchmarks/placement_spread.py", "report", str(tmp_path), "--name", "b1"],
         capture_output=True,
         text=True,
+        cwd=ROOT,
     )
     assert p.returncode == 2
     assert p.stderr.strip() == f"placement_spread: {tmp_path} lacks independent.jsonl, placements.jsonl, kw-b1.jsonl"
