@@ -14,7 +14,7 @@ independent timers' sides are: a candidate's second instance in one process is n
 where it keeps state), with that placement's hold taken before anything of the side's:
 
 - `plain`: none (the plain draw again, on this machine and in this run: a small problem's `do_bench`
-  figure moves with the host, 0.092 against 0.272 ms for one reference on two H200 machines);
+  figure moves between runs: level2/22's reference read 0.092 and 0.272 ms on two H200 machines);
 - `shift_2mb`, `shift_64mb`: that much device memory taken through the caching allocator, kept;
 - `va_64mb`: only 64 MiB of address space reserved (cuMemAddressReserve), kept; no memory behind it.
 
