@@ -40,7 +40,6 @@ import json
 import os
 import statistics
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -121,33 +120,18 @@ def run(
     if dest.exists():
         done = {(r["pair"], r["placement"]) for x in dest.read_text().splitlines() if (r := json.loads(x))}
     todo = [(c, p) for c in chosen for p in PLACEMENTS if (c[0], p) not in done]
-    lock = threading.Lock()
 
-    def share(g: int) -> None:
-        mine = [t for i, t in enumerate(todo) if i % len(devs) == g]
-        if not mine:
-            return
-        server = ta.SideServer(devs[g])
-        for (stem, problem, cand), placement in mine:
-            if time.monotonic() - t0 > limit_s:
-                break
-            row: dict = {"pair": stem, "placement": placement, "gpu": devs[g]}
-            for side, cls, source, ext in (
-                ("reference", "Model", problem, str(ext_root / "_references")),
-                ("candidate", "ModelNew", cand, ta._ext_dir(ext_root, cand)),
-            ):
-                job = {"cls": cls, "device": device, "pairs": [[str(problem), str(source)]], "ext_dir": ext}
-                row[side] = server.run({**job, "timeout": timeout, "placement": placement})[0]
-            with lock, dest.open("a") as f:
-                f.write(json.dumps(row) + "\n")
-                print(json.dumps(row), flush=True)
-        server.close()
+    def row_of(server: ta.SideServer, gpu: str | None, item: tuple) -> dict:
+        (stem, problem, cand), placement = item
+        row: dict = {"pair": stem, "placement": placement, "gpu": gpu}
+        for side, cls, source, ext in (
+            ("reference", "Model", problem, ext_root / "_references"),
+            ("candidate", "ModelNew", cand, Path(ta._ext_dir(ext_root, cand))),
+        ):
+            row[side] = server.run(ta.side_job(cls, device, problem, source, ext, timeout, placement=placement))[0]
+        return row
 
-    threads = [threading.Thread(target=share, args=(g,)) for g in range(len(devs))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    ta.over_gpus(devs, todo, row_of, dest, t0 + limit_s)
 
 
 def plain_draw(ind_row: dict, placed: list[dict], side: str) -> float | None:

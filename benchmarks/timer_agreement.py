@@ -42,6 +42,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 SEED = 0
@@ -380,8 +381,6 @@ def independent(
     pair: the reference, then the candidate, each in a process forked from one that imported torch
     (a candidate's `__init__` may set cuDNN or TF32 flags: they die with it). Stops sending work at
     `limit_s` after the start; rows land in independent.jsonl as they come."""
-    import threading
-
     t0 = time.monotonic()
     ext_root = Path(os.environ.get("KW_EXT_ROOT", "/tmp/kw-agreement-ext"))
     devs: list[str | None] = [str(g) for g in range(gpus)] if gpus > 1 else [None]
@@ -390,33 +389,41 @@ def independent(
     chosen = [c for c in chosen if c[0] not in done]  # a later call goes on where an earlier one stopped
     skip = prebuild(chosen, ext_root, devs, build_jobs, limit_s * 0.45) if build_jobs else set()
     print(f"pre-builds done at {time.monotonic() - t0:.0f} s", flush=True)
+
+    def row_of(server: SideServer, gpu: str | None, pair: tuple[str, Path, Path]) -> dict:
+        stem, problem, cand = pair
+        ref = server.run(side_job("Model", device, problem, problem, ext_root / "_references", timeout))[0]
+        job = side_job("ModelNew", device, problem, cand, Path(_ext_dir(ext_root, cand)), timeout)
+        return {"pair": stem, "gpu": gpu, "reference": ref, "candidate": server.run(job)[0]}
+
+    over_gpus(devs, [c for c in chosen if c[0] not in skip], row_of, dest, t0 + limit_s)
+
+
+def side_job(cls: str, device: str, problem: Path, source: Path, ext_dir: Path, timeout: float, **more: str) -> dict:
+    """A side server's job: one side (`cls` of `source`, the problem's inputs) in a process of its own."""
+    pair = [[str(problem), str(source)]]
+    return {"cls": cls, "device": device, "pairs": pair, "ext_dir": str(ext_dir), "timeout": timeout, **more}
+
+
+def over_gpus(
+    devs: list[str | None], items: list, row_of: Callable[[SideServer, str | None, Any], dict], dest: Path, stop: float
+) -> None:
+    """Each GPU of `devs` its share of `items` (every len(devs)-th), in turn, through a side server of its
+    own: `row_of(server, gpu, item)` appended to `dest` as it comes. No item starts after `stop`
+    (time.monotonic())."""
+    import threading
+
     lock = threading.Lock()
 
     def share(g: int) -> None:
-        mine = [c for i, c in enumerate(chosen) if i % len(devs) == g and c[0] not in skip]
+        mine = items[g :: len(devs)]
         if not mine:
             return
         server = SideServer(devs[g])
-        for stem, problem, cand in mine:  # pair by pair: each row lands as it comes, up to the limit
-            if time.monotonic() - t0 > limit_s:
+        for item in mine:
+            if time.monotonic() > stop:
                 break
-            ref = server.run(
-                {
-                    "cls": "Model",
-                    "device": device,
-                    "pairs": [[str(problem), str(problem)]],
-                    "ext_dir": str(ext_root / "_references"),
-                    "timeout": timeout,
-                }
-            )[0]
-            job = {
-                "cls": "ModelNew",
-                "device": device,
-                "pairs": [[str(problem), str(cand)]],
-                "ext_dir": _ext_dir(ext_root, cand),
-                "timeout": timeout,
-            }
-            row = {"pair": stem, "gpu": devs[g], "reference": ref, "candidate": server.run(job)[0]}
+            row = row_of(server, devs[g], item)
             with lock, dest.open("a") as f:
                 f.write(json.dumps(row) + "\n")
                 print(json.dumps(row), flush=True)
