@@ -386,6 +386,7 @@ class ModelNew(nn.Module):
 def test_local_executor_pins_one_gpu_per_worker_and_records_it(cuda_config):
     # named as the caller's CUDA_VISIBLE_DEVICES names them (a test worker given GPU 1 alone sees `1`, not `0`)
     gpus = detect_gpus()
+    assert gpus, "no GPU named by CUDA_VISIBLE_DEVICES or nvidia-smi on a machine that has one"
     n = len(gpus)
     with LocalExecutor(cuda_config, gpus=gpus) as ex:
         batch = [EvalTask(key=f"add_one/pinned{i}", problem=ADD_ONE, candidate_text=ONE_GPU) for i in range(2 * n)]
