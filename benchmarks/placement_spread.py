@@ -104,11 +104,11 @@ def run(
     limit_s: float,
     build_jobs: int = 0,
 ) -> None:
-    """On each GPU its share of the pairs, pair by pair and placement by placement: the reference,
-    then the candidate, each in a process of its own. Candidates that build an extension are built
-    first (`build_jobs` at a time, as `timer_agreement.py independent` builds them, into KW_EXT_ROOT;
-    0: found built there); those whose build fails are not timed. Stops sending work at `limit_s`;
-    rows land as they come."""
+    """On each GPU its share of the pairs (every draw of a pair on one GPU), pair by pair and placement
+    by placement: the reference, then the candidate, each in a process of its own. Candidates that
+    build an extension are built first (`build_jobs` at a time, as `timer_agreement.py independent`
+    builds them, into KW_EXT_ROOT; 0: found built there); those whose build fails are not timed.
+    Stops sending work at `limit_s`; rows land as they come."""
     t0 = time.monotonic()
     ext_root = Path(os.environ.get("KW_EXT_ROOT", "/tmp/kw-agreement-ext"))
     devs: list[str | None] = [str(g) for g in range(gpus)] if gpus > 1 else [None]
@@ -131,7 +131,7 @@ def run(
             row[side] = server.run(ta.side_job(cls, device, problem, source, ext, timeout, placement=placement))[0]
         return row
 
-    ta.over_gpus(devs, todo, row_of, dest, t0 + limit_s)
+    ta.over_gpus(devs, todo, row_of, dest, t0 + limit_s, group=lambda item: item[0][0])  # a pair on one GPU
 
 
 def plain_draw(ind_row: dict, placed: list[dict], side: str) -> float | None:

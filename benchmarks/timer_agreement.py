@@ -406,17 +406,24 @@ def side_job(cls: str, device: str, problem: Path, source: Path, ext_dir: Path, 
 
 
 def over_gpus(
-    devs: list[str | None], items: list, row_of: Callable[[SideServer, str | None, Any], dict], dest: Path, stop: float
+    devs: list[str | None],
+    items: list,
+    row_of: Callable[[SideServer, str | None, Any], dict],
+    dest: Path,
+    stop: float,
+    group: Callable[[Any], Any] = lambda item: item,
 ) -> None:
-    """Each GPU of `devs` its share of `items` (every len(devs)-th), in turn, through a side server of its
-    own: `row_of(server, gpu, item)` appended to `dest` as it comes. No item starts after `stop`
-    (time.monotonic())."""
+    """Each GPU of `devs` its share of `items`, in turn, through a side server of its own:
+    `row_of(server, gpu, item)` appended to `dest` as it comes. The items of one `group` go to one
+    GPU (a side's draws are compared with each other, not with another GPU's), the groups dealt in
+    turn. No item starts after `stop` (time.monotonic())."""
     import threading
 
     lock = threading.Lock()
+    gpu_of = {k: i % len(devs) for i, k in enumerate(dict.fromkeys(map(group, items)))}
 
     def share(g: int) -> None:
-        mine = items[g :: len(devs)]
+        mine = [item for item in items if gpu_of[group(item)] == g]
         if not mine:
             return
         server = SideServer(devs[g])

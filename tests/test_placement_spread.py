@@ -160,3 +160,32 @@ def test_a_side_timed_under_each_placement_on_a_gpu_reads_a_positive_figure_and_
         row = timer_agreement.time_side(ADD_ONE, ADD_ONE, "Model", "cuda", placement=placement)
         assert row["placement"] == placement and row["do_bench_ms"] > 0, row
         assert row["held_at"].startswith("0x"), row
+
+
+def test_every_draw_of_a_pair_runs_on_one_gpu_and_the_pairs_are_dealt_in_turn(tmp_path, monkeypatch):
+    from benchmarks import timer_agreement
+
+    class FakeServer:  # no process: the GPU it was given is all the rows need
+        def __init__(self, gpu):
+            self.gpu = gpu
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(timer_agreement, "SideServer", FakeServer)
+    items = [((pair, None, None), placement) for pair in ("a", "b", "c") for placement in ps.PLACEMENTS]
+    dest = tmp_path / "rows.jsonl"
+
+    def row_of(server, gpu, item):
+        assert server.gpu == gpu
+        return {"pair": item[0][0], "placement": item[1], "gpu": gpu}
+
+    timer_agreement.over_gpus(["0", "1"], items, row_of, dest, float("inf"), group=lambda item: item[0][0])
+
+    rows = [json.loads(x) for x in dest.read_text().splitlines()]
+    assert len(rows) == 3 * len(ps.PLACEMENTS)
+    gpus = {pair: {r["gpu"] for r in rows if r["pair"] == pair} for pair in "abc"}
+    assert gpus == {"a": {"0"}, "b": {"1"}, "c": {"0"}}
+    # on a GPU, a pair's draws in PLACEMENTS' order, one pair after the other
+    on0 = [(r["pair"], r["placement"]) for r in rows if r["gpu"] == "0"]
+    assert on0 == [(p, pl) for p in "ac" for pl in ps.PLACEMENTS]
