@@ -32,7 +32,8 @@
 #                                           #   Triton kernel (benchmarks/stuck_kernel.py; default limits: call_floor 10 s, jit_allowance 120 s)
 #   bash scripts/device_checks.sh placements # $KW_PLACE_LIMIT (480) s: each side of the pairs of .agree/final/independent.jsonl
 #                                           #   timed by do_bench under each placement of benchmarks/placement_spread.py, a process
-#                                           #   a draw, over every GPU (carry .corpus .agree; then `placement_spread.py report`)
+#                                           #   a draw, over every GPU (carry .corpus .agree; then `placement_spread.py report`;
+#                                           #   an earlier call's placements.jsonl in .agree/: goes on where it stopped)
 #   bash scripts/device_checks.sh draws     # $KW_DRAWS_LIMIT (540) s: first-call draws of $KW_KEYS (CUDA-L1's level1/60 and 77) in plain
 #                                           #   processes and in `kernelwright eval` under $KW_WAYS (benchmarks/first_call_draws.py; carry .corpus;
 #                                           #   KW_SIDE=reference: the problems' Model, as the judge times it)
@@ -284,6 +285,8 @@ draws)  # what moves an autotuned candidate's first-call draw: a way a mechanism
     ;;
 placements)  # how far where the driver places a side's memory moves its do_bench figure
     NG=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+    # an earlier call's rows (carried as .agree/placements.jsonl): this one goes on where it stopped
+    [ -f .agree/placements.jsonl ] && cp .agree/placements.jsonl "$OUT/placements.jsonl"
     PYTHONPATH=$PWD/src:$PWD step placements "${KW_PLACE_LIMIT:-480}" python3 benchmarks/placement_spread.py run .corpus \
         --pairs-from "${KW_PAIRS_FROM:-.agree/final/independent.jsonl}" --out "$OUT" --gpus "$((NG > 0 ? NG : 1))" \
         --build-jobs 16 --limit-s "$(( ${KW_PLACE_LIMIT:-480} - 30 ))"
