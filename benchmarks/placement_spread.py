@@ -41,58 +41,16 @@ import os
 import statistics
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 if __package__ in (None, ""):  # run as a script: the repository root, for `benchmarks.timer_agreement`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import timer_agreement as ta
+from benchmarks.timer_agreement import PLACEMENTS, hold  # noqa: F401 (hold: this file's tests)
 
-PLACEMENTS = ("plain", "shift_2mb", "shift_64mb", "va_64mb")
-SHIFT_MIB = {"shift_2mb": 2, "shift_64mb": 64}
-VA_MIB = {"va_64mb": 64}
 IN_RANGE_SLACK = 0.03  # a speed-up this close to the independent range's ends counts as within it
 SENSITIVE = 0.05  # a side whose draws spread more than this is moved by where its memory lies
-
-
-@dataclass
-class Held:
-    """What a placement took before the side was built, kept until the side's process ends."""
-
-    kept: list = field(default_factory=list)
-    facts: dict = field(default_factory=dict)
-
-
-def hold(placement: str, dev) -> Held:  # type: ignore[no-untyped-def]
-    """Take `placement`'s hold on `dev` (a GPU's only): memory through the caching allocator, or
-    address space alone through the driver. The CUDA context is made first in either case."""
-    import torch
-
-    if placement not in PLACEMENTS:
-        raise ValueError(f"unknown placement {placement!r}: one of {', '.join(PLACEMENTS)}")
-    if dev.type != "cuda":
-        raise ValueError(f"the {placement} placement needs a CUDA device")
-    torch.ones(1, device=dev)
-    held = Held()
-    if placement == "plain":
-        return held
-    if placement in SHIFT_MIB:
-        t = torch.empty(SHIFT_MIB[placement] << 20, dtype=torch.uint8, device=dev)
-        held.kept.append(t)
-        held.facts["held_at"] = hex(t.data_ptr())
-        return held
-    import ctypes
-
-    from kernelwright.engine.child import device_handoff as dh
-
-    d = dh._driver()
-    size = dh._granular(VA_MIB[placement] << 20, dh._index(dev))
-    ptr = ctypes.c_ulonglong()
-    d.check(d.lib.cuMemAddressReserve(ctypes.byref(ptr), size, 0, 0, 0), "cuMemAddressReserve")
-    held.kept.append(ptr.value)  # never freed: the process ends with the side
-    held.facts["held_at"] = hex(ptr.value)
-    return held
 
 
 def run(

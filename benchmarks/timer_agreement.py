@@ -41,6 +41,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -82,25 +83,66 @@ def _module(path: Path, name: str):  # type: ignore[no-untyped-def]
     return mod
 
 
+# ---------------------------------------------------------------- where a side's memory lies
+# a placement: what is taken before anything of a side's (benchmarks/placement_spread.py): none, device memory
+# through the caching allocator, or address space alone through the driver
+PLACEMENTS = ("plain", "shift_2mb", "shift_64mb", "va_64mb")
+SHIFT_MIB = {"shift_2mb": 2, "shift_64mb": 64}
+VA_MIB = {"va_64mb": 64}
+
+
+@dataclass
+class Held:
+    """What a placement took before the side was built, kept until the side's process ends."""
+
+    kept: list = field(default_factory=list)
+    facts: dict = field(default_factory=dict)
+
+
+def hold(placement: str, dev) -> Held:  # type: ignore[no-untyped-def]
+    """Take `placement`'s hold on `dev` (a GPU's only): memory through the caching allocator, or
+    address space alone through the driver. The CUDA context is made first in either case."""
+    import torch
+
+    if placement not in PLACEMENTS:
+        raise ValueError(f"unknown placement {placement!r}: one of {', '.join(PLACEMENTS)}")
+    if dev.type != "cuda":
+        raise ValueError(f"the {placement} placement needs a CUDA device")
+    torch.ones(1, device=dev)
+    held = Held()
+    if placement == "plain":
+        return held
+    if placement in SHIFT_MIB:
+        t = torch.empty(SHIFT_MIB[placement] << 20, dtype=torch.uint8, device=dev)
+        held.kept.append(t)
+        held.facts["held_at"] = hex(t.data_ptr())
+        return held
+    import ctypes
+
+    from kernelwright.engine.child import device_handoff as dh  # the driver's calls, as the engine makes them
+
+    d = dh._driver()
+    size = dh._granular(VA_MIB[placement] << 20, dh._index(dev))
+    ptr = ctypes.c_ulonglong()
+    d.check(d.lib.cuMemAddressReserve(ctypes.byref(ptr), size, 0, 0, 0), "cuMemAddressReserve")
+    held.kept.append(ptr.value)  # never freed: the process ends with the side
+    held.facts["held_at"] = hex(ptr.value)
+    return held
+
+
 def time_side(
     problem: Path, source: Path, cls_name: str, device: str, build_only: bool = False, placement: str = ""
 ) -> dict:
     """One side's four figures (ms per call), each after its own warm-up; `build_only`: construct
     the model and make one call (its extension builds land in TORCH_EXTENSIONS_DIR), time nothing;
-    `placement` (one of placement_spread.PLACEMENTS): device memory or address space taken before
+    `placement` (one of PLACEMENTS): device memory or address space taken before
     anything of the side's, kept while it is timed, and `do_bench` alone timed."""
     import torch
 
     prob = _module(problem, f"kw_agreement_problem_{abs(hash(problem))}")
     mod = prob if source == problem else _module(source, "kw_agreement_candidate")
     dev = torch.device(device)
-    held = None
-    if placement:
-        if str(ROOT) not in sys.path:  # run as a script (the side server): the repository root, for `benchmarks`
-            sys.path.insert(0, str(ROOT))
-        from benchmarks.placement_spread import hold
-
-        held = hold(placement, dev)
+    held = hold(placement, dev) if placement else None
 
     def to_dev(x):  # type: ignore[no-untyped-def]
         return x.to(dev) if isinstance(x, torch.Tensor) else x
@@ -123,17 +165,14 @@ def time_side(
         for i in range(3):
             model(*sets[i % SETS])
         sync()
-        if held is not None:  # a placement's draw: do_bench only, as the plain side's first figure
-            import triton.testing
-
-            ms = triton.testing.do_bench(lambda: model(*sets[0]), warmup=25, rep=100, return_mode="median")
-            return {"do_bench_ms": float(ms), "placement": placement, **held.facts}
         if dev.type == "cuda":
             import triton.testing
 
             out["do_bench_ms"] = float(
                 triton.testing.do_bench(lambda: model(*sets[0]), warmup=25, rep=100, return_mode="median")
             )
+            if held is not None:  # a placement's draw: do_bench alone
+                return {**out, "placement": placement, **held.facts}
             each = max(out["do_bench_ms"], 1e-3)
             n_b2b = max(B2B_CALLS // 10, min(B2B_CALLS, round(B2B_BUDGET_MS / each)))
             n_ev = max(10, min(100, round(EVENTS_BUDGET_MS / each)))
