@@ -12,7 +12,7 @@
 #   KW_PHASE=4 (every GPU of the machine): run $KW_B_NAME (b1) over levels $KW_B_LEVELS (1,2,3; in that order, to
 #     its limit), candidates that build included, then the independent timers on what it passed, split over
 #     the GPUs (pre-builds $KW_BUILD_JOBS at a time). With .agree/ carried, KW_B_NAME=b0 KW_B_LEVELS=3 adds level 3.
-#   KW_PHASE=5 (every GPU, after phase 4 on the same warm machine, or with its files in .agree/): runs $KW_RUNS
+#   KW_PHASE=5 (every GPU, after phase 4 on the same warm machine, or with its files in $KW_FROM, .agree/): runs $KW_RUNS
 #     (`b2 b3`) over the pairs with independent figures in levels $KW_R_LEVELS (1,2,3), then the report over every kw-b*.jsonl.
 # KW_WORK: where the rows are kept between phases (/tmp lasts while the machine stays warm); copied to $OUT.
 # Limits (seconds): KW_L3, KW_L12, KW_IND (phase 1); KW_R (each run), KW_ALONE_S, KW_IND (phase 2).
@@ -58,7 +58,7 @@ elif [ "${KW_PHASE}" = 4 ]; then  # every GPU, builds included
     names="${KW_B_NAME:-b1}"
 elif [ "${KW_PHASE}" = 5 ]; then
     export KW_GPUS=$ALL KW_NGPU=$NG
-    [ -f "$OUT/independent.jsonl" ] || cp .agree/independent.jsonl .agree/kw-b*.jsonl "$OUT/"
+    [ -f "$OUT/independent.jsonl" ] || cp "${KW_FROM:-.agree}"/independent.jsonl "${KW_FROM:-.agree}"/kw-b*.jsonl "$OUT/"
     for n in ${KW_RUNS:-b2 b3}; do kw "$n" "${KW_R_LEVELS:-1,2,3}" "${KW_R:-150}" --only-timed ${KW_R_KEYS:+--keys "$KW_R_KEYS"}; done
     names="$(cd "$OUT" && ls kw-b*.jsonl | sed 's/^kw-//; s/\.jsonl$//' | tr '\n' ' ')"
 elif [ "${KW_PHASE}" = 3 ]; then  # a change re-timed: run `fx` over $KW_KEYS (pairs with independent figures) beside the earlier runs
