@@ -791,9 +791,17 @@ def report(out: Path, names: list[str]) -> dict:
     def not_autotuned(runs: dict) -> bool:
         return not any("autotuned" in r["flags"] for r in runs.values())
 
+    def trusted(runs: dict) -> bool:  # a constant output's or a withheld speed-up's spread says nothing of the clock
+        return all(_trusted(r) for r in runs.values())
+
+    def unflagged(runs: dict) -> bool:  # a process's own draw of algorithms, or the host's pace
+        return trusted(runs) and not any({"autotuned", "launch_bound"} & set(r["flags"]) for r in runs.values())
+
     for label, keep, figure in (
         ("all", lambda runs: True, _recorded),
+        ("trusted in every run", trusted, _recorded),
         ("no autotuned flag", not_autotuned, _recorded),
+        ("trusted, no autotuned or launch_bound flag", unflagged, _recorded),
         ("no autotuned flag, the quicker half (diagnostic)", not_autotuned, quicker_half_speedup),
     ):
         spreads = sorted(

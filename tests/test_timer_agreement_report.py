@@ -76,6 +76,9 @@ def test_the_report_splits_out_the_pairs_whose_independent_timers_agree(tmp_path
     )
     # a turned on cuDNN's autotuner in one run: the run-to-run figure without it is b's alone
     assert result["run_to_run"]["no autotuned flag"] == {"n": 1, "median": 0.0, "p90": 0.0}
+    # trusted in both runs: a and b; without autotuned or launch_bound in any run: neither
+    assert result["run_to_run"]["trusted in every run"]["n"] == 2
+    assert "trusted, no autotuned or launch_bound flag" not in result["run_to_run"]
     assert "Passed in any run, by level" in (tmp_path / "agreement.md").read_text()
     text = (tmp_path / "agreement.md").read_text()
     assert f"| do_bench | {timer_agreement.AGREE} | 2 |" in text
@@ -251,3 +254,27 @@ def test_the_device_timers_agree_group_holds_trusted_pairs_whose_do_bench_and_cu
     agree = pooled[f"cupti:{timer_agreement.DEVICE_AGREE}"]
     assert agree["n"] == 1 and agree["within_5pct"] == 1  # b alone
     assert pooled[f"do_bench:{timer_agreement.DEVICE_AGREE}"]["n"] == 1
+
+
+def test_run_to_run_of_trusted_speedups_leaves_out_a_constant_outputs_reference(tmp_path):
+    # CUDA-L1's level2/83 on 2 x H200 (2026-11-30): its reference's output is constant, the candidate
+    # returns it without work, and its speed-up read 22107x, 80075x and 9996x in three suite runs
+    _write_jsonl(
+        tmp_path / "independent.jsonl",
+        [
+            {"pair": "const", "reference": _side(0.8, 0.8), "candidate": _side(0.003, 0.003)},
+            {"pair": "gemm", "reference": _side(1.0, 1.0), "candidate": _side(0.5, 0.5)},
+        ],
+    )
+    for name, (const, gemm) in {"r1": (22107.0, 2.0), "r2": (80075.0, 2.04), "r3": (9996.0, 1.98)}.items():
+        _write_jsonl(
+            tmp_path / f"kw-{name}.jsonl",
+            [_kw("const", const, ("degenerate_reference", "launch_bound")), _kw("gemm", gemm)],
+        )
+
+    result = timer_agreement.report(tmp_path, ["r1", "r2", "r3"])
+
+    assert result["run_to_run"]["all"]["n"] == 2 and result["run_to_run"]["all"]["p90"] > 7
+    trusted = result["run_to_run"]["trusted in every run"]
+    assert trusted["n"] == 1 and abs(trusted["p90"] - (2.04 / 1.98 - 1)) < 1e-4
+    assert result["run_to_run"]["trusted, no autotuned or launch_bound flag"]["n"] == 1
