@@ -158,6 +158,9 @@ def render_result(result: EvalResult, console: Console, evidence: bool = False, 
         table.add_row("reference", _timing_line(result.reference_ms, result.reference_timing))
         if result.compile_reference_ms is not None:
             table.add_row("torch.compile", f"{_ms(result.compile_reference_ms)} ({result.speedup_vs_compile:.3f}x)")
+    drawn = draws_line(result)
+    if drawn:
+        table.add_row("draws", drawn)
     flags = [(f, result.flags()[f]) for f in ("timing_unstable", "degenerate_reference") if f in result.flags()]
     for flag, _ in flags:  # [verdicts] figures not to be trusted; the advice is printed whole below the panel
         table.add_row(flag, "[yellow]yes[/] (see below)")
@@ -188,6 +191,22 @@ def render_result(result: EvalResult, console: Console, evidence: bool = False, 
                 Text(result.error_log.rstrip()), title="error log", title_align="left", border_style="red", expand=False
             )
         )
+
+
+def draws_line(result: EvalResult) -> str:
+    """Where the evaluation ran as several draws (--draws): each one's speed-up, the record's marked."""
+    d = result.metadata.get("draws")
+    if not isinstance(d, dict) or not isinstance(d.get("each"), list):
+        return ""
+    chosen = d.get("chosen")
+    shown = []
+    for i, e in enumerate(d["each"], 1):
+        e = e if isinstance(e, dict) else {}
+        fig = f"{e['speedup']:.3f}x" if isinstance(e.get("speedup"), (int, float)) else str(e.get("status", "?"))
+        shown.append(f"[bold]{fig}[/]" if i == chosen else escape(fig))
+    spread = f", {d['spread']:.1%} apart" if isinstance(d.get("spread"), (int, float)) else ""
+    asked = d.get("asked", "?")
+    return f"{len(shown)} of {asked}, each in processes of its own: {' '.join(shown)}{spread} (bold: the record's)"
 
 
 def _errors_line(result: EvalResult) -> str:

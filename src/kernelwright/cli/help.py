@@ -43,7 +43,7 @@ def _word(param: Any) -> str:
 # The sections of an option's help, by its name; an option not named here is under "Options".
 _SECTIONS = {
     "Correctness": "--trials --atol --rtol --seed --verdict --shapes --sanitize",
-    "Timing and profiling": "--compare-compile --profile --profile-tool",
+    "Timing and profiling": "--compare-compile --draws --profile --profile-tool",
     "Models": "--coder --judge --base-url --api-key-env --price-file --temperature --request-timeout --retries",
     "Limits": "--rounds --target-speedup --max-tokens --max-cost --max-minutes --min-improvement --candidates",
     "Where evaluations run": "--executor --gpus --ray-address --build-workers --parallel --server",

@@ -31,6 +31,7 @@ from kernelwright.cli.options import (
     Coder,
     Config,
     Device,
+    Draws,
     Gpus,
     Judge,
     KernelBench,
@@ -133,6 +134,7 @@ def eval_cmd(
     compare_compile: bool = typer.Option(
         None, "--compare-compile/--no-compare-compile", metavar="", help="Also time torch.compile of the reference."
     ),
+    draws: Draws = None,
     sandbox: str = typer.Option(None, metavar="auto|bwrap|none", help="Isolation of the evaluation (default auto)."),
     verdict: str = typer.Option(
         None,
@@ -200,7 +202,7 @@ def eval_cmd(
                 "verdict": verdict,
                 "shapes": shapes,
                 "sanitize": sanitize,
-                "timing": {"compare_compile": compare_compile},
+                "timing": {"compare_compile": compare_compile, "draws": draws},
                 "profile": {"enabled": profile, "tool": profile_tool},
             }
         },

@@ -51,6 +51,14 @@ Atol = Annotated[float | None, typer.Option(metavar="A", help="Absolute toleranc
 Rtol = Annotated[float | None, typer.Option(metavar="R", help="Relative tolerance (default 1e-3).")]
 Seed = Annotated[int | None, typer.Option(metavar="N", help="Base seed for construction and inputs (default 42).")]
 Trials = Annotated[int | None, typer.Option(metavar="N", help="Correctness trials per candidate (default 5).")]
+Draws = Annotated[
+    int | None,
+    typer.Option(
+        metavar="N",
+        help="Whole evaluations of a passed candidate, each in processes of its own; its speed-up is the "
+        "median draw's (default 1; a side's time moves from process to process by a few %).",
+    ),
+]
 
 # ---- the Coder and the Judge (`optimize`) ------------------------------------------------------------
 

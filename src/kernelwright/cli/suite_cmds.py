@@ -42,7 +42,7 @@ from kernelwright.cli.entry import fail
 from kernelwright.cli.entry import settings as _settings
 from kernelwright.cli.exit_codes import ExitCode
 from kernelwright.cli.help import PlainGroup
-from kernelwright.cli.options import Config, Gpus, Quiet, RayAddress, StoreFile, SuiteOut, SuiteSandbox, Trials
+from kernelwright.cli.options import Config, Draws, Gpus, Quiet, RayAddress, StoreFile, SuiteOut, SuiteSandbox, Trials
 from kernelwright.core.config import EvalConfig
 
 app = typer.Typer(
@@ -370,6 +370,7 @@ def suite_eval(
     compare_compile: bool = typer.Option(
         None, "--compare-compile/--no-compare-compile", help="Also time torch.compile of each reference."
     ),
+    draws: Draws = None,
     profile: bool = typer.Option(
         None,
         "--profile/--no-profile",
@@ -414,7 +415,7 @@ def suite_eval(
                 "sandbox": sandbox,
                 "verdict": verdict,
                 "shapes": shapes,
-                "timing": {"compare_compile": compare_compile},
+                "timing": {"compare_compile": compare_compile, "draws": draws},
                 "profile": {"enabled": profile},
             }
         },
@@ -435,6 +436,7 @@ def suite_eval(
         "atol": cfg.atol,
         "rtol": cfg.rtol,
         "verdict": cfg.verdict,
+        "draws": cfg.timing.draws,
         "executor": executor,
         "missing": [{"problem": p.name, "level": p.level} for p in missing],
     }

@@ -101,6 +101,9 @@ class TimingConfig:
     max_launch_gap: float = 1.25
     # The judge's clock (engine/child/timing/): windows of back-to-back calls on fresh inputs.
     windows: int = 5  # timed windows of each side (after one warm-up window)
+    # whole evaluations of a passed candidate, each in processes of its own, the record the median's
+    # (engine/draws.py): a side's time moves from process to process, never within one's windows
+    draws: int = 1
     # on a GPU, a side whose windows spread beyond this (slowest / fastest) once they are timed gets
     # `more_windows` more pairs, once: a burst of another context's work (or a slower clock) slows a
     # few windows in a row on both sides, and three of five move the median; of eleven, six must
@@ -210,6 +213,8 @@ class EvalConfig:
                 raise ValueError(f"numerics.{name} must be in [0, 1) (got {getattr(self.numerics, name)})")
         if self.timing.cpu_threads < 0:
             raise ValueError(f"timing.cpu_threads must be 0 (every core) or positive (got {self.timing.cpu_threads})")
+        if self.timing.draws < 1:
+            raise ValueError(f"--draws (timing.draws) must be at least 1 (got {self.timing.draws})")
         unknown = set(self.guards.fail_on) - set(GUARD_FLAGS)
         if unknown:
             raise ValueError(f"guards.fail_on names unknown guards {sorted(unknown)}; known: {', '.join(GUARD_FLAGS)}")

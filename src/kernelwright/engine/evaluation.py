@@ -7,6 +7,7 @@ an unavailable device or sandbox), with a one-line message naming the fix.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -23,7 +24,7 @@ from kernelwright.core.config import EvalConfig
 from kernelwright.core.printable import printable
 from kernelwright.core.record import EvalResult, Stage, Status
 from kernelwright.core.settings_file import protection_lowered
-from kernelwright.engine import nsight, process, runner_fork, sanitizer, zygote_client
+from kernelwright.engine import draws, nsight, process, runner_fork, sanitizer, zygote_client
 from kernelwright.engine.child import gpu_turn, protocol
 from kernelwright.engine.compile_watch import CompileWatch, jit_dirs
 from kernelwright.engine.config_resolution import check_device, resolve_config
@@ -97,12 +98,41 @@ def evaluate(
             )
         result = _run(prob.path, cand_path, config, workdir, on_stage, spare, on_children)
         spare = None  # _run took it
+        if config.timing.draws > 1:
+            result = _more_draws(result, prob.path, candidate_text, config, on_stage, on_children)
         return result
     finally:
         if spare is not None:
             spare.discard(remove_workdir=False)
         if not config.keep_workdir:
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _more_draws(
+    first: EvalResult,
+    problem_path: Path,
+    candidate_text: str,
+    config: EvalConfig,
+    on_stage: Callable[[str], None] | None,
+    on_children: Callable[[Spare], None] | None,
+) -> EvalResult:
+    """`config.timing.draws` whole evaluations of a passed candidate, each in children of its own and
+    a working directory of its own, one record (engine/draws.py). The profile and the sanitizer ran
+    with the first; the others do every check again."""
+    results = [first]
+    again = dataclasses.replace(config, sanitize=False, profile=dataclasses.replace(config.profile, enabled=False))
+    while draws.wanted(results, config.timing.draws):
+        wd = _new_workdir(config)
+        try:
+            path = wd / "candidate.py"
+            path.write_text(candidate_text)
+            if on_stage:
+                on_stage(f"draw {len(results) + 1} of {config.timing.draws}")
+            results.append(_run(problem_path, path, again, wd, on_stage, None, on_children))
+        finally:
+            if not config.keep_workdir:
+                shutil.rmtree(wd, ignore_errors=True)
+    return draws.combine(results, config.timing.draws)
 
 
 # ---- spare children -------------------------------------------------------------------------

@@ -1,0 +1,185 @@
+"""Several draws of one evaluation (`--draws`, engine/draws.py): whole evaluations of a passed candidate,
+each in processes of its own, one record. A side's time is steady within a process and moves between
+processes (2 x H200, 2026-11-30: level2/68's reference 14.5 us in every window of two suite runs and
+15.3 us in every window of a third), so only other processes can average it."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+from kernelwright.core.config import EvalConfig
+from kernelwright.core.record import EvalResult, Status
+from kernelwright.engine import draws
+from kernelwright.engine.errors import EngineError
+from kernelwright.engine.evaluation import evaluate
+from tests.conftest import ADD_ONE, CANDIDATES, ROOT, fast_timing_toml
+
+
+def _passed(speedup: float | None, flags: dict[str, str] | None = None, total_s: float = 4.0) -> EvalResult:
+    r = EvalResult(status=Status.PASSED, speedup=speedup, reference_ms=1.0)
+    r.candidate_ms = 1.0 / speedup if speedup else None
+    r.stage_times.total_s = total_s
+    r.metadata["guards"] = {"checked": ["mutates_inputs"], "flags": dict(flags or {})}
+    return r
+
+
+def test_three_draws_give_the_median_draws_record_and_keep_each_ones_figures():
+    # a launch-bound pair's three processes: 1.133x, 1.261x and 1.168x (level2/68 in three suite runs)
+    runs = [_passed(1.133, total_s=4.1), _passed(1.261, total_s=3.9), _passed(1.168, total_s=4.0)]
+    record = draws.combine(runs, 3)
+    assert record.speedup == 1.168 and record.candidate_ms == runs[2].candidate_ms
+    d = record.metadata["draws"]
+    assert d["asked"] == 3 and d["ran"] == 3 and d["chosen"] == 3
+    assert [e["speedup"] for e in d["each"]] == [1.133, 1.261, 1.168]
+    assert [e["total_s"] for e in d["each"]] == [4.1, 3.9, 4.0]
+    assert abs(d["spread"] - (1.261 / 1.133 - 1)) < 1e-4
+    assert runs[2].metadata.get("draws") is None  # the draws themselves stay as they ran
+
+
+def test_an_even_count_of_draws_gives_the_lower_middle_never_the_optimistic_one():
+    record = draws.combine([_passed(2.0), _passed(1.5), _passed(1.8), _passed(3.0)], 4)
+    assert record.speedup == 1.8 and record.metadata["draws"]["chosen"] == 3
+
+
+def test_a_draw_that_fails_is_the_record_and_no_more_draws_are_made():
+    bad = EvalResult(status=Status.INCORRECT, error_log="trial 1: max_abs_err 0.5")
+    runs = [_passed(1.4), bad]
+    assert not draws.wanted(runs, 3)
+    record = draws.combine(runs, 3)
+    assert record.status is Status.INCORRECT and record.speedup is None
+    assert record.metadata["draws"]["chosen"] == 2 and record.metadata["draws"]["ran"] == 2
+    assert [e["status"] for e in record.metadata["draws"]["each"]] == ["passed", "incorrect"]
+
+
+def test_a_passed_draw_without_a_speedup_settles_the_record():
+    runs = [_passed(1.2), _passed(None)]
+    assert draws.settled(runs) and not draws.wanted(runs, 5)
+    assert draws.combine(runs, 5).speedup is None
+
+
+def test_a_flag_of_any_draw_stands_in_the_record_and_withholds_as_it_would_alone():
+    unstable = {"timing_unstable": "the reference's windows spread 1.4x"}
+    runs = [_passed(1.10), _passed(1.50, unstable), _passed(1.20)]
+    record = draws.combine(runs, 3)
+    assert record.speedup == 1.20  # the median draw: the third
+    assert record.flags()["timing_unstable"] == "(draw 2) the reference's windows spread 1.4x"
+    assert not record.speedup_trusted and record.speedup_withheld_by == ["timing_unstable"]
+    assert record.metadata["guards"]["checked"] == ["mutates_inputs"]
+    # the chosen draw's own words where it raised the same flag
+    both = draws.combine([_passed(1.0, {"autotuned": "a"}), _passed(1.1, {"autotuned": "b"}), _passed(1.2)], 3)
+    assert both.flags()["autotuned"] == "b"
+
+
+def test_one_draw_asked_is_the_evaluation_as_it_came():
+    first = _passed(1.3)
+    assert not draws.wanted([first], 1)
+    assert draws.combine([first], 1).metadata["draws"]["ran"] == 1
+
+
+def test_draws_below_one_are_refused_in_one_line(cpu_config):
+    cfg = dataclasses.replace(cpu_config, timing=dataclasses.replace(cpu_config.timing, draws=0))
+    with pytest.raises(EngineError, match=r"^--draws \(timing.draws\) must be at least 1 \(got 0\)$"):
+        evaluate(ADD_ONE, CANDIDATES / "py_correct.py", cfg)
+    assert EvalConfig().timing.draws == 1
+
+
+def test_a_candidate_evaluated_in_three_draws_runs_three_whole_evaluations(cpu_config):
+    cfg = dataclasses.replace(cpu_config, timing=dataclasses.replace(cpu_config.timing, draws=3))
+    stages: list[str] = []
+    result = evaluate(ADD_ONE, CANDIDATES / "py_correct.py", cfg, on_stage=stages.append)
+    assert result.status is Status.PASSED, result.error_log
+    d = result.metadata["draws"]
+    assert d["ran"] == 3 and [e["status"] for e in d["each"]] == ["passed"] * 3
+    assert "draw 2 of 3" in stages and "draw 3 of 3" in stages
+    assert stages.count("correctness") == 3  # every draw checks again
+    assert result.speedup == sorted(e["speedup"] for e in d["each"])[1]
+
+
+def test_a_candidate_that_cheats_only_in_a_later_process_fails_the_evaluation(cpu_config, tmp_path):
+    # It keeps a mark where the sandbox lets it (none: the machine's /tmp) and, once marked, answers
+    # with zeros: a later draw that only timed would never see it
+    mark = f"/tmp/kw-draw-mark-{uuid.uuid4().hex}"
+    text = (CANDIDATES / "py_correct.py").read_text() + (
+        "\n\nimport os as _os\n"
+        f"_MARK = {mark!r}\n"
+        "_later = _os.path.exists(_MARK)\n"
+        "open(_MARK, 'w').close()\n"
+        "_honest = ModelNew.forward\n"
+        "def _forward(self, *args):\n"
+        "    out = _honest(self, *args)\n"
+        "    return out * 0 if _later else out\n"
+        "ModelNew.forward = _forward\n"
+    )
+    cfg = dataclasses.replace(cpu_config, sandbox="none", timing=dataclasses.replace(cpu_config.timing, draws=2))
+    try:
+        result = evaluate(ADD_ONE, None, cfg, candidate_text=text)
+    finally:
+        if os.path.exists(mark):
+            os.unlink(mark)
+    assert result.status is Status.INCORRECT, result.summary_line()
+    assert [e["status"] for e in result.metadata["draws"]["each"]] == ["passed", "incorrect"]
+
+
+def test_outputs_kept_from_an_earlier_draw_do_not_answer_a_later_one(cpu_config):
+    # Each draw's judge draws its inputs from a secret of its own: what a candidate saved of one
+    # process's outputs (to the machine's /tmp, sandbox none) is the wrong answer in the next
+    kept = f"/tmp/kw-draw-outputs-{uuid.uuid4().hex}.pt"
+    text = (CANDIDATES / "py_correct.py").read_text() + (
+        "\n\nimport os as _os\n"
+        f"_KEPT = {kept!r}\n"
+        "_old = torch.load(_KEPT) if _os.path.exists(_KEPT) else []\n"
+        "_new = []\n"
+        "_honest = ModelNew.forward\n"
+        "def _forward(self, x):\n"
+        "    for xo, yo in _old:\n"
+        "        if xo.shape == x.shape:\n"
+        "            return yo.clone()\n"
+        "    y = _honest(self, x)\n"
+        "    _new.append((x.detach().clone(), y.detach().clone()))\n"
+        "    torch.save(_new[:4], _KEPT)\n"
+        "    return y\n"
+        "ModelNew.forward = _forward\n"
+    )
+    cfg = dataclasses.replace(cpu_config, sandbox="none", timing=dataclasses.replace(cpu_config.timing, draws=2))
+    try:
+        result = evaluate(ADD_ONE, None, cfg, candidate_text=text)
+    finally:
+        if os.path.exists(kept):
+            os.unlink(kept)
+    assert result.status is Status.INCORRECT, result.summary_line()
+    assert [e["status"] for e in result.metadata["draws"]["each"]] == ["passed", "incorrect"]
+
+
+def _cli(*args, cwd, cache_dir) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), KERNELWRIGHT_CACHE=cache_dir, COLUMNS="200")
+    return subprocess.run(
+        [sys.executable, "-m", "kernelwright.cli.main", *map(str, args)],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_eval_with_draws_shows_each_draws_speedup_and_refuses_none_in_one_line(tmp_path, cache_dir):
+    (tmp_path / "kernelwright.toml").write_text(fast_timing_toml())
+    common = ("eval", ADD_ONE, CANDIDATES / "py_correct.py", "--device", "cpu", "--no-server", "--trials", "2")
+    res = _cli(*common, "--draws", "2", "--json", cwd=tmp_path, cache_dir=cache_dir)
+    assert res.returncode == 0, res.stderr
+    record = json.loads(res.stdout)
+    assert record["status"] == "passed" and record["metadata"]["draws"]["ran"] == 2
+    shown = _cli(*common, "--draws", "2", cwd=tmp_path, cache_dir=cache_dir)
+    assert shown.returncode == 0 and re.search(r"draws\s+2 of 2, each in processes of its own: \S+x \S+x", shown.stdout)
+    refused = _cli(*common, "--draws", "0", cwd=tmp_path, cache_dir=cache_dir)
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert len(refused.stderr.strip().splitlines()) == 1
+    assert refused.stderr.startswith("error: --draws (timing.draws) must be at least 1 (got 0)")
