@@ -498,6 +498,7 @@ def _kw_row(stem: str, rec: dict, how: str) -> dict:
         "timing": m.get("timing"),
         "gpu_processes": m.get("gpu_processes"),  # who kept the GPU busy during the windows (NVML)
         "gpu_turn": m.get("gpu_turn"),
+        "draws": m.get("draws"),  # --draws N: each draw's figures (engine/draws.py)
         "stage_times": rec.get("stage_times"),
     }
 

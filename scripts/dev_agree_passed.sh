@@ -14,6 +14,7 @@
 #     the GPUs (pre-builds $KW_BUILD_JOBS at a time). With .agree/ carried, KW_B_NAME=b0 KW_B_LEVELS=3 adds level 3.
 #   KW_PHASE=5 (every GPU, after phase 4 on the same warm machine, or with its files in $KW_FROM, .agree/): runs $KW_RUNS
 #     (`b2 b3`) over the pairs with independent figures in levels $KW_R_LEVELS (1,2,3), then the report over every kw-b*.jsonl.
+# KW_SUITE_ARGS: more options of `suite eval` (e.g. "--draws 3").
 # KW_WORK: where the rows are kept between phases (/tmp lasts while the machine stays warm); copied to $OUT.
 # Limits (seconds): KW_L3, KW_L12, KW_IND (phase 1); KW_R (each run), KW_ALONE_S, KW_IND (phase 2).
 set -uo pipefail
@@ -32,7 +33,7 @@ kw() {  # NAME LEVELS LIMIT_S [selection...]
     local name=$1 levels=$2 limit=$3 t0=$SECONDS; shift 3
     KW_SUITE_LIMIT=$((limit - 20)) OUT=$OUT/x KERNELWRIGHT_CACHE=/tmp/kw-agree-cache timeout "$limit" \
         python3 benchmarks/timer_agreement.py kernelwright .corpus --levels "$levels" --name "$name" --out "$OUT" "$@" \
-        -- --gpus "${KW_GPUS:-0}" >"$OUT/x/$name.log" 2>&1
+        -- --gpus "${KW_GPUS:-0}" ${KW_SUITE_ARGS:-} >"$OUT/x/$name.log" 2>&1
     echo "$name: exit $? in $((SECONDS - t0)) s, $(grep -c '"passed"' "$OUT/kw-$name.jsonl" 2>/dev/null) passed of $(wc -l <"$OUT/kw-$name.jsonl" 2>/dev/null)"
     [ -f "$OUT/x/corpus_suite.json" ] && mv "$OUT/x/corpus_suite.json" "$OUT/x/suite-$name.json"
 }
