@@ -183,3 +183,41 @@ def test_eval_with_draws_shows_each_draws_speedup_and_refuses_none_in_one_line(t
     assert refused.returncode == 2 and refused.stdout == ""
     assert len(refused.stderr.strip().splitlines()) == 1
     assert refused.stderr.startswith("error: --draws (timing.draws) must be at least 1 (got 0)")
+
+
+def test_the_other_draws_children_start_together_after_the_first_and_a_failed_draw_discards_the_rest(
+    monkeypatch, tmp_path, cpu_config
+):
+    from kernelwright.engine import evaluation
+
+    events: list[str] = []
+
+    class FakeSpare:
+        def __init__(self, n: int):
+            self.n, self.workdir = n, tmp_path / f"spare{n}"
+            self.workdir.mkdir()
+
+        def wait_ready(self, timeout: float) -> bool:
+            events.append(f"ready {self.n}")
+            return True
+
+        def discard(self, remove_workdir: bool = True) -> None:
+            events.append(f"discard {self.n}")
+
+    made = iter(range(2, 10))
+    monkeypatch.setattr(evaluation, "prestart", lambda cfg: (events.append("start"), FakeSpare(next(made)))[1])
+    outcomes = iter([EvalResult(status=Status.INCORRECT, error_log="draw 2 wrong")])
+
+    def fake_run(problem_path, cand_path, config, workdir, on_stage, spare, on_children):
+        events.append(f"run {spare.n}")
+        assert not config.profile.enabled and not config.sanitize  # those ran with the first draw
+        assert cand_path.read_text() == "candidate text" and cand_path.parent == spare.workdir
+        return next(outcomes)
+
+    monkeypatch.setattr(evaluation, "_run", fake_run)
+    cfg = dataclasses.replace(cpu_config, timing=dataclasses.replace(cpu_config.timing, draws=4))
+    record = evaluation._more_draws(_passed(1.2), ADD_ONE, "candidate text", cfg, None, None)
+    # three spares started, all ready before the second draw; the failure ends it; the two unused go
+    assert events == ["start", "start", "start", "ready 2", "ready 3", "ready 4", "run 2", "discard 3", "discard 4"]
+    assert record.status is Status.INCORRECT and record.metadata["draws"]["ran"] == 2
+    assert not (tmp_path / "spare2").exists()  # a used draw's directory is removed

@@ -118,21 +118,32 @@ def _more_draws(
 ) -> EvalResult:
     """`config.timing.draws` whole evaluations of a passed candidate, each in children of its own and
     a working directory of its own, one record (engine/draws.py). The profile and the sanitizer ran
-    with the first; the others do every check again."""
+    with the first; the others do every check again. Their children start together once the first
+    is done: no start-up beside a measurement, and one start-up's wait for all of them."""
     results = [first]
+    asked = config.timing.draws
     again = dataclasses.replace(config, sanitize=False, profile=dataclasses.replace(config.profile, enabled=False))
-    while draws.wanted(results, config.timing.draws):
-        wd = _new_workdir(config)
-        try:
-            path = wd / "candidate.py"
-            path.write_text(candidate_text)
-            if on_stage:
-                on_stage(f"draw {len(results) + 1} of {config.timing.draws}")
-            results.append(_run(problem_path, path, again, wd, on_stage, None, on_children))
-        finally:
-            if not config.keep_workdir:
-                shutil.rmtree(wd, ignore_errors=True)
-    return draws.combine(results, config.timing.draws)
+    spares: list[Spare] = []
+    try:
+        if draws.wanted(results, asked):
+            spares = [prestart(again) for _ in range(asked - 1)]
+            for spare in spares:
+                spare.wait_ready(float(again.timeouts.startup))  # one that is not: _run starts fresh children
+        while draws.wanted(results, asked):
+            spare = spares.pop(0)
+            try:
+                path = spare.workdir / "candidate.py"
+                path.write_text(candidate_text)
+                if on_stage:
+                    on_stage(f"draw {len(results) + 1} of {asked}")
+                results.append(_run(problem_path, path, again, spare.workdir, on_stage, spare, on_children))
+            finally:
+                if not config.keep_workdir:
+                    shutil.rmtree(spare.workdir, ignore_errors=True)
+    finally:
+        for spare in spares:  # not needed: a draw failed
+            spare.discard()
+    return draws.combine(results, asked)
 
 
 # ---- spare children -------------------------------------------------------------------------
