@@ -221,3 +221,14 @@ def test_the_other_draws_children_start_together_after_the_first_and_a_failed_dr
     assert events == ["start", "start", "start", "ready 2", "ready 3", "ready 4", "run 2", "discard 3", "discard 4"]
     assert record.status is Status.INCORRECT and record.metadata["draws"]["ran"] == 2
     assert not (tmp_path / "spare2").exists()  # a used draw's directory is removed
+
+
+def test_the_first_draws_profile_and_sanitizer_run_stay_when_another_draw_is_the_median():
+    first = _passed(1.5)
+    first.metadata["profile"] = {"source": "ncu", "kernels": [{"name": "swish_kernel"}]}
+    first.metadata["sanitize"] = {"tool": "memcheck", "errors": 0}
+    first.stage_times.profile_s = 7.5
+    record = draws.combine([first, _passed(1.2), _passed(1.3)], 3)
+    assert record.speedup == 1.3 and record.metadata["draws"]["chosen"] == 3
+    assert record.metadata["profile"]["kernels"][0]["name"] == "swish_kernel"
+    assert record.metadata["sanitize"]["errors"] == 0 and record.stage_times.profile_s == 7.5

@@ -12,6 +12,7 @@ The rules, for `combine`:
   even count: the figure a user may take for granted is never the optimistic one);
 - every draw's flags are the record's: a finding in any process stands (a speed-up one draw withholds,
   `timing_unstable` included, stays withheld);
+- what only the first draw gathers (the profile, the sanitizer's run: the others skip them) stays;
 - `metadata["draws"]` keeps each draw's figures, so a reader sees the spread the median came from.
 """
 
@@ -57,6 +58,11 @@ def combine(draws: list[EvalResult], asked: int) -> EvalResult:
         at = ranked[(len(ranked) - 1) // 2]
     chosen = draws[at]
     record = EvalResult.from_dict(chosen.to_dict())  # a copy: the draws stay as they ran
+    if at != 0:  # what only the first draw gathers (its profile, its sanitizer's run) stays in the record
+        for key, value in draws[0].metadata.items():
+            record.metadata.setdefault(key, value)
+        if record.stage_times.profile_s is None:
+            record.stage_times.profile_s = draws[0].stage_times.profile_s
     if len(draws) > 1:
         flags: dict[str, str] = {}
         for i, r in enumerate(draws):
