@@ -349,6 +349,7 @@ def optimize_cmd(
     request_timeout: RequestTimeout = None,
     retries: Retries = None,
     trials: Trials = None,
+    draws: Draws = None,
     atol: Atol = None,
     rtol: Rtol = None,
     verdict: str = typer.Option(
@@ -411,6 +412,7 @@ def optimize_cmd(
                 "seed": seed,
                 "sandbox": sandbox,
                 "profile": {"tool": profile_tool},
+                "timing": {"draws": draws},
             },
             "loop": {
                 "rounds": rounds,

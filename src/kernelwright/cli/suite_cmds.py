@@ -518,6 +518,7 @@ def suite_optimize(
     max_tokens: int = typer.Option(None, "--max-tokens", help="Token budget per problem."),
     max_cost: float = typer.Option(None, "--max-cost", help="Cost budget per problem, USD."),
     trials: Trials = None,
+    draws: Draws = None,
     profile: bool = typer.Option(
         None, "--profile/--no-profile", help="Profile correct candidates for the Judge (on by default)."
     ),
@@ -549,7 +550,7 @@ def suite_optimize(
     settings = _settings(
         config,
         {
-            "eval": {"device": device, "trials": trials, "sandbox": sandbox},
+            "eval": {"device": device, "trials": trials, "sandbox": sandbox, "timing": {"draws": draws}},
             "loop": {
                 "rounds": rounds,
                 "backend": backend,
