@@ -103,38 +103,40 @@ def test_a_candidate_evaluated_in_three_draws_runs_three_whole_evaluations(cpu_c
     assert result.speedup == sorted(e["speedup"] for e in d["each"])[1]
 
 
-def test_a_candidate_that_cheats_only_in_a_later_process_fails_the_evaluation(cpu_config, tmp_path):
-    # It keeps a mark where the sandbox lets it (none: the machine's /tmp) and, once marked, answers
-    # with zeros: a later draw that only timed would never see it
-    mark = f"/tmp/kw-draw-mark-{uuid.uuid4().hex}"
-    text = (CANDIDATES / "py_correct.py").read_text() + (
-        "\n\nimport os as _os\n"
-        f"_MARK = {mark!r}\n"
-        "_later = _os.path.exists(_MARK)\n"
-        "open(_MARK, 'w').close()\n"
+def _two_draws_of(cpu_config, trick: str, kept: str) -> EvalResult:
+    """py_correct.py with `trick` appended, in two draws with no sandbox (the machine's /tmp lasts
+    from one process to the next); `kept`, the file the trick keeps there, removed after."""
+    text = (CANDIDATES / "py_correct.py").read_text() + "\n\nimport os as _os\n" + f"_KEPT = {kept!r}\n" + trick
+    cfg = dataclasses.replace(cpu_config, sandbox="none", timing=dataclasses.replace(cpu_config.timing, draws=2))
+    try:
+        return evaluate(ADD_ONE, None, cfg, candidate_text=text)
+    finally:
+        if os.path.exists(kept):
+            os.unlink(kept)
+
+
+def test_a_candidate_that_cheats_only_in_a_later_process_fails_the_evaluation(cpu_config):
+    # It keeps a mark and, once marked, answers with zeros: a later draw that only timed would never see it
+    result = _two_draws_of(
+        cpu_config,
+        "_later = _os.path.exists(_KEPT)\n"
+        "open(_KEPT, 'w').close()\n"
         "_honest = ModelNew.forward\n"
         "def _forward(self, *args):\n"
         "    out = _honest(self, *args)\n"
         "    return out * 0 if _later else out\n"
-        "ModelNew.forward = _forward\n"
+        "ModelNew.forward = _forward\n",
+        f"/tmp/kw-draw-mark-{uuid.uuid4().hex}",
     )
-    cfg = dataclasses.replace(cpu_config, sandbox="none", timing=dataclasses.replace(cpu_config.timing, draws=2))
-    try:
-        result = evaluate(ADD_ONE, None, cfg, candidate_text=text)
-    finally:
-        if os.path.exists(mark):
-            os.unlink(mark)
     assert result.status is Status.INCORRECT, result.summary_line()
     assert [e["status"] for e in result.metadata["draws"]["each"]] == ["passed", "incorrect"]
 
 
 def test_outputs_kept_from_an_earlier_draw_do_not_answer_a_later_one(cpu_config):
     # Each draw's judge draws its inputs from a secret of its own: what a candidate saved of one
-    # process's outputs (to the machine's /tmp, sandbox none) is the wrong answer in the next
-    kept = f"/tmp/kw-draw-outputs-{uuid.uuid4().hex}.pt"
-    text = (CANDIDATES / "py_correct.py").read_text() + (
-        "\n\nimport os as _os\n"
-        f"_KEPT = {kept!r}\n"
+    # process's outputs is the wrong answer in the next
+    result = _two_draws_of(
+        cpu_config,
         "_old = torch.load(_KEPT) if _os.path.exists(_KEPT) else []\n"
         "_new = []\n"
         "_honest = ModelNew.forward\n"
@@ -146,14 +148,9 @@ def test_outputs_kept_from_an_earlier_draw_do_not_answer_a_later_one(cpu_config)
         "    _new.append((x.detach().clone(), y.detach().clone()))\n"
         "    torch.save(_new[:4], _KEPT)\n"
         "    return y\n"
-        "ModelNew.forward = _forward\n"
+        "ModelNew.forward = _forward\n",
+        f"/tmp/kw-draw-outputs-{uuid.uuid4().hex}.pt",
     )
-    cfg = dataclasses.replace(cpu_config, sandbox="none", timing=dataclasses.replace(cpu_config.timing, draws=2))
-    try:
-        result = evaluate(ADD_ONE, None, cfg, candidate_text=text)
-    finally:
-        if os.path.exists(kept):
-            os.unlink(kept)
     assert result.status is Status.INCORRECT, result.summary_line()
     assert [e["status"] for e in result.metadata["draws"]["each"]] == ["passed", "incorrect"]
 
