@@ -60,6 +60,8 @@ elif [ "${KW_PHASE}" = 4 ]; then  # every GPU, builds included
 elif [ "${KW_PHASE}" = 5 ]; then
     export KW_GPUS=$ALL KW_NGPU=$NG
     [ -f "$OUT/independent.jsonl" ] || cp "${KW_FROM:-.agree}"/independent.jsonl "${KW_FROM:-.agree}"/kw-b*.jsonl "$OUT/"
+    # KW_R_KEYS: the pairs (level1/46_task,...), or @FILE of the tree that holds them (a long list outgrows a command)
+    case "${KW_R_KEYS:-}" in @*) KW_R_KEYS=$(tr -d ' \n' <"${KW_R_KEYS#@}") || exit 2 ;; esac
     for n in ${KW_RUNS:-b2 b3}; do kw "$n" "${KW_R_LEVELS:-1,2,3}" "${KW_R:-150}" --only-timed ${KW_R_KEYS:+--keys "$KW_R_KEYS"}; done
     names="$(cd "$OUT" && ls kw-b*.jsonl | sed 's/^kw-//; s/\.jsonl$//' | tr '\n' ' ')"
 elif [ "${KW_PHASE}" = 3 ]; then  # a change re-timed: run `fx` over $KW_KEYS (pairs with independent figures) beside the earlier runs
