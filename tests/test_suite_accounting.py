@@ -47,6 +47,25 @@ def test_busy_share_is_the_union_of_gpu_stages_per_gpu_over_the_wall():
     assert busy["share"] == pytest.approx(0.15)
 
 
+def test_every_draw_of_an_evaluation_counts_in_its_gpus_busy_share_and_the_suites_window():
+    # --draws 3: the record is the median draw's (the third); the first two ran before it on the same GPU
+    rec = record("0", {"startup": (20, 21), "correctness": (21, 23), "timing": (23, 25)})
+    rec["metadata"]["draws"] = {
+        "chosen": 3,
+        "each": [
+            {"spans": {"startup": [T0 + 0, T0 + 2], "correctness": [T0 + 2, T0 + 5], "timing": [T0 + 5, T0 + 8]}},
+            {"spans": {"correctness": [T0 + 10, T0 + 12], "timing": [T0 + 12, T0 + 15]}},
+            {"spans": rec["stage_times"]["spans"]},  # its own: counted once
+            {"spans": {"timing": [T0 + 30, "x"]}},  # a sloppy entry: nothing
+        ],
+    }
+    busy = gpu_busy([rec], T0, T0 + 25)
+    assert busy["per_gpu"]["0"]["busy_s"] == 6.0 + 5.0 + 4.0
+    from kernelwright.suites.accounting import suite_window
+
+    assert suite_window([rec]) == (T0, T0 + 25)
+
+
 def test_a_stage_outside_the_suites_window_does_not_count():
     # a record resumed from an earlier run: its spans lie before the suite began
     records = [record("0", {"correctness": (-100, -90)}), record("0", {"correctness": (0, 5)})]

@@ -44,6 +44,7 @@ def summary(result: EvalResult) -> dict[str, Any]:
         "speedup_trusted": result.speedup_trusted,
         "flags": sorted(result.flags()),
         "total_s": result.stage_times.total_s,
+        "spans": dict(result.stage_times.spans),  # its stages on the parent's clock (suites/accounting.py)
     }
 
 

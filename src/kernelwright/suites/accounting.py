@@ -9,7 +9,7 @@ its GPU stood idle waiting for it (`gpu_waited_for_build_s`, the serial driver).
   `startup` spans: a spare started ahead has done its import before its job comes);
 - each GPU's busy share: the share of the suite's wall during which some evaluation placed on that
   GPU was in a stage that uses it (correctness, timing, profile): the union of those spans, so
-  two evaluations at work at once on one GPU count once;
+  two evaluations at work at once on one GPU count once (with `--draws`, every draw's spans);
 - the builds' waits on one another, and the GPU's waits on builds;
 - the record latency: from an evaluation's last stage to its record on disk (the driver's and the
   store's serial part, with the wait behind other records being written).
@@ -32,6 +32,18 @@ def _spans(record: dict[str, Any]) -> dict[str, list[float]]:
         if isinstance(span, list | tuple) and len(span) == 2 and all(isinstance(t, int | float) for t in span):
             if span[1] >= span[0]:
                 out[str(stage)] = [float(span[0]), float(span[1])]
+    return out
+
+
+def _every_span(record: dict[str, Any]) -> list[tuple[str, list[float]]]:
+    """(stage, span) of the record's evaluation and of its other draws (`--draws`: each a whole
+    evaluation, kept in `metadata.draws.each`; the record's own draw is among them: the unions count it once)."""
+    out = list(_spans(record).items())
+    draws = (record.get("metadata") or {}).get("draws")
+    each = draws.get("each") if isinstance(draws, dict) else None
+    for d in each if isinstance(each, list) else []:
+        if isinstance(d, dict):
+            out += _spans({"stage_times": {"spans": d.get("spans")}}).items()
     return out
 
 
@@ -77,8 +89,8 @@ def stage_sums(records: list[dict[str, Any]]) -> dict[str, float]:
 
 def suite_window(records: list[dict[str, Any]]) -> tuple[float, float] | None:
     """The wall-clock window the records span: the first stage's start to the last stage's end."""
-    starts = [s[0] for r in records for s in _spans(r).values()]
-    ends = [s[1] for r in records for s in _spans(r).values()]
+    starts = [s[0] for r in records for _, s in _every_span(r)]
+    ends = [s[1] for r in records for _, s in _every_span(r)]
     return (min(starts), max(ends)) if starts else None
 
 
@@ -88,7 +100,7 @@ def gpu_busy(records: list[dict[str, Any]], start: float, end: float) -> dict[st
     for r in records:
         gpu = gpu_of(r)
         by_gpu[gpu]  # a GPU whose records never reached a GPU stage is a GPU idle all along
-        by_gpu[gpu].extend(span for stage, span in _spans(r).items() if stage in GPU_STAGES)
+        by_gpu[gpu].extend(span for stage, span in _every_span(r) if stage in GPU_STAGES)
     wall = max(end - start, 0.0)
     per_gpu = {}
     for gpu, spans in sorted(by_gpu.items()):
