@@ -229,3 +229,30 @@ def test_the_first_draws_profile_and_sanitizer_run_stay_when_another_draw_is_the
     assert record.speedup == 1.3 and record.metadata["draws"]["chosen"] == 3
     assert record.metadata["profile"]["kernels"][0]["name"] == "swish_kernel"
     assert record.metadata["sanitize"]["errors"] == 0 and record.stage_times.profile_s == 7.5
+
+
+def test_a_draw_whose_children_cannot_start_stops_those_that_did_and_says_why(monkeypatch, tmp_path, cpu_config):
+    from kernelwright.engine import evaluation
+
+    discarded: list[int] = []
+
+    class FakeSpare:
+        def __init__(self, n: int):
+            self.n, self.workdir = n, tmp_path / f"spare{n}"
+
+        def discard(self, remove_workdir: bool = True) -> None:
+            discarded.append(self.n)
+
+    made = iter([FakeSpare(2)])
+
+    def prestart(cfg):
+        spare = next(made, None)
+        if spare is None:
+            raise EngineError("bubblewrap cannot start here; pass --sandbox none")
+        return spare
+
+    monkeypatch.setattr(evaluation, "prestart", prestart)
+    cfg = dataclasses.replace(cpu_config, timing=dataclasses.replace(cpu_config.timing, draws=3))
+    with pytest.raises(EngineError, match="pass --sandbox none"):
+        evaluation._more_draws(_passed(1.2), ADD_ONE, "candidate text", cfg, None, None)
+    assert discarded == [2]

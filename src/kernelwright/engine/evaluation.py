@@ -126,7 +126,8 @@ def _more_draws(
     spares: list[Spare] = []
     try:
         if draws.wanted(results, asked):
-            spares = [prestart(again) for _ in range(asked - 1)]
+            for _ in range(asked - 1):
+                spares.append(prestart(again))  # one by one: those started stop below if the next cannot
             for spare in spares:
                 spare.wait_ready(float(again.timeouts.startup))  # one that is not: _run starts fresh children
         while draws.wanted(results, asked):
