@@ -56,7 +56,7 @@ Draws = Annotated[
     typer.Option(
         metavar="N",
         help="Whole evaluations of a passed candidate, each in processes of its own; its speed-up is the "
-        "median draw's (default 1; a side's time moves from process to process by a few %).",
+        "median draw's (default 1; a side's time moves a few percent from one process to the next).",
     ),
 ]
 
