@@ -238,6 +238,16 @@ class EvalResult:
         return [str(n) for n in (shapes.get("failed") or [])] if isinstance(shapes, dict) else []
 
     @property
+    def draw_speedups(self) -> list[float]:
+        """With several draws (`--draws`, engine/draws.py): each draw's speed-up, in the order they
+        ran (the record's is their median); empty for one draw."""
+        draws = self.metadata.get("draws")
+        each = draws.get("each") if isinstance(draws, dict) else None
+        if not isinstance(each, list) or len(each) < 2:
+            return []
+        return [float(e["speedup"]) for e in each if isinstance(e, dict) and isinstance(e.get("speedup"), int | float)]
+
+    @property
     def size_robust(self) -> bool | None:
         """Does the passed kernel hold at every size the shapes check tried? True: the check ran
         and every size passed; False: flagged `shape_specific` (wrong at some size); None: not

@@ -31,6 +31,7 @@ CSV_COLUMNS = [
     "speedup_basis",
     "speedup_as_launched",
     "speedup_withheld_by",
+    "speedup_draws",
     "speedup_vs_compile",
     "candidate_ms",
     "reference_ms",
@@ -216,6 +217,7 @@ def to_csv(data: dict[str, Any]) -> str:
                 "verdicts": " ".join(p["verdicts"]),
                 "sizes_failed": " ".join(p.get("sizes_failed") or []),
                 "speedup_withheld_by": " ".join(p.get("speedup_withheld_by") or []),
+                "speedup_draws": " ".join(f"{x:.4g}" for x in p.get("speedup_draws") or []),
             }
         )
     return buf.getvalue()

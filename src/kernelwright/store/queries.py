@@ -82,6 +82,12 @@ def size_check(record: dict[str, Any] | None) -> tuple[bool | None, list[str]]:
     return result.size_robust, result.sizes_failed
 
 
+def draw_speedups(record: dict[str, Any] | None) -> list[float]:
+    """`EvalResult.draw_speedups` of a stored record ([] where it does not load)."""
+    result = load_record(record)
+    return result.draw_speedups if result is not None else []
+
+
 def _withheld(evaluation: dict[str, Any]) -> list[str]:
     """The flags of an evaluation row (`guard_flags`, the record's JSON object) that withhold its speed-up."""
     raw = evaluation.get("guard_flags")
@@ -206,6 +212,7 @@ class RunStore:
                     best_round=None,
                     size_robust=None,
                     sizes_failed=[],
+                    speedup_draws=[],
                 )
             )
         return out
@@ -226,9 +233,12 @@ class RunStore:
         verdicts = [RoundVerdict(r["verdict"]) for r in rounds]
         robust: bool | None = None
         failed: list[str] = []
-        if best is not None:  # the kept kernel's record: did it hold at the other sizes of the problem?
+        drawn: list[float] = []
+        if best is not None:  # the kept kernel's record: did it hold at the other sizes? its draws?
             rows = self.store.query("SELECT record FROM evaluations WHERE id=?", (best["id"],))
-            robust, failed = size_check(_row(rows[0])["record"] if rows else None)
+            record = _row(rows[0])["record"] if rows else None
+            robust, failed = size_check(record)
+            drawn = draw_speedups(record)
         return dict(
             problem=run["problem"],
             level=run["level"],
@@ -249,4 +259,5 @@ class RunStore:
             best_round=best["round_idx"] if best else None,
             size_robust=robust,
             sizes_failed=failed,
+            speedup_draws=drawn,
         )

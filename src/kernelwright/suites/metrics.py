@@ -49,6 +49,7 @@ class ProblemOutcome:
     best_round: int | None = None
     size_robust: bool | None = None  # the best correct kernel holds at every size tried (None: not known)
     sizes_failed: list[str] = field(default_factory=list)  # the sizes it failed at, when flagged
+    speedup_draws: list[float] = field(default_factory=list)  # --draws: each draw's (`speedup` is their median)
 
     @property
     def counted_speedup(self) -> float | None:
