@@ -11,7 +11,7 @@ import pytest
 
 from kernelwright.core.record import EvalResult, Status
 from kernelwright.store.indexer import degenerate
-from kernelwright.store.queries import size_check
+from kernelwright.store.queries import kept_facts
 from kernelwright.suites.metrics import ProblemOutcome, fast_p, geomean, summarize
 
 
@@ -217,9 +217,9 @@ def _tried(*outcomes: bool | None) -> list[dict]:
 def test_a_record_says_whether_its_kernel_holds_at_every_size(result, robust, failed):
     assert result.size_robust is robust and result.sizes_failed == failed
     # the same answer from the stored (JSON) record, as the store reads it
-    assert size_check(json.loads(result.to_json())) == (robust, failed)
+    assert kept_facts(json.loads(result.to_json())) == (robust, failed, [])
 
 
 def test_a_stored_record_that_does_not_load_is_not_known():
-    assert size_check(None) == (None, [])
-    assert size_check({"status": "passed", "correct": True, "no_such_field": 1}) == (None, [])
+    assert kept_facts(None) == (None, [], [])
+    assert kept_facts({"status": "passed", "correct": True, "no_such_field": 1}) == (None, [], [])

@@ -73,19 +73,13 @@ def result_of(row: dict[str, Any]) -> EvalResult | None:
     return load_record(row.get("record"))
 
 
-def size_check(record: dict[str, Any] | None) -> tuple[bool | None, list[str]]:
-    """(`EvalResult.size_robust`, `EvalResult.sizes_failed`) of a stored record; a record that does
-    not load as an EvalResult is not known: (None, [])."""
+def kept_facts(record: dict[str, Any] | None) -> tuple[bool | None, list[str], list[float]]:
+    """(`EvalResult.size_robust`, `sizes_failed`, `draw_speedups`) of a stored record; a record that
+    does not load as an EvalResult is not known: (None, [], [])."""
     result = load_record(record)
     if result is None:
-        return None, []
-    return result.size_robust, result.sizes_failed
-
-
-def draw_speedups(record: dict[str, Any] | None) -> list[float]:
-    """`EvalResult.draw_speedups` of a stored record ([] where it does not load)."""
-    result = load_record(record)
-    return result.draw_speedups if result is not None else []
+        return None, [], []
+    return result.size_robust, result.sizes_failed, result.draw_speedups
 
 
 def _withheld(evaluation: dict[str, Any]) -> list[str]:
@@ -236,9 +230,7 @@ class RunStore:
         drawn: list[float] = []
         if best is not None:  # the kept kernel's record: did it hold at the other sizes? its draws?
             rows = self.store.query("SELECT record FROM evaluations WHERE id=?", (best["id"],))
-            record = _row(rows[0])["record"] if rows else None
-            robust, failed = size_check(record)
-            drawn = draw_speedups(record)
+            robust, failed, drawn = kept_facts(_row(rows[0])["record"] if rows else None)
         return dict(
             problem=run["problem"],
             level=run["level"],
