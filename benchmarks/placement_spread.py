@@ -47,7 +47,7 @@ if __package__ in (None, ""):  # run as a script: the repository root, for `benc
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import timer_agreement as ta
-from benchmarks.timer_agreement import PLACEMENTS, hold  # noqa: F401 (hold: this file's tests)
+from benchmarks.timer_agreement import PLACEMENTS
 
 IN_RANGE_SLACK = 0.03  # a speed-up this close to the independent range's ends counts as within it
 SENSITIVE = 0.05  # a side whose draws spread more than this is moved by where its memory lies

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import placement_spread as ps
+from benchmarks import timer_agreement
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -122,9 +123,9 @@ def test_the_sides_moved_by_layout_are_named_and_the_groups_count_what_lies_in_r
 def test_a_placement_is_refused_by_name_and_off_a_gpu():
     torch = pytest.importorskip("torch")
     with pytest.raises(ValueError, match="unknown placement 'shift_3mb'"):
-        ps.hold("shift_3mb", torch.device("cpu"))
+        timer_agreement.hold("shift_3mb", torch.device("cpu"))
     with pytest.raises(ValueError, match="needs a CUDA device"):
-        ps.hold("va_64mb", torch.device("cpu"))
+        timer_agreement.hold("va_64mb", torch.device("cpu"))
 
 
 def test_a_run_off_a_gpu_is_refused_in_one_line_before_anything_is_timed(tmp_path):

@@ -26,7 +26,12 @@ GPU_STAGES = ("correctness", "timing", "profile")
 
 
 def _spans(record: dict[str, Any]) -> dict[str, list[float]]:
-    spans = (record.get("stage_times") or {}).get("spans") or {}
+    return _span_map((record.get("stage_times") or {}).get("spans"))
+
+
+def _span_map(spans: Any) -> dict[str, list[float]]:
+    """The well-formed [start, end] spans of a `stage_times.spans` mapping, by stage."""
+    spans = spans if isinstance(spans, dict) else {}
     out = {}
     for stage, span in spans.items():
         if isinstance(span, list | tuple) and len(span) == 2 and all(isinstance(t, int | float) for t in span):
@@ -43,7 +48,7 @@ def _every_span(record: dict[str, Any]) -> list[tuple[str, list[float]]]:
     each = draws.get("each") if isinstance(draws, dict) else None
     for d in each if isinstance(each, list) else []:
         if isinstance(d, dict):
-            out += _spans({"stage_times": {"spans": d.get("spans")}}).items()
+            out += _span_map(d.get("spans")).items()
     return out
 
 
