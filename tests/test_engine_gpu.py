@@ -76,3 +76,27 @@ def test_kernel_that_never_returns_is_stopped_within_seconds_and_the_gpu_is_usab
     assert floor <= r.metadata["correctness_limit_s"] < 2 * floor
     assert r.stage_times.correctness_s < 15
     assert evaluate(ADD_ONE, CANDIDATES / "py_correct.py", cuda_config).status is Status.PASSED
+
+
+def test_three_draws_of_the_bundled_cuda_candidate_on_the_gpu_give_the_median_draw(cuda_config):
+    """--draws 3 on a GPU (engine/draws.py, evaluation._more_draws): three whole evaluations, each in
+    its own children, the later two started together after the first; the record is the median draw's
+    and the first draw's profile stays in it."""
+    import dataclasses
+
+    from kernelwright.core.config import ProfileConfig
+
+    timing = dataclasses.replace(cuda_config.timing, draws=3)
+    cfg = dataclasses.replace(cuda_config, timing=timing, profile=ProfileConfig(enabled=True))
+    stages: list[str] = []
+    r = evaluate(CUDA_EXAMPLE / "problem.py", CUDA_EXAMPLE / "candidate.py", cfg, on_stage=stages.append)
+    assert r.status is Status.PASSED, r.error_log
+    d = r.metadata["draws"]
+    assert d["asked"] == 3 and d["ran"] == 3, d
+    each = [e["speedup"] for e in d["each"]]
+    assert all(e["status"] == "passed" for e in d["each"]) and all(s and s > 0 for s in each), d
+    assert r.speedup == sorted(each)[1] == each[d["chosen"] - 1]
+    assert "draw 2 of 3" in stages and "draw 3 of 3" in stages and stages.count("correctness") == 3
+    assert r.metadata["profile"]["source"] in ("ncu", "torch.profiler", "none"), r.metadata["profile"]
+    assert r.stage_times.profile_s is not None  # the first draw's, whichever draw is the record
+    assert r.candidate_timing.clock == "judge_window"
