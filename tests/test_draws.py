@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 import uuid
 
 import pytest
@@ -256,3 +257,45 @@ def test_a_draw_whose_children_cannot_start_stops_those_that_did_and_says_why(mo
     with pytest.raises(EngineError, match="pass --sandbox none"):
         evaluation._more_draws(_passed(1.2), ADD_ONE, "candidate text", cfg, None, None)
     assert discarded == [2]
+
+
+def test_in_a_pool_the_later_draws_take_the_pools_ready_spares_and_start_none_of_their_own(monkeypatch, cpu_config):
+    """A suite's worker keeps a pool (executors/warm_pool.py) whose spares start up while nothing is
+    timed: the later draws take those (a problem of three draws waited about 8 s a problem for
+    children started after its first draw, one H200, 2026-12-01) rather than start their own."""
+    import threading
+
+    from kernelwright.engine import evaluation
+    from kernelwright.executors.warm_pool import WarmPool
+
+    real = evaluation.prestart
+    started_by: list[str] = []
+
+    def prestart(config):
+        started_by.append(threading.current_thread().name)
+        return real(config)
+
+    monkeypatch.setattr(evaluation, "prestart", prestart)
+    cfg = dataclasses.replace(cpu_config, timing=dataclasses.replace(cpu_config.timing, draws=3))
+    pool = WarmPool(cfg, size=3)
+    taken: list[object] = []
+    take = pool._take
+
+    def recorded(wait_s: float = 30.0):
+        spare = take(wait_s)
+        taken.append(spare)
+        return spare
+
+    monkeypatch.setattr(pool, "_take", recorded)
+    try:
+        pool.prestart()
+        end = time.monotonic() + 120
+        while pool.spares() < 3 and time.monotonic() < end:
+            time.sleep(0.1)
+        result = pool.evaluate(ADD_ONE, CANDIDATES / "py_correct.py")
+    finally:
+        pool.close()
+    assert result.status is Status.PASSED, result.error_log
+    assert result.metadata["draws"]["ran"] == 3
+    assert len(taken) == 3 and all(s is not None for s in taken)  # the first draw's and the two later ones'
+    assert set(started_by) == {"kw-warm-pool"}, started_by  # every child came from the pool's starter

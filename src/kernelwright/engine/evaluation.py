@@ -43,6 +43,7 @@ def evaluate(
     on_stage: Callable[[str], None] | None = None,
     spare: Spare | None = None,
     on_children: Callable[[Spare], None] | None = None,
+    more_spares: Callable[[], Spare | None] | None = None,
 ) -> EvalResult:
     """Evaluate a candidate (a file, or its text) against a KernelBench problem in a fresh child.
 
@@ -55,6 +56,10 @@ def evaluate(
 
     `on_children`: called with the runner and judge the evaluation runs on (the spare, or those it
     started), once they exist: a caller that must stop it early kills their process groups.
+
+    `more_spares`: where the later draws' children come from (`config.timing.draws` > 1), one call a
+    draw: a pool's spares, started up while nothing was timed (executors/warm_pool.py). A spare that
+    does not fit, or None, and the draw starts children of its own.
     """
     config = config or _defaults()
     leftovers.sweep_once()  # directories of evaluators that were killed outright
@@ -69,10 +74,7 @@ def evaluate(
         if spare is not None:
             spare.discard()
         raise
-    if spare is not None and (spare.key != _spawn_key(config) or not spare.alive()):
-        spare.discard()
-        spare = None
-
+    spare = _fitting(spare, config)
     workdir = spare.workdir if spare else _new_workdir(config)
     try:
         if candidate_text is None:
@@ -99,7 +101,7 @@ def evaluate(
         result = _run(prob.path, cand_path, config, workdir, on_stage, spare, on_children)
         spare = None  # _run took it
         if config.timing.draws > 1:
-            result = _more_draws(result, prob.path, candidate_text, config, on_stage, on_children)
+            result = _more_draws(result, prob.path, candidate_text, config, on_stage, on_children, more_spares)
         return result
     finally:
         if spare is not None:
@@ -115,11 +117,13 @@ def _more_draws(
     config: EvalConfig,
     on_stage: Callable[[str], None] | None,
     on_children: Callable[[Spare], None] | None,
+    more_spares: Callable[[], Spare | None] | None = None,
 ) -> EvalResult:
     """`config.timing.draws` whole evaluations of a passed candidate, each in children of its own and
     a working directory of its own, one record (engine/draws.py). The profile and the sanitizer ran
-    with the first; the others do every check again. Their children start together once the first
-    is done: no start-up beside a measurement, and one start-up's wait for all of them."""
+    with the first; the others do every check again. Their children come from `more_spares` (ready
+    ones, started while nothing was timed), else start together once the first draw is done: no
+    start-up beside a measurement, and one start-up's wait for all of them."""
     results = [first]
     asked = config.timing.draws
     again = dataclasses.replace(config, sanitize=False, profile=dataclasses.replace(config.profile, enabled=False))
@@ -127,7 +131,8 @@ def _more_draws(
     try:
         if draws.wanted(results, asked):
             for _ in range(asked - 1):
-                spares.append(prestart(again))  # one by one: those started stop below if the next cannot
+                spares.append(_fitting(more_spares() if more_spares else None, again) or prestart(again))
+                # one by one: those started stop below if the next cannot
             for spare in spares:
                 spare.wait_ready(float(again.timeouts.startup))  # one that is not: _run starts fresh children
         while draws.wanted(results, asked):
@@ -145,6 +150,14 @@ def _more_draws(
         for spare in spares:  # not needed: a draw failed
             spare.discard()
     return draws.combine(results, asked)
+
+
+def _fitting(spare: Spare | None, config: EvalConfig) -> Spare | None:
+    """`spare` where it serves `config` and lives; else None (it is stopped)."""
+    if spare is not None and (spare.key != _spawn_key(config) or not spare.alive()):
+        spare.discard()
+        return None
+    return spare
 
 
 # ---- spare children -------------------------------------------------------------------------

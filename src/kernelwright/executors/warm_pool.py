@@ -159,6 +159,8 @@ class WarmPool:
                     spare = candidate
                     break
                 candidate.discard()
+            if spare is not None and self._paused:  # taken while an evaluation's timing paused the pool (a
+                _signal_spare(spare, signal.SIGCONT)  # later draw's, engine/draws.py): no resume reaches it after
             self._cv.notify_all()  # the starter replaces it
         if spare is not None and self.home_cpus and self.startup_cpus:
             for child in (spare.runner, spare.judge):
@@ -209,6 +211,7 @@ class WarmPool:
             self._current = took
 
         try:
+            kwargs.setdefault("more_spares", self._take)  # later draws (timing.draws > 1) take the pool's too
             result = evaluate(
                 problem, candidate, config or self.config, spare=spare, on_stage=stage, on_children=children, **kwargs
             )

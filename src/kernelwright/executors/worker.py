@@ -53,7 +53,9 @@ def main() -> None:
     # the first spare starts up alone, as a server's does: the worker's first task waits for it, and
     # a second spare starting beside it (python, torch and a CUDA context twice over) slows it, the
     # more so where every GPU's worker starts at once
-    warm = WarmPool(config, size=int(head.get("spares", 2)), first_alone=True, **cpus)  # type: ignore[arg-type]
+    # a problem of N draws takes N spares (engine/draws.py): keep as many ready
+    size = max(int(head.get("spares", 2)), config.timing.draws)
+    warm = WarmPool(config, size=size, first_alone=True, **cpus)  # type: ignore[arg-type]
     send(ready=os.getpid())
     try:
         warm.prestart()  # the first evaluations' children start up while the first task comes
