@@ -299,3 +299,37 @@ def test_in_a_pool_the_later_draws_take_the_pools_ready_spares_and_start_none_of
     assert result.metadata["draws"]["ran"] == 3
     assert len(taken) == 3 and all(s is not None for s in taken)  # the first draw's and the two later ones'
     assert set(started_by) == {"kw-warm-pool"}, started_by  # every child came from the pool's starter
+
+
+def test_a_later_draw_that_finds_the_pool_empty_starts_its_own_children_at_once(monkeypatch, cpu_config):
+    """A pool of one spare (fewer than the draws): the later draws take what is there and start the
+    rest themselves, with no wait on the pool's starter, which starts nothing until the first
+    draw's timing is followed by another stage (a wait there could only time out: 30 s)."""
+    import threading
+
+    from kernelwright.engine import evaluation
+    from kernelwright.executors.warm_pool import WarmPool
+
+    real = evaluation.prestart
+    started_by: list[str] = []
+
+    def prestart(config):
+        started_by.append(threading.current_thread().name)
+        return real(config)
+
+    monkeypatch.setattr(evaluation, "prestart", prestart)
+    cfg = dataclasses.replace(cpu_config, timing=dataclasses.replace(cpu_config.timing, draws=3))
+    pool = WarmPool(cfg, size=1)
+    try:
+        pool.prestart()
+        end = time.monotonic() + 120
+        while pool.spares() < 1 and time.monotonic() < end:
+            time.sleep(0.1)
+        t0 = time.monotonic()
+        result = pool.evaluate(ADD_ONE, CANDIDATES / "py_correct.py")
+        took = time.monotonic() - t0
+    finally:
+        pool.close()
+    assert result.status is Status.PASSED and result.metadata["draws"]["ran"] == 3, result.error_log
+    assert threading.current_thread().name in started_by  # a later draw's own children
+    assert took < 30, took  # never the pool's 30 s wait for a spare

@@ -211,7 +211,9 @@ class WarmPool:
             self._current = took
 
         try:
-            kwargs.setdefault("more_spares", self._take)  # later draws (timing.draws > 1) take the pool's too
+            # later draws (timing.draws > 1) take the pool's spares too, without waiting: the starter waits for
+            # the timing that just ended to be followed by another stage, so a wait here could only time out
+            kwargs.setdefault("more_spares", lambda: self._take(0.0))
             result = evaluate(
                 problem, candidate, config or self.config, spare=spare, on_stage=stage, on_children=children, **kwargs
             )
