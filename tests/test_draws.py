@@ -259,10 +259,9 @@ def test_a_draw_whose_children_cannot_start_stops_those_that_did_and_says_why(mo
     assert discarded == [2]
 
 
-def test_in_a_pool_the_later_draws_take_the_pools_ready_spares_and_start_none_of_their_own(monkeypatch, cpu_config):
-    """A suite's worker keeps a pool (executors/warm_pool.py) whose spares start up while nothing is
-    timed: the later draws take those (a problem of three draws waited about 8 s a problem for
-    children started after its first draw, one H200, 2026-12-01) rather than start their own."""
+def _pool_of(size: int, monkeypatch, cpu_config):
+    """A warm pool of `size` spares for three draws, once they are there, and the names of the threads
+    that started children (the pool's starter is "kw-warm-pool"; a draw's own start, the caller's)."""
     import threading
 
     from kernelwright.engine import evaluation
@@ -277,7 +276,19 @@ def test_in_a_pool_the_later_draws_take_the_pools_ready_spares_and_start_none_of
 
     monkeypatch.setattr(evaluation, "prestart", prestart)
     cfg = dataclasses.replace(cpu_config, timing=dataclasses.replace(cpu_config.timing, draws=3))
-    pool = WarmPool(cfg, size=3)
+    pool = WarmPool(cfg, size=size)
+    pool.prestart()
+    end = time.monotonic() + 120
+    while pool.spares() < size and time.monotonic() < end:
+        time.sleep(0.1)
+    return pool, started_by
+
+
+def test_in_a_pool_the_later_draws_take_the_pools_ready_spares_and_start_none_of_their_own(monkeypatch, cpu_config):
+    """A suite's worker keeps a pool (executors/warm_pool.py) whose spares start up while nothing is
+    timed: the later draws take those (a problem of three draws waited about 8 s a problem for
+    children started after its first draw, one H200, 2026-12-01) rather than start their own."""
+    pool, started_by = _pool_of(3, monkeypatch, cpu_config)
     taken: list[object] = []
     take = pool._take
 
@@ -288,10 +299,6 @@ def test_in_a_pool_the_later_draws_take_the_pools_ready_spares_and_start_none_of
 
     monkeypatch.setattr(pool, "_take", recorded)
     try:
-        pool.prestart()
-        end = time.monotonic() + 120
-        while pool.spares() < 3 and time.monotonic() < end:
-            time.sleep(0.1)
         result = pool.evaluate(ADD_ONE, CANDIDATES / "py_correct.py")
     finally:
         pool.close()
@@ -307,24 +314,8 @@ def test_a_later_draw_that_finds_the_pool_empty_starts_its_own_children_at_once(
     draw's timing is followed by another stage (a wait there could only time out: 30 s)."""
     import threading
 
-    from kernelwright.engine import evaluation
-    from kernelwright.executors.warm_pool import WarmPool
-
-    real = evaluation.prestart
-    started_by: list[str] = []
-
-    def prestart(config):
-        started_by.append(threading.current_thread().name)
-        return real(config)
-
-    monkeypatch.setattr(evaluation, "prestart", prestart)
-    cfg = dataclasses.replace(cpu_config, timing=dataclasses.replace(cpu_config.timing, draws=3))
-    pool = WarmPool(cfg, size=1)
+    pool, started_by = _pool_of(1, monkeypatch, cpu_config)
     try:
-        pool.prestart()
-        end = time.monotonic() + 120
-        while pool.spares() < 1 and time.monotonic() < end:
-            time.sleep(0.1)
         t0 = time.monotonic()
         result = pool.evaluate(ADD_ONE, CANDIDATES / "py_correct.py")
         took = time.monotonic() - t0

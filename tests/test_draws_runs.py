@@ -48,20 +48,17 @@ def test_run_to_run_counts_pairs_trusted_in_every_run_and_sets_them_beside_the_o
     assert "| a | r2 | incorrect |  |" in text  # the failed run is shown, with no figure
 
 
-def test_a_missing_run_file_is_one_line_and_exit_2(tmp_path):
-    p = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "draws_runs.py"),
-            "--draws",
-            str(tmp_path / "kw-x.jsonl"),
-            "--out",
-            str(tmp_path / "o.md"),
-        ],
+def _cli(*args) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "draws_runs.py"), *map(str, args)],
         capture_output=True,
         text=True,
         cwd=ROOT,
     )
+
+
+def test_a_missing_run_file_is_one_line_and_exit_2(tmp_path):
+    p = _cli("--draws", tmp_path / "kw-x.jsonl", "--out", tmp_path / "o.md")
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "no file" in p.stderr, p.stderr
     assert not (tmp_path / "o.md").exists()
 
@@ -73,22 +70,8 @@ def test_the_page_is_written_from_the_files_a_run_leaves(tmp_path):
         json.dumps({"accounting": {"problems": 1, "wall_per_problem_s": 9.5}, "gpu_busy_share": 0.4})
     )
     out = tmp_path / "draws.md"
-    p = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "draws_runs.py"),
-            "--draws",
-            str(tmp_path / "kw-b1.jsonl"),
-            "--suite",
-            str(tmp_path / "suite-b1.json"),
-            "--out",
-            str(out),
-            "--header",
-            "how",
-        ],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
+    p = _cli(
+        "--draws", tmp_path / "kw-b1.jsonl", "--suite", tmp_path / "suite-b1.json", "--out", out, "--header", "how"
     )
     assert p.returncode == 0, p.stderr
     assert out.read_text().startswith("<!-- how -->") and "| b1 | 1 | 9.5 | 0.4 |" in out.read_text()
