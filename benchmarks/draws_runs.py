@@ -6,7 +6,9 @@ benchmarks/corpus_suite.py). Writes a markdown page:
   - each run's record of each pair, its draws in the order they ran, how far apart they were, each draw's seconds;
   - run to run: max/min - 1 of a pair's recorded speed-ups over the runs with draws, beside the same pairs'
     over the runs with one draw (trusted in every run: core/record.py; at least two runs a side);
-  - what a problem cost: the suite's wall over the problems it recorded, and its GPU's busy share.
+  - what a problem cost: the suite's wall over the problems it recorded, and its GPU's busy share;
+  - the waits between one draw's end and the next one's start (their stage spans): the later draws' children
+    starting up where none was ready.
 
     python3 benchmarks/draws_runs.py --draws DIR/kw-b20.jsonl --draws DIR/kw-b21.jsonl \
         --single DIR/kw-b16.jsonl --single DIR/kw-b17.jsonl --suite DIR/suite-b20.json --out draws.md
@@ -47,6 +49,20 @@ def run_to_run(runs: dict[str, dict[str, dict]], pair: str) -> float | None:
     return spread([float(r["speedup"]) for r in rows])
 
 
+def waits(run: dict[str, dict]) -> tuple[list[float], list[float]]:
+    """Seconds from a draw's end to the next one's start over a run's pairs (each draw's stage spans:
+    [start, end] on the wall clock): those after the first draw, and those between the later ones."""
+    first: list[float] = []
+    later: list[float] = []
+    for r in run.values():
+        each = [e.get("spans") or {} for e in (r.get("draws") or {}).get("each") or []]
+        edges = [(min(v[0] for v in sp.values()), max(v[1] for v in sp.values())) for sp in each if sp]
+        gaps = [b[0] - a[1] for a, b in zip(edges, edges[1:], strict=False)]
+        first += gaps[:1]
+        later += gaps[1:]
+    return first, later
+
+
 def summary(values: list[float]) -> dict:
     if not values:
         return {"n": 0}
@@ -57,6 +73,14 @@ def summary(values: list[float]) -> dict:
         "p90": round(v[min(len(v) - 1, math.ceil(0.9 * len(v)) - 1)], 4),
         "max": round(v[-1], 4),
     }
+
+
+def _waits(w: list[float]) -> dict:
+    return {"n": len(w), "median": round(statistics.median(w), 2), "max": round(max(w), 2)} if w else {"n": 0}
+
+
+def _waits_cell(w: list[float]) -> str:
+    return f"{len(w)}, {statistics.median(w):.2f}, {max(w):.2f}" if w else "0"
 
 
 def _pct(x: float | None) -> str:
@@ -129,6 +153,22 @@ def page(
         s = result[key]
         if s["n"]:
             lines.append(f"| {label} | {s['n']} | {s['median']:.1%} | {s['p90']:.1%} | {s['max']:.1%} |")
+    lines += [
+        "",
+        "## Waits between draws",
+        "",
+        "From a draw's end to the next one's start: after the first draw (the later draws' children start up where none"
+        " was ready), and between the later draws.",
+        "",
+        "| run | after the first: n, median, largest (s) | between the later: n, median, largest (s) |",
+        "|---|---|---|",
+    ]
+    result["waits_s"] = {}
+    for name, run in draws.items():
+        first, later = waits(run)
+        if first:
+            result["waits_s"][name] = {"after_first": _waits(first), "between_later": _waits(later)}
+            lines.append(f"| {name} | {_waits_cell(first)} | {_waits_cell(later)} |")
     if suites:
         lines += ["", "## Cost", "", "| run | problems | wall a problem (s) | GPU busy |", "|---|---|---|---|"]
         for name, s in suites.items():

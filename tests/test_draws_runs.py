@@ -75,3 +75,20 @@ def test_the_page_is_written_from_the_files_a_run_leaves(tmp_path):
     )
     assert p.returncode == 0, p.stderr
     assert out.read_text().startswith("<!-- how -->") and "| b1 | 1 | 9.5 | 0.4 |" in out.read_text()
+
+
+def test_the_waits_between_draws_come_from_their_stage_spans():
+    def drawn(*edges):
+        return {
+            "status": "passed",
+            "speedup": 1.0,
+            "spans": {"startup": [edges[0], edges[0] + 0.1], "timing": [edges[1] - 1, edges[1]]},
+        }
+
+    row = _row("a", 1.0)
+    row["draws"] = {"each": [drawn(100.0, 103.7), drawn(112.2, 117.1), drawn(117.3, 120.0)]}
+    first, later = draws_runs.waits({"a": row})
+    assert [round(w, 2) for w in first] == [8.5] and [round(w, 2) for w in later] == [0.2]
+    text, result = draws_runs.page({"r0": {"a": row}}, {}, {})
+    assert result["waits_s"]["r0"]["after_first"] == {"n": 1, "median": 8.5, "max": 8.5}
+    assert "| r0 | 1, 8.50, 8.50 | 1, 0.20, 0.20 |" in text
