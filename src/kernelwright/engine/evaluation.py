@@ -130,9 +130,8 @@ def _more_draws(
     spares: list[Spare] = []
     try:
         if draws.wanted(results, asked):
-            for _ in range(asked - 1):
+            for _ in range(asked - 1):  # one by one: those taken or started stop below if the next cannot start
                 spares.append(_fitting(more_spares() if more_spares else None, again) or prestart(again))
-                # one by one: those started stop below if the next cannot
             for spare in spares:
                 spare.wait_ready(float(again.timeouts.startup))  # one that is not: _run starts fresh children
         while draws.wanted(results, asked):
