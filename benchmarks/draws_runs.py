@@ -25,6 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.timer_agreement import _trusted  # noqa: E402
+from kernelwright.suites.accounting import span_map  # noqa: E402
 
 
 def load(path: Path) -> dict[str, dict]:
@@ -55,7 +56,7 @@ def waits(run: dict[str, dict]) -> tuple[list[float], list[float]]:
     first: list[float] = []
     later: list[float] = []
     for r in run.values():
-        each = [e.get("spans") or {} for e in (r.get("draws") or {}).get("each") or []]
+        each = [span_map(e.get("spans")) for e in (r.get("draws") or {}).get("each") or []]
         edges = [(min(v[0] for v in sp.values()), max(v[1] for v in sp.values())) for sp in each if sp]
         gaps = [b[0] - a[1] for a, b in zip(edges, edges[1:], strict=False)]
         first += gaps[:1]

@@ -286,8 +286,8 @@ def _pool_of(size: int, monkeypatch, cpu_config):
 
 def test_in_a_pool_the_later_draws_take_the_pools_ready_spares_and_start_none_of_their_own(monkeypatch, cpu_config):
     """A suite's worker keeps a pool (executors/warm_pool.py) whose spares start up while nothing is
-    timed: the later draws take those (a problem of three draws waited about 8 s a problem for
-    children started after its first draw, one H200, 2026-12-01) rather than start their own."""
+    timed: the later draws take those rather than start their own after the first draw, where the
+    start-up (a CUDA context on a GPU: docs/PERFORMANCE.md) would sit on the problem's path."""
     pool, started_by = _pool_of(3, monkeypatch, cpu_config)
     taken: list[object] = []
     take = pool._take

@@ -26,10 +26,10 @@ GPU_STAGES = ("correctness", "timing", "profile")
 
 
 def _spans(record: dict[str, Any]) -> dict[str, list[float]]:
-    return _span_map((record.get("stage_times") or {}).get("spans"))
+    return span_map((record.get("stage_times") or {}).get("spans"))
 
 
-def _span_map(spans: Any) -> dict[str, list[float]]:
+def span_map(spans: Any) -> dict[str, list[float]]:
     """The well-formed [start, end] spans of a `stage_times.spans` mapping, by stage."""
     spans = spans if isinstance(spans, dict) else {}
     out = {}
@@ -48,7 +48,7 @@ def _every_span(record: dict[str, Any]) -> list[tuple[str, list[float]]]:
     each = draws.get("each") if isinstance(draws, dict) else None
     for d in each if isinstance(each, list) else []:
         if isinstance(d, dict):
-            out += _span_map(d.get("spans")).items()
+            out += span_map(d.get("spans")).items()
     return out
 
 
