@@ -172,11 +172,15 @@ suitespread)  # the files dealt as workers come free (suite2's halves by size en
     NG=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
     NG=$((NG > 0 ? NG : 1))
     # each test's seconds as it ends (gpu_durations.jsonl); carried back as .scratch/gpu_durations.jsonl, the
-    # next run deals the longest first (tests/conftest.py KW_LONGEST_FIRST)
+    # next run deals the longest first (tests/conftest.py KW_LONGEST_FIRST). --dist load, not the project's
+    # loadfile: a file's tests on one worker put test_cheats', test_clock_attacks' and test_engine_gpu's ~500 s
+    # each (one H200, 6 workers) on one worker apiece, which held the run past its limit; no gpu file has a module
+    # fixture to share
     [ -f .scratch/gpu_durations.jsonl ] && export KW_LONGEST_FIRST=$PWD/.scratch/gpu_durations.jsonl
     KW_SPREAD_GPUS=$(seq -s, 0 $((NG - 1))) KW_FAILURES_LOG=$OUT/gpu_suite_tracebacks.txt \
         KW_DURATIONS_LOG=$OUT/gpu_durations.jsonl step gpu_suite "${KW_SUITE_LIMIT:-540}" \
-        python3 -m pytest -m gpu -n $((NG * ${KW_WORKERS:-4})) -v -p no:cacheprovider --durations=25 --ignore=tests/test_mamba2_gpu.py
+        python3 -m pytest -m gpu -n $((NG * ${KW_WORKERS:-4})) --dist load -v -p no:cacheprovider --durations=25 \
+        --ignore=tests/test_mamba2_gpu.py
     grep -E "timer_escape|FAILED|ERROR" "$OUT/gpu_suite.log" | head -40 >"$OUT/gpu_suite_failures.txt"
     tail -n 1 "$OUT/gpu_suite.log"
     ;;

@@ -177,8 +177,9 @@ def pytest_runtest_logreport(report):
 def longest_first(items: list, durations: dict[str, float]) -> list:
     """`items` reordered so that the longest tests by an earlier run's `durations` go first, and those it
     lacks (new, or unfinished when that run was stopped: likely long) before them all; ties keep their
-    order. Under pytest -n the workers take tests in this order as they come free, so a long test
-    no longer starts last and holds the run's end."""
+    order. Under pytest -n with --dist load the workers take tests in this order as they come free, so a
+    long test no longer starts last and holds the run's end (the project's --dist loadfile deals whole
+    files instead: scripts/device_checks.sh suitespread passes --dist load)."""
     known = [i for i in items if i.nodeid in durations]
     known.sort(key=lambda i: -durations[i.nodeid])
     return [i for i in items if i.nodeid not in durations] + known
