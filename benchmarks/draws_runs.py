@@ -8,7 +8,10 @@ benchmarks/corpus_suite.py). Writes a markdown page:
     over the runs with one draw (trusted in every run: core/record.py; at least two runs a side);
   - what a problem cost: the suite's wall over the problems it recorded, and its GPU's busy share;
   - the waits between one draw's end and the next one's start (their stage spans): the later draws' children
-    starting up where none was ready.
+    starting up where none was ready;
+  - within each run, how far apart a pair's draws lay, and each stage's seconds by the draw's place (first,
+    second, ...): a stage that is slower in some places than in others ran beside something those did not
+    (a spare starting up, say).
 
     python3 benchmarks/draws_runs.py --draws DIR/kw-b20.jsonl --draws DIR/kw-b21.jsonl \
         --single DIR/kw-b16.jsonl --single DIR/kw-b17.jsonl --suite DIR/suite-b20.json --out draws.md
@@ -62,6 +65,33 @@ def waits(run: dict[str, dict]) -> tuple[list[float], list[float]]:
         first += gaps[:1]
         later += gaps[1:]
     return first, later
+
+
+STAGES = ("build", "correctness", "timing")
+
+
+def by_place(run: dict[str, dict]) -> tuple[list[float], dict[str, list[list[float]]]]:
+    """A run's pairs whose every draw passed: how far apart each pair's draws lay (max/min - 1), and each
+    stage's seconds (`STAGES`, from its span) by the draw's place, one list a place."""
+    apart: list[float] = []
+    seconds: dict[str, list[list[float]]] = {stage: [] for stage in STAGES}
+    for r in run.values():
+        each = (r.get("draws") or {}).get("each") or []
+        if len(each) < 2 or any(e.get("status") != "passed" or not e.get("speedup") for e in each):
+            continue
+        apart.append(spread([float(e["speedup"]) for e in each]) or 0.0)
+        for place, e in enumerate(each):
+            spans = span_map(e.get("spans"))
+            for stage in STAGES:
+                if stage in spans:
+                    lists = seconds[stage]
+                    lists.extend([] for _ in range(place + 1 - len(lists)))
+                    lists[place].append(spans[stage][1] - spans[stage][0])
+    return apart, seconds
+
+
+def _medians(lists: list[list[float]]) -> str:
+    return " ".join(f"{statistics.median(v):.2f}" if v else "-" for v in lists)
 
 
 def summary(values: list[float]) -> dict:
@@ -170,6 +200,33 @@ def page(
         if first:
             result["waits_s"][name] = {"after_first": _waits(first), "between_later": _waits(later)}
             lines.append(f"| {name} | {_waits_cell(first)} | {_waits_cell(later)} |")
+    lines += [
+        "",
+        "## Draws within a run",
+        "",
+        "Pairs whose every draw passed: how far apart their draws lay (max/min - 1), and each stage's median seconds"
+        " by the draw's place (first, second, ...).",
+        "",
+        "| run | pairs | apart: median, p90 | " + " | ".join(f"{stage} (s)" for stage in STAGES) + " |",
+        "|---|---|---|" + "---|" * len(STAGES),
+    ]
+    result["within"] = {}
+    for name, run in draws.items():
+        apart, seconds = by_place(run)
+        if not apart:
+            continue
+        s = summary(apart)
+        result["within"][name] = {
+            "apart": s,
+            "seconds_by_place": {
+                stage: [round(statistics.median(v), 3) if v else None for v in seconds[stage]] for stage in STAGES
+            },
+        }
+        lines.append(
+            f"| {name} | {s['n']} | {s['median']:.1%}, {s['p90']:.1%} | "
+            + " | ".join(_medians(seconds[stage]) for stage in STAGES)
+            + " |"
+        )
     if suites:
         lines += ["", "## Cost", "", "| run | problems | wall a problem (s) | GPU busy |", "|---|---|---|---|"]
         for name, s in suites.items():

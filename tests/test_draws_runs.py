@@ -92,3 +92,27 @@ def test_the_waits_between_draws_come_from_their_stage_spans():
     text, result = draws_runs.page({"r0": {"a": row}}, {}, {})
     assert result["waits_s"]["r0"]["after_first"] == {"n": 1, "median": 8.5, "max": 8.5}
     assert "| r0 | 1, 8.50, 8.50 | 1, 0.20, 0.20 |" in text
+
+
+def test_each_stage_is_set_out_by_the_draws_place_and_a_failed_draw_leaves_its_pair_out():
+    def drawn(start, correctness, speedup=1.0, status="passed"):
+        return {
+            "status": status,
+            "speedup": speedup if status == "passed" else None,
+            "spans": {
+                "build": [start, start + 0.3],
+                "correctness": [start + 0.3, start + 0.3 + correctness],
+                "timing": [start + 0.3 + correctness, start + 1.3 + correctness],
+            },
+        }
+
+    a, b, c = _row("a", 1.0), _row("b", 2.0), _row("c", None, status="incorrect")
+    a["draws"] = {"each": [drawn(0, 2.5, 1.0), drawn(10, 2.7, 1.1), drawn(20, 0.5, 0.99)]}
+    b["draws"] = {"each": [drawn(0, 2.1, 2.0), drawn(10, 2.9, 2.0), drawn(20, 0.7, 2.0)]}
+    c["draws"] = {"each": [drawn(0, 9.0, 1.0), drawn(10, 9.0, status="incorrect")]}  # not counted
+    apart, seconds = draws_runs.by_place({"a": a, "b": b, "c": c})
+    assert [round(x, 4) for x in apart] == [round(1.1 / 0.99 - 1, 4), 0.0]
+    assert [[round(x, 2) for x in place] for place in seconds["correctness"]] == [[2.5, 2.1], [2.7, 2.9], [0.5, 0.7]]
+    text, result = draws_runs.page({"r0": {"a": a, "b": b, "c": c}}, {}, {})
+    assert result["within"]["r0"]["seconds_by_place"]["correctness"] == [2.3, 2.8, 0.6]
+    assert "| r0 | 2 | 5.6%, 11.1% | 0.30 0.30 0.30 | 2.30 2.80 0.60 | 1.00 1.00 1.00 |" in text
