@@ -177,6 +177,20 @@ def test_a_candidate_that_turns_on_autotuning_is_said_to_and_still_passes(cpu_co
     assert _listed(7) == [7] and _listed("abc") == ["abc"] and _listed(["a", "b"]) == ["a", "b"]
 
 
+def test_a_candidate_that_times_itself_to_pick_its_path_is_said_to_and_still_passes(cpu_config):
+    """`self_timed`: ModelNew's source reads a clock (here `time.perf_counter` around its two ways,
+    at its first call, as CUDA-L1's level1/6, 13 and 60 do), so the path it keeps, and with it its
+    speed and error, can follow the load of its process. Read by the parent from the source, relayed
+    to the judge; a fact, never a verdict. The honest candidate reads none and is not flagged (above)."""
+    from kernelwright.core.config import REPORT_ONLY_FLAGS
+
+    r = evaluate(ADD_ONE, CANDIDATES / "py_self_timed.py", cpu_config)
+    assert r.status is Status.PASSED, r.error_log
+    assert "time.perf_counter" in flags(r)["self_timed"] and not failed(r)
+    assert "self_timed" in REPORT_ONLY_FLAGS and "self_timed" in r.metadata["guards"]["checked"]
+    assert set(flags(r)) - {"timing_unstable"} == {"no_custom_kernel", "self_timed"}, flags(r)
+
+
 @pytest.mark.slow
 def test_honest_cpp_examples_are_flagged_by_nothing(cpu_config, small_swish):
     # the example's candidate and build on the example's problem at batch 16 (its 2M elements took

@@ -278,6 +278,7 @@ GUARD_FLAGS = (
     "launch_bound",  # a side's host is slower than its device, or the speed-up as launched differs: a fact of timing
     "random_reference",  # the reference draws at random as constructed: both models ran in eval mode
     "autotuned",  # the candidate's process turned on autotuning (cudnn.benchmark): its speed is a draw
+    "self_timed",  # the candidate's source reads a clock: it may pick its path, and its error, by the load
 )
 # Flags that report a fact about the problem or the machine, never the candidate's fault.
 REPORT_ONLY_FLAGS = (
@@ -291,6 +292,7 @@ REPORT_ONLY_FLAGS = (
     "launch_bound",
     "random_reference",
     "autotuned",
+    "self_timed",
 )
 
 

@@ -45,9 +45,14 @@ _AST_LOCK = threading.Lock()
 def parse_python(text: str, filename: str = "<unknown>") -> ast.Module:
     """`ast.parse`, one thread at a time: CPython 3.11's parser keeps its recursion depth in
     process-wide state, and two threads parsing at once fail with "SystemError: AST constructor
-    recursion depth mismatch" (two evaluations of a suite started together hit it)."""
+    recursion depth mismatch" (two evaluations of a suite started together hit it). A text nested
+    too deeply for the parser (200,000 unary minuses: MemoryError, or RecursionError) is a
+    SyntaxError like any other, so every reader of a candidate turns it away as one."""
     with _AST_LOCK:
-        return ast.parse(text, filename=filename)
+        try:
+            return ast.parse(text, filename=filename)
+        except (MemoryError, RecursionError):
+            raise SyntaxError("nested too deeply to parse", (filename, 1, 0, "")) from None
 
 
 def _parse(text: str, path: Path, what: str) -> ast.Module:
@@ -109,3 +114,45 @@ def compiles_at_first_call(text: str) -> bool:
     """Whether a candidate's source compiles kernels at its first call (Triton's JIT and autotuning,
     torch.compile): such a candidate's correctness stage gets the JIT allowance on top of its limit."""
     return bool(_FIRST_CALL_JIT.search(text))
+
+
+# The clocks a candidate may read in its own code, as the names a reader knows them by.
+_TIME_READS = ("perf_counter", "perf_counter_ns", "time", "time_ns", "monotonic", "monotonic_ns", "process_time")
+_BENCH_CALLS = {"do_bench": "triton.testing.do_bench", "Timer": "torch.utils.benchmark.Timer"}
+
+
+def clocks_read(text: str) -> list[str]:
+    """The clocks a candidate's source reads (`torch.cuda.Event.elapsed_time`, `time.perf_counter`,
+    `triton.testing.do_bench`, ...), sorted; [] where it reads none or does not parse. Calls only, from
+    the syntax tree: a comment or a string that names a clock is not a read. A candidate that times
+    itself can pick its path by what it reads, so its path, speed and error follow the load of the
+    process it runs in (the `self_timed` flag). Its own word, like any source: a report, no verdict."""
+    try:
+        tree = parse_python(text)
+    except (SyntaxError, ValueError):  # (ValueError: a NUL byte in the text)
+        return []
+    time_modules = {"time"}  # names the time module goes by (`import time as t`)
+    time_names: dict[str, str] = {}  # `from time import perf_counter as pc`: pc -> perf_counter
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            time_modules |= {a.asname or a.name for a in node.names if a.name == "time"}
+        elif isinstance(node, ast.ImportFrom) and node.module == "time":
+            time_names |= {a.asname or a.name: a.name for a in node.names if a.name in _TIME_READS}
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        if isinstance(func, ast.Attribute):
+            if func.attr == "elapsed_time":
+                found.add("torch.cuda.Event.elapsed_time")
+            elif func.attr in _TIME_READS and isinstance(func.value, ast.Name) and func.value.id in time_modules:
+                found.add(f"time.{func.attr}")
+            elif func.attr in _BENCH_CALLS:
+                found.add(_BENCH_CALLS[func.attr])
+        elif isinstance(func, ast.Name):
+            if func.id in time_names:
+                found.add(f"time.{time_names[func.id]}")
+            elif func.id == "do_bench":
+                found.add(_BENCH_CALLS["do_bench"])
+    return sorted(found)

@@ -548,6 +548,7 @@ def _run(
         spill_dir=files["spill_dir"],
         # read here, by the parent: a candidate that compiles at its first call gets the JIT allowance
         candidate_jit=formats.compiles_at_first_call(cand_path.read_text(errors="replace")),
+        candidate_clocks=formats.clocks_read(cand_path.read_text(errors="replace")),
     ).to_json()
     env, judge_dir = spare.env, spare.judge_dir
     if process.go(spare.runner, job) and spare.judge.alive():

@@ -156,7 +156,14 @@ class JudgeState:
         self.checks_passed = False  # every trial and the guards' calls right (set once every report is in)
         self.first_failure: tuple[int, int, str] | None = None
         self.flags: dict[str, str] = {}
-        self.checked: list[str] = []
+        self.checked: list[str] = ["self_timed"]
+        if job.candidate_clocks:  # the parent read them in the candidate's source (core/formats.clocks_read)
+            self.flag(
+                "self_timed",
+                f"ModelNew's source reads a clock ({', '.join(text(c, 60) for c in job.candidate_clocks[:4])}): "
+                "a candidate that times itself can pick its path by what it reads, so its path, its speed and "
+                "its error follow the load of the process it ran in, and a rerun may take another",
+            )
         self.facts: dict[str, Any] = {}
         self.oracle = None
         self.oracle_error = ""

@@ -193,6 +193,7 @@ class JudgeJob:
     out_dir: str = ""
     spill_dir: str = ""
     candidate_jit: bool = False  # the candidate compiles at its first call (read by the parent)
+    candidate_clocks: list[str] = field(default_factory=list)  # the clocks its source reads (read by the parent)
 
     @staticmethod
     def from_json(raw: Any) -> JudgeJob:
