@@ -71,7 +71,7 @@ def test_the_report_splits_out_the_pairs_whose_independent_timers_agree(tmp_path
     # beyond 25%: b says why (launch_bound in r1), c says nothing
     assert result["beyond_25pct_unexplained"] == ["c"]
     assert (
-        "with no flag that says why (autotuned, launch_bound, timing_unstable in any run): 1 (c)"
+        "with no flag that says why (autotuned, launch_bound, self_timed, timing_unstable in any run): 1 (c)"
         in (tmp_path / "agreement.md").read_text()
     )
     # a turned on cuDNN's autotuner in one run: the run-to-run figure without it is b's alone
