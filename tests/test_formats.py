@@ -40,6 +40,12 @@ def test_a_candidate_that_compiles_at_its_first_call_is_recognised(text, jit):
         ("# we used to time with time.perf_counter()\ndoc = 'start.elapsed_time(end)'\n", []),
         ("import time\ne = torch.cuda.Event(enable_timing=True)\ntime.sleep(0.1)\n", []),
         ("def time():\n    return 3\nx = time()\n", []),  # a function of its own called time
+        ("import time\nclock = time.perf_counter\nt0 = clock()\n", ["time.perf_counter"]),  # taken by name
+        (
+            "from torch.utils import benchmark\nbenchmark.Timer(stmt='f(x)').blocked_autorange()\n",
+            ["torch.utils.benchmark.Timer"],
+        ),
+        ("import threading\nthreading.Timer(1.0, f).start()\n", []),  # another module's Timer: no clock read
         ("class ModelNew(nn.Module:\n", []),  # does not parse: the format check says so, not this
     ],
 )

@@ -118,41 +118,61 @@ def compiles_at_first_call(text: str) -> bool:
 
 # The clocks a candidate may read in its own code, as the names a reader knows them by.
 _TIME_READS = ("perf_counter", "perf_counter_ns", "time", "time_ns", "monotonic", "monotonic_ns", "process_time")
-_BENCH_CALLS = {"do_bench": "triton.testing.do_bench", "Timer": "torch.utils.benchmark.Timer"}
+_BENCHMARK_MODULE = "torch.utils.benchmark"
+
+
+def _dotted(node: ast.AST) -> str:
+    """`a.b.c` for a chain of names, "" for anything else (iterative: a chain of any length)."""
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    return ".".join([node.id, *reversed(parts)]) if isinstance(node, ast.Name) else ""
 
 
 def clocks_read(text: str) -> list[str]:
     """The clocks a candidate's source reads (`torch.cuda.Event.elapsed_time`, `time.perf_counter`,
-    `triton.testing.do_bench`, ...), sorted; [] where it reads none or does not parse. Calls only, from
-    the syntax tree: a comment or a string that names a clock is not a read. A candidate that times
-    itself can pick its path by what it reads, so its path, speed and error follow the load of the
-    process it runs in (the `self_timed` flag). Its own word, like any source: a report, no verdict."""
+    `triton.testing.do_bench`, `torch.utils.benchmark.Timer`), sorted; [] where it reads none or does not
+    parse. From the syntax tree, so a comment or a string that names a clock is not a read; a clock taken
+    by name and called later (`clock = time.perf_counter`) is. A candidate that times itself can pick its
+    path by what it reads, so its path, speed and error follow the load of the process it runs in (the
+    `self_timed` flag). Its own word, like any source: a report, no verdict."""
     try:
         tree = parse_python(text)
     except (SyntaxError, ValueError):  # (ValueError: a NUL byte in the text)
         return []
     time_modules = {"time"}  # names the time module goes by (`import time as t`)
-    time_names: dict[str, str] = {}  # `from time import perf_counter as pc`: pc -> perf_counter
+    bench_modules: set[str] = set()  # names torch.utils.benchmark goes by
+    imported: dict[str, str] = {}  # a name bound by `from M import X as name` -> the clock it is
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            time_modules |= {a.asname or a.name for a in node.names if a.name == "time"}
-        elif isinstance(node, ast.ImportFrom) and node.module == "time":
-            time_names |= {a.asname or a.name: a.name for a in node.names if a.name in _TIME_READS}
+            for a in node.names:
+                if a.name == "time":
+                    time_modules.add(a.asname or "time")
+                elif a.name == _BENCHMARK_MODULE and a.asname:
+                    bench_modules.add(a.asname)
+        elif isinstance(node, ast.ImportFrom):
+            for a in node.names:
+                if node.module == "time" and a.name in _TIME_READS:
+                    imported[a.asname or a.name] = f"time.{a.name}"
+                elif node.module == "torch.utils" and a.name == "benchmark":
+                    bench_modules.add(a.asname or a.name)
+                elif node.module == _BENCHMARK_MODULE and a.name == "Timer":
+                    imported[a.asname or a.name] = f"{_BENCHMARK_MODULE}.Timer"
+                elif node.module == "triton.testing" and a.name == "do_bench":
+                    imported[a.asname or a.name] = "triton.testing.do_bench"
     found: set[str] = set()
     for node in ast.walk(tree):
-        if not isinstance(node, ast.Call):
-            continue
-        func = node.func
-        if isinstance(func, ast.Attribute):
-            if func.attr == "elapsed_time":
+        if isinstance(node, ast.Attribute):
+            owner = _dotted(node.value)
+            if node.attr == "elapsed_time":
                 found.add("torch.cuda.Event.elapsed_time")
-            elif func.attr in _TIME_READS and isinstance(func.value, ast.Name) and func.value.id in time_modules:
-                found.add(f"time.{func.attr}")
-            elif func.attr in _BENCH_CALLS:
-                found.add(_BENCH_CALLS[func.attr])
-        elif isinstance(func, ast.Name):
-            if func.id in time_names:
-                found.add(f"time.{time_names[func.id]}")
-            elif func.id == "do_bench":
-                found.add(_BENCH_CALLS["do_bench"])
+            elif node.attr == "do_bench":
+                found.add("triton.testing.do_bench")
+            elif node.attr in _TIME_READS and owner in time_modules:
+                found.add(f"time.{node.attr}")
+            elif node.attr == "Timer" and (owner in bench_modules or owner == _BENCHMARK_MODULE):
+                found.add(f"{_BENCHMARK_MODULE}.Timer")
+        elif isinstance(node, ast.Name) and node.id in imported and isinstance(node.ctx, ast.Load):
+            found.add(imported[node.id])
     return sorted(found)
