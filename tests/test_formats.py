@@ -46,6 +46,7 @@ def test_a_candidate_that_compiles_at_its_first_call_is_recognised(text, jit):
             ["torch.utils.benchmark.Timer"],
         ),
         ("import threading\nthreading.Timer(1.0, f).start()\n", []),  # another module's Timer: no clock read
+        ("self.elapsed_time = 0.0\nself.do_bench = None\n", []),  # attributes of its own, set
         ("class ModelNew(nn.Module:\n", []),  # does not parse: the format check says so, not this
     ],
 )

@@ -163,7 +163,7 @@ def clocks_read(text: str) -> list[str]:
                     imported[a.asname or a.name] = "triton.testing.do_bench"
     found: set[str] = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute):
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):  # (`self.elapsed_time = 0` is no read)
             owner = _dotted(node.value)
             if node.attr == "elapsed_time":
                 found.add("torch.cuda.Event.elapsed_time")
