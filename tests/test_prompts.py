@@ -107,3 +107,33 @@ def test_a_prompt_folder_with_the_llm_judges_old_template_names_is_told_the_new_
         prompts.check_prompt_dir(tmp_path)
     (tmp_path / "judge_failure.j2").rename(tmp_path / "llm_judge_failure.j2")
     assert prompts.check_prompt_dir(tmp_path) == tmp_path
+
+
+def test_the_llm_judge_reads_the_engines_findings_beside_its_figures():
+    """The flags the engine raised, each with its line of evidence, are in both Judge prompts: a Judge
+    that names the next bottleneck of a candidate launching only PyTorch's kernels, or of one whose
+    error sits at the tolerance's edge, should know it. A record without flags gets no such section."""
+    passed = EvalResult(
+        status=Status.PASSED, correct=True, speedup=3.37, candidate_ms=1.0, reference_ms=3.37, device="dev"
+    )
+    passed.metadata["guards"] = {
+        "flags": {
+            "self_timed": "ModelNew's source reads a clock (torch.cuda.Event.elapsed_time): ...",
+            "borderline": "the error is within 2x of the tolerance's edge: " + "x" * 1000,
+            "no_custom_kernel": "ModelNew launched only PyTorch's built-in operations",
+        }
+    }
+    failed = EvalResult(status=Status.INCORRECT, error_log="not close")
+    failed.metadata["guards"] = {"flags": {"calls_reference": "code of the problem file ran inside ModelNew"}}
+    common = {"backend": "cuda", "problem_code": "P", "code": "C", "profile": ""}
+    perf = prompts.render(
+        "llm_judge_performance", result=passed, history=[], target_round=0, last_expectation="", **common
+    )
+    fail = prompts.render("llm_judge_failure", result=failed, history=[], **common)
+    section = perf.split("the engine's findings (its flags):\n", 1)[1]
+    lines = section.split("\n")[:3]
+    assert [line.split(":")[0] for line in lines] == ["- borderline", "- no_custom_kernel", "- self_timed"]
+    assert len(lines[0]) < 320 and "torch.cuda.Event.elapsed_time" in lines[2]  # each line kept short
+    assert "- calls_reference: code of the problem file ran inside ModelNew" in fail
+    plain = prompts.render("llm_judge_failure", result=EvalResult(status=Status.CRASHED), history=[], **common)
+    assert "the engine's findings" not in plain
