@@ -537,6 +537,9 @@ def _run(
         if on_children is not None:
             on_children(spare)
     out_dir = spare.out_dir
+    # the candidate's source, read once by the parent before its runner starts: what the judge's job and
+    # the coordinator learn of it
+    source = cand_path.read_text(errors="replace")
     files = {"out_dir": str(out_dir), "spill_dir": str(workdir / "out")}
     job = {"problem_path": "", "candidate_path": str(cand_path), "config": config.to_dict(), **files}
     job.update(trusted_builds.job_fields(trusted, workdir))
@@ -547,8 +550,8 @@ def _run(
         out_dir=files["out_dir"],
         spill_dir=files["spill_dir"],
         # read here, by the parent: a candidate that compiles at its first call gets the JIT allowance
-        candidate_jit=formats.compiles_at_first_call(cand_path.read_text(errors="replace")),
-        candidate_clocks=formats.clocks_read(cand_path.read_text(errors="replace")),
+        candidate_jit=formats.compiles_at_first_call(source),
+        candidate_clocks=formats.clocks_read(source),
     ).to_json()
     env, judge_dir = spare.env, spare.judge_dir
     if process.go(spare.runner, job) and spare.judge.alive():
@@ -570,7 +573,7 @@ def _run(
             on_stage=on_stage,
             exit_code_of=sandbox.child_exit_code if init_reports else (lambda c: c),
             watch=CompileWatch(runner.proc.pid, jit_dirs(env)),
-            jit_out_of_sight=formats.compiles_out_of_sight(cand_path.read_text(errors="replace")),
+            jit_out_of_sight=formats.compiles_out_of_sight(source),
         )
     finally:
         runner.stop()
