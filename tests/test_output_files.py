@@ -11,17 +11,21 @@ import torch
 from conftest import ADD_ONE, CANDIDATES
 from kernelwright.core.config import EvalConfig
 from kernelwright.core.record import Status
-from kernelwright.engine import evaluate, evaluation
+from kernelwright.engine import evaluate, evaluation, runner_fork
 from kernelwright.engine.child import wire
 from kernelwright.engine.child.channel import Channel
 from kernelwright.engine.child.runner import Runner
 
 
 def _ours() -> set[str]:
-    """This process's output directories (named for its pid): other evaluators on the machine may
-    create and remove theirs meanwhile."""
-    pattern = f"kw-out-{os.getpid()}-*"
-    return {p.name for p in evaluation.SHM.glob(pattern)} if evaluation.SHM.is_dir() else set()
+    """This process's evaluations' output directories (named for its pid): other evaluators on the
+    machine may create and remove theirs meanwhile. The forked runners' base folder is not one: it
+    lives as long as the process, and their evaluations' directories lie inside it (engine/runner_fork.py)."""
+    if not evaluation.SHM.is_dir():
+        return set()
+    bases = {s.out_base for s in runner_fork._SETS.values() if s.out_base is not None}
+    top = set(evaluation.SHM.glob(f"kw-out-{os.getpid()}-*")) - bases
+    return {str(p) for p in top} | {str(p) for base in bases for p in base.glob("kw-out-*")}
 
 
 def test_an_evaluation_leaves_no_output_directory_behind(cpu_config):
